@@ -1,0 +1,202 @@
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+/// What configuration says about one backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendSpec {
+    /// A stable identity (the address, as written), used by hash rules to place the backend.
+    pub id: String,
+    /// Relative weight; 1 unless configured. Never zero.
+    pub weight: u32,
+}
+
+/// The live state of one backend that selection rules may read.
+#[derive(Debug)]
+struct Slot {
+    spec: BackendSpec,
+    up: AtomicBool,
+    draining: AtomicBool,
+    in_flight: AtomicU32,
+}
+
+/// The backends of one pool.
+///
+/// Membership is fixed for the life of the set (a config reload builds a new one); health,
+/// draining and in-flight counts change at run time through atomics.
+#[derive(Debug)]
+pub struct BackendSet {
+    slots: Box<[Slot]>,
+    /// Backends that are down or draining; zero lets rules skip the per-backend scan.
+    unavailable: AtomicU32,
+    /// Serializes health and drain changes so `unavailable` never drifts; picks never take it.
+    control: Mutex<()>,
+}
+
+impl BackendSet {
+    /// Builds a set in which every backend starts up, not draining, with nothing in flight.
+    pub fn new(specs: impl IntoIterator<Item = BackendSpec>) -> Self {
+        let slots = specs
+            .into_iter()
+            .map(|spec| Slot {
+                spec,
+                up: AtomicBool::new(true),
+                draining: AtomicBool::new(false),
+                in_flight: AtomicU32::new(0),
+            })
+            .collect();
+        BackendSet {
+            slots,
+            unavailable: AtomicU32::new(0),
+            control: Mutex::new(()),
+        }
+    }
+
+    /// Number of backends, available or not.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when the set has no backends at all.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The configured identity and weight of backend `index`.
+    pub fn spec(&self, index: usize) -> &BackendSpec {
+        &self.slots[index].spec
+    }
+
+    /// Whether health checks currently consider backend `index` up.
+    pub fn is_up(&self, index: usize) -> bool {
+        self.slots[index].up.load(Ordering::Relaxed)
+    }
+
+    /// Records the health verdict for backend `index`.
+    pub fn set_up(&self, index: usize, up: bool) {
+        let _serialized = self
+            .control
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let slot = &self.slots[index];
+        self.flip(&slot.up, up, slot.draining.load(Ordering::Relaxed), false);
+    }
+
+    /// Stores a new value in one of a slot's two availability flags and keeps the count of
+    /// unavailable backends in step; callers hold `control`. `other` is the slot's other flag; `blocking` is the value
+    /// of `flag` that makes a backend unavailable.
+    fn flip(&self, flag: &AtomicBool, value: bool, other_blocks: bool, blocking: bool) {
+        let was = flag.swap(value, Ordering::Relaxed);
+        if was == value || other_blocks {
+            return;
+        }
+        if value == blocking {
+            self.unavailable.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.unavailable.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// True when every backend is up and none is draining.
+    #[inline]
+    pub fn all_available(&self) -> bool {
+        self.unavailable.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether backend `index` is draining (takes no new picks).
+    pub fn is_draining(&self, index: usize) -> bool {
+        self.slots[index].draining.load(Ordering::Relaxed)
+    }
+
+    /// Starts or stops draining backend `index`.
+    pub fn set_draining(&self, index: usize, draining: bool) {
+        let _serialized = self
+            .control
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let slot = &self.slots[index];
+        self.flip(
+            &slot.draining,
+            draining,
+            !slot.up.load(Ordering::Relaxed),
+            true,
+        );
+    }
+
+    /// Whether a new request may be sent to backend `index`: up, not draining, not yet tried.
+    #[inline]
+    pub fn is_available(&self, index: usize, context: &PickContext) -> bool {
+        let slot = &self.slots[index];
+        slot.up.load(Ordering::Relaxed)
+            && !slot.draining.load(Ordering::Relaxed)
+            && !context.tried.contains(index)
+    }
+
+    /// Requests currently in flight to backend `index`.
+    pub fn in_flight(&self, index: usize) -> u32 {
+        self.slots[index].in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Marks one more request in flight to backend `index`; pair with [`Self::finish`].
+    pub fn start(&self, index: usize) {
+        self.slots[index].in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks one request to backend `index` as finished.
+    pub fn finish(&self, index: usize) {
+        self.slots[index].in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The backends a request has already been sent to without success, so a retry goes elsewhere.
+///
+/// Up to 64 backends are tracked exactly in a bit mask; beyond that, indexes share bits, which
+/// can only make a retry skip a backend it could have used, never repeat a failed one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tried(u64);
+
+impl Tried {
+    /// Adds backend `index`.
+    pub fn insert(&mut self, index: usize) {
+        self.0 |= 1 << (index % 64);
+    }
+
+    /// Whether backend `index` was tried.
+    #[inline]
+    pub fn contains(&self, index: usize) -> bool {
+        self.0 & (1 << (index % 64)) != 0
+    }
+}
+
+/// What a rule may know about the request it places.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PickContext {
+    /// The request's hash key, for hash-based rules; `None` when the pool has no key.
+    pub key: Option<u64>,
+    /// Backends already tried for this request.
+    pub tried: Tried,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_available_follows_health_and_draining_together() {
+        let set = BackendSet::new((0..2).map(|i| BackendSpec {
+            id: i.to_string(),
+            weight: 1,
+        }));
+        assert!(set.all_available());
+        set.set_up(0, false);
+        set.set_draining(0, true);
+        assert!(!set.all_available());
+        set.set_up(0, true);
+        assert!(!set.all_available(), "still draining");
+        set.set_draining(0, false);
+        assert!(set.all_available());
+        set.set_draining(1, true);
+        set.set_draining(1, true);
+        set.set_draining(1, false);
+        assert!(set.all_available(), "a repeated drain is counted once");
+    }
+}

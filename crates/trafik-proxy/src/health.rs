@@ -1,0 +1,111 @@
+//! Active health checks: one probe loop per backend, feeding the rise/fall state machine of
+//! `trafik-balance` and publishing its verdict into the pool's backend set.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use trafik_balance::{Health, HealthThresholds, Transition};
+
+use crate::plan::{HealthCheck, HealthPlan};
+use crate::pool::Pool;
+
+/// Starts the probe loops of every pool that has health checks, on the current runtime.
+pub fn spawn_checks(pools: &[Arc<Pool>], shutdown: &watch::Receiver<bool>) {
+    for pool in pools {
+        let Some(plan) = pool.plan.health.clone() else {
+            continue;
+        };
+        for index in 0..pool.backends.len() {
+            tokio::spawn(probe_loop(
+                pool.clone(),
+                index,
+                plan.clone(),
+                shutdown.clone(),
+            ));
+        }
+    }
+}
+
+async fn probe_loop(
+    pool: Arc<Pool>,
+    index: usize,
+    plan: HealthPlan,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut health = Health::new(HealthThresholds {
+        fall: plan.fall,
+        rise: plan.rise,
+    });
+    let address = pool.address(index);
+    let mut ticker = tokio::time::interval(plan.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.wait_for(|stopping| *stopping) => return,
+        }
+        let passed = tokio::time::timeout(plan.timeout, probe(address, &plan.check))
+            .await
+            .unwrap_or(false);
+        match health.record(passed) {
+            Transition::Unchanged => {}
+            Transition::WentDown => {
+                pool.backends.set_up(index, false);
+                tracing::warn!(pool = %pool.plan.name, backend = %address, "backend marked down");
+            }
+            Transition::WentUp => {
+                pool.backends.set_up(index, true);
+                tracing::info!(pool = %pool.plan.name, backend = %address, "backend marked up");
+            }
+        }
+    }
+}
+
+/// One probe; true when the backend passed.
+async fn probe(address: SocketAddr, check: &HealthCheck) -> bool {
+    let Ok(mut stream) = TcpStream::connect(address).await else {
+        return false;
+    };
+    let path = match check {
+        HealthCheck::Tcp => return true,
+        HealthCheck::Http { path } => path,
+    };
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: trafik-health\r\nConnection: close\r\n\r\n"
+    );
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    // "HTTP/1.1 200" is 12 bytes; read until the status code is in.
+    let mut head = [0u8; 12];
+    let mut filled = 0;
+    while filled < head.len() {
+        match stream.read(&mut head[filled..]).await {
+            Ok(0) | Err(_) => return false,
+            Ok(read) => filled += read,
+        }
+    }
+    passes(&head)
+}
+
+/// Whether a status line starts with a 2xx or 3xx status.
+fn passes(status_line: &[u8; 12]) -> bool {
+    status_line.starts_with(b"HTTP/1.") && matches!(status_line[9], b'2' | b'3')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_and_three_hundreds_pass() {
+        assert!(passes(b"HTTP/1.1 200"));
+        assert!(passes(b"HTTP/1.0 302"));
+        assert!(!passes(b"HTTP/1.1 503"));
+        assert!(!passes(b"HTTP/1.1 404"));
+        assert!(!passes(b"SSH-2.0-Open"));
+    }
+}

@@ -1,0 +1,212 @@
+//! One request's way through a worker: route, pick, connect (retrying elsewhere on connect
+//! failure), relay, count.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use trafik_balance::PickContext;
+
+use super::body::ProxyBody;
+use super::headers::{Forwarding, append_via, remove_hop_by_hop};
+use super::route::RouteTable;
+use super::upstream::{InFlight, Lease, Upstreams};
+use crate::error::ProxyError;
+use crate::plan::ClientPlan;
+use crate::pool::Pool;
+
+/// What every worker shares: the pools, each listener's routes and the client settings.
+pub struct Shared {
+    pub pools: Vec<Arc<Pool>>,
+    pub routes: Vec<RouteTable>,
+    pub client: ClientPlan,
+    /// `1.1 NAME`, added to `Via` in both directions.
+    pub via: HeaderValue,
+}
+
+/// A worker's proxy: the shared state plus the worker's own upstream connections.
+pub struct WorkerProxy {
+    pub shared: Arc<Shared>,
+    pub upstreams: Upstreams,
+}
+
+/// The response for a failure, with the status and text [`ProxyError`] gives it.
+pub fn error_response(error: ProxyError) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::local(error.body()));
+    *response.status_mut() = error.status();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+impl WorkerProxy {
+    /// Answers one client request on listener `listener`.
+    pub async fn handle(
+        self: Rc<Self>,
+        listener: usize,
+        client: SocketAddr,
+        request: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        let started = self.shared.client.access_log.then(Instant::now);
+        let method = started.map(|_| (request.method().clone(), request.uri().clone()));
+        let (response, backend) = self.proxy(listener, client, request).await;
+        if let (Some(started), Some((method, uri))) = (started, method) {
+            tracing::info!(
+                target: "trafik::access",
+                client = %client,
+                method = %method,
+                uri = %uri,
+                status = response.status().as_u16(),
+                backend = backend.map(|b| b.to_string()).unwrap_or_default(),
+                micros = started.elapsed().as_micros() as u64,
+            );
+        }
+        response
+    }
+
+    async fn proxy(
+        &self,
+        listener: usize,
+        client: SocketAddr,
+        mut request: Request<Incoming>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        let shared = &self.shared;
+        let Some(route) = shared.routes[listener].find(&request) else {
+            return (error_response(ProxyError::NoRoute), None);
+        };
+        let pool_index = route.pool;
+        let pool = &shared.pools[pool_index];
+        let retries = if request.method().is_idempotent() || route.retry_non_idempotent {
+            pool.plan.retries
+        } else {
+            0
+        };
+        self.prepare(client, &mut request);
+
+        let mut context = PickContext::default();
+        let mut failure = ProxyError::NoHealthyBackend;
+        for _attempt in 0..=retries {
+            let Some(index) = pool.selector.pick(&pool.backends, &context) else {
+                break;
+            };
+            Pool::count(&pool.stats[index].decisions);
+            let in_flight = InFlight::start(pool, index);
+            let address = pool.address(index);
+            match self.send(pool_index, pool, index, in_flight, request).await {
+                Ok(response) => return (response, Some(address)),
+                Err(Failure::Connect(returned)) => {
+                    Pool::count(&pool.stats[index].failures);
+                    tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
+                    context.tried.insert(index);
+                    failure = ProxyError::ConnectFailed;
+                    request = returned;
+                }
+                Err(Failure::Answered(error)) => {
+                    Pool::count(&pool.stats[index].failures);
+                    return (error_response(error), Some(address));
+                }
+            }
+        }
+        if failure.is_unreachable() {
+            Pool::count(&pool.unreachable);
+        }
+        (error_response(failure), None)
+    }
+
+    /// Rewrites a client request into the one sent upstream.
+    fn prepare(&self, client: SocketAddr, request: &mut Request<Incoming>) {
+        // Upstream requests use origin form; the authority moves to `Host` if it was absent.
+        if request.uri().scheme().is_some() {
+            let authority = request.uri().authority().map(|a| a.as_str().to_owned());
+            let path = request
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            if let Ok(uri) = path.parse::<Uri>() {
+                *request.uri_mut() = uri;
+            }
+            if let (Some(authority), false) =
+                (authority, request.headers().contains_key(header::HOST))
+                && let Ok(value) = HeaderValue::from_str(&authority)
+            {
+                request.headers_mut().insert(header::HOST, value);
+            }
+        }
+        let headers = request.headers_mut();
+        remove_hop_by_hop(headers);
+        let host = headers.get(header::HOST).cloned();
+        Forwarding {
+            client,
+            host: host.as_ref(),
+            trust_incoming: self.shared.client.trust_forwarded,
+            via: &self.shared.via,
+        }
+        .apply(headers);
+    }
+
+    /// Sends the request to backend `index` on a pooled or new connection.
+    async fn send(
+        &self,
+        pool_index: usize,
+        pool: &Arc<Pool>,
+        index: usize,
+        in_flight: InFlight,
+        mut request: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, Failure> {
+        // A pooled connection the backend closed while idle hands the request back unsent;
+        // that is no failure of the backend, so it is tried once more on a new connection.
+        let mut fresh = false;
+        loop {
+            let mut checkout = match self
+                .upstreams
+                .checkout(pool_index, pool, index, fresh)
+                .await
+            {
+                Ok(checkout) => checkout,
+                Err(_) => return Err(Failure::Connect(request)),
+            };
+            let sent = tokio::time::timeout(
+                pool.plan.response_timeout,
+                checkout.sender.try_send_request(request),
+            )
+            .await;
+            match sent {
+                Err(_elapsed) => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
+                Ok(Ok(response)) => {
+                    Pool::count(&pool.stats[index].requests);
+                    let lease = checkout.into_lease(in_flight);
+                    return Ok(self.relay(response, lease));
+                }
+                Ok(Err(mut error)) => match error.take_message() {
+                    Some(unsent) if !fresh => {
+                        fresh = true;
+                        request = unsent;
+                    }
+                    _ => return Err(Failure::Answered(ProxyError::UpstreamFailed)),
+                },
+            }
+        }
+    }
+
+    fn relay(&self, response: Response<Incoming>, lease: Lease) -> Response<ProxyBody> {
+        let (mut parts, body) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers);
+        append_via(&mut parts.headers, &self.shared.via);
+        Response::from_parts(parts, ProxyBody::upstream(body, lease))
+    }
+}
+
+/// Why sending to one backend did not produce a response to relay.
+enum Failure {
+    /// No connection could be made; the untouched request comes back for a retry.
+    Connect(Request<Incoming>),
+    /// The backend was reached but failed; the client gets this error.
+    Answered(ProxyError),
+}

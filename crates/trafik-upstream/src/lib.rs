@@ -1,0 +1,253 @@
+//! The course's parcel-tracking replica ("kopya"), used by trafik's demo, tests and benchmarks.
+//!
+//! - `GET /takip/<no>` and `GET /takip?no=<no>`: a JSON tracking body (durum, bolge, adim, rota);
+//! - `POST /olay`: 201, the event is accepted;
+//! - `GET /saglik`: 200 `ayakta` (the health check);
+//! - `GET /sayac`: `{"ad": NAME, "istek": N, "yol": {"/takip": N, ...}}`, the requests this
+//!   replica answered, by first path segment (`/sayac` and `/saglik` are not counted).
+//!
+//! Every response carries `x-kopya: NAME`, so a client can see which replica answered.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Distinct first path segments counted by `/sayac`; the rest are counted under `other`, so a
+/// client sending random paths cannot grow the map without bound.
+const MAX_COUNTED_PATHS: usize = 64;
+
+/// How one replica behaves.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// The name written in `x-kopya` and `/sayac`.
+    pub name: String,
+    /// A pause before every counted answer, to model a slow replica.
+    pub delay: Duration,
+}
+
+/// One replica's counters, shared by its connections.
+struct Replica {
+    config: ReplicaConfig,
+    name_header: HeaderValue,
+    requests: AtomicU64,
+    by_path: Mutex<BTreeMap<String, u64>>,
+}
+
+/// A running replica; dropping it does not stop it, [`RunningReplica::stop`] does.
+pub struct RunningReplica {
+    address: SocketAddr,
+    stop: watch::Sender<bool>,
+    finished: tokio::task::JoinHandle<()>,
+}
+
+impl RunningReplica {
+    /// The address the replica listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Stops accepting, closes every open connection at once (as a crashed process would) and
+    /// waits until the port is released.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.finished.await;
+    }
+}
+
+/// Binds `address` and serves the replica on the current tokio runtime.
+pub async fn spawn(address: SocketAddr, config: ReplicaConfig) -> std::io::Result<RunningReplica> {
+    let listener = TcpListener::bind(address).await?;
+    let address = listener.local_addr()?;
+    let name_header = HeaderValue::from_str(&config.name).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("replica name {:?} is not a valid header value", config.name),
+        )
+    })?;
+    let replica = Arc::new(Replica {
+        config,
+        name_header,
+        requests: AtomicU64::new(0),
+        by_path: Mutex::new(BTreeMap::new()),
+    });
+    let (stop, mut stopped) = watch::channel(false);
+    let finished = tokio::spawn(async move {
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => break,
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    let _ = stream.set_nodelay(true);
+                    let replica = replica.clone();
+                    connections.spawn(async move {
+                        let service = service_fn(move |request| {
+                            let replica = replica.clone();
+                            async move { Ok::<_, Infallible>(replica.answer(request).await) }
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                // Reap finished connections so the set does not grow over a long run.
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        // Dropping the set aborts every connection: the replica is gone, like a killed process.
+        drop(connections);
+    });
+    Ok(RunningReplica {
+        address,
+        stop,
+        finished,
+    })
+}
+
+impl Replica {
+    async fn answer(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let path = request.uri().path();
+        if path == "/saglik" {
+            return self.reply(StatusCode::OK, "text/plain", Bytes::from_static(b"ayakta"));
+        }
+        if path == "/sayac" {
+            return self.reply(StatusCode::OK, "application/json", self.counters());
+        }
+        self.count(path);
+        if !self.config.delay.is_zero() {
+            tokio::time::sleep(self.config.delay).await;
+        }
+        let method = request.method().clone();
+        let tracking_number = tracking_number(request.uri());
+        match (method, tracking_number) {
+            (Method::GET | Method::HEAD, Some(number)) => {
+                self.reply(StatusCode::OK, "application/json", tracking_body(&number))
+            }
+            (Method::POST, _) if path == "/olay" => {
+                // Read the event so the connection stays usable; its content is not kept.
+                let _ = request.into_body().collect().await;
+                self.reply(
+                    StatusCode::CREATED,
+                    "application/json",
+                    Bytes::from_static(b"{\"kabul\":true}"),
+                )
+            }
+            _ => self.reply(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                Bytes::from_static(b"bulunamadi\n"),
+            ),
+        }
+    }
+
+    fn count(&self, path: &str) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let segment = first_segment(path);
+        let mut by_path = self.by_path.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = by_path.get_mut(segment) {
+            *count += 1;
+        } else if by_path.len() < MAX_COUNTED_PATHS {
+            by_path.insert(segment.to_owned(), 1);
+        } else {
+            *by_path.entry("other".to_owned()).or_default() += 1;
+        }
+    }
+
+    fn counters(&self) -> Bytes {
+        let by_path = self.by_path.lock().unwrap_or_else(|p| p.into_inner());
+        let body = serde_json::json!({
+            "ad": self.config.name,
+            "istek": self.requests.load(Ordering::Relaxed),
+            "yol": *by_path,
+        });
+        Bytes::from(body.to_string())
+    }
+
+    fn reply(
+        &self,
+        status: StatusCode,
+        content_type: &'static str,
+        body: Bytes,
+    ) -> Response<Full<Bytes>> {
+        let mut response = Response::new(Full::new(body));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert("x-kopya", self.name_header.clone());
+        response
+    }
+}
+
+/// `/takip/TR-1/x` → `/takip`; `/` → `/`.
+fn first_segment(path: &str) -> &str {
+    match path[1.min(path.len())..].find('/') {
+        Some(end) => &path[..end + 1],
+        None => path,
+    }
+}
+
+/// The tracking number of `/takip/<no>` or `/takip?no=<no>`.
+fn tracking_number(uri: &http::Uri) -> Option<String> {
+    let path = uri.path();
+    if let Some(number) = path.strip_prefix("/takip/") {
+        return (!number.is_empty()).then(|| number.to_owned());
+    }
+    if path != "/takip" {
+        return None;
+    }
+    uri.query()?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("no="))
+        .filter(|number| !number.is_empty())
+        .map(str::to_owned)
+}
+
+/// The course's tracking answer for parcel `number`.
+fn tracking_body(number: &str) -> Bytes {
+    let body = serde_json::json!({
+        "no": number,
+        "durum": "aktarma merkezinde",
+        "bolge": "35",
+        "adim": 4,
+        "rota": ["kabul", "cikis", "aktarma-34"],
+    });
+    Bytes::from(body.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_counted_by_first_segment() {
+        assert_eq!(first_segment("/takip/TR-4821"), "/takip");
+        assert_eq!(first_segment("/takip"), "/takip");
+        assert_eq!(first_segment("/olay"), "/olay");
+        assert_eq!(first_segment("/"), "/");
+        assert_eq!(first_segment(""), "");
+    }
+
+    #[test]
+    fn tracking_number_comes_from_the_path_or_the_query() {
+        let number = |uri: &str| tracking_number(&uri.parse().unwrap());
+        assert_eq!(number("/takip/TR-4821").as_deref(), Some("TR-4821"));
+        assert_eq!(number("/takip?x=1&no=TR-7").as_deref(), Some("TR-7"));
+        assert_eq!(number("/takip?no="), None);
+        assert_eq!(number("/takip/"), None);
+        assert_eq!(number("/olay"), None);
+    }
+}

@@ -1,0 +1,107 @@
+//! The command line: one subcommand per job.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use trafik_balance::Algorithm;
+
+use crate::config::values::{Addr, Dur};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "trafik",
+    version,
+    about = "The traffic layer in one binary: reverse proxy and load balancer, with the tools to measure it."
+)]
+pub struct Cli {
+    /// How log lines are written.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run what a config file describes; with no file, the embedded demo (three replicas of the
+    /// course's tracking service behind a health-checked round-robin balancer on 127.0.0.1:8080).
+    Serve {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Log one line per request.
+        #[arg(long)]
+        access_log: bool,
+    },
+    /// Validate a config file and print the plan it resolves to (listeners → routes → pools →
+    /// backends); exits non-zero on any error. With no file, checks the embedded default.
+    Check {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Quick mode: proxy one listen address to a list of backends, no file needed.
+    Proxy {
+        /// Address to accept clients on.
+        #[arg(long, value_parser = parse_addr)]
+        listen: SocketAddr,
+        /// A backend address; repeat for more.
+        #[arg(long = "to", required = true, value_parser = parse_addr)]
+        to: Vec<SocketAddr>,
+        /// The selection rule.
+        #[arg(long, default_value = "round-robin", value_parser = parse_algorithm)]
+        algorithm: Algorithm,
+        /// Turn on active HTTP health checks of this path (fall 1, rise 1).
+        #[arg(long)]
+        health_path: Option<String>,
+        /// Time between health checks.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        health_interval: std::time::Duration,
+        /// Other backends tried after a failed connect; 0 turns retries off.
+        #[arg(long, default_value_t = 1)]
+        retries: u32,
+        /// Serve the admin API (/status, /metrics) here.
+        #[arg(long, value_parser = parse_addr)]
+        admin: Option<SocketAddr>,
+        /// The instance name written in Via headers.
+        #[arg(long, default_value = "trafik")]
+        name: String,
+        /// Data-plane threads; one per core by default.
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Log one line per request.
+        #[arg(long)]
+        access_log: bool,
+    },
+    /// Run one replica of the course's parcel-tracking service (GET /takip/<no>, POST /olay,
+    /// GET /saglik, GET /sayac), for demos, tests and benchmarks.
+    Upstream {
+        #[arg(long, value_parser = parse_addr)]
+        listen: SocketAddr,
+        /// The name the replica reports in `x-kopya` and `/sayac`.
+        #[arg(long)]
+        name: String,
+        /// Wait this long before each answer (a slow replica).
+        #[arg(long, value_parser = parse_duration)]
+        delay: Option<std::time::Duration>,
+    },
+}
+
+fn parse_addr(text: &str) -> Result<SocketAddr, String> {
+    text.parse::<Addr>().map(|a| a.0)
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    text.parse::<Dur>().map(|d| d.0)
+}
+
+fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+    text.parse()
+        .map_err(|e: trafik_balance::UnknownAlgorithm| e.to_string())
+}

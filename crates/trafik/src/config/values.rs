@@ -1,0 +1,113 @@
+//! Value types that check themselves while being read, so a bad value is reported at its own
+//! line and column with what was expected.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::de::{Deserialize, Deserializer, Error};
+
+/// A duration written as a number and a unit: `250ms`, `2s`, `1.5s`, `1m`, `1h`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+/// The accepted forms, for error messages.
+pub const DURATION_FORMS: &str = "a duration such as \"200ms\", \"5s\", \"1.5s\", \"1m\" or \"1h\"";
+
+impl FromStr for Dur {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let seconds_per_unit = match unit {
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(format!("expected {DURATION_FORMS}, found {text:?}")),
+        };
+        let value: f64 = number
+            .parse()
+            .map_err(|_| format!("expected {DURATION_FORMS}, found {text:?}"))?;
+        Duration::try_from_secs_f64(value * seconds_per_unit)
+            .map(Dur)
+            .map_err(|_| format!("duration {text:?} is out of range"))
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.as_secs_f64() * 1000.0;
+        if millis >= 1000.0 && millis % 1000.0 == 0.0 {
+            write!(f, "{}s", millis / 1000.0)
+        } else {
+            write!(f, "{millis}ms")
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)
+            .map_err(|_| D::Error::custom(format!("expected {DURATION_FORMS} (a string)")))?;
+        text.parse().map_err(D::Error::custom)
+    }
+}
+
+/// A socket address written as `IP:PORT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addr(pub SocketAddr);
+
+impl FromStr for Addr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        text.parse().map(Addr).map_err(|_| {
+            format!("expected an address as IP:PORT such as \"127.0.0.1:8080\" or \"[::1]:8080\", found {text:?}")
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Addr {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer).map_err(|_| {
+            D::Error::custom("expected an address as a string such as \"127.0.0.1:8080\"")
+        })?;
+        text.parse().map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_with_their_units() {
+        let read = |t: &str| t.parse::<Dur>().map(|d| d.0);
+        assert_eq!(read("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(read("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(read("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(read("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(read("250us"), Ok(Duration::from_micros(250)));
+    }
+
+    #[test]
+    fn a_bad_duration_says_what_was_expected() {
+        for bad in ["2 sec", "5", "ms", "-1s", "1..2s", ""] {
+            let error = bad.parse::<Dur>().unwrap_err();
+            assert!(error.contains("expected a duration"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn durations_print_back_in_a_readable_unit() {
+        assert_eq!(Dur(Duration::from_millis(200)).to_string(), "200ms");
+        assert_eq!(Dur(Duration::from_secs(5)).to_string(), "5s");
+    }
+}

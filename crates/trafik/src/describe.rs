@@ -1,0 +1,115 @@
+//! Human-readable descriptions of a plan, for `trafik check` and start-up.
+
+use std::fmt::Write as _;
+
+use trafik_proxy::{HealthCheck, Plan, Running};
+
+use crate::config::Loaded;
+use crate::config::values::Dur;
+
+/// The resolved plan: listeners → routes → pools → backends.
+pub fn plan(loaded: &Loaded) -> String {
+    let plan = &loaded.plan;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "instance {} ({} workers, drain {})",
+        plan.name,
+        plan.workers,
+        Dur(plan.drain_timeout)
+    );
+    for (address, replica) in &loaded.upstreams {
+        let _ = writeln!(out, "upstream {} (built in) on {address}", replica.name);
+    }
+    for listener in &plan.listeners {
+        let _ = writeln!(
+            out,
+            "listener {} on http://{}",
+            listener.name, listener.address
+        );
+        for route in &listener.routes {
+            let host = route
+                .host
+                .as_deref()
+                .map(|h| format!("host {h} "))
+                .unwrap_or_default();
+            let methods = if route.methods.is_empty() {
+                String::new()
+            } else {
+                let names: Vec<_> = route.methods.iter().map(|m| m.as_str()).collect();
+                format!(" [{}]", names.join(","))
+            };
+            let _ = writeln!(
+                out,
+                "  route {host}{}{methods} → pool {}",
+                route.path_prefix, plan.pools[route.pool].name
+            );
+        }
+    }
+    for pool in &plan.pools {
+        let _ = writeln!(
+            out,
+            "pool {}: {}, retries {}, connect timeout {}, response timeout {}",
+            pool.name,
+            pool.algorithm,
+            pool.retries,
+            Dur(pool.connect_timeout),
+            Dur(pool.response_timeout)
+        );
+        match &pool.health {
+            Some(health) => {
+                let check = match &health.check {
+                    HealthCheck::Http { path } => format!("GET {path}"),
+                    HealthCheck::Tcp => "TCP connect".to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "  health: {check} every {}, timeout {}, fall {}, rise {}",
+                    Dur(health.interval),
+                    Dur(health.timeout),
+                    health.fall,
+                    health.rise
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  health: no active checks");
+            }
+        }
+        for backend in &pool.backends {
+            let name = backend.name.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "  backend {} {name} weight {}",
+                backend.address, backend.weight
+            );
+        }
+    }
+    match plan.admin {
+        Some(admin) => {
+            let _ = writeln!(out, "admin on http://{admin} (/status, /metrics)");
+        }
+        None => {
+            let _ = writeln!(out, "admin: off");
+        }
+    }
+    out
+}
+
+/// What a started instance prints: where to reach it.
+pub fn running(plan: &Plan, running: &Running) -> String {
+    let mut out = String::new();
+    for (listener, address) in plan.listeners.iter().zip(running.listener_addresses()) {
+        let _ = write!(
+            out,
+            "trafik listening on http://{address} ({})",
+            listener.name
+        );
+    }
+    if let Some(admin) = running.admin_address() {
+        let _ = write!(out, "\nadmin on http://{admin}/status and /metrics");
+    }
+    if let Some(address) = running.listener_addresses().first() {
+        let _ = write!(out, "\ntry: curl http://{address}/takip/TR-4821");
+    }
+    out
+}

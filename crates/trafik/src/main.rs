@@ -1,0 +1,224 @@
+//! `trafik`: wires the command line and configuration to the data plane. Everything that
+//! decides or moves traffic lives in the library crates; this binary only connects them.
+
+mod cli;
+mod config;
+mod describe;
+mod suggest;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use cli::{Cli, Command, LogFormat};
+use config::Loaded;
+use trafik_proxy::{
+    BackendPlan, ClientPlan, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan, RoutePlan,
+};
+use trafik_upstream::ReplicaConfig;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), String> {
+    match command {
+        Command::Serve { config, access_log } => {
+            let mut loaded = load(config.as_deref())?;
+            loaded.plan.client.access_log |= access_log;
+            serve(loaded)
+        }
+        Command::Check { config } => {
+            let loaded = load(config.as_deref())?;
+            print!("{}", describe::plan(&loaded));
+            Ok(())
+        }
+        Command::Proxy {
+            listen,
+            to,
+            algorithm,
+            health_path,
+            health_interval,
+            retries,
+            admin,
+            name,
+            workers,
+            access_log,
+        } => {
+            let health = health_path.map(|path| HealthPlan {
+                check: HealthCheck::Http { path },
+                interval: health_interval,
+                timeout: health_interval.min(Duration::from_secs(1)),
+                fall: 1,
+                rise: 1,
+            });
+            let plan = Plan {
+                name,
+                workers: workers.unwrap_or_else(config::default_workers),
+                listeners: vec![ListenerPlan {
+                    name: "default".into(),
+                    address: listen,
+                    routes: vec![RoutePlan {
+                        host: None,
+                        path_prefix: "/".into(),
+                        methods: Vec::new(),
+                        pool: 0,
+                        retry_non_idempotent: false,
+                    }],
+                }],
+                pools: vec![PoolPlan {
+                    name: "default".into(),
+                    algorithm,
+                    backends: to
+                        .into_iter()
+                        .map(|address| BackendPlan {
+                            address,
+                            name: None,
+                            weight: 1,
+                        })
+                        .collect(),
+                    health,
+                    connect_timeout: Duration::from_secs(2),
+                    response_timeout: Duration::from_secs(30),
+                    retries,
+                }],
+                admin,
+                client: ClientPlan {
+                    header_read_timeout: Duration::from_secs(30),
+                    idle_timeout: Duration::from_secs(60),
+                    trust_forwarded: false,
+                    access_log,
+                },
+                drain_timeout: Duration::from_secs(10),
+            };
+            serve(Loaded {
+                plan,
+                upstreams: Vec::new(),
+            })
+        }
+        Command::Upstream {
+            listen,
+            name,
+            delay,
+        } => serve_replicas(vec![(
+            listen,
+            ReplicaConfig {
+                name,
+                delay: delay.unwrap_or_default(),
+            },
+        )]),
+    }
+}
+
+/// Reads and checks a config file, or the embedded default when there is none.
+fn load(path: Option<&std::path::Path>) -> Result<Loaded, String> {
+    let (name, text) = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+            (path.display().to_string(), text)
+        }
+        None => (
+            "<embedded default>".to_owned(),
+            config::EMBEDDED_DEFAULT.to_owned(),
+        ),
+    };
+    config::load(&name, &text).map_err(|errors| {
+        let count = errors.len();
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        format!(
+            "{}\n{count} error{} in the configuration; nothing was started",
+            lines.join("\n"),
+            if count == 1 { "" } else { "s" }
+        )
+    })
+}
+
+/// Starts the built-in replicas, then the proxy; drains on Ctrl-C or SIGTERM.
+fn serve(loaded: Loaded) -> Result<(), String> {
+    let runtime = control_runtime()?;
+    runtime.block_on(async move {
+        let replicas = start_replicas(loaded.upstreams).await?;
+        let running = trafik_proxy::start(loaded.plan.clone()).map_err(|e| e.to_string())?;
+        println!("{}", describe::running(&loaded.plan, &running));
+        wait_for_stop_signal().await;
+        eprintln!("trafik: draining (up to {:?})", loaded.plan.drain_timeout);
+        running.stop();
+        let _ = tokio::task::spawn_blocking(move || running.wait()).await;
+        for replica in replicas {
+            replica.stop().await;
+        }
+        Ok(())
+    })
+}
+
+/// Runs replicas alone until a stop signal (`trafik upstream`).
+fn serve_replicas(replicas: Vec<(SocketAddr, ReplicaConfig)>) -> Result<(), String> {
+    control_runtime()?.block_on(async move {
+        let replicas = start_replicas(replicas).await?;
+        wait_for_stop_signal().await;
+        for replica in replicas {
+            replica.stop().await;
+        }
+        Ok(())
+    })
+}
+
+async fn start_replicas(
+    replicas: Vec<(SocketAddr, ReplicaConfig)>,
+) -> Result<Vec<trafik_upstream::RunningReplica>, String> {
+    let mut running = Vec::with_capacity(replicas.len());
+    for (address, config) in replicas {
+        let name = config.name.clone();
+        let replica = trafik_upstream::spawn(address, config)
+            .await
+            .map_err(|e| format!("upstream {name:?} cannot listen on {address}: {e}"))?;
+        println!("upstream {name} on http://{}", replica.address());
+        running.push(replica);
+    }
+    Ok(running)
+}
+
+/// The runtime for replicas and signals; the proxy's workers run their own.
+fn control_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+async fn wait_for_stop_signal() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match terminate.as_mut() {
+                Some(signal) => { signal.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
