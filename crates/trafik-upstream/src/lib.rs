@@ -138,8 +138,10 @@ impl Replica {
                 self.reply(StatusCode::OK, "application/json", tracking_body(&number))
             }
             (Method::POST, _) if path == "/olay" => {
-                // Read the event so the connection stays usable; its content is not kept.
-                let _ = request.into_body().collect().await;
+                // Read the event frame by frame so the connection stays usable; it is not kept,
+                // so a client cannot make the replica buffer an arbitrarily large body.
+                let mut body = request.into_body();
+                while let Some(Ok(_)) = body.frame().await {}
                 self.reply(
                     StatusCode::CREATED,
                     "application/json",

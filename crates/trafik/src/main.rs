@@ -24,7 +24,8 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("error: {message}");
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "error: {message}");
             ExitCode::from(2)
         }
     }
@@ -39,7 +40,7 @@ fn run(command: Command) -> Result<(), String> {
         }
         Command::Check { config } => {
             let loaded = load(config.as_deref())?;
-            print!("{}", describe::plan(&loaded));
+            say(describe::plan(&loaded).trim_end());
             Ok(())
         }
         Command::Proxy {
@@ -147,11 +148,12 @@ fn load(path: Option<&std::path::Path>) -> Result<Loaded, String> {
 fn serve(loaded: Loaded) -> Result<(), String> {
     let runtime = control_runtime()?;
     runtime.block_on(async move {
+        let stop_signal = StopSignal::install()?;
         let replicas = start_replicas(loaded.upstreams).await?;
         let running = trafik_proxy::start(loaded.plan.clone()).map_err(|e| e.to_string())?;
-        println!("{}", describe::running(&loaded.plan, &running));
-        wait_for_stop_signal().await;
-        eprintln!("trafik: draining (up to {:?})", loaded.plan.drain_timeout);
+        say(&describe::running(&loaded.plan, &running));
+        stop_signal.wait().await;
+        tracing::info!(timeout = ?loaded.plan.drain_timeout, "draining");
         running.stop();
         let _ = tokio::task::spawn_blocking(move || running.wait()).await;
         for replica in replicas {
@@ -164,8 +166,9 @@ fn serve(loaded: Loaded) -> Result<(), String> {
 /// Runs replicas alone until a stop signal (`trafik upstream`).
 fn serve_replicas(replicas: Vec<(SocketAddr, ReplicaConfig)>) -> Result<(), String> {
     control_runtime()?.block_on(async move {
+        let stop_signal = StopSignal::install()?;
         let replicas = start_replicas(replicas).await?;
-        wait_for_stop_signal().await;
+        stop_signal.wait().await;
         for replica in replicas {
             replica.stop().await;
         }
@@ -182,10 +185,18 @@ async fn start_replicas(
         let replica = trafik_upstream::spawn(address, config)
             .await
             .map_err(|e| format!("upstream {name:?} cannot listen on {address}: {e}"))?;
-        println!("upstream {name} on http://{}", replica.address());
+        say(&format!("upstream {name} on http://{}", replica.address()));
         running.push(replica);
     }
     Ok(running)
+}
+
+/// Prints a line for the user. A closed stdout (`trafik serve | head -1`) must not stop a
+/// server, so write errors are ignored.
+fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 /// The runtime for replicas and signals; the proxy's workers run their own.
@@ -197,17 +208,28 @@ fn control_runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
-async fn wait_for_stop_signal() {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match terminate.as_mut() {
-                Some(signal) => { signal.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
+/// Ctrl-C and SIGTERM, caught from before anything starts so an early signal still drains
+/// instead of killing the process.
+struct StopSignal {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    fn install() -> Result<Self, String> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let install = |kind| signal(kind).map_err(|e| format!("cannot catch signals: {e}"));
+        Ok(StopSignal {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
     }
 }
 

@@ -105,7 +105,7 @@ impl WorkerProxy {
                     tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
                     context.tried.insert(index);
                     failure = ProxyError::ConnectFailed;
-                    request = returned;
+                    request = *returned;
                 }
                 Err(Failure::Answered(error)) => {
                     Pool::count(&pool.stats[index].failures);
@@ -170,7 +170,7 @@ impl WorkerProxy {
                 .await
             {
                 Ok(checkout) => checkout,
-                Err(_) => return Err(Failure::Connect(request)),
+                Err(_) => return Err(Failure::Connect(Box::new(request))),
             };
             let sent = tokio::time::timeout(
                 pool.plan.response_timeout,
@@ -206,7 +206,7 @@ impl WorkerProxy {
 /// Why sending to one backend did not produce a response to relay.
 enum Failure {
     /// No connection could be made; the untouched request comes back for a retry.
-    Connect(Request<Incoming>),
+    Connect(Box<Request<Incoming>>),
     /// The backend was reached but failed; the client gets this error.
     Answered(ProxyError),
 }

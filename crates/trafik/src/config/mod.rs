@@ -66,7 +66,11 @@ pub fn load(file: &str, text: &str) -> Result<Loaded, Vec<ConfigError>> {
     let deserializer = toml::Deserializer::parse(text)
         .map_err(|e| vec![at(e.span(), String::new(), e.message().to_owned())])?;
     let parsed: schema::File = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-        let field = e.path().to_string();
+        // `Spanned` fields add a private segment to the path; the user never wrote it.
+        let field = e
+            .path()
+            .to_string()
+            .replace(".$__serde_spanned_private_value", "");
         let span = e.inner().span();
         let mut message = e.inner().message().to_owned();
         if let Some(hint) = unknown_field_hint(&message) {

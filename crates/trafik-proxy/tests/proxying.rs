@@ -1,0 +1,273 @@
+//! What a client and a backend see through trafik: rewritten headers, kept-alive upstream
+//! connections, routes, and the status trafik answers with when it cannot relay.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test]
+async fn forwarding_headers_are_added_and_hop_by_hop_headers_removed() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    let answer = client
+        .send(
+            Request::get("/takip/TR-4821?ayrinti=1")
+                .header("host", "kargo.test:8080")
+                .header("connection", "x-client-secret")
+                .header("x-client-secret", "do not forward")
+                .header("te", "trailers")
+                .header("x-forwarded-for", "6.6.6.6")
+                .header("forwarded", "for=6.6.6.6")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let seen = answer.json();
+    let headers = &seen["headers"];
+    assert_eq!(seen["uri"], "/takip/TR-4821?ayrinti=1");
+    assert_eq!(headers["host"], "kargo.test:8080", "Host passes unchanged");
+    assert_eq!(
+        headers["x-forwarded-for"], "127.0.0.1",
+        "a forged value is replaced"
+    );
+    assert_eq!(
+        headers["forwarded"],
+        "for=127.0.0.1;proto=http;host=\"kargo.test:8080\""
+    );
+    assert_eq!(headers["x-forwarded-proto"], "http");
+    assert_eq!(headers["x-forwarded-host"], "kargo.test:8080");
+    assert_eq!(headers["via"], "1.1 trafik-test");
+    for dropped in ["x-client-secret", "te", "connection"] {
+        assert!(
+            headers.get(dropped).is_none(),
+            "{dropped} reached the backend"
+        );
+    }
+    // And on the way back.
+    assert_eq!(answer.header("via"), Some("1.1 trafik-test"));
+    assert_eq!(answer.header("x-upstream-secret"), None);
+    assert_eq!(answer.header("keep-alive"), None);
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn trusted_forwarding_headers_are_extended() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    plan.client.trust_forwarded = true;
+    let running = trafik_proxy::start(plan).unwrap();
+    let answer = Client::connect(web(&running))
+        .await
+        .send(
+            Request::get("/")
+                .header("host", "kargo.test")
+                .header("x-forwarded-for", "10.0.0.7")
+                .header("via", "1.1 edge")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    let headers = &answer.json()["headers"];
+    assert_eq!(headers["x-forwarded-for"], "10.0.0.7, 127.0.0.1");
+    assert_eq!(headers["via"], "1.1 edge, 1.1 trafik-test");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn six_client_connections_share_one_kept_alive_connection_per_replica() {
+    // The course's layer-7 lesson: 6 client connections, 4 replicas, one worker.
+    let replicas = replicas(4).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut plan = plan(&addresses);
+    plan.workers = 1;
+    let running = trafik_proxy::start(plan).unwrap();
+    let shares = [1, 2, 4, 8, 16, 32];
+    for share in shares {
+        let mut client = Client::connect(web(&running)).await;
+        for n in 0..share {
+            assert_eq!(client.get(&format!("/takip/TR-{n}")).await.status, 200);
+        }
+    }
+    let status = status(&running).await;
+    let backends = status["pools"][0]["backends"].as_array().unwrap();
+    let requests: Vec<u64> = backends
+        .iter()
+        .map(|b| b["requests"].as_u64().unwrap())
+        .collect();
+    let connections: Vec<u64> = backends
+        .iter()
+        .map(|b| b["open_connections"].as_u64().unwrap())
+        .collect();
+    assert_eq!(requests, [16, 16, 16, 15], "one decision per request");
+    assert_eq!(
+        connections,
+        [1, 1, 1, 1],
+        "6 client connections became 4 upstream ones"
+    );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn routes_split_reads_and_writes_into_separate_pools() {
+    let replicas = replicas(4).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut plan = plan(&addresses[..3]);
+    plan.pools.push(pool("yazma", &addresses[3..]));
+    plan.listeners[0].routes = vec![route("/takip", 0), route("/olay", 1)];
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    for n in 1..=63 {
+        let answer = if n % 5 == 0 {
+            client
+                .send(
+                    Request::post("/olay")
+                        .header("host", "kargo.test")
+                        .body(Full::new(Bytes::from_static(b"{\"olay\":\"teslim\"}")))
+                        .unwrap(),
+                )
+                .await
+        } else {
+            client.get("/takip/TR-1").await
+        };
+        assert!(answer.status == 200 || answer.status == 201);
+    }
+    assert_eq!(client.get("/baska").await.status, 404, "no route");
+    let mut counts = Vec::new();
+    for replica in &replicas {
+        counts.push(get(replica.address(), "/sayac").await.json());
+    }
+    let requests: Vec<_> = counts
+        .iter()
+        .map(|c| c["istek"].as_u64().unwrap())
+        .collect();
+    assert_eq!(requests, [17, 17, 17, 12], "the course's read/write pools");
+    assert!(
+        counts[3]["yol"].get("/takip").is_none(),
+        "no reads reach the write pool"
+    );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_backend_slower_than_the_response_timeout_gives_504() {
+    let slow = echo_server(Duration::from_secs(3)).await;
+    let mut plan = plan(&[slow]);
+    plan.pools[0].response_timeout = Duration::from_millis(200);
+    let running = trafik_proxy::start(plan).unwrap();
+    let answer = get(web(&running), "/").await;
+    assert_eq!(answer.status, 504);
+    assert_eq!(answer.text(), "the backend did not answer in time\n");
+    let status = status(&running).await;
+    assert_eq!(status["pools"][0]["backends"][0]["failures"], 1);
+    assert_eq!(
+        status["pools"][0]["unreachable"], 0,
+        "it was reached, just slow"
+    );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn post_is_not_retried_unless_the_route_allows_it() {
+    // The first backend refuses connections: a port that was bound and released.
+    let closed = {
+        let listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT).unwrap();
+        listener.local_addr().unwrap()
+    };
+    let echo = echo_server(Duration::ZERO).await;
+    let post = || {
+        Request::post("/olay")
+            .header("host", "kargo.test")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let running = trafik_proxy::start(plan(&[closed, echo])).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    assert_eq!(
+        client.send(post()).await.status,
+        502,
+        "POST went to the closed port, no retry"
+    );
+    assert_eq!(client.send(post()).await.status, 200);
+    stop(running).await;
+
+    let mut plan = plan(&[closed, echo]);
+    plan.listeners[0].routes[0].retry_non_idempotent = true;
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    assert_eq!(
+        client.send(post()).await.status,
+        200,
+        "retried on the other backend"
+    );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_malformed_request_gets_400_and_the_proxy_keeps_serving() {
+    let replicas = replicas(1).await;
+    let running = trafik_proxy::start(plan(&[replicas[0].address()])).unwrap();
+    for garbage in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: nope\r\n\r\n",
+        b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+        stream.write_all(garbage).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "{garbage:?} → {answer:?}"
+        );
+    }
+    assert_eq!(get(web(&running), "/takip/TR-1").await.status, 200);
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn stopping_drains_in_flight_requests_and_refuses_new_connections() {
+    let slow = echo_server(Duration::from_millis(600)).await;
+    let running = trafik_proxy::start(plan(&[slow])).unwrap();
+    let address = web(&running);
+    let in_flight = tokio::spawn(async move { get(address, "/yavas").await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    running.stop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        tokio::net::TcpStream::connect(address).await.is_err(),
+        "the listener is closed while draining"
+    );
+    let answer = in_flight.await.unwrap();
+    assert_eq!(answer.status, 200, "the request in flight finished");
+    tokio::task::spawn_blocking(move || running.wait())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_metrics_endpoint_exposes_the_status_counters() {
+    let replicas = replicas(2).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let running = trafik_proxy::start(plan(&addresses)).unwrap();
+    tally(web(&running), 4).await;
+    let admin = running.admin_address().unwrap();
+    let metrics = get(admin, "/metrics").await.text();
+    let line = format!(
+        "trafik_backend_decisions_total{{pool=\"takip\",backend=\"{}\",name=\"k1\"}} 2",
+        addresses[0]
+    );
+    assert!(metrics.contains(&line), "{metrics}");
+    assert!(metrics.contains("# TYPE trafik_backend_requests_total counter"));
+    assert!(metrics.contains("trafik_pool_unreachable_total{pool=\"takip\"} 0"));
+    assert_eq!(get(admin, "/nope").await.status, 404);
+    stop(running).await;
+}

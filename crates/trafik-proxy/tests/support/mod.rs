@@ -1,0 +1,277 @@
+//! Helpers shared by the data-plane tests: a plan builder, an HTTP client over real loopback
+//! sockets and replicas of the course's tracking service.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use trafik_balance::Algorithm;
+use trafik_proxy::{
+    BackendPlan, ClientPlan, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan, RoutePlan,
+    Running,
+};
+use trafik_upstream::{ReplicaConfig, RunningReplica};
+
+pub const LOOPBACK_ANY_PORT: &str = "127.0.0.1:0";
+
+/// Starts replicas named k1, k2, … on free loopback ports.
+pub async fn replicas(count: usize) -> Vec<RunningReplica> {
+    let mut started = Vec::new();
+    for i in 1..=count {
+        started.push(
+            replica(
+                &format!("k{i}"),
+                LOOPBACK_ANY_PORT.parse().unwrap(),
+                Duration::ZERO,
+            )
+            .await,
+        );
+    }
+    started
+}
+
+pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> RunningReplica {
+    trafik_upstream::spawn(
+        address,
+        ReplicaConfig {
+            name: name.into(),
+            delay,
+        },
+    )
+    .await
+    .expect("replica binds")
+}
+
+/// A one-listener, one-pool plan in front of `backends`, with admin on a free port.
+pub fn plan(backends: &[SocketAddr]) -> Plan {
+    Plan {
+        name: "trafik-test".into(),
+        workers: 2,
+        listeners: vec![ListenerPlan {
+            name: "web".into(),
+            address: LOOPBACK_ANY_PORT.parse().unwrap(),
+            routes: vec![route("/", 0)],
+        }],
+        pools: vec![pool("takip", backends)],
+        admin: Some(LOOPBACK_ANY_PORT.parse().unwrap()),
+        client: ClientPlan {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            trust_forwarded: false,
+            access_log: false,
+        },
+        drain_timeout: Duration::from_secs(5),
+    }
+}
+
+pub fn route(prefix: &str, pool: usize) -> RoutePlan {
+    RoutePlan {
+        host: None,
+        path_prefix: prefix.into(),
+        methods: Vec::new(),
+        pool,
+        retry_non_idempotent: false,
+    }
+}
+
+pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
+    PoolPlan {
+        name: name.into(),
+        algorithm: Algorithm::RoundRobin,
+        backends: backends
+            .iter()
+            .enumerate()
+            .map(|(i, &address)| BackendPlan {
+                address,
+                name: Some(format!("k{}", i + 1)),
+                weight: 1,
+            })
+            .collect(),
+        health: None,
+        connect_timeout: Duration::from_secs(1),
+        response_timeout: Duration::from_secs(5),
+        retries: 1,
+    }
+}
+
+/// The course's health check: `GET /saglik` every 200 ms, one failure marks down.
+pub fn course_health_check() -> HealthPlan {
+    HealthPlan {
+        check: HealthCheck::Http {
+            path: "/saglik".into(),
+        },
+        interval: Duration::from_millis(200),
+        timeout: Duration::from_millis(150),
+        fall: 1,
+        rise: 1,
+    }
+}
+
+/// A response read to the end.
+pub struct Answer {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("a JSON body")
+    }
+}
+
+/// One HTTP/1.1 connection to `address`, kept alive across requests.
+pub struct Client {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+}
+
+impl Client {
+    pub async fn connect(address: SocketAddr) -> Client {
+        let stream = TcpStream::connect(address).await.expect("connects");
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(connection);
+        Client { sender }
+    }
+
+    pub async fn send(&mut self, request: Request<Full<Bytes>>) -> Answer {
+        self.sender.ready().await.expect("connection ready");
+        let response = self.sender.send_request(request).await.expect("a response");
+        read(response).await
+    }
+
+    pub async fn get(&mut self, path: &str) -> Answer {
+        self.send(
+            Request::get(path)
+                .header("host", "kargo.test")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+    }
+}
+
+async fn read(response: Response<hyper::body::Incoming>) -> Answer {
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("whole body").to_bytes();
+    Answer {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// `GET path` on a fresh connection, as the course's client does for each request.
+pub async fn get(address: SocketAddr, path: &str) -> Answer {
+    Client::connect(address).await.get(path).await
+}
+
+/// The proxy's first listener.
+pub fn web(running: &Running) -> SocketAddr {
+    running.listener_addresses()[0]
+}
+
+/// `/status` from the admin API.
+pub async fn status(running: &Running) -> serde_json::Value {
+    get(running.admin_address().expect("admin"), "/status")
+        .await
+        .json()
+}
+
+/// Polls `/status` until `accept` holds, for at most five seconds.
+pub async fn wait_for_status(running: &Running, accept: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = status(running).await;
+        if accept(&status) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "status never matched: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Counts of `x-kopya` over `requests` sequential GETs, plus the non-200 statuses.
+pub async fn tally(
+    address: SocketAddr,
+    requests: usize,
+) -> (std::collections::BTreeMap<String, usize>, Vec<u16>) {
+    let mut by_replica = std::collections::BTreeMap::new();
+    let mut failures = Vec::new();
+    for n in 0..requests {
+        let answer = get(address, &format!("/takip/TR-{n}")).await;
+        if answer.status == 200 {
+            *by_replica
+                .entry(answer.header("x-kopya").unwrap_or("?").to_owned())
+                .or_insert(0) += 1;
+        } else {
+            failures.push(answer.status);
+        }
+    }
+    (by_replica, failures)
+}
+
+/// Stops the proxy and waits for it on a blocking thread.
+pub async fn stop(running: Running) {
+    running.stop();
+    tokio::task::spawn_blocking(move || running.wait())
+        .await
+        .unwrap();
+}
+
+/// A real upstream that answers every request with its request line and headers as JSON,
+/// and adds hop-by-hop headers of its own that the proxy must not pass on. `delay` holds the
+/// answer back (for timeouts and draining).
+pub async fn echo_server(delay: Duration) -> SocketAddr {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service =
+                    service_fn(move |request: Request<hyper::body::Incoming>| async move {
+                        tokio::time::sleep(delay).await;
+                        let headers: serde_json::Map<String, serde_json::Value> = request
+                            .headers()
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").into()))
+                            .collect();
+                        let body = serde_json::json!({
+                            "method": request.method().as_str(),
+                            "uri": request.uri().to_string(),
+                            "headers": headers,
+                        });
+                        Response::builder()
+                            .header("connection", "x-upstream-secret")
+                            .header("x-upstream-secret", "1")
+                            .header("keep-alive", "timeout=5")
+                            .body(Full::new(Bytes::from(body.to_string())))
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}

@@ -1,0 +1,283 @@
+//! The `trafik` command line as a user meets it: `check` on good and bad files, quick mode, the
+//! embedded default and signals.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn trafik(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(args)
+        .output()
+        .expect("trafik runs")
+}
+
+/// Writes `text` to a fresh file and returns its path.
+fn config_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("trafik-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs `trafik check` on `text`; returns the exit code and stderr.
+fn check(name: &str, text: &str) -> (i32, String, String) {
+    let path = config_file(name, text);
+    let output = trafik(&["check", "--config", path.to_str().unwrap()]);
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+const GOOD: &str = r#"
+[[listener]]
+name = "web"
+listen = "127.0.0.1:18080"
+
+[[listener.route]]
+path_prefix = "/takip"
+pool = "okuma"
+
+[[listener.route]]
+path_prefix = "/olay"
+methods = ["POST"]
+pool = "yazma"
+
+[[pool]]
+name = "okuma"
+backends = [
+  { address = "127.0.0.1:18081", name = "k1" },
+  { address = "127.0.0.1:18082", name = "k2", weight = 2 },
+]
+[pool.health]
+path = "/saglik"
+interval = "200ms"
+fall = 1
+
+[[pool]]
+name = "yazma"
+retries = 0
+backends = [{ address = "127.0.0.1:18083" }]
+"#;
+
+#[test]
+fn check_prints_the_resolved_plan() {
+    let (code, plan, _) = check("good.toml", GOOD);
+    assert_eq!(code, 0);
+    for expected in [
+        "listener web on http://127.0.0.1:18080",
+        "route /takip → pool okuma",
+        "route /olay [POST] → pool yazma",
+        "pool okuma: round-robin, retries 1",
+        "health: GET /saglik every 200ms, timeout 1s, fall 1, rise 2",
+        "backend 127.0.0.1:18082 k2 weight 2",
+        "pool yazma: round-robin, retries 0",
+        "health: no active checks",
+        "admin: off",
+    ] {
+        assert!(plan.contains(expected), "missing {expected:?} in\n{plan}");
+    }
+}
+
+#[test]
+fn an_unknown_key_is_reported_at_its_line_and_column_with_a_suggestion() {
+    let bad = GOOD.replace("interval = \"200ms\"", "intervall = \"200ms\"");
+    let (code, _, errors) = check("typo.toml", &bad);
+    assert_eq!(code, 2);
+    assert!(
+        errors.contains("typo.toml:23:1: pool[0].health.intervall: unknown field `intervall`"),
+        "{errors}"
+    );
+    assert!(errors.contains("did you mean `interval`?"), "{errors}");
+}
+
+#[test]
+fn a_bad_value_names_the_field_and_what_was_expected() {
+    let bad = GOOD.replace("\"200ms\"", "\"2 sec\"");
+    let (code, _, errors) = check("duration.toml", &bad);
+    assert_eq!(code, 2);
+    assert!(
+        errors
+            .contains("duration.toml:23:12: pool[0].health.interval: expected a duration such as"),
+        "{errors}"
+    );
+    assert!(errors.contains("found \"2 sec\""), "{errors}");
+
+    let bad = GOOD.replace("127.0.0.1:18083", "localhost");
+    let (_, _, errors) = check("address.toml", &bad);
+    assert!(
+        errors.contains(
+            "address.toml:29:25: pool[1].backends[0].address: expected an address as IP:PORT"
+        ),
+        "{errors}"
+    );
+}
+
+#[test]
+fn every_reference_error_is_reported_at_once() {
+    let bad = GOOD
+        .replace("pool = \"okuma\"", "pool = \"okma\"")
+        .replace("methods = [\"POST\"]", "methods = [\"post\"]")
+        .replace("retries = 0", "retries = 0\nalgorithm = \"round-robbin\"");
+    let (code, _, errors) = check("refs.toml", &bad);
+    assert_eq!(code, 2);
+    assert!(
+        errors.contains("refs.toml:8:8: listener[0].route[0].pool: no pool is named \"okma\"; did you mean \"okuma\"?"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains(
+            "refs.toml:12:12: listener[0].route[1].methods: expected an HTTP method in capitals"
+        ),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("pool[1].algorithm: unknown algorithm \"round-robbin\""),
+        "{errors}"
+    );
+    assert!(errors.contains("did you mean \"round-robin\"?"), "{errors}");
+    assert!(errors.contains("3 errors in the configuration"), "{errors}");
+}
+
+#[test]
+fn a_syntax_error_and_a_missing_file_are_clear() {
+    let (code, _, errors) = check("syntax.toml", "[[listener]\nname = 1\n");
+    assert_eq!(code, 2);
+    assert!(errors.contains("syntax.toml:1:"), "{errors}");
+
+    let output = trafik(&["check", "--config", "/nonexistent/trafik.toml"]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        errors.contains("cannot read config file /nonexistent/trafik.toml"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn a_remote_admin_address_must_be_asked_for() {
+    let text = format!("{GOOD}\n[admin]\nlisten = \"0.0.0.0:9090\"\n");
+    let (code, _, errors) = check("admin.toml", &text);
+    assert_eq!(code, 2);
+    assert!(
+        errors.contains("admin.listen: the admin API has no authentication"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn the_embedded_default_checks_clean() {
+    let output = trafik(&["check"]);
+    assert!(output.status.success());
+    let plan = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        plan.contains("upstream k1 (built in) on 127.0.0.1:8081"),
+        "{plan}"
+    );
+    assert!(plan.contains("health: GET /saglik every 200ms"), "{plan}");
+}
+
+#[test]
+fn bad_flags_are_refused_with_status_2() {
+    let output = trafik(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--to",
+        "127.0.0.1:1",
+        "--algorithm",
+        "fastest",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(errors.contains("unknown algorithm \"fastest\""), "{errors}");
+}
+
+#[test]
+fn quick_mode_with_an_upstream_child_serves_and_stops_on_sigterm() {
+    let upstream_port = free_port();
+    let mut upstream = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args([
+            "upstream",
+            "--name",
+            "k1",
+            "--listen",
+            &format!("127.0.0.1:{upstream_port}"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(upstream.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("upstream k1 on http://127.0.0.1:"), "{line}");
+
+    let mut proxy = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--name",
+            "kenar",
+            "--to",
+        ])
+        .arg(format!("127.0.0.1:{upstream_port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(proxy.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+
+    let answer = curl(&address, "/takip/TR-4821");
+    assert!(answer.contains("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("x-kopya: k1"), "{answer}");
+    assert!(answer.contains("via: 1.1 kenar"), "{answer}");
+    assert!(answer.contains("\"no\":\"TR-4821\""), "{answer}");
+
+    for child in [&mut proxy, &mut upstream] {
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let exit = child.wait().unwrap();
+        assert!(exit.success(), "{exit}");
+    }
+}
+
+/// A raw HTTP/1.1 GET over a std socket: the answer's head and body as text.
+fn curl(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: kargo.test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
