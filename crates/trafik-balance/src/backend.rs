@@ -170,10 +170,13 @@ impl Tried {
 /// What a rule may know about the request it places.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PickContext {
-    /// The request's hash key, for hash-based rules; `None` when the pool has no key.
+    /// The request's hash key, for hash-based rules; `None` when the pool has no key (they then
+    /// spread requests evenly).
     pub key: Option<u64>,
     /// Backends already tried for this request.
     pub tried: Tried,
+    /// The current time, for latency-aware rules.
+    pub now: crate::Nanos,
 }
 
 #[cfg(test)]

@@ -8,18 +8,53 @@
 //! - [`BackendSet`]: the backends of one pool with the live state a rule may read (health,
 //!   draining, requests in flight). Its fields are atomics so that many proxy workers can share
 //!   one set without locks.
-//! - [`Selector`]: the one trait every rule implements. A rule never sees a socket.
+//! - [`Selector`]: the one trait every rule implements; [`Algorithm`] names them for
+//!   configuration and builds them.
 //! - [`Health`]: the rise/fall state machine behind active health checks.
+//! - [`hash`]: the stable key hash; [`CapacityShare`]: the static proportional split.
+//!
+//! Time is never read here: a rule that needs it (peak-EWMA) is given `now` by its caller.
 
 mod algorithm;
 mod backend;
+mod bounded_load;
+mod capacity_share;
+pub mod hash;
 mod health;
+mod least_connections;
+mod maglev;
+mod modulo;
+mod peak_ewma;
+mod power_of_two;
+pub mod random;
+mod random_choice;
+mod ring;
 mod round_robin;
+mod weighted_round_robin;
 
-pub use algorithm::{Algorithm, UnknownAlgorithm};
+#[cfg(test)]
+mod conformance;
+
+use std::time::Duration;
+
+pub use algorithm::{Algorithm, SelectorOptions, UnknownAlgorithm};
 pub use backend::{BackendSet, BackendSpec, PickContext, Tried};
+pub use bounded_load::BoundedLoadRing;
+pub use capacity_share::CapacityShare;
 pub use health::{Health, HealthThresholds, Transition};
+pub use least_connections::LeastConnections;
+pub use maglev::{DEFAULT_TABLE_SIZE, Maglev};
+pub use modulo::Modulo;
+pub use peak_ewma::PeakEwma;
+pub use power_of_two::PowerOfTwoChoices;
+pub use random_choice::WeightedRandom;
+pub use ring::HashRing;
 pub use round_robin::RoundRobin;
+pub use weighted_round_robin::SmoothWeightedRoundRobin;
+
+/// A point in time in nanoseconds from an epoch the caller chooses (the proxy's start, or a
+/// model's round 0).
+pub type Nanos = u64;
 
 /// A backend-selection rule.
 ///
@@ -29,6 +64,10 @@ pub use round_robin::RoundRobin;
 pub trait Selector: Send + Sync {
     /// Chooses a backend for one request (or one connection, at layer 4).
     fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize>;
+
+    /// Learns how long backend `index` took to answer, at time `now`. Only latency-aware rules
+    /// use it.
+    fn observe(&self, _index: usize, _latency: Duration, _now: Nanos) {}
 
     /// The rule's name as written in configuration files.
     fn name(&self) -> &'static str;

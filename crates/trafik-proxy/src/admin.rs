@@ -46,30 +46,82 @@ pub async fn serve(
 
 fn answer(pools: &[Arc<Pool>], request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path();
-    let known = matches!(path, "/status" | "/metrics");
-    if !known {
+    let method = request.method();
+    match path {
+        "/status" | "/metrics" if method != Method::GET => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use GET\n".into())
+        }
+        "/status" => reply(StatusCode::OK, "application/json", status(pools).to_string()),
+        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(pools)),
+        _ => match drain_target(path) {
+            Some(_) if method != Method::POST => {
+                reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
+            }
+            Some((pool, backend, draining)) => drain(pools, &pool, &backend, draining),
+            None => reply(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "unknown admin path; try /status, /metrics or POST /pools/{pool}/backends/{address}/drain\n".into(),
+            ),
+        },
+    }
+}
+
+/// `/pools/{pool}/backends/{address}/drain` or `/undrain` → (pool, address, draining).
+fn drain_target(path: &str) -> Option<(String, String, bool)> {
+    let mut parts = path.strip_prefix("/pools/")?.split('/');
+    let pool = percent_decode(parts.next()?)?;
+    if parts.next()? != "backends" {
+        return None;
+    }
+    let backend = percent_decode(parts.next()?)?;
+    let draining = match parts.next()? {
+        "drain" => true,
+        "undrain" => false,
+        _ => return None,
+    };
+    parts.next().is_none().then_some((pool, backend, draining))
+}
+
+fn drain(pools: &[Arc<Pool>], pool: &str, backend: &str, draining: bool) -> Response<Full<Bytes>> {
+    let Some(found) = pools.iter().find(|p| p.plan.name == pool) else {
         return reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "unknown admin path; try /status or /metrics\n".into(),
+            format!("no pool named {pool:?}\n"),
         );
-    }
-    if request.method() != Method::GET {
+    };
+    let Some(index) = found.backend_by_address(backend) else {
         return reply(
-            StatusCode::METHOD_NOT_ALLOWED,
+            StatusCode::NOT_FOUND,
             "text/plain",
-            "use GET\n".into(),
+            format!(
+                "pool {pool:?} has no backend {backend:?}; use the address as /status shows it\n"
+            ),
         );
+    };
+    found.backends.set_draining(index, draining);
+    tracing::info!(pool, backend, draining, "drain state changed");
+    let body = json!({ "pool": pool, "backend": backend, "draining": draining });
+    reply(StatusCode::OK, "application/json", body.to_string())
+}
+
+/// Decodes `%XX` escapes (for `[`, `]` and `:` in IPv6 addresses); `None` if malformed.
+fn percent_decode(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
     }
-    if path == "/status" {
-        reply(
-            StatusCode::OK,
-            "application/json",
-            status(pools).to_string(),
-        )
-    } else {
-        reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(pools))
-    }
+    String::from_utf8(out).ok()
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
@@ -103,12 +155,21 @@ pub fn status(pools: &[Arc<Pool>]) -> serde_json::Value {
                     })
                 })
                 .collect();
-            json!({
+            let mut entry = json!({
                 "name": pool.plan.name,
                 "algorithm": pool.plan.algorithm.name(),
                 "unreachable": pool.unreachable.load(Ordering::Relaxed),
                 "backends": backends,
-            })
+            });
+            if let Some(sticky) = &pool.sticky {
+                entry["sticky"] = json!({
+                    "mode": sticky.mode(),
+                    "bound": sticky.bound.load(Ordering::Relaxed),
+                    "lost": sticky.lost.load(Ordering::Relaxed),
+                    "rebinds": sticky.rebinds.load(Ordering::Relaxed),
+                });
+            }
+            entry
         })
         .collect();
     json!({ "pools": pools })
@@ -184,6 +245,38 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             pool.unreachable.load(Ordering::Relaxed)
         );
     }
+    type Sticky = fn(&crate::sticky::Sticky) -> u64;
+    let sticky: [(&str, &str, Sticky); 3] = [
+        (
+            "trafik_pool_sticky_bound_total",
+            "Clients bound to a backend for the first time.",
+            |s| s.bound.load(Ordering::Relaxed),
+        ),
+        (
+            "trafik_pool_sticky_lost_total",
+            "Sessions lost because their backend was down.",
+            |s| s.lost.load(Ordering::Relaxed),
+        ),
+        (
+            "trafik_pool_sticky_rebinds_total",
+            "Clients moved to another backend.",
+            |s| s.rebinds.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, read) in sticky {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for pool in pools {
+            if let Some(s) = &pool.sticky {
+                let _ = writeln!(
+                    out,
+                    "{name}{{pool=\"{}\",mode=\"{}\"}} {}",
+                    escape(&pool.plan.name),
+                    s.mode(),
+                    read(s)
+                );
+            }
+        }
+    }
     out
 }
 
@@ -193,4 +286,25 @@ fn escape(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drain_paths_are_parsed_and_ipv6_addresses_decoded() {
+        assert_eq!(
+            drain_target("/pools/takip/backends/127.0.0.1:8081/drain"),
+            Some(("takip".into(), "127.0.0.1:8081".into(), true))
+        );
+        assert_eq!(
+            drain_target("/pools/takip/backends/%5B::1%5D:8081/undrain"),
+            Some(("takip".into(), "[::1]:8081".into(), false))
+        );
+        assert_eq!(drain_target("/pools/takip/backends/x/drain/more"), None);
+        assert_eq!(drain_target("/pools/takip/kopya/x/drain"), None);
+        assert_eq!(drain_target("/pools/takip/backends/%zz/drain"), None);
+        assert_eq!(drain_target("/pools/takip/backends/%f"), None);
+    }
 }

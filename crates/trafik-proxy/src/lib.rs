@@ -11,6 +11,7 @@ pub mod health;
 pub mod http;
 pub mod plan;
 pub mod pool;
+pub mod sticky;
 pub mod worker;
 
 use std::io;
@@ -24,7 +25,8 @@ use tokio::sync::watch;
 
 pub use error::ProxyError;
 pub use plan::{
-    BackendPlan, ClientPlan, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan, RoutePlan,
+    BackendPlan, ClientPlan, HashKey, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan,
+    RoutePlan, StickyPlan,
 };
 pub use pool::Pool;
 
@@ -133,6 +135,7 @@ pub fn start(plan: Plan) -> io::Result<Running> {
             .collect(),
         client: plan.client.clone(),
         via,
+        epoch: std::time::Instant::now(),
     });
     let (stop, shutdown) = watch::channel(false);
     let mut threads = Vec::with_capacity(workers + 1);

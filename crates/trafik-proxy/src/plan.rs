@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use http::Method;
-use trafik_balance::Algorithm;
+use http::{HeaderName, Method};
+use trafik_balance::{Algorithm, SelectorOptions};
 
 /// Everything one trafik instance runs.
 #[derive(Clone, Debug)]
@@ -69,6 +69,12 @@ pub struct RoutePlan {
 pub struct PoolPlan {
     pub name: String,
     pub algorithm: Algorithm,
+    /// Virtual nodes, balance factor, table size, seed: what the algorithm is built with.
+    pub selector_options: SelectorOptions,
+    /// Where a hash-based algorithm (or key stickiness) finds each request's key.
+    pub hash_key: Option<HashKey>,
+    /// Keeps a client on one backend across requests.
+    pub sticky: Option<StickyPlan>,
     pub backends: Vec<BackendPlan>,
     pub health: Option<HealthPlan>,
     pub connect_timeout: Duration,
@@ -105,4 +111,59 @@ pub enum HealthCheck {
     Http { path: String },
     /// A TCP connect that succeeds passes.
     Tcp,
+}
+
+/// The part of a request a hash-based rule keys on. Its bytes go through
+/// `trafik_balance::hash::stable_hash`, so every instance and version agrees on the result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HashKey {
+    Header(HeaderName),
+    Cookie(String),
+    Query(String),
+    Path,
+    ClientIp,
+}
+
+/// Session stickiness: how a client is bound to a backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StickyPlan {
+    /// trafik sets a cookie naming the backend (opaque, HMAC-signed); a valid cookie returns the
+    /// client to its backend while it is up, even while it drains.
+    Cookie { name: String, secret: Vec<u8> },
+    /// The hash key mod the number of backends (the course's "yapışkan-kalan"): simple, but a
+    /// change in the number of backends re-binds most clients.
+    Modulo,
+    /// The hash key on a consistent-hash ring ("yapışkan-tutarlı"): a change re-binds few.
+    Consistent { virtual_nodes: u32 },
+}
+
+impl std::str::FromStr for HashKey {
+    type Err = String;
+
+    /// `header:NAME`, `cookie:NAME`, `query:NAME`, `path` or `client-ip`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let expected = "expected header:NAME, cookie:NAME, query:NAME, path or client-ip";
+        match text.split_once(':') {
+            Some(("header", name)) => HeaderName::from_bytes(name.as_bytes())
+                .map(HashKey::Header)
+                .map_err(|_| format!("{name:?} is not a valid header name")),
+            Some(("cookie", name)) if !name.is_empty() => Ok(HashKey::Cookie(name.to_owned())),
+            Some(("query", name)) if !name.is_empty() => Ok(HashKey::Query(name.to_owned())),
+            None if text == "path" => Ok(HashKey::Path),
+            None if text == "client-ip" => Ok(HashKey::ClientIp),
+            _ => Err(format!("{expected}, found {text:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for HashKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HashKey::Header(name) => write!(f, "header:{name}"),
+            HashKey::Cookie(name) => write!(f, "cookie:{name}"),
+            HashKey::Query(name) => write!(f, "query:{name}"),
+            HashKey::Path => f.write_str("path"),
+            HashKey::ClientIp => f.write_str("client-ip"),
+        }
+    }
 }

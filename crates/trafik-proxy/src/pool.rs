@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use trafik_balance::{BackendSet, BackendSpec, Selector};
 
 use crate::plan::PoolPlan;
+use crate::sticky::Sticky;
 
 /// Counters of one backend, shared by all workers.
 #[derive(Debug, Default)]
@@ -25,6 +26,8 @@ pub struct Pool {
     pub plan: PoolPlan,
     pub backends: BackendSet,
     pub selector: Box<dyn Selector>,
+    /// Present when the pool binds clients to backends.
+    pub sticky: Option<Sticky>,
     pub stats: Box<[BackendStats]>,
     /// Requests answered 502/503 because no backend could be reached.
     pub unreachable: AtomicU64,
@@ -36,7 +39,11 @@ impl Pool {
             id: b.address.to_string(),
             weight: b.weight.max(1),
         }));
-        let selector = plan.algorithm.build(&backends);
+        let selector = plan.algorithm.build(&backends, &plan.selector_options);
+        let sticky = plan
+            .sticky
+            .as_ref()
+            .map(|sticky| Sticky::new(sticky, &plan.name, &backends));
         let stats = plan
             .backends
             .iter()
@@ -46,6 +53,7 @@ impl Pool {
             plan,
             backends,
             selector,
+            sticky,
             stats,
             unreachable: AtomicU64::new(0),
         }
@@ -66,5 +74,23 @@ impl Pool {
 
     pub fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether requests to this pool need a hash key computed.
+    pub fn needs_key(&self) -> bool {
+        self.plan.hash_key.is_some()
+            && (self.plan.algorithm.uses_key()
+                || matches!(
+                    self.sticky.as_ref().map(Sticky::mode),
+                    Some("modulo" | "consistent")
+                ))
+    }
+
+    /// The backend whose address is written `address`, for the admin API.
+    pub fn backend_by_address(&self, address: &str) -> Option<usize> {
+        self.plan
+            .backends
+            .iter()
+            .position(|b| b.address.to_string() == address)
     }
 }

@@ -57,6 +57,10 @@ pub enum Command {
         /// The selection rule.
         #[arg(long, default_value = "round-robin", value_parser = parse_algorithm)]
         algorithm: Algorithm,
+        /// What hash-based algorithms key on: header:NAME, cookie:NAME, query:NAME, path or
+        /// client-ip (the default for them).
+        #[arg(long, value_parser = parse_hash_key)]
+        hash_key: Option<trafik_proxy::HashKey>,
         /// Turn on active HTTP health checks of this path (fall 1, rise 1).
         #[arg(long)]
         health_path: Option<String>,
@@ -104,4 +108,8 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
     text.parse()
         .map_err(|e: trafik_balance::UnknownAlgorithm| e.to_string())
+}
+
+fn parse_hash_key(text: &str) -> Result<trafik_proxy::HashKey, String> {
+    text.parse()
 }

@@ -56,6 +56,27 @@ pub fn plan(loaded: &Loaded) -> String {
             Dur(pool.connect_timeout),
             Dur(pool.response_timeout)
         );
+        if let Some(key) = &pool.hash_key {
+            let _ = writeln!(out, "  hash key: {key}");
+        }
+        match &pool.sticky {
+            Some(trafik_proxy::StickyPlan::Cookie { name, .. }) => {
+                let _ = writeln!(out, "  sticky: cookie {name} (HMAC-signed)");
+            }
+            Some(trafik_proxy::StickyPlan::Modulo) => {
+                let _ = writeln!(
+                    out,
+                    "  sticky: key mod backends (re-binds most clients when the pool changes)"
+                );
+            }
+            Some(trafik_proxy::StickyPlan::Consistent { virtual_nodes }) => {
+                let _ = writeln!(
+                    out,
+                    "  sticky: key on a ring of {virtual_nodes} virtual nodes per backend"
+                );
+            }
+            None => {}
+        }
         match &pool.health {
             Some(health) => {
                 let check = match &health.check {

@@ -14,7 +14,8 @@ use clap::Parser;
 use cli::{Cli, Command, LogFormat};
 use config::Loaded;
 use trafik_proxy::{
-    BackendPlan, ClientPlan, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan, RoutePlan,
+    BackendPlan, ClientPlan, HashKey, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan,
+    RoutePlan,
 };
 use trafik_upstream::ReplicaConfig;
 
@@ -47,6 +48,7 @@ fn run(command: Command) -> Result<(), String> {
             listen,
             to,
             algorithm,
+            hash_key,
             health_path,
             health_interval,
             retries,
@@ -79,6 +81,9 @@ fn run(command: Command) -> Result<(), String> {
                 pools: vec![PoolPlan {
                     name: "default".into(),
                     algorithm,
+                    selector_options: trafik_balance::SelectorOptions::default(),
+                    hash_key: hash_key.or(algorithm.uses_key().then_some(HashKey::ClientIp)),
+                    sticky: None,
                     backends: to
                         .into_iter()
                         .map(|address| BackendPlan {

@@ -4,6 +4,7 @@
 
 pub mod body;
 pub mod headers;
+pub mod key;
 pub mod route;
 pub mod service;
 pub mod upstream;

@@ -13,11 +13,13 @@ use trafik_balance::PickContext;
 
 use super::body::ProxyBody;
 use super::headers::{Forwarding, append_via, remove_hop_by_hop};
+use super::key::request_key;
 use super::route::RouteTable;
 use super::upstream::{InFlight, Lease, Upstreams};
 use crate::error::ProxyError;
 use crate::plan::ClientPlan;
 use crate::pool::Pool;
+use crate::sticky::Decision;
 
 /// What every worker shares: the pools, each listener's routes and the client settings.
 pub struct Shared {
@@ -26,6 +28,8 @@ pub struct Shared {
     pub client: ClientPlan,
     /// `1.1 NAME`, added to `Via` in both directions.
     pub via: HeaderValue,
+    /// Time zero of the clock given to latency-aware rules.
+    pub epoch: Instant,
 }
 
 /// A worker's proxy: the shared state plus the worker's own upstream connections.
@@ -87,20 +91,63 @@ impl WorkerProxy {
         } else {
             0
         };
+        let mut context = PickContext::default();
+        if pool.needs_key()
+            && let Some(key) = &pool.plan.hash_key
+        {
+            context.key = request_key(key, &request, client);
+        }
+        let timed = pool.plan.algorithm.uses_latency();
+        // Cookie stickiness: a bound client skips the rule; an unbound one gets a cookie.
+        let (mut bound, mut bind) = match &pool.sticky {
+            Some(sticky) => match sticky.decide(request.headers(), &pool.backends, &context) {
+                Decision::Bound(index) => (Some(index), false),
+                Decision::Bind => (None, sticky.mode() == "cookie"),
+            },
+            None => (None, false),
+        };
         self.prepare(client, &mut request);
 
-        let mut context = PickContext::default();
         let mut failure = ProxyError::NoHealthyBackend;
         for _attempt in 0..=retries {
-            let Some(index) = pool.selector.pick(&pool.backends, &context) else {
+            if timed {
+                context.now = self.now();
+            }
+            let picked = match bound.take() {
+                Some(index) => Some(index),
+                None => match pool
+                    .sticky
+                    .as_ref()
+                    .and_then(|s| s.pick_by_key(&pool.backends, &context))
+                {
+                    Some(by_key) => by_key,
+                    None => pool.selector.pick(&pool.backends, &context),
+                },
+            };
+            let Some(index) = picked else {
                 break;
             };
             Pool::count(&pool.stats[index].decisions);
             let in_flight = InFlight::start(pool, index);
             let address = pool.address(index);
+            let sent_at = timed.then(Instant::now);
             match self.send(pool_index, pool, index, in_flight, request).await {
-                Ok(response) => return (response, Some(address)),
+                Ok(mut response) => {
+                    if let Some(sent_at) = sent_at {
+                        pool.selector.observe(index, sent_at.elapsed(), self.now());
+                    }
+                    if bind
+                        && let Some(cookie) = pool.sticky.as_ref().and_then(|s| s.cookie_for(index))
+                    {
+                        response.headers_mut().append(header::SET_COOKIE, cookie);
+                    }
+                    return (response, Some(address));
+                }
                 Err(Failure::Connect(returned)) => {
+                    if !bind && let Some(sticky) = &pool.sticky {
+                        // The bound backend cannot be reached: its session is lost.
+                        bind = sticky.lose_session();
+                    }
                     Pool::count(&pool.stats[index].failures);
                     tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
                     context.tried.insert(index);
@@ -117,6 +164,10 @@ impl WorkerProxy {
             Pool::count(&pool.unreachable);
         }
         (error_response(failure), None)
+    }
+
+    fn now(&self) -> trafik_balance::Nanos {
+        self.shared.epoch.elapsed().as_nanos() as u64
     }
 
     /// Rewrites a client request into the one sent upstream.

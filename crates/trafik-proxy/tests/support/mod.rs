@@ -83,6 +83,9 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
     PoolPlan {
         name: name.into(),
         algorithm: Algorithm::RoundRobin,
+        selector_options: trafik_balance::SelectorOptions::default(),
+        hash_key: None,
+        sticky: None,
         backends: backends
             .iter()
             .enumerate()

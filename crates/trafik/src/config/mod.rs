@@ -10,9 +10,10 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
 
-use trafik_balance::Algorithm;
+use trafik_balance::{Algorithm, SelectorOptions};
 use trafik_proxy::{
-    BackendPlan, ClientPlan, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan, RoutePlan,
+    BackendPlan, ClientPlan, HashKey, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan,
+    RoutePlan, StickyPlan,
 };
 use trafik_upstream::ReplicaConfig;
 
@@ -345,9 +346,106 @@ impl<F: Fn(Option<Range<usize>>, String, String) -> ConfigError> Checker<'_, F> 
                 rise: health.rise.max(1),
             }
         });
+        let hash_key = pool.hash_key.as_ref().and_then(|key| {
+            key.get_ref()
+                .parse::<HashKey>()
+                .map_err(|e| self.error(key.span(), format!("{field}.hash_key"), e))
+                .ok()
+        });
+        let key_needed = |what: &str| {
+            format!(
+                "{what} places requests by a key: add hash_key = \"header:x-istemci\" (or cookie:NAME, query:NAME, path, client-ip)"
+            )
+        };
+        if algorithm.uses_key() && pool.hash_key.is_none() {
+            self.error(
+                pool.algorithm.span(),
+                format!("{field}.hash_key"),
+                key_needed(&format!("algorithm {algorithm}")),
+            );
+        }
+        let mut options = SelectorOptions::default();
+        if let Some(vnodes) = &pool.virtual_nodes {
+            if *vnodes.get_ref() == 0 {
+                self.error(
+                    vnodes.span(),
+                    format!("{field}.virtual_nodes"),
+                    "expected at least 1 virtual node per backend",
+                );
+            }
+            options.virtual_nodes = (*vnodes.get_ref()).max(1);
+        }
+        if let Some(factor) = &pool.balance_factor {
+            // NaN is refused too.
+            if factor
+                .get_ref()
+                .partial_cmp(&1.0)
+                .is_none_or(std::cmp::Ordering::is_lt)
+            {
+                self.error(
+                    factor.span(),
+                    format!("{field}.balance_factor"),
+                    format!(
+                        "expected a factor of at least 1.0 (such as 1.25), found {}",
+                        factor.get_ref()
+                    ),
+                );
+            }
+            options.balance_factor = factor.get_ref().max(1.0);
+        }
+        if let Some(size) = &pool.table_size {
+            if *size.get_ref() < 3 {
+                self.error(
+                    size.span(),
+                    format!("{field}.table_size"),
+                    "expected a prime table size such as 65537",
+                );
+            }
+            options.table_size = *size.get_ref();
+        }
+        let sticky = pool
+            .sticky
+            .map(|sticky| match sticky.mode.get_ref().as_str() {
+                "cookie" => StickyPlan::Cookie {
+                    name: sticky.cookie,
+                    secret: sticky.secret.map_or_else(random_secret, String::into_bytes),
+                },
+                mode @ ("modulo" | "consistent") => {
+                    if pool.hash_key.is_none() {
+                        self.error(
+                            sticky.mode.span(),
+                            format!("{field}.hash_key"),
+                            key_needed(&format!("sticky mode {mode}")),
+                        );
+                    }
+                    if mode == "modulo" {
+                        StickyPlan::Modulo
+                    } else {
+                        StickyPlan::Consistent {
+                            virtual_nodes: sticky
+                                .virtual_nodes
+                                .unwrap_or(options.virtual_nodes)
+                                .max(1),
+                        }
+                    }
+                }
+                other => {
+                    self.error(
+                        sticky.mode.span(),
+                        format!("{field}.sticky.mode"),
+                        format!(
+                            "expected \"cookie\", \"modulo\" or \"consistent\", found {other:?}"
+                        ),
+                    );
+                    StickyPlan::Modulo
+                }
+            });
         PoolPlan {
             name: pool.name.into_inner(),
             algorithm,
+            selector_options: options,
+            hash_key,
+            sticky,
             backends,
             health,
             connect_timeout: pool.timeouts.connect.0,
@@ -355,6 +453,23 @@ impl<F: Fn(Option<Range<usize>>, String, String) -> ConfigError> Checker<'_, F> 
             retries: pool.retries,
         }
     }
+}
+
+/// A cookie-signing secret for one run, from the kernel's random source.
+pub fn random_secret() -> Vec<u8> {
+    use std::io::Read;
+    let mut secret = vec![0u8; 32];
+    if let Err(error) =
+        std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut secret))
+    {
+        // Without randomness the cookies are still HMAC-signed, only with a guessable key.
+        tracing::warn!(%error, "no /dev/urandom: sticky cookies use a time-based secret");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        secret = now.as_nanos().to_le_bytes().to_vec();
+    }
+    secret
 }
 
 /// The data-plane threads to run when the config does not say: one per core.

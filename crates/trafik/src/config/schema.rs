@@ -163,6 +163,34 @@ pub struct Pool {
     pub timeouts: UpstreamTimeouts,
     #[serde(default = "Pool::default_retries")]
     pub retries: u32,
+    /// `header:NAME`, `cookie:NAME`, `query:NAME`, `path` or `client-ip`.
+    pub hash_key: Option<Spanned<String>>,
+    pub virtual_nodes: Option<Spanned<u32>>,
+    pub balance_factor: Option<Spanned<f64>>,
+    pub table_size: Option<Spanned<u32>>,
+    pub sticky: Option<Sticky>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sticky {
+    #[serde(default = "Sticky::default_mode")]
+    pub mode: Spanned<String>,
+    #[serde(default = "Sticky::default_cookie")]
+    pub cookie: String,
+    /// Signs cookies; a random one per start when absent (cookies then do not survive it).
+    pub secret: Option<String>,
+    pub virtual_nodes: Option<u32>,
+}
+
+impl Sticky {
+    fn default_mode() -> Spanned<String> {
+        Spanned::new(0..0, "cookie".into())
+    }
+
+    fn default_cookie() -> String {
+        "trafik_sticky".into()
+    }
 }
 
 impl Pool {
