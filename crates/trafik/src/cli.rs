@@ -83,6 +83,11 @@ pub enum Command {
         #[arg(long)]
         access_log: bool,
     },
+    /// Run the course's models on trafik's own selection code and print their tables.
+    Sim {
+        #[command(subcommand)]
+        model: SimModel,
+    },
     /// Run one replica of the course's parcel-tracking service (GET /takip/<no>, POST /olay,
     /// GET /saglik, GET /sayac), for demos, tests and benchmarks.
     Upstream {
@@ -112,4 +117,94 @@ fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
 
 fn parse_hash_key(text: &str) -> Result<trafik_proxy::HashKey, String> {
     text.parse()
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimModel {
+    /// Seed 001: round robin, capacity share, least connections and consistent hashing over
+    /// subjects of unequal capacity; then one subject leaves.
+    Subjects {
+        #[arg(long, default_value_t = 20_260_812)]
+        seed: u64,
+        #[arg(long, default_value_t = 40)]
+        subjects: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1200,2000,2600")]
+        loads: Vec<u64>,
+        #[arg(long, default_value_t = 128)]
+        vnodes: u32,
+        /// The subject (numbered from 1) that leaves.
+        #[arg(long, default_value_t = 20)]
+        remove: usize,
+        #[arg(long, default_value_t = 1200)]
+        removal_load: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The queue model: round robin vs least connections (plus power of two and peak-EWMA),
+    /// equal replicas and one slowed down.
+    Queue {
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        #[arg(long, default_value_t = 300)]
+        requests: usize,
+        /// Rounds between arrivals.
+        #[arg(long, default_value_t = 2)]
+        arrival: u64,
+        #[arg(long, default_value_t = 20_240_730)]
+        seed: u64,
+        /// Speed multipliers of the slow scenario, one per replica.
+        #[arg(long, value_delimiter = ',', default_value = "3,1,1")]
+        slow: Vec<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Modulo vs the consistent-hash ring (plus Maglev and bounded loads) on N → N+1 replicas
+    /// and back, and the cache warm-up the moved keys cost.
+    Hash {
+        #[arg(long, default_value_t = 100_000)]
+        keys: usize,
+        #[arg(long, default_value = "G")]
+        key_prefix: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        key_base: u64,
+        #[arg(long, value_delimiter = ',', default_value = "k1,k2,k3")]
+        replicas: Vec<String>,
+        /// The replica added; k<N+1> by default.
+        #[arg(long)]
+        added: Option<String>,
+        #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+        vnodes: Vec<u32>,
+        #[arg(long, default_value_t = trafik_balance::DEFAULT_TABLE_SIZE)]
+        maglev_size: u32,
+        #[arg(long, default_value_t = 1.25)]
+        balance_factor: f64,
+        /// Reads per second at peak.
+        #[arg(long, default_value_t = 416.67)]
+        read_rate: f64,
+        /// Writes per second at peak.
+        #[arg(long, default_value_t = 97.22)]
+        write_rate: f64,
+        /// Share of reads a warm cache answers.
+        #[arg(long, default_value_t = 0.90)]
+        hit_ratio: f64,
+        /// Store requests per second with a warm cache.
+        #[arg(long, default_value_t = 138.89)]
+        store_base: f64,
+        /// The warm-up window.
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        warmup: std::time::Duration,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The stickiness model: non-sticky vs sticky by key mod N vs sticky on the ring, on 3 then
+    /// 4 replicas, and what a failing replica loses.
+    Sticky {
+        /// name:clients:requests-per-client, comma separated.
+        #[arg(long, default_value = "buyuk:1:2000,orta:9:400,kucuk:90:50")]
+        clients: String,
+        #[arg(long, default_value_t = 200)]
+        vnodes: u32,
+        #[arg(long)]
+        json: bool,
+    },
 }

@@ -111,6 +111,7 @@ fn run(command: Command) -> Result<(), String> {
                 upstreams: Vec::new(),
             })
         }
+        Command::Sim { model } => sim(model),
         Command::Upstream {
             listen,
             name,
@@ -122,6 +123,125 @@ fn run(command: Command) -> Result<(), String> {
                 delay: delay.unwrap_or_default(),
             },
         )]),
+    }
+}
+
+/// Runs one of the course's models and prints its table, or its JSON.
+fn sim(model: cli::SimModel) -> Result<(), String> {
+    use cli::SimModel;
+    use trafik_sim::{queue, remap, sticky, subjects};
+    fn show<R: serde::Serialize>(
+        report: R,
+        json: bool,
+        render: fn(&R) -> String,
+    ) -> Result<(), String> {
+        if json {
+            say(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        } else {
+            say(render(&report).trim_end());
+        }
+        Ok(())
+    }
+    let error = |e: trafik_sim::SimError| e.to_string();
+    match model {
+        SimModel::Subjects {
+            seed,
+            subjects,
+            loads,
+            vnodes,
+            remove,
+            removal_load,
+            json,
+        } => {
+            let options = subjects::SubjectsOptions {
+                seed,
+                subjects,
+                loads,
+                virtual_nodes: vnodes,
+                remove,
+                removal_load,
+            };
+            show(
+                subjects::run(&options).map_err(error)?,
+                json,
+                subjects::SubjectsReport::render,
+            )
+        }
+        SimModel::Queue {
+            replicas,
+            requests,
+            arrival,
+            seed,
+            slow,
+            json,
+        } => {
+            let options = queue::QueueOptions {
+                replicas,
+                requests,
+                arrival,
+                seed,
+                slow,
+            };
+            show(
+                queue::run(&options).map_err(error)?,
+                json,
+                queue::QueueReport::render,
+            )
+        }
+        SimModel::Hash {
+            keys,
+            key_prefix,
+            key_base,
+            replicas,
+            added,
+            vnodes,
+            maglev_size,
+            balance_factor,
+            read_rate,
+            write_rate,
+            hit_ratio,
+            store_base,
+            warmup,
+            json,
+        } => {
+            let options = remap::RemapOptions {
+                keys,
+                key_prefix,
+                key_base,
+                replicas,
+                added,
+                virtual_nodes: vnodes,
+                maglev_size,
+                balance_factor,
+                warmup: remap::WarmupInputs {
+                    read_rate,
+                    write_rate,
+                    hit_ratio,
+                    store_base,
+                    window_s: warmup.as_secs_f64(),
+                },
+            };
+            show(
+                remap::run(&options).map_err(error)?,
+                json,
+                remap::RemapReport::render,
+            )
+        }
+        SimModel::Sticky {
+            clients,
+            vnodes,
+            json,
+        } => {
+            let options = sticky::StickyOptions {
+                clients: sticky::parse_clients(&clients).map_err(error)?,
+                virtual_nodes: vnodes,
+            };
+            show(
+                sticky::run(&options).map_err(error)?,
+                json,
+                sticky::StickyReport::render,
+            )
+        }
     }
 }
 

@@ -281,3 +281,94 @@ fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+fn sim_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["sim"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let output = trafik(&all);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("sim --json prints JSON")
+}
+
+#[test]
+fn every_sim_model_prints_its_documented_json() {
+    let subjects = sim_json(&["subjects"]);
+    for key in [
+        "subjects",
+        "total_capacity",
+        "min_capacity",
+        "max_capacity",
+        "table",
+        "removal",
+    ] {
+        assert!(subjects.get(key).is_some(), "subjects lacks {key}");
+    }
+    assert_eq!(subjects["table"][0]["rule"], "round-robin");
+    assert_eq!(subjects["removal"]["rows"][2]["moved"], 29);
+
+    let queue = sim_json(&["queue", "--replicas", "2", "--slow", "1,4"]);
+    assert_eq!(
+        queue["scenarios"][1]["multipliers"],
+        serde_json::json!([1, 4])
+    );
+    let rules: Vec<_> = queue["scenarios"][0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rule"].clone())
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            "round-robin",
+            "least-connections",
+            "power-of-two",
+            "peak-ewma"
+        ]
+    );
+
+    let hash = sim_json(&["hash", "--keys", "2000", "--vnodes", "10,100"]);
+    assert_eq!(hash["ideal_move"], 0.25);
+    let rules: Vec<_> = hash["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rule"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(rules, ["modulo", "ring", "ring", "maglev", "bounded-load"]);
+    assert!(hash["warmup"][0]["extra_store_requests"].as_f64().unwrap() > 0.0);
+
+    let sticky = sim_json(&["sticky"]);
+    assert_eq!(sticky["scale_out"][0]["rebound_clients"], 77);
+    assert_eq!(sticky["failure"][2]["lost_sessions"], 33);
+}
+
+#[test]
+fn bad_sim_options_exit_2_with_a_reason() {
+    for (args, expected) in [
+        (
+            &["sim", "queue", "--slow", "3,1"][..],
+            "2 multipliers but there are 3 replicas",
+        ),
+        (
+            &["sim", "subjects", "--remove", "99"][..],
+            "numbered 1 to 40",
+        ),
+        (
+            &["sim", "sticky", "--clients", "buyuk:1"][..],
+            "name:clients:requests",
+        ),
+        (&["sim", "hash", "--vnodes", "0"][..], "--vnodes"),
+        (&["sim", "hash", "--rule", "x"][..], "--rule"),
+    ] {
+        let output = trafik(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(errors.contains(expected), "{args:?}: {errors}");
+    }
+}
