@@ -6,7 +6,15 @@
 //! - `GET /sayac`: `{"ad": NAME, "istek": N, "yol": {"/takip": N, ...}}`, the requests this
 //!   replica answered, by first path segment (`/sayac` and `/saglik` are not counted).
 //!
+//! - `GET /olcut`: the load lesson's counters `{"istek", "kayit", "bakim", "bakimAdim", "kat"}`
+//!   and `sonBakimAdim`, the steps of the latest maintenance pass.
+//!
 //! Every response carries `x-kopya: NAME`, so a client can see which replica answered.
+//!
+//! With [`LoadLesson`] settings the replica behaves like the load-testing lesson's server: each
+//! request waits and burns CPU, and every N-th request runs a maintenance pass over all the
+//! records accumulated so far — work that grows with the run, so a soak test's tail grows.
+//! HTTP/1.1 and HTTP/2 (cleartext, prior knowledge) are both served.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -21,7 +29,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -31,12 +39,37 @@ use tokio::task::JoinSet;
 const MAX_COUNTED_PATHS: usize = 64;
 
 /// How one replica behaves.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ReplicaConfig {
     /// The name written in `x-kopya` and `/sayac`.
     pub name: String,
     /// A pause before every counted answer, to model a slow replica.
     pub delay: Duration,
+    pub load_lesson: LoadLesson,
+}
+
+/// The load-testing lesson's server behaviour; all zero (the default) turns it off.
+#[derive(Clone, Debug, Default)]
+pub struct LoadLesson {
+    /// Waited per request (the lesson's 3 ms record lookup).
+    pub wait: Duration,
+    /// CPU burnt per request, blocking (the lesson's 0.85 ms).
+    pub work: Duration,
+    /// Every this many requests, a maintenance pass (0: never).
+    pub maintenance_every: u64,
+    /// How many times a pass scans every accumulated record.
+    pub maintenance_scan: u64,
+}
+
+/// The load lesson's counters; the records are kept only while maintenance passes are on.
+#[derive(Default)]
+struct LessonState {
+    /// Each record's step (its request number mod 7), the data a pass scans.
+    records: Vec<u32>,
+    passes: u64,
+    steps: u64,
+    /// Steps of the latest pass: it grows with the records.
+    last_steps: u64,
 }
 
 /// One replica's counters, shared by its connections.
@@ -45,6 +78,7 @@ struct Replica {
     name_header: HeaderValue,
     requests: AtomicU64,
     by_path: Mutex<BTreeMap<String, u64>>,
+    lesson: Mutex<LessonState>,
 }
 
 /// A running replica; dropping it does not stop it, [`RunningReplica::stop`] does.
@@ -83,6 +117,7 @@ pub async fn spawn(address: SocketAddr, config: ReplicaConfig) -> std::io::Resul
         name_header,
         requests: AtomicU64::new(0),
         by_path: Mutex::new(BTreeMap::new()),
+        lesson: Mutex::new(LessonState::default()),
     });
     let (stop, mut stopped) = watch::channel(false);
     let finished = tokio::spawn(async move {
@@ -99,7 +134,7 @@ pub async fn spawn(address: SocketAddr, config: ReplicaConfig) -> std::io::Resul
                             let replica = replica.clone();
                             async move { Ok::<_, Infallible>(replica.answer(request).await) }
                         });
-                        let _ = hyper::server::conn::http1::Builder::new()
+                        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                             .serve_connection(TokioIo::new(stream), service)
                             .await;
                     });
@@ -127,10 +162,15 @@ impl Replica {
         if path == "/sayac" {
             return self.reply(StatusCode::OK, "application/json", self.counters());
         }
-        self.count(path);
+        if path == "/olcut" {
+            return self.reply(StatusCode::OK, "application/json", self.lesson_counters());
+        }
+        // The request's number is fixed on the way in, as in the lesson.
+        let number = self.count(path);
         if !self.config.delay.is_zero() {
             tokio::time::sleep(self.config.delay).await;
         }
+        self.load_lesson(number).await;
         let method = request.method().clone();
         let tracking_number = tracking_number(request.uri());
         match (method, tracking_number) {
@@ -156,8 +196,14 @@ impl Replica {
         }
     }
 
-    fn count(&self, path: &str) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+    /// Counts a request; returns its number (1 for the first).
+    fn count(&self, path: &str) -> u64 {
+        let number = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
+        let lesson = &self.config.load_lesson;
+        if lesson.maintenance_every > 0 {
+            let mut state = self.lesson.lock().unwrap_or_else(|p| p.into_inner());
+            state.records.push((number % 7) as u32);
+        }
         let segment = first_segment(path);
         let mut by_path = self.by_path.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(count) = by_path.get_mut(segment) {
@@ -167,6 +213,50 @@ impl Replica {
         } else {
             *by_path.entry("other".to_owned()).or_default() += 1;
         }
+        number
+    }
+
+    /// The lesson's per-request wait, CPU work and periodic maintenance pass.
+    async fn load_lesson(&self, number: u64) {
+        let lesson = &self.config.load_lesson;
+        if !lesson.wait.is_zero() {
+            tokio::time::sleep(lesson.wait).await;
+        }
+        if !lesson.work.is_zero() {
+            // Busy, as the lesson's server is: CPU time, not a sleep.
+            let end = std::time::Instant::now() + lesson.work;
+            while std::time::Instant::now() < end {
+                std::hint::spin_loop();
+            }
+        }
+        if lesson.maintenance_every > 0 && number.is_multiple_of(lesson.maintenance_every) {
+            // The pass holds the records while it scans them, so requests arriving meanwhile
+            // wait for it, as they wait for the lesson's single-threaded server.
+            let mut state = self.lesson.lock().unwrap_or_else(|p| p.into_inner());
+            let mut total = 0u64;
+            for _ in 0..lesson.maintenance_scan {
+                for &step in &state.records {
+                    total = total.wrapping_add(u64::from(std::hint::black_box(step)));
+                }
+            }
+            std::hint::black_box(total);
+            state.passes += 1;
+            state.last_steps = lesson.maintenance_scan * state.records.len() as u64;
+            state.steps += state.last_steps;
+        }
+    }
+
+    fn lesson_counters(&self) -> Bytes {
+        let state = self.lesson.lock().unwrap_or_else(|p| p.into_inner());
+        let body = serde_json::json!({
+            "istek": self.requests.load(Ordering::Relaxed),
+            "kayit": state.records.len(),
+            "bakim": state.passes,
+            "bakimAdim": state.steps,
+            "sonBakimAdim": state.last_steps,
+            "kat": self.config.load_lesson.maintenance_scan,
+        });
+        Bytes::from(body.to_string())
     }
 
     fn counters(&self) -> Bytes {

@@ -99,7 +99,23 @@ pub enum Command {
         /// Wait this long before each answer (a slow replica).
         #[arg(long, value_parser = parse_duration)]
         delay: Option<std::time::Duration>,
+        /// The load lesson's server: milliseconds waited per request (the lesson: 3).
+        #[arg(long, default_value_t = 0.0)]
+        wait_ms: f64,
+        /// The load lesson's server: milliseconds of CPU burnt per request (the lesson: 0.85).
+        #[arg(long, default_value_t = 0.0)]
+        work_ms: f64,
+        /// A maintenance pass over all accumulated records every N requests (the lesson: 100).
+        #[arg(long, default_value_t = 0)]
+        maintenance_every: u64,
+        /// How many times a pass scans the records (the lesson: 600).
+        #[arg(long, default_value_t = 0)]
+        maintenance_scan: u64,
     },
+    /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
+    /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
+    /// breached, 98 the target rate could not be held, 2 bad usage.
+    Load(Box<LoadArgs>),
 }
 
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {
@@ -207,4 +223,86 @@ pub enum SimModel {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// The URL; `{n}` is replaced by the request number (http://127.0.0.1:8080/takip/TR-{n}).
+    pub url: String,
+    /// More URLs on the same host and port, one per line; requests cycle through all of them.
+    #[arg(long)]
+    pub url_file: Option<PathBuf>,
+    /// The course's tests with their defaults: load (3 s), soak (12 s, quarters), spike (9 s).
+    #[arg(long, value_enum)]
+    pub profile: Option<Profile>,
+    /// Requests per second (open loop); 514 under a profile.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// How long to send.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
+    /// Piecewise-linear ramps as DURATION:TARGET,... (k6's ramping arrival rate), e.g. 5s:100,10s:500,5s:0.
+    #[arg(long)]
+    pub stages: Option<String>,
+    /// The rate the first stage ramps from.
+    #[arg(long, default_value_t = 0.0)]
+    pub start_rate: f64,
+    /// Spike profile: the rate multiplier during the spike.
+    #[arg(long, default_value_t = 3.0)]
+    pub spike_factor: f64,
+    /// Spike profile: when the spike starts.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub spike_at: std::time::Duration,
+    /// Spike profile: how long it lasts.
+    #[arg(long, default_value = "1.5s", value_parser = parse_duration)]
+    pub spike_for: std::time::Duration,
+    /// Closed loop: every connection sends as fast as the server answers (for throughput).
+    #[arg(long, conflicts_with_all = ["rate", "stages", "profile"])]
+    pub max: bool,
+    /// Connections opened at the start (the fixed number with --max).
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Most connections the open loop opens when every one is busy.
+    #[arg(long, default_value_t = 2048)]
+    pub max_connections: usize,
+    /// Speak HTTP/2 (cleartext, prior knowledge).
+    #[arg(long)]
+    pub http2: bool,
+    #[arg(long, default_value = "GET")]
+    pub method: String,
+    /// A request header as NAME:VALUE; repeat for more.
+    #[arg(long = "header", short = 'H')]
+    pub headers: Vec<String>,
+    /// The request body, or @FILE to read it from a file.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Per-request timeout.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// A send this far behind its intended time counts as late.
+    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+    pub late_after: std::time::Duration,
+    /// Fail (exit 99) when the threshold metric exceeds this; 25ms under a profile.
+    #[arg(long, value_parser = parse_duration)]
+    pub threshold: Option<std::time::Duration>,
+    /// The metric the threshold applies to: p50, p90, p95, p99, p999, max (latency from the
+    /// intended send), or service.p95 and the like.
+    #[arg(long, default_value = "p95")]
+    pub threshold_on: String,
+    /// A JSON counters endpoint of the server, fetched before and after the run.
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// Print everything as JSON instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a self-contained HTML page with plots.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Profile {
+    Load,
+    Soak,
+    Spike,
 }

@@ -4,6 +4,7 @@
 mod cli;
 mod config;
 mod describe;
+mod load;
 mod suggest;
 
 use std::net::SocketAddr;
@@ -23,7 +24,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
     match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(message) => {
             use std::io::Write;
             let _ = writeln!(std::io::stderr(), "error: {message}");
@@ -32,17 +33,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command) -> Result<(), String> {
+/// Runs one command; its verdict is the exit status (`trafik load` has its own).
+fn run(command: Command) -> Result<ExitCode, String> {
+    let done = |result: Result<(), String>| result.map(|()| ExitCode::SUCCESS);
     match command {
         Command::Serve { config, access_log } => {
             let mut loaded = load(config.as_deref())?;
             loaded.plan.client.access_log |= access_log;
-            serve(loaded)
+            done(serve(loaded))
         }
         Command::Check { config } => {
             let loaded = load(config.as_deref())?;
             say(describe::plan(&loaded).trim_end());
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Command::Proxy {
             listen,
@@ -106,23 +109,41 @@ fn run(command: Command) -> Result<(), String> {
                 },
                 drain_timeout: Duration::from_secs(10),
             };
-            serve(Loaded {
+            done(serve(Loaded {
                 plan,
                 upstreams: Vec::new(),
-            })
+            }))
         }
-        Command::Sim { model } => sim(model),
+        Command::Sim { model } => done(sim(model)),
         Command::Upstream {
             listen,
             name,
             delay,
-        } => serve_replicas(vec![(
-            listen,
-            ReplicaConfig {
-                name,
-                delay: delay.unwrap_or_default(),
-            },
-        )]),
+            wait_ms,
+            work_ms,
+            maintenance_every,
+            maintenance_scan,
+        } => {
+            let millis = |ms: f64, flag: &str| {
+                Duration::try_from_secs_f64(ms / 1000.0)
+                    .map_err(|_| format!("--{flag} must be a number of milliseconds of at least 0"))
+            };
+            let load_lesson = trafik_upstream::LoadLesson {
+                wait: millis(wait_ms, "wait-ms")?,
+                work: millis(work_ms, "work-ms")?,
+                maintenance_every,
+                maintenance_scan,
+            };
+            done(serve_replicas(vec![(
+                listen,
+                ReplicaConfig {
+                    name,
+                    delay: delay.unwrap_or_default(),
+                    load_lesson,
+                },
+            )]))
+        }
+        Command::Load(args) => load::run(*args),
     }
 }
 
@@ -288,9 +309,22 @@ fn serve(loaded: Loaded) -> Result<(), String> {
     })
 }
 
-/// Runs replicas alone until a stop signal (`trafik upstream`).
+/// Runs replicas alone until a stop signal (`trafik upstream`). With the load lesson's CPU work
+/// or maintenance passes on, the replica runs on one thread, as the lesson's Node.js server
+/// does: a pass then holds up every request, which is the behaviour the soak test exposes.
 fn serve_replicas(replicas: Vec<(SocketAddr, ReplicaConfig)>) -> Result<(), String> {
-    control_runtime()?.block_on(async move {
+    let single_threaded = replicas
+        .iter()
+        .any(|(_, c)| c.load_lesson.maintenance_every > 0 || !c.load_lesson.work.is_zero());
+    let runtime = if single_threaded {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))?
+    } else {
+        control_runtime()?
+    };
+    runtime.block_on(async move {
         let stop_signal = StopSignal::install()?;
         let replicas = start_replicas(replicas).await?;
         stop_signal.wait().await;

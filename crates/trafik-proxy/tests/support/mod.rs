@@ -41,6 +41,7 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
         ReplicaConfig {
             name: name.into(),
             delay,
+            ..ReplicaConfig::default()
         },
     )
     .await

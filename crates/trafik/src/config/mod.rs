@@ -166,6 +166,7 @@ impl<F: Fn(Option<Range<usize>>, String, String) -> ConfigError> Checker<'_, F> 
                     ReplicaConfig {
                         name: u.name,
                         delay: u.delay.map_or(Duration::ZERO, |d| d.0),
+                        ..ReplicaConfig::default()
                     },
                 )
             })

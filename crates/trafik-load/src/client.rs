@@ -1,0 +1,275 @@
+//! Connections to the target: a lean HTTP/1.1 client of our own (the request bytes are written
+//! as they are, the response parsed with httparse and its body skipped without being kept), and
+//! HTTP/2 through hyper.
+
+use std::io;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::target::Target;
+
+/// Response heads larger than this are refused (a sane server sends far less).
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_HEADERS: usize = 64;
+
+/// A connection to the target, kept alive across requests.
+pub enum Connection {
+    Http1(Http1),
+    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+/// What a request came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    /// The server asked to close, or the response ran to end of stream: reconnect.
+    pub close: bool,
+}
+
+impl Connection {
+    pub async fn open(target: &Target, http2: bool) -> io::Result<Connection> {
+        let stream = TcpStream::connect(target.address).await?;
+        stream.set_nodelay(true)?;
+        if http2 {
+            let (sender, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                    .await
+                    .map_err(io::Error::other)?;
+            tokio::spawn(connection);
+            Ok(Connection::Http2(sender))
+        } else {
+            Ok(Connection::Http1(Http1 {
+                stream,
+                buffer: BytesMut::with_capacity(16 * 1024),
+            }))
+        }
+    }
+
+    /// Sends request `n` and reads its whole response.
+    pub async fn send(
+        &mut self,
+        target: &Target,
+        n: u64,
+        scratch: &mut Scratch,
+    ) -> io::Result<Answer> {
+        match self {
+            Connection::Http1(connection) => {
+                if !target.is_fixed() || scratch.request.is_empty() {
+                    target.http1_request(n, &mut scratch.path, &mut scratch.request);
+                }
+                connection
+                    .exchange(&scratch.request, target.method == http::Method::HEAD)
+                    .await
+            }
+            Connection::Http2(sender) => {
+                target.path(n, &mut scratch.path);
+                let mut request = http::Request::builder()
+                    .method(target.method.clone())
+                    .uri(format!("http://{}{}", target.authority, scratch.path));
+                for (name, value) in &target.headers {
+                    request = request.header(name, value);
+                }
+                let request = request
+                    .body(Full::new(target.body.clone()))
+                    .map_err(io::Error::other)?;
+                sender.ready().await.map_err(io::Error::other)?;
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(io::Error::other)?;
+                let status = response.status().as_u16();
+                let mut body = response.into_body();
+                while let Some(frame) = body.frame().await {
+                    frame.map_err(io::Error::other)?;
+                }
+                Ok(Answer {
+                    status,
+                    close: false,
+                })
+            }
+        }
+    }
+}
+
+/// Per-worker buffers reused across requests.
+#[derive(Default)]
+pub struct Scratch {
+    path: String,
+    request: Vec<u8>,
+}
+
+/// One HTTP/1.1 connection.
+pub struct Http1 {
+    stream: TcpStream,
+    buffer: BytesMut,
+}
+
+/// How the body of a response is delimited.
+enum Framing {
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+impl Http1 {
+    async fn exchange(&mut self, request: &[u8], head_only: bool) -> io::Result<Answer> {
+        self.stream.write_all(request).await?;
+        self.buffer.clear();
+        let (status, framing, close) = loop {
+            if let Some(parsed) = parse_head(&mut self.buffer, head_only)? {
+                break parsed;
+            }
+            if self.buffer.len() > MAX_HEAD {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "response head too large",
+                ));
+            }
+            self.fill().await?;
+        };
+        match framing {
+            Framing::Length(length) => self.skip(length).await?,
+            Framing::Chunked => self.skip_chunked().await?,
+            Framing::UntilClose => {
+                while self.fill().await.is_ok() {
+                    self.buffer.clear();
+                }
+                return Ok(Answer {
+                    status,
+                    close: true,
+                });
+            }
+        }
+        Ok(Answer { status, close })
+    }
+
+    /// Reads more bytes; end of stream is an error mid-response.
+    async fn fill(&mut self) -> io::Result<()> {
+        self.buffer.reserve(16 * 1024);
+        if self.stream.read_buf(&mut self.buffer).await? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn skip(&mut self, mut remaining: u64) -> io::Result<()> {
+        loop {
+            let take = remaining.min(self.buffer.len() as u64) as usize;
+            self.buffer.advance(take);
+            remaining -= take as u64;
+            if remaining == 0 {
+                return Ok(());
+            }
+            self.fill().await?;
+        }
+    }
+
+    async fn line(&mut self) -> io::Result<BytesMut> {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\r\n") {
+                let line = self.buffer.split_to(end);
+                self.buffer.advance(2);
+                return Ok(line);
+            }
+            if self.buffer.len() > MAX_HEAD {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "chunk line too long",
+                ));
+            }
+            self.fill().await?;
+        }
+    }
+
+    async fn skip_chunked(&mut self) -> io::Result<()> {
+        loop {
+            let line = self.line().await?;
+            let size = std::str::from_utf8(&line)
+                .ok()
+                .and_then(|l| u64::from_str_radix(l.split(';').next()?.trim(), 16).ok())
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
+            if size == 0 {
+                // Trailers, up to the empty line.
+                while !self.line().await?.is_empty() {}
+                return Ok(());
+            }
+            self.skip(size + 2).await?;
+        }
+    }
+}
+
+/// Parses a response head at the start of `buffer`, consuming it. `None`: need more bytes.
+fn parse_head(buffer: &mut BytesMut, head_only: bool) -> io::Result<Option<(u16, Framing, bool)>> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let length = match response.parse(buffer) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(error) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                error.to_string(),
+            ));
+        }
+    };
+    let status = response.code.unwrap_or(0);
+    let mut framing = Framing::UntilClose;
+    let mut close = response.version == Some(0);
+    for header in response.headers.iter() {
+        if header.name.eq_ignore_ascii_case("content-length") {
+            let value = std::str::from_utf8(header.value)
+                .ok()
+                .and_then(|v| v.trim().parse().ok());
+            framing =
+                Framing::Length(value.ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "bad content-length")
+                })?);
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding")
+            && header.value.eq_ignore_ascii_case(b"chunked")
+        {
+            framing = Framing::Chunked;
+        } else if header.name.eq_ignore_ascii_case("connection") {
+            close = header.value.eq_ignore_ascii_case(b"close");
+        }
+    }
+    if head_only || status == 204 || status == 304 || (100..200).contains(&status) {
+        framing = Framing::Length(0);
+    }
+    buffer.advance(length);
+    Ok(Some((status, framing, close)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_are_parsed_with_their_framing() {
+        let mut buffer =
+            BytesMut::from(&b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\nhello"[..]);
+        let (status, framing, close) = parse_head(&mut buffer, false).unwrap().unwrap();
+        assert_eq!(status, 201);
+        assert!(matches!(framing, Framing::Length(5)));
+        assert!(!close);
+        assert_eq!(&buffer[..], b"hello");
+
+        let mut buffer = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"[..],
+        );
+        let (_, framing, close) = parse_head(&mut buffer, false).unwrap().unwrap();
+        assert!(matches!(framing, Framing::Chunked));
+        assert!(close);
+
+        let mut partial = BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-"[..]);
+        assert!(parse_head(&mut partial, false).unwrap().is_none());
+        let mut garbage = BytesMut::from(&b"NOT HTTP AT ALL\r\n\r\n"[..]);
+        assert!(parse_head(&mut garbage, false).is_err());
+    }
+}

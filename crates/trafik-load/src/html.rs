@@ -1,0 +1,140 @@
+//! A self-contained HTML page with the run's plots (inline SVG, no scripts, no downloads).
+
+use std::fmt::Write as _;
+
+use crate::report::Report;
+
+const WIDTH: f64 = 760.0;
+const HEIGHT: f64 = 260.0;
+const MARGIN: f64 = 48.0;
+
+/// One line of a plot: a name, a colour and (second, value) points.
+struct Series<'a> {
+    name: &'a str,
+    colour: &'a str,
+    points: Vec<(f64, f64)>,
+}
+
+fn plot(title: &str, unit: &str, series: &[Series<'_>]) -> String {
+    let x_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(1.0f64, f64::max);
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.1;
+    let x = |v: f64| MARGIN + v / x_max * (WIDTH - 2.0 * MARGIN);
+    let y = |v: f64| HEIGHT - MARGIN + -v / y_max * (HEIGHT - 2.0 * MARGIN);
+    let mut svg = format!(
+        "<svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" width=\"{WIDTH}\" height=\"{HEIGHT}\" role=\"img\" aria-label=\"{title}\">\
+         <text x=\"{MARGIN}\" y=\"20\" font-weight=\"bold\">{title}</text>\
+         <line x1=\"{MARGIN}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/>\
+         <line x1=\"{MARGIN}\" y1=\"{MARGIN}\" x2=\"{MARGIN}\" y2=\"{b}\" stroke=\"#888\"/>",
+        b = HEIGHT - MARGIN,
+        r = WIDTH - MARGIN
+    );
+    for tick in 0..=4 {
+        let value = y_max * f64::from(tick) / 4.0;
+        let _ = write!(
+            svg,
+            "<text x=\"4\" y=\"{:.1}\" font-size=\"11\">{value:.1}</text>",
+            y(value) + 4.0
+        );
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{unit} / second of the run (0–{x_max:.0})</text>",
+        MARGIN,
+        HEIGHT - 12.0
+    );
+    for (i, s) in series.iter().enumerate() {
+        let points: Vec<String> = s
+            .points
+            .iter()
+            .map(|&(a, b)| format!("{:.1},{:.1}", x(a), y(b)))
+            .collect();
+        let _ = write!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\
+             <text x=\"{:.1}\" y=\"20\" fill=\"{c}\" font-size=\"12\">{}</text>",
+            points.join(" "),
+            WIDTH - MARGIN - 90.0 * (series.len() - i) as f64,
+            s.name,
+            c = s.colour
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// The page for `report`.
+pub fn page(report: &Report) -> String {
+    let at = |f: fn(&crate::record::Interval) -> f64| -> Vec<(f64, f64)> {
+        report
+            .intervals
+            .iter()
+            .map(|i| (f64::from(i.second), f(i)))
+            .collect()
+    };
+    let latency = plot(
+        "Latency from the intended send (ms)",
+        "ms",
+        &[
+            Series {
+                name: "p50",
+                colour: "#2a9d8f",
+                points: at(|i| i.latency_ms.p50),
+            },
+            Series {
+                name: "p95",
+                colour: "#e9c46a",
+                points: at(|i| i.latency_ms.p95),
+            },
+            Series {
+                name: "p99",
+                colour: "#e76f51",
+                points: at(|i| i.latency_ms.p99),
+            },
+        ],
+    );
+    let rate = plot(
+        "Requests per second",
+        "req/s",
+        &[
+            Series {
+                name: "planned",
+                colour: "#888888",
+                points: at(|i| i.planned as f64),
+            },
+            Series {
+                name: "sent",
+                colour: "#264653",
+                points: at(|i| i.sent as f64),
+            },
+            Series {
+                name: "errors",
+                colour: "#d62828",
+                points: at(|i| i.errors as f64),
+            },
+        ],
+    );
+    let summary = html_escape(&report.render());
+    let json = html_escape(&serde_json::to_string_pretty(report).unwrap_or_default());
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>trafik load: {url}</title>\
+         <style>body{{font-family:sans-serif;max-width:820px;margin:2em auto}}pre{{background:#f4f4f4;padding:1em;overflow:auto}}</style>\
+         </head><body><h1>trafik load</h1><p>{url}</p>{latency}{rate}<h2>Summary</h2><pre>{summary}</pre>\
+         <details><summary>All numbers (JSON)</summary><pre>{json}</pre></details></body></html>\n",
+        url = html_escape(&report.url)
+    )
+}
+
+fn html_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

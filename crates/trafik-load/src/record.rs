@@ -1,0 +1,422 @@
+//! Latency recording. Workers hand their samples to one aggregator, which keeps the run's
+//! histograms (HdrHistogram): overall corrected and service latency, and per second of intended
+//! send time. Seconds that can no longer change are folded into summaries, so a long soak keeps
+//! only a few histograms alive.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// One finished (or failed) request.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    /// The second of the run in which it was meant to be sent.
+    pub second: u32,
+    /// From the intended send time to the end of the response, in microseconds.
+    pub corrected_us: u64,
+    /// From the actual send to the end of the response, in microseconds.
+    pub service_us: u64,
+    pub outcome: Outcome,
+}
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Status(u16),
+    Connect,
+    Timeout,
+    Io,
+}
+
+impl Outcome {
+    pub fn is_error(self) -> bool {
+        !matches!(self, Outcome::Status(s) if s < 400)
+    }
+}
+
+/// Errors by kind.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Errors {
+    pub connect: u64,
+    pub timeout: u64,
+    /// Broken connections and malformed responses.
+    pub io: u64,
+    pub status_4xx: u64,
+    pub status_5xx: u64,
+}
+
+impl Errors {
+    fn count(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Status(s) if (400..500).contains(&s) => self.status_4xx += 1,
+            Outcome::Status(s) if s >= 500 => self.status_5xx += 1,
+            Outcome::Status(_) => {}
+            Outcome::Connect => self.connect += 1,
+            Outcome::Timeout => self.timeout += 1,
+            Outcome::Io => self.io += 1,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.connect + self.timeout + self.io + self.status_4xx + self.status_5xx
+    }
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of(histogram: &Histogram<u64>) -> Self {
+        let ms = |us: u64| us as f64 / 1000.0;
+        if histogram.is_empty() {
+            return Percentiles::default();
+        }
+        Percentiles {
+            p50: ms(histogram.value_at_quantile(0.50)),
+            p90: ms(histogram.value_at_quantile(0.90)),
+            p95: ms(histogram.value_at_quantile(0.95)),
+            p99: ms(histogram.value_at_quantile(0.99)),
+            p999: ms(histogram.value_at_quantile(0.999)),
+            max: ms(histogram.max()),
+        }
+    }
+
+    /// The named percentile: p50, p90, p95, p99, p999 or max.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "p50" => self.p50,
+            "p90" => self.p90,
+            "p95" => self.p95,
+            "p99" => self.p99,
+            "p999" => self.p999,
+            "max" => self.max,
+            _ => return None,
+        })
+    }
+}
+
+/// One second of the run, by intended send time.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Interval {
+    pub second: u32,
+    /// Requests the plan meant to send in this second.
+    pub planned: u64,
+    /// Requests sent.
+    pub sent: u64,
+    pub completed: u64,
+    pub errors: u64,
+    /// Corrected latency of this second's requests.
+    pub latency_ms: Percentiles,
+    pub over_threshold: u64,
+}
+
+/// A new histogram in microseconds with three significant digits, growing as needed.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant digits is a valid histogram precision")
+}
+
+/// The values in `histogram` above `threshold_us`.
+pub fn count_above(histogram: &Histogram<u64>, threshold_us: u64) -> u64 {
+    histogram.len() - histogram.count_between(0, threshold_us)
+}
+
+/// Everything recorded in one run.
+pub struct Recorder {
+    threshold_us: u64,
+    pub corrected: Histogram<u64>,
+    pub service: Histogram<u64>,
+    pub errors: Errors,
+    pub completed: u64,
+    /// Histograms of seconds still open to late samples.
+    open: BTreeMap<u32, (Histogram<u64>, u64, u64)>,
+    /// Seconds folded into summaries; their histograms kept only if `keep_seconds`.
+    pub closed: BTreeMap<u32, (Interval, Option<Histogram<u64>>)>,
+    keep_seconds: bool,
+}
+
+impl Recorder {
+    /// `keep_seconds`: keep each second's histogram after it closes (for quarter tables).
+    pub fn new(threshold_us: u64, keep_seconds: bool) -> Self {
+        Recorder {
+            threshold_us,
+            corrected: histogram(),
+            service: histogram(),
+            errors: Errors::default(),
+            completed: 0,
+            open: BTreeMap::new(),
+            closed: BTreeMap::new(),
+            keep_seconds,
+        }
+    }
+
+    pub fn record(&mut self, sample: Sample) {
+        let (second, completed, errors) = self
+            .open
+            .entry(sample.second)
+            .or_insert_with(|| (histogram(), 0, 0));
+        if sample.outcome.is_error() {
+            self.errors.count(sample.outcome);
+            *errors += 1;
+            return;
+        }
+        self.completed += 1;
+        *completed += 1;
+        let corrected = sample.corrected_us.max(1);
+        let _ = self.corrected.record(corrected);
+        let _ = self.service.record(sample.service_us.max(1));
+        let _ = second.record(corrected);
+    }
+
+    /// Folds every open second before `before` into its summary.
+    pub fn close_before(&mut self, before: u32) {
+        while let Some(entry) = self.open.first_entry() {
+            if *entry.key() >= before {
+                break;
+            }
+            let (second, (histogram, completed, errors)) = entry.remove_entry();
+            let interval = Interval {
+                second,
+                planned: 0,
+                sent: 0,
+                completed,
+                errors,
+                latency_ms: Percentiles::of(&histogram),
+                over_threshold: count_above(&histogram, self.threshold_us),
+            };
+            let kept = self.keep_seconds.then_some(histogram);
+            self.closed.insert(second, (interval, kept));
+        }
+    }
+}
+
+/// The soak test's four quarters.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Quarters {
+    pub rows: Vec<Quarter>,
+    /// Last quarter over the first: how the tail grew.
+    pub last_over_first: QuarterRatios,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Quarter {
+    pub quarter: u32,
+    pub requests: u64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub over_threshold: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct QuarterRatios {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+/// Splits per-second histograms of a `duration_s`-second run into four equal quarters by
+/// send second.
+pub fn quarters(
+    seconds: &[(u32, &Histogram<u64>)],
+    duration_s: f64,
+    threshold_us: u64,
+) -> Quarters {
+    let mut merged: Vec<Histogram<u64>> = (0..4).map(|_| histogram()).collect();
+    for &(second, h) in seconds {
+        let quarter = ((f64::from(second) * 4.0 / duration_s).floor() as usize).min(3);
+        let _ = merged[quarter].add(h);
+    }
+    let rows: Vec<Quarter> = merged
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let p = Percentiles::of(h);
+            Quarter {
+                quarter: i as u32 + 1,
+                requests: h.len(),
+                p50: p.p50,
+                p95: p.p95,
+                p99: p.p99,
+                over_threshold: count_above(h, threshold_us),
+            }
+        })
+        .collect();
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    Quarters {
+        last_over_first: QuarterRatios {
+            p50: ratio(rows[3].p50, rows[0].p50),
+            p95: ratio(rows[3].p95, rows[0].p95),
+            p99: ratio(rows[3].p99, rows[0].p99),
+        },
+        rows,
+    }
+}
+
+/// What the spike cost.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SpikeReport {
+    /// Requests the spike sent beyond the base rate: base × (factor − 1) × length.
+    pub extra_requests: u64,
+    /// Seconds from the spike's end until the first whole second whose p95 is back under the
+    /// threshold; `None` if it never came back within the run.
+    pub recovery_s: Option<f64>,
+    /// Requests over the threshold in the whole run.
+    pub over_threshold: u64,
+    /// `over_threshold / extra_requests`: above 1, the spike hurt more requests than it added.
+    pub over_per_extra: f64,
+}
+
+/// The spike arithmetic over per-second summaries.
+pub fn spike(
+    intervals: &[Interval],
+    base: f64,
+    factor: f64,
+    at_s: f64,
+    length_s: f64,
+    threshold_ms: f64,
+    over_threshold: u64,
+) -> SpikeReport {
+    let extra_requests = (base * (factor - 1.0) * length_s).round() as u64;
+    let end = at_s + length_s;
+    let recovery_s = intervals
+        .iter()
+        .filter(|i| f64::from(i.second) >= end.ceil() && i.completed > 0)
+        .find(|i| i.latency_ms.p95 <= threshold_ms)
+        .map(|i| f64::from(i.second) - end);
+    SpikeReport {
+        extra_requests,
+        recovery_s,
+        over_threshold,
+        over_per_extra: if extra_requests > 0 {
+            over_threshold as f64 / extra_requests as f64
+        } else {
+            0.0
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filled(values_ms: &[u64]) -> Histogram<u64> {
+        let mut h = histogram();
+        for v in values_ms {
+            h.record(v * 1000).unwrap();
+        }
+        h
+    }
+
+    #[test]
+    fn quarters_group_seconds_and_compare_the_last_to_the_first() {
+        // 12 s: seconds 0–2 fast, 9–11 slow.
+        let hists: Vec<Histogram<u64>> = (0..12)
+            .map(|s| {
+                if s < 9 {
+                    filled(&[5, 6, 7, 8])
+                } else {
+                    filled(&[10, 12, 14, 40])
+                }
+            })
+            .collect();
+        let seconds: Vec<(u32, &Histogram<u64>)> = hists
+            .iter()
+            .enumerate()
+            .map(|(s, h)| (s as u32, h))
+            .collect();
+        let q = quarters(&seconds, 12.0, 25_000);
+        assert_eq!(q.rows.len(), 4);
+        assert_eq!(
+            q.rows.iter().map(|r| r.requests).collect::<Vec<_>>(),
+            [12, 12, 12, 12]
+        );
+        assert_eq!(q.rows[3].over_threshold, 3);
+        assert_eq!(q.rows[0].over_threshold, 0);
+        assert!((q.rows[0].p50 - 6.0).abs() < 0.01, "{}", q.rows[0].p50);
+        assert!((q.rows[3].p50 - 12.0).abs() < 0.02, "{}", q.rows[3].p50);
+        assert!((q.last_over_first.p50 - 2.0).abs() < 0.01);
+    }
+
+    fn interval(second: u32, p95: f64) -> Interval {
+        Interval {
+            second,
+            planned: 514,
+            sent: 514,
+            completed: 514,
+            errors: 0,
+            latency_ms: Percentiles {
+                p95,
+                ..Percentiles::default()
+            },
+            over_threshold: 0,
+        }
+    }
+
+    #[test]
+    fn recovery_counts_from_the_spike_end_to_the_first_good_second() {
+        // The course's run: p95 1508, 1028, 108, 16.5 … in seconds 3–6; spike 3.0–4.5 s.
+        let series: Vec<Interval> = [10.0, 12.7, 11.4, 1508.9, 1028.3, 108.7, 16.5, 20.2, 22.9]
+            .iter()
+            .enumerate()
+            .map(|(s, &p95)| interval(s as u32, p95))
+            .collect();
+        let report = spike(&series, 514.0, 3.0, 3.0, 1.5, 25.0, 2631);
+        assert_eq!(report.extra_requests, 1542);
+        assert_eq!(report.recovery_s, Some(1.5));
+        assert!((report.over_per_extra - 2631.0 / 1542.0).abs() < 1e-9);
+
+        let never: Vec<Interval> = (0..9).map(|s| interval(s, 100.0)).collect();
+        assert_eq!(
+            spike(&never, 514.0, 3.0, 3.0, 1.5, 25.0, 0).recovery_s,
+            None
+        );
+    }
+
+    #[test]
+    fn the_recorder_separates_errors_and_closes_seconds() {
+        let mut r = Recorder::new(25_000, false);
+        let ok = |second, ms: u64| Sample {
+            second,
+            corrected_us: ms * 1000,
+            service_us: 1000,
+            outcome: Outcome::Status(200),
+        };
+        r.record(ok(0, 5));
+        r.record(ok(0, 30));
+        r.record(Sample {
+            outcome: Outcome::Status(503),
+            ..ok(0, 1)
+        });
+        r.record(Sample {
+            outcome: Outcome::Timeout,
+            ..ok(1, 1)
+        });
+        r.record(ok(1, 7));
+        r.close_before(1);
+        assert_eq!(r.closed.len(), 1);
+        let (first, kept) = &r.closed[&0];
+        assert!(kept.is_none());
+        assert_eq!(
+            (first.completed, first.errors, first.over_threshold),
+            (2, 1, 1)
+        );
+        assert_eq!(
+            r.errors,
+            Errors {
+                status_5xx: 1,
+                timeout: 1,
+                ..Errors::default()
+            }
+        );
+        assert_eq!(r.completed, 3);
+    }
+}

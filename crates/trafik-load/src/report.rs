@@ -1,0 +1,386 @@
+//! A run's report: everything as JSON, a readable summary, and the profile tables.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::record::{self, Errors, Interval, Percentiles, Quarters, SpikeReport};
+use crate::runner::RunResult;
+
+/// Which latency a threshold applies to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThresholdOn {
+    /// `latency` (corrected, from the intended send) or `service` (from the actual send).
+    pub metric: String,
+    /// p50, p90, p95, p99, p999 or max.
+    pub percentile: String,
+}
+
+impl std::str::FromStr for ThresholdOn {
+    type Err = String;
+
+    /// `p95`, `latency.p95` or `service.p99`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (metric, percentile) = text.split_once('.').unwrap_or(("latency", text));
+        let known = ["p50", "p90", "p95", "p99", "p999", "max"];
+        if !matches!(metric, "latency" | "service") || !known.contains(&percentile) {
+            return Err(format!(
+                "unknown threshold metric {text:?}: expected one of {} (latency from the intended send), or service.p95 and the like (from the actual send)",
+                known.join(", ")
+            ));
+        }
+        Ok(ThresholdOn {
+            metric: metric.into(),
+            percentile: percentile.into(),
+        })
+    }
+}
+
+/// The profile tables' inputs.
+#[derive(Clone, Debug)]
+pub enum ProfileShape {
+    Plain,
+    Load,
+    Soak,
+    Spike {
+        base: f64,
+        factor: f64,
+        at_s: f64,
+        length_s: f64,
+    },
+}
+
+/// The server's own counters before and after the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerCounters {
+    pub url: String,
+    pub before: serde_json::Value,
+    pub after: serde_json::Value,
+    /// after − before for every numeric field.
+    pub difference: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub url: String,
+    pub profile: Option<String>,
+    /// "open" (rate plan) or "closed" (`--max`).
+    pub pacing: &'static str,
+    pub duration_s: f64,
+    /// Mean planned rate; null in a closed loop.
+    pub target_rate: Option<f64>,
+    /// Requests sent per second of the send window (closed loop: completed per second).
+    pub achieved_rate: f64,
+    pub planned: u64,
+    pub sent: u64,
+    pub completed: u64,
+    pub late: u64,
+    pub dropped: u64,
+    pub errors: Errors,
+    pub connections_opened: u64,
+    /// From the intended send time: what a user waiting on the schedule sees.
+    pub latency_ms: Percentiles,
+    /// From the actual send: what the server took.
+    pub service_time_ms: Percentiles,
+    pub threshold_ms: Option<f64>,
+    pub threshold_on: ThresholdOn,
+    /// Corrected latencies above the threshold.
+    pub over_threshold: u64,
+    pub passed: bool,
+    /// The open loop sent its plan: nothing dropped and at least 99 % of the target rate.
+    pub rate_held: bool,
+    pub intervals: Vec<Interval>,
+    pub quarters: Option<Quarters>,
+    pub spike: Option<SpikeReport>,
+    pub server_counters: Option<ServerCounters>,
+}
+
+/// Everything the report needs beyond the run's measurements.
+pub struct ReportInputs {
+    pub url: String,
+    pub profile: Option<String>,
+    pub shape: ProfileShape,
+    pub target_rate: Option<f64>,
+    pub threshold_ms: Option<f64>,
+    pub threshold_on: ThresholdOn,
+    pub server_counters: Option<ServerCounters>,
+}
+
+impl Report {
+    pub fn new(run: RunResult, inputs: ReportInputs) -> Report {
+        let recorder = &run.recorder;
+        let window = run.window.as_secs_f64().max(f64::MIN_POSITIVE);
+        let mut intervals: Vec<Interval> =
+            recorder.closed.values().map(|(i, _)| i.clone()).collect();
+        for interval in &mut intervals {
+            interval.planned = run
+                .planned_per_second
+                .get(interval.second as usize)
+                .copied()
+                .unwrap_or(0);
+            interval.sent = interval.completed + interval.errors;
+        }
+        let latency_ms = Percentiles::of(&recorder.corrected);
+        let service_time_ms = Percentiles::of(&recorder.service);
+        let threshold_us = inputs.threshold_ms.map(|ms| (ms * 1000.0) as u64);
+        let over_threshold =
+            threshold_us.map_or(0, |t| record::count_above(&recorder.corrected, t));
+        let measured = |on: &ThresholdOn| {
+            let source = if on.metric == "service" {
+                &service_time_ms
+            } else {
+                &latency_ms
+            };
+            source.get(&on.percentile).unwrap_or(0.0)
+        };
+        let passed = inputs
+            .threshold_ms
+            .is_none_or(|limit| measured(&inputs.threshold_on) <= limit);
+        let achieved_rate = match inputs.target_rate {
+            Some(_) => run.sent as f64 / window,
+            None => recorder.completed as f64 / window,
+        };
+        let rate_held = inputs
+            .target_rate
+            .is_none_or(|target| run.dropped == 0 && achieved_rate >= 0.99 * target);
+        let quarters = matches!(inputs.shape, ProfileShape::Soak).then(|| {
+            let seconds: Vec<_> = recorder
+                .closed
+                .iter()
+                .filter_map(|(s, (_, h))| Some((*s, h.as_ref()?)))
+                .collect();
+            record::quarters(&seconds, window, threshold_us.unwrap_or(u64::MAX))
+        });
+        let spike = match inputs.shape {
+            ProfileShape::Spike {
+                base,
+                factor,
+                at_s,
+                length_s,
+            } => Some(record::spike(
+                &intervals,
+                base,
+                factor,
+                at_s,
+                length_s,
+                inputs.threshold_ms.unwrap_or(f64::INFINITY),
+                over_threshold,
+            )),
+            _ => None,
+        };
+        Report {
+            url: inputs.url,
+            profile: inputs.profile,
+            pacing: if inputs.target_rate.is_some() {
+                "open"
+            } else {
+                "closed"
+            },
+            duration_s: run.window.as_secs_f64(),
+            target_rate: inputs.target_rate,
+            achieved_rate,
+            planned: run.planned,
+            sent: run.sent,
+            completed: recorder.completed,
+            late: run.late,
+            dropped: run.dropped,
+            errors: recorder.errors.clone(),
+            connections_opened: run.connections_opened,
+            latency_ms,
+            service_time_ms,
+            threshold_ms: inputs.threshold_ms,
+            threshold_on: inputs.threshold_on,
+            over_threshold,
+            passed,
+            rate_held,
+            intervals,
+            quarters,
+            spike,
+            server_counters: inputs.server_counters,
+        }
+    }
+
+    /// The readable summary.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let profile = self
+            .profile
+            .as_deref()
+            .map(|p| format!(" ({p} test)"))
+            .unwrap_or_default();
+        match self.target_rate {
+            Some(rate) => {
+                let _ = writeln!(
+                    out,
+                    "trafik load {}: open loop, {rate:.2} req/s planned for {:.1} s{profile}",
+                    self.url, self.duration_s
+                );
+                let _ = writeln!(
+                    out,
+                    "  sent {} of {} planned: {:.2} req/s = {:.2}% of target; late {}, dropped {}; {} connections",
+                    self.sent,
+                    self.planned,
+                    self.achieved_rate,
+                    100.0 * self.achieved_rate / rate,
+                    self.late,
+                    self.dropped,
+                    self.connections_opened
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "trafik load {}: closed loop on {} connections for {:.1} s",
+                    self.url, self.connections_opened, self.duration_s
+                );
+                let _ = writeln!(out, "  {:.2} req/s", self.achieved_rate);
+            }
+        }
+        let e = &self.errors;
+        let _ = writeln!(
+            out,
+            "  completed {}, errors {} (connect {}, timeout {}, io {}, 4xx {}, 5xx {})",
+            self.completed,
+            e.total(),
+            e.connect,
+            e.timeout,
+            e.io,
+            e.status_4xx,
+            e.status_5xx
+        );
+        let line = |name: &str, p: &Percentiles| {
+            format!(
+                "  {name:<13} p50 {:.2}  p90 {:.2}  p95 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} ms\n",
+                p.p50, p.p90, p.p95, p.p99, p.p999, p.max
+            )
+        };
+        out.push_str(&line("latency", &self.latency_ms));
+        out.push_str(&line("service time", &self.service_time_ms));
+        out.push_str("  (latency counts from when each request was due, so a stall shows; service time from when it went out)\n");
+        if let Some(limit) = self.threshold_ms {
+            let on = &self.threshold_on;
+            let share = 100.0 * self.over_threshold as f64 / self.completed.max(1) as f64;
+            let _ = writeln!(
+                out,
+                "  threshold {}.{} ≤ {limit} ms: {} ({} requests over {limit} ms, {share:.2}%)",
+                on.metric,
+                on.percentile,
+                if self.passed { "PASSED" } else { "FAILED" },
+                self.over_threshold
+            );
+        }
+        if !self.rate_held {
+            out.push_str("  the generator could not hold the target rate (see late/dropped): add --max-connections or CPU\n");
+        }
+        if let Some(q) = &self.quarters {
+            out.push_str("\n  quarter  requests   p50 ms   p95 ms   p99 ms  over threshold\n");
+            for r in &q.rows {
+                let _ = writeln!(
+                    out,
+                    "  {:>7}  {:>8}  {:>7.2}  {:>7.2}  {:>7.2}  {:>14}",
+                    r.quarter, r.requests, r.p50, r.p95, r.p99, r.over_threshold
+                );
+            }
+            let ratio = &q.last_over_first;
+            let _ = writeln!(
+                out,
+                "  last/first quarter: p50 {:.2}×, p95 {:.2}×, p99 {:.2}×",
+                ratio.p50, ratio.p95, ratio.p99
+            );
+        }
+        if let Some(spike) = &self.spike {
+            out.push_str("\n  second  planned  completed   p50 ms    p95 ms  over threshold\n");
+            for i in &self.intervals {
+                let _ = writeln!(
+                    out,
+                    "  {:>6}  {:>7}  {:>9}  {:>7.2}  {:>8.2}  {:>14}",
+                    i.second,
+                    i.planned,
+                    i.completed,
+                    i.latency_ms.p50,
+                    i.latency_ms.p95,
+                    i.over_threshold
+                );
+            }
+            let recovery = spike
+                .recovery_s
+                .map_or("did not come back within the run".to_owned(), |s| {
+                    format!("{s:.2} s after the spike ended")
+                });
+            let _ = writeln!(
+                out,
+                "  extra requests sent by the spike {}; p95 back under the threshold {recovery}",
+                spike.extra_requests
+            );
+            let _ = writeln!(
+                out,
+                "  requests over the threshold {} = {:.2}× the extra requests",
+                spike.over_threshold, spike.over_per_extra
+            );
+        }
+        if let Some(counters) = &self.server_counters {
+            let _ = writeln!(
+                out,
+                "\n  server counters ({}): before {} after {} difference {}",
+                counters.url, counters.before, counters.after, counters.difference
+            );
+        }
+        out
+    }
+}
+
+/// after − before for every numeric field of two JSON objects (others are left out).
+pub fn difference(before: &serde_json::Value, after: &serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    if let (Some(b), Some(a)) = (before.as_object(), after.as_object()) {
+        for (key, value) in a {
+            if let (Some(x), Some(y)) = (value.as_f64(), b.get(key).and_then(|v| v.as_f64())) {
+                let d = x - y;
+                let number = if d.fract() == 0.0 && d.abs() < 9e15 {
+                    serde_json::json!(d as i64)
+                } else {
+                    serde_json::json!(d)
+                };
+                out.insert(key.clone(), number);
+            }
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_metrics_parse_and_unknown_ones_are_refused() {
+        assert_eq!(
+            "p99".parse::<ThresholdOn>().unwrap(),
+            ThresholdOn {
+                metric: "latency".into(),
+                percentile: "p99".into()
+            }
+        );
+        assert_eq!(
+            "service.max".parse::<ThresholdOn>().unwrap().metric,
+            "service"
+        );
+        assert!(
+            "p97"
+                .parse::<ThresholdOn>()
+                .unwrap_err()
+                .contains("unknown threshold metric")
+        );
+        assert!("cpu.p95".parse::<ThresholdOn>().is_err());
+    }
+
+    #[test]
+    fn counters_difference_keeps_numbers_only() {
+        let before = serde_json::json!({"istek": 1, "kayit": 1, "kat": 600, "ad": "x"});
+        let after = serde_json::json!({"istek": 6167, "kayit": 6166, "kat": 600, "ad": "x"});
+        assert_eq!(
+            difference(&before, &after),
+            serde_json::json!({"istek": 6166, "kayit": 6165, "kat": 0})
+        );
+    }
+}

@@ -1,0 +1,414 @@
+//! The engine. Open loop: a dispatcher releases each request at its intended time into a
+//! queue; connection workers take from it, and when every worker is busy a new connection is
+//! opened (up to a limit) rather than letting the schedule wait — so the generator never turns
+//! into a closed loop. What it cannot send in time is counted (late, dropped), not hidden.
+//! Closed loop (`--max`): every connection sends as fast as the server answers.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+
+use crate::client::{Connection, Scratch};
+use crate::record::{Outcome, Recorder, Sample};
+use crate::schedule::RatePlan;
+use crate::target::Target;
+
+/// Queued sends beyond this are dropped at once: memory stays bounded when a server stalls.
+const MAX_QUEUED: usize = 1_000_000;
+/// Samples a worker collects before handing them to the aggregator.
+const BATCH: usize = 64;
+
+/// How requests are paced.
+#[derive(Clone, Debug)]
+pub enum Pacing {
+    /// Open loop on a rate plan.
+    Open(RatePlan),
+    /// Closed loop for `duration`: each connection sends its next request when the last ends.
+    Closed(Duration),
+}
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub target: Target,
+    pub pacing: Pacing,
+    /// Connections opened at the start (closed loop: the fixed number).
+    pub connections: usize,
+    /// Most connections the open loop may grow to.
+    pub max_connections: usize,
+    pub http2: bool,
+    pub timeout: Duration,
+    /// A send this far behind its intended time counts as late.
+    pub late_after: Duration,
+    pub threshold_us: u64,
+    /// Keep each second's histogram (for quarter tables).
+    pub keep_seconds: bool,
+}
+
+/// What a run measured, before it is turned into a report.
+pub struct RunResult {
+    pub recorder: Recorder,
+    pub planned: u64,
+    pub planned_per_second: Vec<u64>,
+    pub sent: u64,
+    pub late: u64,
+    pub dropped: u64,
+    /// The send window: the plan's length, or the closed loop's duration.
+    pub window: Duration,
+    pub connections_opened: u64,
+}
+
+/// Live totals for a progress line.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub elapsed: Duration,
+    pub sent: u64,
+    pub completed: u64,
+    pub errors: u64,
+    pub connections: u64,
+}
+
+struct Job {
+    n: u64,
+    intended: Instant,
+    second: u32,
+}
+
+struct Shared {
+    options: RunOptions,
+    start: Instant,
+    queue: Mutex<VecDeque<Job>>,
+    ready: Semaphore,
+    idle: AtomicUsize,
+    workers: AtomicUsize,
+    sent: AtomicU64,
+    late: AtomicU64,
+    dropped: AtomicU64,
+    connections_opened: AtomicU64,
+    closed_loop_next: AtomicU64,
+    stop: AtomicBool,
+    /// Every worker task, to abort the ones still waiting when the run is over.
+    handles: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    runtime: tokio::runtime::Handle,
+}
+
+/// Runs the load and returns what it measured. `progress` is called about once a second.
+///
+/// Must run inside a multi-threaded tokio runtime: the open loop's dispatcher is an OS thread
+/// of its own, because tokio's timer rounds every deadline up to the next millisecond and a
+/// dispatcher on it would send nearly every request late.
+pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> RunResult {
+    let start = Instant::now();
+    let (samples, mut incoming) = mpsc::unbounded_channel::<Vec<Sample>>();
+    let shared = Arc::new(Shared {
+        start,
+        queue: Mutex::new(VecDeque::new()),
+        ready: Semaphore::new(0),
+        idle: AtomicUsize::new(0),
+        workers: AtomicUsize::new(0),
+        sent: AtomicU64::new(0),
+        late: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+        connections_opened: AtomicU64::new(0),
+        closed_loop_next: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        handles: Mutex::new(Vec::new()),
+        runtime: tokio::runtime::Handle::current(),
+        options,
+    });
+    for _ in 0..shared.options.connections.max(1) {
+        spawn_worker(&shared, &samples);
+    }
+
+    let (finished, mut dispatched) = tokio::sync::oneshot::channel();
+    let window = match shared.options.pacing.clone() {
+        Pacing::Open(plan) => {
+            let window = Duration::from_secs_f64(plan.duration());
+            let (dispatcher, senders) = (shared.clone(), samples.clone());
+            std::thread::Builder::new()
+                .name("trafik-load-dispatch".into())
+                .spawn(move || {
+                    let planned = dispatch(&dispatcher, &plan, &senders);
+                    let _ = finished.send(planned);
+                })
+                .expect("the dispatcher thread starts");
+            window
+        }
+        Pacing::Closed(duration) => {
+            let waiter = shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(waiter.start + duration).await;
+                let _ = finished.send((0, Vec::new()));
+            });
+            duration
+        }
+    };
+
+    // The aggregator owns the recorder; it closes seconds that can no longer change.
+    let mut recorder = Recorder::new(shared.options.threshold_us, shared.options.keep_seconds);
+    let settle = shared.options.timeout.as_secs() as u32 + 2;
+    let mut tick = tokio::time::interval_at(start + Duration::from_secs(1), Duration::from_secs(1));
+    let (planned, planned_per_second) = loop {
+        tokio::select! {
+            Some(batch) = incoming.recv() => batch.into_iter().for_each(|s| recorder.record(s)),
+            _ = tick.tick() => {
+                let elapsed = Instant::now() - start;
+                recorder.close_before((elapsed.as_secs() as u32).saturating_sub(settle));
+                progress(snapshot(&shared, &recorder, elapsed));
+            }
+            done = &mut dispatched => break done.unwrap_or_default(),
+        }
+    };
+
+    // The window is over: what is still queued was never sent.
+    shared.stop.store(true, Ordering::Relaxed);
+    let unsent = {
+        let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let unsent = queue.len() as u64;
+        queue.clear();
+        unsent
+    };
+    shared.dropped.fetch_add(unsent, Ordering::Relaxed);
+    shared.ready.close();
+    drop(samples);
+    // Requests in flight get their timeout to finish.
+    let drain = tokio::time::sleep(shared.options.timeout + Duration::from_secs(1));
+    tokio::pin!(drain);
+    loop {
+        tokio::select! {
+            batch = incoming.recv() => match batch {
+                Some(batch) => batch.into_iter().for_each(|s| recorder.record(s)),
+                None => break,
+            },
+            _ = &mut drain => break,
+        }
+    }
+    for handle in shared
+        .handles
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain(..)
+    {
+        handle.abort();
+    }
+    recorder.close_before(u32::MAX);
+    RunResult {
+        recorder,
+        planned,
+        planned_per_second,
+        sent: shared.sent.load(Ordering::Relaxed),
+        late: shared.late.load(Ordering::Relaxed),
+        dropped: shared.dropped.load(Ordering::Relaxed),
+        window,
+        connections_opened: shared.connections_opened.load(Ordering::Relaxed),
+    }
+}
+
+/// The open loop's clock: sleeps to each intended send time and releases the request.
+/// Returns the planned total and its count per second.
+fn dispatch(
+    shared: &Arc<Shared>,
+    plan: &RatePlan,
+    samples: &mpsc::UnboundedSender<Vec<Sample>>,
+) -> (u64, Vec<u64>) {
+    let start = shared.start.into_std();
+    let mut per_second = vec![0u64; plan.duration().ceil() as usize];
+    let mut planned = 0u64;
+    for (n, t) in plan.send_times().enumerate() {
+        let due = start + t;
+        let now = std::time::Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        let second = t.as_secs() as u32;
+        if let Some(count) = per_second.get_mut(second as usize) {
+            *count += 1;
+        }
+        planned += 1;
+        let job = Job {
+            n: n as u64,
+            intended: Instant::from_std(due),
+            second,
+        };
+        enqueue(shared, job, samples);
+    }
+    let end = start + Duration::from_secs_f64(plan.duration());
+    let now = std::time::Instant::now();
+    if end > now {
+        std::thread::sleep(end - now);
+    }
+    (planned, per_second)
+}
+
+fn snapshot(shared: &Shared, recorder: &Recorder, elapsed: Duration) -> Progress {
+    Progress {
+        elapsed,
+        sent: shared.sent.load(Ordering::Relaxed),
+        completed: recorder.completed,
+        errors: recorder.errors.total(),
+        connections: shared.connections_opened.load(Ordering::Relaxed),
+    }
+}
+
+/// Queues one send; opens another connection when every worker is busy.
+fn enqueue(shared: &Arc<Shared>, job: Job, samples: &mpsc::UnboundedSender<Vec<Sample>>) {
+    {
+        let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if queue.len() >= MAX_QUEUED {
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        queue.push_back(job);
+    }
+    shared.ready.add_permits(1);
+    let busy = shared.idle.load(Ordering::Relaxed) == 0;
+    if busy && shared.workers.load(Ordering::Relaxed) < shared.options.max_connections {
+        spawn_worker(shared, samples);
+    }
+}
+
+fn spawn_worker(shared: &Arc<Shared>, samples: &mpsc::UnboundedSender<Vec<Sample>>) {
+    shared.workers.fetch_add(1, Ordering::Relaxed);
+    let handle = shared
+        .runtime
+        .spawn(worker(shared.clone(), samples.clone()));
+    shared
+        .handles
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(handle);
+}
+
+async fn worker(shared: Arc<Shared>, samples: mpsc::UnboundedSender<Vec<Sample>>) {
+    {
+        let mut worker = Worker {
+            connection: None,
+            scratch: Scratch::default(),
+            batch: Vec::with_capacity(BATCH),
+        };
+        match shared.options.pacing {
+            Pacing::Open(_) => worker.open_loop(&shared, &samples).await,
+            Pacing::Closed(duration) => {
+                worker
+                    .closed_loop(&shared, &samples, shared.start + duration)
+                    .await
+            }
+        }
+        if !worker.batch.is_empty() {
+            let _ = samples.send(std::mem::take(&mut worker.batch));
+        }
+    }
+}
+
+struct Worker {
+    connection: Option<Connection>,
+    scratch: Scratch,
+    batch: Vec<Sample>,
+}
+
+impl Worker {
+    async fn open_loop(&mut self, shared: &Shared, samples: &mpsc::UnboundedSender<Vec<Sample>>) {
+        loop {
+            shared.idle.fetch_add(1, Ordering::Relaxed);
+            let permit = shared.ready.acquire().await;
+            shared.idle.fetch_sub(1, Ordering::Relaxed);
+            let Ok(permit) = permit else { return };
+            permit.forget();
+            let job = shared
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+            let Some(job) = job else { continue };
+            let sent_at = Instant::now();
+            if sent_at.saturating_duration_since(job.intended) > shared.options.late_after {
+                shared.late.fetch_add(1, Ordering::Relaxed);
+            }
+            shared.sent.fetch_add(1, Ordering::Relaxed);
+            let sample = self
+                .request(shared, job.n, job.intended, sent_at, job.second)
+                .await;
+            self.batch.push(sample);
+            let queue_empty = shared.queue.lock().map(|q| q.is_empty()).unwrap_or(true);
+            if self.batch.len() >= BATCH || queue_empty {
+                let _ = samples.send(std::mem::take(&mut self.batch));
+            }
+        }
+    }
+
+    async fn closed_loop(
+        &mut self,
+        shared: &Shared,
+        samples: &mpsc::UnboundedSender<Vec<Sample>>,
+        deadline: Instant,
+    ) {
+        loop {
+            let sent_at = Instant::now();
+            if sent_at >= deadline || shared.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let n = shared.closed_loop_next.fetch_add(1, Ordering::Relaxed);
+            shared.sent.fetch_add(1, Ordering::Relaxed);
+            let second = (sent_at - shared.start).as_secs() as u32;
+            let sample = self.request(shared, n, sent_at, sent_at, second).await;
+            self.batch.push(sample);
+            if self.batch.len() >= BATCH {
+                let _ = samples.send(std::mem::take(&mut self.batch));
+            }
+        }
+    }
+
+    /// One request with its timeout; the connection is reopened after any failure.
+    async fn request(
+        &mut self,
+        shared: &Shared,
+        n: u64,
+        intended: Instant,
+        sent_at: Instant,
+        second: u32,
+    ) -> Sample {
+        let options = &shared.options;
+        let outcome = match tokio::time::timeout(options.timeout, self.exchange(shared, n)).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(outcome)) => {
+                self.connection = None;
+                outcome
+            }
+            Err(_) => {
+                self.connection = None;
+                Outcome::Timeout
+            }
+        };
+        let done = Instant::now();
+        Sample {
+            second,
+            corrected_us: (done - intended).as_micros() as u64,
+            service_us: (done - sent_at).as_micros() as u64,
+            outcome,
+        }
+    }
+
+    async fn exchange(&mut self, shared: &Shared, n: u64) -> Result<Outcome, Outcome> {
+        let options = &shared.options;
+        if self.connection.is_none() {
+            let connection = Connection::open(&options.target, options.http2)
+                .await
+                .map_err(|_| Outcome::Connect)?;
+            shared.connections_opened.fetch_add(1, Ordering::Relaxed);
+            self.connection = Some(connection);
+        }
+        let connection = self.connection.as_mut().ok_or(Outcome::Connect)?;
+        match connection.send(&options.target, n, &mut self.scratch).await {
+            Ok(answer) => {
+                if answer.close {
+                    self.connection = None;
+                }
+                Ok(Outcome::Status(answer.status))
+            }
+            Err(_) => Err(Outcome::Io),
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! `trafik load`: flags to a run, the run to a report, the verdict to an exit status.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use trafik_load::{
+    Pacing, ProfileShape, RatePlan, Report, ReportInputs, RunOptions, ServerCounters, Target,
+    ThresholdOn,
+};
+
+use crate::cli::{LoadArgs, Profile};
+use crate::config::values::Dur;
+
+/// The course's defaults (seed 003): 514 req/s, a 25 ms threshold.
+const COURSE_RATE: f64 = 514.0;
+const COURSE_THRESHOLD: Duration = Duration::from_millis(25);
+
+/// Exit statuses, as k6 uses 99 for a breached threshold.
+const THRESHOLD_BREACHED: u8 = 99;
+const RATE_NOT_HELD: u8 = 98;
+
+pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
+    let target = target(&args)?;
+    let threshold_on: ThresholdOn = args.threshold_on.parse()?;
+    let threshold = args.threshold.or(args.profile.map(|_| COURSE_THRESHOLD));
+    let duration = args.duration.unwrap_or(match args.profile {
+        Some(Profile::Load) => Duration::from_secs(3),
+        Some(Profile::Soak) => Duration::from_secs(12),
+        Some(Profile::Spike) => Duration::from_secs(9),
+        None => Duration::from_secs(10),
+    });
+    if duration.is_zero() {
+        return Err("--duration must be above zero".into());
+    }
+    let rate = args.rate.or(args.profile.map(|_| COURSE_RATE));
+    if let Some(rate) = rate
+        && !(finite_at_least(rate, 0.0) && rate > 0.0)
+    {
+        return Err(format!(
+            "--rate must be a positive number of requests per second, not {rate}"
+        ));
+    }
+    let (pacing, shape) = if args.max {
+        (Pacing::Closed(duration), ProfileShape::Plain)
+    } else if let Some(stages) = &args.stages {
+        if !finite_at_least(args.start_rate, 0.0) {
+            return Err("--start-rate must be 0 or more requests per second".into());
+        }
+        (
+            Pacing::Open(RatePlan::stages(args.start_rate, &parse_stages(stages)?)),
+            ProfileShape::Plain,
+        )
+    } else {
+        let rate = rate.ok_or(
+            "give --rate R (requests per second), --stages, --profile load|soak|spike or --max",
+        )?;
+        match args.profile {
+            Some(Profile::Spike) => {
+                if !finite_at_least(args.spike_factor, 1.0) {
+                    return Err("--spike-factor must be at least 1".into());
+                }
+                let plan = RatePlan::spike(
+                    rate,
+                    args.spike_factor,
+                    args.spike_at,
+                    args.spike_for,
+                    duration,
+                );
+                let shape = ProfileShape::Spike {
+                    base: rate,
+                    factor: args.spike_factor,
+                    at_s: args.spike_at.as_secs_f64(),
+                    length_s: args.spike_for.as_secs_f64(),
+                };
+                (Pacing::Open(plan), shape)
+            }
+            Some(Profile::Soak) => (
+                Pacing::Open(RatePlan::constant(rate, duration)),
+                ProfileShape::Soak,
+            ),
+            Some(Profile::Load) => (
+                Pacing::Open(RatePlan::constant(rate, duration)),
+                ProfileShape::Load,
+            ),
+            None => (
+                Pacing::Open(RatePlan::constant(rate, duration)),
+                ProfileShape::Plain,
+            ),
+        }
+    };
+    let target_rate = match &pacing {
+        Pacing::Open(plan) => Some(plan.mean_rate()),
+        Pacing::Closed(_) => None,
+    };
+    let options = RunOptions {
+        target,
+        pacing,
+        connections: args.connections.max(1),
+        max_connections: args.max_connections.max(args.connections).max(1),
+        http2: args.http2,
+        timeout: args.timeout,
+        late_after: args.late_after,
+        threshold_us: threshold.map_or(u64::MAX, |t| t.as_micros() as u64),
+        keep_seconds: matches!(shape, ProfileShape::Soak),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let live = !args.json && std::io::stderr().is_terminal();
+    let report = runtime.block_on(async {
+        let before = match &args.metrics_url {
+            Some(url) => Some(trafik_load::fetch_json(url).await?),
+            None => None,
+        };
+        let result = trafik_load::run(options, |p| {
+            if live {
+                let _ = write!(
+                    std::io::stderr(),
+                    "\r{:>5.1} s  sent {}  completed {}  errors {}  connections {}   ",
+                    p.elapsed.as_secs_f64(),
+                    p.sent,
+                    p.completed,
+                    p.errors,
+                    p.connections
+                );
+            }
+        })
+        .await;
+        if live {
+            let _ = writeln!(std::io::stderr());
+        }
+        let server_counters = match (&args.metrics_url, before) {
+            (Some(url), Some(before)) => {
+                let after = trafik_load::fetch_json(url).await?;
+                Some(ServerCounters {
+                    url: url.clone(),
+                    difference: trafik_load::report::difference(&before, &after),
+                    before,
+                    after,
+                })
+            }
+            _ => None,
+        };
+        Ok::<_, String>(Report::new(
+            result,
+            ReportInputs {
+                url: args.url.clone(),
+                profile: args.profile.map(|p| format!("{p:?}").to_lowercase()),
+                shape,
+                target_rate,
+                threshold_ms: threshold.map(|t| t.as_secs_f64() * 1000.0),
+                threshold_on,
+                server_counters,
+            },
+        ))
+    })?;
+    if args.json {
+        crate::say(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        crate::say(report.render().trim_end());
+    }
+    if let Some(path) = &args.report {
+        std::fs::write(path, trafik_load::html::page(&report))
+            .map_err(|e| format!("cannot write the report {}: {e}", path.display()))?;
+    }
+    Ok(if !report.passed {
+        ExitCode::from(THRESHOLD_BREACHED)
+    } else if !report.rate_held {
+        ExitCode::from(RATE_NOT_HELD)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn target(args: &LoadArgs) -> Result<Target, String> {
+    let mut urls = vec![args.url.clone()];
+    if let Some(file) = &args.url_file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read --url-file {}: {e}", file.display()))?;
+        urls.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    let method = http::Method::from_bytes(args.method.as_bytes())
+        .map_err(|_| format!("--method {:?} is not an HTTP method", args.method))?;
+    let headers = args
+        .headers
+        .iter()
+        .map(|h| {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| format!("--header {h:?} should be NAME:VALUE"))?;
+            let (name, value) = (name.trim(), value.trim());
+            http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("--header {h:?}: {name:?} is not a header name"))?;
+            http::HeaderValue::from_str(value)
+                .map_err(|_| format!("--header {h:?}: the value is not a valid header value"))?;
+            Ok((name.to_owned(), value.to_owned()))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let body = match args.body.as_deref() {
+        Some(text) if text.starts_with('@') => {
+            let path = &text[1..];
+            bytes::Bytes::from(
+                std::fs::read(path).map_err(|e| format!("cannot read --body file {path}: {e}"))?,
+            )
+        }
+        Some(text) => bytes::Bytes::from(text.to_owned()),
+        None => bytes::Bytes::new(),
+    };
+    Target::new(&urls, method, headers, body)
+}
+
+/// A finite number (not NaN, not infinite) of at least `min`.
+fn finite_at_least(value: f64, min: f64) -> bool {
+    value.is_finite() && value >= min
+}
+
+/// `5s:100,10s:500` → [(5 s, 100), (10 s, 500)].
+fn parse_stages(text: &str) -> Result<Vec<(Duration, f64)>, String> {
+    text.split(',')
+        .map(|stage| {
+            let (duration, target) = stage.split_once(':').ok_or_else(|| {
+                format!("stage {stage:?} should be DURATION:TARGET, such as 10s:500")
+            })?;
+            let duration: Dur = duration.parse()?;
+            let target: f64 = target
+                .parse()
+                .map_err(|_| format!("stage {stage:?}: {target:?} is not a rate"))?;
+            if !finite_at_least(target, 0.0) {
+                return Err(format!(
+                    "stage {stage:?}: expected a rate of 0 or more requests per second"
+                ));
+            }
+            Ok((duration.0, target))
+        })
+        .collect()
+}

@@ -1,0 +1,367 @@
+//! `trafik load` against real `trafik upstream` processes: verdicts as exit statuses, the JSON
+//! and HTML outputs, HTTP/2, and the load lesson's server counters.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+
+/// A `trafik upstream` child process; stopped (by its id) when dropped.
+struct Upstream {
+    child: Child,
+    address: String,
+}
+
+impl Upstream {
+    fn start(extra: &[&str]) -> Upstream {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(["upstream", "--name", "k1", "--listen", &address])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("upstream k1 on"), "{line}");
+        Upstream { child, address }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A GET over a plain socket, its body parsed as JSON.
+fn get_json(address: &str, path: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap();
+    serde_json::from_str(body).unwrap()
+}
+
+fn load(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .arg("load")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_run_within_its_threshold_passes_with_status_0_and_documents_itself_in_json() {
+    let upstream = Upstream::start(&[]);
+    let url = upstream.url("/takip/TR-{n}");
+    let output = load(&[
+        &url,
+        "--rate",
+        "200",
+        "--duration",
+        "1s",
+        "--threshold",
+        "500ms",
+        "--json",
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = json(&output);
+    for key in [
+        "target_rate",
+        "achieved_rate",
+        "sent",
+        "completed",
+        "late",
+        "dropped",
+        "errors",
+        "latency_ms",
+        "service_time_ms",
+        "threshold_ms",
+        "over_threshold",
+        "passed",
+        "intervals",
+        "quarters",
+        "spike",
+        "server_counters",
+    ] {
+        assert!(report.get(key).is_some(), "the JSON lacks {key}");
+    }
+    for key in ["p50", "p90", "p95", "p99", "p999", "max"] {
+        assert!(
+            report["latency_ms"][key].as_f64().is_some(),
+            "latency_ms.{key}"
+        );
+        assert!(
+            report["service_time_ms"][key].as_f64().is_some(),
+            "service_time_ms.{key}"
+        );
+    }
+    assert_eq!(report["sent"], 200);
+    assert_eq!(report["completed"], 200);
+    assert_eq!(report["passed"], true);
+    assert_eq!(report["intervals"][0]["planned"], 200);
+    // The replica counted every request the generator sent.
+    assert_eq!(get_json(&upstream.address, "/sayac")["istek"], 200);
+}
+
+#[test]
+fn a_breached_threshold_exits_99() {
+    let upstream = Upstream::start(&["--delay", "20ms"]);
+    let output = load(&[
+        &upstream.url("/takip/TR-1"),
+        "--rate",
+        "50",
+        "--duration",
+        "1s",
+        "--threshold",
+        "5ms",
+    ]);
+    assert_eq!(output.status.code(), Some(99));
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.contains("threshold latency.p95 ≤ 5 ms: FAILED"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_rate_the_generator_cannot_hold_exits_98_and_says_so() {
+    // One connection to a replica that takes 100 ms: at most 10 req/s, but 50 are asked for.
+    let upstream = Upstream::start(&["--delay", "100ms"]);
+    let output = load(&[
+        &upstream.url("/takip/TR-1"),
+        "--rate",
+        "50",
+        "--duration",
+        "1s",
+        "--connections",
+        "1",
+        "--max-connections",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(98));
+    let report = json(&output);
+    assert_eq!(report["rate_held"], false);
+    assert!(
+        report["dropped"].as_u64().unwrap() > 20,
+        "{}",
+        report["dropped"]
+    );
+    assert!(report["late"].as_u64().unwrap() > 0);
+    assert!(report["achieved_rate"].as_f64().unwrap() < 20.0);
+}
+
+#[test]
+fn bad_usage_exits_2_with_a_reason() {
+    for (args, expected) in [
+        (
+            &[
+                "http://127.0.0.1:1/",
+                "--rate",
+                "10",
+                "--threshold-on",
+                "p97",
+            ][..],
+            "unknown threshold metric",
+        ),
+        (
+            &["http://127.0.0.1:1/", "--rate", "10", "--no-such-option"][..],
+            "--no-such-option",
+        ),
+        (&["http://127.0.0.1:1/"][..], "give --rate"),
+        (
+            &["https://127.0.0.1:1/", "--rate", "10"][..],
+            "https is not supported",
+        ),
+        (
+            &["http://127.0.0.1:1/", "--stages", "10s-500"][..],
+            "DURATION:TARGET",
+        ),
+        (
+            &["http://127.0.0.1:1/", "--rate", "0"][..],
+            "--rate must be a positive number",
+        ),
+        (
+            &["http://127.0.0.1:1/", "--rate", "10", "--header", "nocolon"][..],
+            "NAME:VALUE",
+        ),
+    ] {
+        let output = load(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(errors.contains(expected), "{args:?}: {errors}");
+    }
+}
+
+#[test]
+fn the_html_report_is_a_self_contained_page_with_plots() {
+    let upstream = Upstream::start(&[]);
+    let path = std::env::temp_dir().join(format!("trafik-load-{}.html", std::process::id()));
+    let output = load(&[
+        &upstream.url("/takip/TR-{n}"),
+        "--stages",
+        "1s:100,1s:300",
+        "--report",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let page = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(page.starts_with("<!doctype html>"));
+    assert!(page.trim_end().ends_with("</html>"));
+    assert_eq!(page.matches("<svg").count(), 2);
+    assert_eq!(page.matches("</svg>").count(), 2);
+    assert!(
+        !page.contains("<script"),
+        "no scripts: the page must work offline"
+    );
+    // The JSON embedded in the page parses back.
+    let json = page
+        .split("<details><summary>All numbers (JSON)</summary><pre>")
+        .nth(1)
+        .unwrap();
+    let json = json
+        .split("</pre>")
+        .next()
+        .unwrap()
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    // 0 → 100 req/s over 1 s (50 requests), then 100 → 300 over 1 s (200 requests).
+    assert_eq!(report["planned"], 250);
+}
+
+#[test]
+fn http2_and_posts_with_headers_and_a_body_file() {
+    let upstream = Upstream::start(&[]);
+    let body = std::env::temp_dir().join(format!("trafik-load-body-{}.json", std::process::id()));
+    std::fs::write(&body, "{\"olay\":\"teslim\"}").unwrap();
+    let body_arg = format!("@{}", body.display());
+    for http2 in [false, true] {
+        let mut args = vec![
+            upstream.url("/olay"),
+            "--rate".into(),
+            "100".into(),
+            "--duration".into(),
+            "1s".into(),
+            "--method".into(),
+            "POST".into(),
+            "-H".into(),
+            "x-istemci: test".into(),
+            "--body".into(),
+            body_arg.clone(),
+            "--json".into(),
+        ];
+        if http2 {
+            args.push("--http2".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = load(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report = json(&output);
+        assert_eq!(report["completed"], 100, "http2 {http2}");
+        assert_eq!(report["errors"]["status_4xx"], 0, "POST /olay answers 201");
+    }
+    let _ = std::fs::remove_file(&body);
+}
+
+#[test]
+fn the_soak_profile_reproduces_the_load_lessons_server_counters() {
+    let upstream = Upstream::start(&[
+        "--wait-ms",
+        "3",
+        "--work-ms",
+        "0.85",
+        "--maintenance-every",
+        "100",
+        "--maintenance-scan",
+        "600",
+    ]);
+    let output = load(&[
+        &upstream.url("/takip?no=G{n}"),
+        "--profile",
+        "soak",
+        "--metrics-url",
+        &upstream.url("/olcut"),
+        "--json",
+    ]);
+    let report = json(&output);
+    assert_eq!(report["profile"], "soak");
+    assert_eq!(report["target_rate"], 514.0);
+    assert_eq!(report["sent"], 6168, "514 req/s × 12 s");
+    assert_eq!(report["dropped"], 0);
+    let counters = &report["server_counters"];
+    assert_eq!(counters["before"]["kayit"], 0);
+    assert_eq!(counters["after"]["kayit"], 6168, "one record per request");
+    assert_eq!(
+        counters["difference"]["bakim"], 61,
+        "a maintenance pass every 100 requests"
+    );
+    assert_eq!(counters["after"]["kat"], 600);
+    // The 61st pass, run by request 6,100, scans 600 times the records of every request that had
+    // arrived by then: 6,100 and the few in flight (the course prints 600 × 100 × 61 = 3,660,000).
+    let last = counters["after"]["sonBakimAdim"].as_u64().unwrap();
+    assert!(
+        (600 * 6100..=600 * 6110).contains(&last),
+        "last pass {last} steps"
+    );
+    let quarters = report["quarters"]["rows"].as_array().unwrap();
+    assert_eq!(quarters.len(), 4);
+    let requests: u64 = quarters
+        .iter()
+        .map(|q| q["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(requests, report["completed"].as_u64().unwrap());
+    assert!(
+        matches!(output.status.code(), Some(0 | 99)),
+        "the verdict depends on this machine's speed"
+    );
+}
