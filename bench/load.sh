@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# trafik load vs wrk vs oha against the same fast upstream, in one run on loopback.
+#
+#   closed loop (as fast as possible, 64 connections, 5 s): req/s and the client's CPU µs per
+#   request (user+sys of the load generator process), for trafik load --max, wrk and oha;
+#   open loop at 20,000 req/s for 5 s: achieved rate and late sends, for trafik load and oha
+#   (wrk has no open loop; wrk2 is not packaged);
+#   open loop at the course's 514 req/s for 5 s: how closely trafik load holds it.
+#
+#   bench/load.sh
+#   DURATION=10 CONNECTIONS=128 bench/load.sh
+#
+# Needs wrk (apt-get install wrk) and cargo; oha is built once with `cargo install oha` into
+# ${XDG_CACHE_HOME:-~/.cache}/trafik/bench-tools (about 6 minutes the first time).
+set -euo pipefail
+
+DURATION=${DURATION:-5}
+CONNECTIONS=${CONNECTIONS:-64}
+OPEN_RATE=${OPEN_RATE:-20000}
+COURSE_RATE=${COURSE_RATE:-514}
+PORT=${PORT:-18600}
+
+command -v wrk >/dev/null || { echo "bench/load.sh needs wrk (apt-get install wrk)" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools="${XDG_CACHE_HOME:-$HOME/.cache}/trafik/bench-tools"
+if [[ ! -x $tools/bin/oha ]]; then
+  echo "building oha once into $tools (cargo install oha)…" >&2
+  cargo install oha --locked --root "$tools" -q
+fi
+oha="$tools/bin/oha"
+
+cargo build --release -q -p trafik --manifest-path "$root/Cargo.toml"
+target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+trafik="$target_dir/release/trafik"
+work=$(mktemp -d /tmp/trafik-load-bench.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+RUST_LOG=warn "$trafik" upstream --name k1 --listen "127.0.0.1:$PORT" >/dev/null &
+pids+=($!)
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.05; done
+url="http://127.0.0.1:$PORT/takip/TR-4821"
+
+# Runs a command and prints "CPU-seconds" (user+sys of it and its threads) to $work/cpu.
+timed() {
+  local TIMEFORMAT='%U %S'
+  { time "$@" >"$work/out" 2>"$work/err"; } 2>"$work/time" || true
+  awk '{print $1 + $2}' "$work/time" | tail -1 >"$work/cpu"
+}
+per_request_us() { awk -v c="$1" -v n="$2" 'BEGIN { if (n > 0) printf "%.2f", c * 1e6 / n; else print "-" }'; }
+
+echo "trafik load bench: $(nproc) cores; upstream: trafik upstream; $CONNECTIONS connections, ${DURATION}s per run"
+echo
+printf '%-22s %12s %14s\n' "closed loop" "req/s" "client µs/req"
+
+timed "$trafik" load "$url" --max --connections "$CONNECTIONS" --duration "${DURATION}s" --json
+t_rps=$(sed -n 's/^  "achieved_rate": \([0-9.]*\),*/\1/p' "$work/out"); t_n=$(sed -n 's/^  "completed": \([0-9]*\),*/\1/p' "$work/out")
+printf '%-22s %12.0f %14s\n' "trafik load --max" "$t_rps" "$(per_request_us "$(cat "$work/cpu")" "$t_n")"
+
+timed wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" "$url"
+w_rps=$(awk '/^Requests\/sec/ {print $2}' "$work/out"); w_n=$(awk '/requests in/ {print $1}' "$work/out")
+printf '%-22s %12.0f %14s\n' "wrk -t2" "$w_rps" "$(per_request_us "$(cat "$work/cpu")" "$w_n")"
+
+timed "$oha" --no-tui -z "${DURATION}s" -c "$CONNECTIONS" --output-format json "$url"
+o_rps=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["summary"]["requestsPerSec"])' "$work/out" 2>/dev/null || echo 0)
+o_n=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(d["statusCodeDistribution"].values()))' "$work/out" 2>/dev/null || echo 0)
+printf '%-22s %12.0f %14s\n' "oha" "$o_rps" "$(per_request_us "$(cat "$work/cpu")" "$o_n")"
+awk -v t="$t_rps" -v w="$w_rps" 'BEGIN { printf "trafik/wrk closed-loop req/s: %.2f× (goal ≥ 1.00×)\n", t / w }'
+
+echo
+printf '%-30s %14s %12s %10s\n' "open loop" "achieved req/s" "% of target" "late"
+for rate in "$OPEN_RATE" "$COURSE_RATE"; do
+  timed "$trafik" load "$url" --rate "$rate" --duration "${DURATION}s" --connections "$CONNECTIONS" --json
+  python3 - "$work/out" "$rate" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); rate = float(sys.argv[2])
+print(f"{'trafik load --rate ' + sys.argv[2]:<30} {d['achieved_rate']:14.1f} {100 * d['achieved_rate'] / rate:11.2f}% {d['late']:10d}  (dropped {d['dropped']}, p99 {d['latency_ms']['p99']:.2f} ms)")
+PY
+done
+timed "$oha" --no-tui -z "${DURATION}s" -c "$CONNECTIONS" -q "$OPEN_RATE" --latency-correction --output-format json "$url"
+python3 - "$work/out" "$OPEN_RATE" "$DURATION" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); rate = float(sys.argv[2])
+achieved = sum(d["statusCodeDistribution"].values()) / float(sys.argv[3])
+print(f"{'oha -q ' + sys.argv[2]:<30} {achieved:14.1f} {100 * achieved / rate:11.2f}% {'-':>10}  (oha does not count late sends)")
+PY
+echo "goals: open loop ≥ 99% of $OPEN_RATE req/s; $COURSE_RATE req/s held within 0.5%"
