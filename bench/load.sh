@@ -15,13 +15,13 @@
 set -euo pipefail
 
 DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-64}
 OPEN_RATE=${OPEN_RATE:-20000}
 COURSE_RATE=${COURSE_RATE:-514}
 PORT=${PORT:-18600}
 
 command -v wrk >/dev/null || { echo "bench/load.sh needs wrk (apt-get install wrk)" >&2; exit 2; }
-root=$(cd "$(dirname "$0")/.." && pwd)
 tools="${XDG_CACHE_HOME:-$HOME/.cache}/trafik/bench-tools"
 if [[ ! -x $tools/bin/oha ]]; then
   echo "building oha once into $tools (cargo install oha)…" >&2
@@ -29,21 +29,11 @@ if [[ ! -x $tools/bin/oha ]]; then
 fi
 oha="$tools/bin/oha"
 
-cargo build --release -q -p trafik --manifest-path "$root/Cargo.toml"
-target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-trafik="$target_dir/release/trafik"
-work=$(mktemp -d /tmp/trafik-load-bench.XXXXXX)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
 
 RUST_LOG=warn "$trafik" upstream --name k1 --listen "127.0.0.1:$PORT" >/dev/null &
 pids+=($!)
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.05; done
+wait_for_port "$PORT"
 url="http://127.0.0.1:$PORT/takip/TR-4821"
 
 # Runs a command and prints "CPU-seconds" (user+sys of it and its threads) to $work/cpu.
@@ -54,23 +44,32 @@ timed() {
 }
 per_request_us() { awk -v c="$1" -v n="$2" 'BEGIN { if (n > 0) printf "%.2f", c * 1e6 / n; else print "-" }'; }
 
-echo "trafik load bench: $(nproc) cores; upstream: trafik upstream; $CONNECTIONS connections, ${DURATION}s per run"
+echo "trafik load bench: $(nproc) cores; upstream: trafik upstream; $CONNECTIONS connections, ${DURATION}s per run, $ROUNDS interleaved closed-loop rounds (medians)"
 echo
-printf '%-22s %12s %14s\n' "closed loop" "req/s" "client µs/req"
+declare -A RPS CPU
+closed_round() {
+  timed "$trafik" load "$url" --max --connections "$CONNECTIONS" --duration "${DURATION}s" --json
+  local rps n
+  rps=$(sed -n 's/^  "achieved_rate": \([0-9.]*\),*/\1/p' "$work/out"); n=$(sed -n 's/^  "completed": \([0-9]*\),*/\1/p' "$work/out")
+  RPS[trafik]+=" $rps"; CPU[trafik]+=" $(per_request_us "$(cat "$work/cpu")" "$n")"
 
-timed "$trafik" load "$url" --max --connections "$CONNECTIONS" --duration "${DURATION}s" --json
-t_rps=$(sed -n 's/^  "achieved_rate": \([0-9.]*\),*/\1/p' "$work/out"); t_n=$(sed -n 's/^  "completed": \([0-9]*\),*/\1/p' "$work/out")
-printf '%-22s %12.0f %14s\n' "trafik load --max" "$t_rps" "$(per_request_us "$(cat "$work/cpu")" "$t_n")"
+  timed wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" "$url"
+  rps=$(awk '/^Requests\/sec/ {print $2}' "$work/out"); n=$(awk '/requests in/ {print $1}' "$work/out")
+  RPS[wrk]+=" $rps"; CPU[wrk]+=" $(per_request_us "$(cat "$work/cpu")" "$n")"
 
-timed wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" "$url"
-w_rps=$(awk '/^Requests\/sec/ {print $2}' "$work/out"); w_n=$(awk '/requests in/ {print $1}' "$work/out")
-printf '%-22s %12.0f %14s\n' "wrk -t2" "$w_rps" "$(per_request_us "$(cat "$work/cpu")" "$w_n")"
-
-timed "$oha" --no-tui -z "${DURATION}s" -c "$CONNECTIONS" --output-format json "$url"
-o_rps=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["summary"]["requestsPerSec"])' "$work/out" 2>/dev/null || echo 0)
-o_n=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(d["statusCodeDistribution"].values()))' "$work/out" 2>/dev/null || echo 0)
-printf '%-22s %12.0f %14s\n' "oha" "$o_rps" "$(per_request_us "$(cat "$work/cpu")" "$o_n")"
-awk -v t="$t_rps" -v w="$w_rps" 'BEGIN { printf "trafik/wrk closed-loop req/s: %.2f× (goal ≥ 1.00×)\n", t / w }'
+  timed "$oha" --no-tui -z "${DURATION}s" -c "$CONNECTIONS" --output-format json "$url"
+  rps=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["summary"]["requestsPerSec"])' "$work/out" 2>/dev/null || echo 0)
+  n=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(d["statusCodeDistribution"].values()))' "$work/out" 2>/dev/null || echo 0)
+  RPS[oha]+=" $rps"; CPU[oha]+=" $(per_request_us "$(cat "$work/cpu")" "$n")"
+}
+median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { print (NR ? a[int((NR + 1) / 2)] : 0) }'; }
+for _ in $(seq "$ROUNDS"); do closed_round; done
+printf '%-22s %12s %14s   %s\n' "closed loop" "req/s" "client µs/req" "(each round's req/s)"
+for tool in trafik wrk oha; do
+  label=$tool; [[ $tool == trafik ]] && label="trafik load --max"; [[ $tool == wrk ]] && label="wrk -t2"
+  printf '%-22s %12.0f %14s   %s\n' "$label" "$(median "${RPS[$tool]}")" "$(median "${CPU[$tool]}")" "${RPS[$tool]}"
+done
+awk -v t="$(median "${RPS[trafik]}")" -v w="$(median "${RPS[wrk]}")" 'BEGIN { printf "trafik/wrk closed-loop req/s: %.2f× (goal ≥ 1.00×)\n", t / w }'
 
 echo
 printf '%-30s %14s %12s %10s\n' "open loop" "achieved req/s" "% of target" "late"

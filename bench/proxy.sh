@@ -30,28 +30,7 @@ for tool in wrk nginx haproxy cargo; do
   command -v "$tool" >/dev/null || { echo "bench/proxy.sh needs $tool (apt-get install wrk nginx haproxy)" >&2; exit 2; }
 done
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d /tmp/trafik-bench.XXXXXX)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-cargo build --release -q -p trafik --manifest-path "$root/Cargo.toml"
-target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-trafik="$target_dir/release/trafik"
-
-wait_for_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
+source "$(dirname "$0")/lib.sh"
 
 # --- the upstream and the three proxies -----------------------------------------------------
 RUST_LOG=warn "$trafik" upstream --name k1 --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null &

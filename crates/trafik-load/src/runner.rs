@@ -88,7 +88,6 @@ struct Shared {
     late: AtomicU64,
     dropped: AtomicU64,
     connections_opened: AtomicU64,
-    closed_loop_next: AtomicU64,
     stop: AtomicBool,
     /// Every worker task, to abort the ones still waiting when the run is over.
     handles: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -113,7 +112,6 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
         late: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         connections_opened: AtomicU64::new(0),
-        closed_loop_next: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         handles: Mutex::new(Vec::new()),
         runtime: tokio::runtime::Handle::current(),
@@ -271,10 +269,10 @@ fn enqueue(shared: &Arc<Shared>, job: Job, samples: &mpsc::UnboundedSender<Vec<S
 }
 
 fn spawn_worker(shared: &Arc<Shared>, samples: &mpsc::UnboundedSender<Vec<Sample>>) {
-    shared.workers.fetch_add(1, Ordering::Relaxed);
+    let id = shared.workers.fetch_add(1, Ordering::Relaxed) as u64;
     let handle = shared
         .runtime
-        .spawn(worker(shared.clone(), samples.clone()));
+        .spawn(worker(shared.clone(), samples.clone(), id));
     shared
         .handles
         .lock()
@@ -282,9 +280,10 @@ fn spawn_worker(shared: &Arc<Shared>, samples: &mpsc::UnboundedSender<Vec<Sample
         .push(handle);
 }
 
-async fn worker(shared: Arc<Shared>, samples: mpsc::UnboundedSender<Vec<Sample>>) {
+async fn worker(shared: Arc<Shared>, samples: mpsc::UnboundedSender<Vec<Sample>>, id: u64) {
     {
         let mut worker = Worker {
+            id,
             connection: None,
             scratch: Scratch::default(),
             batch: Vec::with_capacity(BATCH),
@@ -304,6 +303,8 @@ async fn worker(shared: Arc<Shared>, samples: mpsc::UnboundedSender<Vec<Sample>>
 }
 
 struct Worker {
+    /// The worker's number: in a closed loop, worker i sends requests i, i + W, i + 2W, …
+    id: u64,
     connection: Option<Connection>,
     scratch: Scratch,
     batch: Vec<Sample>,
@@ -345,17 +346,24 @@ impl Worker {
         samples: &mpsc::UnboundedSender<Vec<Sample>>,
         deadline: Instant,
     ) {
+        // Request numbers and the sent count stay local and are published with each batch: at
+        // full speed, atomics shared by every connection would cost more than the sends.
+        let stride = shared.options.connections.max(1) as u64;
+        let mut n = self.id;
         loop {
             let sent_at = Instant::now();
             if sent_at >= deadline || shared.stop.load(Ordering::Relaxed) {
+                shared
+                    .sent
+                    .fetch_add(self.batch.len() as u64, Ordering::Relaxed);
                 return;
             }
-            let n = shared.closed_loop_next.fetch_add(1, Ordering::Relaxed);
-            shared.sent.fetch_add(1, Ordering::Relaxed);
             let second = (sent_at - shared.start).as_secs() as u32;
             let sample = self.request(shared, n, sent_at, sent_at, second).await;
+            n += stride;
             self.batch.push(sample);
             if self.batch.len() >= BATCH {
+                shared.sent.fetch_add(BATCH as u64, Ordering::Relaxed);
                 let _ = samples.send(std::mem::take(&mut self.batch));
             }
         }

@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::http::service::WorkerProxy;
+use crate::http::service::{ClientConnection, WorkerProxy};
 
 /// Binds `count` sockets to `address` with `SO_REUSEPORT`, so the kernel spreads new
 /// connections over the workers. A port of 0 is resolved by the first bind and reused.
@@ -121,9 +121,10 @@ async fn serve_connection(
         activity: activity.clone(),
     });
     let handler = proxy.clone();
+    let connection = Rc::new(ClientConnection::new(listener, peer));
     let service = service_fn(move |request| {
-        let handler = handler.clone();
-        async move { Ok::<_, Infallible>(handler.handle(listener, peer, request).await) }
+        let (handler, connection) = (handler.clone(), connection.clone());
+        async move { Ok::<_, Infallible>(handler.handle(connection, request).await) }
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())

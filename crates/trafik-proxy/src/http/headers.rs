@@ -2,7 +2,7 @@
 //! and the forwarding headers say who the client was (RFC 7239 `Forwarded`, the de facto
 //! `X-Forwarded-*`) and which proxies the message passed (`Via`).
 
-use std::fmt::Write as _;
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -44,52 +44,75 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// The values a proxied request gains, computed from what the proxy knows of the client.
-pub struct Forwarding<'a> {
-    pub client: SocketAddr,
-    pub host: Option<&'a HeaderValue>,
-    pub trust_incoming: bool,
-    pub via: &'a HeaderValue,
+/// The forwarding headers of one client connection. The client's address does not change
+/// between its requests, so its parts are written once; the `Forwarded` value is kept for the
+/// last `Host` seen, which on a kept-alive connection is nearly always the next one too.
+pub struct ClientForwarding {
+    client_ip: HeaderValue,
+    /// `for=…;proto=http`, for requests without a usable host.
+    without_host: HeaderValue,
+    for_parameter: String,
+    last: RefCell<Option<(HeaderValue, HeaderValue)>>,
 }
 
-impl Forwarding<'_> {
+impl ClientForwarding {
+    pub fn new(client: SocketAddr) -> Self {
+        let for_parameter = match client.ip() {
+            IpAddr::V4(v4) => format!("for={v4}"),
+            IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+        };
+        let value =
+            |text: &str| HeaderValue::from_str(text).unwrap_or(HeaderValue::from_static("unknown"));
+        ClientForwarding {
+            client_ip: value(&client.ip().to_string()),
+            without_host: value(&format!("{for_parameter};proto=http")),
+            for_parameter,
+            last: RefCell::new(None),
+        }
+    }
+
     /// Adds `Forwarded`, `X-Forwarded-For/-Proto/-Host` and `Via` to a request on its way to a
     /// backend. Untrusted incoming forwarding headers are dropped first, so a client cannot
     /// claim another address.
-    pub fn apply(&self, headers: &mut HeaderMap) {
-        if !self.trust_incoming {
+    pub fn apply(&self, headers: &mut HeaderMap, trust_incoming: bool, via: &HeaderValue) {
+        if !trust_incoming {
             headers.remove(header::FORWARDED);
             headers.remove(X_FORWARDED_FOR);
             headers.remove(X_FORWARDED_PROTO);
             headers.remove(X_FORWARDED_HOST);
         }
-        let ip = self.client.ip();
-        let mut forwarded = String::with_capacity(64);
-        match ip {
-            IpAddr::V4(v4) => {
-                let _ = write!(forwarded, "for={v4}");
-            }
-            IpAddr::V6(v6) => {
-                let _ = write!(forwarded, "for=\"[{v6}]\"");
-            }
-        }
-        forwarded.push_str(";proto=http");
-        let host = self
-            .host
-            .and_then(|h| h.to_str().ok())
-            .filter(|h| is_token_safe(h));
-        if let Some(host) = host {
-            let _ = write!(forwarded, ";host=\"{host}\"");
-        }
-        append(headers, header::FORWARDED, &forwarded);
-        append(headers, X_FORWARDED_FOR, &ip.to_string());
+        let host = headers.get(header::HOST).cloned();
+        let forwarded = self.forwarded(host.as_ref());
+        append(headers, header::FORWARDED, forwarded);
+        append(headers, X_FORWARDED_FOR, self.client_ip.clone());
         if !headers.contains_key(X_FORWARDED_PROTO) {
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
         }
-        if let (Some(value), false) = (self.host, headers.contains_key(X_FORWARDED_HOST)) {
-            headers.insert(X_FORWARDED_HOST, value.clone());
+        if let (Some(value), false) = (host, headers.contains_key(X_FORWARDED_HOST)) {
+            headers.insert(X_FORWARDED_HOST, value);
         }
-        append_via(headers, self.via);
+        append_via(headers, via);
+    }
+
+    /// `for=…;proto=http;host="…"` for `host`, reusing the last one built.
+    fn forwarded(&self, host: Option<&HeaderValue>) -> HeaderValue {
+        let Some(host) = host.filter(|h| h.to_str().is_ok_and(is_token_safe)) else {
+            return self.without_host.clone();
+        };
+        let mut last = self.last.borrow_mut();
+        if let Some((seen, value)) = last.as_ref()
+            && seen == host
+        {
+            return value.clone();
+        }
+        let text = format!(
+            "{};proto=http;host=\"{}\"",
+            self.for_parameter,
+            host.to_str().unwrap_or("")
+        );
+        let value = HeaderValue::from_str(&text).unwrap_or_else(|_| self.without_host.clone());
+        *last = Some((host.clone(), value.clone()));
+        value
     }
 }
 
@@ -109,12 +132,14 @@ pub fn append_via(headers: &mut HeaderMap, via: &HeaderValue) {
 }
 
 /// Appends `value` to a comma-separated list header, joining it to any existing values.
-fn append(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+fn append(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
     let joined = match headers.get(&name).and_then(|v| v.to_str().ok()) {
-        Some(existing) => format!("{existing}, {value}"),
-        None => value.to_owned(),
+        Some(existing) => {
+            HeaderValue::from_str(&format!("{existing}, {}", value.to_str().unwrap_or(""))).ok()
+        }
+        None => Some(value),
     };
-    if let Ok(value) = HeaderValue::from_str(&joined) {
+    if let Some(value) = joined {
         headers.insert(name, value);
     }
 }
@@ -157,14 +182,21 @@ mod tests {
 
     fn forward(trust: bool, client: &str, h: &mut HeaderMap) {
         let via = HeaderValue::from_static("1.1 trafik");
-        let host = h.get(header::HOST).cloned();
-        Forwarding {
-            client: client.parse().unwrap(),
-            host: host.as_ref(),
-            trust_incoming: trust,
-            via: &via,
+        ClientForwarding::new(client.parse().unwrap()).apply(h, trust, &via);
+    }
+
+    #[test]
+    fn a_connection_reuses_its_forwarded_value_until_the_host_changes() {
+        let via = HeaderValue::from_static("1.1 trafik");
+        let client = ClientForwarding::new("127.0.0.2:9".parse().unwrap());
+        for host in ["a.test", "a.test", "b.test"] {
+            let mut h = headers(&[("host", host)]);
+            client.apply(&mut h, false, &via);
+            assert_eq!(
+                h["forwarded"],
+                format!("for=127.0.0.2;proto=http;host=\"{host}\"").as_str()
+            );
         }
-        .apply(h);
     }
 
     #[test]

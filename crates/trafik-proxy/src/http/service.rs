@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use trafik_balance::PickContext;
 
 use super::body::ProxyBody;
-use super::headers::{Forwarding, append_via, remove_hop_by_hop};
+use super::headers::{ClientForwarding, append_via, remove_hop_by_hop};
 use super::key::request_key;
 use super::route::RouteTable;
 use super::upstream::{InFlight, Lease, Upstreams};
@@ -30,6 +30,24 @@ pub struct Shared {
     pub via: HeaderValue,
     /// Time zero of the clock given to latency-aware rules.
     pub epoch: Instant,
+}
+
+/// What the proxy knows of one client connection.
+pub struct ClientConnection {
+    /// Index of the listener it arrived on.
+    pub listener: usize,
+    pub peer: SocketAddr,
+    pub forwarding: ClientForwarding,
+}
+
+impl ClientConnection {
+    pub fn new(listener: usize, peer: SocketAddr) -> Self {
+        ClientConnection {
+            listener,
+            peer,
+            forwarding: ClientForwarding::new(peer),
+        }
+    }
 }
 
 /// A worker's proxy: the shared state plus the worker's own upstream connections.
@@ -53,13 +71,13 @@ impl WorkerProxy {
     /// Answers one client request on listener `listener`.
     pub async fn handle(
         self: Rc<Self>,
-        listener: usize,
-        client: SocketAddr,
+        connection: Rc<ClientConnection>,
         request: Request<Incoming>,
     ) -> Response<ProxyBody> {
+        let client = connection.peer;
         let started = self.shared.client.access_log.then(Instant::now);
         let method = started.map(|_| (request.method().clone(), request.uri().clone()));
-        let (response, backend) = self.proxy(listener, client, request).await;
+        let (response, backend) = self.proxy(&connection, request).await;
         if let (Some(started), Some((method, uri))) = (started, method) {
             tracing::info!(
                 target: "trafik::access",
@@ -76,12 +94,12 @@ impl WorkerProxy {
 
     async fn proxy(
         &self,
-        listener: usize,
-        client: SocketAddr,
+        connection: &ClientConnection,
         mut request: Request<Incoming>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let shared = &self.shared;
-        let Some(route) = shared.routes[listener].find(&request) else {
+        let client = connection.peer;
+        let Some(route) = shared.routes[connection.listener].find(&request) else {
             return (error_response(ProxyError::NoRoute), None);
         };
         let pool_index = route.pool;
@@ -106,7 +124,7 @@ impl WorkerProxy {
             },
             None => (None, false),
         };
-        self.prepare(client, &mut request);
+        self.prepare(connection, &mut request);
 
         let mut failure = ProxyError::NoHealthyBackend;
         for _attempt in 0..=retries {
@@ -171,7 +189,7 @@ impl WorkerProxy {
     }
 
     /// Rewrites a client request into the one sent upstream.
-    fn prepare(&self, client: SocketAddr, request: &mut Request<Incoming>) {
+    fn prepare(&self, connection: &ClientConnection, request: &mut Request<Incoming>) {
         // Upstream requests use origin form; the authority moves to `Host` if it was absent.
         if request.uri().scheme().is_some() {
             let authority = request.uri().authority().map(|a| a.as_str().to_owned());
@@ -192,14 +210,11 @@ impl WorkerProxy {
         }
         let headers = request.headers_mut();
         remove_hop_by_hop(headers);
-        let host = headers.get(header::HOST).cloned();
-        Forwarding {
-            client,
-            host: host.as_ref(),
-            trust_incoming: self.shared.client.trust_forwarded,
-            via: &self.shared.via,
-        }
-        .apply(headers);
+        connection.forwarding.apply(
+            headers,
+            self.shared.client.trust_forwarded,
+            &self.shared.via,
+        );
     }
 
     /// Sends the request to backend `index` on a pooled or new connection.
