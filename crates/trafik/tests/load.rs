@@ -1,84 +1,9 @@
 //! `trafik load` against real `trafik upstream` processes: verdicts as exit statuses, the JSON
-//! and HTML outputs, HTTP/2, and the load lesson's server counters.
+//! and HTML outputs, and HTTP/2.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
 
-/// A `trafik upstream` child process; stopped (by its id) when dropped.
-struct Upstream {
-    child: Child,
-    address: String,
-}
-
-impl Upstream {
-    fn start(extra: &[&str]) -> Upstream {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let address = format!("127.0.0.1:{port}");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
-            .args(["upstream", "--name", "k1", "--listen", &address])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.contains("upstream k1 on"), "{line}");
-        Upstream { child, address }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.address)
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-/// A GET over a plain socket, its body parsed as JSON.
-fn get_json(address: &str, path: &str) -> serde_json::Value {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let body = answer.split("\r\n\r\n").nth(1).unwrap();
-    serde_json::from_str(body).unwrap()
-}
-
-fn load(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .arg("load")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(output: &Output) -> serde_json::Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
+use common::{Upstream, get_json, json, load};
 
 #[test]
 fn a_run_within_its_threshold_passes_with_status_0_and_documents_itself_in_json() {
@@ -311,57 +236,4 @@ fn http2_and_posts_with_headers_and_a_body_file() {
         assert_eq!(report["errors"]["status_4xx"], 0, "POST /olay answers 201");
     }
     let _ = std::fs::remove_file(&body);
-}
-
-#[test]
-fn the_soak_profile_reproduces_the_load_lessons_server_counters() {
-    let upstream = Upstream::start(&[
-        "--wait-ms",
-        "3",
-        "--work-ms",
-        "0.85",
-        "--maintenance-every",
-        "100",
-        "--maintenance-scan",
-        "600",
-    ]);
-    let output = load(&[
-        &upstream.url("/takip?no=G{n}"),
-        "--profile",
-        "soak",
-        "--metrics-url",
-        &upstream.url("/olcut"),
-        "--json",
-    ]);
-    let report = json(&output);
-    assert_eq!(report["profile"], "soak");
-    assert_eq!(report["target_rate"], 514.0);
-    assert_eq!(report["sent"], 6168, "514 req/s × 12 s");
-    assert_eq!(report["dropped"], 0);
-    let counters = &report["server_counters"];
-    assert_eq!(counters["before"]["kayit"], 0);
-    assert_eq!(counters["after"]["kayit"], 6168, "one record per request");
-    assert_eq!(
-        counters["difference"]["bakim"], 61,
-        "a maintenance pass every 100 requests"
-    );
-    assert_eq!(counters["after"]["kat"], 600);
-    // The 61st pass, run by request 6,100, scans 600 times the records of every request that had
-    // arrived by then: 6,100 and the few in flight (the course prints 600 × 100 × 61 = 3,660,000).
-    let last = counters["after"]["sonBakimAdim"].as_u64().unwrap();
-    assert!(
-        (600 * 6100..=600 * 6110).contains(&last),
-        "last pass {last} steps"
-    );
-    let quarters = report["quarters"]["rows"].as_array().unwrap();
-    assert_eq!(quarters.len(), 4);
-    let requests: u64 = quarters
-        .iter()
-        .map(|q| q["requests"].as_u64().unwrap())
-        .sum();
-    assert_eq!(requests, report["completed"].as_u64().unwrap());
-    assert!(
-        matches!(output.status.code(), Some(0 | 99)),
-        "the verdict depends on this machine's speed"
-    );
 }

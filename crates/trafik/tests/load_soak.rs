@@ -1,0 +1,59 @@
+//! The soak profile against the load lesson's server reproduces the lesson's server counters.
+//! In a test binary of its own, so no other load test competes with its 12 seconds at 514 req/s.
+
+mod common;
+
+use common::{Upstream, json, load};
+
+#[test]
+fn the_soak_profile_reproduces_the_load_lessons_server_counters() {
+    let upstream = Upstream::start(&[
+        "--wait-ms",
+        "3",
+        "--work-ms",
+        "0.85",
+        "--maintenance-every",
+        "100",
+        "--maintenance-scan",
+        "600",
+    ]);
+    let output = load(&[
+        &upstream.url("/takip?no=G{n}"),
+        "--profile",
+        "soak",
+        "--metrics-url",
+        &upstream.url("/olcut"),
+        "--json",
+    ]);
+    let report = json(&output);
+    assert_eq!(report["profile"], "soak");
+    assert_eq!(report["target_rate"], 514.0);
+    assert_eq!(report["sent"], 6168, "514 req/s × 12 s");
+    assert_eq!(report["dropped"], 0);
+    let counters = &report["server_counters"];
+    assert_eq!(counters["before"]["kayit"], 0);
+    assert_eq!(counters["after"]["kayit"], 6168, "one record per request");
+    assert_eq!(
+        counters["difference"]["bakim"], 61,
+        "a maintenance pass every 100 requests"
+    );
+    assert_eq!(counters["after"]["kat"], 600);
+    // The 61st pass, run by request 6,100, scans 600 times the records of every request that had
+    // arrived by then: 6,100 and the few in flight (the course prints 600 × 100 × 61 = 3,660,000).
+    let last = counters["after"]["sonBakimAdim"].as_u64().unwrap();
+    assert!(
+        (600 * 6100..=600 * 6110).contains(&last),
+        "last pass {last} steps"
+    );
+    let quarters = report["quarters"]["rows"].as_array().unwrap();
+    assert_eq!(quarters.len(), 4);
+    let requests: u64 = quarters
+        .iter()
+        .map(|q| q["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(requests, report["completed"].as_u64().unwrap());
+    assert!(
+        matches!(output.status.code(), Some(0 | 99)),
+        "the verdict depends on this machine's speed"
+    );
+}
