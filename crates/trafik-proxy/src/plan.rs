@@ -30,7 +30,8 @@ pub struct ClientPlan {
     /// kept-alive connection that wait starts when the previous response is sent, so this also
     /// bounds how long an idle keep-alive connection stays open.
     pub header_read_timeout: Duration,
-    /// A connection on which no byte moves either way for this long is closed.
+    /// A connection on which no byte moves either way for this long is closed. It is checked
+    /// once a second, so the close comes within a second after the limit (in whole seconds).
     pub idle_timeout: Duration,
     /// Keep `Forwarded` / `X-Forwarded-*` headers that arrive from clients and append to them;
     /// when false they are replaced, since an untrusted client could forge them.

@@ -2,13 +2,13 @@
 //! accepts on its own `SO_REUSEPORT` copy of every listener and keeps its own upstream pools.
 //! Nothing on the request path crosses threads except the atomic counters.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -17,7 +17,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 
 use crate::http::service::{ClientConnection, WorkerProxy};
 
@@ -55,6 +54,8 @@ pub async fn run(
     // Every accept loop and connection holds a clone of `alive`; when all are dropped the
     // receiver sees the channel close, which is how the worker knows it has drained.
     let (alive, mut drained) = mpsc::channel::<()>(1);
+    let connections = Connections::new(proxy.shared.client.idle_timeout);
+    tokio::task::spawn_local(connections.clone().sweep(shutdown.clone()));
     for (index, listener) in listeners.into_iter().enumerate() {
         let listener = match TcpListener::from_std(listener) {
             Ok(listener) => listener,
@@ -67,6 +68,7 @@ pub async fn run(
             proxy.clone(),
             index,
             listener,
+            connections.clone(),
             shutdown.clone(),
             alive.clone(),
         ));
@@ -81,10 +83,10 @@ async fn accept_loop(
     proxy: Rc<WorkerProxy>,
     index: usize,
     listener: TcpListener,
+    connections: Rc<Connections>,
     mut shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
 ) {
-    let for_connections = shutdown.clone();
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|stopping| *stopping) => return,
@@ -92,7 +94,7 @@ async fn accept_loop(
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     tokio::task::spawn_local(serve_connection(
-                        proxy.clone(), index, stream, peer, for_connections.clone(), alive.clone(),
+                        proxy.clone(), index, stream, peer, connections.clone(), alive.clone(),
                     ));
                 }
                 Err(error) => {
@@ -110,15 +112,14 @@ async fn serve_connection(
     listener: usize,
     stream: TcpStream,
     peer: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
+    connections: Rc<Connections>,
     _alive: mpsc::Sender<()>,
 ) {
-    let client = &proxy.shared.client;
-    let idle = client.idle_timeout;
-    let activity = Rc::new(Cell::new(Instant::now()));
+    let control = connections.register();
     let io = TokioIo::new(Watched {
         stream,
-        activity: activity.clone(),
+        control: control.clone(),
+        clock: connections,
     });
     let handler = proxy.clone();
     let connection = Rc::new(ClientConnection::new(listener, peer));
@@ -128,24 +129,108 @@ async fn serve_connection(
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(client.header_read_timeout)
+        .header_read_timeout(proxy.shared.client.header_read_timeout)
         .serve_connection(io, service);
     tokio::pin!(connection);
     let mut draining = false;
-    loop {
-        let idle_deadline = activity.get() + idle;
-        tokio::select! {
-            _ = connection.as_mut() => return,
-            _ = shutdown.wait_for(|stopping| *stopping), if !draining => {
-                draining = true;
-                connection.as_mut().graceful_shutdown();
-            }
-            _ = tokio::time::sleep_until(idle_deadline) => {
-                if activity.get() + idle <= Instant::now() {
-                    tracing::debug!(%peer, "closing idle connection");
-                    return;
+    std::future::poll_fn(|cx| {
+        control.remember(cx.waker());
+        if control.idle.get() {
+            tracing::debug!(%peer, "closing idle connection");
+            return Poll::Ready(());
+        }
+        if control.drain.get() && !draining {
+            draining = true;
+            connection.as_mut().graceful_shutdown();
+        }
+        connection.as_mut().poll(cx).map(|_| ())
+    })
+    .await;
+}
+
+/// A worker's client connections, as its sweeper sees them. Checking each connection's idle
+/// time once a second here is cheaper than a timer per connection polled on every wake-up.
+pub struct Connections {
+    /// Seconds since the worker started: a clock cheap enough to read on every read and write.
+    tick: Cell<u64>,
+    /// Idle limit in whole seconds (at least 1).
+    idle_ticks: u64,
+    list: RefCell<Vec<Weak<Control>>>,
+    draining: Cell<bool>,
+}
+
+/// What the sweeper can ask of one connection.
+struct Control {
+    /// The tick at which a byte last moved.
+    active_at: Cell<u64>,
+    idle: Cell<bool>,
+    drain: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Control {
+    fn remember(&self, waker: &Waker) {
+        let mut stored = self.waker.borrow_mut();
+        if !stored.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *stored = Some(waker.clone());
+        }
+    }
+
+    fn wake(&self) {
+        if let Some(waker) = self.waker.borrow().as_ref() {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+impl Connections {
+    pub fn new(idle_timeout: Duration) -> Rc<Self> {
+        Rc::new(Connections {
+            tick: Cell::new(0),
+            idle_ticks: idle_timeout.as_secs_f64().ceil().max(1.0) as u64,
+            list: RefCell::new(Vec::new()),
+            draining: Cell::new(false),
+        })
+    }
+
+    fn register(&self) -> Rc<Control> {
+        let control = Rc::new(Control {
+            active_at: Cell::new(self.tick.get()),
+            idle: Cell::new(false),
+            drain: Cell::new(self.draining.get()),
+            waker: RefCell::new(None),
+        });
+        self.list.borrow_mut().push(Rc::downgrade(&control));
+        control
+    }
+
+    /// Once a second: closes connections idle past the limit, forgets finished ones and, after
+    /// `shutdown`, asks every connection to drain.
+    pub async fn sweep(self: Rc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => self.tick.set(self.tick.get() + 1),
+                _ = shutdown.wait_for(|stopping| *stopping), if !self.draining.get() => {
+                    self.draining.set(true);
                 }
             }
+            let (tick, draining) = (self.tick.get(), self.draining.get());
+            self.list.borrow_mut().retain(|weak| {
+                let Some(control) = weak.upgrade() else {
+                    return false;
+                };
+                // The stamp says only in which second the last byte moved: waiting for strictly
+                // more ticks than the limit guarantees at least the limit has passed.
+                let idle = tick.saturating_sub(control.active_at.get()) > self.idle_ticks;
+                if idle || (draining && !control.drain.get()) {
+                    control.idle.set(control.idle.get() || idle);
+                    control.drain.set(draining);
+                    control.wake();
+                }
+                true
+            });
         }
     }
 }
@@ -153,13 +238,14 @@ async fn serve_connection(
 /// A client socket that notes when bytes last moved, for the idle timeout.
 struct Watched {
     stream: TcpStream,
-    activity: Rc<Cell<Instant>>,
+    control: Rc<Control>,
+    clock: Rc<Connections>,
 }
 
 impl Watched {
     fn touch<T>(&self, polled: &Poll<io::Result<T>>) {
         if polled.is_ready() {
-            self.activity.set(Instant::now());
+            self.control.active_at.set(self.clock.tick.get());
         }
     }
 }

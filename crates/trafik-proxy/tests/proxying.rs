@@ -271,3 +271,38 @@ async fn the_metrics_endpoint_exposes_the_status_counters() {
     assert_eq!(get(admin, "/nope").await.status, 404);
     stop(running).await;
 }
+
+#[tokio::test]
+async fn a_connection_with_no_bytes_moving_is_closed_after_the_idle_timeout() {
+    let replicas = replicas(1).await;
+    let mut plan = plan(&[replicas[0].address()]);
+    plan.client.idle_timeout = Duration::from_secs(1);
+    plan.client.header_read_timeout = Duration::from_secs(30);
+    let running = trafik_proxy::start(plan).unwrap();
+
+    // A kept-alive connection that answered once, then goes quiet.
+    let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    stream
+        .write_all(b"GET /takip/TR-1 HTTP/1.1\r\nHost: kargo.test\r\n\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut received = Vec::new();
+    let read =
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut received)).await;
+    assert!(
+        read.is_ok(),
+        "the idle connection was not closed within 5 s"
+    );
+    let elapsed = started.elapsed();
+    assert!(String::from_utf8_lossy(&received).starts_with("HTTP/1.1 200"));
+    assert!(
+        elapsed >= Duration::from_millis(900),
+        "closed after {elapsed:?}, before the limit"
+    );
+    assert!(
+        elapsed < Duration::from_millis(3000),
+        "closed after {elapsed:?}"
+    );
+    stop(running).await;
+}

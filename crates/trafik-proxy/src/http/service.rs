@@ -146,7 +146,7 @@ impl WorkerProxy {
                 break;
             };
             Pool::count(&pool.stats[index].decisions);
-            let in_flight = InFlight::start(pool, index);
+            let in_flight = self.upstreams.start(pool_index, index);
             let address = pool.address(index);
             let sent_at = timed.then(Instant::now);
             match self.send(pool_index, pool, index, in_flight, request).await {

@@ -20,10 +20,11 @@ use crate::pool::Pool;
 /// Idle connections kept per backend in one worker; more are closed when they come back.
 const MAX_IDLE_PER_BACKEND: usize = 512;
 
-/// The idle connections of one backend in one worker.
-#[derive(Default)]
-struct IdleList {
+/// One backend as one worker sees it: its idle connections, and its pool for counting.
+pub struct IdleList {
     senders: RefCell<Vec<SendRequest<Incoming>>>,
+    pool: Arc<Pool>,
+    backend: usize,
 }
 
 /// One worker's connection pools, indexed by pool then backend.
@@ -33,23 +34,12 @@ pub struct Upstreams {
 
 /// Marks a request in flight to a backend for as long as it lives.
 pub struct InFlight {
-    pool: Arc<Pool>,
-    index: usize,
-}
-
-impl InFlight {
-    pub fn start(pool: &Arc<Pool>, index: usize) -> Self {
-        pool.backends.start(index);
-        InFlight {
-            pool: pool.clone(),
-            index,
-        }
-    }
+    home: Rc<IdleList>,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.pool.backends.finish(self.index);
+        self.home.pool.backends.finish(self.home.backend);
     }
 }
 
@@ -91,9 +81,26 @@ impl Upstreams {
     pub fn new(pools: &[Arc<Pool>]) -> Self {
         let idle = pools
             .iter()
-            .map(|pool| (0..pool.backends.len()).map(|_| Rc::default()).collect())
+            .map(|pool| {
+                (0..pool.backends.len())
+                    .map(|backend| {
+                        Rc::new(IdleList {
+                            senders: RefCell::default(),
+                            pool: pool.clone(),
+                            backend,
+                        })
+                    })
+                    .collect()
+            })
             .collect();
         Upstreams { idle }
+    }
+
+    /// Marks one more request in flight to `backend` of pool `pool_index` until the guard drops.
+    pub fn start(&self, pool_index: usize, backend: usize) -> InFlight {
+        let home = self.idle[pool_index][backend].clone();
+        home.pool.backends.start(backend);
+        InFlight { home }
     }
 
     /// An idle connection to the backend if one is still open, or else a new one.
