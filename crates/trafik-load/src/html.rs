@@ -12,10 +12,12 @@ const MARGIN: f64 = 48.0;
 struct Series<'a> {
     name: &'a str,
     colour: &'a str,
+    /// A dashed line, for a reference the others are read against.
+    dashed: bool,
     points: Vec<(f64, f64)>,
 }
 
-fn plot(title: &str, unit: &str, series: &[Series<'_>]) -> String {
+fn plot(title: &str, series: &[Series<'_>]) -> String {
     let x_max = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
@@ -46,7 +48,7 @@ fn plot(title: &str, unit: &str, series: &[Series<'_>]) -> String {
     }
     let _ = write!(
         svg,
-        "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{unit} / second of the run (0–{x_max:.0})</text>",
+        "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">second of the run (0–{x_max:.0})</text>",
         MARGIN,
         HEIGHT - 12.0
     );
@@ -58,12 +60,17 @@ fn plot(title: &str, unit: &str, series: &[Series<'_>]) -> String {
             .collect();
         let _ = write!(
             svg,
-            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{dash} points=\"{}\"/>\
              <text x=\"{:.1}\" y=\"20\" fill=\"{c}\" font-size=\"12\">{}</text>",
             points.join(" "),
             WIDTH - MARGIN - 90.0 * (series.len() - i) as f64,
             s.name,
-            c = s.colour
+            c = s.colour,
+            dash = if s.dashed {
+                " stroke-dasharray=\"6 4\""
+            } else {
+                ""
+            }
         );
     }
     svg.push_str("</svg>");
@@ -81,42 +88,46 @@ pub fn page(report: &Report) -> String {
     };
     let latency = plot(
         "Latency from the intended send (ms)",
-        "ms",
         &[
             Series {
                 name: "p50",
                 colour: "#2a9d8f",
+                dashed: false,
                 points: at(|i| i.latency_ms.p50),
             },
             Series {
                 name: "p95",
                 colour: "#e9c46a",
+                dashed: false,
                 points: at(|i| i.latency_ms.p95),
             },
             Series {
                 name: "p99",
                 colour: "#e76f51",
+                dashed: false,
                 points: at(|i| i.latency_ms.p99),
             },
         ],
     );
     let rate = plot(
         "Requests per second",
-        "req/s",
         &[
             Series {
                 name: "planned",
                 colour: "#888888",
+                dashed: true,
                 points: at(|i| i.planned as f64),
             },
             Series {
                 name: "sent",
                 colour: "#264653",
+                dashed: false,
                 points: at(|i| i.sent as f64),
             },
             Series {
                 name: "errors",
                 colour: "#d62828",
+                dashed: false,
                 points: at(|i| i.errors as f64),
             },
         ],

@@ -372,3 +372,150 @@ fn bad_sim_options_exit_2_with_a_reason() {
         assert!(errors.contains(expected), "{args:?}: {errors}");
     }
 }
+
+const KEYED: &str = r#"
+[[listener]]
+name = "web"
+listen = "127.0.0.1:18080"
+
+[[listener.route]]
+pool = "takip"
+
+[[pool]]
+name = "takip"
+algorithm = "maglev"
+hash_key = "header:x-istemci"
+backends = [{ address = "127.0.0.1:18081" }, { address = "127.0.0.1:18082" }]
+
+[pool.sticky]
+mode = "cookie"
+secret = "s3cret"
+"#;
+
+#[test]
+fn balancing_and_stickiness_settings_are_checked_and_shown() {
+    let (code, plan, errors) = check("keyed.toml", KEYED);
+    assert_eq!(code, 0, "{errors}");
+    assert!(plan.contains("pool takip: maglev"), "{plan}");
+    assert!(plan.contains("hash key: header:x-istemci"), "{plan}");
+    assert!(
+        plan.contains("sticky: cookie trafik_sticky (HMAC-signed)"),
+        "{plan}"
+    );
+
+    let (code, _, errors) = check(
+        "nokey.toml",
+        &KEYED.replace("hash_key = \"header:x-istemci\"\n", ""),
+    );
+    assert_eq!(code, 2);
+    assert!(
+        errors.contains(
+            "nokey.toml:11:13: pool[0].hash_key: algorithm maglev places requests by a key"
+        ),
+        "{errors}"
+    );
+
+    let (_, _, errors) = check("badkey.toml", &KEYED.replace("header:x-istemci", "headr:x"));
+    assert!(
+        errors.contains("badkey.toml:12:12: pool[0].hash_key: expected header:NAME, cookie:NAME"),
+        "{errors}"
+    );
+
+    let (_, _, errors) = check(
+        "mode.toml",
+        &KEYED.replace("mode = \"cookie\"", "mode = \"cokie\""),
+    );
+    assert!(
+        errors.contains(
+            "mode.toml:16:8: pool[0].sticky.mode: expected \"cookie\", \"modulo\" or \"consistent\""
+        ),
+        "{errors}"
+    );
+
+    let factor = KEYED.replace(
+        "algorithm = \"maglev\"",
+        "algorithm = \"bounded-load\"\nbalance_factor = 0.5",
+    );
+    let (_, _, errors) = check("factor.toml", &factor);
+    assert!(
+        errors.contains("pool[0].balance_factor: expected a factor of at least 1.0"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn the_access_log_writes_one_json_line_per_request() {
+    let upstream_port = free_port();
+    let mut upstream = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args([
+            "upstream",
+            "--name",
+            "k1",
+            "--listen",
+            &format!("127.0.0.1:{upstream_port}"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(upstream.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+
+    let mut proxy = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args([
+            "--log-format",
+            "json",
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--access-log",
+            "--to",
+        ])
+        .arg(format!("127.0.0.1:{upstream_port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(proxy.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(curl(&address, "/takip/TR-7").contains("HTTP/1.1 200"));
+    assert!(
+        curl(&address, "/yok").contains("HTTP/1.1 404"),
+        "the replica's own 404 passes through"
+    );
+
+    for child in [&mut proxy, &mut upstream] {
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+    let output = proxy.wait_with_output().unwrap();
+    let _ = upstream.wait();
+    let logs = String::from_utf8_lossy(&output.stderr);
+    let access: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "trafik::access")
+        .collect();
+    assert_eq!(access.len(), 2, "{logs}");
+    assert_eq!(access[0]["fields"]["uri"], "/takip/TR-7");
+    assert_eq!(access[0]["fields"]["status"], 200);
+    assert_eq!(
+        access[0]["fields"]["backend"],
+        format!("127.0.0.1:{upstream_port}")
+    );
+    assert_eq!(access[1]["fields"]["status"], 404);
+}
