@@ -306,3 +306,64 @@ async fn a_connection_with_no_bytes_moving_is_closed_after_the_idle_timeout() {
     );
     stop(running).await;
 }
+
+/// Sends raw bytes on a fresh connection and returns the status line of the answer (empty if
+/// the connection closed without one).
+async fn raw_status(address: std::net::SocketAddr, request: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 512];
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk)).await {
+            Ok(Ok(read)) if read > 0 => answer.extend_from_slice(&chunk[..read]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&answer).lines().next().unwrap_or("").to_owned()
+}
+
+#[tokio::test]
+async fn hostile_requests_get_an_answer_never_a_dropped_connection() {
+    let replicas = replicas(2).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut plan = plan(&addresses);
+    plan.pools[0].sticky = Some(trafik_proxy::StickyPlan::Cookie {
+        name: "trafik".into(),
+        secret: b"k".to_vec(),
+    });
+    plan.listeners[0].routes = vec![
+        {
+            let mut r = route("/", 0);
+            r.host = Some("kargo.test".into());
+            r
+        },
+        route("/takip", 0),
+    ];
+    let running = trafik_proxy::start(plan).unwrap();
+    let address = web(&running);
+    let long_value = "x".repeat(16 * 1024);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"GET /takip/1 HTTP/1.1\r\nHost: [::1\r\nConnection: close\r\n\r\n".to_vec(), "HTTP/1.1 200"),
+        (b"GET /takip/1 HTTP/1.1\r\nHost: [\r\nConnection: close\r\n\r\n".to_vec(), "HTTP/1.1 200"),
+        (b"GET /takip/1 HTTP/1.1\r\nHost: :\r\nConnection: close\r\n\r\n".to_vec(), "HTTP/1.1 200"),
+        (b"GET /x HTTP/1.1\r\nHost: KARGO.test:99999\r\nConnection: close\r\n\r\n".to_vec(), "HTTP/1.1 404"),
+        (b"GET http://kargo.test/takip/2 HTTP/1.1\r\nHost: kargo.test\r\nConnection: close\r\n\r\n".to_vec(), "HTTP/1.1 200"),
+        (b"GET /takip/3 HTTP/1.0\r\n\r\n".to_vec(), "HTTP/1.0 200"),
+        (b"GET /baska HTTP/1.1\r\nHost: baska.test\r\nConnection: close\r\n\r\n".to_vec(), "HTTP/1.1 404"),
+        (
+            b"GET /takip/4 HTTP/1.1\r\nHost: a\r\nCookie: trafik=\xff\xfe; trafik=0000000000000000ffffffffffffffffffffffffffffffff\r\nConnection: close\r\n\r\n".to_vec(),
+            "HTTP/1.1 200",
+        ),
+        (
+            format!("GET /takip/5 HTTP/1.1\r\nHost: a\r\nX-Uzun: {long_value}\r\nConnection: close\r\n\r\n").into_bytes(),
+            "HTTP/1.1 200",
+        ),
+        (b"GET /takip/6 HTTP/1.1\r\nHost: a\r\nConnection: close, x-a, \xff\r\nX-A: 1\r\n\r\n".to_vec(), "HTTP/1.1 200"),
+    ];
+    for (request, expected) in cases {
+        let status = raw_status(address, &request).await;
+        assert!(status.starts_with(expected), "{:?} → {status:?}", String::from_utf8_lossy(&request));
+    }
+    stop(running).await;
+}

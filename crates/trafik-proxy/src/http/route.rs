@@ -55,11 +55,8 @@ fn request_host<B>(request: &Request<B>) -> Option<&str> {
 
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
-        // An IPv6 literal: keep the brackets' content up to the closing one.
-        return host
-            .split(']')
-            .next()
-            .map_or(host, |h| &host[..h.len() + 1]);
+        // An IPv6 literal: up to and including the closing bracket (all of it if there is none).
+        return host.find(']').map_or(host, |end| &host[..=end]);
     }
     host.rsplit_once(':').map_or(host, |(name, _)| name)
 }
@@ -124,5 +121,11 @@ mod tests {
         assert_eq!(strip_port("a.b"), "a.b");
         assert_eq!(strip_port("[::1]:80"), "[::1]");
         assert_eq!(strip_port("[::1]"), "[::1]");
+        // Malformed hosts come from clients: they must not panic.
+        assert_eq!(strip_port("[::1"), "[::1");
+        assert_eq!(strip_port("["), "[");
+        assert_eq!(strip_port(":"), "");
+        assert_eq!(strip_port(""), "");
+        assert_eq!(strip_port("é:1"), "é");
     }
 }
