@@ -320,7 +320,11 @@ async fn raw_status(address: std::net::SocketAddr, request: &[u8]) -> String {
             _ => break,
         }
     }
-    String::from_utf8_lossy(&answer).lines().next().unwrap_or("").to_owned()
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
 }
 
 #[tokio::test]
@@ -363,7 +367,11 @@ async fn hostile_requests_get_an_answer_never_a_dropped_connection() {
     ];
     for (request, expected) in cases {
         let status = raw_status(address, &request).await;
-        assert!(status.starts_with(expected), "{:?} → {status:?}", String::from_utf8_lossy(&request));
+        assert!(
+            status.starts_with(expected),
+            "{:?} → {status:?}",
+            String::from_utf8_lossy(&request)
+        );
     }
     stop(running).await;
 }

@@ -70,9 +70,13 @@ pub enum Command {
         /// Other backends tried after a failed connect; 0 turns retries off.
         #[arg(long, default_value_t = 1)]
         retries: u32,
-        /// Serve the admin API (/status, /metrics) here.
+        /// Serve the admin API (/status, /metrics, drain) here; loopback only unless
+        /// --admin-allow-remote.
         #[arg(long, value_parser = parse_addr)]
         admin: Option<SocketAddr>,
+        /// Allow a non-loopback --admin address (the admin API has no authentication).
+        #[arg(long, requires = "admin")]
+        admin_allow_remote: bool,
         /// The instance name written in Via headers.
         #[arg(long, default_value = "trafik")]
         name: String,

@@ -56,10 +56,19 @@ fn run(command: Command) -> Result<ExitCode, String> {
             health_interval,
             retries,
             admin,
+            admin_allow_remote,
             name,
             workers,
             access_log,
         } => {
+            if let Some(address) = admin
+                && !address.ip().is_loopback()
+                && !admin_allow_remote
+            {
+                return Err(format!(
+                    "--admin {address}: the admin API has no authentication, so a non-loopback address needs --admin-allow-remote"
+                ));
+            }
             let health = health_path.map(|path| HealthPlan {
                 check: HealthCheck::Http { path },
                 interval: health_interval,

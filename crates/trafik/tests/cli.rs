@@ -169,6 +169,22 @@ fn a_remote_admin_address_must_be_asked_for() {
 }
 
 #[test]
+fn quick_mode_refuses_a_remote_admin_address_unless_asked() {
+    let output = trafik(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--to",
+        "127.0.0.1:1",
+        "--admin",
+        "0.0.0.0:0",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(errors.contains("needs --admin-allow-remote"), "{errors}");
+}
+
+#[test]
 fn the_embedded_default_checks_clean() {
     let output = trafik(&["check"]);
     assert!(output.status.success());
