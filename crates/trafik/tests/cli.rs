@@ -1,9 +1,12 @@
 //! The `trafik` command line as a user meets it: `check` on good and bad files, quick mode, the
 //! embedded default and signals.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+
+use common::{Proxy, Upstream};
 
 fn trafik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trafik"))
@@ -214,66 +217,22 @@ fn bad_flags_are_refused_with_status_2() {
 
 #[test]
 fn quick_mode_with_an_upstream_child_serves_and_stops_on_sigterm() {
-    let upstream_port = free_port();
-    let mut upstream = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args([
-            "upstream",
-            "--name",
-            "k1",
-            "--listen",
-            &format!("127.0.0.1:{upstream_port}"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(upstream.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("upstream k1 on http://127.0.0.1:"), "{line}");
+    let upstream = Upstream::start(&[]);
+    let proxy = Proxy::start(&[], &["--name", "kenar", "--to", &upstream.address]);
 
-    let mut proxy = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--name",
-            "kenar",
-            "--to",
-        ])
-        .arg(format!("127.0.0.1:{upstream_port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(proxy.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-
-    let answer = curl(&address, "/takip/TR-4821");
+    let answer = curl(&proxy.address, "/takip/TR-4821");
     assert!(answer.contains("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("x-kopya: k1"), "{answer}");
     assert!(answer.contains("via: 1.1 kenar"), "{answer}");
     assert!(answer.contains("\"no\":\"TR-4821\""), "{answer}");
 
-    for child in [&mut proxy, &mut upstream] {
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        let exit = child.wait().unwrap();
-        assert!(exit.success(), "{exit}");
-    }
+    let exit = proxy.stop().status;
+    assert!(
+        exit.success(),
+        "the proxy drains and exits 0 on SIGTERM: {exit}"
+    );
+    let exit = upstream.stop();
+    assert!(exit.success(), "the upstream exits 0 on SIGTERM: {exit}");
 }
 
 /// A raw HTTP/1.1 GET over a std socket: the answer's head and body as text.
@@ -288,14 +247,6 @@ fn curl(address: &str, path: &str) -> String {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     answer
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn sim_json(args: &[&str]) -> serde_json::Value {
@@ -461,65 +412,18 @@ fn balancing_and_stickiness_settings_are_checked_and_shown() {
 
 #[test]
 fn the_access_log_writes_one_json_line_per_request() {
-    let upstream_port = free_port();
-    let mut upstream = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args([
-            "upstream",
-            "--name",
-            "k1",
-            "--listen",
-            &format!("127.0.0.1:{upstream_port}"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(upstream.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-
-    let mut proxy = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args([
-            "--log-format",
-            "json",
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--access-log",
-            "--to",
-        ])
-        .arg(format!("127.0.0.1:{upstream_port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(proxy.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    assert!(curl(&address, "/takip/TR-7").contains("HTTP/1.1 200"));
+    let upstream = Upstream::start(&[]);
+    let proxy = Proxy::start(
+        &["--log-format", "json"],
+        &["--access-log", "--to", &upstream.address],
+    );
+    assert!(curl(&proxy.address, "/takip/TR-7").contains("HTTP/1.1 200"));
     assert!(
-        curl(&address, "/yok").contains("HTTP/1.1 404"),
+        curl(&proxy.address, "/yok").contains("HTTP/1.1 404"),
         "the replica's own 404 passes through"
     );
 
-    for child in [&mut proxy, &mut upstream] {
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-    }
-    let output = proxy.wait_with_output().unwrap();
-    let _ = upstream.wait();
+    let output = proxy.stop();
     let logs = String::from_utf8_lossy(&output.stderr);
     let access: Vec<serde_json::Value> = logs
         .lines()
@@ -529,9 +433,6 @@ fn the_access_log_writes_one_json_line_per_request() {
     assert_eq!(access.len(), 2, "{logs}");
     assert_eq!(access[0]["fields"]["uri"], "/takip/TR-7");
     assert_eq!(access[0]["fields"]["status"], 200);
-    assert_eq!(
-        access[0]["fields"]["backend"],
-        format!("127.0.0.1:{upstream_port}")
-    );
+    assert_eq!(access[0]["fields"]["backend"], upstream.address.as_str());
     assert_eq!(access[1]["fields"]["status"], 404);
 }

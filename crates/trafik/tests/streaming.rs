@@ -1,11 +1,11 @@
 //! A 1 GiB upload and a 1 GiB download pass through the real `trafik` binary while its peak
 //! memory stays small: bodies stream, they are never buffered whole.
 
+mod common;
+
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::process::{Command, Stdio};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -14,6 +14,8 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+
+use common::Proxy;
 
 const GIB: u64 = 1 << 30;
 const CHUNK: usize = 256 * 1024;
@@ -116,25 +118,9 @@ fn peak_memory_kib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gibibyte_each_way_streams_through_with_bounded_memory() {
     let backend = sink_and_source().await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(["proxy", "--listen", "127.0.0.1:0", "--workers", "1", "--to"])
-        .arg(backend.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("trafik starts");
-    let mut first_line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first_line)
-        .unwrap();
-    let proxy: SocketAddr = first_line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no listen address in {first_line:?}"));
-
-    let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let proxy = Proxy::start(&[], &["--workers", "1", "--to", &backend.to_string()]);
+    let address: SocketAddr = proxy.address.parse().unwrap();
+    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
@@ -158,13 +144,8 @@ async fn a_gibibyte_each_way_streams_through_with_bounded_memory() {
     assert_eq!(response.status(), 200);
     assert_eq!(count(response.into_body()).await, GIB);
 
-    let peak = peak_memory_kib(child.id());
-    let stopped = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    let exit = child.wait().unwrap();
+    let peak = peak_memory_kib(proxy.pid());
+    let exit = proxy.stop().status;
     assert!(exit.success(), "SIGTERM drains and exits 0, got {exit}");
     assert!(
         peak < PEAK_MEMORY_LIMIT_KIB,

@@ -7,7 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 
 /// A `trafik upstream` child process; stopped (by its id) when dropped.
 pub struct Upstream {
-    child: Child,
+    /// Taken when stopped, so the process is signalled and reaped exactly once.
+    child: Option<Child>,
     pub address: String,
 }
 
@@ -31,7 +32,10 @@ impl Upstream {
             .read_line(&mut line)
             .unwrap();
         assert!(line.contains("upstream k1 on"), "{line}");
-        Upstream { child, address }
+        Upstream {
+            child: Some(child),
+            address,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -39,12 +43,82 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// Sends SIGTERM and waits; the exit status tells whether it drained cleanly.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("a running upstream");
+        terminate(&child);
+        child.wait().unwrap()
+    }
+}
+
+/// A `trafik proxy` (quick mode) child process on a free port; stopped when dropped.
+pub struct Proxy {
+    child: Option<Child>,
+    pub address: String,
+}
+
+impl Proxy {
+    /// Starts `trafik [global] proxy --listen 127.0.0.1:0 [args]`, stderr captured.
+    pub fn start(global: &[&str], args: &[&str]) -> Proxy {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(global)
+            .args(["proxy", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no listen address in {line:?}"))
+            .to_owned();
+        Proxy {
+            child: Some(child),
+            address,
+        }
+    }
+
+    /// The process id, for reading `/proc`.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Sends SIGTERM, waits, and returns how it exited and what it logged.
+    pub fn stop(mut self) -> Output {
+        let child = self.child.take().expect("a running proxy");
+        terminate(&child);
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            terminate(&child);
+            let _ = child.wait();
+        }
+    }
+}
+
+fn terminate(child: &Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+}
+
 impl Drop for Upstream {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            terminate(&child);
+            let _ = child.wait();
+        }
     }
 }
 
