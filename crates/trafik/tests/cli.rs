@@ -172,22 +172,6 @@ fn a_remote_admin_address_must_be_asked_for() {
 }
 
 #[test]
-fn quick_mode_refuses_a_remote_admin_address_unless_asked() {
-    let output = trafik(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--to",
-        "127.0.0.1:1",
-        "--admin",
-        "0.0.0.0:0",
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    let errors = String::from_utf8_lossy(&output.stderr);
-    assert!(errors.contains("needs --admin-allow-remote"), "{errors}");
-}
-
-#[test]
 fn the_embedded_default_checks_clean() {
     let output = trafik(&["check"]);
     assert!(output.status.success());
@@ -200,19 +184,23 @@ fn the_embedded_default_checks_clean() {
 }
 
 #[test]
-fn bad_flags_are_refused_with_status_2() {
-    let output = trafik(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--to",
-        "127.0.0.1:1",
-        "--algorithm",
-        "fastest",
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    let errors = String::from_utf8_lossy(&output.stderr);
-    assert!(errors.contains("unknown algorithm \"fastest\""), "{errors}");
+fn bad_quick_mode_flags_are_refused_with_status_2() {
+    let quick = ["proxy", "--listen", "127.0.0.1:0", "--to", "127.0.0.1:1"];
+    for (extra, expected) in [
+        (
+            &["--algorithm", "fastest"][..],
+            "unknown algorithm \"fastest\"",
+        ),
+        (&["--admin", "0.0.0.0:0"][..], "needs --admin-allow-remote"),
+        (&["--hash-key", "headr:x"][..], "expected header:NAME"),
+        (&["--health-interval", "soon"][..], "expected a duration"),
+    ] {
+        let args: Vec<&str> = quick.iter().chain(extra).copied().collect();
+        let output = trafik(&args);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}");
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(errors.contains(expected), "{extra:?}: {errors}");
+    }
 }
 
 #[test]
