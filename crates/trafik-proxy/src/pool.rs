@@ -80,10 +80,7 @@ impl Pool {
     pub fn needs_key(&self) -> bool {
         self.plan.hash_key.is_some()
             && (self.plan.algorithm.uses_key()
-                || matches!(
-                    self.sticky.as_ref().map(Sticky::mode),
-                    Some("modulo" | "consistent")
-                ))
+                || self.sticky.as_ref().is_some_and(|s| !s.uses_cookie()))
     }
 
     /// The backend whose address is written `address`, for the admin API.

@@ -77,6 +77,11 @@ impl Sticky {
         }
     }
 
+    /// Whether clients are bound by a cookie trafik sets (rather than by their hash key).
+    pub fn uses_cookie(&self) -> bool {
+        matches!(self.binding, Binding::Cookie { .. })
+    }
+
     pub fn mode(&self) -> &'static str {
         match &self.binding {
             Binding::Cookie { .. } => "cookie",
@@ -150,7 +155,7 @@ impl Sticky {
     /// Counts a session lost because its bound backend could not be reached during the request;
     /// returns whether the client should now get a new cookie.
     pub fn lose_session(&self) -> bool {
-        if !matches!(self.binding, Binding::Cookie { .. }) {
+        if !self.uses_cookie() {
             return false;
         }
         count(&self.lost);

@@ -120,7 +120,7 @@ impl WorkerProxy {
         let (mut bound, mut bind) = match &pool.sticky {
             Some(sticky) => match sticky.decide(request.headers(), &pool.backends, &context) {
                 Decision::Bound(index) => (Some(index), false),
-                Decision::Bind => (None, sticky.mode() == "cookie"),
+                Decision::Bind => (None, sticky.uses_cookie()),
             },
             None => (None, false),
         };
