@@ -424,3 +424,62 @@ fn the_access_log_writes_one_json_line_per_request() {
     assert_eq!(access[0]["fields"]["backend"], upstream.address.as_str());
     assert_eq!(access[1]["fields"]["status"], 404);
 }
+
+#[test]
+fn the_readme_main_command_serves_the_course_topology() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    // `trafik serve` with no config: three built-in replicas behind a balancer on 8080.
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(serve.stdout.take().unwrap());
+    let mut printed = String::new();
+    while !printed.contains("try: curl") {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            let output = serve.wait_with_output().unwrap();
+            panic!(
+                "trafik serve stopped: {printed}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        printed.push_str(&line);
+    }
+    assert!(
+        printed.contains("trafik listening on http://127.0.0.1:8080 (web)"),
+        "{printed}"
+    );
+    let replicas: Vec<String> = (0..3)
+        .map(|_| {
+            let answer = curl("127.0.0.1:8080", "/takip/TR-4821");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            let replica = answer.lines().find_map(|l| l.strip_prefix("x-kopya: "));
+            replica.unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(replicas, ["k1", "k2", "k3"]);
+    let status = curl("127.0.0.1:9090", "/status");
+    let body: serde_json::Value =
+        serde_json::from_str(status.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let backends = body["pools"][0]["backends"].as_array().unwrap();
+    assert_eq!(backends.len(), 3);
+    assert!(
+        backends
+            .iter()
+            .all(|b| b["healthy"] == true && b["requests"] == 1)
+    );
+
+    Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    let exit = serve.wait().unwrap();
+    assert!(
+        exit.success(),
+        "Ctrl-C / SIGTERM drains and exits 0: {exit}"
+    );
+}
