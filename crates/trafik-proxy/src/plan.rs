@@ -45,7 +45,7 @@ pub struct ClientPlan {
 pub struct ListenerPlan {
     pub name: String,
     pub address: SocketAddr,
-    /// Routes in the order they are tried (see [`crate::Route`] for matching).
+    /// Routes; the most specific is tried first (see [`crate::http::route::RouteTable`]).
     pub routes: Vec<RoutePlan>,
 }
 

@@ -92,8 +92,8 @@ pub enum Command {
         #[command(subcommand)]
         model: SimModel,
     },
-    /// Run one replica of the course's parcel-tracking service (GET /takip/<no>, POST /olay,
-    /// GET /saglik, GET /sayac), for demos, tests and benchmarks.
+    /// Run one replica of the course's parcel-tracking service (`GET /takip/<no>`, `POST /olay`,
+    /// `GET /saglik`, `GET /sayac`), for demos, tests and benchmarks.
     Upstream {
         #[arg(long, value_parser = parse_addr)]
         listen: SocketAddr,

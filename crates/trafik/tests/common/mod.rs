@@ -20,17 +20,9 @@ impl Upstream {
             .unwrap()
             .port();
         let address = format!("127.0.0.1:{port}");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
-            .args(["upstream", "--name", "k1", "--listen", &address])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut args = vec!["upstream", "--name", "k1", "--listen", &address];
+        args.extend_from_slice(extra);
+        let (child, line) = spawn(&args, Stdio::null());
         assert!(line.contains("upstream k1 on"), "{line}");
         Upstream {
             child: Some(child),
@@ -61,18 +53,10 @@ pub struct Proxy {
 impl Proxy {
     /// Starts `trafik [global] proxy --listen 127.0.0.1:0 [args]`, stderr captured.
     pub fn start(global: &[&str], args: &[&str]) -> Proxy {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
-            .args(global)
-            .args(["proxy", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut all = global.to_vec();
+        all.extend_from_slice(&["proxy", "--listen", "127.0.0.1:0"]);
+        all.extend_from_slice(args);
+        let (child, line) = spawn(&all, Stdio::piped());
         let address = line
             .split("http://")
             .nth(1)
@@ -105,6 +89,21 @@ impl Drop for Proxy {
             let _ = child.wait();
         }
     }
+}
+
+/// Starts `trafik ARGS` and returns it with the first line it printed (where it listens).
+fn spawn(args: &[&str], stderr: Stdio) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
 }
 
 fn terminate(child: &Child) {
