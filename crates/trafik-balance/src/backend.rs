@@ -131,6 +131,27 @@ impl BackendSet {
             && !context.tried.contains(index)
     }
 
+    /// How many backends are available to the request; with [`Self::nth_available`], lets a
+    /// rule draw among them without collecting them.
+    pub fn available_count(&self, context: &PickContext) -> usize {
+        if context.tried == Tried::default() && self.all_available() {
+            return self.len();
+        }
+        (0..self.len())
+            .filter(|&index| self.is_available(index, context))
+            .count()
+    }
+
+    /// The index of the `rank`-th available backend (from 0, in index order).
+    pub fn nth_available(&self, rank: usize, context: &PickContext) -> Option<usize> {
+        if context.tried == Tried::default() && self.all_available() {
+            return (rank < self.len()).then_some(rank);
+        }
+        (0..self.len())
+            .filter(|&index| self.is_available(index, context))
+            .nth(rank)
+    }
+
     /// Requests currently in flight to backend `index`.
     pub fn in_flight(&self, index: usize) -> u32 {
         self.slots[index].in_flight.load(Ordering::Relaxed)

@@ -23,31 +23,20 @@ pub(crate) fn draw_two(
     backends: &BackendSet,
     context: &PickContext,
 ) -> Option<(usize, Option<usize>)> {
-    let count = backends.len();
+    let count = backends.available_count(context);
     if count == 0 {
         return None;
     }
-    if backends.all_available() && context.tried == Default::default() {
-        if count == 1 {
-            return Some((0, None));
-        }
-        let first = rng.below(count);
-        // The second is drawn from the other count-1 backends, so the two always differ.
-        let second = (first + 1 + rng.below(count - 1)) % count;
-        return Some((first, Some(second)));
+    if count == 1 {
+        return Some((backends.nth_available(0, context)?, None));
     }
-    let available: Vec<usize> = (0..count)
-        .filter(|&i| backends.is_available(i, context))
-        .collect();
-    match available.len() {
-        0 => None,
-        1 => Some((available[0], None)),
-        n => {
-            let first = rng.below(n);
-            let second = (first + 1 + rng.below(n - 1)) % n;
-            Some((available[first], Some(available[second])))
-        }
-    }
+    let first = rng.below(count);
+    // The second is drawn from the other count-1 backends, so the two always differ.
+    let second = (first + 1 + rng.below(count - 1)) % count;
+    Some((
+        backends.nth_available(first, context)?,
+        backends.nth_available(second, context),
+    ))
 }
 
 impl Selector for PowerOfTwoChoices {

@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::{BackendSet, PickContext, Selector, Tried};
+use crate::{BackendSet, PickContext, Selector};
 
 /// Each request goes to the next available backend in turn.
 ///
@@ -15,23 +15,12 @@ pub struct RoundRobin {
 
 impl Selector for RoundRobin {
     fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
-        let count = backends.len();
-        if count == 0 {
-            return None;
-        }
-        let turn = self.next.fetch_add(1, Ordering::Relaxed);
-        if context.tried == Tried::default() && backends.all_available() {
-            return Some(turn % count);
-        }
-        let available = (0..count)
-            .filter(|&index| backends.is_available(index, context))
-            .count();
+        let available = backends.available_count(context);
         if available == 0 {
             return None;
         }
-        (0..count)
-            .filter(|&index| backends.is_available(index, context))
-            .nth(turn % available)
+        let turn = self.next.fetch_add(1, Ordering::Relaxed);
+        backends.nth_available(turn % available, context)
     }
 
     fn name(&self) -> &'static str {

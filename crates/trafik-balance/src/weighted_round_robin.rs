@@ -15,6 +15,7 @@ const MAX_CYCLE: usize = 1 << 20;
 /// under a lock, so their shares stay exact too.
 #[derive(Debug)]
 pub struct SmoothWeightedRoundRobin {
+    weights: Box<[i64]>,
     cycle: Box<[u32]>,
     next: AtomicUsize,
     current: Mutex<Vec<i64>>,
@@ -37,6 +38,7 @@ impl SmoothWeightedRoundRobin {
             cycle: cycle.into_boxed_slice(),
             next: AtomicUsize::new(0),
             current: Mutex::new(vec![0; weights.len()]),
+            weights: weights.into_boxed_slice(),
         }
     }
 }
@@ -70,11 +72,8 @@ impl Selector for SmoothWeightedRoundRobin {
             let turn = self.next.fetch_add(1, Ordering::Relaxed);
             return Some(self.cycle[turn % self.cycle.len()] as usize);
         }
-        let weights: Vec<i64> = (0..backends.len())
-            .map(|i| i64::from(backends.spec(i).weight.max(1)))
-            .collect();
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let chosen = smooth_step(&mut current, &weights, |i| {
+        let chosen = smooth_step(&mut current, &self.weights, |i| {
             backends.is_available(i, context)
         });
         (chosen != usize::MAX).then_some(chosen)
