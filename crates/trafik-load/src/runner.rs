@@ -333,7 +333,8 @@ impl Worker {
                 .request(shared, job.n, job.intended, sent_at, job.second)
                 .await;
             self.batch.push(sample);
-            let queue_empty = shared.queue.lock().map(|q| q.is_empty()).unwrap_or(true);
+            // One permit per queued send: none left means nothing waits, so hand over now.
+            let queue_empty = shared.ready.available_permits() == 0;
             if self.batch.len() >= BATCH || queue_empty {
                 let _ = samples.send(std::mem::take(&mut self.batch));
             }
