@@ -85,6 +85,8 @@ pub struct RemapRow {
     pub imbalance_after: f64,
     /// Share of keys on another replica after N → N+1, and after N+1 → N.
     pub moved_add: f64,
+    /// Equal to `moved_add`: taking the added replica away again restores the placement before
+    /// it, so both directions compare the same two placements (the course prints both).
     pub moved_remove: f64,
 }
 
