@@ -111,6 +111,19 @@ impl Algorithm {
         self == Algorithm::PeakEwma
     }
 
+    /// Whether the rule reads requests in flight ([`BackendSet::in_flight`]), so the caller
+    /// must keep them with [`BackendSet::start`] and [`BackendSet::finish`].
+    pub fn reads_in_flight(self) -> bool {
+        matches!(
+            self,
+            Algorithm::LeastConnections
+                | Algorithm::LeastConnectionsRaw
+                | Algorithm::PowerOfTwo
+                | Algorithm::PeakEwma
+                | Algorithm::BoundedLoad
+        )
+    }
+
     /// Builds the rule for a pool. Hash rules place `backends` here, once per pool.
     pub fn build(self, backends: &BackendSet, options: &SelectorOptions) -> Box<dyn Selector> {
         match self {

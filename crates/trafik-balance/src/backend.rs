@@ -1,5 +1,5 @@
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// What configuration says about one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +28,9 @@ pub struct BackendSet {
     slots: Box<[Slot]>,
     /// Backends that are down or draining; zero lets rules skip the per-backend scan.
     unavailable: AtomicU32,
+    /// Bumped whenever a backend becomes available or unavailable, so a rule can keep work
+    /// derived from the available set until the set changes.
+    generation: AtomicU64,
     /// Serializes health and drain changes so `unavailable` never drifts; picks never take it.
     control: Mutex<()>,
 }
@@ -47,6 +50,7 @@ impl BackendSet {
         BackendSet {
             slots,
             unavailable: AtomicU32::new(0),
+            generation: AtomicU64::new(0),
             control: Mutex::new(()),
         }
     }
@@ -94,6 +98,13 @@ impl BackendSet {
         } else {
             self.unavailable.fetch_sub(1, Ordering::Relaxed);
         }
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Changes whenever the set of available backends changes.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// True when every backend is up and none is draining.
@@ -179,6 +190,12 @@ impl Tried {
     /// Adds backend `index`.
     pub fn insert(&mut self, index: usize) {
         self.0 |= 1 << (index % 64);
+    }
+
+    /// Whether no backend was tried yet (the request's first pick).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0 == 0
     }
 
     /// Whether backend `index` was tried.

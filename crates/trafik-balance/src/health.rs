@@ -42,6 +42,14 @@ impl Health {
         }
     }
 
+    /// A backend whose verdict is already known (carried over from a previous configuration).
+    pub fn starting(thresholds: HealthThresholds, up: bool) -> Self {
+        Health {
+            up,
+            ..Health::new(thresholds)
+        }
+    }
+
     /// The current verdict.
     pub fn is_up(&self) -> bool {
         self.up

@@ -1,67 +1,108 @@
 //! The admin API: `GET /status` (JSON) and `GET /metrics` (Prometheus text), both read from the
-//! same counters the data plane updates.
+//! same counters the data plane updates; `POST /reload`; drain and undrain.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::Instance;
+use crate::counters::{read, read_gauge};
 use crate::pool::Pool;
+use crate::snapshot::Snapshot;
 
 /// Serves the admin API on `listener` until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
-    pools: Arc<[Arc<Pool>]>,
+    instance: Arc<Instance>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut backoff = Duration::from_millis(5);
     loop {
-        tokio::select! {
+        let accepted = tokio::select! {
             _ = shutdown.wait_for(|stopping| *stopping) => return,
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let pools = pools.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |request| {
-                        let pools = pools.clone();
-                        async move { Ok::<_, Infallible>(answer(&pools, &request)) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                backoff = Duration::from_millis(5);
+                stream
             }
-        }
+            Err(error) => {
+                // Out of descriptors: wait before trying again instead of spinning.
+                tracing::warn!(%error, "admin accept failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let instance = instance.clone();
+        let header_read_timeout = instance.snapshot().client.header_read_timeout;
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let instance = instance.clone();
+                async move { Ok::<_, Infallible>(answer(&instance, &request).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
     }
 }
 
-fn answer(pools: &[Arc<Pool>], request: &Request<Incoming>) -> Response<Full<Bytes>> {
+async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let method = request.method();
+    let snapshot = instance.snapshot();
     match path {
         "/status" | "/metrics" if method != Method::GET => {
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use GET\n".into())
         }
-        "/status" => reply(StatusCode::OK, "application/json", status(pools).to_string()),
-        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(pools)),
+        "/status" => reply(StatusCode::OK, "application/json", status(&snapshot).to_string()),
+        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(&snapshot.pools)),
+        "/reload" if method != Method::POST => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
+        }
+        "/reload" => {
+            let reloading = instance.clone();
+            let outcome = tokio::task::spawn_blocking(move || reloading.reload())
+                .await
+                .unwrap_or_else(|_| Err(vec!["the reload stopped unexpectedly".into()]));
+            match outcome {
+                Ok(generation) => reply(
+                    StatusCode::OK,
+                    "application/json",
+                    json!({ "generation": generation }).to_string(),
+                ),
+                Err(errors) => reply(
+                    StatusCode::BAD_REQUEST,
+                    "application/json",
+                    json!({ "errors": errors }).to_string(),
+                ),
+            }
+        }
         _ => match drain_target(path) {
             Some(_) if method != Method::POST => {
                 reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
             }
-            Some((pool, backend, draining)) => drain(pools, &pool, &backend, draining),
+            Some((pool, backend, draining)) => drain(&snapshot.pools, &pool, &backend, draining),
             None => reply(
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                "unknown admin path; try /status, /metrics or POST /pools/{pool}/backends/{address}/drain\n".into(),
+                "unknown admin path; try /status, /metrics, POST /reload or POST /pools/{pool}/backends/{address}/drain\n".into(),
             ),
         },
     }
@@ -133,87 +174,97 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
     response
 }
 
-/// The status document: every pool with its backends and their counters.
-pub fn status(pools: &[Arc<Pool>]) -> serde_json::Value {
-    let pools: Vec<_> = pools
+/// The status document: the configuration in force, and every pool with its backends and
+/// their counters.
+pub fn status(snapshot: &Snapshot) -> serde_json::Value {
+    let pools: Vec<_> = snapshot
+        .pools
         .iter()
         .map(|pool| {
             let backends: Vec<_> = (0..pool.backends.len())
                 .map(|i| {
-                    let stats = &pool.stats[i];
+                    let counters = &pool.members[i].counters;
                     json!({
                         "address": pool.address(i).to_string(),
                         "name": pool.display_name(i),
                         "healthy": pool.backends.is_up(i),
                         "draining": pool.backends.is_draining(i),
                         "weight": pool.backends.spec(i).weight,
-                        "decisions": stats.decisions.load(Ordering::Relaxed),
-                        "active_connections": pool.backends.in_flight(i),
-                        "open_connections": stats.connections.load(Ordering::Relaxed),
-                        "requests": stats.requests.load(Ordering::Relaxed),
-                        "failures": stats.failures.load(Ordering::Relaxed),
+                        "decisions": counters.sum(|c| read(&c.decisions)),
+                        "active_connections": counters.sum(|c| read_gauge(&c.in_flight)),
+                        "open_connections": pool.members[i].endpoint.open_connections.sum(read_gauge),
+                        "requests": counters.sum(|c| read(&c.requests)),
+                        "failures": counters.sum(|c| read(&c.failures)),
                     })
                 })
                 .collect();
             let mut entry = json!({
                 "name": pool.plan.name,
                 "algorithm": pool.plan.algorithm.name(),
-                "unreachable": pool.unreachable.load(Ordering::Relaxed),
+                "unreachable": pool.unreachable.sum(read),
                 "backends": backends,
             });
             if let Some(sticky) = &pool.sticky {
+                let counters = &sticky.counters;
                 entry["sticky"] = json!({
                     "mode": sticky.mode(),
-                    "bound": sticky.bound.load(Ordering::Relaxed),
-                    "lost": sticky.lost.load(Ordering::Relaxed),
-                    "rebinds": sticky.rebinds.load(Ordering::Relaxed),
+                    "bound": counters.bound.load(Ordering::Relaxed),
+                    "lost": counters.lost.load(Ordering::Relaxed),
+                    "rebinds": counters.rebinds.load(Ordering::Relaxed),
                 });
             }
             entry
         })
         .collect();
-    json!({ "pools": pools })
+    json!({
+        "config": {
+            "generation": snapshot.generation,
+            "loaded_at": humantime::format_rfc3339_seconds(snapshot.loaded_at).to_string(),
+            "file": snapshot.file,
+        },
+        "pools": pools,
+    })
 }
 
 /// The same counters in the Prometheus text exposition format.
 pub fn metrics(pools: &[Arc<Pool>]) -> String {
-    type Read = fn(&Pool, usize) -> u64;
+    type Read = fn(&Pool, usize) -> i64;
     let families: [(&str, &str, &str, Read); 6] = [
         (
             "trafik_backend_decisions_total",
             "counter",
             "Times the selection rule chose the backend.",
-            |p, i| p.stats[i].decisions.load(Ordering::Relaxed),
+            |p, i| p.members[i].counters.sum(|c| read(&c.decisions)),
         ),
         (
             "trafik_backend_requests_total",
             "counter",
             "Responses the backend sent.",
-            |p, i| p.stats[i].requests.load(Ordering::Relaxed),
+            |p, i| p.members[i].counters.sum(|c| read(&c.requests)),
         ),
         (
             "trafik_backend_failures_total",
             "counter",
             "Failed connects, timeouts and broken connections.",
-            |p, i| p.stats[i].failures.load(Ordering::Relaxed),
+            |p, i| p.members[i].counters.sum(|c| read(&c.failures)),
         ),
         (
             "trafik_backend_active_connections",
             "gauge",
             "Requests in flight to the backend.",
-            |p, i| u64::from(p.backends.in_flight(i)),
+            |p, i| p.members[i].counters.sum(|c| read_gauge(&c.in_flight)),
         ),
         (
             "trafik_backend_open_connections",
             "gauge",
-            "Upstream TCP connections open to the backend.",
-            |p, i| p.stats[i].connections.load(Ordering::Relaxed),
+            "Upstream TCP connections open to the backend's address.",
+            |p, i| p.members[i].endpoint.open_connections.sum(read_gauge),
         ),
         (
             "trafik_backend_healthy",
             "gauge",
             "1 when health checks consider the backend up.",
-            |p, i| u64::from(p.backends.is_up(i)),
+            |p, i| i64::from(p.backends.is_up(i)),
         ),
     ];
     let mut out = String::with_capacity(1024);
@@ -242,10 +293,10 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             out,
             "{name}{{pool=\"{}\"}} {}",
             escape(&pool.plan.name),
-            pool.unreachable.load(Ordering::Relaxed)
+            pool.unreachable.sum(read)
         );
     }
-    type Sticky = fn(&crate::sticky::Sticky) -> u64;
+    type Sticky = fn(&crate::sticky::SessionCounters) -> u64;
     let sticky: [(&str, &str, Sticky); 3] = [
         (
             "trafik_pool_sticky_bound_total",
@@ -254,7 +305,7 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
         ),
         (
             "trafik_pool_sticky_lost_total",
-            "Sessions lost because their backend was down.",
+            "Sessions lost because their backend could not take them.",
             |s| s.lost.load(Ordering::Relaxed),
         ),
         (
@@ -272,7 +323,7 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
                     "{name}{{pool=\"{}\",mode=\"{}\"}} {}",
                     escape(&pool.plan.name),
                     s.mode(),
-                    read(s)
+                    read(&s.counters)
                 );
             }
         }

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use http::StatusCode;
+use http::header::{self, HeaderName};
 
 /// Why the proxy answered a request itself instead of relaying the upstream's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +18,17 @@ pub enum ProxyError {
     UpstreamTimeout,
     /// The connection to the backend broke before a response head arrived.
     UpstreamFailed,
+    /// The client's request body broke off (an aborted or stalled upload); not the backend's
+    /// fault, so not counted against it.
+    ClientAborted,
+    /// The request body is longer than the route allows.
+    RequestBodyTooLarge,
+    /// The request could not be parsed; hyper refuses it before trafik sees it.
+    MalformedRequest,
+    /// The request target is longer than hyper accepts.
+    UriTooLong,
+    /// The request head is larger than hyper accepts.
+    HeadTooLarge,
 }
 
 impl ProxyError {
@@ -27,6 +39,10 @@ impl ProxyError {
             ProxyError::NoHealthyBackend => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectFailed | ProxyError::UpstreamFailed => StatusCode::BAD_GATEWAY,
             ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::ClientAborted | ProxyError::MalformedRequest => StatusCode::BAD_REQUEST,
+            ProxyError::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
+            ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
     }
 
@@ -38,6 +54,33 @@ impl ProxyError {
             ProxyError::ConnectFailed => "could not connect to a backend\n",
             ProxyError::UpstreamTimeout => "the backend did not answer in time\n",
             ProxyError::UpstreamFailed => "the backend closed the connection without answering\n",
+            ProxyError::ClientAborted => "the request body ended early\n",
+            ProxyError::RequestBodyTooLarge => {
+                "the request body is larger than this route allows\n"
+            }
+            ProxyError::MalformedRequest => "malformed request\n",
+            ProxyError::UriTooLong => "the request target is too long\n",
+            ProxyError::HeadTooLarge => "the request head is too large\n",
+        }
+    }
+
+    /// Whether the backend is to blame (and its `failures` counter grows).
+    pub fn is_backend_fault(self) -> bool {
+        matches!(
+            self,
+            ProxyError::ConnectFailed | ProxyError::UpstreamTimeout | ProxyError::UpstreamFailed
+        )
+    }
+
+    /// Headers the answer carries beside its body: when to try again, and whether the
+    /// connection can go on (not after a request body that was left unread).
+    pub fn headers(self) -> &'static [(HeaderName, &'static str)] {
+        const RETRY_SOON: &[(HeaderName, &str)] = &[(header::RETRY_AFTER, "1")];
+        const CLOSE: &[(HeaderName, &str)] = &[(header::CONNECTION, "close")];
+        match self {
+            ProxyError::NoHealthyBackend => RETRY_SOON,
+            ProxyError::ClientAborted | ProxyError::RequestBodyTooLarge => CLOSE,
+            _ => &[],
         }
     }
 
@@ -58,3 +101,21 @@ impl fmt::Display for ProxyError {
 }
 
 impl std::error::Error for ProxyError {}
+
+impl ProxyError {
+    /// The answer trafik sends for this failure: its status, its one-line body and its headers.
+    pub fn response(self) -> http::Response<crate::http::body::ProxyBody> {
+        let mut response =
+            http::Response::new(crate::http::body::ProxyBody::local(self.body().as_bytes()));
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        for (name, value) in self.headers() {
+            headers.insert(name.clone(), http::HeaderValue::from_static(value));
+        }
+        response
+    }
+}

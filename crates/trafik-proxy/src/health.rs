@@ -1,4 +1,4 @@
-//! Active health checks: one probe loop per backend, feeding the rise/fall state machine of
+//! Active health checks: one probe loop per backend of the configuration in force, feeding the rise/fall state machine of
 //! `trafik-balance` and publishing its verdict into the pool's backend set.
 
 use std::net::SocketAddr;
@@ -11,20 +11,42 @@ use trafik_balance::{Health, HealthThresholds, Transition};
 
 use crate::plan::{HealthCheck, HealthPlan};
 use crate::pool::Pool;
+use crate::snapshot::Snapshot;
 
-/// Starts the probe loops of every pool that has health checks, on the current runtime.
-pub fn spawn_checks(pools: &[Arc<Pool>], shutdown: &watch::Receiver<bool>) {
-    for pool in pools {
-        let Some(plan) = pool.plan.health.clone() else {
-            continue;
-        };
-        for index in 0..pool.backends.len() {
-            tokio::spawn(probe_loop(
-                pool.clone(),
-                index,
-                plan.clone(),
-                shutdown.clone(),
-            ));
+/// Runs the probe loops of the configuration in force: on every new snapshot the loops of the
+/// previous one stop and the new pools' loops start, each from the verdict its backend carried
+/// over, so a reload neither forgets a down backend nor waits `rise` probes to trust an up one.
+pub async fn supervise(
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let snapshot = snapshots.borrow_and_update().clone();
+        let (retire, retired) = watch::channel(false);
+        for pool in &snapshot.pools {
+            let Some(plan) = &pool.plan.health else {
+                continue;
+            };
+            for index in 0..pool.backends.len() {
+                tokio::spawn(probe_loop(
+                    pool.clone(),
+                    index,
+                    plan.clone(),
+                    retired.clone(),
+                ));
+            }
+        }
+        tokio::select! {
+            _ = shutdown.wait_for(|stopping| *stopping) => {
+                let _ = retire.send(true);
+                return;
+            }
+            changed = snapshots.changed() => {
+                let _ = retire.send(true);
+                if changed.is_err() {
+                    return;
+                }
+            }
         }
     }
 }
@@ -33,19 +55,20 @@ async fn probe_loop(
     pool: Arc<Pool>,
     index: usize,
     plan: HealthPlan,
-    mut shutdown: watch::Receiver<bool>,
+    mut retired: watch::Receiver<bool>,
 ) {
-    let mut health = Health::new(HealthThresholds {
+    let thresholds = HealthThresholds {
         fall: plan.fall,
         rise: plan.rise,
-    });
+    };
+    let mut health = Health::starting(thresholds, pool.backends.is_up(index));
     let address = pool.address(index);
     let mut ticker = tokio::time::interval(plan.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.wait_for(|stopping| *stopping) => return,
+            _ = retired.wait_for(|retired| *retired) => return,
         }
         let passed = tokio::time::timeout(plan.timeout, probe(address, &plan.check))
             .await

@@ -1,68 +1,109 @@
 //! trafik's data plane.
 //!
 //! [`start`] takes a [`Plan`] and runs it: data-plane workers (one thread per core, see
-//! [`worker`]) serve the listeners through the HTTP proxy in [`http`]; a control thread runs
-//! the [`health`] checks and the [`admin`] API. Backend selection is never implemented here:
-//! every pool asks its `trafik_balance::Selector`.
+//! [`worker`]) accept on the listeners ([`transport`]) and serve them through the HTTP proxy in
+//! [`http`]; a control thread runs the [`health`] checks and the [`admin`] API. What they serve
+//! is one immutable [`snapshot::Snapshot`], replaced whole by [`Running::reload`]. Backend
+//! selection is never implemented here: every pool asks its `trafik_balance::Selector`.
 
 pub mod admin;
+pub mod connections;
+pub mod counters;
 pub mod error;
 pub mod health;
 pub mod http;
 pub mod plan;
 pub mod pool;
+pub mod snapshot;
 pub mod sticky;
+pub mod transport;
 pub mod worker;
 
 use std::io;
 use std::net::SocketAddr;
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
-use ::http::HeaderValue;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 pub use error::ProxyError;
 pub use plan::{
-    BackendPlan, ClientPlan, HashKey, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan,
-    RoutePlan, StickyPlan,
+    BackendPlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan, ListenerKind,
+    ListenerPlan, Plan, PoolPlan, RoutePlan, StickyPlan, TargetPlan,
 };
 pub use pool::Pool;
+pub use snapshot::Snapshot;
 
-use crate::http::route::RouteTable;
-use crate::http::service::{Shared, WorkerProxy};
-use crate::http::upstream::Upstreams;
+use crate::pool::Endpoints;
+use crate::snapshot::ListenerId;
+use crate::worker::{ListenerChange, WorkerStart};
+
+/// Where a reload reads the configuration from: the file's name (shown in `/status`) and a
+/// function that reads and checks it anew, returning every error when it is not valid.
+pub struct Reloader {
+    pub file: String,
+    #[allow(clippy::type_complexity)]
+    pub load: Box<dyn Fn() -> Result<Plan, Vec<String>> + Send + Sync>,
+}
 
 /// A running instance. Dropping it does not stop it; call [`Running::stop`] then
 /// [`Running::wait`].
 pub struct Running {
-    listeners: Vec<SocketAddr>,
-    admin: Option<SocketAddr>,
-    pools: Arc<[Arc<Pool>]>,
-    stop: watch::Sender<bool>,
+    instance: Arc<Instance>,
     threads: Vec<JoinHandle<()>>,
 }
 
+/// What a running instance shares between its control thread, the admin API and its owner.
+pub struct Instance {
+    snapshots: watch::Sender<Arc<Snapshot>>,
+    /// One channel per worker, for listener changes.
+    workers: Vec<mpsc::UnboundedSender<ListenerChange>>,
+    endpoints: Endpoints,
+    /// The listeners with open sockets, by address; held while a reload runs, so reloads
+    /// never interleave.
+    listeners: Mutex<Vec<OpenListener>>,
+    next_listener: std::sync::atomic::AtomicU64,
+    reloader: Option<Reloader>,
+    admin: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+}
+
+struct OpenListener {
+    id: ListenerId,
+    address: SocketAddr,
+}
+
 impl Running {
-    /// The bound address of every listener, in plan order (useful with port 0).
-    pub fn listener_addresses(&self) -> &[SocketAddr] {
-        &self.listeners
+    /// The bound address of every listener, in the order of the plan in force (useful with
+    /// port 0).
+    pub fn listener_addresses(&self) -> Vec<SocketAddr> {
+        self.instance.listener_addresses()
     }
 
     /// The bound admin address, when the plan has an admin listener.
     pub fn admin_address(&self) -> Option<SocketAddr> {
-        self.admin
+        self.instance.admin
     }
 
-    /// The pools, for callers that read counters in process.
-    pub fn pools(&self) -> &[Arc<Pool>] {
-        &self.pools
+    /// The configuration in force.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.instance.snapshot()
+    }
+
+    /// Reads the configuration anew through the [`Reloader`] and applies it.
+    pub fn reload(&self) -> Result<u64, Vec<String>> {
+        self.instance.reload()
+    }
+
+    /// Applies `plan` in place of the configuration in force; see [`Instance::apply`].
+    pub fn apply(&self, plan: Plan) -> Result<u64, Vec<String>> {
+        self.instance.apply(plan)
     }
 
     /// Starts draining: stop accepting, let in-flight requests finish (up to the drain timeout).
     pub fn stop(&self) {
-        let _ = self.stop.send(true);
+        let _ = self.instance.stop.send(true);
     }
 
     /// Blocks until every thread has finished draining.
@@ -73,24 +114,134 @@ impl Running {
     }
 }
 
+impl Instance {
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshots.borrow().clone()
+    }
+
+    /// A receiver that sees every snapshot published from now on.
+    pub fn watch(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.snapshots.subscribe()
+    }
+
+    fn listener_addresses(&self) -> Vec<SocketAddr> {
+        let open = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        let snapshot = self.snapshot();
+        snapshot
+            .listener_ids()
+            .filter_map(|id| open.iter().find(|l| l.id == id).map(|l| l.address))
+            .collect()
+    }
+
+    /// Reads the configuration anew and applies it. Without a [`Reloader`] (an instance
+    /// started from a plan alone) there is nothing to read.
+    pub fn reload(&self) -> Result<u64, Vec<String>> {
+        let Some(reloader) = &self.reloader else {
+            return Err(vec![
+                "this instance was not started from a configuration file, so there is nothing to reload".into(),
+            ]);
+        };
+        let plan = (reloader.load)()?;
+        self.apply(plan)
+    }
+
+    /// Replaces the configuration in force with `plan`, or changes nothing and returns why not.
+    ///
+    /// Listeners are matched by address: one whose address stays keeps its sockets, a new one
+    /// is bound on every worker (an address in use fails the reload), a removed one stops
+    /// accepting and drains. Pools are matched by name and backends by address, and keep their
+    /// health, drain state, counters and sessions. Requests in flight finish on the snapshot
+    /// they started with. The worker count and the admin address need a restart.
+    pub fn apply(&self, plan: Plan) -> Result<u64, Vec<String>> {
+        let mut open = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        let previous = self.snapshot();
+        let mut errors = Vec::new();
+        if plan.workers != self.workers.len() {
+            tracing::warn!(
+                running = self.workers.len(),
+                configured = plan.workers,
+                "the number of workers changes only on restart"
+            );
+        }
+        if plan.admin != self.admin && plan.admin.is_none_or(|a| a.port() != 0) {
+            tracing::warn!("the admin address changes only on restart");
+        }
+        let mut ids = Vec::with_capacity(plan.listeners.len());
+        let mut added = Vec::new();
+        for listener in &plan.listeners {
+            if let Some(kept) = open.iter().find(|l| l.address == listener.address) {
+                ids.push(kept.id);
+                continue;
+            }
+            match transport::bind_shared(listener.address, self.workers.len()) {
+                Ok(sockets) => {
+                    let id = self.new_listener_id();
+                    let address = sockets[0].local_addr().unwrap_or(listener.address);
+                    ids.push(id);
+                    added.push((id, address, sockets));
+                }
+                Err(error) => errors.push(format!(
+                    "listener {:?} cannot bind {}: {error}",
+                    listener.name, listener.address
+                )),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let generation = previous.generation + 1;
+        let snapshot = Snapshot::build(
+            &plan,
+            &ids,
+            Some(&previous),
+            &self.endpoints,
+            generation,
+            previous.file.clone(),
+        )?;
+        self.snapshots.send_replace(Arc::new(snapshot));
+        for (id, address, sockets) in added {
+            for (worker, socket) in self.workers.iter().zip(sockets) {
+                let _ = worker.send(ListenerChange::Add(id, socket));
+            }
+            open.push(OpenListener { id, address });
+            tracing::info!(%address, "listener added");
+        }
+        open.retain(|listener| {
+            let kept = ids.contains(&listener.id);
+            if !kept {
+                for worker in &self.workers {
+                    let _ = worker.send(ListenerChange::Remove(listener.id));
+                }
+                tracing::info!(address = %listener.address, "listener removed; draining");
+            }
+            kept
+        });
+        tracing::info!(generation, "configuration reloaded");
+        Ok(generation)
+    }
+
+    fn new_listener_id(&self) -> ListenerId {
+        ListenerId(
+            self.next_listener
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+}
+
 /// Binds every listener and starts the workers and the control thread. Errors (an address in
 /// use, a bad name) are returned before anything runs.
 pub fn start(plan: Plan) -> io::Result<Running> {
+    start_with(plan, None)
+}
+
+/// [`start`], with a way to read the configuration anew for [`Running::reload`] and the admin
+/// API's `POST /reload`.
+pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running> {
     let workers = plan.workers.max(1);
-    let via = HeaderValue::from_str(&format!("1.1 {}", plan.name)).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "instance name {:?} cannot be written in a Via header",
-                plan.name
-            ),
-        )
-    })?;
-    // sockets[listener][worker]
     let mut sockets = Vec::with_capacity(plan.listeners.len());
-    let mut listeners = Vec::with_capacity(plan.listeners.len());
-    for listener in &plan.listeners {
-        let bound = worker::bind_shared(listener.address, workers).map_err(|error| {
+    let mut open = Vec::with_capacity(plan.listeners.len());
+    for (index, listener) in plan.listeners.iter().enumerate() {
+        let bound = transport::bind_shared(listener.address, workers).map_err(|error| {
             io::Error::new(
                 error.kind(),
                 format!(
@@ -99,8 +250,12 @@ pub fn start(plan: Plan) -> io::Result<Running> {
                 ),
             )
         })?;
-        listeners.push(bound[0].local_addr()?);
-        sockets.push(bound);
+        let id = ListenerId(index as u64);
+        open.push(OpenListener {
+            id,
+            address: bound[0].local_addr()?,
+        });
+        sockets.push((id, bound));
     }
     let admin_listener = match plan.admin {
         Some(address) => {
@@ -120,54 +275,62 @@ pub fn start(plan: Plan) -> io::Result<Running> {
         .map(std::net::TcpListener::local_addr)
         .transpose()?;
 
-    let pools: Arc<[Arc<Pool>]> = plan
-        .pools
-        .iter()
-        .cloned()
-        .map(|p| Arc::new(Pool::new(p)))
-        .collect();
-    let shared = Arc::new(Shared {
-        pools: pools.to_vec(),
-        routes: plan
-            .listeners
-            .iter()
-            .map(|l| RouteTable::new(l.routes.clone()))
-            .collect(),
-        client: plan.client.clone(),
-        via,
-        epoch: std::time::Instant::now(),
-    });
+    let endpoints = Endpoints::new(workers);
+    let ids: Vec<ListenerId> = open.iter().map(|l| l.id).collect();
+    let file = reloader.as_ref().map(|r| r.file.clone());
+    let snapshot = Snapshot::build(&plan, &ids, None, &endpoints, 1, file)
+        .map_err(|errors| io::Error::new(io::ErrorKind::InvalidInput, errors.join("; ")))?;
+    let (snapshots, _) = watch::channel(Arc::new(snapshot));
     let (stop, shutdown) = watch::channel(false);
-    let mut threads = Vec::with_capacity(workers + 1);
+    let mut changes = Vec::with_capacity(workers);
+    let mut starts = Vec::with_capacity(workers);
+    let epoch = Instant::now();
     for id in 0..workers {
-        let mine: Vec<_> = sockets.iter_mut().map(|s| s.remove(0)).collect();
-        let shared = shared.clone();
-        let shutdown = shutdown.clone();
-        let drain = plan.drain_timeout;
+        let (sender, receiver) = mpsc::unbounded_channel();
+        changes.push(sender);
+        let listeners = sockets
+            .iter_mut()
+            .map(|(listener, bound)| (*listener, bound.remove(0)))
+            .collect();
+        starts.push(WorkerStart {
+            id,
+            listeners,
+            changes: receiver,
+            snapshots: snapshots.subscribe(),
+            shutdown: shutdown.clone(),
+            epoch,
+        });
+    }
+    let instance = Arc::new(Instance {
+        snapshots,
+        workers: changes,
+        endpoints,
+        next_listener: std::sync::atomic::AtomicU64::new(open.len() as u64),
+        listeners: Mutex::new(open),
+        reloader,
+        admin,
+        stop,
+    });
+    let mut threads = Vec::with_capacity(workers + 1);
+    for start in starts {
         let thread = std::thread::Builder::new()
-            .name(format!("trafik-worker-{id}"))
+            .name(format!("trafik-worker-{}", start.id))
             .spawn(move || {
                 let runtime = single_thread_runtime();
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, async move {
-                    let proxy = Rc::new(WorkerProxy {
-                        upstreams: Upstreams::new(&shared.pools),
-                        shared,
-                    });
-                    worker::run(proxy, mine, shutdown, drain).await;
-                });
+                local.block_on(&runtime, worker::run(start));
             })?;
         threads.push(thread);
     }
-    let control_pools = pools.clone();
-    let control = std::thread::Builder::new()
+    let control = instance.clone();
+    let thread = std::thread::Builder::new()
         .name("trafik-control".into())
         .spawn(move || {
             single_thread_runtime().block_on(async move {
-                health::spawn_checks(&control_pools, &shutdown);
+                tokio::spawn(health::supervise(control.watch(), shutdown.clone()));
                 if let Some(listener) = admin_listener {
                     match tokio::net::TcpListener::from_std(listener) {
-                        Ok(listener) => admin::serve(listener, control_pools, shutdown).await,
+                        Ok(listener) => admin::serve(listener, control, shutdown).await,
                         Err(error) => tracing::error!(%error, "admin listener failed"),
                     }
                 } else {
@@ -176,14 +339,8 @@ pub fn start(plan: Plan) -> io::Result<Running> {
                 }
             });
         })?;
-    threads.push(control);
-    Ok(Running {
-        listeners,
-        admin,
-        pools,
-        stop,
-        threads,
-    })
+    threads.push(thread);
+    Ok(Running { instance, threads })
 }
 
 fn single_thread_runtime() -> tokio::runtime::Runtime {

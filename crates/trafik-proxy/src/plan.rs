@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use http::{HeaderName, Method};
+use http::{HeaderName, HeaderValue, Method};
 use trafik_balance::{Algorithm, SelectorOptions};
 
 /// Everything one trafik instance runs.
@@ -40,16 +40,35 @@ pub struct ClientPlan {
     pub access_log: bool,
 }
 
-/// One listening address and its route table.
+/// One listening address, what it speaks and where its traffic goes.
 #[derive(Clone, Debug)]
 pub struct ListenerPlan {
+    /// A listener is matched across reloads by its name and address: while both stay the same,
+    /// its sockets stay open.
     pub name: String,
     pub address: SocketAddr,
-    /// Routes; the most specific is tried first (see [`crate::http::route::RouteTable`]).
-    pub routes: Vec<RoutePlan>,
+    pub kind: ListenerKind,
 }
 
-/// Which requests go to which pool.
+/// What a listener speaks on its connections. TLS and layer-4 kinds come beside `Http` and
+/// reuse the same accept loop ([`crate::transport`]).
+#[derive(Clone, Debug)]
+pub enum ListenerKind {
+    /// Plain HTTP/1.1; the routes are tried most specific first (see
+    /// [`crate::http::route::RouteTable`]).
+    Http { routes: Vec<RoutePlan> },
+}
+
+impl ListenerKind {
+    /// The name written in configuration files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ListenerKind::Http { .. } => "http",
+        }
+    }
+}
+
+/// Which requests a route takes, what is done to them and where they go.
 #[derive(Clone, Debug)]
 pub struct RoutePlan {
     /// Matches the request's host (without port), ASCII case-insensitively; `None` matches any.
@@ -59,10 +78,39 @@ pub struct RoutePlan {
     pub path_prefix: String,
     /// Methods this route takes; empty takes any.
     pub methods: Vec<Method>,
-    /// Index into [`Plan::pools`].
-    pub pool: usize,
-    /// Retry connect failures of non-idempotent requests (POST, PATCH) too.
-    pub retry_non_idempotent: bool,
+    /// Steps applied in order to the request (and in reverse to the response) after the
+    /// built-in ones.
+    pub filters: Vec<FilterPlan>,
+    pub target: TargetPlan,
+}
+
+/// Where a route sends what it matched.
+#[derive(Clone, Debug)]
+pub enum TargetPlan {
+    /// A pool of backends, by name.
+    Pool {
+        pool: String,
+        /// Retry connect failures of non-idempotent requests (POST, PATCH) too.
+        retry_non_idempotent: bool,
+    },
+}
+
+/// A configurable step of a route's pipeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterPlan {
+    /// Refuse request bodies longer than this many bytes with 413, before they reach a backend
+    /// (counted as they stream, so a chunked body is limited too).
+    RequestBodyLimit { bytes: u64 },
+    /// Set a header on the request sent upstream.
+    SetRequestHeader {
+        name: HeaderName,
+        value: HeaderValue,
+    },
+    /// Set a header on the response sent to the client.
+    SetResponseHeader {
+        name: HeaderName,
+        value: HeaderValue,
+    },
 }
 
 /// A set of interchangeable backends and how to choose among them.

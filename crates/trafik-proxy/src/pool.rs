@@ -1,79 +1,151 @@
 //! A pool at run time: its backends' shared state, its selection rule and its counters.
+//!
+//! A pool is rebuilt on every reload; what must survive (health, drain state, counters,
+//! sticky sessions) is matched by pool name and backend address and carried into the new one.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::{Arc, Mutex};
 
 use trafik_balance::{BackendSet, BackendSpec, Selector};
 
+use crate::counters::{BackendCounters, PerWorker};
 use crate::plan::PoolPlan;
 use crate::sticky::Sticky;
 
-/// Counters of one backend, shared by all workers.
-#[derive(Debug, Default)]
-pub struct BackendStats {
-    /// Times the selection rule chose this backend.
-    pub decisions: AtomicU64,
-    /// Responses this backend sent (any status).
-    pub requests: AtomicU64,
-    /// Failed connects, timeouts and broken connections to this backend.
-    pub failures: AtomicU64,
-    /// Upstream TCP connections open to it, across workers.
-    pub connections: AtomicU64,
+/// One upstream address, whatever pools name it. Idle connections are kept per endpoint, so a
+/// backend shared by two pools shares its kept-alive connections too.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Dense and never reused: workers index their idle lists by it.
+    pub id: usize,
+    pub address: SocketAddr,
+    /// Upstream TCP connections open to it.
+    pub open_connections: PerWorker<AtomicI64>,
+}
+
+/// Every endpoint this process has connected to, by address. It only grows: an id stays valid
+/// for connections of an old configuration still in flight.
+pub struct Endpoints {
+    workers: usize,
+    by_address: Mutex<HashMap<SocketAddr, Arc<Endpoint>>>,
+}
+
+impl Endpoints {
+    pub fn new(workers: usize) -> Self {
+        Endpoints {
+            workers,
+            by_address: Mutex::default(),
+        }
+    }
+
+    /// The endpoint for `address`, created on first use.
+    pub fn get(&self, address: SocketAddr) -> Arc<Endpoint> {
+        let mut known = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
+        let next = known.len();
+        known
+            .entry(address)
+            .or_insert_with(|| {
+                Arc::new(Endpoint {
+                    id: next,
+                    address,
+                    open_connections: PerWorker::new(self.workers),
+                })
+            })
+            .clone()
+    }
+}
+
+/// One backend of a pool.
+pub struct Backend {
+    pub endpoint: Arc<Endpoint>,
+    pub name: Option<String>,
+    pub counters: Arc<PerWorker<BackendCounters>>,
 }
 
 /// One pool, shared by every worker, the health checker and the admin API.
 pub struct Pool {
     pub plan: PoolPlan,
     pub backends: BackendSet,
+    pub members: Box<[Backend]>,
     pub selector: Box<dyn Selector>,
     /// Present when the pool binds clients to backends.
     pub sticky: Option<Sticky>,
-    pub stats: Box<[BackendStats]>,
     /// Requests answered 502/503 because no backend could be reached.
-    pub unreachable: AtomicU64,
+    pub unreachable: Arc<PerWorker<AtomicU64>>,
+    /// Whether the rule reads requests in flight, so the set's counts must be kept.
+    pub tracks_in_flight: bool,
 }
 
 impl Pool {
-    pub fn new(plan: PoolPlan) -> Self {
+    /// Builds a pool, carrying over from `previous` (the pool of the same name in the running
+    /// configuration) the state of every backend it still has.
+    pub fn new(plan: PoolPlan, previous: Option<&Pool>, endpoints: &Endpoints) -> Self {
         let backends = BackendSet::new(plan.backends.iter().map(|b| BackendSpec {
             id: b.address.to_string(),
             weight: b.weight.max(1),
         }));
-        let selector = plan.algorithm.build(&backends, &plan.selector_options);
-        let sticky = plan
-            .sticky
-            .as_ref()
-            .map(|sticky| Sticky::new(sticky, &plan.name, &backends));
-        let stats = plan
+        let workers = endpoints.workers;
+        let members: Box<[Backend]> = plan
             .backends
             .iter()
-            .map(|_| BackendStats::default())
+            .enumerate()
+            .map(|(index, backend)| {
+                let before = previous.and_then(|p| {
+                    p.index_of(backend.address)
+                        .map(|i| (i, &p.members[i], &p.backends))
+                });
+                let counters = match before {
+                    Some((old, member, set)) => {
+                        backends.set_up(index, set.is_up(old));
+                        backends.set_draining(index, set.is_draining(old));
+                        member.counters.clone()
+                    }
+                    None => Arc::new(PerWorker::new(workers)),
+                };
+                Backend {
+                    endpoint: endpoints.get(backend.address),
+                    name: backend.name.clone(),
+                    counters,
+                }
+            })
             .collect();
+        let selector = plan.algorithm.build(&backends, &plan.selector_options);
+        let sticky = plan.sticky.as_ref().map(|sticky| {
+            Sticky::new(
+                sticky,
+                &plan.name,
+                &backends,
+                previous.and_then(|p| p.sticky.as_ref()),
+            )
+        });
+        let unreachable = previous.map_or_else(
+            || Arc::new(PerWorker::new(workers)),
+            |p| p.unreachable.clone(),
+        );
         Pool {
+            tracks_in_flight: plan.algorithm.reads_in_flight(),
             plan,
             backends,
+            members,
             selector,
             sticky,
-            stats,
-            unreachable: AtomicU64::new(0),
+            unreachable,
         }
     }
 
     pub fn address(&self, index: usize) -> SocketAddr {
-        self.plan.backends[index].address
+        self.members[index].endpoint.address
     }
 
     /// The backend's configured name, or its address when it has none.
     pub fn display_name(&self, index: usize) -> String {
-        let backend = &self.plan.backends[index];
-        backend
+        let member = &self.members[index];
+        member
             .name
             .clone()
-            .unwrap_or_else(|| backend.address.to_string())
-    }
-
-    pub fn count(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+            .unwrap_or_else(|| member.endpoint.address.to_string())
     }
 
     /// Whether requests to this pool need a hash key computed.
@@ -83,11 +155,15 @@ impl Pool {
                 || self.sticky.as_ref().is_some_and(|s| !s.uses_cookie()))
     }
 
+    /// The backend at `address`.
+    pub fn index_of(&self, address: SocketAddr) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.endpoint.address == address)
+    }
+
     /// The backend whose address is written `address`, for the admin API.
     pub fn backend_by_address(&self, address: &str) -> Option<usize> {
-        self.plan
-            .backends
-            .iter()
-            .position(|b| b.address.to_string() == address)
+        address.parse().ok().and_then(|a| self.index_of(a))
     }
 }

@@ -2,8 +2,10 @@
 //! backend while that backend is up; otherwise the pool's rule picks and the client is re-bound,
 //! and the lost session is counted.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use hmac::{Hmac, Mac};
 use http::header::{self, HeaderMap, HeaderValue};
@@ -16,24 +18,62 @@ use crate::plan::StickyPlan;
 /// Bytes of HMAC-SHA256 kept in a cookie: 128 bits, beyond guessing.
 const MAC_BYTES: usize = 16;
 
+/// Key sessions remembered, at most; past it a shard forgets what it holds and its clients
+/// count as new once more.
+const MAX_REMEMBERED_KEYS: usize = 1 << 20;
+const KEY_SHARDS: usize = 64;
+
 /// A pool's stickiness state and counters.
 pub struct Sticky {
     binding: Binding,
-    /// Clients bound for the first time (a cookie issued to a client that had none).
+    /// The stable hash of each backend's identity (its address), as written in cookies and
+    /// remembered for key sessions.
+    ids: Box<[u64]>,
+    pub counters: Arc<SessionCounters>,
+    /// For key modes: the backend each key was last served by, so moves are counted once per
+    /// session rather than once per request.
+    sessions: Arc<KeySessions>,
+}
+
+/// What happened to client sessions; kept across reloads.
+#[derive(Debug, Default)]
+pub struct SessionCounters {
+    /// Clients bound to a backend for the first time.
     pub bound: AtomicU64,
-    /// Requests whose bound backend was down: the session on it is lost.
+    /// Sessions whose backend could not take them any more (down, draining or removed).
     pub lost: AtomicU64,
-    /// Clients moved to another backend (each lost session, and cookies naming a backend
-    /// the pool no longer has).
+    /// Clients moved to another backend (each lost session, and cookies naming a backend the
+    /// pool no longer has).
     pub rebinds: AtomicU64,
+}
+
+/// Key → backend id, sharded by key so workers rarely wait on each other.
+struct KeySessions {
+    shards: Box<[Mutex<HashMap<u64, u64>>]>,
+}
+
+impl KeySessions {
+    fn new() -> Self {
+        KeySessions {
+            shards: (0..KEY_SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    /// Records that `key` was served by `id`; returns the backend it was served by before.
+    fn record(&self, key: u64, id: u64) -> Option<u64> {
+        let shard = &self.shards[(key % KEY_SHARDS as u64) as usize];
+        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        if shard.len() >= MAX_REMEMBERED_KEYS / KEY_SHARDS && !shard.contains_key(&key) {
+            shard.clear();
+        }
+        shard.insert(key, id)
+    }
 }
 
 enum Binding {
     Cookie {
         name: String,
         mac: Hmac<Sha256>,
-        /// The stable hash of each backend's identity, as written in cookies.
-        ids: Box<[u64]>,
     },
     /// The key decides the home backend; the rule walks on from it when it is unavailable.
     Modulo,
@@ -45,11 +85,30 @@ pub enum Decision {
     /// Send to this backend; the client is already bound to it.
     Bound(usize),
     /// Pick with the pool's rule, then bind the client to the result.
-    Bind,
+    Bind(Rebinding),
+}
+
+/// Why a client is being bound, counted once the binding is actually made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rebinding {
+    /// A client with no (valid) binding.
+    New,
+    /// Its backend could not take it: the session is lost.
+    Lost,
+    /// A well-formed cookie for a backend this pool no longer has, or signed with another
+    /// secret.
+    Foreign,
 }
 
 impl Sticky {
-    pub fn new(plan: &StickyPlan, pool_name: &str, backends: &BackendSet) -> Self {
+    /// Builds the pool's stickiness, keeping the counters and key sessions of `previous` (the
+    /// same pool before a reload).
+    pub fn new(
+        plan: &StickyPlan,
+        pool_name: &str,
+        backends: &BackendSet,
+        previous: Option<&Sticky>,
+    ) -> Self {
         let binding = match plan {
             StickyPlan::Cookie { name, secret } => {
                 let mut mac =
@@ -59,9 +118,6 @@ impl Sticky {
                 Binding::Cookie {
                     name: name.clone(),
                     mac,
-                    ids: (0..backends.len())
-                        .map(|i| stable_hash(backends.spec(i).id.as_bytes()))
-                        .collect(),
                 }
             }
             StickyPlan::Modulo => Binding::Modulo,
@@ -71,9 +127,11 @@ impl Sticky {
         };
         Sticky {
             binding,
-            bound: AtomicU64::new(0),
-            lost: AtomicU64::new(0),
-            rebinds: AtomicU64::new(0),
+            ids: (0..backends.len())
+                .map(|i| stable_hash(backends.spec(i).id.as_bytes()))
+                .collect(),
+            counters: previous.map_or_else(Arc::default, |p| p.counters.clone()),
+            sessions: previous.map_or_else(|| Arc::new(KeySessions::new()), |p| p.sessions.clone()),
         }
     }
 
@@ -97,33 +155,20 @@ impl Sticky {
         backends: &BackendSet,
         context: &PickContext,
     ) -> Decision {
-        let Binding::Cookie { name, mac, ids } = &self.binding else {
-            return Decision::Bind;
+        let Binding::Cookie { name, mac } = &self.binding else {
+            return Decision::Bind(Rebinding::New);
         };
         let Some(value) = find_cookie(headers, name) else {
-            count(&self.bound);
-            return Decision::Bind;
+            return Decision::Bind(Rebinding::New);
         };
-        match verify(mac, ids, value) {
+        match verify(mac, &self.ids, value) {
             // A draining backend keeps its sessions until they end; only new bindings avoid it.
             Some(index) if backends.is_up(index) && !context.tried.contains(index) => {
                 Decision::Bound(index)
             }
-            Some(_) => {
-                count(&self.lost);
-                count(&self.rebinds);
-                Decision::Bind
-            }
-            None if cookie_shape(value) => {
-                // Well formed but unknown: signed for a backend this pool no longer has, or
-                // with another secret. The client is re-bound.
-                count(&self.rebinds);
-                Decision::Bind
-            }
-            None => {
-                count(&self.bound);
-                Decision::Bind
-            }
+            Some(_) => Decision::Bind(Rebinding::Lost),
+            None if cookie_shape(value) => Decision::Bind(Rebinding::Foreign),
+            None => Decision::Bind(Rebinding::New),
         }
     }
 
@@ -133,42 +178,53 @@ impl Sticky {
         backends: &BackendSet,
         context: &PickContext,
     ) -> Option<Option<usize>> {
-        let key = context.key;
-        let (chosen, home) = match &self.binding {
-            Binding::Cookie { .. } => return None,
-            Binding::Modulo => (
-                Modulo.pick(backends, context),
-                key.map(|k| (k % backends.len().max(1) as u64) as usize),
-            ),
-            Binding::Ring(ring) => (
-                ring.pick(backends, context),
-                key.and_then(|k| ring.owner(k)),
-            ),
-        };
-        if home.is_some() && chosen.is_some() && chosen != home {
-            count(&self.lost);
-            count(&self.rebinds);
+        match &self.binding {
+            Binding::Cookie { .. } => None,
+            Binding::Modulo => Some(Modulo.pick(backends, context)),
+            Binding::Ring(ring) => Some(ring.pick(backends, context)),
         }
-        Some(chosen)
     }
 
-    /// Counts a session lost because its bound backend could not be reached during the request;
-    /// returns whether the client should now get a new cookie.
-    pub fn lose_session(&self) -> bool {
-        if !self.uses_cookie() {
-            return false;
+    /// Records that backend `index` answered a request of a key-sticky client; a key seen for
+    /// the first time is a new binding, a key that moved is a rebinding (and a lost session when
+    /// its previous backend could not take it).
+    pub fn settle_key(&self, key: u64, index: usize, backends: &BackendSet) {
+        if self.uses_cookie() {
+            return;
         }
-        count(&self.lost);
-        count(&self.rebinds);
-        true
+        let id = self.ids[index];
+        match self.sessions.record(key, id) {
+            None => count(&self.counters.bound),
+            Some(before) if before == id => {}
+            Some(before) => {
+                let still_available = self
+                    .ids
+                    .iter()
+                    .position(|&known| known == before)
+                    .is_some_and(|old| backends.is_up(old) && !backends.is_draining(old));
+                if !still_available {
+                    count(&self.counters.lost);
+                }
+                count(&self.counters.rebinds);
+            }
+        }
     }
 
-    /// The `Set-Cookie` value that binds a client to backend `index`.
-    pub fn cookie_for(&self, index: usize) -> Option<HeaderValue> {
-        let Binding::Cookie { name, mac, ids } = &self.binding else {
+    /// The `Set-Cookie` value that binds a client to backend `index`, counting the binding: the
+    /// cookie is only made for a response that is about to be sent.
+    pub fn bind_cookie(&self, index: usize, reason: Rebinding) -> Option<HeaderValue> {
+        let Binding::Cookie { name, mac } = &self.binding else {
             return None;
         };
-        let id = ids[index];
+        match reason {
+            Rebinding::New => count(&self.counters.bound),
+            Rebinding::Lost => {
+                count(&self.counters.lost);
+                count(&self.counters.rebinds);
+            }
+            Rebinding::Foreign => count(&self.counters.rebinds),
+        }
+        let id = self.ids[index];
         let mut text = String::with_capacity(name.len() + 90);
         let _ = write!(text, "{name}={id:016x}");
         for byte in signature(mac, id) {
@@ -242,7 +298,7 @@ mod tests {
             name: "trafik".into(),
             secret: secret.to_vec(),
         };
-        Sticky::new(&plan, "takip", &backends())
+        Sticky::new(&plan, "takip", &backends(), None)
     }
 
     fn request_with(cookie: &HeaderValue) -> HeaderMap {
@@ -259,7 +315,7 @@ mod tests {
     fn a_signed_cookie_returns_the_client_to_its_backend() {
         let sticky = cookie_sticky(b"secret");
         let set = backends();
-        let cookie = sticky.cookie_for(2).unwrap();
+        let cookie = sticky.bind_cookie(2, Rebinding::New).unwrap();
         assert!(
             cookie
                 .to_str()
@@ -268,7 +324,7 @@ mod tests {
         );
         match sticky.decide(&request_with(&cookie), &set, &PickContext::default()) {
             Decision::Bound(index) => assert_eq!(index, 2),
-            Decision::Bind => panic!("a valid cookie must bind"),
+            Decision::Bind(_) => panic!("a valid cookie must bind"),
         }
         // Draining does not break an existing session.
         set.set_draining(2, true);
@@ -283,33 +339,44 @@ mod tests {
         let sticky = cookie_sticky(b"secret");
         let other = cookie_sticky(b"another secret");
         let set = backends();
-        let foreign = other.cookie_for(1).unwrap();
+        let foreign = other.bind_cookie(1, Rebinding::New).unwrap();
         assert!(matches!(
             sticky.decide(&request_with(&foreign), &set, &PickContext::default()),
-            Decision::Bind
+            Decision::Bind(Rebinding::Foreign)
         ));
-        let mut tampered = sticky.cookie_for(1).unwrap().to_str().unwrap().to_owned();
+        let mut tampered = sticky
+            .bind_cookie(1, Rebinding::New)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
         tampered.replace_range(10..11, if &tampered[10..11] == "0" { "1" } else { "0" });
         let tampered = HeaderValue::from_str(&tampered).unwrap();
         assert!(matches!(
             sticky.decide(&request_with(&tampered), &set, &PickContext::default()),
-            Decision::Bind
+            Decision::Bind(Rebinding::Foreign)
         ));
-        assert_eq!(sticky.rebinds.load(Ordering::Relaxed), 2);
     }
 
     #[test]
     fn a_cookie_for_a_down_backend_counts_a_lost_session() {
         let sticky = cookie_sticky(b"secret");
         let set = backends();
-        let cookie = sticky.cookie_for(0).unwrap();
+        let cookie = sticky.bind_cookie(0, Rebinding::New).unwrap();
         set.set_up(0, false);
         assert!(matches!(
             sticky.decide(&request_with(&cookie), &set, &PickContext::default()),
-            Decision::Bind
+            Decision::Bind(Rebinding::Lost)
         ));
-        assert_eq!(sticky.lost.load(Ordering::Relaxed), 1);
-        assert_eq!(sticky.bound.load(Ordering::Relaxed), 0);
+        sticky.bind_cookie(1, Rebinding::Lost);
+        let counters = &sticky.counters;
+        assert_eq!(counters.lost.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.rebinds.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            counters.bound.load(Ordering::Relaxed),
+            1,
+            "only the first cookie"
+        );
     }
 
     #[test]
@@ -330,7 +397,7 @@ mod tests {
             );
             assert!(matches!(
                 sticky.decide(&headers, &set, &PickContext::default()),
-                Decision::Bind
+                Decision::Bind(_)
             ));
         }
     }

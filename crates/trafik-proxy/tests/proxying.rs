@@ -121,7 +121,7 @@ async fn routes_split_reads_and_writes_into_separate_pools() {
     let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
     let mut plan = plan(&addresses[..3]);
     plan.pools.push(pool("yazma", &addresses[3..]));
-    plan.listeners[0].routes = vec![route("/takip", 0), route("/olay", 1)];
+    *routes(&mut plan) = vec![route("/takip", "takip"), route("/olay", "yazma")];
     let running = trafik_proxy::start(plan).unwrap();
     let mut client = Client::connect(web(&running)).await;
     for n in 1..=63 {
@@ -199,7 +199,10 @@ async fn post_is_not_retried_unless_the_route_allows_it() {
     stop(running).await;
 
     let mut plan = plan(&[closed, echo]);
-    plan.listeners[0].routes[0].retry_non_idempotent = true;
+    routes(&mut plan)[0].target = trafik_proxy::TargetPlan::Pool {
+        pool: "takip".into(),
+        retry_non_idempotent: true,
+    };
     let running = trafik_proxy::start(plan).unwrap();
     let mut client = Client::connect(web(&running)).await;
     assert_eq!(
@@ -336,13 +339,13 @@ async fn hostile_requests_get_an_answer_never_a_dropped_connection() {
         name: "trafik".into(),
         secret: b"k".to_vec(),
     });
-    plan.listeners[0].routes = vec![
+    *routes(&mut plan) = vec![
         {
-            let mut r = route("/", 0);
+            let mut r = route("/", "takip");
             r.host = Some("kargo.test".into());
             r
         },
-        route("/takip", 0),
+        route("/takip", "takip"),
     ];
     let running = trafik_proxy::start(plan).unwrap();
     let address = web(&running);

@@ -27,7 +27,8 @@ pub fn plan(loaded: &Loaded) -> String {
             "listener {} on http://{}",
             listener.name, listener.address
         );
-        for route in &listener.routes {
+        let trafik_proxy::ListenerKind::Http { routes } = &listener.kind;
+        for route in routes {
             let host = route
                 .host
                 .as_deref()
@@ -39,10 +40,11 @@ pub fn plan(loaded: &Loaded) -> String {
                 let names: Vec<_> = route.methods.iter().map(|m| m.as_str()).collect();
                 format!(" [{}]", names.join(","))
             };
+            let trafik_proxy::TargetPlan::Pool { pool, .. } = &route.target;
             let _ = writeln!(
                 out,
-                "  route {host}{}{methods} → pool {}",
-                route.path_prefix, plan.pools[route.pool].name
+                "  route {host}{}{methods} → pool {pool}",
+                route.path_prefix
             );
         }
     }

@@ -15,8 +15,8 @@ use clap::Parser;
 use cli::{Cli, Command, LogFormat};
 use config::Loaded;
 use trafik_proxy::{
-    BackendPlan, ClientPlan, HashKey, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan,
-    RoutePlan,
+    BackendPlan, ClientPlan, HashKey, HealthCheck, HealthPlan, ListenerKind, ListenerPlan, Plan,
+    PoolPlan, RoutePlan, TargetPlan,
 };
 use trafik_upstream::ReplicaConfig;
 
@@ -82,13 +82,18 @@ fn run(command: Command) -> Result<ExitCode, String> {
                 listeners: vec![ListenerPlan {
                     name: "default".into(),
                     address: listen,
-                    routes: vec![RoutePlan {
-                        host: None,
-                        path_prefix: "/".into(),
-                        methods: Vec::new(),
-                        pool: 0,
-                        retry_non_idempotent: false,
-                    }],
+                    kind: ListenerKind::Http {
+                        routes: vec![RoutePlan {
+                            host: None,
+                            path_prefix: "/".into(),
+                            methods: Vec::new(),
+                            filters: Vec::new(),
+                            target: TargetPlan::Pool {
+                                pool: "default".into(),
+                                retry_non_idempotent: false,
+                            },
+                        }],
+                    },
                 }],
                 pools: vec![PoolPlan {
                     name: "default".into(),

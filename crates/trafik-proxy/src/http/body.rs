@@ -1,13 +1,161 @@
-//! The response body the proxy sends: relayed from a backend, or a short local answer.
+//! The bodies that cross the proxy: [`RequestBody`] on its way to a backend (streamed, with an
+//! optional limit) and [`ProxyBody`] on its way back to the client.
 
+use std::cell::{Cell, RefCell};
+use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::upstream::Lease;
+
+/// A request body on its way upstream. It reports through [`Upload`] when it has been sent in
+/// full (the response timeout starts then, not while a slow client uploads) and why it failed,
+/// so a failure the client caused is not charged to the backend.
+pub struct RequestBody {
+    source: Incoming,
+    /// Bytes passed so far, and the limit a filter set.
+    passed: u64,
+    limit: Option<u64>,
+    upload: Rc<Upload>,
+}
+
+/// How far a request body has gone.
+#[derive(Default)]
+pub struct Upload {
+    state: Cell<UploadState>,
+    waker: RefCell<Option<Waker>>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UploadState {
+    #[default]
+    Sending,
+    Sent,
+    ClientFailed,
+    TooLarge,
+}
+
+impl Upload {
+    pub fn state(&self) -> UploadState {
+        self.state.get()
+    }
+
+    fn set(&self, state: UploadState) {
+        if self.state.get() == UploadState::Sending {
+            self.state.set(state);
+            if let Some(waker) = self.waker.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
+
+    /// Waits until the body is no longer being sent.
+    pub async fn finished(&self) {
+        std::future::poll_fn(|cx| {
+            if self.state.get() == UploadState::Sending {
+                *self.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await;
+    }
+}
+
+/// Why a request body stopped before its end.
+#[derive(Debug)]
+pub enum BodyError {
+    Client(hyper::Error),
+    TooLarge { limit: u64 },
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::Client(error) => write!(f, "client body: {error}"),
+            BodyError::TooLarge { limit } => write!(f, "request body over {limit} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+impl RequestBody {
+    /// The client's body, streamed as it arrives.
+    pub fn streaming(body: Incoming) -> Self {
+        let upload = Rc::new(Upload::default());
+        if body.is_end_stream() {
+            upload.set(UploadState::Sent);
+        }
+        RequestBody {
+            source: body,
+            passed: 0,
+            limit: None,
+            upload,
+        }
+    }
+
+    /// Refuses (as a [`BodyError::TooLarge`]) a body that grows past `bytes`.
+    pub fn limit(&mut self, bytes: u64) {
+        self.limit = Some(self.limit.map_or(bytes, |l| l.min(bytes)));
+    }
+
+    /// What a target watches to learn how the upload went.
+    pub fn upload(&self) -> Rc<Upload> {
+        self.upload.clone()
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        let frame = match Pin::new(&mut this.source).poll_frame(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(error))) => {
+                this.upload.set(UploadState::ClientFailed);
+                return Poll::Ready(Some(Err(BodyError::Client(error))));
+            }
+            Poll::Ready(None) => {
+                this.upload.set(UploadState::Sent);
+                return Poll::Ready(None);
+            }
+        };
+        if let Some(data) = frame.data_ref() {
+            this.passed += data.len() as u64;
+            if let Some(limit) = this.limit
+                && this.passed > limit
+            {
+                this.upload.set(UploadState::TooLarge);
+                return Poll::Ready(Some(Err(BodyError::TooLarge { limit })));
+            }
+        }
+        if this.is_end_stream() {
+            this.upload.set(UploadState::Sent);
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.source.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.source.size_hint()
+    }
+}
 
 /// A response body: streamed from a backend, or written by trafik itself.
 pub enum ProxyBody {

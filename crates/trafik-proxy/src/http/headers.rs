@@ -61,14 +61,15 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
 /// last `Host` seen, which on a kept-alive connection is nearly always the next one too.
 pub struct ClientForwarding {
     client_ip: HeaderValue,
-    /// `for=…;proto=http`, for requests without a usable host.
+    /// `for=…;proto=…`, for requests without a usable host.
     without_host: HeaderValue,
     for_parameter: String,
+    proto: HeaderValue,
     last: RefCell<Option<(HeaderValue, HeaderValue)>>,
 }
 
 impl ClientForwarding {
-    pub fn new(client: SocketAddr) -> Self {
+    pub fn new(client: SocketAddr, scheme: &'static str) -> Self {
         let for_parameter = match client.ip() {
             IpAddr::V4(v4) => format!("for={v4}"),
             IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
@@ -77,8 +78,9 @@ impl ClientForwarding {
             |text: &str| HeaderValue::from_str(text).unwrap_or(HeaderValue::from_static("unknown"));
         ClientForwarding {
             client_ip: value(&client.ip().to_string()),
-            without_host: value(&format!("{for_parameter};proto=http")),
+            without_host: value(&format!("{for_parameter};proto={scheme}")),
             for_parameter,
+            proto: HeaderValue::from_static(scheme),
             last: RefCell::new(None),
         }
     }
@@ -97,7 +99,7 @@ impl ClientForwarding {
         append(headers, header::FORWARDED, forwarded);
         append(headers, X_FORWARDED_FOR, self.client_ip.clone());
         if !headers.contains_key(X_FORWARDED_PROTO) {
-            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            headers.insert(X_FORWARDED_PROTO, self.proto.clone());
         }
         if let (Some(value), false) = (host, headers.contains_key(X_FORWARDED_HOST)) {
             headers.insert(X_FORWARDED_HOST, value);
@@ -117,8 +119,9 @@ impl ClientForwarding {
             return value.clone();
         }
         let text = format!(
-            "{};proto=http;host=\"{}\"",
+            "{};proto={};host=\"{}\"",
             self.for_parameter,
+            self.proto.to_str().unwrap_or("http"),
             host.to_str().unwrap_or("")
         );
         let value = HeaderValue::from_str(&text).unwrap_or_else(|_| self.without_host.clone());
@@ -193,13 +196,13 @@ mod tests {
 
     fn forward(trust: bool, client: &str, h: &mut HeaderMap) {
         let via = HeaderValue::from_static("1.1 trafik");
-        ClientForwarding::new(client.parse().unwrap()).apply(h, trust, &via);
+        ClientForwarding::new(client.parse().unwrap(), "http").apply(h, trust, &via);
     }
 
     #[test]
     fn a_connection_reuses_its_forwarded_value_until_the_host_changes() {
         let via = HeaderValue::from_static("1.1 trafik");
-        let client = ClientForwarding::new("127.0.0.2:9".parse().unwrap());
+        let client = ClientForwarding::new("127.0.0.2:9".parse().unwrap(), "http");
         for host in ["a.test", "a.test", "b.test"] {
             let mut h = headers(&[("host", host)]);
             client.apply(&mut h, false, &via);

@@ -1,10 +1,15 @@
-//! The HTTP/1.1 reverse proxy, by layer: [`route`] picks a pool, [`service`] picks a backend
-//! and relays, [`upstream`] holds the connections to backends, [`headers`] rewrites what
-//! crosses the boundary and [`body`] streams what comes back.
+//! The HTTP/1.1 reverse proxy, by layer: [`server`] runs a client connection, [`path`] and
+//! [`route`] choose a route, [`filter`] runs its pipeline, [`target`] picks a backend and
+//! relays, [`upstream`] holds the connections to backends, [`headers`] rewrites what crosses
+//! the boundary and [`body`] carries what flows each way.
 
 pub mod body;
+pub mod filter;
 pub mod headers;
 pub mod key;
+pub mod path;
 pub mod route;
+pub mod server;
 pub mod service;
+pub mod target;
 pub mod upstream;

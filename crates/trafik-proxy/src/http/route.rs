@@ -2,23 +2,37 @@
 
 use http::{Method, Request, header};
 
-use crate::plan::RoutePlan;
+use super::filter::Filter;
+use super::target::Target;
+
+/// One route at run time: what it matches, its pipeline and its target.
+pub struct Route {
+    /// Matches the request's host (without port), ASCII case-insensitively; `None` matches any.
+    pub host: Option<String>,
+    /// Matches a normalized path equal to it or continuing it at a `/` boundary.
+    pub path_prefix: String,
+    /// Methods this route takes; empty takes any.
+    pub methods: Vec<Method>,
+    /// The built-in steps, then the configured ones.
+    pub filters: Vec<Box<dyn Filter>>,
+    pub target: Target,
+}
 
 /// A listener's routes, most specific first: routes with a host before routes without, then
 /// longer path prefixes before shorter ones; among equals, the order of the configuration.
 pub struct RouteTable {
-    routes: Vec<RoutePlan>,
+    routes: Vec<Route>,
 }
 
 impl RouteTable {
-    pub fn new(mut routes: Vec<RoutePlan>) -> Self {
+    pub fn new(mut routes: Vec<Route>) -> Self {
         // A stable sort keeps configuration order among equally specific routes.
         routes.sort_by_key(|r| (r.host.is_none(), std::cmp::Reverse(r.path_prefix.len())));
         RouteTable { routes }
     }
 
     /// The first route that matches the request's host, path and method.
-    pub fn find<B>(&self, request: &Request<B>) -> Option<&RoutePlan> {
+    pub fn find<B>(&self, request: &Request<B>) -> Option<&Route> {
         let path = request.uri().path();
         let host = request_host(request);
         self.routes.iter().find(|route| {
@@ -64,14 +78,18 @@ fn strip_port(host: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::target::PoolTarget;
 
-    fn route(host: Option<&str>, prefix: &str, methods: &[Method], pool: usize) -> RoutePlan {
-        RoutePlan {
+    fn route(host: Option<&str>, prefix: &str, methods: &[Method], pool: usize) -> Route {
+        Route {
             host: host.map(str::to_owned),
             path_prefix: prefix.to_owned(),
             methods: methods.to_vec(),
-            pool,
-            retry_non_idempotent: false,
+            filters: Vec::new(),
+            target: Target::Pool(PoolTarget {
+                pool,
+                retry_non_idempotent: false,
+            }),
         }
     }
 
@@ -82,7 +100,9 @@ mod tests {
             .header("host", host)
             .body(())
             .unwrap();
-        table.find(&request).map(|r| r.pool)
+        table.find(&request).map(|r| match &r.target {
+            Target::Pool(target) => target.pool,
+        })
     }
 
     #[test]

@@ -1,52 +1,93 @@
-//! Upstream connections: one keep-alive pool per backend in every worker.
+//! Upstream connections: one keep-alive stack per endpoint (backend address) in every worker.
 //!
-//! A worker is a single-threaded runtime, so its pools need no locks: a connection is taken from
-//! a plain stack, used for one request and pushed back when the response body ends. Reuse is
-//! what turns many client connections into a few upstream ones (the course's 6 → 4).
+//! A worker is a single-threaded runtime, so its stacks need no locks: a connection is taken
+//! from a plain stack, used for one request and pushed back when the response body ends. Reuse
+//! is what turns many client connections into a few upstream ones (the course's 6 → 4), and
+//! keying by address lets pools that share a backend share its connections, across reloads too.
 
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
-use crate::pool::Pool;
+use super::body::RequestBody;
+use crate::pool::{Endpoint, Pool};
+use crate::snapshot::WorkerSnapshot;
+use crate::transport;
 
-/// Idle connections kept per backend in one worker; more are closed when they come back.
-const MAX_IDLE_PER_BACKEND: usize = 512;
+/// Idle connections kept per endpoint in one worker; more are closed when they come back.
+const MAX_IDLE_PER_ENDPOINT: usize = 512;
 
-/// One backend as one worker sees it: its idle connections, and its pool for counting.
+type Sender = SendRequest<RequestBody>;
+
+/// One endpoint's idle connections in one worker.
 pub struct IdleList {
-    senders: RefCell<Vec<SendRequest<Incoming>>>,
-    pool: Arc<Pool>,
-    backend: usize,
+    senders: RefCell<Vec<Sender>>,
+    endpoint: Arc<Endpoint>,
 }
 
-/// One worker's connection pools, indexed by pool then backend.
+/// One worker's connection stacks, indexed by [`Endpoint::id`].
 pub struct Upstreams {
-    idle: Vec<Vec<Rc<IdleList>>>,
+    worker: usize,
+    idle: RefCell<Vec<Option<Rc<IdleList>>>>,
 }
 
-/// Marks a request in flight to a backend for as long as it lives.
+/// Marks a request in flight to one backend of one pool for as long as it lives.
 pub struct InFlight {
-    home: Rc<IdleList>,
+    snapshot: Rc<WorkerSnapshot>,
+    pool: usize,
+    backend: usize,
+    worker: usize,
+}
+
+impl InFlight {
+    pub fn start(
+        snapshot: &Rc<WorkerSnapshot>,
+        pool: usize,
+        backend: usize,
+        worker: usize,
+    ) -> Self {
+        let target = &snapshot.pools[pool];
+        target.members[backend]
+            .counters
+            .mine(worker)
+            .in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        if target.tracks_in_flight {
+            target.backends.start(backend);
+        }
+        InFlight {
+            snapshot: snapshot.clone(),
+            pool,
+            backend,
+            worker,
+        }
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.home.pool.backends.finish(self.home.backend);
+        let pool = &self.snapshot.pools[self.pool];
+        pool.members[self.backend]
+            .counters
+            .mine(self.worker)
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+        if pool.tracks_in_flight {
+            pool.backends.finish(self.backend);
+        }
     }
 }
 
 /// A connection lent to one request. [`Lease::release`] returns it for reuse; dropping the
 /// lease instead closes it, as must happen when a response ends early or broke.
 pub struct Lease {
-    sender: SendRequest<Incoming>,
+    sender: Sender,
     home: Rc<IdleList>,
     _in_flight: InFlight,
 }
@@ -54,7 +95,7 @@ pub struct Lease {
 impl Lease {
     pub fn release(self) {
         let mut idle = self.home.senders.borrow_mut();
-        if idle.len() < MAX_IDLE_PER_BACKEND {
+        if idle.len() < MAX_IDLE_PER_ENDPOINT {
             idle.push(self.sender);
         }
     }
@@ -62,7 +103,7 @@ impl Lease {
 
 /// A connection ready to carry one request.
 pub struct Checkout {
-    pub sender: SendRequest<Incoming>,
+    pub sender: Sender,
     home: Rc<IdleList>,
 }
 
@@ -78,40 +119,32 @@ impl Checkout {
 }
 
 impl Upstreams {
-    pub fn new(pools: &[Arc<Pool>]) -> Self {
-        let idle = pools
-            .iter()
-            .map(|pool| {
-                (0..pool.backends.len())
-                    .map(|backend| {
-                        Rc::new(IdleList {
-                            senders: RefCell::default(),
-                            pool: pool.clone(),
-                            backend,
-                        })
-                    })
-                    .collect()
+    pub fn new(worker: usize) -> Self {
+        Upstreams {
+            worker,
+            idle: RefCell::default(),
+        }
+    }
+
+    fn home(&self, endpoint: &Arc<Endpoint>) -> Rc<IdleList> {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() <= endpoint.id {
+            idle.resize(endpoint.id + 1, None);
+        }
+        idle[endpoint.id]
+            .get_or_insert_with(|| {
+                Rc::new(IdleList {
+                    senders: RefCell::default(),
+                    endpoint: endpoint.clone(),
+                })
             })
-            .collect();
-        Upstreams { idle }
+            .clone()
     }
 
-    /// Marks one more request in flight to `backend` of pool `pool_index` until the guard drops.
-    pub fn start(&self, pool_index: usize, backend: usize) -> InFlight {
-        let home = self.idle[pool_index][backend].clone();
-        home.pool.backends.start(backend);
-        InFlight { home }
-    }
-
-    /// An idle connection to the backend if one is still open, or else a new one.
-    pub async fn checkout(
-        &self,
-        pool_index: usize,
-        pool: &Arc<Pool>,
-        backend: usize,
-        fresh: bool,
-    ) -> io::Result<Checkout> {
-        let home = self.idle[pool_index][backend].clone();
+    /// An idle connection to backend `backend` of `pool` if one is still open, or else a new
+    /// one (always a new one when `fresh`).
+    pub async fn checkout(&self, pool: &Pool, backend: usize, fresh: bool) -> io::Result<Checkout> {
+        let home = self.home(&pool.members[backend].endpoint);
         if !fresh {
             loop {
                 let Some(mut sender) = home.senders.borrow_mut().pop() else {
@@ -125,31 +158,33 @@ impl Upstreams {
                 }
             }
         }
-        let sender = connect(pool, backend).await?;
+        let sender = self
+            .connect(&home.endpoint, pool.plan.connect_timeout)
+            .await?;
         Ok(Checkout { sender, home })
     }
-}
 
-/// Opens a new connection within the pool's connect timeout and starts its driver task.
-async fn connect(pool: &Arc<Pool>, backend: usize) -> io::Result<SendRequest<Incoming>> {
-    let address = pool.address(backend);
-    let stream = tokio::time::timeout(pool.plan.connect_timeout, TcpStream::connect(address))
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-    stream.set_nodelay(true)?;
-    let (sender, connection) = http1::Builder::new()
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(io::Error::other)?;
-    let stats_pool = pool.clone();
-    stats_pool.stats[backend]
-        .connections
-        .fetch_add(1, Ordering::Relaxed);
-    tokio::task::spawn_local(async move {
-        let _ = connection.await;
-        stats_pool.stats[backend]
-            .connections
-            .fetch_sub(1, Ordering::Relaxed);
-    });
-    Ok(sender)
+    /// Opens a new connection and starts its driver task, which keeps the endpoint's gauge of
+    /// open connections.
+    async fn connect(&self, endpoint: &Arc<Endpoint>, timeout: Duration) -> io::Result<Sender> {
+        let stream = transport::connect(endpoint.address, timeout).await?;
+        let (sender, connection) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(io::Error::other)?;
+        let endpoint = endpoint.clone();
+        let worker = self.worker;
+        endpoint
+            .open_connections
+            .mine(worker)
+            .fetch_add(1, Ordering::Relaxed);
+        tokio::task::spawn_local(async move {
+            let _ = connection.await;
+            endpoint
+                .open_connections
+                .mine(worker)
+                .fetch_sub(1, Ordering::Relaxed);
+        });
+        Ok(sender)
+    }
 }

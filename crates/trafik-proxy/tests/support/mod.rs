@@ -12,8 +12,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use trafik_balance::Algorithm;
 use trafik_proxy::{
-    BackendPlan, ClientPlan, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan, RoutePlan,
-    Running,
+    BackendPlan, ClientPlan, HealthCheck, HealthPlan, ListenerKind, ListenerPlan, Plan, PoolPlan,
+    RoutePlan, Running, TargetPlan,
 };
 use trafik_upstream::{ReplicaConfig, RunningReplica};
 
@@ -56,7 +56,9 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
         listeners: vec![ListenerPlan {
             name: "web".into(),
             address: LOOPBACK_ANY_PORT.parse().unwrap(),
-            routes: vec![route("/", 0)],
+            kind: ListenerKind::Http {
+                routes: vec![route("/", "takip")],
+            },
         }],
         pools: vec![pool("takip", backends)],
         admin: Some(LOOPBACK_ANY_PORT.parse().unwrap()),
@@ -70,14 +72,23 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
     }
 }
 
-pub fn route(prefix: &str, pool: usize) -> RoutePlan {
+pub fn route(prefix: &str, pool: &str) -> RoutePlan {
     RoutePlan {
         host: None,
         path_prefix: prefix.into(),
         methods: Vec::new(),
-        pool,
-        retry_non_idempotent: false,
+        filters: Vec::new(),
+        target: TargetPlan::Pool {
+            pool: pool.into(),
+            retry_non_idempotent: false,
+        },
     }
+}
+
+/// The routes of the plan's first listener.
+pub fn routes(plan: &mut Plan) -> &mut Vec<RoutePlan> {
+    let ListenerKind::Http { routes } = &mut plan.listeners[0].kind;
+    routes
 }
 
 pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {

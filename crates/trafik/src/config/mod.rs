@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use trafik_balance::{Algorithm, SelectorOptions};
 use trafik_proxy::{
-    BackendPlan, ClientPlan, HashKey, HealthCheck, HealthPlan, ListenerPlan, Plan, PoolPlan,
-    RoutePlan, StickyPlan,
+    BackendPlan, ClientPlan, HashKey, HealthCheck, HealthPlan, ListenerKind, ListenerPlan, Plan,
+    PoolPlan, RoutePlan, StickyPlan, TargetPlan,
 };
 use trafik_upstream::ReplicaConfig;
 
@@ -207,14 +207,13 @@ impl<F: Fn(Option<Range<usize>>, String, String) -> ConfigError> Checker<'_, F> 
         ListenerPlan {
             name: listener.name.into_inner(),
             address: listener.listen.0,
-            routes,
+            kind: ListenerKind::Http { routes },
         }
     }
 
     fn route(&mut self, field: &str, route: schema::Route, pools: &[String]) -> RoutePlan {
-        let pool = match pools.iter().position(|p| p == route.pool.get_ref()) {
-            Some(index) => index,
-            None => {
+        if !pools.contains(route.pool.get_ref()) {
+            {
                 let wanted = route.pool.get_ref();
                 let hint = did_you_mean(wanted, pools.iter().map(String::as_str))
                     .map(|s| format!("; did you mean {s:?}?"))
@@ -227,9 +226,8 @@ impl<F: Fn(Option<Range<usize>>, String, String) -> ConfigError> Checker<'_, F> 
                         list(pools)
                     ),
                 );
-                0
             }
-        };
+        }
         if !route.path_prefix.get_ref().starts_with('/') {
             self.error(
                 route.path_prefix.span(),
@@ -255,8 +253,11 @@ impl<F: Fn(Option<Range<usize>>, String, String) -> ConfigError> Checker<'_, F> 
             host: route.host,
             path_prefix: route.path_prefix.into_inner(),
             methods,
-            pool,
-            retry_non_idempotent: route.retry_non_idempotent,
+            filters: Vec::new(),
+            target: TargetPlan::Pool {
+                pool: route.pool.into_inner(),
+                retry_non_idempotent: route.retry_non_idempotent,
+            },
         }
     }
 

@@ -1,0 +1,83 @@
+//! Counters written on the request path. Each worker writes its own cache-line-padded shard,
+//! so no two workers ever write the same line; the admin API sums the shards when asked.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+/// One `T` per worker.
+#[derive(Debug)]
+pub struct PerWorker<T> {
+    shards: Box<[CachePadded<T>]>,
+}
+
+impl<T: Default> PerWorker<T> {
+    pub fn new(workers: usize) -> Self {
+        PerWorker {
+            shards: (0..workers.max(1))
+                .map(|_| CachePadded::new(T::default()))
+                .collect(),
+        }
+    }
+}
+
+impl<T> PerWorker<T> {
+    /// The shard worker `worker` writes.
+    #[inline]
+    pub fn mine(&self, worker: usize) -> &T {
+        &self.shards[worker % self.shards.len()]
+    }
+
+    /// The sum over all workers of what `read` reads from a shard.
+    pub fn sum(&self, read: impl Fn(&T) -> i64) -> i64 {
+        self.shards.iter().map(|shard| read(shard)).sum()
+    }
+}
+
+/// What happened to one backend of one pool, kept across reloads while the pool keeps it.
+#[derive(Debug, Default)]
+pub struct BackendCounters {
+    /// Times the selection rule (or a sticky binding) chose this backend.
+    pub decisions: AtomicU64,
+    /// Responses this backend sent (any status).
+    pub requests: AtomicU64,
+    /// Failed connects, timeouts and broken connections to this backend.
+    pub failures: AtomicU64,
+    /// Requests in flight to it: +1 on one worker, -1 on the same one.
+    pub in_flight: AtomicI64,
+}
+
+/// Adds one to a counter only its own worker writes.
+#[inline]
+pub fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Reads a counter for summing.
+pub fn read(counter: &AtomicU64) -> i64 {
+    counter.load(Ordering::Relaxed) as i64
+}
+
+/// Reads a gauge for summing.
+pub fn read_gauge(gauge: &AtomicI64) -> i64 {
+    gauge.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_summed_and_each_worker_writes_its_own() {
+        let counters: PerWorker<BackendCounters> = PerWorker::new(3);
+        for worker in 0..3 {
+            for _ in 0..=worker {
+                bump(&counters.mine(worker).requests);
+            }
+        }
+        assert_eq!(counters.sum(|c| read(&c.requests)), 1 + 2 + 3);
+        assert_eq!(read(&counters.mine(2).requests), 3);
+        let line = std::mem::align_of::<CachePadded<BackendCounters>>();
+        assert!(line >= 64, "shards sit on separate cache lines");
+    }
+}

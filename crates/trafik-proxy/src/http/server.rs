@@ -1,0 +1,214 @@
+//! Runs one client connection as an HTTP/1.1 server, over any byte stream (plain TCP now; TLS
+//! wraps the stream and comes through the same door).
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::service::{ClientConnection, WorkerProxy};
+use crate::connections::{Connections, Watched};
+use crate::error::ProxyError;
+use crate::snapshot::ListenerId;
+
+/// Serves HTTP/1.1 on `stream` until the client leaves, the connection idles out or drains.
+pub async fn serve<S>(
+    proxy: Rc<WorkerProxy>,
+    listener: ListenerId,
+    scheme: &'static str,
+    stream: S,
+    peer: SocketAddr,
+    connections: Rc<Connections>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let control = connections.register(listener);
+    let header_read_timeout = proxy.snapshot().client.header_read_timeout;
+    let io = TokioIo::new(MalformedAnswer::new(Watched::new(
+        stream,
+        control.clone(),
+        connections,
+    )));
+    let handler = proxy.clone();
+    let connection = Rc::new(ClientConnection::new(listener, peer, scheme));
+    let service = service_fn(move |request| {
+        let (handler, connection) = (handler.clone(), connection.clone());
+        async move { Ok::<_, Infallible>(handler.handle(connection, request).await) }
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .serve_connection(io, service);
+    tokio::pin!(connection);
+    let mut draining = false;
+    std::future::poll_fn(|cx| {
+        control.remember(cx.waker());
+        if control.is_idle() {
+            tracing::debug!(%peer, "closing idle connection");
+            return Poll::Ready(());
+        }
+        if control.should_drain() && !draining {
+            draining = true;
+            connection.as_mut().graceful_shutdown();
+        }
+        connection.as_mut().poll(cx).map(|_| ())
+    })
+    .await;
+}
+
+/// hyper answers a request it cannot parse by itself, with an empty 400 (or 414, 431) before
+/// trafik sees anything. This stream recognises that answer as it is written and writes
+/// trafik's instead: the same status with a one-line body, like every answer trafik makes.
+struct MalformedAnswer<S> {
+    stream: S,
+    /// trafik's answer while it is being written, and how much of it is out.
+    replacing: Option<(Vec<u8>, usize)>,
+}
+
+impl<S> MalformedAnswer<S> {
+    fn new(stream: S) -> Self {
+        MalformedAnswer {
+            stream,
+            replacing: None,
+        }
+    }
+}
+
+/// trafik's answer if `head` is hyper's own parse-error answer: a status line of 400, 414 or
+/// 431 followed by no header but `connection: close`, `content-length: 0` and `date`, and
+/// nothing after the head.
+fn replacement_for(head: &[u8]) -> Option<Vec<u8>> {
+    if !head.starts_with(b"HTTP/1.1 4") || !head.ends_with(b"\r\n\r\n") || head.len() > 160 {
+        return None;
+    }
+    let text = std::str::from_utf8(head).ok()?;
+    let mut lines = text.split("\r\n");
+    let status = lines.next()?.get(9..12)?;
+    let only_hypers_headers = lines.filter(|line| !line.is_empty()).all(|line| {
+        line == "content-length: 0" || line == "connection: close" || line.starts_with("date: ")
+    });
+    let (error, reason) = match status {
+        "400" => (ProxyError::MalformedRequest, "Bad Request"),
+        "414" => (ProxyError::UriTooLong, "URI Too Long"),
+        "431" => (ProxyError::HeadTooLarge, "Request Header Fields Too Large"),
+        _ => return None,
+    };
+    if !only_hypers_headers {
+        return None;
+    }
+    let body = error.body();
+    Some(
+        format!(
+            "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+impl<S: AsyncWrite + Unpin> MalformedAnswer<S> {
+    /// Writes the rest of trafik's answer; ready once all of it is out.
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, written)) = &mut self.replacing {
+            if *written == bytes.len() {
+                self.replacing = None;
+                break;
+            }
+            match Pin::new(&mut self.stream).poll_write(cx, &bytes[*written..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => *written += n,
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for MalformedAnswer<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for MalformedAnswer<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.replacing.is_none()
+            && let Some(answer) = replacement_for(buf)
+        {
+            this.replacing = Some((answer, 0));
+        }
+        if this.replacing.is_some() {
+            return this.poll_replacement(cx).map_ok(|()| buf.len());
+        }
+        Pin::new(&mut this.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let mut written = bufs.iter().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (written.next(), written.next())
+            && (this.replacing.is_some() || replacement_for(only).is_some())
+        {
+            return Pin::new(this).poll_write(cx, only);
+        }
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_replacement(cx))?;
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_replacement(cx))?;
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replacement_for;
+
+    #[test]
+    fn only_hypers_own_empty_error_answers_are_replaced() {
+        let hyper = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\ndate: Mon, 30 Nov 2026 18:00:00 GMT\r\n\r\n";
+        let ours = String::from_utf8(replacement_for(hyper).unwrap()).unwrap();
+        assert!(ours.starts_with("HTTP/1.1 400 Bad Request\r\n"));
+        assert!(ours.ends_with("\r\n\r\nmalformed request\n"));
+        let too_large =
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\r\n";
+        assert!(replacement_for(too_large).is_some());
+        // A relayed 400 carries the backend's headers and Via; it is never touched.
+        let relayed = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nvia: 1.1 trafik\r\n\r\n";
+        assert!(replacement_for(relayed).is_none());
+        assert!(replacement_for(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_none());
+        assert!(replacement_for(b"HTTP/1.1 4").is_none());
+    }
+}

@@ -1,0 +1,213 @@
+//! Where a route sends what it matched. Only pools exist yet; static content and aggregation
+//! come as further variants of [`Target`].
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Instant;
+
+use http::{Request, Response, header};
+use trafik_balance::PickContext;
+
+use super::body::{ProxyBody, RequestBody, Upload, UploadState};
+use super::key::request_key;
+use super::service::{ClientConnection, WorkerProxy};
+use super::upstream::InFlight;
+use crate::counters::bump;
+use crate::error::ProxyError;
+use crate::pool::Pool;
+use crate::snapshot::WorkerSnapshot;
+use crate::sticky::{Decision, Rebinding};
+
+/// A route's destination.
+pub enum Target {
+    Pool(PoolTarget),
+}
+
+impl Target {
+    /// Serves the request; the address is the backend that answered, for the access log.
+    pub async fn serve(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        request: Request<RequestBody>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        match self {
+            Target::Pool(pool) => pool.serve(worker, snapshot, connection, request).await,
+        }
+    }
+}
+
+/// A pool of backends: stickiness, then the pool's rule, then connect and relay, with retries
+/// elsewhere when connecting fails.
+pub struct PoolTarget {
+    /// Index into [`Snapshot::pools`].
+    pub pool: usize,
+    pub retry_non_idempotent: bool,
+}
+
+/// Why sending to one backend did not produce a response to relay.
+enum Failure {
+    /// No connection could be made; the untouched request comes back for a retry.
+    Connect(Box<Request<RequestBody>>),
+    /// The backend was reached, or the client gave up; the client gets this error.
+    Answered(ProxyError),
+}
+
+impl PoolTarget {
+    async fn serve(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        mut request: Request<RequestBody>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        let pool = &snapshot.pools[self.pool];
+        let me = worker.id;
+        let retries = if request.method().is_idempotent() || self.retry_non_idempotent {
+            pool.plan.retries
+        } else {
+            0
+        };
+        let mut context = PickContext::default();
+        if pool.needs_key()
+            && let Some(key) = &pool.plan.hash_key
+        {
+            context.key = request_key(key, &request, connection.peer);
+        }
+        let timed = pool.plan.algorithm.uses_latency();
+        // Cookie stickiness: a bound client skips the rule; another gets a cookie if answered.
+        let (mut bound, mut rebinding) = match &pool.sticky {
+            Some(sticky) if sticky.uses_cookie() => {
+                match sticky.decide(request.headers(), &pool.backends, &context) {
+                    Decision::Bound(index) => (Some(index), None),
+                    Decision::Bind(reason) => (None, Some(reason)),
+                }
+            }
+            _ => (None, None),
+        };
+        let upload = request.body().upload();
+        let mut failure = ProxyError::NoHealthyBackend;
+        for _attempt in 0..=retries {
+            if timed {
+                context.now = worker.now();
+            }
+            let picked = match bound.take() {
+                Some(index) => Some(index),
+                None => match pool
+                    .sticky
+                    .as_ref()
+                    .and_then(|s| s.pick_by_key(&pool.backends, &context))
+                {
+                    Some(by_key) => by_key,
+                    None => pool.selector.pick(&pool.backends, &context),
+                },
+            };
+            let Some(index) = picked else {
+                break;
+            };
+            let counters = pool.members[index].counters.mine(me);
+            bump(&counters.decisions);
+            let in_flight = InFlight::start(snapshot, self.pool, index, me);
+            let address = pool.address(index);
+            let sent_at = timed.then(Instant::now);
+            match send(worker, pool, index, in_flight, request, &upload).await {
+                Ok(mut response) => {
+                    if let Some(sent_at) = sent_at {
+                        pool.selector
+                            .observe(index, sent_at.elapsed(), worker.now());
+                    }
+                    if let Some(sticky) = &pool.sticky {
+                        if let Some(reason) = rebinding
+                            && let Some(cookie) = sticky.bind_cookie(index, reason)
+                        {
+                            response.headers_mut().append(header::SET_COOKIE, cookie);
+                        }
+                        if let Some(key) = context.key {
+                            sticky.settle_key(key, index, &pool.backends);
+                        }
+                    }
+                    return (response, Some(address));
+                }
+                Err(Failure::Connect(returned)) => {
+                    if rebinding.is_none() && pool.sticky.as_ref().is_some_and(|s| s.uses_cookie())
+                    {
+                        // The bound backend cannot be reached: its session is lost.
+                        rebinding = Some(Rebinding::Lost);
+                    }
+                    bump(&counters.failures);
+                    tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
+                    context.tried.insert(index);
+                    failure = ProxyError::ConnectFailed;
+                    request = *returned;
+                }
+                Err(Failure::Answered(error)) => {
+                    if error.is_backend_fault() {
+                        bump(&counters.failures);
+                    }
+                    return (error.response(), Some(address));
+                }
+            }
+        }
+        if failure.is_unreachable() {
+            bump(pool.unreachable.mine(me));
+        }
+        (failure.response(), None)
+    }
+}
+
+/// Sends the request to backend `index` on a pooled or new connection.
+async fn send(
+    worker: &WorkerProxy,
+    pool: &Pool,
+    index: usize,
+    in_flight: InFlight,
+    mut request: Request<RequestBody>,
+    upload: &Upload,
+) -> Result<Response<ProxyBody>, Failure> {
+    // A pooled connection the backend closed while idle hands the request back unsent; that is
+    // no failure of the backend, so it is tried once more on a new connection.
+    let mut fresh = false;
+    loop {
+        let mut checkout = match worker.upstreams.checkout(pool, index, fresh).await {
+            Ok(checkout) => checkout,
+            Err(_) => return Err(Failure::Connect(Box::new(request))),
+        };
+        let sending = checkout.sender.try_send_request(request);
+        tokio::pin!(sending);
+        // The response timeout counts from when the request has been sent in full: a slow
+        // upload is the client's time, not the backend's.
+        let answered = tokio::select! {
+            biased;
+            answered = &mut sending => Ok(answered),
+            () = upload.finished() => {
+                tokio::time::timeout(pool.plan.response_timeout, &mut sending).await
+            }
+        };
+        match answered {
+            Err(_elapsed) => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
+            Ok(Ok(response)) => {
+                bump(&pool.members[index].counters.mine(worker.id).requests);
+                let lease = checkout.into_lease(in_flight);
+                let (parts, body) = response.into_parts();
+                return Ok(Response::from_parts(
+                    parts,
+                    ProxyBody::upstream(body, lease),
+                ));
+            }
+            Ok(Err(mut error)) => match error.take_message() {
+                Some(unsent) if !fresh => {
+                    fresh = true;
+                    request = unsent;
+                }
+                _ => {
+                    return Err(Failure::Answered(match upload.state() {
+                        UploadState::ClientFailed => ProxyError::ClientAborted,
+                        UploadState::TooLarge => ProxyError::RequestBodyTooLarge,
+                        UploadState::Sending | UploadState::Sent => ProxyError::UpstreamFailed,
+                    }));
+                }
+            },
+        }
+    }
+}

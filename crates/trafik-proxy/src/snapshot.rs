@@ -1,0 +1,192 @@
+//! The configuration in force, as one immutable value. Workers, health checks and the admin API
+//! read the newest [`Snapshot`]; a reload builds the next one beside it (carrying over what must
+//! survive) and publishes it, while requests in flight finish on the one they started with.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use http::HeaderValue;
+
+use crate::http::filter;
+use crate::http::route::{Route, RouteTable};
+use crate::http::target::{PoolTarget, Target};
+use crate::plan::{ClientPlan, ListenerKind, Plan, TargetPlan};
+use crate::pool::{Endpoints, Pool};
+
+/// A worker's own handle on the snapshot it serves: cloning the `Rc` per request touches no
+/// count shared with other workers, as cloning the `Arc` would.
+pub struct WorkerSnapshot(pub Arc<Snapshot>);
+
+impl std::ops::Deref for WorkerSnapshot {
+    type Target = Snapshot;
+
+    fn deref(&self) -> &Snapshot {
+        &self.0
+    }
+}
+
+/// A listener's identity while its socket stays open (across reloads that keep its address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListenerId(pub u64);
+
+/// Everything the data plane serves, as of one load of the configuration.
+pub struct Snapshot {
+    /// 1 for the configuration trafik started with, one more for every reload.
+    pub generation: u64,
+    pub loaded_at: SystemTime,
+    /// The file it came from, if any.
+    pub file: Option<String>,
+    pub name: String,
+    pub pools: Vec<Arc<Pool>>,
+    listeners: Vec<(ListenerId, Listener)>,
+    pub client: ClientPlan,
+    /// `1.1 NAME`, added to `Via` in both directions; a static value, so cloning it per request
+    /// touches no shared counter.
+    pub via: HeaderValue,
+    pub drain_timeout: Duration,
+}
+
+/// What a listener does with its connections, resolved.
+pub enum Listener {
+    Http { name: String, routes: RouteTable },
+}
+
+impl Listener {
+    pub fn name(&self) -> &str {
+        match self {
+            Listener::Http { name, .. } => name,
+        }
+    }
+
+    /// The scheme its clients speak, for `X-Forwarded-Proto`.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Listener::Http { .. } => "http",
+        }
+    }
+}
+
+impl Snapshot {
+    /// Builds the snapshot for `plan`. `listeners` gives each plan listener's id, in plan order;
+    /// `previous` is the snapshot in force, whose pools hand their state to the pools of the
+    /// same name.
+    pub fn build(
+        plan: &Plan,
+        listeners: &[ListenerId],
+        previous: Option<&Snapshot>,
+        endpoints: &Endpoints,
+        generation: u64,
+        file: Option<String>,
+    ) -> Result<Snapshot, Vec<String>> {
+        let mut errors = Vec::new();
+        let via = static_via(&plan.name).unwrap_or_else(|message| {
+            errors.push(message);
+            HeaderValue::from_static("1.1 trafik")
+        });
+        let pools: Vec<Arc<Pool>> = plan
+            .pools
+            .iter()
+            .map(|pool| {
+                let before = previous.and_then(|p| p.pool(&pool.name));
+                Arc::new(Pool::new(pool.clone(), before.map(|p| &**p), endpoints))
+            })
+            .collect();
+        let by_name: HashMap<&str, usize> = pools
+            .iter()
+            .enumerate()
+            .map(|(index, pool)| (pool.plan.name.as_str(), index))
+            .collect();
+        let mut resolved = Vec::with_capacity(plan.listeners.len());
+        for (listener, &id) in plan.listeners.iter().zip(listeners) {
+            let ListenerKind::Http { routes } = &listener.kind;
+            let mut table = Vec::with_capacity(routes.len());
+            for route in routes {
+                let TargetPlan::Pool {
+                    pool,
+                    retry_non_idempotent,
+                } = &route.target;
+                let Some(&index) = by_name.get(pool.as_str()) else {
+                    errors.push(format!(
+                        "listener {:?}: a route names pool {pool:?}, which does not exist",
+                        listener.name
+                    ));
+                    continue;
+                };
+                let mut filters = filter::built_in();
+                filters.extend(route.filters.iter().map(filter::build));
+                table.push(Route {
+                    host: route.host.clone(),
+                    path_prefix: route.path_prefix.clone(),
+                    methods: route.methods.clone(),
+                    filters,
+                    target: Target::Pool(PoolTarget {
+                        pool: index,
+                        retry_non_idempotent: *retry_non_idempotent,
+                    }),
+                });
+            }
+            resolved.push((
+                id,
+                Listener::Http {
+                    name: listener.name.clone(),
+                    routes: RouteTable::new(table),
+                },
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Snapshot {
+            generation,
+            loaded_at: SystemTime::now(),
+            file,
+            name: plan.name.clone(),
+            pools,
+            listeners: resolved,
+            client: plan.client.clone(),
+            via,
+            drain_timeout: plan.drain_timeout,
+        })
+    }
+
+    pub fn listener(&self, id: ListenerId) -> Option<&Listener> {
+        self.listeners
+            .iter()
+            .find(|(known, _)| *known == id)
+            .map(|(_, listener)| listener)
+    }
+
+    /// The ids of the listeners, in the order of the plan.
+    pub fn listener_ids(&self) -> impl Iterator<Item = ListenerId> + '_ {
+        self.listeners.iter().map(|(id, _)| *id)
+    }
+
+    /// The route table of HTTP listener `id`.
+    pub fn http_routes(&self, id: ListenerId) -> Option<&RouteTable> {
+        match self.listener(id)? {
+            Listener::Http { routes, .. } => Some(routes),
+        }
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|pool| pool.plan.name == name)
+    }
+}
+
+/// `1.1 NAME` as a static header value. Each distinct name is leaked once per process (a
+/// handful of bytes), so a clone is a plain copy rather than a shared reference count.
+fn static_via(name: &str) -> Result<HeaderValue, String> {
+    static KNOWN: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+    let text = format!("1.1 {name}");
+    HeaderValue::from_str(&text)
+        .map_err(|_| format!("instance name {name:?} cannot be written in a Via header"))?;
+    let mut known = KNOWN
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let leaked: &'static str = known
+        .entry(text)
+        .or_insert_with_key(|text| Box::leak(text.clone().into_boxed_str()));
+    Ok(HeaderValue::from_static(leaked))
+}

@@ -1,0 +1,115 @@
+//! Sockets, below any protocol: listening sockets shared by the workers, the accept loop that
+//! hands each connection to its listener's kind, and the upstream connect that HTTP and layer-4
+//! targets share.
+
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::connections::Connections;
+use crate::http::service::WorkerProxy;
+use crate::snapshot::{Listener, ListenerId};
+
+/// Binds `count` sockets to `address` with `SO_REUSEPORT`, so the kernel spreads new
+/// connections over the workers. A port of 0 is resolved by the first bind and reused.
+///
+/// `SO_REUSEPORT` lets any socket of the same user join the group, so a second trafik could
+/// silently take a share of the first one's clients; an exclusive bind first makes an address
+/// in use an error.
+pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    let address = {
+        let probe = socket(address)?;
+        probe.bind(&address.into())?;
+        probe
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("a TCP socket without an IP address"))?
+    };
+    let mut sockets = Vec::with_capacity(count);
+    for _ in 0..count.max(1) {
+        let socket = socket(address)?;
+        socket.set_reuse_port(true)?;
+        socket.bind(&address.into())?;
+        socket.listen(4096)?;
+        sockets.push(socket.into());
+    }
+    Ok(sockets)
+}
+
+fn socket(address: SocketAddr) -> io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+/// Connects to an upstream within `timeout`, with Nagle's algorithm off.
+pub async fn connect(address: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Accepts on one listener of one worker until `stop` (this listener removed) or `shutdown`,
+/// handing each connection to what the listener is in the current snapshot.
+pub async fn accept_loop(
+    proxy: Rc<WorkerProxy>,
+    id: ListenerId,
+    listener: TcpListener,
+    connections: Rc<Connections>,
+    mut stop: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+) {
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => {
+                backoff = Duration::from_millis(5);
+                accepted
+            }
+            Err(error) => {
+                // Out of descriptors, or a reset before accept: back off, longer each time.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let snapshot = proxy.snapshot();
+        let Some(kind) = snapshot.listener(id) else {
+            continue;
+        };
+        let alive = alive.clone();
+        match kind {
+            Listener::Http { .. } => {
+                let serving = crate::http::server::serve(
+                    proxy.clone(),
+                    id,
+                    kind.scheme(),
+                    stream,
+                    peer,
+                    connections.clone(),
+                );
+                tokio::task::spawn_local(async move {
+                    serving.await;
+                    drop(alive);
+                });
+            }
+        }
+    }
+}
