@@ -1,0 +1,170 @@
+//! A route's pipeline end to end: path normalization before matching, configured filters, and
+//! failures charged to whoever caused them.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request};
+use http_body_util::Full;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trafik_proxy::FilterPlan;
+
+/// An upstream that reads the whole request body, then answers 200 with its length.
+async fn body_reading_server() -> std::net::SocketAddr {
+    use http_body_util::BodyExt;
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
+                    let uri = request.uri().to_string();
+                    let length = request.into_body().collect().await?.to_bytes().len();
+                    Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::from(format!(
+                        "{uri} {length}"
+                    )))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_dot_segment_cannot_reach_a_route_it_does_not_name() {
+    let public = body_reading_server().await;
+    let mut plan = plan(&[public]);
+    // Only /public is routed; everything else is 404.
+    *routes(&mut plan) = vec![route("/public", "takip")];
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    assert_eq!(client.get("/public/../admin").await.status, 404);
+    assert_eq!(client.get("/public/%2e%2e/admin").await.status, 404);
+    let answer = client.get("//public/./a/../b?x=1").await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.text(),
+        "/public/b?x=1 0",
+        "the backend sees the normal form"
+    );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn configured_filters_limit_bodies_and_set_headers() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    routes(&mut plan)[0].filters = vec![
+        FilterPlan::SetResponseHeader {
+            name: HeaderName::from_static("x-cevap"),
+            value: HeaderValue::from_static("1"),
+        },
+        FilterPlan::RequestBodyLimit { bytes: 8 },
+        FilterPlan::SetRequestHeader {
+            name: HeaderName::from_static("x-kaynak"),
+            value: HeaderValue::from_static("trafik"),
+        },
+    ];
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    let answer = client.get("/takip/1").await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.json()["headers"]["x-kaynak"], "trafik");
+    assert_eq!(answer.header("x-cevap"), Some("1"));
+    let too_long = Request::post("/olay")
+        .header("host", "kargo.test")
+        .body(Full::new(Bytes::from_static(b"0123456789")))
+        .unwrap();
+    let answer = Client::connect(web(&running)).await.send(too_long).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(
+        answer.text(),
+        "the request body is larger than this route allows\n"
+    );
+    assert_eq!(
+        answer.header("x-cevap"),
+        Some("1"),
+        "steps that ran see the answer"
+    );
+    let echoed = Client::connect(web(&running)).await.get("/takip/2").await;
+    assert!(echoed.json()["headers"].get("x-kaynak").is_some());
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_chunked_body_over_the_limit_is_cut_off_with_413() {
+    let reader = body_reading_server().await;
+    let mut plan = plan(&[reader]);
+    routes(&mut plan)[0].filters = vec![FilterPlan::RequestBodyLimit { bytes: 8 }];
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    stream
+        .write_all(
+            b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n012345\r\n6\r\n678901\r\n0\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let status = status(&running).await;
+    assert_eq!(status["pools"][0]["backends"][0]["failures"], 0);
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn the_response_timeout_starts_when_the_upload_is_done() {
+    // The client takes about a second to upload; the backend answers at once after that. A
+    // response timeout of 300 ms must not count the upload.
+    let reader = body_reading_server().await;
+    let mut plan = plan(&[reader]);
+    plan.pools[0].response_timeout = Duration::from_millis(300);
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    stream
+        .write_all(b"POST /olay HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+        .await
+        .unwrap();
+    for byte in b"abcde" {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stream.write_all(&[*byte]).await.unwrap();
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn an_aborted_upload_is_not_charged_to_the_backend() {
+    let reader = body_reading_server().await;
+    let running = trafik_proxy::start(plan(&[reader])).unwrap();
+    for _ in 0..3 {
+        let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+        stream
+            .write_all(b"POST /olay HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\nonly part")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(stream);
+    }
+    wait_for_status(&running, |s| {
+        s["pools"][0]["backends"][0]["active_connections"] == 0
+    })
+    .await;
+    let status = status(&running).await;
+    let backend = &status["pools"][0]["backends"][0];
+    assert_eq!(backend["failures"], 0, "{backend}");
+    assert_eq!(status["pools"][0]["unreachable"], 0);
+    stop(running).await;
+}
