@@ -231,7 +231,7 @@ pub enum SimModel {
 
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
-    /// The URL; `{n}` is replaced by the request number (http://127.0.0.1:8080/takip/TR-{n}).
+    #[arg(help = url_help())]
     pub url: String,
     /// More URLs on the same host and port, one per line; requests cycle through all of them.
     #[arg(long)]
@@ -302,6 +302,16 @@ pub struct LoadArgs {
     /// Write a self-contained HTML page with plots.
     #[arg(long)]
     pub report: Option<PathBuf>,
+}
+
+/// The URL's help. Clap turns `{n}` anywhere in help text into a line break and has no escape
+/// for it, so the placeholder's `n` is styled (bold, as clap styles literals): the style codes
+/// between the braces keep it whole, and clap strips them when the help goes to a pipe.
+fn url_help() -> clap::builder::StyledStr {
+    let literal = clap::builder::styling::Style::new().bold();
+    let n = format!("{{{literal}n{literal:#}}}");
+    format!("The URL; `{n}` is replaced by the request number (http://127.0.0.1:8080/takip/TR-{n})")
+        .into()
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]

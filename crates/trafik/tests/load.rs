@@ -237,3 +237,22 @@ fn http2_and_posts_with_headers_and_a_body_file() {
     }
     let _ = std::fs::remove_file(&body);
 }
+
+#[test]
+fn the_help_shows_the_request_number_placeholder_literally() {
+    // Clap reads `{n}` in help text as a line break; the URL's placeholder must survive it.
+    for flag in ["-h", "--help"] {
+        let output = load(&[flag]);
+        assert_eq!(output.status.code(), Some(0), "{flag}");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            help.contains("`{n}` is replaced by the request number"),
+            "{flag}: {help}"
+        );
+        assert!(
+            help.contains("http://127.0.0.1:8080/takip/TR-{n})"),
+            "{flag}: {help}"
+        );
+        assert!(!help.contains('\x1b'), "no terminal styles in a pipe");
+    }
+}
