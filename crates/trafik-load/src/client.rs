@@ -15,6 +15,8 @@ use crate::target::Target;
 /// Response heads larger than this are refused (a sane server sends far less).
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 64;
+/// Interim 1xx responses read before the final one; a server sending more is broken.
+const MAX_INTERIM: usize = 16;
 
 /// A connection to the target, kept alive across requests.
 pub enum Connection {
@@ -119,17 +121,19 @@ impl Http1 {
     async fn exchange(&mut self, request: &[u8], head_only: bool) -> io::Result<Answer> {
         self.stream.write_all(request).await?;
         self.buffer.clear();
+        // 1xx answers other than 101 are interim (RFC 9110 §15.2): the final one follows.
+        let mut interim = 0;
         let (status, framing, close) = loop {
-            if let Some(parsed) = parse_head(&mut self.buffer, head_only)? {
-                break parsed;
+            let head = self.head(head_only).await?;
+            if !(100..200).contains(&head.0) || head.0 == 101 {
+                break head;
             }
-            if self.buffer.len() > MAX_HEAD {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "response head too large",
-                ));
+            interim += 1;
+            if interim > MAX_INTERIM {
+                return Err(protocol_error(format!(
+                    "more than {MAX_INTERIM} interim 1xx responses"
+                )));
             }
-            self.fill().await?;
         };
         match framing {
             Framing::Length(length) => self.skip(length).await?,
@@ -145,6 +149,19 @@ impl Http1 {
             }
         }
         Ok(Answer { status, close })
+    }
+
+    /// Reads and consumes one response head.
+    async fn head(&mut self, head_only: bool) -> io::Result<(u16, Framing, bool)> {
+        loop {
+            if let Some(parsed) = parse_head(&mut self.buffer, head_only)? {
+                return Ok(parsed);
+            }
+            if self.buffer.len() > MAX_HEAD {
+                return Err(protocol_error("response head too large".into()));
+            }
+            self.fill().await?;
+        }
     }
 
     /// Reads more bytes; end of stream is an error mid-response.
@@ -179,10 +196,7 @@ impl Http1 {
                 return Ok(line);
             }
             if self.buffer.len() > MAX_HEAD {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "chunk line too long",
-                ));
+                return Err(protocol_error("chunk line too long".into()));
             }
             self.fill().await?;
         }
@@ -194,13 +208,17 @@ impl Http1 {
             let size = std::str::from_utf8(&line)
                 .ok()
                 .and_then(|l| u64::from_str_radix(l.split(';').next()?.trim(), 16).ok())
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
+                .ok_or_else(|| protocol_error("bad chunk size".into()))?;
             if size == 0 {
                 // Trailers, up to the empty line.
                 while !self.line().await?.is_empty() {}
                 return Ok(());
             }
-            self.skip(size + 2).await?;
+            // The size is the server's word: one near u64::MAX must not overflow.
+            let with_line_end = size
+                .checked_add(2)
+                .ok_or_else(|| protocol_error(format!("chunk size {size:#x} is too large")))?;
+            self.skip(with_line_end).await?;
         }
     }
 }
@@ -212,12 +230,7 @@ fn parse_head(buffer: &mut BytesMut, head_only: bool) -> io::Result<Option<(u16,
     let length = match response.parse(buffer) {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(error) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                error.to_string(),
-            ));
-        }
+        Err(error) => return Err(protocol_error(error.to_string())),
     };
     let status = response.code.unwrap_or(0);
     let mut framing = Framing::UntilClose;
@@ -228,9 +241,7 @@ fn parse_head(buffer: &mut BytesMut, head_only: bool) -> io::Result<Option<(u16,
                 .ok()
                 .and_then(|v| v.trim().parse().ok());
             framing =
-                Framing::Length(value.ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidData, "bad content-length")
-                })?);
+                Framing::Length(value.ok_or_else(|| protocol_error("bad content-length".into()))?);
         } else if header.name.eq_ignore_ascii_case("transfer-encoding")
             && header.value.eq_ignore_ascii_case(b"chunked")
         {
@@ -242,8 +253,15 @@ fn parse_head(buffer: &mut BytesMut, head_only: bool) -> io::Result<Option<(u16,
     if head_only || status == 204 || status == 304 || (100..200).contains(&status) {
         framing = Framing::Length(0);
     }
+    // After 101 Switching Protocols the connection no longer speaks HTTP/1.1.
+    close |= status == 101;
     buffer.advance(length);
     Ok(Some((status, framing, close)))
+}
+
+/// The server's bytes are not valid HTTP/1.1: the kind the runner counts as a protocol error.
+fn protocol_error(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
 #[cfg(test)]
