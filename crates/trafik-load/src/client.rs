@@ -78,15 +78,12 @@ impl Connection {
                 let request = request
                     .body(Full::new(target.body.clone()))
                     .map_err(io::Error::other)?;
-                sender.ready().await.map_err(io::Error::other)?;
-                let response = sender
-                    .send_request(request)
-                    .await
-                    .map_err(io::Error::other)?;
+                sender.ready().await.map_err(http2_error)?;
+                let response = sender.send_request(request).await.map_err(http2_error)?;
                 let status = response.status().as_u16();
                 let mut body = response.into_body();
                 while let Some(frame) = body.frame().await {
-                    frame.map_err(io::Error::other)?;
+                    frame.map_err(http2_error)?;
                 }
                 Ok(Answer {
                     status,
@@ -257,6 +254,26 @@ fn parse_head(buffer: &mut BytesMut, head_only: bool) -> io::Result<Option<(u16,
     close |= status == 101;
     buffer.advance(length);
     Ok(Some((status, framing, close)))
+}
+
+/// An HTTP/2 failure with the kind the runner counts it by: bytes hyper cannot parse are a
+/// protocol error, a failed read or write keeps its I/O kind, anything else (a stream reset, a
+/// GOAWAY) is a reset.
+fn http2_error(error: hyper::Error) -> io::Error {
+    let mut kind = io::ErrorKind::ConnectionReset;
+    if error.is_parse() {
+        kind = io::ErrorKind::InvalidData;
+    } else {
+        let mut cause = std::error::Error::source(&error);
+        while let Some(inner) = cause {
+            if let Some(io_error) = inner.downcast_ref::<io::Error>() {
+                kind = io_error.kind();
+                break;
+            }
+            cause = inner.source();
+        }
+    }
+    io::Error::new(kind, error)
 }
 
 /// The server's bytes are not valid HTTP/1.1: the kind the runner counts as a protocol error.

@@ -17,7 +17,7 @@ pub mod runner;
 pub mod schedule;
 pub mod target;
 
-pub use report::{ProfileShape, Report, ReportInputs, ServerCounters, ThresholdOn};
+pub use report::{MaxErrorRate, ProfileShape, Report, ReportInputs, ServerCounters, ThresholdOn};
 pub use runner::{Pacing, Progress, RunOptions, RunResult, run};
 pub use schedule::RatePlan;
 pub use target::Target;

@@ -118,7 +118,7 @@ pub enum Command {
     },
     /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
     /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
-    /// breached, 98 the target rate could not be held, 2 bad usage.
+    /// breached or too many requests failed, 98 the target rate could not be held, 2 bad usage.
     Load(Box<LoadArgs>),
 }
 
@@ -293,6 +293,11 @@ pub struct LoadArgs {
     /// intended send), or service.p95 and the like.
     #[arg(long, default_value = "p95")]
     pub threshold_on: String,
+    /// Fail (exit 99) when a larger share of the finished requests failed (refused, reset, timed
+    /// out, not HTTP, or answered with a status outside 2xx and 3xx): a percentage such as 1% or a
+    /// fraction such as 0.01.
+    #[arg(long, default_value = "1%", allow_negative_numbers = true)]
+    pub max_error_rate: trafik_load::MaxErrorRate,
     /// A JSON counters endpoint of the server, fetched before and after the run.
     #[arg(long)]
     pub metrics_url: Option<String>,

@@ -16,8 +16,8 @@ use crate::config::values::Dur;
 const COURSE_RATE: f64 = 514.0;
 const COURSE_THRESHOLD: Duration = Duration::from_millis(25);
 
-/// Exit statuses, as k6 uses 99 for a breached threshold.
-const THRESHOLD_BREACHED: u8 = 99;
+/// Exit statuses, as k6 uses 99 for a breached threshold (here also too many errors).
+const FAILED: u8 = 99;
 const RATE_NOT_HELD: u8 = 98;
 
 pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
@@ -152,6 +152,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                 target_rate,
                 threshold_ms: threshold.map(|t| t.as_secs_f64() * 1000.0),
                 threshold_on,
+                max_error_rate: args.max_error_rate,
                 server_counters,
             },
         ))
@@ -165,8 +166,11 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
         std::fs::write(path, trafik_load::html::page(&report))
             .map_err(|e| format!("cannot write the report {}: {e}", path.display()))?;
     }
+    for reason in &report.failures {
+        let _ = writeln!(std::io::stderr(), "failed: {reason}");
+    }
     Ok(if !report.passed {
-        ExitCode::from(THRESHOLD_BREACHED)
+        ExitCode::from(FAILED)
     } else if !report.rate_held {
         ExitCode::from(RATE_NOT_HELD)
     } else {

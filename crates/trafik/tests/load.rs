@@ -256,3 +256,113 @@ fn the_help_shows_the_request_number_placeholder_literally() {
         assert!(!help.contains('\x1b'), "no terminal styles in a pipe");
     }
 }
+
+/// A loopback URL on a port nothing listens on: every connect is refused.
+fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{address}/takip/TR-{{n}}")
+}
+
+#[test]
+fn a_run_in_which_every_request_fails_exits_99_and_says_why() {
+    let url = refused_url();
+    let output = load(&[
+        &url,
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--threshold",
+        "25ms",
+    ]);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(99), "{errors}");
+    assert!(
+        errors.contains("failed: 100.0 % of requests failed (limit 1 %): 100 connect refused"),
+        "{errors}"
+    );
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(summary.contains("100 connect refused"), "{summary}");
+
+    let path = std::env::temp_dir().join(format!("trafik-load-errors-{}.html", std::process::id()));
+    let output = load(&[
+        &url,
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--json",
+        "--report",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(99));
+    let report = json(&output);
+    assert_eq!(report["errors"]["connect_refused"], 100);
+    assert_eq!(report["error_rate"], 1.0);
+    assert_eq!(report["max_error_rate"], 0.01);
+    assert_eq!(report["passed"], false);
+    assert_eq!(
+        report["failures"][0],
+        "100.0 % of requests failed (limit 1 %): 100 connect refused"
+    );
+    let page = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        page.contains("<td>connect refused</td><td>100</td>"),
+        "{page}"
+    );
+}
+
+#[test]
+fn answers_of_any_status_are_measured_and_counted_as_errors_by_class() {
+    // Every request waits 20 ms and is answered 404.
+    let upstream = Upstream::start(&["--delay", "20ms"]);
+    let url = upstream.url("/nowhere/{n}");
+    let output = load(&[&url, "--rate", "50", "--duration", "1s", "--json"]);
+    assert_eq!(output.status.code(), Some(99));
+    let report = json(&output);
+    assert_eq!(report["errors"]["status_4xx"], 50);
+    assert_eq!(report["completed"], 0);
+    assert!(
+        report["latency_ms"]["p50"].as_f64().unwrap() >= 20.0,
+        "a 404 is an answer and its latency counts: {}",
+        report["latency_ms"]
+    );
+    assert!(report["service_time_ms"]["p50"].as_f64().unwrap() >= 20.0);
+    assert_eq!(report["intervals"][0]["errors"], 50);
+
+    // Errors may be allowed.
+    let output = load(&[
+        &url,
+        "--rate",
+        "50",
+        "--duration",
+        "1s",
+        "--max-error-rate",
+        "100%",
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
+#[test]
+fn the_error_rate_limit_reads_a_percentage_or_a_fraction() {
+    let url = refused_url();
+    for (limit, expected) in [
+        ("5", "did you mean 5%"),
+        ("150%", "between 0 % and 100 %"),
+        ("-0.1", "between 0 and 1"),
+        ("some", "a percentage such as 1% or a fraction such as 0.01"),
+    ] {
+        let output = load(&[&url, "--rate", "10", "--max-error-rate", limit]);
+        assert_eq!(output.status.code(), Some(2), "{limit}");
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(errors.contains(expected), "{limit}: {errors}");
+    }
+}
