@@ -89,7 +89,7 @@ impl std::fmt::Display for MaxErrorRate {
 }
 
 /// The profile tables' inputs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ProfileShape {
     Plain,
     Load,

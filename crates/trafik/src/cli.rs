@@ -251,15 +251,15 @@ pub struct LoadArgs {
     /// The rate the first stage ramps from.
     #[arg(long, default_value_t = 0.0)]
     pub start_rate: f64,
-    /// Spike profile: the rate multiplier during the spike.
-    #[arg(long, default_value_t = 3.0)]
-    pub spike_factor: f64,
-    /// Spike profile: when the spike starts.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
-    pub spike_at: std::time::Duration,
-    /// Spike profile: how long it lasts.
-    #[arg(long, default_value = "1.5s", value_parser = parse_duration)]
-    pub spike_for: std::time::Duration,
+    /// Spike profile: the rate multiplier during the spike (the course's: 3).
+    #[arg(long)]
+    pub spike_factor: Option<f64>,
+    /// Spike profile: when the spike starts (the course's: 3s).
+    #[arg(long, value_parser = parse_duration)]
+    pub spike_at: Option<std::time::Duration>,
+    /// Spike profile: how long it lasts (the course's: 1.5s).
+    #[arg(long, value_parser = parse_duration)]
+    pub spike_for: Option<std::time::Duration>,
     /// Closed loop: every connection sends as fast as the server answers (for throughput).
     #[arg(long, conflicts_with_all = ["rate", "stages", "profile"])]
     pub max: bool,
@@ -319,9 +319,20 @@ fn url_help() -> clap::builder::StyledStr {
         .into()
 }
 
+/// The course's tests; their values are `trafik_load::Profile::course`.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Profile {
     Load,
     Soak,
     Spike,
+}
+
+impl From<Profile> for trafik_load::ProfileKind {
+    fn from(profile: Profile) -> Self {
+        match profile {
+            Profile::Load => trafik_load::ProfileKind::Load,
+            Profile::Soak => trafik_load::ProfileKind::Soak,
+            Profile::Spike => trafik_load::ProfileKind::Spike,
+        }
+    }
 }

@@ -366,3 +366,30 @@ fn the_error_rate_limit_reads_a_percentage_or_a_fraction() {
         assert!(errors.contains(expected), "{limit}: {errors}");
     }
 }
+
+#[test]
+fn flags_override_single_values_of_a_profile() {
+    let upstream = Upstream::start(&[]);
+    let output = load(&[
+        &upstream.url("/takip/TR-{n}"),
+        "--profile",
+        "spike",
+        "--rate",
+        "20",
+        "--duration",
+        "2s",
+        "--spike-at",
+        "1s",
+        "--spike-for",
+        "500ms",
+        "--spike-factor",
+        "2",
+        "--json",
+    ]);
+    let report = json(&output);
+    assert_eq!(report["profile"], "spike");
+    // 20 req/s for 2 s, doubled for half a second: 10 extra requests.
+    assert_eq!(report["planned"], 50);
+    assert_eq!(report["spike"]["extra_requests"], 10);
+    assert_eq!(report["threshold_ms"], 25.0, "the course's threshold stays");
+}
