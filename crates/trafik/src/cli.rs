@@ -93,8 +93,10 @@ pub enum Command {
         model: SimModel,
     },
     /// Run one replica of the course's parcel-tracking service (`GET /takip/<no>`, `POST /olay`,
-    /// `GET /saglik`, `GET /sayac`), for demos, tests and benchmarks.
+    /// `GET /saglik`, `GET /sayac`), for demos, tests and benchmarks; with `--lesson-defaults`,
+    /// the load lesson's server.
     Upstream {
+        /// Address to listen on.
         #[arg(long, value_parser = parse_addr)]
         listen: SocketAddr,
         /// The name the replica reports in `x-kopya` and `/sayac`.
@@ -103,23 +105,62 @@ pub enum Command {
         /// Wait this long before each answer (a slow replica).
         #[arg(long, value_parser = parse_duration)]
         delay: Option<std::time::Duration>,
-        /// The load lesson's server: milliseconds waited per request (the lesson: 3).
-        #[arg(long, default_value_t = 0.0)]
-        wait_ms: f64,
-        /// The load lesson's server: milliseconds of CPU burnt per request (the lesson: 0.85).
-        #[arg(long, default_value_t = 0.0)]
-        work_ms: f64,
-        /// A maintenance pass over all accumulated records every N requests (the lesson: 100).
-        #[arg(long, default_value_t = 0)]
-        maintenance_every: u64,
-        /// How many times a pass scans the records (the lesson: 600).
-        #[arg(long, default_value_t = 0)]
-        maintenance_scan: u64,
+        #[command(flatten)]
+        lesson: LessonArgs,
     },
     /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
     /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
     /// breached or too many requests failed, 98 the target rate could not be held, 2 bad usage.
     Load(Box<LoadArgs>),
+}
+
+/// The load lesson's server. Any of these flags turns it on: every path but `/olcut` (its
+/// counters), `/saglik` and `/sayac` is then answered as the lesson's server answers it.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "The load lesson's server (any of these turns it on)")]
+pub struct LessonArgs {
+    /// Be the load lesson's server as the course runs it: a 3 ms wait and 0.85 ms of CPU per
+    /// request, and every 100th request a maintenance pass scanning all records 600 times. The
+    /// flags below override single values.
+    #[arg(long)]
+    lesson_defaults: bool,
+    /// Milliseconds waited per request.
+    #[arg(long, value_parser = parse_millis)]
+    wait_ms: Option<std::time::Duration>,
+    /// Milliseconds of CPU burnt per request.
+    #[arg(long, value_parser = parse_millis)]
+    work_ms: Option<std::time::Duration>,
+    /// A maintenance pass over all accumulated records every N requests (0: never).
+    #[arg(long)]
+    maintenance_every: Option<u64>,
+    /// How many times a pass scans the records.
+    #[arg(long)]
+    maintenance_scan: Option<u64>,
+}
+
+impl LessonArgs {
+    /// The course's values under `--lesson-defaults` (else zero), with each flag given in place
+    /// of its value.
+    pub fn load_lesson(&self) -> trafik_upstream::LoadLesson {
+        let base = if self.lesson_defaults {
+            trafik_upstream::LoadLesson::course()
+        } else {
+            trafik_upstream::LoadLesson::default()
+        };
+        trafik_upstream::LoadLesson {
+            wait: self.wait_ms.unwrap_or(base.wait),
+            work: self.work_ms.unwrap_or(base.work),
+            maintenance_every: self.maintenance_every.unwrap_or(base.maintenance_every),
+            maintenance_scan: self.maintenance_scan.unwrap_or(base.maintenance_scan),
+        }
+    }
+}
+
+fn parse_millis(text: &str) -> Result<std::time::Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .and_then(|ms| std::time::Duration::try_from_secs_f64(ms / 1000.0).ok())
+        .ok_or_else(|| "expected a number of milliseconds of at least 0, such as 0.85".into())
 }
 
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {

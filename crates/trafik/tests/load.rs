@@ -393,3 +393,20 @@ fn flags_override_single_values_of_a_profile() {
     assert_eq!(report["spike"]["extra_requests"], 10);
     assert_eq!(report["threshold_ms"], 25.0, "the course's threshold stays");
 }
+
+#[test]
+fn the_lesson_defaults_make_the_load_lessons_server_and_single_flags_override_them() {
+    let upstream = Upstream::start(&["--lesson-defaults", "--maintenance-scan", "7"]);
+    assert_eq!(
+        get_json(&upstream.address, "/takip?no=G1"),
+        serde_json::json!({"durum": "aktarma merkezinde", "adim": 1})
+    );
+    assert_eq!(get_json(&upstream.address, "/any/path")["adim"], 2);
+    let counters = get_json(&upstream.address, "/olcut");
+    assert_eq!(counters["istek"], 2);
+    assert_eq!(counters["kayit"], 2);
+    assert_eq!(
+        counters["kat"], 7,
+        "--maintenance-scan overrides the course's 600"
+    );
+}

@@ -7,16 +7,7 @@ use common::{Upstream, json, load};
 
 #[test]
 fn the_soak_profile_reproduces_the_load_lessons_server_counters() {
-    let upstream = Upstream::start(&[
-        "--wait-ms",
-        "3",
-        "--work-ms",
-        "0.85",
-        "--maintenance-every",
-        "100",
-        "--maintenance-scan",
-        "600",
-    ]);
+    let upstream = Upstream::start(&["--lesson-defaults"]);
     let output = load(&[
         &upstream.url("/takip?no=G{n}"),
         "--profile",
