@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use trafik_load::{
-    Pacing, Profile, ProfileShape, RatePlan, Report, ReportInputs, RunOptions, ServerCounters,
-    Target, ThresholdOn,
+    Pacing, Profile, ProfileKind, ProfileShape, RatePlan, Report, ReportInputs, RunOptions,
+    ServerCounters, Target, ThresholdOn,
 };
 
 use crate::cli::LoadArgs;
@@ -43,6 +43,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
         ));
     }
     if let Some(profile) = &profile
+        && profile.kind == ProfileKind::Spike
         && !finite_at_least(profile.spike.factor, 1.0)
     {
         return Err("--spike-factor must be at least 1".into());
