@@ -15,6 +15,8 @@ use crate::target::Target;
 /// Response heads larger than this are refused (a sane server sends far less).
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 64;
+/// Interim 1xx responses read before the final one; a server sending more is broken.
+const MAX_INTERIM: usize = 16;
 
 /// A connection to the target, kept alive across requests.
 pub enum Connection {
@@ -76,15 +78,12 @@ impl Connection {
                 let request = request
                     .body(Full::new(target.body.clone()))
                     .map_err(io::Error::other)?;
-                sender.ready().await.map_err(io::Error::other)?;
-                let response = sender
-                    .send_request(request)
-                    .await
-                    .map_err(io::Error::other)?;
+                sender.ready().await.map_err(http2_error)?;
+                let response = sender.send_request(request).await.map_err(http2_error)?;
                 let status = response.status().as_u16();
                 let mut body = response.into_body();
                 while let Some(frame) = body.frame().await {
-                    frame.map_err(io::Error::other)?;
+                    frame.map_err(http2_error)?;
                 }
                 Ok(Answer {
                     status,
@@ -119,17 +118,19 @@ impl Http1 {
     async fn exchange(&mut self, request: &[u8], head_only: bool) -> io::Result<Answer> {
         self.stream.write_all(request).await?;
         self.buffer.clear();
+        // 1xx answers other than 101 are interim (RFC 9110 §15.2): the final one follows.
+        let mut interim = 0;
         let (status, framing, close) = loop {
-            if let Some(parsed) = parse_head(&mut self.buffer, head_only)? {
-                break parsed;
+            let head = self.head(head_only).await?;
+            if !(100..200).contains(&head.0) || head.0 == 101 {
+                break head;
             }
-            if self.buffer.len() > MAX_HEAD {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "response head too large",
-                ));
+            interim += 1;
+            if interim > MAX_INTERIM {
+                return Err(protocol_error(format!(
+                    "more than {MAX_INTERIM} interim 1xx responses"
+                )));
             }
-            self.fill().await?;
         };
         match framing {
             Framing::Length(length) => self.skip(length).await?,
@@ -145,6 +146,19 @@ impl Http1 {
             }
         }
         Ok(Answer { status, close })
+    }
+
+    /// Reads and consumes one response head.
+    async fn head(&mut self, head_only: bool) -> io::Result<(u16, Framing, bool)> {
+        loop {
+            if let Some(parsed) = parse_head(&mut self.buffer, head_only)? {
+                return Ok(parsed);
+            }
+            if self.buffer.len() > MAX_HEAD {
+                return Err(protocol_error("response head too large".into()));
+            }
+            self.fill().await?;
+        }
     }
 
     /// Reads more bytes; end of stream is an error mid-response.
@@ -179,10 +193,7 @@ impl Http1 {
                 return Ok(line);
             }
             if self.buffer.len() > MAX_HEAD {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "chunk line too long",
-                ));
+                return Err(protocol_error("chunk line too long".into()));
             }
             self.fill().await?;
         }
@@ -194,13 +205,17 @@ impl Http1 {
             let size = std::str::from_utf8(&line)
                 .ok()
                 .and_then(|l| u64::from_str_radix(l.split(';').next()?.trim(), 16).ok())
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
+                .ok_or_else(|| protocol_error("bad chunk size".into()))?;
             if size == 0 {
                 // Trailers, up to the empty line.
                 while !self.line().await?.is_empty() {}
                 return Ok(());
             }
-            self.skip(size + 2).await?;
+            // The size is the server's word: one near u64::MAX must not overflow.
+            let with_line_end = size
+                .checked_add(2)
+                .ok_or_else(|| protocol_error(format!("chunk size {size:#x} is too large")))?;
+            self.skip(with_line_end).await?;
         }
     }
 }
@@ -212,12 +227,7 @@ fn parse_head(buffer: &mut BytesMut, head_only: bool) -> io::Result<Option<(u16,
     let length = match response.parse(buffer) {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(error) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                error.to_string(),
-            ));
-        }
+        Err(error) => return Err(protocol_error(error.to_string())),
     };
     let status = response.code.unwrap_or(0);
     let mut framing = Framing::UntilClose;
@@ -228,9 +238,7 @@ fn parse_head(buffer: &mut BytesMut, head_only: bool) -> io::Result<Option<(u16,
                 .ok()
                 .and_then(|v| v.trim().parse().ok());
             framing =
-                Framing::Length(value.ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidData, "bad content-length")
-                })?);
+                Framing::Length(value.ok_or_else(|| protocol_error("bad content-length".into()))?);
         } else if header.name.eq_ignore_ascii_case("transfer-encoding")
             && header.value.eq_ignore_ascii_case(b"chunked")
         {
@@ -242,8 +250,35 @@ fn parse_head(buffer: &mut BytesMut, head_only: bool) -> io::Result<Option<(u16,
     if head_only || status == 204 || status == 304 || (100..200).contains(&status) {
         framing = Framing::Length(0);
     }
+    // After 101 Switching Protocols the connection no longer speaks HTTP/1.1.
+    close |= status == 101;
     buffer.advance(length);
     Ok(Some((status, framing, close)))
+}
+
+/// An HTTP/2 failure with the kind the runner counts it by: bytes hyper cannot parse are a
+/// protocol error, a failed read or write keeps its I/O kind, anything else (a stream reset, a
+/// GOAWAY) is a reset.
+fn http2_error(error: hyper::Error) -> io::Error {
+    let mut kind = io::ErrorKind::ConnectionReset;
+    if error.is_parse() {
+        kind = io::ErrorKind::InvalidData;
+    } else {
+        let mut cause = std::error::Error::source(&error);
+        while let Some(inner) = cause {
+            if let Some(io_error) = inner.downcast_ref::<io::Error>() {
+                kind = io_error.kind();
+                break;
+            }
+            cause = inner.source();
+        }
+    }
+    io::Error::new(kind, error)
+}
+
+/// The server's bytes are not valid HTTP/1.1: the kind the runner counts as a protocol error.
+fn protocol_error(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
 #[cfg(test)]

@@ -132,14 +132,44 @@ pub fn page(report: &Report) -> String {
             },
         ],
     );
+    let verdict = if report.passed {
+        "<p>Passed.</p>".to_owned()
+    } else {
+        report
+            .failures
+            .iter()
+            .map(|reason| format!("<p><strong>failed:</strong> {}</p>", html_escape(reason)))
+            .collect()
+    };
+    let errors = error_table(report);
     let summary = html_escape(&report.render());
     let json = html_escape(&serde_json::to_string_pretty(report).unwrap_or_default());
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>trafik load: {url}</title>\
          <style>body{{font-family:sans-serif;max-width:820px;margin:2em auto}}pre{{background:#f4f4f4;padding:1em;overflow:auto}}</style>\
-         </head><body><h1>trafik load</h1><p>{url}</p>{latency}{rate}<h2>Summary</h2><pre>{summary}</pre>\
+         </head><body><h1>trafik load</h1><p>{url}</p>{verdict}{latency}{rate}<h2>Errors</h2>{errors}<h2>Summary</h2><pre>{summary}</pre>\
          <details><summary>All numbers (JSON)</summary><pre>{json}</pre></details></body></html>\n",
         url = html_escape(&report.url)
+    )
+}
+
+/// The errors by kind, only the kinds that occurred.
+fn error_table(report: &Report) -> String {
+    let rows: String = report
+        .errors
+        .kinds()
+        .iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(kind, count)| format!("<tr><td>{kind}</td><td>{count}</td></tr>"))
+        .collect();
+    if rows.is_empty() {
+        return "<p>None.</p>".to_owned();
+    }
+    format!(
+        "<p>{:.1} % of finished requests failed (limit {}).</p>\
+         <table><tr><th>kind</th><th>requests</th></tr>{rows}</table>",
+        100.0 * report.error_rate,
+        report.max_error_rate
     )
 }
 

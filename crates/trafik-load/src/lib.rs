@@ -6,18 +6,21 @@
 //! (coordinated omission, as wrk2 avoids it). When the generator cannot keep up it says so:
 //! late and dropped sends are counted and the achieved rate is reported next to the target.
 //!
+//! [`profile::Profile`] holds the course's load, soak and spike tests with their defaults;
 //! [`runner::run`] drives the load; [`report::Report`] turns what it measured into JSON, a
 //! summary and the load, soak and spike tables; [`html::page`] draws it.
 
 pub mod client;
 pub mod html;
+pub mod profile;
 pub mod record;
 pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod target;
 
-pub use report::{ProfileShape, Report, ReportInputs, ServerCounters, ThresholdOn};
+pub use profile::{Profile, ProfileKind, Spike};
+pub use report::{MaxErrorRate, ProfileShape, Report, ReportInputs, ServerCounters, ThresholdOn};
 pub use runner::{Pacing, Progress, RunOptions, RunResult, run};
 pub use schedule::RatePlan;
 pub use target::Target;

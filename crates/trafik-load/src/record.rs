@@ -2,6 +2,11 @@
 //! histograms (HdrHistogram): overall corrected and service latency, and per second of intended
 //! send time. Seconds that can no longer change are folded into summaries, so a long soak keeps
 //! only a few histograms alive.
+//!
+//! Every answer is measured, whatever its status, and so is every timeout (at the timeout): a
+//! failing server must not look fast. Only requests that got no answer and did not wait it out
+//! (a refused connect, a reset, bytes that are not HTTP) have no latency; they are counted by
+//! kind, as every error is.
 
 use std::collections::BTreeMap;
 
@@ -13,9 +18,9 @@ use serde::Serialize;
 pub struct Sample {
     /// The second of the run in which it was meant to be sent.
     pub second: u32,
-    /// From the intended send time to the end of the response, in microseconds.
+    /// From the intended send time to the end of the response (or the timeout), in microseconds.
     pub corrected_us: u64,
-    /// From the actual send to the end of the response, in microseconds.
+    /// From the actual send to the end of the response (or the timeout), in microseconds.
     pub service_us: u64,
     pub outcome: Outcome,
 }
@@ -23,43 +28,89 @@ pub struct Sample {
 /// How a request ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// A final answer with this status, whatever it is.
     Status(u16),
-    Connect,
+    /// Nothing listens on the target's port.
+    ConnectRefused,
+    /// Connecting failed otherwise (unreachable, no local port left, …).
+    ConnectFailed,
+    /// The connection was reset or closed before the whole answer arrived.
+    Reset,
+    /// The server's bytes were not valid HTTP.
+    Protocol,
+    /// No whole answer within the timeout.
     Timeout,
-    Io,
 }
 
 impl Outcome {
+    /// Whether the request failed: anything but a 2xx or 3xx answer (k6 counts the same way).
     pub fn is_error(self) -> bool {
-        !matches!(self, Outcome::Status(s) if s < 400)
+        !matches!(self, Outcome::Status(s) if (200..400).contains(&s))
+    }
+
+    /// Whether the request has a latency: it was answered, or it waited for the whole timeout.
+    pub fn is_measured(self) -> bool {
+        matches!(self, Outcome::Status(_) | Outcome::Timeout)
     }
 }
 
 /// Errors by kind.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Errors {
-    pub connect: u64,
+    pub connect_refused: u64,
+    pub connect_failed: u64,
+    /// Reset or closed by the server before the whole answer.
+    pub reset: u64,
+    /// Answers that were not valid HTTP (a bad head, a chunk size out of range, …).
+    pub protocol: u64,
     pub timeout: u64,
-    /// Broken connections and malformed responses.
-    pub io: u64,
     pub status_4xx: u64,
     pub status_5xx: u64,
+    /// A final status outside 200–599, such as 101 Switching Protocols.
+    pub status_other: u64,
 }
 
 impl Errors {
     fn count(&mut self, outcome: Outcome) {
         match outcome {
-            Outcome::Status(s) if (400..500).contains(&s) => self.status_4xx += 1,
-            Outcome::Status(s) if s >= 500 => self.status_5xx += 1,
-            Outcome::Status(_) => {}
-            Outcome::Connect => self.connect += 1,
+            Outcome::Status(200..=399) => {}
+            Outcome::Status(400..=499) => self.status_4xx += 1,
+            Outcome::Status(500..=599) => self.status_5xx += 1,
+            Outcome::Status(_) => self.status_other += 1,
+            Outcome::ConnectRefused => self.connect_refused += 1,
+            Outcome::ConnectFailed => self.connect_failed += 1,
+            Outcome::Reset => self.reset += 1,
+            Outcome::Protocol => self.protocol += 1,
             Outcome::Timeout => self.timeout += 1,
-            Outcome::Io => self.io += 1,
         }
     }
 
+    /// Every kind with its count, named so that "N name" reads as a sentence.
+    pub fn kinds(&self) -> [(&'static str, u64); 8] {
+        [
+            ("connect refused", self.connect_refused),
+            ("connect failed", self.connect_failed),
+            ("reset", self.reset),
+            ("protocol error", self.protocol),
+            ("timed out", self.timeout),
+            ("answered 4xx", self.status_4xx),
+            ("answered 5xx", self.status_5xx),
+            ("answered another status", self.status_other),
+        ]
+    }
+
     pub fn total(&self) -> u64 {
-        self.connect + self.timeout + self.io + self.status_4xx + self.status_5xx
+        self.kinds().iter().map(|(_, count)| count).sum()
+    }
+
+    /// The kinds that occurred, as "300 connect refused, 2 timed out"; empty when none did.
+    pub fn describe(&self) -> String {
+        self.kinds()
+            .iter()
+            .filter(|(_, count)| *count > 0)
+            .map(|(name, count)| format!("{count} {name}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -112,9 +163,10 @@ pub struct Interval {
     pub planned: u64,
     /// Requests sent.
     pub sent: u64,
+    /// Requests answered 2xx or 3xx.
     pub completed: u64,
     pub errors: u64,
-    /// Corrected latency of this second's requests.
+    /// Corrected latency of this second's answers and timeouts.
     pub latency_ms: Percentiles,
     pub over_threshold: u64,
 }
@@ -132,9 +184,12 @@ pub fn count_above(histogram: &Histogram<u64>, threshold_us: u64) -> u64 {
 /// Everything recorded in one run.
 pub struct Recorder {
     threshold_us: u64,
+    /// Latency of every answer and timeout, from the intended send.
     pub corrected: Histogram<u64>,
+    /// The same from the actual send.
     pub service: Histogram<u64>,
     pub errors: Errors,
+    /// Requests answered 2xx or 3xx.
     pub completed: u64,
     /// Histograms of seconds still open to late samples.
     open: BTreeMap<u32, (Histogram<u64>, u64, u64)>,
@@ -166,14 +221,16 @@ impl Recorder {
         if sample.outcome.is_error() {
             self.errors.count(sample.outcome);
             *errors += 1;
-            return;
+        } else {
+            self.completed += 1;
+            *completed += 1;
         }
-        self.completed += 1;
-        *completed += 1;
-        let corrected = sample.corrected_us.max(1);
-        let _ = self.corrected.record(corrected);
-        let _ = self.service.record(sample.service_us.max(1));
-        let _ = second.record(corrected);
+        if sample.outcome.is_measured() {
+            let corrected = sample.corrected_us.max(1);
+            let _ = self.corrected.record(corrected);
+            let _ = self.service.record(sample.service_us.max(1));
+            let _ = second.record(corrected);
+        }
     }
 
     /// Folds every open second before `before` into its summary.
@@ -382,7 +439,7 @@ mod tests {
     }
 
     #[test]
-    fn the_recorder_separates_errors_and_closes_seconds() {
+    fn the_recorder_measures_answers_and_timeouts_counts_errors_and_closes_seconds() {
         let mut r = Recorder::new(25_000, false);
         let ok = |second, ms: u64| Sample {
             second,
@@ -397,6 +454,10 @@ mod tests {
             ..ok(0, 1)
         });
         r.record(Sample {
+            outcome: Outcome::ConnectRefused,
+            ..ok(0, 1)
+        });
+        r.record(Sample {
             outcome: Outcome::Timeout,
             ..ok(1, 1)
         });
@@ -405,18 +466,25 @@ mod tests {
         assert_eq!(r.closed.len(), 1);
         let (first, kept) = &r.closed[&0];
         assert!(kept.is_none());
+        // The 503 is measured; the refused connect has no latency.
         assert_eq!(
             (first.completed, first.errors, first.over_threshold),
-            (2, 1, 1)
+            (2, 2, 1)
         );
         assert_eq!(
             r.errors,
             Errors {
                 status_5xx: 1,
+                connect_refused: 1,
                 timeout: 1,
                 ..Errors::default()
             }
         );
+        assert_eq!(
+            r.errors.describe(),
+            "1 connect refused, 1 timed out, 1 answered 5xx"
+        );
         assert_eq!(r.completed, 3);
+        assert_eq!(r.corrected.len(), 5, "three 200s, the 503 and the timeout");
     }
 }

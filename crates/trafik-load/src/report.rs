@@ -36,8 +36,60 @@ impl std::str::FromStr for ThresholdOn {
     }
 }
 
+/// The share of finished requests that may fail before the run fails, written `1%` (a
+/// percentage) or `0.01` (a fraction). Serialized as the fraction.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct MaxErrorRate(f64);
+
+impl MaxErrorRate {
+    /// The fraction, from 0 to 1.
+    pub fn fraction(self) -> f64 {
+        self.0
+    }
+}
+
+impl std::str::FromStr for MaxErrorRate {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let number = |digits: &str| {
+            digits.trim().parse::<f64>().map_err(|_| {
+                format!("expected a percentage such as 1% or a fraction such as 0.01, not {text:?}")
+            })
+        };
+        if let Some(percent) = text.strip_suffix('%') {
+            let percent = number(percent)?;
+            if !(0.0..=100.0).contains(&percent) {
+                return Err("expected a percentage between 0 % and 100 %".into());
+            }
+            return Ok(MaxErrorRate(percent / 100.0));
+        }
+        let fraction = number(text)?;
+        if fraction > 1.0 && fraction <= 100.0 {
+            return Err(format!(
+                "a fraction is between 0 and 1; did you mean {text}%?"
+            ));
+        }
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err("a fraction is between 0 and 1 (or write a percentage such as 1%)".into());
+        }
+        Ok(MaxErrorRate(fraction))
+    }
+}
+
+impl std::fmt::Display for MaxErrorRate {
+    /// As a percentage without trailing zeros: `1 %`, `0.5 %`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let percent = format!("{:.4}", self.0 * 100.0);
+        let percent = percent.trim_end_matches('0').trim_end_matches('.');
+        write!(f, "{percent} %")
+    }
+}
+
 /// The profile tables' inputs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ProfileShape {
     Plain,
     Load,
@@ -77,7 +129,12 @@ pub struct Report {
     pub late: u64,
     pub dropped: u64,
     pub errors: Errors,
+    /// Failed requests over finished ones (completed or failed).
+    pub error_rate: f64,
+    pub max_error_rate: MaxErrorRate,
     pub connections_opened: u64,
+    /// Requests with a latency: every answer, whatever its status, and every timeout.
+    pub measured: u64,
     /// From the intended send time: what a user waiting on the schedule sees.
     pub latency_ms: Percentiles,
     /// From the actual send: what the server took.
@@ -86,7 +143,12 @@ pub struct Report {
     pub threshold_on: ThresholdOn,
     /// Corrected latencies above the threshold.
     pub over_threshold: u64,
+    /// Whether the threshold held; null without one. Nothing measured does not hold it.
+    pub threshold_passed: Option<bool>,
+    /// The threshold held and the error rate stayed within its limit.
     pub passed: bool,
+    /// Why the run did not pass, one sentence each; empty when it passed.
+    pub failures: Vec<String>,
     /// The open loop sent its plan: nothing dropped and at least 99 % of the target rate.
     pub rate_held: bool,
     pub intervals: Vec<Interval>,
@@ -103,6 +165,7 @@ pub struct ReportInputs {
     pub target_rate: Option<f64>,
     pub threshold_ms: Option<f64>,
     pub threshold_on: ThresholdOn,
+    pub max_error_rate: MaxErrorRate,
     pub server_counters: Option<ServerCounters>,
 }
 
@@ -125,17 +188,47 @@ impl Report {
         let threshold_us = inputs.threshold_ms.map(|ms| (ms * 1000.0) as u64);
         let over_threshold =
             threshold_us.map_or(0, |t| record::count_above(&recorder.corrected, t));
-        let measured = |on: &ThresholdOn| {
-            let source = if on.metric == "service" {
-                &service_time_ms
-            } else {
-                &latency_ms
-            };
-            source.get(&on.percentile).unwrap_or(0.0)
+        let on = &inputs.threshold_on;
+        let value = if recorder.corrected.is_empty() {
+            None
+        } else if on.metric == "service" {
+            service_time_ms.get(&on.percentile)
+        } else {
+            latency_ms.get(&on.percentile)
         };
-        let passed = inputs
-            .threshold_ms
-            .is_none_or(|limit| measured(&inputs.threshold_on) <= limit);
+        let mut failures = Vec::new();
+        let errors = recorder.errors.total();
+        let finished = recorder.completed + errors;
+        let error_rate = if finished == 0 {
+            0.0
+        } else {
+            errors as f64 / finished as f64
+        };
+        if error_rate > inputs.max_error_rate.fraction() {
+            failures.push(format!(
+                "{:.1} % of requests failed (limit {}): {}",
+                100.0 * error_rate,
+                inputs.max_error_rate,
+                recorder.errors.describe()
+            ));
+        }
+        let threshold_passed = inputs.threshold_ms.map(|limit| match value {
+            Some(value) if value <= limit => true,
+            Some(value) => {
+                failures.push(format!(
+                    "{}.{} was {value:.2} ms, over the {limit} ms threshold",
+                    on.metric, on.percentile
+                ));
+                false
+            }
+            None => {
+                failures.push(format!(
+                    "{}.{} could not be measured: no request was answered or timed out",
+                    on.metric, on.percentile
+                ));
+                false
+            }
+        });
         let achieved_rate = match inputs.target_rate {
             Some(_) => run.sent as f64 / window,
             None => recorder.completed as f64 / window,
@@ -185,13 +278,18 @@ impl Report {
             late: run.late,
             dropped: run.dropped,
             errors: recorder.errors.clone(),
+            error_rate,
+            max_error_rate: inputs.max_error_rate,
             connections_opened: run.connections_opened,
+            measured: recorder.corrected.len(),
             latency_ms,
             service_time_ms,
             threshold_ms: inputs.threshold_ms,
             threshold_on: inputs.threshold_on,
             over_threshold,
-            passed,
+            threshold_passed,
+            passed: failures.is_empty(),
+            failures,
             rate_held,
             intervals,
             quarters,
@@ -236,17 +334,15 @@ impl Report {
                 let _ = writeln!(out, "  {:.2} req/s", self.achieved_rate);
             }
         }
-        let e = &self.errors;
+        let kinds = self.errors.describe();
         let _ = writeln!(
             out,
-            "  completed {}, errors {} (connect {}, timeout {}, io {}, 4xx {}, 5xx {})",
+            "  completed {}, errors {} ({:.1} % of finished requests, limit {}){}{kinds}",
             self.completed,
-            e.total(),
-            e.connect,
-            e.timeout,
-            e.io,
-            e.status_4xx,
-            e.status_5xx
+            self.errors.total(),
+            100.0 * self.error_rate,
+            self.max_error_rate,
+            if kinds.is_empty() { "" } else { ": " }
         );
         let line = |name: &str, p: &Percentiles| {
             format!(
@@ -254,18 +350,22 @@ impl Report {
                 p.p50, p.p90, p.p95, p.p99, p.p999, p.max
             )
         };
-        out.push_str(&line("latency", &self.latency_ms));
-        out.push_str(&line("service time", &self.service_time_ms));
-        out.push_str("  (latency counts from when each request was due, so a stall shows; service time from when it went out)\n");
-        if let Some(limit) = self.threshold_ms {
+        if self.measured == 0 {
+            out.push_str("  latency       none: no request was answered or timed out\n");
+        } else {
+            out.push_str(&line("latency", &self.latency_ms));
+            out.push_str(&line("service time", &self.service_time_ms));
+        }
+        out.push_str("  (latency counts from when each request was due, so a stall shows; service time from when it went out;\n   both cover every answer, whatever its status, and every timeout, at the timeout)\n");
+        if let (Some(limit), Some(passed)) = (self.threshold_ms, self.threshold_passed) {
             let on = &self.threshold_on;
-            let share = 100.0 * self.over_threshold as f64 / self.completed.max(1) as f64;
+            let share = 100.0 * self.over_threshold as f64 / self.measured.max(1) as f64;
             let _ = writeln!(
                 out,
                 "  threshold {}.{} ≤ {limit} ms: {} ({} requests over {limit} ms, {share:.2}%)",
                 on.metric,
                 on.percentile,
-                if self.passed { "PASSED" } else { "FAILED" },
+                if passed { "PASSED" } else { "FAILED" },
                 self.over_threshold
             );
         }
@@ -372,6 +472,26 @@ mod tests {
                 .contains("unknown threshold metric")
         );
         assert!("cpu.p95".parse::<ThresholdOn>().is_err());
+    }
+
+    #[test]
+    fn the_error_rate_limit_is_a_percentage_or_a_fraction() {
+        let parse = |text: &str| text.parse::<MaxErrorRate>().map(MaxErrorRate::fraction);
+        assert_eq!(parse("1%"), Ok(0.01));
+        assert_eq!(parse("0.01"), Ok(0.01));
+        assert_eq!(parse("0.5 %"), Ok(0.005));
+        assert_eq!(parse("100%"), Ok(1.0));
+        assert_eq!(parse("0"), Ok(0.0));
+        assert!(parse("5").unwrap_err().contains("did you mean 5%?"));
+        assert!(parse("101%").unwrap_err().contains("between 0 % and 100 %"));
+        assert!(parse("-1%").is_err());
+        assert!(parse("NaN").is_err());
+        assert!(parse("%").unwrap_err().contains("expected a percentage"));
+        assert_eq!("1%".parse::<MaxErrorRate>().unwrap().to_string(), "1 %");
+        assert_eq!(
+            "0.125".parse::<MaxErrorRate>().unwrap().to_string(),
+            "12.5 %"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! Closed loop (`--max`): every connection sends as fast as the server answers.
 
 use std::collections::VecDeque;
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -370,7 +371,8 @@ impl Worker {
         }
     }
 
-    /// One request with its timeout; the connection is reopened after any failure.
+    /// One request with its timeout; the connection is reopened after any failure. A timeout
+    /// is measured at the timeout, so a server that never answers shows as slow, not as absent.
     async fn request(
         &mut self,
         shared: &Shared,
@@ -391,7 +393,10 @@ impl Worker {
                 Outcome::Timeout
             }
         };
-        let done = Instant::now();
+        let done = match outcome {
+            Outcome::Timeout => sent_at + options.timeout,
+            _ => Instant::now(),
+        };
         Sample {
             second,
             corrected_us: (done - intended).as_micros() as u64,
@@ -405,11 +410,14 @@ impl Worker {
         if self.connection.is_none() {
             let connection = Connection::open(&options.target, options.http2)
                 .await
-                .map_err(|_| Outcome::Connect)?;
+                .map_err(|error| match error.kind() {
+                    io::ErrorKind::ConnectionRefused => Outcome::ConnectRefused,
+                    _ => Outcome::ConnectFailed,
+                })?;
             shared.connections_opened.fetch_add(1, Ordering::Relaxed);
             self.connection = Some(connection);
         }
-        let connection = self.connection.as_mut().ok_or(Outcome::Connect)?;
+        let connection = self.connection.as_mut().ok_or(Outcome::ConnectFailed)?;
         match connection.send(&options.target, n, &mut self.scratch).await {
             Ok(answer) => {
                 if answer.close {
@@ -417,7 +425,8 @@ impl Worker {
                 }
                 Ok(Outcome::Status(answer.status))
             }
-            Err(_) => Err(Outcome::Io),
+            Err(error) if error.kind() == io::ErrorKind::InvalidData => Err(Outcome::Protocol),
+            Err(_) => Err(Outcome::Reset),
         }
     }
 }

@@ -11,9 +11,12 @@
 //!
 //! Every response carries `x-kopya: NAME`, so a client can see which replica answered.
 //!
-//! With [`LoadLesson`] settings the replica behaves like the load-testing lesson's server: each
-//! request waits and burns CPU, and every N-th request runs a maintenance pass over all the
-//! records accumulated so far — work that grows with the run, so a soak test's tail grows.
+//! With [`LoadLesson`] settings (such as [`LoadLesson::course`]) the replica is the load-testing
+//! lesson's server (`yuk/sunucu.mjs`): every path and method but `/olcut` is a tracking request
+//! answered `{"durum": "aktarma merkezinde", "adim": N mod 7}`; each waits and burns CPU, and
+//! every N-th runs a maintenance pass over all the records accumulated so far — work that grows
+//! with the run, so a soak test's tail grows. `/saglik` and `/sayac` stay trafik's own and are
+//! not counted, so a balancer's health checks leave the lesson's counters alone.
 //! HTTP/1.1 and HTTP/2 (cleartext, prior knowledge) are both served.
 
 use std::collections::BTreeMap;
@@ -49,7 +52,7 @@ pub struct ReplicaConfig {
 }
 
 /// The load-testing lesson's server behaviour; all zero (the default) turns it off.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LoadLesson {
     /// Waited per request (the lesson's 3 ms record lookup).
     pub wait: Duration,
@@ -61,7 +64,25 @@ pub struct LoadLesson {
     pub maintenance_scan: u64,
 }
 
-/// The load lesson's counters; the records are kept only while maintenance passes are on.
+impl LoadLesson {
+    /// The lesson's server as the course runs it: a 3 ms wait and 0.85 ms of CPU per request,
+    /// and every 100th request a pass that scans all records so far 600 times.
+    pub fn course() -> LoadLesson {
+        LoadLesson {
+            wait: Duration::from_millis(3),
+            work: Duration::from_micros(850),
+            maintenance_every: 100,
+            maintenance_scan: 600,
+        }
+    }
+
+    /// Whether any of it is on: the replica then answers as the lesson's server does.
+    pub fn is_on(&self) -> bool {
+        *self != LoadLesson::default()
+    }
+}
+
+/// The load lesson's counters; the records are kept only in the lesson's mode.
 #[derive(Default)]
 struct LessonState {
     /// Each record's step (its request number mod 7), the data a pass scans.
@@ -170,7 +191,9 @@ impl Replica {
         if !self.config.delay.is_zero() {
             tokio::time::sleep(self.config.delay).await;
         }
-        self.load_lesson(number).await;
+        if self.config.load_lesson.is_on() {
+            return self.lesson_answer(request, number).await;
+        }
         let method = request.method().clone();
         let tracking_number = tracking_number(request.uri());
         match (method, tracking_number) {
@@ -196,11 +219,28 @@ impl Replica {
         }
     }
 
+    /// The lesson's server answers every path alike, after its wait, work and maintenance.
+    async fn lesson_answer(
+        &self,
+        request: Request<Incoming>,
+        number: u64,
+    ) -> Response<Full<Bytes>> {
+        // The body is read and dropped, so the connection stays usable and nothing is buffered.
+        let mut body = request.into_body();
+        while let Some(Ok(_)) = body.frame().await {}
+        self.load_lesson(number).await;
+        let answer = serde_json::json!({"durum": "aktarma merkezinde", "adim": number % 7});
+        self.reply(
+            StatusCode::OK,
+            "application/json",
+            Bytes::from(answer.to_string()),
+        )
+    }
+
     /// Counts a request; returns its number (1 for the first).
     fn count(&self, path: &str) -> u64 {
         let number = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
-        let lesson = &self.config.load_lesson;
-        if lesson.maintenance_every > 0 {
+        if self.config.load_lesson.is_on() {
             let mut state = self.lesson.lock().unwrap_or_else(|p| p.into_inner());
             state.records.push((number % 7) as u32);
         }

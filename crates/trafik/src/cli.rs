@@ -93,8 +93,10 @@ pub enum Command {
         model: SimModel,
     },
     /// Run one replica of the course's parcel-tracking service (`GET /takip/<no>`, `POST /olay`,
-    /// `GET /saglik`, `GET /sayac`), for demos, tests and benchmarks.
+    /// `GET /saglik`, `GET /sayac`), for demos, tests and benchmarks; with `--lesson-defaults`,
+    /// the load lesson's server.
     Upstream {
+        /// Address to listen on.
         #[arg(long, value_parser = parse_addr)]
         listen: SocketAddr,
         /// The name the replica reports in `x-kopya` and `/sayac`.
@@ -103,23 +105,62 @@ pub enum Command {
         /// Wait this long before each answer (a slow replica).
         #[arg(long, value_parser = parse_duration)]
         delay: Option<std::time::Duration>,
-        /// The load lesson's server: milliseconds waited per request (the lesson: 3).
-        #[arg(long, default_value_t = 0.0)]
-        wait_ms: f64,
-        /// The load lesson's server: milliseconds of CPU burnt per request (the lesson: 0.85).
-        #[arg(long, default_value_t = 0.0)]
-        work_ms: f64,
-        /// A maintenance pass over all accumulated records every N requests (the lesson: 100).
-        #[arg(long, default_value_t = 0)]
-        maintenance_every: u64,
-        /// How many times a pass scans the records (the lesson: 600).
-        #[arg(long, default_value_t = 0)]
-        maintenance_scan: u64,
+        #[command(flatten)]
+        lesson: LessonArgs,
     },
     /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
     /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
-    /// breached, 98 the target rate could not be held, 2 bad usage.
+    /// breached or too many requests failed, 98 the target rate could not be held, 2 bad usage.
     Load(Box<LoadArgs>),
+}
+
+/// The load lesson's server. Any of these flags turns it on: every path but `/olcut` (its
+/// counters), `/saglik` and `/sayac` is then answered as the lesson's server answers it.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "The load lesson's server (any of these turns it on)")]
+pub struct LessonArgs {
+    /// Be the load lesson's server as the course runs it: a 3 ms wait and 0.85 ms of CPU per
+    /// request, and every 100th request a maintenance pass scanning all records 600 times. The
+    /// flags below override single values.
+    #[arg(long)]
+    lesson_defaults: bool,
+    /// Milliseconds waited per request.
+    #[arg(long, value_parser = parse_millis)]
+    wait_ms: Option<std::time::Duration>,
+    /// Milliseconds of CPU burnt per request.
+    #[arg(long, value_parser = parse_millis)]
+    work_ms: Option<std::time::Duration>,
+    /// A maintenance pass over all accumulated records every N requests (0: never).
+    #[arg(long)]
+    maintenance_every: Option<u64>,
+    /// How many times a pass scans the records.
+    #[arg(long)]
+    maintenance_scan: Option<u64>,
+}
+
+impl LessonArgs {
+    /// The course's values under `--lesson-defaults` (else zero), with each flag given in place
+    /// of its value.
+    pub fn load_lesson(&self) -> trafik_upstream::LoadLesson {
+        let base = if self.lesson_defaults {
+            trafik_upstream::LoadLesson::course()
+        } else {
+            trafik_upstream::LoadLesson::default()
+        };
+        trafik_upstream::LoadLesson {
+            wait: self.wait_ms.unwrap_or(base.wait),
+            work: self.work_ms.unwrap_or(base.work),
+            maintenance_every: self.maintenance_every.unwrap_or(base.maintenance_every),
+            maintenance_scan: self.maintenance_scan.unwrap_or(base.maintenance_scan),
+        }
+    }
+}
+
+fn parse_millis(text: &str) -> Result<std::time::Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .and_then(|ms| std::time::Duration::try_from_secs_f64(ms / 1000.0).ok())
+        .ok_or_else(|| "expected a number of milliseconds of at least 0, such as 0.85".into())
 }
 
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {
@@ -231,7 +272,7 @@ pub enum SimModel {
 
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
-    /// The URL; `{n}` is replaced by the request number (http://127.0.0.1:8080/takip/TR-{n}).
+    #[arg(help = url_help())]
     pub url: String,
     /// More URLs on the same host and port, one per line; requests cycle through all of them.
     #[arg(long)]
@@ -251,15 +292,15 @@ pub struct LoadArgs {
     /// The rate the first stage ramps from.
     #[arg(long, default_value_t = 0.0)]
     pub start_rate: f64,
-    /// Spike profile: the rate multiplier during the spike.
-    #[arg(long, default_value_t = 3.0)]
-    pub spike_factor: f64,
-    /// Spike profile: when the spike starts.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
-    pub spike_at: std::time::Duration,
-    /// Spike profile: how long it lasts.
-    #[arg(long, default_value = "1.5s", value_parser = parse_duration)]
-    pub spike_for: std::time::Duration,
+    /// Spike profile: the rate multiplier during the spike (the course's: 3).
+    #[arg(long)]
+    pub spike_factor: Option<f64>,
+    /// Spike profile: when the spike starts (the course's: 3s).
+    #[arg(long, value_parser = parse_duration)]
+    pub spike_at: Option<std::time::Duration>,
+    /// Spike profile: how long it lasts (the course's: 1.5s).
+    #[arg(long, value_parser = parse_duration)]
+    pub spike_for: Option<std::time::Duration>,
     /// Closed loop: every connection sends as fast as the server answers (for throughput).
     #[arg(long, conflicts_with_all = ["rate", "stages", "profile"])]
     pub max: bool,
@@ -293,6 +334,11 @@ pub struct LoadArgs {
     /// intended send), or service.p95 and the like.
     #[arg(long, default_value = "p95")]
     pub threshold_on: String,
+    /// Fail (exit 99) when a larger share of the finished requests failed (refused, reset, timed
+    /// out, not HTTP, or answered with a status outside 2xx and 3xx): a percentage such as 1% or a
+    /// fraction such as 0.01.
+    #[arg(long, default_value = "1%", allow_negative_numbers = true)]
+    pub max_error_rate: trafik_load::MaxErrorRate,
     /// A JSON counters endpoint of the server, fetched before and after the run.
     #[arg(long)]
     pub metrics_url: Option<String>,
@@ -304,9 +350,30 @@ pub struct LoadArgs {
     pub report: Option<PathBuf>,
 }
 
+/// The URL's help. Clap turns `{n}` anywhere in help text into a line break and has no escape
+/// for it, so the placeholder's `n` is styled (bold, as clap styles literals): the style codes
+/// between the braces keep it whole, and clap strips them when the help goes to a pipe.
+fn url_help() -> clap::builder::StyledStr {
+    let literal = clap::builder::styling::Style::new().bold();
+    let n = format!("{{{literal}n{literal:#}}}");
+    format!("The URL; `{n}` is replaced by the request number (http://127.0.0.1:8080/takip/TR-{n})")
+        .into()
+}
+
+/// The course's tests; their values are `trafik_load::Profile::course`.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Profile {
     Load,
     Soak,
     Spike,
+}
+
+impl From<Profile> for trafik_load::ProfileKind {
+    fn from(profile: Profile) -> Self {
+        match profile {
+            Profile::Load => trafik_load::ProfileKind::Load,
+            Profile::Soak => trafik_load::ProfileKind::Soak,
+            Profile::Spike => trafik_load::ProfileKind::Spike,
+        }
+    }
 }

@@ -5,41 +5,48 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use trafik_load::{
-    Pacing, ProfileShape, RatePlan, Report, ReportInputs, RunOptions, ServerCounters, Target,
-    ThresholdOn,
+    Pacing, Profile, ProfileKind, ProfileShape, RatePlan, Report, ReportInputs, RunOptions,
+    ServerCounters, Target, ThresholdOn,
 };
 
-use crate::cli::{LoadArgs, Profile};
+use crate::cli::LoadArgs;
 use crate::config::values::Dur;
 
-/// The course's defaults (seed 003): 514 req/s, a 25 ms threshold.
-const COURSE_RATE: f64 = 514.0;
-const COURSE_THRESHOLD: Duration = Duration::from_millis(25);
+/// How long a run without a profile sends.
+const PLAIN_DURATION: Duration = Duration::from_secs(10);
 
-/// Exit statuses, as k6 uses 99 for a breached threshold.
-const THRESHOLD_BREACHED: u8 = 99;
+/// Exit statuses, as k6 uses 99 for a breached threshold (here also too many errors).
+const FAILED: u8 = 99;
 const RATE_NOT_HELD: u8 = 98;
 
 pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
     let target = target(&args)?;
     let threshold_on: ThresholdOn = args.threshold_on.parse()?;
-    let threshold = args.threshold.or(args.profile.map(|_| COURSE_THRESHOLD));
-    let duration = args.duration.unwrap_or(match args.profile {
-        Some(Profile::Load) => Duration::from_secs(3),
-        Some(Profile::Soak) => Duration::from_secs(12),
-        Some(Profile::Spike) => Duration::from_secs(9),
-        None => Duration::from_secs(10),
-    });
+    let profile = args
+        .profile
+        .map(|kind| with_flags(Profile::course(kind.into()), &args));
+    let threshold = profile.as_ref().map(|p| p.threshold).or(args.threshold);
+    let duration = profile
+        .as_ref()
+        .map(|p| p.duration)
+        .or(args.duration)
+        .unwrap_or(PLAIN_DURATION);
     if duration.is_zero() {
         return Err("--duration must be above zero".into());
     }
-    let rate = args.rate.or(args.profile.map(|_| COURSE_RATE));
+    let rate = profile.as_ref().map(|p| p.rate).or(args.rate);
     if let Some(rate) = rate
         && !(finite_at_least(rate, 0.0) && rate > 0.0)
     {
         return Err(format!(
             "--rate must be a positive number of requests per second, not {rate}"
         ));
+    }
+    if let Some(profile) = &profile
+        && profile.kind == ProfileKind::Spike
+        && !finite_at_least(profile.spike.factor, 1.0)
+    {
+        return Err("--spike-factor must be at least 1".into());
     }
     let (pacing, shape) = if args.max {
         (Pacing::Closed(duration), ProfileShape::Plain)
@@ -51,43 +58,16 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
             Pacing::Open(RatePlan::stages(args.start_rate, &parse_stages(stages)?)),
             ProfileShape::Plain,
         )
+    } else if let Some(profile) = &profile {
+        (Pacing::Open(profile.plan()), profile.shape())
     } else {
         let rate = rate.ok_or(
             "give --rate R (requests per second), --stages, --profile load|soak|spike or --max",
         )?;
-        match args.profile {
-            Some(Profile::Spike) => {
-                if !finite_at_least(args.spike_factor, 1.0) {
-                    return Err("--spike-factor must be at least 1".into());
-                }
-                let plan = RatePlan::spike(
-                    rate,
-                    args.spike_factor,
-                    args.spike_at,
-                    args.spike_for,
-                    duration,
-                );
-                let shape = ProfileShape::Spike {
-                    base: rate,
-                    factor: args.spike_factor,
-                    at_s: args.spike_at.as_secs_f64(),
-                    length_s: args.spike_for.as_secs_f64(),
-                };
-                (Pacing::Open(plan), shape)
-            }
-            Some(Profile::Soak) => (
-                Pacing::Open(RatePlan::constant(rate, duration)),
-                ProfileShape::Soak,
-            ),
-            Some(Profile::Load) => (
-                Pacing::Open(RatePlan::constant(rate, duration)),
-                ProfileShape::Load,
-            ),
-            None => (
-                Pacing::Open(RatePlan::constant(rate, duration)),
-                ProfileShape::Plain,
-            ),
-        }
+        (
+            Pacing::Open(RatePlan::constant(rate, duration)),
+            ProfileShape::Plain,
+        )
     };
     let target_rate = match &pacing {
         Pacing::Open(plan) => Some(plan.mean_rate()),
@@ -147,11 +127,12 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
             result,
             ReportInputs {
                 url: args.url.clone(),
-                profile: args.profile.map(|p| format!("{p:?}").to_lowercase()),
+                profile: profile.as_ref().map(|p| p.name().to_owned()),
                 shape,
                 target_rate,
                 threshold_ms: threshold.map(|t| t.as_secs_f64() * 1000.0),
                 threshold_on,
+                max_error_rate: args.max_error_rate,
                 server_counters,
             },
         ))
@@ -165,13 +146,27 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
         std::fs::write(path, trafik_load::html::page(&report))
             .map_err(|e| format!("cannot write the report {}: {e}", path.display()))?;
     }
+    for reason in &report.failures {
+        let _ = writeln!(std::io::stderr(), "failed: {reason}");
+    }
     Ok(if !report.passed {
-        ExitCode::from(THRESHOLD_BREACHED)
+        ExitCode::from(FAILED)
     } else if !report.rate_held {
         ExitCode::from(RATE_NOT_HELD)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The course's profile with the values the flags give instead.
+fn with_flags(mut profile: Profile, args: &LoadArgs) -> Profile {
+    profile.rate = args.rate.unwrap_or(profile.rate);
+    profile.duration = args.duration.unwrap_or(profile.duration);
+    profile.threshold = args.threshold.unwrap_or(profile.threshold);
+    profile.spike.factor = args.spike_factor.unwrap_or(profile.spike.factor);
+    profile.spike.at = args.spike_at.unwrap_or(profile.spike.at);
+    profile.spike.length = args.spike_for.unwrap_or(profile.spike.length);
+    profile
 }
 
 fn target(args: &LoadArgs) -> Result<Target, String> {

@@ -133,30 +133,15 @@ fn run(command: Command) -> Result<ExitCode, String> {
             listen,
             name,
             delay,
-            wait_ms,
-            work_ms,
-            maintenance_every,
-            maintenance_scan,
-        } => {
-            let millis = |ms: f64, flag: &str| {
-                Duration::try_from_secs_f64(ms / 1000.0)
-                    .map_err(|_| format!("--{flag} must be a number of milliseconds of at least 0"))
-            };
-            let load_lesson = trafik_upstream::LoadLesson {
-                wait: millis(wait_ms, "wait-ms")?,
-                work: millis(work_ms, "work-ms")?,
-                maintenance_every,
-                maintenance_scan,
-            };
-            done(serve_replicas(vec![(
-                listen,
-                ReplicaConfig {
-                    name,
-                    delay: delay.unwrap_or_default(),
-                    load_lesson,
-                },
-            )]))
-        }
+            lesson,
+        } => done(serve_replicas(vec![(
+            listen,
+            ReplicaConfig {
+                name,
+                delay: delay.unwrap_or_default(),
+                load_lesson: lesson.load_lesson(),
+            },
+        )])),
         Command::Load(args) => load::run(*args),
     }
 }

@@ -237,3 +237,176 @@ fn http2_and_posts_with_headers_and_a_body_file() {
     }
     let _ = std::fs::remove_file(&body);
 }
+
+#[test]
+fn the_help_shows_the_request_number_placeholder_literally() {
+    // Clap reads `{n}` in help text as a line break; the URL's placeholder must survive it.
+    for flag in ["-h", "--help"] {
+        let output = load(&[flag]);
+        assert_eq!(output.status.code(), Some(0), "{flag}");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            help.contains("`{n}` is replaced by the request number"),
+            "{flag}: {help}"
+        );
+        assert!(
+            help.contains("http://127.0.0.1:8080/takip/TR-{n})"),
+            "{flag}: {help}"
+        );
+        assert!(!help.contains('\x1b'), "no terminal styles in a pipe");
+    }
+}
+
+/// A loopback URL on a port nothing listens on: every connect is refused.
+fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{address}/takip/TR-{{n}}")
+}
+
+#[test]
+fn a_run_in_which_every_request_fails_exits_99_and_says_why() {
+    let url = refused_url();
+    let output = load(&[
+        &url,
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--threshold",
+        "25ms",
+    ]);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(99), "{errors}");
+    assert!(
+        errors.contains("failed: 100.0 % of requests failed (limit 1 %): 100 connect refused"),
+        "{errors}"
+    );
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(summary.contains("100 connect refused"), "{summary}");
+
+    let path = std::env::temp_dir().join(format!("trafik-load-errors-{}.html", std::process::id()));
+    let output = load(&[
+        &url,
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--json",
+        "--report",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(99));
+    let report = json(&output);
+    assert_eq!(report["errors"]["connect_refused"], 100);
+    assert_eq!(report["error_rate"], 1.0);
+    assert_eq!(report["max_error_rate"], 0.01);
+    assert_eq!(report["passed"], false);
+    assert_eq!(
+        report["failures"][0],
+        "100.0 % of requests failed (limit 1 %): 100 connect refused"
+    );
+    let page = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        page.contains("<td>connect refused</td><td>100</td>"),
+        "{page}"
+    );
+}
+
+#[test]
+fn answers_of_any_status_are_measured_and_counted_as_errors_by_class() {
+    // Every request waits 20 ms and is answered 404.
+    let upstream = Upstream::start(&["--delay", "20ms"]);
+    let url = upstream.url("/nowhere/{n}");
+    let output = load(&[&url, "--rate", "50", "--duration", "1s", "--json"]);
+    assert_eq!(output.status.code(), Some(99));
+    let report = json(&output);
+    assert_eq!(report["errors"]["status_4xx"], 50);
+    assert_eq!(report["completed"], 0);
+    assert!(
+        report["latency_ms"]["p50"].as_f64().unwrap() >= 20.0,
+        "a 404 is an answer and its latency counts: {}",
+        report["latency_ms"]
+    );
+    assert!(report["service_time_ms"]["p50"].as_f64().unwrap() >= 20.0);
+    assert_eq!(report["intervals"][0]["errors"], 50);
+
+    // Errors may be allowed.
+    let output = load(&[
+        &url,
+        "--rate",
+        "50",
+        "--duration",
+        "1s",
+        "--max-error-rate",
+        "100%",
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
+#[test]
+fn the_error_rate_limit_reads_a_percentage_or_a_fraction() {
+    let url = refused_url();
+    for (limit, expected) in [
+        ("5", "did you mean 5%"),
+        ("150%", "between 0 % and 100 %"),
+        ("-0.1", "between 0 and 1"),
+        ("some", "a percentage such as 1% or a fraction such as 0.01"),
+    ] {
+        let output = load(&[&url, "--rate", "10", "--max-error-rate", limit]);
+        assert_eq!(output.status.code(), Some(2), "{limit}");
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(errors.contains(expected), "{limit}: {errors}");
+    }
+}
+
+#[test]
+fn flags_override_single_values_of_a_profile() {
+    let upstream = Upstream::start(&[]);
+    let output = load(&[
+        &upstream.url("/takip/TR-{n}"),
+        "--profile",
+        "spike",
+        "--rate",
+        "20",
+        "--duration",
+        "2s",
+        "--spike-at",
+        "1s",
+        "--spike-for",
+        "500ms",
+        "--spike-factor",
+        "2",
+        "--json",
+    ]);
+    let report = json(&output);
+    assert_eq!(report["profile"], "spike");
+    // 20 req/s for 2 s, doubled for half a second: 10 extra requests.
+    assert_eq!(report["planned"], 50);
+    assert_eq!(report["spike"]["extra_requests"], 10);
+    assert_eq!(report["threshold_ms"], 25.0, "the course's threshold stays");
+}
+
+#[test]
+fn the_lesson_defaults_make_the_load_lessons_server_and_single_flags_override_them() {
+    let upstream = Upstream::start(&["--lesson-defaults", "--maintenance-scan", "7"]);
+    assert_eq!(
+        get_json(&upstream.address, "/takip?no=G1"),
+        serde_json::json!({"durum": "aktarma merkezinde", "adim": 1})
+    );
+    assert_eq!(get_json(&upstream.address, "/any/path")["adim"], 2);
+    let counters = get_json(&upstream.address, "/olcut");
+    assert_eq!(counters["istek"], 2);
+    assert_eq!(counters["kayit"], 2);
+    assert_eq!(
+        counters["kat"], 7,
+        "--maintenance-scan overrides the course's 600"
+    );
+}
