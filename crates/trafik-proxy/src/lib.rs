@@ -311,22 +311,25 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         admin,
         stop,
     });
+    // Runtimes are built here, so running out of descriptors is an error from `start`, not
+    // a thread that dies alone.
     let mut threads = Vec::with_capacity(workers + 1);
     for start in starts {
+        let runtime = single_thread_runtime()?;
         let thread = std::thread::Builder::new()
             .name(format!("trafik-worker-{}", start.id))
             .spawn(move || {
-                let runtime = single_thread_runtime();
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&runtime, worker::run(start));
             })?;
         threads.push(thread);
     }
     let control = instance.clone();
+    let runtime = single_thread_runtime()?;
     let thread = std::thread::Builder::new()
         .name("trafik-control".into())
         .spawn(move || {
-            single_thread_runtime().block_on(async move {
+            runtime.block_on(async move {
                 tokio::spawn(health::supervise(control.watch(), shutdown.clone()));
                 if let Some(listener) = admin_listener {
                     match tokio::net::TcpListener::from_std(listener) {
@@ -343,9 +346,8 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
     Ok(Running { instance, threads })
 }
 
-fn single_thread_runtime() -> tokio::runtime::Runtime {
+fn single_thread_runtime() -> io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a current-thread runtime needs only a timer and an I/O driver")
 }
