@@ -4,9 +4,9 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
-use common::{Proxy, Upstream};
+use common::{Proxy, Trafik, Upstream};
 
 fn trafik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trafik"))
@@ -425,30 +425,20 @@ fn the_access_log_writes_one_json_line_per_request() {
     assert_eq!(access[1]["fields"]["status"], 404);
 }
 
+/// Set in the copy of this test binary that runs inside its own network namespace.
+const INSIDE_NAMESPACE: &str = "TRAFIK_TEST_INSIDE_NAMESPACE";
+
+/// The README's first command as written: `trafik serve` with no config binds the course's fixed
+/// ports (8080–8083 and 9090). So that it cannot collide with a demo the user is running, this
+/// test runs again inside a network namespace of its own, with its own loopback, and checks the
+/// demo there. The namespace also has its own PID space, which the kernel empties when the test
+/// ends, and the child is killed by its id if an assertion fails: nothing is left running.
 #[test]
 fn the_readme_main_command_serves_the_course_topology() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-    // `trafik serve` with no config: three built-in replicas behind a balancer on 8080.
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .arg("serve")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(serve.stdout.take().unwrap());
-    let mut printed = String::new();
-    while !printed.contains("try: curl") {
-        let mut line = String::new();
-        if stdout.read_line(&mut line).unwrap() == 0 {
-            let output = serve.wait_with_output().unwrap();
-            panic!(
-                "trafik serve stopped: {printed}{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        printed.push_str(&line);
+    if std::env::var_os(INSIDE_NAMESPACE).is_none() {
+        return run_in_own_network_namespace("the_readme_main_command_serves_the_course_topology");
     }
+    let (serve, printed) = Trafik::start(&["serve"], Stdio::piped(), "try: curl");
     assert!(
         printed.contains("trafik listening on http://127.0.0.1:8080 (web)"),
         "{printed}"
@@ -473,13 +463,38 @@ fn the_readme_main_command_serves_the_course_topology() {
             .all(|b| b["healthy"] == true && b["requests"] == 1)
     );
 
-    Command::new("kill")
-        .args(["-TERM", &serve.id().to_string()])
-        .status()
-        .unwrap();
-    let exit = serve.wait().unwrap();
+    let exit = serve.stop().status;
     assert!(
         exit.success(),
         "Ctrl-C / SIGTERM drains and exits 0: {exit}"
+    );
+}
+
+/// Runs `test` from this binary again in new user, network and PID namespaces (loopback up),
+/// and fails unless it ran there and passed.
+fn run_in_own_network_namespace(test: &str) {
+    let output = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "--pid", "--fork"])
+        .args([
+            "--kill-child",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$0\" \"$@\"",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(INSIDE_NAMESPACE, "1")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && report.contains("1 passed"),
+        "{test} in its own network namespace (needs unshare from util-linux, ip from iproute2 \
+         and permission to create user namespaces): {}\n{report}",
+        output.status
     );
 }
