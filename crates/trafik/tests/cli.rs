@@ -194,6 +194,10 @@ fn bad_quick_mode_flags_are_refused_with_status_2() {
         (&["--admin", "0.0.0.0:0"][..], "needs --admin-allow-remote"),
         (&["--hash-key", "headr:x"][..], "expected header:NAME"),
         (&["--health-interval", "soon"][..], "expected a duration"),
+        (
+            &["--workers", "0"][..],
+            "--workers: expected at least 1 worker",
+        ),
     ] {
         let args: Vec<&str> = quick.iter().chain(extra).copied().collect();
         let output = trafik(&args);
@@ -497,4 +501,94 @@ fn run_in_own_network_namespace(test: &str) {
          and permission to create user namespaces): {}\n{report}",
         output.status
     );
+}
+
+const TYPOS: [(&str, &str); 4] = [
+    ("interval = \"200ms\"", "intervall = \"200ms\""),
+    ("fall = 1", "fall = 1\nrize = 2"),
+    ("retries = 0", "retrys = 0"),
+    ("weight = 2", "weight = \"2\""),
+];
+
+#[test]
+fn every_unknown_key_and_type_error_is_reported_at_once() {
+    let bad = TYPOS
+        .iter()
+        .fold(GOOD.to_owned(), |text, (good, bad)| text.replace(good, bad));
+    let (code, _, errors) = check("typos.toml", &bad);
+    assert_eq!(code, 2);
+    for expected in [
+        "typos.toml:19:56: pool[0].backends[1].weight: invalid type: string \"2\", expected u32",
+        "typos.toml:23:1: pool[0].health.intervall: unknown field `intervall`, expected one of",
+        "did you mean `interval`?",
+        "typos.toml:25:1: pool[0].health.rize: unknown field `rize`",
+        "did you mean `rise`?",
+        "typos.toml:29:1: pool[1].retrys: unknown field `retrys`",
+        "did you mean `retries`?",
+        "error: 4 errors in the configuration; nothing was started",
+    ] {
+        assert!(
+            errors.contains(expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
+}
+
+#[test]
+fn every_line_of_an_error_report_starts_with_error() {
+    let bad = GOOD
+        .replace("pool = \"okuma\"", "pool = \"okma\"")
+        .replace("methods = [\"POST\"]", "methods = [\"post\"]");
+    let (code, _, errors) = check("lines.toml", &bad);
+    assert_eq!(code, 2);
+    let lines: Vec<&str> = errors.lines().collect();
+    assert_eq!(lines.len(), 3, "two errors and the summary:\n{errors}");
+    assert!(lines.iter().all(|l| l.starts_with("error: ")), "{errors}");
+    assert_eq!(
+        lines[2],
+        "error: 2 errors in the configuration; nothing was started"
+    );
+}
+
+#[test]
+fn health_errors_point_at_the_value_itself() {
+    let bad = GOOD
+        .replace("path = \"/saglik\"", "path = \"saglik\"")
+        .replace("\"200ms\"", "\"0s\"");
+    let (code, _, errors) = check("health.toml", &bad);
+    assert_eq!(code, 2);
+    assert!(
+        errors
+            .contains("health.toml:22:8: pool[0].health.path: expected a path starting with \"/\""),
+        "{errors}"
+    );
+    assert!(
+        errors.contains(
+            "health.toml:23:12: pool[0].health.interval: expected an interval above zero"
+        ),
+        "{errors}"
+    );
+}
+
+#[test]
+fn settings_that_would_fail_every_request_or_probe_are_refused() {
+    let bad = GOOD
+        .replace("fall = 1", "fall = 0\nrise = 0\ntimeout = \"0ms\"")
+        .replace("retries = 0", "retries = 0\ntable_size = 1000");
+    let bad = format!("{bad}[pool.timeouts]\nconnect = \"0s\"\n");
+    let (code, _, errors) = check("zero.toml", &bad);
+    assert_eq!(code, 2);
+    for expected in [
+        "zero.toml:24:8: pool[0].health.fall: expected at least 1 failure",
+        "zero.toml:25:8: pool[0].health.rise: expected at least 1 success",
+        "zero.toml:26:11: pool[0].health.timeout: expected a timeout above zero",
+        "zero.toml:31:14: pool[1].table_size: expected a prime table size; 1000 is not prime (the nearest primes are 997 and 1009)",
+        "zero.toml:34:11: pool[1].timeouts.connect: expected a timeout above zero",
+        "error: 5 errors in the configuration",
+    ] {
+        assert!(
+            errors.contains(expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
 }
