@@ -9,7 +9,7 @@ mod describe;
 mod load;
 mod suggest;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -44,11 +44,14 @@ fn run(command: Command) -> Result<ExitCode, String> {
     }
 }
 
+/// Log lines go to stderr, coloured only when a person is likely reading it there: escape codes
+/// in a file or a pipe are noise.
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

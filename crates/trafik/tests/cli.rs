@@ -592,3 +592,12 @@ fn settings_that_would_fail_every_request_or_probe_are_refused() {
         );
     }
 }
+
+#[test]
+fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let upstream = Upstream::start(&[]);
+    let proxy = Proxy::start(&[], &["--to", &upstream.address]);
+    let logs = String::from_utf8_lossy(&proxy.stop().stderr).into_owned();
+    assert!(logs.contains("draining"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "an escape sequence in {logs:?}");
+}
