@@ -9,6 +9,8 @@ mod health;
 mod listener;
 mod pool;
 mod read;
+#[cfg(test)]
+mod readme_listing;
 mod report;
 pub mod schema;
 mod server;
