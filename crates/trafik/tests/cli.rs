@@ -601,3 +601,32 @@ fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     assert!(logs.contains("draining"), "{logs}");
     assert!(!logs.contains('\u{1b}'), "an escape sequence in {logs:?}");
 }
+
+/// Every file in `examples/` is a config `trafik check` accepts, so an example that drifts from
+/// the schema fails here, and a new one is checked without touching this test.
+#[test]
+fn every_example_config_checks_clean() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("the examples/ directory") {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let output = trafik(&["check", "--config", path.to_str().unwrap()]);
+        assert!(
+            output.status.success(),
+            "{}:\n{}",
+            path.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        checked.push(path.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    checked.sort();
+    for lesson in ["lesson05", "lesson07", "lesson08", "lesson10"] {
+        assert!(
+            checked.iter().any(|name| name.starts_with(lesson)),
+            "no example for {lesson} in {checked:?}"
+        );
+    }
+}
