@@ -126,3 +126,34 @@ fn unknown_field_hint(message: &str) -> Option<String> {
     let candidates = expected.split('`').skip(1).step_by(2);
     did_you_mean(unknown, candidates).map(|s| format!("; did you mean `{s}`?"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::report::Source;
+
+    fn fields(text: &str) -> Vec<String> {
+        let mut report = Report::new(Source::File { name: "t", text });
+        assert!(file(text, &mut report).is_none());
+        let errors = report.into_errors();
+        errors.into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn errors_in_one_array_keep_the_indices_the_file_has() {
+        let text = "[[listener]]\n[[listener.route]]\nmethods = [1, \"GET\", 2]\n";
+        assert_eq!(
+            fields(text),
+            [
+                "listener[0].route[0].methods[0]",
+                "listener[0].route[0].methods[2]"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_table_and_a_wrong_type_inside_a_later_one_are_both_found() {
+        let text = "[servr]\nname = 1\n[[pool]]\nretries = \"one\"\n";
+        assert_eq!(fields(text), ["servr", "pool[0].retries"]);
+    }
+}
