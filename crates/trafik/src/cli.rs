@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 use trafik_balance::Algorithm;
 
+use crate::config::schema;
 use crate::config::values::{Addr, Dur};
 
 #[derive(Debug, Parser)]
@@ -32,86 +33,38 @@ pub enum LogFormat {
 pub enum Command {
     /// Run what a config file describes; with no file, the embedded demo (three replicas of the
     /// course's tracking service behind a health-checked round-robin balancer on 127.0.0.1:8080).
-    Serve {
-        /// The TOML config file.
-        #[arg(long, short)]
-        config: Option<PathBuf>,
-        /// Log one line per request.
-        #[arg(long)]
-        access_log: bool,
-    },
+    Serve(ServeArgs),
     /// Validate a config file and print the plan it resolves to (listeners → routes → pools →
     /// backends); exits non-zero on any error. With no file, checks the embedded default.
-    Check {
-        #[arg(long, short)]
-        config: Option<PathBuf>,
-    },
+    Check(CheckArgs),
     /// Quick mode: proxy one listen address to a list of backends, no file needed.
-    Proxy {
-        /// Address to accept clients on.
-        #[arg(long, value_parser = parse_addr)]
-        listen: SocketAddr,
-        /// A backend address; repeat for more.
-        #[arg(long = "to", required = true, value_parser = parse_addr)]
-        to: Vec<SocketAddr>,
-        /// The selection rule.
-        #[arg(long, default_value = "round-robin", value_parser = parse_algorithm)]
-        algorithm: Algorithm,
-        /// What hash-based algorithms key on: header:NAME, cookie:NAME, query:NAME, path or
-        /// client-ip (the default for them).
-        #[arg(long, value_parser = parse_hash_key)]
-        hash_key: Option<trafik_proxy::HashKey>,
-        /// Turn on active HTTP health checks of this path (fall 1, rise 1).
-        #[arg(long)]
-        health_path: Option<String>,
-        /// Time between health checks.
-        #[arg(long, default_value = "2s", value_parser = parse_duration)]
-        health_interval: std::time::Duration,
-        /// Other backends tried after a failed connect; 0 turns retries off.
-        #[arg(long, default_value_t = 1)]
-        retries: u32,
-        /// Serve the admin API (/status, /metrics, drain) here; loopback only unless
-        /// --admin-allow-remote.
-        #[arg(long, value_parser = parse_addr)]
-        admin: Option<SocketAddr>,
-        /// Allow a non-loopback --admin address (the admin API has no authentication).
-        #[arg(long, requires = "admin")]
-        admin_allow_remote: bool,
-        /// The instance name written in Via headers.
-        #[arg(long, default_value = "trafik")]
-        name: String,
-        /// Data-plane threads; one per core by default.
-        #[arg(long)]
-        workers: Option<usize>,
-        /// Log one line per request.
-        #[arg(long)]
-        access_log: bool,
-    },
+    Proxy(ProxyArgs),
     /// Run the course's models on trafik's own selection code and print their tables.
-    Sim {
-        #[command(subcommand)]
-        model: SimModel,
-    },
+    #[command(subcommand)]
+    Sim(SimModel),
     /// Run one replica of the course's parcel-tracking service (`GET /takip/<no>`, `POST /olay`,
     /// `GET /saglik`, `GET /sayac`), for demos, tests and benchmarks; with `--lesson-defaults`,
     /// the load lesson's server.
-    Upstream {
-        /// Address to listen on.
-        #[arg(long, value_parser = parse_addr)]
-        listen: SocketAddr,
-        /// The name the replica reports in `x-kopya` and `/sayac`.
-        #[arg(long)]
-        name: String,
-        /// Wait this long before each answer (a slow replica).
-        #[arg(long, value_parser = parse_duration)]
-        delay: Option<std::time::Duration>,
-        #[command(flatten)]
-        lesson: LessonArgs,
-    },
+    Upstream(UpstreamArgs),
     /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
     /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
     /// breached or too many requests failed, 98 the target rate could not be held, 2 bad usage.
     Load(Box<LoadArgs>),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpstreamArgs {
+    /// Address to listen on.
+    #[arg(long, value_parser = parse_addr)]
+    pub listen: SocketAddr,
+    /// The name the replica reports in `x-kopya` and `/sayac`.
+    #[arg(long)]
+    pub name: String,
+    /// Wait this long before each answer (a slow replica).
+    #[arg(long, value_parser = parse_duration)]
+    pub delay: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub lesson: LessonArgs,
 }
 
 /// The load lesson's server. Any of these flags turns it on: every path but `/olcut` (its
@@ -163,6 +116,67 @@ fn parse_millis(text: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| "expected a number of milliseconds of at least 0, such as 0.85".into())
 }
 
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The TOML config file.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Log one line per request.
+    #[arg(long)]
+    pub access_log: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The TOML config file.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+}
+
+/// Quick mode's flags; each sets the config key of the same meaning, and what no flag sets keeps
+/// the config file's default.
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    /// Address to accept clients on.
+    #[arg(long)]
+    pub listen: Addr,
+    /// A backend address; repeat for more.
+    #[arg(long = "to", required = true)]
+    pub to: Vec<Addr>,
+    /// The selection rule (a config file's `algorithm`).
+    #[arg(long, default_value_t = Algorithm::default().name().to_owned())]
+    pub algorithm: String,
+    /// What hash-based algorithms key on: header:NAME, cookie:NAME, query:NAME, path or
+    /// client-ip (the default for them).
+    #[arg(long)]
+    pub hash_key: Option<String>,
+    /// Turn on active HTTP health checks of this path (fall 1, rise 1).
+    #[arg(long)]
+    pub health_path: Option<String>,
+    /// Time between health checks.
+    #[arg(long, default_value_t = Dur(schema::Health::DEFAULT_INTERVAL))]
+    pub health_interval: Dur,
+    /// Other backends tried after a failed connect; 0 turns retries off.
+    #[arg(long, default_value_t = schema::Pool::DEFAULT_RETRIES)]
+    pub retries: u32,
+    /// Serve the admin API (/status, /metrics, drain) here; loopback only unless
+    /// --admin-allow-remote.
+    #[arg(long)]
+    pub admin: Option<Addr>,
+    /// Allow a non-loopback --admin address (the admin API has no authentication).
+    #[arg(long, requires = "admin")]
+    pub admin_allow_remote: bool,
+    /// The instance name written in Via headers.
+    #[arg(long, default_value = schema::Server::DEFAULT_NAME)]
+    pub name: String,
+    /// Data-plane threads; one per core by default.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Log one line per request.
+    #[arg(long)]
+    pub access_log: bool,
+}
+
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {
     text.parse::<Addr>().map(|a| a.0)
 }
@@ -171,103 +185,116 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     text.parse::<Dur>().map(|d| d.0)
 }
 
-fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
-    text.parse()
-        .map_err(|e: trafik_balance::UnknownAlgorithm| e.to_string())
-}
-
-fn parse_hash_key(text: &str) -> Result<trafik_proxy::HashKey, String> {
-    text.parse()
-}
-
 #[derive(Debug, Subcommand)]
 pub enum SimModel {
     /// Seed 001: round robin, capacity share, least connections and consistent hashing over
     /// subjects of unequal capacity; then one subject leaves.
-    Subjects {
-        #[arg(long, default_value_t = 20_260_812)]
-        seed: u64,
-        #[arg(long, default_value_t = 40)]
-        subjects: usize,
-        #[arg(long, value_delimiter = ',', default_value = "1200,2000,2600")]
-        loads: Vec<u64>,
-        #[arg(long, default_value_t = 128)]
-        vnodes: u32,
-        /// The subject (numbered from 1) that leaves.
-        #[arg(long, default_value_t = 20)]
-        remove: usize,
-        #[arg(long, default_value_t = 1200)]
-        removal_load: u64,
-        #[arg(long)]
-        json: bool,
-    },
+    Subjects(SubjectsArgs),
     /// The queue model: round robin vs least connections (plus power of two and peak-EWMA),
     /// equal replicas and one slowed down.
-    Queue {
-        #[arg(long, default_value_t = 3)]
-        replicas: usize,
-        #[arg(long, default_value_t = 300)]
-        requests: usize,
-        /// Rounds between arrivals.
-        #[arg(long, default_value_t = 2)]
-        arrival: u64,
-        #[arg(long, default_value_t = 20_240_730)]
-        seed: u64,
-        /// Speed multipliers of the slow scenario, one per replica.
-        #[arg(long, value_delimiter = ',', default_value = "3,1,1")]
-        slow: Vec<u64>,
-        #[arg(long)]
-        json: bool,
-    },
+    Queue(QueueArgs),
     /// Modulo vs the consistent-hash ring (plus Maglev and bounded loads) on N → N+1 replicas
     /// and back, and the cache warm-up the moved keys cost.
-    Hash {
-        #[arg(long, default_value_t = 100_000)]
-        keys: usize,
-        #[arg(long, default_value = "G")]
-        key_prefix: String,
-        #[arg(long, default_value_t = 1_000_000)]
-        key_base: u64,
-        #[arg(long, value_delimiter = ',', default_value = "k1,k2,k3")]
-        replicas: Vec<String>,
-        /// The replica added; k<N+1> by default.
-        #[arg(long)]
-        added: Option<String>,
-        #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
-        vnodes: Vec<u32>,
-        #[arg(long, default_value_t = trafik_balance::DEFAULT_TABLE_SIZE)]
-        maglev_size: u32,
-        #[arg(long, default_value_t = 1.25)]
-        balance_factor: f64,
-        /// Reads per second at peak.
-        #[arg(long, default_value_t = 416.67)]
-        read_rate: f64,
-        /// Writes per second at peak.
-        #[arg(long, default_value_t = 97.22)]
-        write_rate: f64,
-        /// Share of reads a warm cache answers.
-        #[arg(long, default_value_t = 0.90)]
-        hit_ratio: f64,
-        /// Store requests per second with a warm cache.
-        #[arg(long, default_value_t = 138.89)]
-        store_base: f64,
-        /// The warm-up window.
-        #[arg(long, default_value = "60s", value_parser = parse_duration)]
-        warmup: std::time::Duration,
-        #[arg(long)]
-        json: bool,
-    },
+    Hash(HashArgs),
     /// The stickiness model: non-sticky vs sticky by key mod N vs sticky on the ring, on 3 then
     /// 4 replicas, and what a failing replica loses.
-    Sticky {
-        /// name:clients:requests-per-client, comma separated.
-        #[arg(long, default_value = "buyuk:1:2000,orta:9:400,kucuk:90:50")]
-        clients: String,
-        #[arg(long, default_value_t = 200)]
-        vnodes: u32,
-        #[arg(long)]
-        json: bool,
-    },
+    Sticky(StickyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SubjectsArgs {
+    #[arg(long, default_value_t = 20_260_812)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 40)]
+    pub subjects: usize,
+    #[arg(long, value_delimiter = ',', default_value = "1200,2000,2600")]
+    pub loads: Vec<u64>,
+    #[arg(long, default_value_t = 128)]
+    pub vnodes: u32,
+    /// The subject (numbered from 1) that leaves.
+    #[arg(long, default_value_t = 20)]
+    pub remove: usize,
+    #[arg(long, default_value_t = 1200)]
+    pub removal_load: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct QueueArgs {
+    #[arg(long, default_value_t = 3)]
+    pub replicas: usize,
+    #[arg(long, default_value_t = 300)]
+    pub requests: usize,
+    /// Rounds between arrivals.
+    #[arg(long, default_value_t = 2)]
+    pub arrival: u64,
+    #[arg(long, default_value_t = 20_240_730)]
+    pub seed: u64,
+    /// Speed multipliers of the slow scenario, one per replica.
+    #[arg(long, value_delimiter = ',', default_value = "3,1,1")]
+    pub slow: Vec<u64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HashArgs {
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: usize,
+    #[arg(long, default_value = "G")]
+    pub key_prefix: String,
+    #[arg(long, default_value_t = 1_000_000)]
+    pub key_base: u64,
+    #[arg(long, value_delimiter = ',', default_value = "k1,k2,k3")]
+    pub replicas: Vec<String>,
+    /// The replica added; k<N+1> by default.
+    #[arg(long)]
+    pub added: Option<String>,
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+    pub vnodes: Vec<u32>,
+    #[arg(long, default_value_t = trafik_balance::DEFAULT_TABLE_SIZE)]
+    pub maglev_size: u32,
+    #[arg(long, default_value_t = 1.25)]
+    pub balance_factor: f64,
+    /// Reads per second at peak.
+    #[arg(long, default_value_t = 416.67)]
+    pub read_rate: f64,
+    /// Writes per second at peak.
+    #[arg(long, default_value_t = 97.22)]
+    pub write_rate: f64,
+    /// Share of reads a warm cache answers.
+    #[arg(long, default_value_t = 0.90)]
+    pub hit_ratio: f64,
+    /// Store requests per second with a warm cache.
+    #[arg(long, default_value_t = 138.89)]
+    pub store_base: f64,
+    /// The warm-up window.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub warmup: std::time::Duration,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StickyArgs {
+    /// name:clients:requests-per-client, comma separated.
+    #[arg(long, default_value = "buyuk:1:2000,orta:9:400,kucuk:90:50", value_parser = parse_clients)]
+    pub clients: ClientGroups,
+    #[arg(long, default_value_t = 200)]
+    pub vnodes: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The stickiness model's client groups: (name prefix, clients, requests per client).
+#[derive(Clone, Debug)]
+pub struct ClientGroups(pub Vec<(String, usize, u64)>);
+
+fn parse_clients(text: &str) -> Result<ClientGroups, String> {
+    trafik_sim::sticky::parse_clients(text)
+        .map(ClientGroups)
+        .map_err(|e| e.to_string())
 }
 
 #[derive(Debug, clap::Args)]

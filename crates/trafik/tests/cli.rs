@@ -4,9 +4,9 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
-use common::{Proxy, Upstream};
+use common::{Proxy, Trafik, Upstream};
 
 fn trafik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trafik"))
@@ -194,6 +194,10 @@ fn bad_quick_mode_flags_are_refused_with_status_2() {
         (&["--admin", "0.0.0.0:0"][..], "needs --admin-allow-remote"),
         (&["--hash-key", "headr:x"][..], "expected header:NAME"),
         (&["--health-interval", "soon"][..], "expected a duration"),
+        (
+            &["--workers", "0"][..],
+            "--workers: expected at least 1 worker",
+        ),
     ] {
         let args: Vec<&str> = quick.iter().chain(extra).copied().collect();
         let output = trafik(&args);
@@ -425,30 +429,20 @@ fn the_access_log_writes_one_json_line_per_request() {
     assert_eq!(access[1]["fields"]["status"], 404);
 }
 
+/// Set in the copy of this test binary that runs inside its own network namespace.
+const INSIDE_NAMESPACE: &str = "TRAFIK_TEST_INSIDE_NAMESPACE";
+
+/// The README's first command as written: `trafik serve` with no config binds the course's fixed
+/// ports (8080–8083 and 9090). So that it cannot collide with a demo the user is running, this
+/// test runs again inside a network namespace of its own, with its own loopback, and checks the
+/// demo there. The namespace also has its own PID space, which the kernel empties when the test
+/// ends, and the child is killed by its id if an assertion fails: nothing is left running.
 #[test]
 fn the_readme_main_command_serves_the_course_topology() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-    // `trafik serve` with no config: three built-in replicas behind a balancer on 8080.
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .arg("serve")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(serve.stdout.take().unwrap());
-    let mut printed = String::new();
-    while !printed.contains("try: curl") {
-        let mut line = String::new();
-        if stdout.read_line(&mut line).unwrap() == 0 {
-            let output = serve.wait_with_output().unwrap();
-            panic!(
-                "trafik serve stopped: {printed}{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        printed.push_str(&line);
+    if std::env::var_os(INSIDE_NAMESPACE).is_none() {
+        return run_in_own_network_namespace("the_readme_main_command_serves_the_course_topology");
     }
+    let (serve, printed) = Trafik::start(&["serve"], Stdio::piped(), "try: curl");
     assert!(
         printed.contains("trafik listening on http://127.0.0.1:8080 (web)"),
         "{printed}"
@@ -473,13 +467,166 @@ fn the_readme_main_command_serves_the_course_topology() {
             .all(|b| b["healthy"] == true && b["requests"] == 1)
     );
 
-    Command::new("kill")
-        .args(["-TERM", &serve.id().to_string()])
-        .status()
-        .unwrap();
-    let exit = serve.wait().unwrap();
+    let exit = serve.stop().status;
     assert!(
         exit.success(),
         "Ctrl-C / SIGTERM drains and exits 0: {exit}"
     );
+}
+
+/// Runs `test` from this binary again in new user, network and PID namespaces (loopback up),
+/// and fails unless it ran there and passed.
+fn run_in_own_network_namespace(test: &str) {
+    let output = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "--pid", "--fork"])
+        .args([
+            "--kill-child",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$0\" \"$@\"",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(INSIDE_NAMESPACE, "1")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && report.contains("1 passed"),
+        "{test} in its own network namespace (needs unshare from util-linux, ip from iproute2 \
+         and permission to create user namespaces): {}\n{report}",
+        output.status
+    );
+}
+
+const TYPOS: [(&str, &str); 4] = [
+    ("interval = \"200ms\"", "intervall = \"200ms\""),
+    ("fall = 1", "fall = 1\nrize = 2"),
+    ("retries = 0", "retrys = 0"),
+    ("weight = 2", "weight = \"2\""),
+];
+
+#[test]
+fn every_unknown_key_and_type_error_is_reported_at_once() {
+    let bad = TYPOS
+        .iter()
+        .fold(GOOD.to_owned(), |text, (good, bad)| text.replace(good, bad));
+    let (code, _, errors) = check("typos.toml", &bad);
+    assert_eq!(code, 2);
+    for expected in [
+        "typos.toml:19:56: pool[0].backends[1].weight: invalid type: string \"2\", expected u32",
+        "typos.toml:23:1: pool[0].health.intervall: unknown field `intervall`, expected one of",
+        "did you mean `interval`?",
+        "typos.toml:25:1: pool[0].health.rize: unknown field `rize`",
+        "did you mean `rise`?",
+        "typos.toml:29:1: pool[1].retrys: unknown field `retrys`",
+        "did you mean `retries`?",
+        "error: 4 errors in the configuration; nothing was started",
+    ] {
+        assert!(
+            errors.contains(expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
+}
+
+#[test]
+fn every_line_of_an_error_report_starts_with_error() {
+    let bad = GOOD
+        .replace("pool = \"okuma\"", "pool = \"okma\"")
+        .replace("methods = [\"POST\"]", "methods = [\"post\"]");
+    let (code, _, errors) = check("lines.toml", &bad);
+    assert_eq!(code, 2);
+    let lines: Vec<&str> = errors.lines().collect();
+    assert_eq!(lines.len(), 3, "two errors and the summary:\n{errors}");
+    assert!(lines.iter().all(|l| l.starts_with("error: ")), "{errors}");
+    assert_eq!(
+        lines[2],
+        "error: 2 errors in the configuration; nothing was started"
+    );
+}
+
+#[test]
+fn health_errors_point_at_the_value_itself() {
+    let bad = GOOD
+        .replace("path = \"/saglik\"", "path = \"saglik\"")
+        .replace("\"200ms\"", "\"0s\"");
+    let (code, _, errors) = check("health.toml", &bad);
+    assert_eq!(code, 2);
+    assert!(
+        errors
+            .contains("health.toml:22:8: pool[0].health.path: expected a path starting with \"/\""),
+        "{errors}"
+    );
+    assert!(
+        errors.contains(
+            "health.toml:23:12: pool[0].health.interval: expected an interval above zero"
+        ),
+        "{errors}"
+    );
+}
+
+#[test]
+fn settings_that_would_fail_every_request_or_probe_are_refused() {
+    let bad = GOOD
+        .replace("fall = 1", "fall = 0\nrise = 0\ntimeout = \"0ms\"")
+        .replace("retries = 0", "retries = 0\ntable_size = 1000");
+    let bad = format!("{bad}[pool.timeouts]\nconnect = \"0s\"\n");
+    let (code, _, errors) = check("zero.toml", &bad);
+    assert_eq!(code, 2);
+    for expected in [
+        "zero.toml:24:8: pool[0].health.fall: expected at least 1 failure",
+        "zero.toml:25:8: pool[0].health.rise: expected at least 1 success",
+        "zero.toml:26:11: pool[0].health.timeout: expected a timeout above zero",
+        "zero.toml:31:14: pool[1].table_size: expected a prime table size; 1000 is not prime (the nearest primes are 997 and 1009)",
+        "zero.toml:34:11: pool[1].timeouts.connect: expected a timeout above zero",
+        "error: 5 errors in the configuration",
+    ] {
+        assert!(
+            errors.contains(expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
+}
+
+#[test]
+fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let upstream = Upstream::start(&[]);
+    let proxy = Proxy::start(&[], &["--to", &upstream.address]);
+    let logs = String::from_utf8_lossy(&proxy.stop().stderr).into_owned();
+    assert!(logs.contains("draining"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "an escape sequence in {logs:?}");
+}
+
+/// Every file in `examples/` is a config `trafik check` accepts, so an example that drifts from
+/// the schema fails here, and a new one is checked without touching this test.
+#[test]
+fn every_example_config_checks_clean() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("the examples/ directory") {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let output = trafik(&["check", "--config", path.to_str().unwrap()]);
+        assert!(
+            output.status.success(),
+            "{}:\n{}",
+            path.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        checked.push(path.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    checked.sort();
+    for lesson in ["lesson05", "lesson07", "lesson08", "lesson10"] {
+        assert!(
+            checked.iter().any(|name| name.starts_with(lesson)),
+            "no example for {lesson} in {checked:?}"
+        );
+    }
 }

@@ -1,58 +1,56 @@
-//! The configuration file's shape, as serde reads it. Every section refuses unknown keys.
+//! The configuration's shape, as serde reads it from a file and as quick mode builds it from
+//! flags. Every section refuses unknown keys. Keys without a default are `Option`s here and the
+//! section checkers report them missing, so a mistake in a required key never stops serde from
+//! reading (and reporting) the rest. Each default is written once, in the section's `Default`.
+
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::values::{Addr, Dur};
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A value with no place in a file: a default, or a quick-mode flag.
+pub fn unplaced<T>(value: T) -> Spanned<T> {
+    Spanned::new(0..0, value)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct File {
-    #[serde(default)]
     pub server: Server,
-    pub admin: Option<Admin>,
+    pub admin: Option<Spanned<Admin>>,
     /// Built-in `trafik upstream` replicas run inside this process (the demo topology).
-    #[serde(default, rename = "upstream")]
-    pub upstreams: Vec<Upstream>,
-    #[serde(default, rename = "listener")]
-    pub listeners: Vec<Listener>,
-    #[serde(default, rename = "pool")]
-    pub pools: Vec<Pool>,
+    #[serde(rename = "upstream")]
+    pub upstreams: Vec<Spanned<Upstream>>,
+    #[serde(rename = "listener")]
+    pub listeners: Vec<Spanned<Listener>>,
+    #[serde(rename = "pool")]
+    pub pools: Vec<Spanned<Pool>>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Server {
-    #[serde(default = "Server::default_name")]
     pub name: String,
     /// Data-plane threads; the number of cores when absent.
     pub workers: Option<Spanned<usize>>,
-    #[serde(default = "Server::default_drain")]
     pub drain_timeout: Dur,
-    #[serde(default)]
     pub trust_forwarded: bool,
-    #[serde(default)]
     pub access_log: bool,
-    #[serde(default)]
     pub timeouts: ClientTimeouts,
 }
 
 impl Server {
-    fn default_name() -> String {
-        "trafik".into()
-    }
-
-    fn default_drain() -> Dur {
-        Dur(std::time::Duration::from_secs(10))
-    }
+    pub const DEFAULT_NAME: &str = "trafik";
 }
 
 impl Default for Server {
     fn default() -> Self {
         Server {
-            name: Self::default_name(),
+            name: Self::DEFAULT_NAME.into(),
             workers: None,
-            drain_timeout: Self::default_drain(),
+            drain_timeout: Dur(Duration::from_secs(10)),
             trust_forwarded: false,
             access_log: false,
             timeouts: ClientTimeouts::default(),
@@ -61,65 +59,55 @@ impl Default for Server {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ClientTimeouts {
-    #[serde(default = "ClientTimeouts::default_header")]
-    pub client_header: Dur,
-    #[serde(default = "ClientTimeouts::default_idle")]
-    pub idle: Dur,
-}
-
-impl ClientTimeouts {
-    fn default_header() -> Dur {
-        Dur(std::time::Duration::from_secs(30))
-    }
-
-    fn default_idle() -> Dur {
-        Dur(std::time::Duration::from_secs(60))
-    }
+    pub client_header: Spanned<Dur>,
+    pub idle: Spanned<Dur>,
 }
 
 impl Default for ClientTimeouts {
     fn default() -> Self {
         ClientTimeouts {
-            client_header: Self::default_header(),
-            idle: Self::default_idle(),
+            client_header: unplaced(Dur(Duration::from_secs(30))),
+            idle: unplaced(Dur(Duration::from_secs(60))),
         }
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Admin {
-    pub listen: Spanned<Addr>,
+    pub listen: Option<Spanned<Addr>>,
     /// Admin on a non-loopback address must be asked for explicitly: it has no authentication.
-    #[serde(default)]
     pub allow_remote: bool,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Upstream {
-    pub name: String,
-    pub listen: Addr,
-    #[serde(default)]
-    pub delay: Option<Dur>,
+    pub name: Option<Spanned<String>>,
+    pub listen: Option<Spanned<Addr>>,
+    pub delay: Dur,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Listener {
-    pub name: Spanned<String>,
-    pub listen: Addr,
-    #[serde(default = "Listener::default_protocol")]
+    pub name: Option<Spanned<String>>,
+    pub listen: Option<Spanned<Addr>>,
     pub protocol: Spanned<Protocol>,
-    #[serde(default, rename = "route")]
-    pub routes: Vec<Route>,
+    #[serde(rename = "route")]
+    pub routes: Vec<Spanned<Route>>,
 }
 
-impl Listener {
-    fn default_protocol() -> Spanned<Protocol> {
-        Spanned::new(0..0, Protocol::Http)
+impl Default for Listener {
+    fn default() -> Self {
+        Listener {
+            name: None,
+            listen: None,
+            protocol: unplaced(Protocol::Http),
+            routes: Vec::new(),
+        }
     }
 }
 
@@ -133,127 +121,134 @@ pub enum Protocol {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Route {
-    #[serde(default = "Route::default_prefix")]
     pub path_prefix: Spanned<String>,
     pub host: Option<String>,
-    #[serde(default)]
     pub methods: Vec<Spanned<String>>,
-    pub pool: Spanned<String>,
-    #[serde(default)]
+    pub pool: Option<Spanned<String>>,
     pub retry_non_idempotent: bool,
 }
 
-impl Route {
-    fn default_prefix() -> Spanned<String> {
-        Spanned::new(0..0, "/".into())
+impl Default for Route {
+    fn default() -> Self {
+        Route {
+            path_prefix: unplaced("/".into()),
+            host: None,
+            methods: Vec::new(),
+            pool: None,
+            retry_non_idempotent: false,
+        }
     }
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Pool {
-    pub name: Spanned<String>,
-    #[serde(default = "Pool::default_algorithm")]
+    pub name: Option<Spanned<String>>,
     pub algorithm: Spanned<String>,
-    pub backends: Spanned<Vec<Backend>>,
-    pub health: Option<Health>,
-    #[serde(default)]
+    pub backends: Option<Spanned<Vec<Spanned<Backend>>>>,
+    pub health: Option<Spanned<Health>>,
     pub timeouts: UpstreamTimeouts,
-    #[serde(default = "Pool::default_retries")]
     pub retries: u32,
     /// `header:NAME`, `cookie:NAME`, `query:NAME`, `path` or `client-ip`.
     pub hash_key: Option<Spanned<String>>,
+    /// The selection rule's options; absent ones come from `trafik_balance::SelectorOptions`.
     pub virtual_nodes: Option<Spanned<u32>>,
     pub balance_factor: Option<Spanned<f64>>,
     pub table_size: Option<Spanned<u32>>,
-    pub sticky: Option<Sticky>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Sticky {
-    #[serde(default = "Sticky::default_mode")]
-    pub mode: Spanned<String>,
-    #[serde(default = "Sticky::default_cookie")]
-    pub cookie: String,
-    /// Signs cookies; a random one per start when absent (cookies then do not survive it).
-    pub secret: Option<String>,
-    pub virtual_nodes: Option<u32>,
-}
-
-impl Sticky {
-    fn default_mode() -> Spanned<String> {
-        Spanned::new(0..0, "cookie".into())
-    }
-
-    fn default_cookie() -> String {
-        "trafik_sticky".into()
-    }
+    pub sticky: Option<Spanned<Sticky>>,
 }
 
 impl Pool {
-    fn default_algorithm() -> Spanned<String> {
-        Spanned::new(0..0, "round-robin".into())
-    }
+    pub const DEFAULT_RETRIES: u32 = 1;
+}
 
-    fn default_retries() -> u32 {
-        1
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            name: None,
+            algorithm: unplaced(trafik_balance::Algorithm::default().name().into()),
+            backends: None,
+            health: None,
+            timeouts: UpstreamTimeouts::default(),
+            retries: Self::DEFAULT_RETRIES,
+            hash_key: None,
+            virtual_nodes: None,
+            balance_factor: None,
+            table_size: None,
+            sticky: None,
+        }
     }
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
+pub struct Sticky {
+    pub mode: Spanned<String>,
+    pub cookie: String,
+    /// Signs cookies; a random one per start when absent (cookies then do not survive it).
+    pub secret: Option<String>,
+    /// Ring points per backend for `mode = "consistent"`; the pool's `virtual_nodes` when absent.
+    pub virtual_nodes: Option<Spanned<u32>>,
+}
+
+impl Default for Sticky {
+    fn default() -> Self {
+        Sticky {
+            mode: unplaced("cookie".into()),
+            cookie: "trafik_sticky".into(),
+            secret: None,
+            virtual_nodes: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Backend {
-    pub address: Addr,
+    pub address: Option<Spanned<Addr>>,
     pub name: Option<String>,
-    #[serde(default = "Backend::default_weight")]
     pub weight: Spanned<u32>,
 }
 
-impl Backend {
-    fn default_weight() -> Spanned<u32> {
-        Spanned::new(0..0, 1)
+impl Default for Backend {
+    fn default() -> Self {
+        Backend {
+            address: None,
+            name: None,
+            weight: unplaced(1),
+        }
     }
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Health {
-    #[serde(default)]
     pub kind: HealthKind,
-    #[serde(default = "Health::default_path")]
-    pub path: String,
-    #[serde(default = "Health::default_interval")]
-    pub interval: Dur,
-    #[serde(default = "Health::default_timeout")]
-    pub timeout: Dur,
-    #[serde(default = "Health::default_fall")]
-    pub fall: u32,
-    #[serde(default = "Health::default_rise")]
-    pub rise: u32,
+    pub path: Spanned<String>,
+    pub interval: Spanned<Dur>,
+    /// How long one probe may take.
+    pub timeout: Spanned<Dur>,
+    pub fall: Spanned<u32>,
+    pub rise: Spanned<u32>,
 }
 
 impl Health {
-    fn default_path() -> String {
-        "/".into()
-    }
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+}
 
-    fn default_interval() -> Dur {
-        Dur(std::time::Duration::from_secs(2))
-    }
-
-    fn default_timeout() -> Dur {
-        Dur(std::time::Duration::from_secs(1))
-    }
-
-    fn default_fall() -> u32 {
-        3
-    }
-
-    fn default_rise() -> u32 {
-        2
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            kind: HealthKind::Http,
+            path: unplaced("/".into()),
+            interval: unplaced(Dur(Self::DEFAULT_INTERVAL)),
+            timeout: unplaced(Dur(Self::DEFAULT_TIMEOUT)),
+            fall: unplaced(3),
+            rise: unplaced(2),
+        }
     }
 }
 
@@ -266,29 +261,17 @@ pub enum HealthKind {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct UpstreamTimeouts {
-    #[serde(default = "UpstreamTimeouts::default_connect")]
-    pub connect: Dur,
-    #[serde(default = "UpstreamTimeouts::default_response")]
-    pub response: Dur,
-}
-
-impl UpstreamTimeouts {
-    fn default_connect() -> Dur {
-        Dur(std::time::Duration::from_secs(2))
-    }
-
-    fn default_response() -> Dur {
-        Dur(std::time::Duration::from_secs(30))
-    }
+    pub connect: Spanned<Dur>,
+    pub response: Spanned<Dur>,
 }
 
 impl Default for UpstreamTimeouts {
     fn default() -> Self {
         UpstreamTimeouts {
-            connect: Self::default_connect(),
-            response: Self::default_response(),
+            connect: unplaced(Dur(Duration::from_secs(2))),
+            response: unplaced(Dur(Duration::from_secs(30))),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::de::{Deserialize, Deserializer, Error};
 
 /// A duration written as a number and a unit: `250ms`, `2s`, `1.5s`, `1m`, `1h`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Dur(pub Duration);
 
 /// The accepted forms, for error messages.

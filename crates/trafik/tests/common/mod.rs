@@ -1,14 +1,74 @@
-//! Helpers shared by the `trafik load` test binaries: a real `trafik upstream` child process
-//! and running `trafik load` itself.
+//! Helpers shared by the test binaries: real `trafik` child processes that cannot outlive a
+//! failed test, and running `trafik load` itself.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
-/// A `trafik upstream` child process; stopped (by its id) when dropped.
-pub struct Upstream {
+/// A `trafik` child process. Dropping it (a failed assertion unwinding) kills it by its id, so a
+/// test never leaves a server behind; `stop` is the graceful way, SIGTERM and a drain.
+pub struct Trafik {
     /// Taken when stopped, so the process is signalled and reaped exactly once.
     child: Option<Child>,
+}
+
+impl Trafik {
+    /// Starts `trafik ARGS` and returns it with what it printed up to and including the first
+    /// line that contains `ready` (where it listens).
+    pub fn start(args: &[&str], stderr: Stdio, ready: &str) -> (Trafik, String) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(args)
+            // Colour is trafik's own decision (stderr is not a terminal here), not the caller's.
+            .env_remove("NO_COLOR")
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let trafik = Trafik { child: Some(child) };
+        let mut printed = String::new();
+        let mut lines = BufReader::new(stdout);
+        while !printed.lines().any(|line| line.contains(ready)) {
+            let mut line = String::new();
+            if lines.read_line(&mut line).unwrap() == 0 {
+                let output = trafik.stop();
+                panic!(
+                    "trafik {args:?} stopped before printing {ready:?}: {printed}{}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            printed.push_str(&line);
+        }
+        (trafik, printed)
+    }
+
+    /// The process id, for reading `/proc`.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Sends SIGTERM, waits, and returns how it exited and what it logged (when piped).
+    pub fn stop(mut self) -> Output {
+        let child = self.child.take().expect("a running trafik");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Trafik {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A `trafik upstream` child process on a free port.
+pub struct Upstream {
+    trafik: Trafik,
     pub address: String,
 }
 
@@ -22,31 +82,23 @@ impl Upstream {
         let address = format!("127.0.0.1:{port}");
         let mut args = vec!["upstream", "--name", "k1", "--listen", &address];
         args.extend_from_slice(extra);
-        let (child, line) = spawn(&args, Stdio::null());
-        assert!(line.contains("upstream k1 on"), "{line}");
-        Upstream {
-            child: Some(child),
-            address,
-        }
+        let (trafik, _) = Trafik::start(&args, Stdio::null(), "upstream k1 on");
+        Upstream { trafik, address }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
     }
-}
 
-impl Upstream {
     /// Sends SIGTERM and waits; the exit status tells whether it drained cleanly.
-    pub fn stop(mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("a running upstream");
-        terminate(&child);
-        child.wait().unwrap()
+    pub fn stop(self) -> std::process::ExitStatus {
+        self.trafik.stop().status
     }
 }
 
-/// A `trafik proxy` (quick mode) child process on a free port; stopped when dropped.
+/// A `trafik proxy` (quick mode) child process on a free port.
 pub struct Proxy {
-    child: Option<Child>,
+    trafik: Trafik,
     pub address: String,
 }
 
@@ -56,68 +108,24 @@ impl Proxy {
         let mut all = global.to_vec();
         all.extend_from_slice(&["proxy", "--listen", "127.0.0.1:0"]);
         all.extend_from_slice(args);
-        let (child, line) = spawn(&all, Stdio::piped());
+        let (trafik, line) = Trafik::start(&all, Stdio::piped(), "listening on");
         let address = line
             .split("http://")
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_else(|| panic!("no listen address in {line:?}"))
             .to_owned();
-        Proxy {
-            child: Some(child),
-            address,
-        }
+        Proxy { trafik, address }
     }
 
     /// The process id, for reading `/proc`.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.trafik.pid()
     }
 
     /// Sends SIGTERM, waits, and returns how it exited and what it logged.
-    pub fn stop(mut self) -> Output {
-        let child = self.child.take().expect("a running proxy");
-        terminate(&child);
-        child.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            terminate(&child);
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Starts `trafik ARGS` and returns it with the first line it printed (where it listens).
-fn spawn(args: &[&str], stderr: Stdio) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    (child, line)
-}
-
-fn terminate(child: &Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            terminate(&child);
-            let _ = child.wait();
-        }
+    pub fn stop(self) -> Output {
+        self.trafik.stop()
     }
 }
 

@@ -1,0 +1,35 @@
+//! One module per `trafik` command; each turns its parsed flags into a run.
+
+pub mod check;
+pub mod proxy;
+pub mod serve;
+pub mod sim;
+pub mod upstream;
+
+use std::path::Path;
+
+use crate::config::{self, Loaded};
+
+/// Reads and checks a config file, or the embedded default when there is none.
+fn load_config(path: Option<&Path>) -> Result<Loaded, String> {
+    let (name, text) = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+            (path.display().to_string(), text)
+        }
+        None => (
+            "<embedded default>".to_owned(),
+            config::EMBEDDED_DEFAULT.to_owned(),
+        ),
+    };
+    config::load(&name, &text).map_err(|errors| config::render_errors(&errors))
+}
+
+/// Prints a line for the user. A closed stdout (`trafik serve | head -1`) must not stop a
+/// server, so write errors are ignored.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}

@@ -1,0 +1,109 @@
+//! `trafik proxy`: quick mode. The flags become the same sections a file has, and go through
+//! the same checks and defaults, so quick mode and `serve` cannot drift apart.
+
+use std::process::ExitCode;
+
+use trafik_balance::Algorithm;
+
+use super::serve::serve;
+use crate::cli::ProxyArgs;
+use crate::config::schema::{
+    Admin, Backend, File, Health, Listener, Pool, Route, Server, unplaced,
+};
+use crate::config::values::Dur;
+use crate::config::{self, Source};
+
+/// The name of quick mode's only listener and pool.
+const NAME: &str = "default";
+
+pub fn run(args: ProxyArgs) -> Result<ExitCode, String> {
+    let loaded = config::check(args.into(), Source::Flags { flag })
+        .map_err(|errors| config::render_errors(&errors))?;
+    serve(loaded)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+impl From<ProxyArgs> for File {
+    fn from(args: ProxyArgs) -> File {
+        // Hash rules need a key; quick mode keys on the client's address unless told otherwise.
+        let keyed = args.algorithm.parse().is_ok_and(Algorithm::uses_key);
+        let hash_key = args
+            .hash_key
+            .or_else(|| keyed.then(|| "client-ip".to_owned()));
+        let backends = args.to.into_iter().map(|address| {
+            unplaced(Backend {
+                address: Some(unplaced(address)),
+                ..Backend::default()
+            })
+        });
+        // As in the course's lesson: one failed probe takes a backend out, one passed brings it
+        // back, and a probe never outlasts its interval.
+        let health = args.health_path.map(|path| {
+            let interval = args.health_interval;
+            let timeout = Dur(interval.0.min(Health::DEFAULT_TIMEOUT));
+            unplaced(Health {
+                path: unplaced(path),
+                interval: unplaced(interval),
+                timeout: unplaced(timeout),
+                fall: unplaced(1),
+                rise: unplaced(1),
+                ..Health::default()
+            })
+        });
+        let pool = Pool {
+            name: Some(unplaced(NAME.to_owned())),
+            algorithm: unplaced(args.algorithm),
+            backends: Some(unplaced(backends.collect())),
+            health,
+            retries: args.retries,
+            hash_key: hash_key.map(unplaced),
+            ..Pool::default()
+        };
+        let route = Route {
+            pool: Some(unplaced(NAME.to_owned())),
+            ..Route::default()
+        };
+        let listener = Listener {
+            name: Some(unplaced(NAME.to_owned())),
+            listen: Some(unplaced(args.listen)),
+            routes: vec![unplaced(route)],
+            ..Listener::default()
+        };
+        let admin = args.admin.map(|listen| {
+            unplaced(Admin {
+                listen: Some(unplaced(listen)),
+                allow_remote: args.admin_allow_remote,
+            })
+        });
+        File {
+            server: Server {
+                name: args.name,
+                workers: args.workers.map(unplaced),
+                access_log: args.access_log,
+                ..Server::default()
+            },
+            admin,
+            upstreams: Vec::new(),
+            listeners: vec![unplaced(listener)],
+            pools: vec![unplaced(pool)],
+        }
+    }
+}
+
+/// The flag that sets a config field, so that errors name what the user typed.
+fn flag(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "server.name" => "--name",
+        "server.workers" => "--workers",
+        "admin.listen" => "--admin",
+        "admin.allow_remote" => "--admin-allow-remote",
+        "listener[0].listen" => "--listen",
+        "pool[0].algorithm" => "--algorithm",
+        "pool[0].hash_key" => "--hash-key",
+        "pool[0].retries" => "--retries",
+        "pool[0].health.path" => "--health-path",
+        "pool[0].health.interval" => "--health-interval",
+        backend if backend.starts_with("pool[0].backends") => "--to",
+        _ => return None,
+    })
+}

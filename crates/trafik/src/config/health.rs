@@ -1,0 +1,68 @@
+//! `[pool.health]`: active checks that take a backend out after `fall` failed probes and back
+//! in after `rise` passed ones.
+
+use toml::Spanned;
+use trafik_proxy::{HealthCheck, HealthPlan};
+
+use super::report::Report;
+use super::schema::{Health, HealthKind};
+
+/// `pool` is the pool's field path, such as `pool[0]`.
+pub fn check(report: &mut Report, pool: &str, health: Spanned<Health>) -> HealthPlan {
+    let health = health.into_inner();
+    let field = |key: &str| format!("{pool}.health.{key}");
+    if !health.path.get_ref().starts_with('/') {
+        report.error(
+            health.path.span(),
+            &field("path"),
+            format!(
+                "expected a path starting with \"/\", found {:?}",
+                health.path.get_ref()
+            ),
+        );
+    }
+    let interval = report.above_zero(
+        &health.interval,
+        &field("interval"),
+        "an interval",
+        "probes would never pause",
+    );
+    let timeout = report.above_zero(
+        &health.timeout,
+        &field("timeout"),
+        "a timeout",
+        "every probe would fail",
+    );
+    for (count, key, what) in [
+        (
+            &health.fall,
+            "fall",
+            "failure before a backend is marked down",
+        ),
+        (
+            &health.rise,
+            "rise",
+            "success before a backend is marked up again",
+        ),
+    ] {
+        if *count.get_ref() == 0 {
+            report.error(
+                count.span(),
+                &field(key),
+                format!("expected at least 1 {what}, found 0"),
+            );
+        }
+    }
+    HealthPlan {
+        check: match health.kind {
+            HealthKind::Http => HealthCheck::Http {
+                path: health.path.into_inner(),
+            },
+            HealthKind::Tcp => HealthCheck::Tcp,
+        },
+        interval,
+        timeout,
+        fall: health.fall.into_inner(),
+        rise: health.rise.into_inner(),
+    }
+}

@@ -1,0 +1,184 @@
+//! `[[listener]]` and its `[[listener.route]]`s: where clients connect, and which pool gets
+//! which request.
+
+use http::Method;
+use toml::Spanned;
+use trafik_proxy::{ListenerKind, ListenerPlan, RoutePlan, TargetPlan};
+
+use super::report::Report;
+use super::schema::{Listener, Protocol, Route};
+use crate::suggest::did_you_mean;
+
+/// `pools` is every pool's name by position.
+pub fn check_all(
+    report: &mut Report,
+    listeners: Vec<Spanned<Listener>>,
+    pools: &[Option<String>],
+) -> Option<Vec<ListenerPlan>> {
+    if listeners.is_empty() {
+        report.error(
+            0..0,
+            "listener",
+            "no listener: add a [[listener]] with a name, a listen address and at least one [[listener.route]]",
+        );
+    }
+    let mut names: Vec<String> = Vec::new();
+    let mut plans = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let field = format!("listener[{i}]");
+        if let Some(name) = &listener.get_ref().name {
+            if names.contains(name.get_ref()) {
+                report.error(
+                    name.span(),
+                    &format!("{field}.name"),
+                    format!(
+                        "listener {:?} is defined twice; names must be unique",
+                        name.get_ref()
+                    ),
+                );
+            }
+            names.push(name.get_ref().clone());
+        }
+        plans.push(check(report, &field, listener, pools));
+    }
+    plans.into_iter().collect()
+}
+
+fn check(
+    report: &mut Report,
+    field: &str,
+    listener: Spanned<Listener>,
+    pools: &[Option<String>],
+) -> Option<ListenerPlan> {
+    let span = listener.span();
+    let listener = listener.into_inner();
+    let name = report.required(
+        listener.name,
+        span.clone(),
+        &format!("{field}.name"),
+        "name = \"web\", the name logs and the plan use",
+    );
+    let listen = report.required(
+        listener.listen,
+        span.clone(),
+        &format!("{field}.listen"),
+        "listen = \"127.0.0.1:8080\", where clients connect",
+    );
+    if *listener.protocol.get_ref() != Protocol::Http {
+        report.error(
+            listener.protocol.span(),
+            &format!("{field}.protocol"),
+            "only \"http\" listeners are supported in this version (\"https\" and \"tcp\" are planned)",
+        );
+    }
+    if listener.routes.is_empty() {
+        report.error(
+            span,
+            &format!("{field}.route"),
+            "a listener needs at least one [[listener.route]] saying which pool gets its requests",
+        );
+    }
+    let routes: Option<Vec<RoutePlan>> = listener
+        .routes
+        .into_iter()
+        .enumerate()
+        .map(|(r, route)| check_route(report, &format!("{field}.route[{r}]"), route, pools))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect();
+    Some(ListenerPlan {
+        name: name?.into_inner(),
+        address: listen?.get_ref().0,
+        kind: ListenerKind::Http { routes: routes? },
+    })
+}
+
+fn check_route(
+    report: &mut Report,
+    field: &str,
+    route: Spanned<Route>,
+    pools: &[Option<String>],
+) -> Option<RoutePlan> {
+    let span = route.span();
+    let route = route.into_inner();
+    let pool = report
+        .required(
+            route.pool.as_ref(),
+            span,
+            &format!("{field}.pool"),
+            "pool = \"takip\", the pool that answers this route",
+        )
+        .and_then(|pool| pool_index(report, field, pool, pools));
+    if !route.path_prefix.get_ref().starts_with('/') {
+        report.error(
+            route.path_prefix.span(),
+            &format!("{field}.path_prefix"),
+            format!(
+                "expected a path starting with \"/\", found {:?}",
+                route.path_prefix.get_ref()
+            ),
+        );
+    }
+    let mut methods = Vec::new();
+    for method in &route.methods {
+        let text = method.get_ref();
+        match Method::from_bytes(text.as_bytes()) {
+            Ok(parsed) if text.bytes().all(|b| b.is_ascii_uppercase()) => methods.push(parsed),
+            _ => report.error(
+                method.span(),
+                &format!("{field}.methods"),
+                format!(
+                    "expected an HTTP method in capitals such as \"GET\" or \"POST\", found {text:?}"
+                ),
+            ),
+        }
+    }
+    let pool = pool.and_then(|index| pools[index].clone());
+    Some(route_plan(route, methods, pool?))
+}
+
+/// The data plane's form of a checked route: the one place that knows how a route names what
+/// answers it (a pool, by name).
+fn route_plan(route: Route, methods: Vec<Method>, pool: String) -> RoutePlan {
+    RoutePlan {
+        host: route.host,
+        path_prefix: route.path_prefix.into_inner(),
+        methods,
+        filters: Vec::new(),
+        target: TargetPlan::Pool {
+            pool,
+            retry_non_idempotent: route.retry_non_idempotent,
+        },
+    }
+}
+
+fn pool_index(
+    report: &mut Report,
+    field: &str,
+    wanted: &Spanned<String>,
+    pools: &[Option<String>],
+) -> Option<usize> {
+    let index = pools
+        .iter()
+        .position(|p| p.as_ref() == Some(wanted.get_ref()));
+    if index.is_none() {
+        let defined: Vec<&str> = pools.iter().flatten().map(String::as_str).collect();
+        let hint = did_you_mean(wanted.get_ref(), defined.iter().copied())
+            .map(|s| format!("; did you mean {s:?}?"))
+            .unwrap_or_default();
+        let defined = if defined.is_empty() {
+            "none".to_owned()
+        } else {
+            defined.join(", ")
+        };
+        report.error(
+            wanted.span(),
+            &format!("{field}.pool"),
+            format!(
+                "no pool is named {:?}{hint} (defined pools: {defined})",
+                wanted.get_ref()
+            ),
+        );
+    }
+    index
+}

@@ -1,0 +1,259 @@
+//! `[[pool]]`: a set of interchangeable backends, how one is chosen, and how long to wait for it.
+
+use toml::Spanned;
+use trafik_balance::{Algorithm, SelectorOptions};
+use trafik_proxy::{BackendPlan, HashKey, PoolPlan};
+
+use super::report::Report;
+use super::schema::{Backend, Pool};
+use super::{health, sticky};
+use crate::suggest::did_you_mean;
+
+/// Each pool's name as written, by position; routes refer to pools by it.
+pub fn names(pools: &[Spanned<Pool>]) -> Vec<Option<String>> {
+    let name = |pool: &Spanned<Pool>| pool.get_ref().name.as_ref().map(|n| n.get_ref().clone());
+    pools.iter().map(name).collect()
+}
+
+/// What to add when a rule or stickiness needs a hash key.
+pub fn key_needed(what: &str) -> String {
+    format!(
+        "{what} places requests by a key: add hash_key = \"header:x-istemci\" (or cookie:NAME, query:NAME, path, client-ip)"
+    )
+}
+
+/// `i` is the pool's position; `names` every pool's name, to find duplicates.
+pub fn check(
+    report: &mut Report,
+    i: usize,
+    pool: Spanned<Pool>,
+    names: &[Option<String>],
+) -> Option<PoolPlan> {
+    let field = format!("pool[{i}]");
+    let span = pool.span();
+    let pool = pool.into_inner();
+    let selector_options = selector_options(report, &field, &pool);
+    let example = "name = \"takip\", the name routes use to send requests here";
+    let name = report.required(pool.name, span.clone(), &format!("{field}.name"), example);
+    if let Some(name) = &name
+        && names
+            .iter()
+            .flatten()
+            .filter(|n| *n == name.get_ref())
+            .count()
+            > 1
+    {
+        report.error(
+            name.span(),
+            &format!("{field}.name"),
+            format!(
+                "pool {:?} is defined more than once; names must be unique",
+                name.get_ref()
+            ),
+        );
+    }
+    let algorithm = algorithm(report, &field, &pool.algorithm);
+    let backends = backends(report, &field, span, pool.backends);
+    let hash_key = pool.hash_key.as_ref().and_then(|key| {
+        let parsed = key.get_ref().parse::<HashKey>();
+        parsed
+            .map_err(|e| report.error(key.span(), &format!("{field}.hash_key"), e))
+            .ok()
+    });
+    if let Some(algorithm) = algorithm
+        && algorithm.uses_key()
+        && pool.hash_key.is_none()
+    {
+        report.error(
+            pool.algorithm.span(),
+            &format!("{field}.hash_key"),
+            key_needed(&format!("algorithm {algorithm}")),
+        );
+    }
+    let health = pool
+        .health
+        .map(|health| health::check(report, &field, health));
+    let sticky = pool.sticky.map(|settings| {
+        let has_key = pool.hash_key.is_some();
+        sticky::check(
+            report,
+            &field,
+            settings,
+            has_key,
+            selector_options.virtual_nodes,
+        )
+    });
+    let timeouts = &pool.timeouts;
+    let connect_timeout = report.above_zero(
+        &timeouts.connect,
+        &format!("{field}.timeouts.connect"),
+        "a timeout",
+        "every connect would fail",
+    );
+    let response_timeout = report.above_zero(
+        &timeouts.response,
+        &format!("{field}.timeouts.response"),
+        "a timeout",
+        "every request would end in 504",
+    );
+    let sticky = match sticky {
+        Some(plan) => Some(plan?),
+        None => None,
+    };
+    Some(PoolPlan {
+        name: name?.into_inner(),
+        algorithm: algorithm?,
+        selector_options,
+        hash_key,
+        sticky,
+        backends: backends?,
+        health,
+        connect_timeout,
+        response_timeout,
+        retries: pool.retries,
+    })
+}
+
+fn algorithm(report: &mut Report, field: &str, name: &Spanned<String>) -> Option<Algorithm> {
+    name.get_ref()
+        .parse::<Algorithm>()
+        .map_err(|error| {
+            let hint = did_you_mean(&error.0, Algorithm::ALL.iter().map(|a| a.name()))
+                .map(|s| format!(" (did you mean {s:?}?)"))
+                .unwrap_or_default();
+            report.error(
+                name.span(),
+                &format!("{field}.algorithm"),
+                format!("{error}{hint}"),
+            );
+        })
+        .ok()
+}
+
+fn backends(
+    report: &mut Report,
+    field: &str,
+    pool: std::ops::Range<usize>,
+    backends: Option<Spanned<Vec<Spanned<Backend>>>>,
+) -> Option<Vec<BackendPlan>> {
+    let example = "backends = [{ address = \"127.0.0.1:8081\" }]";
+    let backends = report.required(backends, pool, &format!("{field}.backends"), example)?;
+    if backends.get_ref().is_empty() {
+        report.error(
+            backends.span(),
+            &format!("{field}.backends"),
+            format!("a pool needs at least one backend, such as {example}"),
+        );
+    }
+    let mut plans = Vec::new();
+    for (b, backend) in backends.into_inner().into_iter().enumerate() {
+        let field = format!("{field}.backends[{b}]");
+        let span = backend.span();
+        let backend = backend.into_inner();
+        if *backend.weight.get_ref() == 0 {
+            report.error(
+                backend.weight.span(),
+                &format!("{field}.weight"),
+                "expected a weight of at least 1 (to stop sending to a backend, drain it)",
+            );
+        }
+        let address = report.required(
+            backend.address,
+            span,
+            &format!("{field}.address"),
+            "address = \"127.0.0.1:8081\"",
+        );
+        plans.push(BackendPlan {
+            address: address?.get_ref().0,
+            name: backend.name,
+            weight: backend.weight.into_inner(),
+        });
+    }
+    Some(plans)
+}
+
+/// Ring size, bounded-load factor and Maglev table size; absent ones keep trafik-balance's
+/// defaults.
+fn selector_options(report: &mut Report, field: &str, pool: &Pool) -> SelectorOptions {
+    let mut options = SelectorOptions::default();
+    if let Some(vnodes) = &pool.virtual_nodes {
+        if *vnodes.get_ref() == 0 {
+            report.error(
+                vnodes.span(),
+                &format!("{field}.virtual_nodes"),
+                "expected at least 1 virtual node per backend",
+            );
+        }
+        options.virtual_nodes = *vnodes.get_ref();
+    }
+    if let Some(factor) = &pool.balance_factor {
+        // NaN is refused too.
+        if factor
+            .get_ref()
+            .partial_cmp(&1.0)
+            .is_none_or(std::cmp::Ordering::is_lt)
+        {
+            report.error(
+                factor.span(),
+                &format!("{field}.balance_factor"),
+                format!(
+                    "expected a factor of at least 1.0 (such as 1.25), found {}",
+                    factor.get_ref()
+                ),
+            );
+        }
+        options.balance_factor = *factor.get_ref();
+    }
+    if let Some(size) = &pool.table_size {
+        let size_value = *size.get_ref();
+        if !is_prime(size_value) {
+            report.error(
+                size.span(),
+                &format!("{field}.table_size"),
+                not_prime(size_value),
+            );
+        }
+        options.table_size = size_value;
+    }
+    options
+}
+
+/// Maglev fills its table by stepping through it, which only visits every slot when the size
+/// is prime; the message offers the primes on either side.
+fn not_prime(size: u32) -> String {
+    let below = (2..size).rev().find(|&n| is_prime(n));
+    let above = (size.saturating_add(1)..=u32::MAX).find(|&n| is_prime(n));
+    let nearest = match (below, above) {
+        (Some(below), Some(above)) => format!("the nearest primes are {below} and {above}"),
+        (None, Some(above)) => format!("the nearest prime is {above}"),
+        _ => "such as 65537".to_owned(),
+    };
+    format!("expected a prime table size; {size} is not prime ({nearest})")
+}
+
+fn is_prime(n: u32) -> bool {
+    n >= 2
+        && (2..)
+            .take_while(|d: &u64| d * d <= u64::from(n))
+            .all(|d| u64::from(n) % d != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primes_are_told_from_composites() {
+        let primes: Vec<u32> = (0..30).filter(|&n| is_prime(n)).collect();
+        assert_eq!(primes, [2, 3, 5, 7, 11, 13, 17, 19, 23, 29]);
+        assert!(is_prime(65_537));
+        assert!(!is_prime(65_535));
+        assert!(is_prime(4_294_967_291), "the largest u32 prime");
+    }
+
+    #[test]
+    fn a_composite_table_size_names_the_primes_around_it() {
+        assert!(not_prime(1000).ends_with("(the nearest primes are 997 and 1009)"));
+        assert!(not_prime(1).ends_with("(the nearest prime is 2)"));
+    }
+}

@@ -1,0 +1,185 @@
+//! Where a setting was written, and the problems found in it, each told where the user can fix it:
+//! a file's line and column, or a quick-mode flag.
+
+use std::fmt;
+use std::ops::Range;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::values::Dur;
+
+/// Where the settings come from.
+#[derive(Clone, Copy)]
+pub enum Source<'a> {
+    /// A TOML file; `name` is used in messages.
+    File { name: &'a str, text: &'a str },
+    /// Quick-mode flags; `flag` gives the flag that sets a field such as `server.workers`.
+    Flags {
+        flag: fn(&str) -> Option<&'static str>,
+    },
+}
+
+/// One problem in the settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// `FILE:LINE:COLUMN`, or the flag that sets the field.
+    pub place: String,
+    /// The field's path, such as `pool[0].health.interval`; empty when the place says it all.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for part in [&self.place, &self.field] {
+            if !part.is_empty() {
+                write!(f, "{part}: ")?;
+            }
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Every problem found, one per line, then how many there were.
+pub fn render(errors: &[ConfigError]) -> String {
+    let mut lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    let count = errors.len();
+    lines.push(format!(
+        "{count} error{} in the configuration; nothing was started",
+        if count == 1 { "" } else { "s" }
+    ));
+    lines.join("\n")
+}
+
+/// Collects problems instead of stopping at the first, so one run shows them all.
+pub struct Report<'a> {
+    source: Source<'a>,
+    errors: Vec<ConfigError>,
+}
+
+impl<'a> Report<'a> {
+    pub fn new(source: Source<'a>) -> Self {
+        Report {
+            source,
+            errors: Vec::new(),
+        }
+    }
+
+    /// A problem with the value written at `span` (byte offsets into the file).
+    pub fn error(&mut self, span: Range<usize>, field: &str, message: impl Into<String>) {
+        let (place, field) = match self.source {
+            Source::File { name, text } => {
+                let (line, column) = line_and_column(text, span.start);
+                (format!("{name}:{line}:{column}"), field.to_owned())
+            }
+            Source::Flags { flag } => match flag(field) {
+                Some(flag) => (flag.to_owned(), String::new()),
+                None => (field.to_owned(), String::new()),
+            },
+        };
+        self.errors.push(ConfigError {
+            place,
+            field,
+            message: message.into(),
+        });
+    }
+
+    /// `value`, or an error at `table` (the section that lacks it) saying what to add.
+    pub fn required<T>(
+        &mut self,
+        value: Option<T>,
+        table: Range<usize>,
+        field: &str,
+        example: &str,
+    ) -> Option<T> {
+        if value.is_none() {
+            let key = field.rsplit('.').next().unwrap_or(field);
+            self.error(table, field, format!("missing `{key}`: add {example}"));
+        }
+        value
+    }
+
+    /// The duration in `value`, or an error when it is zero: `what` is "a timeout", "an
+    /// interval"…, `because` what a zero would do.
+    pub fn above_zero(
+        &mut self,
+        value: &Spanned<Dur>,
+        field: &str,
+        what: &str,
+        because: &str,
+    ) -> Duration {
+        if value.get_ref().0.is_zero() {
+            self.error(
+                value.span(),
+                field,
+                format!("expected {what} above zero ({because})"),
+            );
+        }
+        value.get_ref().0
+    }
+
+    /// How the user turns `field` to `value` where the settings come from: a key in its table,
+    /// or a flag.
+    pub fn setting(&self, field: &str, value: &str) -> String {
+        match self.source {
+            Source::File { .. } => {
+                let (table, key) = field.rsplit_once('.').unwrap_or(("", field));
+                format!("`{key} = {value}` in [{table}]")
+            }
+            Source::Flags { flag } => flag(field).unwrap_or(field).to_owned(),
+        }
+    }
+
+    /// The problems in the order they appear in the file.
+    pub fn into_errors(self) -> Vec<ConfigError> {
+        let mut errors = self.errors;
+        errors.sort_by_key(|e| place_order(&e.place));
+        errors
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// `FILE:LINE:COLUMN` sorted by line and column; flags keep the order they were found in.
+fn place_order(place: &str) -> (usize, usize) {
+    let mut numbers = place.rsplit(':').map(|n| n.parse().unwrap_or(0));
+    let column = numbers.next().unwrap_or(0);
+    let line = numbers.next().unwrap_or(0);
+    (line, column)
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_and_columns_count_from_one() {
+        let text = "ab\ncdé\nf";
+        assert_eq!(line_and_column(text, 0), (1, 1));
+        assert_eq!(line_and_column(text, 4), (2, 2));
+        assert_eq!(line_and_column(text, text.len()), (3, 2));
+    }
+
+    #[test]
+    fn a_flag_error_names_the_flag() {
+        let mut report = Report::new(Source::Flags {
+            flag: |field| (field == "server.workers").then_some("--workers"),
+        });
+        report.error(0..0, "server.workers", "expected at least 1 worker");
+        assert_eq!(
+            report.into_errors()[0].to_string(),
+            "--workers: expected at least 1 worker"
+        );
+    }
+}
