@@ -91,6 +91,11 @@ impl Running {
         self.instance.snapshot()
     }
 
+    /// A handle for reloading from another task or thread.
+    pub fn instance(&self) -> Arc<Instance> {
+        self.instance.clone()
+    }
+
     /// Reads the configuration anew through the [`Reloader`] and applies it.
     pub fn reload(&self) -> Result<u64, Vec<String>> {
         self.instance.reload()

@@ -37,6 +37,9 @@ pub enum Command {
     /// Validate a config file and print the plan it resolves to (listeners → routes → pools →
     /// backends); exits non-zero on any error. With no file, checks the embedded default.
     Check(CheckArgs),
+    /// Ask a running `trafik serve` to read its config file again (as SIGHUP does): a file
+    /// with errors changes nothing, and its errors are printed.
+    Reload(ReloadArgs),
     /// Quick mode: proxy one listen address to a list of backends, no file needed.
     Proxy(ProxyArgs),
     /// Run the course's models on trafik's own selection code and print their tables.
@@ -124,6 +127,13 @@ pub struct ServeArgs {
     /// Log one line per request.
     #[arg(long)]
     pub access_log: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReloadArgs {
+    /// The running instance's admin API.
+    #[arg(long, default_value = "127.0.0.1:9090", value_parser = parse_addr)]
+    pub admin: SocketAddr,
 }
 
 #[derive(Debug, clap::Args)]

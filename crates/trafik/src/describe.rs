@@ -46,6 +46,9 @@ pub fn plan(loaded: &Loaded) -> String {
                 "  route {host}{}{methods} → pool {pool}",
                 route.path_prefix
             );
+            for filter in &route.filters {
+                let _ = writeln!(out, "    filter {}", filter_text(filter));
+            }
         }
     }
     for pool in &plan.pools {
@@ -135,4 +138,18 @@ pub fn running(plan: &Plan, running: &Running) -> String {
         let _ = write!(out, "\ntry: curl http://{address}/takip/TR-4821");
     }
     out
+}
+
+fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
+    use trafik_proxy::FilterPlan;
+    let show = |value: &http::HeaderValue| String::from_utf8_lossy(value.as_bytes()).into_owned();
+    match filter {
+        FilterPlan::RequestBodyLimit { bytes } => format!("request bodies up to {bytes} bytes"),
+        FilterPlan::SetRequestHeader { name, value } => {
+            format!("request header {name}: {}", show(value))
+        }
+        FilterPlan::SetResponseHeader { name, value } => {
+            format!("response header {name}: {}", show(value))
+        }
+    }
 }

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cli::{Cli, Command, LogFormat};
-use command::{check, proxy, say, serve, sim, upstream};
+use command::{check, proxy, reload, say, serve, sim, upstream};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -37,6 +37,7 @@ fn run(command: Command) -> Result<ExitCode, String> {
     match command {
         Command::Serve(args) => serve::run(args),
         Command::Check(args) => check::run(args),
+        Command::Reload(args) => reload::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Sim(model) => sim::run(model),
         Command::Upstream(args) => upstream::run(args),

@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod proxy;
+pub mod reload;
 pub mod serve;
 pub mod sim;
 pub mod upstream;

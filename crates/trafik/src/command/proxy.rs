@@ -19,7 +19,7 @@ const NAME: &str = "default";
 pub fn run(args: ProxyArgs) -> Result<ExitCode, String> {
     let loaded = config::check(args.into(), Source::Flags { flag })
         .map_err(|errors| config::render_errors(&errors))?;
-    serve(loaded)?;
+    serve(loaded, None)?;
     Ok(ExitCode::SUCCESS)
 }
 

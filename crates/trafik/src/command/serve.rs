@@ -2,31 +2,71 @@
 //! SIGTERM, then drain. Quick mode and `trafik upstream` run through here too.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use trafik_proxy::Reloader;
 use trafik_upstream::{ReplicaConfig, RunningReplica};
 
 use super::{load_config, say};
 use crate::cli::ServeArgs;
-use crate::config::Loaded;
+use crate::config::{self, Loaded};
 use crate::describe;
 
 pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let mut loaded = load_config(args.config.as_deref())?;
     loaded.plan.client.access_log |= args.access_log;
-    serve(loaded)?;
+    let reloader = args.config.map(|path| reloader(path, args.access_log));
+    serve(loaded, reloader)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Starts the built-in replicas, then the proxy; drains on Ctrl-C or SIGTERM.
-pub fn serve(loaded: Loaded) -> Result<(), String> {
+/// Reads and checks `path` again for a reload, with the same messages `trafik check` prints.
+/// Built-in replicas (`[[upstream]]`) are started once; a reload does not change them.
+fn reloader(path: PathBuf, access_log: bool) -> Reloader {
+    Reloader {
+        file: path.display().to_string(),
+        load: Box::new(move || {
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| vec![format!("cannot read config file {name}: {e}")])?;
+            let mut loaded = config::load(&name, &text)
+                .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+            loaded.plan.client.access_log |= access_log;
+            Ok(loaded.plan)
+        }),
+    }
+}
+
+/// Starts the built-in replicas, then the proxy; reloads on SIGHUP; drains on Ctrl-C or
+/// SIGTERM.
+pub fn serve(loaded: Loaded, reloader: Option<Reloader>) -> Result<(), String> {
     let runtime = control_runtime()?;
     runtime.block_on(async move {
-        let stop_signal = StopSignal::install()?;
+        let mut stop_signal = StopSignal::install()?;
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("cannot catch signals: {e}"))?;
         let replicas = start_replicas(loaded.upstreams).await?;
-        let running = trafik_proxy::start(loaded.plan.clone()).map_err(|e| e.to_string())?;
+        let running =
+            trafik_proxy::start_with(loaded.plan.clone(), reloader).map_err(|e| e.to_string())?;
         say(&describe::running(&loaded.plan, &running));
-        stop_signal.wait().await;
+        loop {
+            tokio::select! {
+                () = stop_signal.wait() => break,
+                _ = hangup.recv() => {
+                    let instance = running.instance();
+                    match tokio::task::spawn_blocking(move || instance.reload()).await {
+                        Ok(Ok(generation)) => tracing::info!(generation, "reloaded on SIGHUP"),
+                        Ok(Err(errors)) => {
+                            for error in errors {
+                                tracing::error!("reload refused, nothing changed: {error}");
+                            }
+                        }
+                        Err(error) => tracing::error!(%error, "reload stopped unexpectedly"),
+                    }
+                }
+            }
+        }
         tracing::info!(timeout = ?loaded.plan.drain_timeout, "draining");
         running.stop();
         let _ = tokio::task::spawn_blocking(move || running.wait()).await;
@@ -78,7 +118,7 @@ impl StopSignal {
         })
     }
 
-    pub async fn wait(mut self) {
+    pub async fn wait(&mut self) {
         tokio::select! {
             _ = self.interrupt.recv() => {}
             _ = self.terminate.recv() => {}

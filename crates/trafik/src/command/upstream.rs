@@ -33,7 +33,7 @@ fn serve_replicas(replicas: Vec<(SocketAddr, ReplicaConfig)>) -> Result<(), Stri
         control_runtime()?
     };
     runtime.block_on(async move {
-        let stop_signal = StopSignal::install()?;
+        let mut stop_signal = StopSignal::install()?;
         let replicas = start_replicas(replicas).await?;
         stop_signal.wait().await;
         for replica in replicas {

@@ -1,9 +1,9 @@
 //! `[[listener]]` and its `[[listener.route]]`s: where clients connect, and which pool gets
 //! which request.
 
-use http::Method;
+use http::{HeaderName, HeaderValue, Method};
 use toml::Spanned;
-use trafik_proxy::{ListenerKind, ListenerPlan, RoutePlan, TargetPlan};
+use trafik_proxy::{FilterPlan, ListenerKind, ListenerPlan, RoutePlan, TargetPlan};
 
 use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
@@ -133,18 +133,60 @@ fn check_route(
             ),
         }
     }
+    let filters = check_filters(report, field, &route);
     let pool = pool.and_then(|index| pools[index].clone());
-    Some(route_plan(route, methods, pool?))
+    Some(route_plan(route, methods, filters, pool?))
+}
+
+/// The route's configured filters, in the order they run: the body limit, then headers.
+fn check_filters(report: &mut Report, field: &str, route: &Route) -> Vec<FilterPlan> {
+    let mut filters = Vec::new();
+    if let Some(limit) = &route.request_body_limit {
+        filters.push(FilterPlan::RequestBodyLimit {
+            bytes: limit.get_ref().0,
+        });
+    }
+    let mut headers = |key: &str, lines: &[Spanned<String>]| {
+        let mut parsed = Vec::new();
+        for line in lines {
+            match header_line(line.get_ref()) {
+                Ok(header) => parsed.push(header),
+                Err(message) => report.error(line.span(), &format!("{field}.{key}"), message),
+            }
+        }
+        parsed
+    };
+    for (name, value) in headers("request_headers", &route.request_headers) {
+        filters.push(FilterPlan::SetRequestHeader { name, value });
+    }
+    for (name, value) in headers("response_headers", &route.response_headers) {
+        filters.push(FilterPlan::SetResponseHeader { name, value });
+    }
+    filters
+}
+
+/// `Name: value`, as curl's `-H` takes it.
+fn header_line(line: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let expected = format!("expected \"Name: value\" such as \"x-kaynak: trafik\", found {line:?}");
+    let (name, value) = line.split_once(':').ok_or_else(|| expected.clone())?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| expected.clone())?;
+    let value = HeaderValue::from_str(value.trim()).map_err(|_| expected)?;
+    Ok((name, value))
 }
 
 /// The data plane's form of a checked route: the one place that knows how a route names what
 /// answers it (a pool, by name).
-fn route_plan(route: Route, methods: Vec<Method>, pool: String) -> RoutePlan {
+fn route_plan(
+    route: Route,
+    methods: Vec<Method>,
+    filters: Vec<FilterPlan>,
+    pool: String,
+) -> RoutePlan {
     RoutePlan {
         host: route.host,
         path_prefix: route.path_prefix.into_inner(),
         methods,
-        filters: Vec::new(),
+        filters,
         target: TargetPlan::Pool {
             pool,
             retry_non_idempotent: route.retry_non_idempotent,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::values::{Addr, Dur};
+use super::values::{Addr, Dur, Size};
 
 /// A value with no place in a file: a default, or a quick-mode flag.
 pub fn unplaced<T>(value: T) -> Spanned<T> {
@@ -128,6 +128,10 @@ pub struct Route {
     pub methods: Vec<Spanned<String>>,
     pub pool: Option<Spanned<String>>,
     pub retry_non_idempotent: bool,
+    /// Filters, applied in this order: the body limit, then headers.
+    pub request_body_limit: Option<Spanned<Size>>,
+    pub request_headers: Vec<Spanned<String>>,
+    pub response_headers: Vec<Spanned<String>>,
 }
 
 impl Default for Route {
@@ -138,6 +142,9 @@ impl Default for Route {
             methods: Vec::new(),
             pool: None,
             retry_non_idempotent: false,
+            request_body_limit: None,
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
         }
     }
 }

@@ -56,8 +56,14 @@ pub fn check(
     }
 }
 
-/// A cookie-signing secret for one run, from the kernel's random source.
+/// A cookie-signing secret for this process, from the kernel's random source: made once, so a
+/// reload keeps every cookie already issued valid.
 fn random_secret() -> Vec<u8> {
+    static SECRET: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SECRET.get_or_init(fresh_secret).clone()
+}
+
+fn fresh_secret() -> Vec<u8> {
     use std::io::Read;
     let mut secret = vec![0u8; 32];
     if let Err(error) =

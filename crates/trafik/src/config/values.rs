@@ -83,6 +83,56 @@ impl<'de> Deserialize<'de> for Addr {
     }
 }
 
+/// A size in bytes, written as a whole number of bytes or a string with a binary unit:
+/// `1048576`, `"512KiB"`, `"1MiB"`, `"2GiB"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+/// The accepted forms, for error messages.
+pub const SIZE_FORMS: &str = "a size such as 65536, \"64KiB\", \"1MiB\" or \"1GiB\"";
+
+impl FromStr for Size {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let scale: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            _ => return Err(format!("expected {SIZE_FORMS}, found {text:?}")),
+        };
+        number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(scale))
+            .map(Size)
+            .ok_or_else(|| format!("expected {SIZE_FORMS}, found {text:?}"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Bytes(u64),
+            Text(String),
+        }
+        match Written::deserialize(deserializer)
+            .map_err(|_| D::Error::custom(format!("expected {SIZE_FORMS}")))?
+        {
+            Written::Bytes(bytes) => Ok(Size(bytes)),
+            Written::Text(text) => text.parse().map_err(D::Error::custom),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +159,18 @@ mod tests {
     fn durations_print_back_in_a_readable_unit() {
         assert_eq!(Dur(Duration::from_millis(200)).to_string(), "200ms");
         assert_eq!(Dur(Duration::from_secs(5)).to_string(), "5s");
+    }
+
+    #[test]
+    fn sizes_take_bytes_or_binary_units() {
+        assert_eq!("65536".parse::<Size>(), Ok(Size(65536)));
+        assert_eq!("64KiB".parse::<Size>(), Ok(Size(64 << 10)));
+        assert_eq!("1 MiB".parse::<Size>(), Ok(Size(1 << 20)));
+        assert!("1MB".parse::<Size>().unwrap_err().contains("\"1MiB\""));
+        assert!(
+            "99999999999GiB".parse::<Size>().is_err(),
+            "overflow is refused"
+        );
+        assert!("".parse::<Size>().is_err());
     }
 }
