@@ -5,6 +5,8 @@
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -12,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::connections::Connections;
 use crate::http::service::WorkerProxy;
+use crate::pool::Endpoint;
 use crate::snapshot::{Listener, ListenerId};
 
 /// Binds `count` sockets to `address` with `SO_REUSEPORT`, so the kernel spreads new
@@ -51,13 +54,42 @@ fn socket(address: SocketAddr) -> io::Result<socket2::Socket> {
     Ok(socket)
 }
 
-/// Connects to an upstream within `timeout`, with Nagle's algorithm off.
-pub async fn connect(address: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
+/// Connects worker `worker` to an upstream within `timeout`, with Nagle's algorithm off. The
+/// connection counts in the endpoint's gauge of open connections until the returned
+/// [`OpenConnection`] is dropped, whichever protocol then runs over it.
+pub async fn connect(
+    endpoint: &Arc<Endpoint>,
+    timeout: Duration,
+    worker: usize,
+) -> io::Result<(TcpStream, OpenConnection)> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(endpoint.address))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;
-    Ok(stream)
+    endpoint
+        .open_connections
+        .mine(worker)
+        .fetch_add(1, Ordering::Relaxed);
+    let open = OpenConnection {
+        endpoint: endpoint.clone(),
+        worker,
+    };
+    Ok((stream, open))
+}
+
+/// One open upstream connection in its endpoint's gauge.
+pub struct OpenConnection {
+    endpoint: Arc<Endpoint>,
+    worker: usize,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.endpoint
+            .open_connections
+            .mine(self.worker)
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Accepts on one listener of one worker until `stop` (this listener removed) or `shutdown`,

@@ -21,7 +21,9 @@ pub struct RequestBody {
     /// Bytes passed so far, and the limit a filter set.
     passed: u64,
     limit: Option<u64>,
-    upload: Rc<Upload>,
+    /// `None` for a request without a body (most requests): nothing to watch, nothing
+    /// allocated.
+    upload: Option<Rc<Upload>>,
 }
 
 /// How far a request body has gone.
@@ -89,10 +91,7 @@ impl std::error::Error for BodyError {}
 impl RequestBody {
     /// The client's body, streamed as it arrives.
     pub fn streaming(body: Incoming) -> Self {
-        let upload = Rc::new(Upload::default());
-        if body.is_end_stream() {
-            upload.set(UploadState::Sent);
-        }
+        let upload = (!body.is_end_stream()).then(Rc::default);
         RequestBody {
             source: body,
             passed: 0,
@@ -106,9 +105,15 @@ impl RequestBody {
         self.limit = Some(self.limit.map_or(bytes, |l| l.min(bytes)));
     }
 
-    /// What a target watches to learn how the upload went.
-    pub fn upload(&self) -> Rc<Upload> {
+    /// What a target watches to learn how the upload went; `None` when there is no body.
+    pub fn upload(&self) -> Option<Rc<Upload>> {
         self.upload.clone()
+    }
+
+    fn report(&self, state: UploadState) {
+        if let Some(upload) = &self.upload {
+            upload.set(state);
+        }
     }
 }
 
@@ -125,11 +130,11 @@ impl Body for RequestBody {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => frame,
             Poll::Ready(Some(Err(error))) => {
-                this.upload.set(UploadState::ClientFailed);
+                this.report(UploadState::ClientFailed);
                 return Poll::Ready(Some(Err(BodyError::Client(error))));
             }
             Poll::Ready(None) => {
-                this.upload.set(UploadState::Sent);
+                this.report(UploadState::Sent);
                 return Poll::Ready(None);
             }
         };
@@ -138,12 +143,12 @@ impl Body for RequestBody {
             if let Some(limit) = this.limit
                 && this.passed > limit
             {
-                this.upload.set(UploadState::TooLarge);
+                this.report(UploadState::TooLarge);
                 return Poll::Ready(Some(Err(BodyError::TooLarge { limit })));
             }
         }
         if this.is_end_stream() {
-            this.upload.set(UploadState::Sent);
+            this.report(UploadState::Sent);
         }
         Poll::Ready(Some(Ok(frame)))
     }

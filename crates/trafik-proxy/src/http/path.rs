@@ -9,13 +9,7 @@
 /// their bytes with upper-case hex, runs of `/` become one, and `.`/`..` segments are removed
 /// (§5.2.4; `..` never climbs above the root).
 pub fn normalize(path: &str) -> Option<String> {
-    let bytes = path.as_bytes();
-    let suspicious = bytes
-        .windows(2)
-        .any(|pair| matches!(pair, [b'/', b'/'] | [b'/', b'.']))
-        || bytes.contains(&b'%')
-        || !path.starts_with('/');
-    if !suspicious {
+    if is_plain(path.as_bytes()) {
         return None;
     }
     let decoded = decode_unreserved(path);
@@ -43,6 +37,24 @@ pub fn normalize(path: &str) -> Option<String> {
         normal.push('/');
     }
     (normal != path).then_some(normal)
+}
+
+/// True when `path` starts with `/` and has no `%`, `//` or `/.`: nothing to normalize. One
+/// pass, since every request goes through it.
+fn is_plain(path: &[u8]) -> bool {
+    if path.first() != Some(&b'/') {
+        return false;
+    }
+    let mut after_slash = false;
+    for &byte in path {
+        match byte {
+            b'%' => return false,
+            b'/' | b'.' if after_slash => return false,
+            _ => {}
+        }
+        after_slash = byte == b'/';
+    }
+    true
 }
 
 fn decode_unreserved(path: &str) -> String {

@@ -111,7 +111,7 @@ impl PoolTarget {
             let in_flight = InFlight::start(snapshot, self.pool, index, me);
             let address = pool.address(index);
             let sent_at = timed.then(Instant::now);
-            match send(worker, pool, index, in_flight, request, &upload).await {
+            match send(worker, pool, index, in_flight, request, upload.as_deref()).await {
                 Ok(mut response) => {
                     if let Some(sent_at) = sent_at {
                         pool.selector
@@ -163,7 +163,7 @@ async fn send(
     index: usize,
     in_flight: InFlight,
     mut request: Request<RequestBody>,
-    upload: &Upload,
+    upload: Option<&Upload>,
 ) -> Result<Response<ProxyBody>, Failure> {
     // A pooled connection the backend closed while idle hands the request back unsent; that is
     // no failure of the backend, so it is tried once more on a new connection.
@@ -177,12 +177,15 @@ async fn send(
         tokio::pin!(sending);
         // The response timeout counts from when the request has been sent in full: a slow
         // upload is the client's time, not the backend's.
-        let answered = tokio::select! {
-            biased;
-            answered = &mut sending => Ok(answered),
-            () = upload.finished() => {
-                tokio::time::timeout(pool.plan.response_timeout, &mut sending).await
-            }
+        let answered = match upload {
+            None => tokio::time::timeout(pool.plan.response_timeout, &mut sending).await,
+            Some(upload) => tokio::select! {
+                biased;
+                answered = &mut sending => Ok(answered),
+                () = upload.finished() => {
+                    tokio::time::timeout(pool.plan.response_timeout, &mut sending).await
+                }
+            },
         };
         match answered {
             Err(_elapsed) => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
@@ -201,10 +204,10 @@ async fn send(
                     request = unsent;
                 }
                 _ => {
-                    return Err(Failure::Answered(match upload.state() {
-                        UploadState::ClientFailed => ProxyError::ClientAborted,
-                        UploadState::TooLarge => ProxyError::RequestBodyTooLarge,
-                        UploadState::Sending | UploadState::Sent => ProxyError::UpstreamFailed,
+                    return Err(Failure::Answered(match upload.map(Upload::state) {
+                        Some(UploadState::ClientFailed) => ProxyError::ClientAborted,
+                        Some(UploadState::TooLarge) => ProxyError::RequestBodyTooLarge,
+                        _ => ProxyError::UpstreamFailed,
                     }));
                 }
             },

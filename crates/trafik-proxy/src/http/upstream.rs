@@ -164,26 +164,17 @@ impl Upstreams {
         Ok(Checkout { sender, home })
     }
 
-    /// Opens a new connection and starts its driver task, which keeps the endpoint's gauge of
-    /// open connections.
+    /// Opens a new connection and starts its driver task, which holds the connection's place
+    /// in the endpoint's gauge until it ends.
     async fn connect(&self, endpoint: &Arc<Endpoint>, timeout: Duration) -> io::Result<Sender> {
-        let stream = transport::connect(endpoint.address, timeout).await?;
+        let (stream, open) = transport::connect(endpoint, timeout, self.worker).await?;
         let (sender, connection) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
             .map_err(io::Error::other)?;
-        let endpoint = endpoint.clone();
-        let worker = self.worker;
-        endpoint
-            .open_connections
-            .mine(worker)
-            .fetch_add(1, Ordering::Relaxed);
         tokio::task::spawn_local(async move {
             let _ = connection.await;
-            endpoint
-                .open_connections
-                .mine(worker)
-                .fetch_sub(1, Ordering::Relaxed);
+            drop(open);
         });
         Ok(sender)
     }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Instructions per proxied request, counted by valgrind's callgrind: a figure that does not move
+# with the machine's noise, for comparing two builds of trafik's hot path.
+#
+# Runs `trafik proxy` (one worker) under callgrind in front of one `trafik upstream`, sends
+# REQUESTS requests over 8 kept-alive connections with wrk, and prints user-space instructions
+# per request: (instructions of the loaded run − instructions of an idle run) / requests.
+#
+#   bench/callgrind.sh                          # this checkout's release build
+#   bench/callgrind.sh OLD_BINARY NEW_BINARY    # compare builds, side by side
+#
+# Needs: valgrind wrk (apt-get install valgrind wrk) and cargo.
+set -euo pipefail
+
+SECONDS_LOADED=${SECONDS_LOADED:-8}
+BASE_PORT=${BASE_PORT:-18400}
+
+for tool in valgrind wrk; do
+  command -v "$tool" >/dev/null || { echo "bench/callgrind.sh needs $tool (apt-get install valgrind wrk)" >&2; exit 2; }
+done
+source "$(dirname "$0")/lib.sh"
+binaries=("$@")
+((${#binaries[@]})) || binaries=("$trafik")
+
+UPSTREAM_PORT=$BASE_PORT
+PROXY_PORT=$((BASE_PORT + 1))
+ADMIN_PORT=$((BASE_PORT + 2))
+RUST_LOG=warn "$trafik" upstream --name k1 --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null &
+pids+=($!)
+wait_for_port "$UPSTREAM_PORT"
+
+# Total instructions of one run of BINARY: idle (no requests) or loaded.
+measure() {
+  local binary=$1 load=$2 out="$work/callgrind.$RANDOM"
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" proxy \
+    --listen "127.0.0.1:$PROXY_PORT" --to "127.0.0.1:$UPSTREAM_PORT" --workers 1 \
+    --admin "127.0.0.1:$ADMIN_PORT" >/dev/null 2>"$work/valgrind.log" &
+  local pid=$!
+  for _ in $(seq 400); do (exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT") 2>/dev/null && break; sleep 0.05; done
+  local requests=0
+  if [[ $load == loaded ]]; then
+    wrk -t1 -c8 -d"${SECONDS_LOADED}s" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" >/dev/null
+    requests=$(exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT"; printf 'GET /status HTTP/1.0\r\n\r\n' >&3; cat <&3 |
+      grep -o '"requests":[0-9]*' | head -1 | cut -d: -f2)
+  fi
+  kill -TERM "$pid"; wait "$pid" || true
+  local total
+  total=$(grep -m1 '^summary:' "$out" | awk '{print $2}')
+  echo "$total $requests"
+}
+
+printf '%-60s %12s %14s\n' binary requests instr/request
+for binary in "${binaries[@]}"; do
+  read -r idle _ < <(measure "$binary" idle)
+  read -r loaded requests < <(measure "$binary" loaded)
+  printf '%-60s %12s %14.0f\n' "$binary" "$requests" "$(echo "($loaded - $idle) / $requests" | bc -l)"
+done
