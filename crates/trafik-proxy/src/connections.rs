@@ -19,8 +19,8 @@ use crate::snapshot::ListenerId;
 pub struct Connections {
     /// Seconds since the worker started: a clock cheap enough to read on every read and write.
     tick: Cell<u64>,
-    /// Idle limit in whole seconds (at least 1).
-    idle_ticks: u64,
+    /// Idle limit in whole seconds (at least 1); a reload may change it.
+    idle_ticks: Cell<u64>,
     list: RefCell<Vec<Weak<Control>>>,
     draining: Cell<bool>,
 }
@@ -65,7 +65,7 @@ impl Connections {
     pub fn new(idle_timeout: Duration) -> Rc<Self> {
         Rc::new(Connections {
             tick: Cell::new(0),
-            idle_ticks: idle_timeout.as_secs_f64().ceil().max(1.0) as u64,
+            idle_ticks: Cell::new(whole_seconds(idle_timeout)),
             list: RefCell::new(Vec::new()),
             draining: Cell::new(false),
         })
@@ -81,6 +81,11 @@ impl Connections {
         });
         self.list.borrow_mut().push(Rc::downgrade(&control));
         control
+    }
+
+    /// Applies the idle limit of a new configuration.
+    pub fn set_idle_timeout(&self, idle_timeout: Duration) {
+        self.idle_ticks.set(whole_seconds(idle_timeout));
     }
 
     /// Asks the connections of a removed listener to finish their request and close.
@@ -112,7 +117,7 @@ impl Connections {
                 };
                 // The stamp says only in which second the last byte moved: waiting for strictly
                 // more ticks than the limit guarantees at least the limit has passed.
-                let idle = tick.saturating_sub(control.active_at.get()) > self.idle_ticks;
+                let idle = tick.saturating_sub(control.active_at.get()) > self.idle_ticks.get();
                 if idle || (draining && !control.drain.get()) {
                     control.idle.set(control.idle.get() || idle);
                     control.drain.set(draining);
@@ -122,6 +127,10 @@ impl Connections {
             });
         }
     }
+}
+
+fn whole_seconds(limit: Duration) -> u64 {
+    limit.as_secs_f64().ceil().max(1.0) as u64
 }
 
 /// A client stream that notes when bytes last moved, for the idle timeout.

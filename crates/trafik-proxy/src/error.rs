@@ -25,6 +25,9 @@ pub enum ProxyError {
     RequestBodyTooLarge,
     /// The request could not be parsed; hyper refuses it before trafik sees it.
     MalformedRequest,
+    /// The path is spelled so that a backend may resolve it across a segment boundary trafik
+    /// cannot see (an encoded slash or backslash, `..;`).
+    AmbiguousPath,
     /// The request target is longer than hyper accepts.
     UriTooLong,
     /// The request head is larger than hyper accepts.
@@ -39,7 +42,9 @@ impl ProxyError {
             ProxyError::NoHealthyBackend => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectFailed | ProxyError::UpstreamFailed => StatusCode::BAD_GATEWAY,
             ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::ClientAborted | ProxyError::MalformedRequest => StatusCode::BAD_REQUEST,
+            ProxyError::ClientAborted
+            | ProxyError::MalformedRequest
+            | ProxyError::AmbiguousPath => StatusCode::BAD_REQUEST,
             ProxyError::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -59,6 +64,9 @@ impl ProxyError {
                 "the request body is larger than this route allows\n"
             }
             ProxyError::MalformedRequest => "malformed request\n",
+            ProxyError::AmbiguousPath => {
+                "the path has an encoded slash or backslash, or a dot segment with parameters\n"
+            }
             ProxyError::UriTooLong => "the request target is too long\n",
             ProxyError::HeadTooLarge => "the request head is too large\n",
         }

@@ -1,6 +1,7 @@
 //! Active health checks: one probe loop per backend of the configuration in force, feeding the rise/fall state machine of
 //! `trafik-balance` and publishing its verdict into the pool's backend set.
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -10,59 +11,80 @@ use tokio::sync::watch;
 use trafik_balance::{Health, HealthThresholds, Transition};
 
 use crate::plan::{HealthCheck, HealthPlan};
-use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
-/// Runs the probe loops of the configuration in force: on every new snapshot the loops of the
-/// previous one stop and the new pools' loops start, each from the verdict its backend carried
-/// over, so a reload neither forgets a down backend nor waits `rise` probes to trust an up one.
+/// Runs one probe loop per health-checked backend of the configuration in force. A loop is
+/// keyed by pool name and backend address and outlives reloads that keep its check unchanged,
+/// so its rise/fall streak and its schedule go on; a reload starts loops for new backends (from
+/// the verdict their backend carried over) and stops those of backends that left.
 pub async fn supervise(
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut loops: HashMap<(String, SocketAddr), (HealthPlan, watch::Sender<bool>)> =
+        HashMap::new();
     loop {
         let snapshot = snapshots.borrow_and_update().clone();
-        let (retire, retired) = watch::channel(false);
+        let mut wanted = HashSet::new();
         for pool in &snapshot.pools {
             let Some(plan) = &pool.plan.health else {
                 continue;
             };
             for index in 0..pool.backends.len() {
+                let key = (pool.plan.name.clone(), pool.address(index));
+                wanted.insert(key.clone());
+                if loops.get(&key).is_some_and(|(running, _)| running == plan) {
+                    continue;
+                }
+                let (retire, retired) = watch::channel(false);
+                let up = pool.backends.is_up(index);
                 tokio::spawn(probe_loop(
-                    pool.clone(),
-                    index,
+                    key.clone(),
                     plan.clone(),
-                    retired.clone(),
+                    up,
+                    snapshots.clone(),
+                    retired,
                 ));
+                if let Some((_, replaced)) = loops.insert(key, (plan.clone(), retire)) {
+                    let _ = replaced.send(true);
+                }
             }
         }
-        tokio::select! {
-            _ = shutdown.wait_for(|stopping| *stopping) => {
+        loops.retain(|key, (_, retire)| {
+            let keep = wanted.contains(key);
+            if !keep {
                 let _ = retire.send(true);
-                return;
             }
+            keep
+        });
+        tokio::select! {
+            _ = shutdown.wait_for(|stopping| *stopping) => break,
             changed = snapshots.changed() => {
-                let _ = retire.send(true);
                 if changed.is_err() {
-                    return;
+                    break;
                 }
             }
         }
     }
+    for (_, retire) in loops.values() {
+        let _ = retire.send(true);
+    }
 }
 
+/// Probes one backend; each verdict goes to the backend in the pool of that name in the
+/// snapshot in force at that moment.
 async fn probe_loop(
-    pool: Arc<Pool>,
-    index: usize,
+    (pool_name, address): (String, SocketAddr),
     plan: HealthPlan,
+    up: bool,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
     mut retired: watch::Receiver<bool>,
 ) {
     let thresholds = HealthThresholds {
         fall: plan.fall,
         rise: plan.rise,
     };
-    let mut health = Health::starting(thresholds, pool.backends.is_up(index));
-    let address = pool.address(index);
+    let mut health = Health::starting(thresholds, up);
     let mut ticker = tokio::time::interval(plan.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -73,16 +95,21 @@ async fn probe_loop(
         let passed = tokio::time::timeout(plan.timeout, probe(address, &plan.check))
             .await
             .unwrap_or(false);
-        match health.record(passed) {
-            Transition::Unchanged => {}
-            Transition::WentDown => {
-                pool.backends.set_up(index, false);
-                tracing::warn!(pool = %pool.plan.name, backend = %address, "backend marked down");
-            }
-            Transition::WentUp => {
-                pool.backends.set_up(index, true);
-                tracing::info!(pool = %pool.plan.name, backend = %address, "backend marked up");
-            }
+        let up = match health.record(passed) {
+            Transition::Unchanged => continue,
+            Transition::WentDown => false,
+            Transition::WentUp => true,
+        };
+        let snapshot = snapshots.borrow().clone();
+        if let Some(pool) = snapshot.pool(&pool_name)
+            && let Some(index) = pool.index_of(address)
+        {
+            pool.backends.set_up(index, up);
+        }
+        if up {
+            tracing::info!(pool = %pool_name, backend = %address, "backend marked up");
+        } else {
+            tracing::warn!(pool = %pool_name, backend = %address, "backend marked down");
         }
     }
 }

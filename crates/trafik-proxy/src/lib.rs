@@ -65,13 +65,30 @@ pub struct Instance {
     listeners: Mutex<Vec<OpenListener>>,
     next_listener: std::sync::atomic::AtomicU64,
     reloader: Option<Reloader>,
+    /// Held from reading the file to publishing its snapshot, so two reloads never interleave
+    /// (an older file applied after a newer one).
+    reloading: Mutex<()>,
     admin: Option<SocketAddr>,
     stop: watch::Sender<bool>,
 }
 
 struct OpenListener {
     id: ListenerId,
+    name: String,
+    /// As configured (port 0 stays 0), for matching the next plan's listeners.
+    configured: SocketAddr,
+    /// As bound.
     address: SocketAddr,
+}
+
+impl OpenListener {
+    /// Whether `listener` of a new plan is this one: the address it holds, or the same
+    /// configured address (with port 0, any free port, the same name too).
+    fn is(&self, listener: &ListenerPlan) -> bool {
+        listener.address == self.address
+            || (listener.address == self.configured
+                && (listener.address.port() != 0 || listener.name == self.name))
+    }
 }
 
 impl Running {
@@ -146,6 +163,7 @@ impl Instance {
                 "this instance was not started from a configuration file, so there is nothing to reload".into(),
             ]);
         };
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let plan = (reloader.load)()?;
         self.apply(plan)
     }
@@ -173,8 +191,18 @@ impl Instance {
         }
         let mut ids = Vec::with_capacity(plan.listeners.len());
         let mut added = Vec::new();
-        for listener in &plan.listeners {
-            if let Some(kept) = open.iter().find(|l| l.address == listener.address) {
+        for (index, listener) in plan.listeners.iter().enumerate() {
+            let twice = plan.listeners[..index]
+                .iter()
+                .any(|other| other.address == listener.address && listener.address.port() != 0);
+            if twice {
+                errors.push(format!(
+                    "listener {:?}: another listener already has the address {}",
+                    listener.name, listener.address
+                ));
+                continue;
+            }
+            if let Some(kept) = open.iter().find(|open| open.is(listener)) {
                 ids.push(kept.id);
                 continue;
             }
@@ -183,7 +211,7 @@ impl Instance {
                     let id = self.new_listener_id();
                     let address = sockets[0].local_addr().unwrap_or(listener.address);
                     ids.push(id);
-                    added.push((id, address, sockets));
+                    added.push((id, listener, address, sockets));
                 }
                 Err(error) => errors.push(format!(
                     "listener {:?} cannot bind {}: {error}",
@@ -204,11 +232,16 @@ impl Instance {
             previous.file.clone(),
         )?;
         self.snapshots.send_replace(Arc::new(snapshot));
-        for (id, address, sockets) in added {
+        for (id, listener, address, sockets) in added {
             for (worker, socket) in self.workers.iter().zip(sockets) {
                 let _ = worker.send(ListenerChange::Add(id, socket));
             }
-            open.push(OpenListener { id, address });
+            open.push(OpenListener {
+                id,
+                name: listener.name.clone(),
+                configured: listener.address,
+                address,
+            });
             tracing::info!(%address, "listener added");
         }
         open.retain(|listener| {
@@ -258,6 +291,8 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         let id = ListenerId(index as u64);
         open.push(OpenListener {
             id,
+            name: listener.name.clone(),
+            configured: listener.address,
             address: bound[0].local_addr()?,
         });
         sockets.push((id, bound));
@@ -313,6 +348,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         next_listener: std::sync::atomic::AtomicU64::new(open.len() as u64),
         listeners: Mutex::new(open),
         reloader,
+        reloading: Mutex::new(()),
         admin,
         stop,
     });

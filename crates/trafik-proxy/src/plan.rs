@@ -43,8 +43,8 @@ pub struct ClientPlan {
 /// One listening address, what it speaks and where its traffic goes.
 #[derive(Clone, Debug)]
 pub struct ListenerPlan {
-    /// A listener is matched across reloads by its name and address: while both stay the same,
-    /// its sockets stay open.
+    /// A listener is matched across reloads by its address (with port 0, by name and address):
+    /// while it stays the same, its sockets stay open.
     pub name: String,
     pub address: SocketAddr,
     pub kind: ListenerKind,
@@ -98,8 +98,9 @@ pub enum TargetPlan {
 /// A configurable step of a route's pipeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FilterPlan {
-    /// Refuse request bodies longer than this many bytes with 413, before they reach a backend
-    /// (counted as they stream, so a chunked body is limited too).
+    /// Refuse request bodies longer than this many bytes with 413: at once when
+    /// `Content-Length` says so, else when the streamed body passes the limit (the backend has
+    /// then seen the bytes up to it, and its request is cut off).
     RequestBodyLimit { bytes: u64 },
     /// Set a header on the request sent upstream.
     SetRequestHeader {
@@ -114,7 +115,7 @@ pub enum FilterPlan {
 }
 
 /// A set of interchangeable backends and how to choose among them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PoolPlan {
     pub name: String,
     pub algorithm: Algorithm,
@@ -134,7 +135,7 @@ pub struct PoolPlan {
 }
 
 /// One upstream server.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BackendPlan {
     pub address: SocketAddr,
     pub name: Option<String>,
@@ -142,7 +143,7 @@ pub struct BackendPlan {
 }
 
 /// Active health checking of a pool's backends.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HealthPlan {
     pub check: HealthCheck,
     pub interval: Duration,

@@ -80,7 +80,9 @@ pub struct Pool {
 
 impl Pool {
     /// Builds a pool, carrying over from `previous` (the pool of the same name in the running
-    /// configuration) the state of every backend it still has.
+    /// configuration, changed) the state of every backend it still has: counters, drain state,
+    /// health (while the pool is health-checked) and sessions. Requests in flight stay counted in
+    /// the previous pool, where they finish.
     pub fn new(plan: PoolPlan, previous: Option<&Pool>, endpoints: &Endpoints) -> Self {
         let backends = BackendSet::new(plan.backends.iter().map(|b| BackendSpec {
             id: b.address.to_string(),
@@ -98,7 +100,11 @@ impl Pool {
                 });
                 let counters = match before {
                     Some((old, member, set)) => {
-                        backends.set_up(index, set.is_up(old));
+                        // A verdict only health checks can revise: without them, a backend
+                        // starts up again rather than staying down for good.
+                        if plan.health.is_some() {
+                            backends.set_up(index, set.is_up(old));
+                        }
                         backends.set_draining(index, set.is_draining(old));
                         member.counters.clone()
                     }

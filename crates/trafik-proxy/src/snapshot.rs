@@ -49,16 +49,10 @@ pub struct Snapshot {
 
 /// What a listener does with its connections, resolved.
 pub enum Listener {
-    Http { name: String, routes: RouteTable },
+    Http { routes: RouteTable },
 }
 
 impl Listener {
-    pub fn name(&self) -> &str {
-        match self {
-            Listener::Http { name, .. } => name,
-        }
-    }
-
     /// The scheme its clients speak, for `X-Forwarded-Proto`.
     pub fn scheme(&self) -> &'static str {
         match self {
@@ -89,7 +83,12 @@ impl Snapshot {
             .iter()
             .map(|pool| {
                 let before = previous.and_then(|p| p.pool(&pool.name));
-                Arc::new(Pool::new(pool.clone(), before.map(|p| &**p), endpoints))
+                match before {
+                    // Unchanged: the same pool goes on, with its requests in flight, its rule's
+                    // state (the round-robin turn, latency estimates) and everything else.
+                    Some(before) if before.plan == *pool => before.clone(),
+                    _ => Arc::new(Pool::new(pool.clone(), before.map(|p| &**p), endpoints)),
+                }
             })
             .collect();
         let by_name: HashMap<&str, usize> = pools
@@ -129,7 +128,6 @@ impl Snapshot {
             resolved.push((
                 id,
                 Listener::Http {
-                    name: listener.name.clone(),
                     routes: RouteTable::new(table),
                 },
             ));
@@ -165,7 +163,7 @@ impl Snapshot {
     /// The route table of HTTP listener `id`.
     pub fn http_routes(&self, id: ListenerId) -> Option<&RouteTable> {
         match self.listener(id)? {
-            Listener::Http { routes, .. } => Some(routes),
+            Listener::Http { routes } => Some(routes),
         }
     }
 

@@ -95,8 +95,7 @@ pub enum Rebinding {
     New,
     /// Its backend could not take it: the session is lost.
     Lost,
-    /// A well-formed cookie for a backend this pool no longer has, or signed with another
-    /// secret.
+    /// A well-formed cookie that this pool did not sign (another secret or another pool).
     Foreign,
 }
 
@@ -161,12 +160,16 @@ impl Sticky {
         let Some(value) = find_cookie(headers, name) else {
             return Decision::Bind(Rebinding::New);
         };
-        match verify(mac, &self.ids, value) {
-            // A draining backend keeps its sessions until they end; only new bindings avoid it.
-            Some(index) if backends.is_up(index) && !context.tried.contains(index) => {
-                Decision::Bound(index)
-            }
-            Some(_) => Decision::Bind(Rebinding::Lost),
+        match verify(mac, value) {
+            Some(id) => match self.ids.iter().position(|&known| known == id) {
+                // A draining backend keeps its sessions until they end; only new bindings
+                // avoid it.
+                Some(index) if backends.is_up(index) && !context.tried.contains(index) => {
+                    Decision::Bound(index)
+                }
+                // Down, or removed by a reload: the session on it is lost.
+                _ => Decision::Bind(Rebinding::Lost),
+            },
             None if cookie_shape(value) => Decision::Bind(Rebinding::Foreign),
             None => Decision::Bind(Rebinding::New),
         }
@@ -253,8 +256,8 @@ fn cookie_shape(value: &str) -> bool {
     value.len() == 16 + 2 * MAC_BYTES && value.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The backend a cookie names, if its signature is valid and the pool has that backend.
-fn verify(mac: &Hmac<Sha256>, ids: &[u64], value: &str) -> Option<usize> {
+/// The backend id a cookie names, if its signature is valid.
+fn verify(mac: &Hmac<Sha256>, value: &str) -> Option<u64> {
     if !cookie_shape(value) {
         return None;
     }
@@ -266,7 +269,7 @@ fn verify(mac: &Hmac<Sha256>, ids: &[u64], value: &str) -> Option<usize> {
     let mut check = mac.clone();
     check.update(&id.to_be_bytes());
     check.verify_truncated_left(&given).ok()?;
-    ids.iter().position(|&known| known == id)
+    Some(id)
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.

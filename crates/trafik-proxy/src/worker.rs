@@ -85,7 +85,10 @@ pub async fn run(start: WorkerStart) {
                 if changed.is_err() {
                     break;
                 }
-                proxy.publish(snapshots.borrow_and_update().clone());
+                let snapshot = snapshots.borrow_and_update().clone();
+                connections.set_idle_timeout(snapshot.client.idle_timeout);
+                proxy.upstreams.keep_only(&snapshot);
+                proxy.publish(snapshot);
             }
             Some(change) = changes.recv() => match change {
                 ListenerChange::Add(listener, socket) => add(listener, socket, &mut accepting),

@@ -168,3 +168,111 @@ async fn an_aborted_upload_is_not_charged_to_the_backend() {
     assert_eq!(status["pools"][0]["unreachable"], 0);
     stop(running).await;
 }
+
+async fn raw_exchange(address: std::net::SocketAddr, bytes: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn spellings_a_backend_could_resolve_outside_the_prefix_are_refused() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    *routes(&mut plan) = vec![route("/public", "takip")];
+    let running = trafik_proxy::start(plan).unwrap();
+    for path in [
+        "/public/..;/admin",
+        "/public/%2e%2e%2fadmin",
+        "/public/..%5cadmin",
+        "/public\\..\\admin",
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(web(&running), request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
+        assert!(
+            answer.ends_with("dot segment with parameters\n"),
+            "{answer}"
+        );
+    }
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn an_absolute_form_request_reaches_the_backend_with_the_host_it_was_routed_by() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    let mut public = route("/", "takip");
+    public.host = Some("public.test".into());
+    *routes(&mut plan) = vec![public];
+    let running = trafik_proxy::start(plan).unwrap();
+    let answer = raw_exchange(
+        web(&running),
+        b"GET http://public.test/x HTTP/1.1\r\nHost: internal.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.contains("\"host\":\"public.test\""), "{answer}");
+    assert!(!answer.contains("internal.test"), "{answer}");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn options_asterisk_is_relayed_as_an_asterisk() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let answer = raw_exchange(
+        web(&running),
+        b"OPTIONS * HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.contains("\"uri\":\"*\""), "{answer}");
+    stop(running).await;
+}
+
+/// A raw upstream that sends a 200 head, waits, then sends `body` in a write of its own.
+async fn late_body_server(body: &'static [u8]) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: message/http\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                stream.write_all(head.as_bytes()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                stream.write_all(body).await.unwrap();
+                let _ = stream.read(&mut buffer).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_relayed_body_that_looks_like_an_error_answer_is_relayed_byte_for_byte() {
+    const BODY: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n";
+    let backend = late_body_server(BODY).await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let answer = raw_exchange(
+        web(&running),
+        b"GET /raw HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert_eq!(body.as_bytes(), BODY);
+    stop(running).await;
+}

@@ -3,10 +3,12 @@
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use support::*;
-use trafik_proxy::{ListenerKind, ListenerPlan, StickyPlan};
+use trafik_proxy::{HealthPlan, ListenerKind, ListenerPlan, StickyPlan};
 
 fn backend<'a>(status: &'a serde_json::Value, pool: usize, name: &str) -> &'a serde_json::Value {
     status["pools"][pool]["backends"]
@@ -139,6 +141,7 @@ async fn a_removed_listener_stops_accepting_and_a_moved_one_binds_anew() {
     let running = trafik_proxy::start(first.clone()).unwrap();
     let old = web(&running);
     let mut moved = first;
+    moved.listeners[0].name = "tasinan".into();
     moved.listeners[0].address = LOOPBACK_ANY_PORT.parse().unwrap();
     running.apply(moved).unwrap();
     let new = web(&running);
@@ -173,5 +176,245 @@ async fn an_instance_without_a_file_says_there_is_nothing_to_reload() {
             .unwrap()
             .contains("nothing to reload")
     );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn an_unchanged_listener_keeps_its_socket_even_on_port_zero() {
+    let replicas = replicas(1).await;
+    let first = plan(&[replicas[0].address()]);
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    let before = web(&running);
+    running.apply(first.clone()).unwrap();
+    assert_eq!(web(&running), before);
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn two_listeners_on_one_address_are_refused() {
+    let replicas = replicas(1).await;
+    let first = plan(&[replicas[0].address()]);
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    let mut twins = first.clone();
+    twins.listeners[0].address = web(&running);
+    let mut twin = twins.listeners[0].clone();
+    twin.name = "ikiz".into();
+    twins.listeners.push(twin);
+    let errors = running.apply(twins).unwrap_err();
+    assert!(errors[0].contains("another listener"), "{errors:?}");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn the_round_robin_turn_and_requests_in_flight_survive_a_reload_of_an_unchanged_pool() {
+    let replicas = replicas(3).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let first = plan(&addresses);
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    for n in 0..30 {
+        let answer = get(web(&running), &format!("/takip/{n}")).await;
+        *seen
+            .entry(answer.header("x-kopya").unwrap().to_owned())
+            .or_insert(0) += 1;
+        if n % 2 == 1 {
+            running.apply(first.clone()).unwrap();
+        }
+    }
+    let want: std::collections::BTreeMap<String, i32> =
+        [("k1".into(), 10), ("k2".into(), 10), ("k3".into(), 10)].into();
+    assert_eq!(seen, want);
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn least_connections_still_sees_a_request_in_flight_from_before_the_reload() {
+    let slow = replica(
+        "yavas",
+        LOOPBACK_ANY_PORT.parse().unwrap(),
+        Duration::from_secs(2),
+    )
+    .await;
+    let fast = replica("hizli", LOOPBACK_ANY_PORT.parse().unwrap(), Duration::ZERO).await;
+    let mut first = plan(&[slow.address(), fast.address()]);
+    first.workers = 1;
+    first.pools[0].algorithm = trafik_balance::Algorithm::LeastConnections;
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    let address = web(&running);
+    let long = tokio::spawn(async move { get(address, "/takip/1").await });
+    wait_for_status(&running, |s| {
+        s["pools"][0]["backends"][0]["active_connections"] == 1
+    })
+    .await;
+    running.apply(first.clone()).unwrap();
+    let after = get(address, "/takip/2").await;
+    assert_eq!(after.header("x-kopya"), Some("hizli"));
+    assert_eq!(long.await.unwrap().header("x-kopya"), Some("yavas"));
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn without_health_checks_after_a_reload_a_down_backend_is_tried_again() {
+    let mut replicas = replicas(2).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut first = plan(&addresses);
+    first.pools[0].health = Some(course_health_check());
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    replicas.remove(1).stop().await;
+    wait_for_status(&running, |s| {
+        s["pools"][0]["backends"][1]["healthy"] == false
+    })
+    .await;
+    let mut unchecked = first.clone();
+    unchecked.pools[0].health = None;
+    running.apply(unchecked).unwrap();
+    let _back = replica("k2", addresses[1], Duration::ZERO).await;
+    let (by_replica, failures) = tally(web(&running), 20).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(by_replica.get("k2"), Some(&10), "{by_replica:?}");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn frequent_reloads_do_not_reset_the_fall_count() {
+    let mut replicas = replicas(2).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut first = plan(&addresses);
+    first.pools[0].health = Some(HealthPlan {
+        fall: 3,
+        ..course_health_check()
+    });
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    replicas.remove(1).stop().await;
+    // A reload every 300 ms: faster than three failed probes 200 ms apart.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        running.apply(first.clone()).unwrap();
+        if status(&running).await["pools"][0]["backends"][1]["healthy"] == false {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "k2 is dead and still marked up"
+        );
+    }
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_reloaded_idle_timeout_applies() {
+    let replicas = replicas(1).await;
+    let mut first = plan(&[replicas[0].address()]);
+    first.client.idle_timeout = Duration::from_secs(60);
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    let mut second = first.clone();
+    second.client.idle_timeout = Duration::from_secs(1);
+    running.apply(second).unwrap();
+    status(&running).await;
+    let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    let mut buffer = [0u8; 16];
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        use tokio::io::AsyncReadExt;
+        stream.read(&mut buffer).await
+    })
+    .await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the connection outlived the reloaded idle timeout"
+    );
+    stop(running).await;
+}
+
+/// An upstream that answers 200 and counts its open connections.
+async fn open_counting_server() -> (std::net::SocketAddr, Arc<AtomicIsize>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let open = Arc::new(AtomicIsize::new(0));
+    let counter = open.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counter = counter.clone();
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let service = service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+                counter.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (address, open)
+}
+
+#[tokio::test]
+async fn kept_alive_connections_to_a_removed_backend_are_closed() {
+    let (old, old_open) = open_counting_server().await;
+    let (new, _) = open_counting_server().await;
+    let mut first = plan(&[old]);
+    first.workers = 1;
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    assert_eq!(get(web(&running), "/x").await.status, 200);
+    assert_eq!(old_open.load(Ordering::SeqCst), 1);
+    let mut second = plan(&[new]);
+    second.workers = 1;
+    running.apply(second).unwrap();
+    assert_eq!(get(web(&running), "/x").await.status, 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while old_open.load(Ordering::SeqCst) != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still open to the removed backend"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_cookie_for_a_backend_the_reload_removed_is_a_lost_session() {
+    let replicas = replicas(2).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut first = plan(&addresses);
+    first.pools[0].sticky = Some(StickyPlan::Cookie {
+        name: "trafik".into(),
+        secret: b"s".to_vec(),
+    });
+    let running = trafik_proxy::start(first.clone()).unwrap();
+    let _ = get(web(&running), "/a").await;
+    let bound = get(web(&running), "/b").await;
+    assert_eq!(bound.header("x-kopya"), Some("k2"));
+    let cookie = bound
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut second = first.clone();
+    second.pools[0].backends.truncate(1);
+    running.apply(second).unwrap();
+    let moved = Client::connect(web(&running))
+        .await
+        .send(
+            http::Request::get("/c")
+                .header("host", "kargo.test")
+                .header("cookie", &cookie)
+                .body(http_body_util::Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(moved.header("x-kopya"), Some("k1"));
+    let sticky = &status(&running).await["pools"][0]["sticky"];
+    assert_eq!(sticky["lost"], 1, "{sticky}");
+    assert_eq!(sticky["rebinds"], 1, "{sticky}");
     stop(running).await;
 }

@@ -630,3 +630,43 @@ fn every_example_config_checks_clean() {
         );
     }
 }
+
+#[test]
+fn route_prefixes_and_listener_addresses_are_checked_the_way_requests_are_matched() {
+    let text = GOOD
+        .replace("path_prefix = \"/takip\"", "path_prefix = \"/takip//ozel\"")
+        .replace("path_prefix = \"/olay\"", "path_prefix = \"/olay/..;/x\"")
+        + "\n[[listener]]\nname = \"ikinci\"\nlisten = \"127.0.0.1:18080\"\n[[listener.route]]\npool = \"okuma\"\n"
+        + "request_headers = [\"no colon\"]\n";
+    let (code, _, stderr) = check("prefixes.toml", &text);
+    assert_eq!(code, 2, "{stderr}");
+    for expected in [
+        "listener[0].route[0].path_prefix: requests are matched in normal form, so \"/takip//ozel\" would never match: write \"/takip/ozel\"",
+        "listener[0].route[1].path_prefix: \"/olay/..;/x\" has an encoded slash or backslash",
+        "listener[1].listen: another listener already listens on 127.0.0.1:18080",
+        "listener[1].route[0].request_headers: expected \"Name: value\"",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn check_shows_a_route_s_filters() {
+    let text = GOOD.replace(
+        "pool = \"okuma\"\n",
+        "pool = \"okuma\"\nrequest_body_limit = \"64KiB\"\nresponse_headers = [\"x-cevap: 1\"]\n",
+    );
+    let (code, stdout, stderr) = check("filters.toml", &text);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("    filter request bodies up to 65536 bytes"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("    filter response header x-cevap: 1"),
+        "{stdout}"
+    );
+}

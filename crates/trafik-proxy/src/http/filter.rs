@@ -59,9 +59,10 @@ pub fn build(plan: &FilterPlan) -> Box<dyn Filter> {
     }
 }
 
-/// Makes the message fit to cross the hop: an absolute-form request URI becomes origin form
-/// (its authority moves to `Host` if that was absent), and hop-by-hop headers are removed both
-/// ways (from relayed responses only: trafik's own answers may need `Connection: close`).
+/// Makes the message fit to cross the hop: an absolute-form request URI becomes origin form and
+/// its authority replaces `Host` (RFC 9112 §3.2.2: the route was chosen by that authority, so the
+/// backend must see the same one), and hop-by-hop headers are removed both ways (from relayed
+/// responses only: trafik's own answers may need `Connection: close`).
 pub struct UpstreamForm;
 
 impl Filter for UpstreamForm {
@@ -76,10 +77,7 @@ impl Filter for UpstreamForm {
             if let Ok(uri) = path.parse::<Uri>() {
                 *request.uri_mut() = uri;
             }
-            if let (Some(authority), false) =
-                (authority, request.headers().contains_key(header::HOST))
-                && let Ok(value) = HeaderValue::from_str(&authority)
-            {
+            if let Some(value) = authority.and_then(|a| HeaderValue::from_str(&a).ok()) {
                 request.headers_mut().insert(header::HOST, value);
             }
         }

@@ -2,17 +2,28 @@
 //! (or bypassed) by spelling its path another way: `/public/../admin`, `/admin//x` and
 //! `/%61dmin` are all `/admin…` here, and the backend receives the same form.
 
-/// The normalized form of `path`, or `None` when it is already normal (the common case, which
-/// costs one scan and no allocation).
+/// A path trafik refuses (400): a spelling that some backends resolve across a segment
+/// boundary it cannot see — an encoded `/` or `\`, a backslash, or a dot segment carrying
+/// `;` parameters (`..;/`, which Java servers read as `..`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Ambiguous;
+
+/// The normalized form of an origin-form `path`, or `None` when it is already normal (the
+/// common case, which costs one scan and no allocation). Targets that are not paths (`*`, an
+/// authority) are left alone.
 ///
 /// Percent-escapes of unreserved characters (RFC 3986 §2.3) are decoded, other escapes keep
 /// their bytes with upper-case hex, runs of `/` become one, and `.`/`..` segments are removed
 /// (§5.2.4; `..` never climbs above the root).
-pub fn normalize(path: &str) -> Option<String> {
-    if is_plain(path.as_bytes()) {
-        return None;
+pub fn normalize(path: &str) -> Result<Option<String>, Ambiguous> {
+    if !path.starts_with('/') || is_plain(path.as_bytes()) {
+        return Ok(None);
     }
     let decoded = decode_unreserved(path);
+    let upper = decoded.to_ascii_uppercase();
+    if decoded.contains('\\') || upper.contains("%2F") || upper.contains("%5C") {
+        return Err(Ambiguous);
+    }
     let mut segments: Vec<&str> = Vec::new();
     let ends_open = decoded.ends_with('/')
         || decoded.ends_with("/.")
@@ -20,6 +31,9 @@ pub fn normalize(path: &str) -> Option<String> {
         || decoded == "."
         || decoded == "..";
     for segment in decoded.split('/') {
+        if segment.starts_with(".;") || segment.starts_with("..;") {
+            return Err(Ambiguous);
+        }
         match segment {
             "" | "." => {}
             ".." => {
@@ -36,19 +50,16 @@ pub fn normalize(path: &str) -> Option<String> {
     if segments.is_empty() || ends_open {
         normal.push('/');
     }
-    (normal != path).then_some(normal)
+    Ok((normal != path).then_some(normal))
 }
 
-/// True when `path` starts with `/` and has no `%`, `//` or `/.`: nothing to normalize. One
-/// pass, since every request goes through it.
+/// True when `path` has no `%`, `\\`, `//` or `/.`: nothing to normalize or refuse. One pass,
+/// since every request goes through it.
 fn is_plain(path: &[u8]) -> bool {
-    if path.first() != Some(&b'/') {
-        return false;
-    }
     let mut after_slash = false;
     for &byte in path {
         match byte {
-            b'%' => return false,
+            b'%' | b'\\' => return false,
             b'/' | b'.' if after_slash => return false,
             _ => {}
         }
@@ -87,16 +98,16 @@ fn decode_unreserved(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::normalize;
+    use super::{Ambiguous, normalize};
 
     fn normal(path: &str) -> String {
-        normalize(path).unwrap_or_else(|| path.to_owned())
+        normalize(path).unwrap().unwrap_or_else(|| path.to_owned())
     }
 
     #[test]
     fn ordinary_paths_are_left_alone_without_allocating() {
         for path in ["/", "/takip/TR-1", "/a.b/c", "/a/b/", "/x..y/z"] {
-            assert_eq!(normalize(path), None, "{path}");
+            assert_eq!(normalize(path), Ok(None), "{path}");
         }
     }
 
@@ -117,8 +128,28 @@ mod tests {
     }
 
     #[test]
+    fn spellings_a_backend_may_resolve_across_segments_are_refused() {
+        for path in [
+            "/public/..;/admin",
+            "/public/.;/admin",
+            "/public/%2e%2e%2fadmin",
+            "/public/..%5cadmin",
+            "/public\\..\\admin",
+            "/a%2fb",
+        ] {
+            assert_eq!(normalize(path), Err(Ambiguous), "{path}");
+        }
+    }
+
+    #[test]
+    fn targets_that_are_not_paths_are_left_alone() {
+        assert_eq!(normalize("*"), Ok(None));
+        assert_eq!(normalize(""), Ok(None));
+    }
+
+    #[test]
     fn reserved_escapes_stay_escaped_with_upper_case_hex() {
-        assert_eq!(normal("/a%2fb"), "/a%2Fb");
+        assert_eq!(normal("/a%3bb"), "/a%3Bb");
         assert_eq!(normal("/a%20b"), "/a%20b");
         assert_eq!(normal("/bad%zz"), "/bad%zz");
         assert_eq!(normal("/cut%2"), "/cut%2");

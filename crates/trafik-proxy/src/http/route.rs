@@ -50,8 +50,12 @@ fn method_matches(methods: &[Method], method: &Method) -> bool {
     methods.is_empty() || methods.contains(method)
 }
 
-/// `prefix` matches `path` if equal, or if `path` continues it at a `/` boundary.
+/// `prefix` matches `path` if equal, or if `path` continues it at a `/` boundary. `OPTIONS *`
+/// (a question to the server as a whole) goes to the catch-all route `/`.
 fn path_matches(prefix: &str, path: &str) -> bool {
+    if path == "*" {
+        return prefix == "/";
+    }
     match path.strip_prefix(prefix) {
         Some(rest) => rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/'),
         None => false,

@@ -1,6 +1,7 @@
 //! Runs one client connection as an HTTP/1.1 server, over any byte stream (plain TCP now; TLS
 //! wraps the stream and comes through the same door).
 
+use std::cell::Cell;
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
@@ -31,14 +32,16 @@ pub async fn serve<S>(
 {
     let control = connections.register(listener);
     let header_read_timeout = proxy.snapshot().client.header_read_timeout;
-    let io = TokioIo::new(MalformedAnswer::new(Watched::new(
-        stream,
-        control.clone(),
-        connections,
-    )));
+    let served = Rc::new(Cell::new(false));
+    let io = TokioIo::new(MalformedAnswer {
+        stream: Watched::new(stream, control.clone(), connections),
+        served: served.clone(),
+        replacing: None,
+    });
     let handler = proxy.clone();
     let connection = Rc::new(ClientConnection::new(listener, peer, scheme));
     let service = service_fn(move |request| {
+        served.set(true);
         let (handler, connection) = (handler.clone(), connection.clone());
         async move { Ok::<_, Infallible>(handler.handle(connection, request).await) }
     });
@@ -66,19 +69,16 @@ pub async fn serve<S>(
 /// hyper answers a request it cannot parse by itself, with an empty 400 (or 414, 431) before
 /// trafik sees anything. This stream recognises that answer as it is written and writes
 /// trafik's instead: the same status with a one-line body, like every answer trafik makes.
+///
+/// Only while the connection has served nothing: then every byte written is hyper's own, so a
+/// relayed body can never be mistaken for that answer. A malformed request later on a kept-alive
+/// connection gets hyper's answer as it is (the right status, without the line).
 struct MalformedAnswer<S> {
     stream: S,
+    /// Set when the first request reaches the service.
+    served: Rc<Cell<bool>>,
     /// trafik's answer while it is being written, and how much of it is out.
     replacing: Option<(Vec<u8>, usize)>,
-}
-
-impl<S> MalformedAnswer<S> {
-    fn new(stream: S) -> Self {
-        MalformedAnswer {
-            stream,
-            replacing: None,
-        }
-    }
 }
 
 /// trafik's answer if `head` is hyper's own parse-error answer: a status line of 400, 414 or
@@ -150,6 +150,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for MalformedAnswer<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if this.replacing.is_none()
+            && !this.served.get()
             && let Some(answer) = replacement_for(buf)
         {
             this.replacing = Some((answer, 0));
@@ -168,7 +169,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for MalformedAnswer<S> {
         let this = self.get_mut();
         let mut written = bufs.iter().filter(|b| !b.is_empty());
         if let (Some(only), None) = (written.next(), written.next())
-            && (this.replacing.is_some() || replacement_for(only).is_some())
+            && (this.replacing.is_some() || (!this.served.get() && replacement_for(only).is_some()))
         {
             return Pin::new(this).poll_write(cx, only);
         }

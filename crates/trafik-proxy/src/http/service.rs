@@ -106,8 +106,10 @@ impl WorkerProxy {
         let Some(routes) = snapshot.http_routes(connection.listener) else {
             return (ProxyError::NoRoute.response(), None);
         };
-        if let Some(normal) = path::normalize(request.uri().path()) {
-            normalize_uri(request.uri_mut(), &normal);
+        match path::normalize(request.uri().path()) {
+            Ok(None) => {}
+            Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),
+            Err(path::Ambiguous) => return (ProxyError::AmbiguousPath.response(), None),
         }
         let Some(route) = routes.find(&request) else {
             return (ProxyError::NoRoute.response(), None);
@@ -148,7 +150,7 @@ fn normalize_uri(uri: &mut Uri, normal: &str) {
         Some(query) => format!("{normal}?{query}"),
         None => normal.to_owned(),
     };
-    let mut parts = std::mem::take(uri).into_parts();
+    let mut parts = uri.clone().into_parts();
     parts.path_and_query = PathAndQuery::try_from(with_query).ok();
     if let Ok(rebuilt) = Uri::from_parts(parts) {
         *uri = rebuilt;

@@ -6,6 +6,7 @@
 //! keying by address lets pools that share a backend share its connections, across reloads too.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use hyper_util::rt::TokioIo;
 
 use super::body::RequestBody;
 use crate::pool::{Endpoint, Pool};
-use crate::snapshot::WorkerSnapshot;
+use crate::snapshot::{Snapshot, WorkerSnapshot};
 use crate::transport;
 
 /// Idle connections kept per endpoint in one worker; more are closed when they come back.
@@ -139,6 +140,23 @@ impl Upstreams {
                 })
             })
             .clone()
+    }
+
+    /// Closes the idle connections to endpoints no pool of `snapshot` names any more (a reload
+    /// removed them); their stacks stay, empty, should the address come back.
+    pub fn keep_only(&self, snapshot: &Snapshot) {
+        let named: HashSet<usize> = snapshot
+            .pools
+            .iter()
+            .flat_map(|pool| pool.members.iter().map(|member| member.endpoint.id))
+            .collect();
+        for (id, stack) in self.idle.borrow().iter().enumerate() {
+            if let Some(stack) = stack
+                && !named.contains(&id)
+            {
+                stack.senders.borrow_mut().clear();
+            }
+        }
     }
 
     /// An idle connection to backend `backend` of `pool` if one is still open, or else a new

@@ -67,7 +67,7 @@ pub fn serve(loaded: Loaded, reloader: Option<Reloader>) -> Result<(), String> {
                 }
             }
         }
-        tracing::info!(timeout = ?loaded.plan.drain_timeout, "draining");
+        tracing::info!(timeout = ?running.snapshot().drain_timeout, "draining");
         running.stop();
         let _ = tokio::task::spawn_blocking(move || running.wait()).await;
         for replica in replicas {

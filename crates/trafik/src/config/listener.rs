@@ -23,9 +23,23 @@ pub fn check_all(
         );
     }
     let mut names: Vec<String> = Vec::new();
+    let mut addresses = Vec::new();
     let mut plans = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
         let field = format!("listener[{i}]");
+        if let Some(listen) = &listener.get_ref().listen {
+            let address = listen.get_ref().0;
+            if address.port() != 0 && addresses.contains(&address) {
+                report.error(
+                    listen.span(),
+                    &format!("{field}.listen"),
+                    format!(
+                        "another listener already listens on {address}; give each its own address"
+                    ),
+                );
+            }
+            addresses.push(address);
+        }
         if let Some(name) = &listener.get_ref().name {
             if names.contains(name.get_ref()) {
                 report.error(
@@ -109,15 +123,28 @@ fn check_route(
             "pool = \"takip\", the pool that answers this route",
         )
         .and_then(|pool| pool_index(report, field, pool, pools));
-    if !route.path_prefix.get_ref().starts_with('/') {
+    let prefix = route.path_prefix.get_ref();
+    if !prefix.starts_with('/') {
         report.error(
             route.path_prefix.span(),
             &format!("{field}.path_prefix"),
-            format!(
-                "expected a path starting with \"/\", found {:?}",
-                route.path_prefix.get_ref()
-            ),
+            format!("expected a path starting with \"/\", found {prefix:?}"),
         );
+    } else {
+        // Requests are matched in normal form, so a prefix in another form would never match.
+        match trafik_proxy::http::path::normalize(prefix) {
+            Ok(None) => {}
+            Ok(Some(normal)) => report.error(
+                route.path_prefix.span(),
+                &format!("{field}.path_prefix"),
+                format!("requests are matched in normal form, so {prefix:?} would never match: write {normal:?}"),
+            ),
+            Err(_) => report.error(
+                route.path_prefix.span(),
+                &format!("{field}.path_prefix"),
+                format!("{prefix:?} has an encoded slash or backslash, or a dot segment with parameters; such paths are refused"),
+            ),
+        }
     }
     let mut methods = Vec::new();
     for method in &route.methods {
