@@ -66,6 +66,13 @@ pub async fn serve(
 async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let method = request.method();
+    if method == Method::POST && from_a_foreign_page(request, instance.admin) {
+        return reply(
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            "a web page of another origin may not change trafik; use trafik reload, curl or the admin's own origin\n".into(),
+        );
+    }
     let snapshot = instance.snapshot();
     match path {
         "/status" | "/metrics" if method != Method::GET => {
@@ -106,6 +113,26 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             ),
         },
     }
+}
+
+/// Whether a browser sent this request from a page of another origin (a cross-site form or
+/// script): browsers name the page's origin, other clients send none. Without this, any page a
+/// user opens could drain backends or reload through a loopback admin API.
+fn from_a_foreign_page<B>(request: &Request<B>, admin: Option<std::net::SocketAddr>) -> bool {
+    let Some(origin) = request.headers().get(header::ORIGIN) else {
+        return false;
+    };
+    let own = |host: &str| {
+        admin.is_some_and(|admin| {
+            host == admin.to_string() || host == format!("localhost:{}", admin.port())
+        })
+    };
+    let host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.strip_prefix("http://"))
+        .unwrap_or("");
+    !own(host)
 }
 
 /// `/pools/{pool}/backends/{address}/drain` or `/undrain` → (pool, address, draining).

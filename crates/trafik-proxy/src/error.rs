@@ -25,6 +25,14 @@ pub enum ProxyError {
     RequestBodyTooLarge,
     /// The request could not be parsed; hyper refuses it before trafik sees it.
     MalformedRequest,
+    /// CONNECT (a tunnel) is not something an HTTP listener does.
+    ConnectNotSupported,
+    /// The request target is neither a path nor `*` (for OPTIONS), or carries user information.
+    BadTarget,
+    /// No `Host` (HTTP/1.1), more than one, or one that is not a valid authority.
+    BadHost,
+    /// A transfer coding other than `chunked`, which trafik could not pass on intact.
+    UnsupportedTransferCoding,
     /// The path is spelled so that a backend may resolve it across a segment boundary trafik
     /// cannot see (an encoded slash or backslash, `..;`).
     AmbiguousPath,
@@ -44,7 +52,12 @@ impl ProxyError {
             ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::ClientAborted
             | ProxyError::MalformedRequest
-            | ProxyError::AmbiguousPath => StatusCode::BAD_REQUEST,
+            | ProxyError::AmbiguousPath
+            | ProxyError::BadTarget
+            | ProxyError::BadHost => StatusCode::BAD_REQUEST,
+            ProxyError::ConnectNotSupported | ProxyError::UnsupportedTransferCoding => {
+                StatusCode::NOT_IMPLEMENTED
+            }
             ProxyError::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -64,6 +77,12 @@ impl ProxyError {
                 "the request body is larger than this route allows\n"
             }
             ProxyError::MalformedRequest => "malformed request\n",
+            ProxyError::ConnectNotSupported => "CONNECT is not supported here\n",
+            ProxyError::BadTarget => "the request target must be a path\n",
+            ProxyError::BadHost => "the request needs exactly one valid Host header\n",
+            ProxyError::UnsupportedTransferCoding => {
+                "only the chunked transfer coding is supported\n"
+            }
             ProxyError::AmbiguousPath => {
                 "the path has an encoded slash or backslash, or a dot segment with parameters\n"
             }
@@ -87,7 +106,13 @@ impl ProxyError {
         const CLOSE: &[(HeaderName, &str)] = &[(header::CONNECTION, "close")];
         match self {
             ProxyError::NoHealthyBackend => RETRY_SOON,
-            ProxyError::ClientAborted | ProxyError::RequestBodyTooLarge => CLOSE,
+            ProxyError::ClientAborted
+            | ProxyError::RequestBodyTooLarge
+            | ProxyError::ConnectNotSupported
+            | ProxyError::BadTarget
+            | ProxyError::BadHost
+            | ProxyError::UnsupportedTransferCoding
+            | ProxyError::AmbiguousPath => CLOSE,
             _ => &[],
         }
     }

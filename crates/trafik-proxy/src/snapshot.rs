@@ -112,6 +112,12 @@ impl Snapshot {
                     ));
                     continue;
                 };
+                for unsettable in route.filters.iter().filter_map(filter::unsettable_header) {
+                    errors.push(format!(
+                        "listener {:?}: a route sets {unsettable}, which trafik manages itself",
+                        listener.name
+                    ));
+                }
                 let mut filters = filter::built_in();
                 filters.extend(route.filters.iter().map(filter::build));
                 table.push(Route {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -78,9 +78,17 @@ pub async fn run(start: WorkerStart) {
     for (listener, socket) in listeners {
         add(listener, socket, &mut accepting);
     }
+    let mut every_second = tokio::time::interval(Duration::from_secs(1));
+    every_second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|stopping| *stopping) => break,
+            _ = every_second.tick() => {
+                let idle_timeout = proxy.snapshot().client.idle_timeout;
+                if let Some(cutoff) = Instant::now().checked_sub(idle_timeout) {
+                    proxy.upstreams.close_idle_since(cutoff);
+                }
+            }
             changed = snapshots.changed() => {
                 if changed.is_err() {
                     break;

@@ -30,10 +30,11 @@ fn the_soak_profile_reproduces_the_load_lessons_server_counters() {
     );
     assert_eq!(counters["after"]["kat"], 600);
     // The 61st pass, run by request 6,100, scans 600 times the records of every request that had
-    // arrived by then: 6,100 and the few in flight (the course prints 600 × 100 × 61 = 3,660,000).
+    // arrived by then: 6,100 and those in flight, more of them on a busy machine (the course
+    // prints 600 × 100 × 61 = 3,660,000).
     let last = counters["after"]["sonBakimAdim"].as_u64().unwrap();
     assert!(
-        (600 * 6100..=600 * 6110).contains(&last),
+        (600 * 6100..=600 * 6168).contains(&last) && last % 600 == 0,
         "last pass {last} steps"
     );
     let quarters = report["quarters"]["rows"].as_array().unwrap();

@@ -10,7 +10,7 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
 
 use super::body::{ProxyBody, RequestBody};
-use super::headers::{append_via, remove_hop_by_hop};
+use super::headers::{append_via, is_settable, remove_hop_by_hop};
 use super::service::ClientConnection;
 use crate::error::ProxyError;
 use crate::plan::FilterPlan;
@@ -56,6 +56,17 @@ pub fn build(plan: &FilterPlan) -> Box<dyn Filter> {
             name: name.clone(),
             value: value.clone(),
         }),
+    }
+}
+
+/// The header a configured filter would set although trafik manages it (framing, hop-by-hop,
+/// `Host`), if it would.
+pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
+    match plan {
+        FilterPlan::SetRequestHeader { name, .. } | FilterPlan::SetResponseHeader { name, .. } => {
+            (!is_settable(name)).then_some(name)
+        }
+        FilterPlan::RequestBodyLimit { .. } => None,
     }
 }
 

@@ -22,7 +22,8 @@ const FORWARDING: [HeaderName; 4] = [
 ];
 
 /// Headers that describe one connection, not the message, and so are dropped by a proxy.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// `Transfer-Encoding` is among them: hyper frames every body it sends anew.
+const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     KEEP_ALIVE,
     PROXY_CONNECTION,
@@ -30,11 +31,22 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::PROXY_AUTHORIZATION,
     header::TE,
     header::TRAILER,
+    header::TRANSFER_ENCODING,
     header::UPGRADE,
 ];
 
-/// Removes hop-by-hop headers, including any that `Connection` names. `Transfer-Encoding` is
-/// left to hyper, which re-frames every body it sends.
+/// Headers `Connection` cannot withdraw: without them the message would change meaning or
+/// framing on the other side.
+const END_TO_END: [HeaderName; 2] = [header::HOST, header::CONTENT_LENGTH];
+
+/// Whether a configured filter may set `name`: not a hop-by-hop header nor one that frames or
+/// addresses the message, which trafik and hyper manage.
+pub fn is_settable(name: &HeaderName) -> bool {
+    !HOP_BY_HOP.contains(name) && !END_TO_END.contains(name)
+}
+
+/// Removes hop-by-hop headers, including any that `Connection` names. A message that came
+/// with `Transfer-Encoding` loses `Content-Length` too (RFC 9112 §6.3): the coding framed it.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none: one pass over their few names spares a hash lookup per name.
     if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
@@ -46,10 +58,14 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
             .unwrap_or("")
             .split(',')
             .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+            .filter(|name| !END_TO_END.contains(name))
             .collect();
         for name in named {
             headers.remove(name);
         }
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
     }
     for name in &HOP_BY_HOP {
         headers.remove(name);

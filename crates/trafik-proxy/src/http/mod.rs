@@ -13,3 +13,4 @@ pub mod server;
 pub mod service;
 pub mod target;
 pub mod upstream;
+pub mod validate;

@@ -48,6 +48,9 @@ pub async fn serve<S>(
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout)
+        // A client may close its sending side once its request is out (`nc -N`, HTTP/1.0
+        // tools) and still wait for the answer.
+        .half_close(true)
         .serve_connection(io, service);
     tokio::pin!(connection);
     let mut draining = false;

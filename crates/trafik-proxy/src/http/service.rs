@@ -14,8 +14,8 @@ use hyper::body::Incoming;
 use super::body::{ProxyBody, RequestBody};
 use super::filter::{Exchange, Step};
 use super::headers::ClientForwarding;
-use super::path;
 use super::upstream::Upstreams;
+use super::{path, validate};
 use crate::error::ProxyError;
 use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
 
@@ -106,6 +106,9 @@ impl WorkerProxy {
         let Some(routes) = snapshot.http_routes(connection.listener) else {
             return (ProxyError::NoRoute.response(), None);
         };
+        if let Some(refusal) = validate::refusal(&request) {
+            return (refusal.response(), None);
+        }
         match path::normalize(request.uri().path()) {
             Ok(None) => {}
             Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),

@@ -111,7 +111,7 @@ impl PoolTarget {
             let in_flight = InFlight::start(snapshot, self.pool, index, me);
             let address = pool.address(index);
             let sent_at = timed.then(Instant::now);
-            match send(worker, pool, index, in_flight, request, upload.as_deref()).await {
+            match send(worker, pool, index, in_flight, request, upload.as_ref()).await {
                 Ok(mut response) => {
                     if let Some(sent_at) = sent_at {
                         pool.selector
@@ -163,7 +163,7 @@ async fn send(
     index: usize,
     in_flight: InFlight,
     mut request: Request<RequestBody>,
-    upload: Option<&Upload>,
+    upload: Option<&Rc<Upload>>,
 ) -> Result<Response<ProxyBody>, Failure> {
     // A pooled connection the backend closed while idle hands the request back unsent; that is
     // no failure of the backend, so it is tried once more on a new connection.
@@ -191,7 +191,7 @@ async fn send(
             Err(_elapsed) => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
             Ok(Ok(response)) => {
                 bump(&pool.members[index].counters.mine(worker.id).requests);
-                let lease = checkout.into_lease(in_flight);
+                let lease = checkout.into_lease(in_flight, upload.cloned());
                 let (parts, body) = response.into_parts();
                 return Ok(Response::from_parts(
                     parts,
@@ -204,7 +204,7 @@ async fn send(
                     request = unsent;
                 }
                 _ => {
-                    return Err(Failure::Answered(match upload.map(Upload::state) {
+                    return Err(Failure::Answered(match upload.map(|u| u.state()) {
                         Some(UploadState::ClientFailed) => ProxyError::ClientAborted,
                         Some(UploadState::TooLarge) => ProxyError::RequestBodyTooLarge,
                         _ => ProxyError::UpstreamFailed,

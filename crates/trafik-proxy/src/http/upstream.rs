@@ -11,12 +11,12 @@ use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 
-use super::body::RequestBody;
+use super::body::{RequestBody, Upload, UploadState};
 use crate::pool::{Endpoint, Pool};
 use crate::snapshot::{Snapshot, WorkerSnapshot};
 use crate::transport;
@@ -28,7 +28,8 @@ type Sender = SendRequest<RequestBody>;
 
 /// One endpoint's idle connections in one worker.
 pub struct IdleList {
-    senders: RefCell<Vec<Sender>>,
+    /// Each with the moment it came back, for the idle timeout.
+    senders: RefCell<Vec<(Sender, Instant)>>,
     endpoint: Arc<Endpoint>,
 }
 
@@ -90,14 +91,24 @@ impl Drop for InFlight {
 pub struct Lease {
     sender: Sender,
     home: Rc<IdleList>,
+    /// The request body's progress: a connection still carrying an upload (the backend
+    /// answered before reading it all) must not serve anyone else.
+    upload: Option<Rc<Upload>>,
     _in_flight: InFlight,
 }
 
 impl Lease {
     pub fn release(self) {
+        if self
+            .upload
+            .as_ref()
+            .is_some_and(|upload| upload.state() != UploadState::Sent)
+        {
+            return;
+        }
         let mut idle = self.home.senders.borrow_mut();
         if idle.len() < MAX_IDLE_PER_ENDPOINT {
-            idle.push(self.sender);
+            idle.push((self.sender, Instant::now()));
         }
     }
 }
@@ -109,11 +120,13 @@ pub struct Checkout {
 }
 
 impl Checkout {
-    /// Ties the connection to the request's in-flight mark, for the response body to release.
-    pub fn into_lease(self, in_flight: InFlight) -> Lease {
+    /// Ties the connection to the request's in-flight mark and upload, for the response body
+    /// to release.
+    pub fn into_lease(self, in_flight: InFlight, upload: Option<Rc<Upload>>) -> Lease {
         Lease {
             sender: self.sender,
             home: self.home,
+            upload,
             _in_flight: in_flight,
         }
     }
@@ -159,19 +172,32 @@ impl Upstreams {
         }
     }
 
+    /// Closes idle connections that came back before `cutoff`: a backend keeps no socket of
+    /// trafik's open for longer than the idle timeout.
+    pub fn close_idle_since(&self, cutoff: Instant) {
+        for stack in self.idle.borrow().iter().flatten() {
+            stack
+                .senders
+                .borrow_mut()
+                .retain(|(_, since)| *since >= cutoff);
+        }
+    }
+
     /// An idle connection to backend `backend` of `pool` if one is still open, or else a new
     /// one (always a new one when `fresh`).
     pub async fn checkout(&self, pool: &Pool, backend: usize, fresh: bool) -> io::Result<Checkout> {
         let home = self.home(&pool.members[backend].endpoint);
         if !fresh {
             loop {
-                let Some(mut sender) = home.senders.borrow_mut().pop() else {
+                let Some((mut sender, _)) = home.senders.borrow_mut().pop() else {
                     break;
                 };
                 if sender.is_closed() {
                     continue;
                 }
-                if sender.ready().await.is_ok() {
+                // An idle connection is ready at once; one that is not is given up, not waited on.
+                let ready = tokio::time::timeout(pool.plan.connect_timeout, sender.ready()).await;
+                if matches!(ready, Ok(Ok(()))) {
                     return Ok(Checkout { sender, home });
                 }
             }

@@ -192,12 +192,17 @@ fn check_filters(report: &mut Report, field: &str, route: &Route) -> Vec<FilterP
     filters
 }
 
-/// `Name: value`, as curl's `-H` takes it.
+/// `Name: value`, as curl's `-H` takes it; not a header trafik manages itself.
 fn header_line(line: &str) -> Result<(HeaderName, HeaderValue), String> {
     let expected = format!("expected \"Name: value\" such as \"x-kaynak: trafik\", found {line:?}");
     let (name, value) = line.split_once(':').ok_or_else(|| expected.clone())?;
     let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| expected.clone())?;
     let value = HeaderValue::from_str(value.trim()).map_err(|_| expected)?;
+    if !trafik_proxy::http::headers::is_settable(&name) {
+        return Err(format!(
+            "{name} frames or addresses the message and is managed by trafik; it cannot be set"
+        ));
+    }
     Ok((name, value))
 }
 

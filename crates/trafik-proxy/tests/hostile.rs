@@ -1,0 +1,219 @@
+//! Requests and backends that try to confuse the proxy: each gets a clear answer, and none can
+//! hold up another client or make trafik say something it did not mean.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn raw_exchange(address: std::net::SocketAddr, bytes: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A raw backend: reads a request head, then writes `answer` and keeps the connection open
+/// (reading whatever comes) — the way a server that refuses an upload early behaves.
+async fn raw_backend(answer: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicIsize>) {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let heads = Arc::new(AtomicIsize::new(0));
+    let counted = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (address, heads)
+}
+
+#[tokio::test]
+async fn a_connection_still_carrying_an_upload_never_serves_another_client() {
+    let (backend, _) =
+        raw_backend(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 3\r\n\r\nno\n").await;
+    let mut plan = plan(&[backend]);
+    plan.workers = 1;
+    // Long enough that waiting for the busy connection would show.
+    plan.pools[0].connect_timeout = Duration::from_secs(30);
+    let running = trafik_proxy::start(plan).unwrap();
+    // An upload the backend refuses at once, while the client goes on sending slowly.
+    let mut uploader = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    uploader
+        .write_all(b"POST /yukle HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nx")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    uploader.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 401");
+    // Another client's request must not wait behind that upload.
+    let answer = tokio::time::timeout(Duration::from_secs(5), get(web(&running), "/takip/1"))
+        .await
+        .expect("a request was queued behind someone else's upload");
+    assert_eq!(answer.status, 401);
+    uploader.write_all(b"more").await.unwrap();
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn requests_a_proxy_must_not_pass_on_are_answered_with_their_status() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let cases: [(&[u8], &str); 8] = [
+        (
+            b"CONNECT kargo.test:443 HTTP/1.1\r\nHost: kargo.test:443\r\n\r\n",
+            "501",
+        ),
+        (b"GET * HTTP/1.1\r\nHost: a\r\n\r\n", "400"),
+        (b"GET http://u:p@a/x HTTP/1.1\r\nHost: a\r\n\r\n", "400"),
+        (b"GET /x HTTP/1.1\r\n\r\n", "400"),
+        (b"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "400"),
+        (b"GET /x HTTP/1.1\r\nHost: a,for=6.6.6.6\r\n\r\n", "400"),
+        (
+            b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            "501",
+        ),
+        (
+            b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+            "501",
+        ),
+    ];
+    for (request, status) in cases {
+        let answer = raw_exchange(web(&running), request).await;
+        let shown = String::from_utf8_lossy(request);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{shown:?} → {answer}"
+        );
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        assert!(
+            body.ends_with('\n') && body.lines().count() == 1,
+            "{shown:?} → {answer}"
+        );
+    }
+    // `Connection: host` cannot strip Host from what the backend receives.
+    let answer = raw_exchange(
+        web(&running),
+        b"GET /x HTTP/1.1\r\nHost: kargo.test\r\nConnection: host, close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.contains("\"host\":\"kargo.test\""), "{answer}");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_backend_answer_framed_twice_is_relayed_by_its_transfer_coding() {
+    let (backend, _) = raw_backend(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    )
+    .await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let answer = get(web(&running), "/x").await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.text(), "abc");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_client_that_half_closes_after_its_request_still_gets_the_answer() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    stream.write_all(b"GET /x HTTP/1.0\r\n\r\n").await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.0 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_route_cannot_set_a_header_that_frames_the_message() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    routes(&mut plan)[0].filters = vec![trafik_proxy::FilterPlan::SetResponseHeader {
+        name: http::header::CONTENT_LENGTH,
+        value: http::HeaderValue::from_static("5"),
+    }];
+    let Err(error) = trafik_proxy::start(plan) else {
+        panic!("a plan setting Content-Length started");
+    };
+    assert!(error.to_string().contains("content-length"), "{error}");
+}
+
+#[tokio::test]
+async fn a_page_of_another_origin_cannot_drain_through_the_admin_api() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let admin = running.admin_address().unwrap();
+    let path = format!("/pools/takip/backends/{echo}/drain");
+    let foreign = format!(
+        "POST {path} HTTP/1.1\r\nHost: {admin}\r\nOrigin: http://evil.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    assert!(
+        raw_exchange(admin, foreign.as_bytes())
+            .await
+            .starts_with("HTTP/1.1 403")
+    );
+    assert_eq!(
+        status(&running).await["pools"][0]["backends"][0]["draining"],
+        false
+    );
+    let own = format!(
+        "POST {path} HTTP/1.1\r\nHost: {admin}\r\nOrigin: http://{admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    assert!(
+        raw_exchange(admin, own.as_bytes())
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn kept_alive_upstream_connections_close_after_the_idle_timeout() {
+    let (backend, _) = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let mut plan = plan(&[backend]);
+    plan.workers = 1;
+    plan.client.idle_timeout = Duration::from_secs(1);
+    let running = trafik_proxy::start(plan).unwrap();
+    assert_eq!(get(web(&running), "/x").await.status, 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = status(&running).await["pools"][0]["backends"][0]["open_connections"].clone();
+        if open == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {open} open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(running).await;
+}
