@@ -33,11 +33,16 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
+/// Whether `name` is a header every proxy drops at its hop (those `Connection` names aside).
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+}
+
 /// Removes hop-by-hop headers, including any that `Connection` names. `Transfer-Encoding` is
 /// left to hyper, which re-frames every body it sends.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none: one pass over their few names spares a hash lookup per name.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+    if !headers.keys().any(is_hop_by_hop) {
         return;
     }
     if let Some(connection) = headers.get(header::CONNECTION) {

@@ -1,5 +1,5 @@
 //! Runs one client connection as an HTTP/1.1 server, over any byte stream (plain TCP now; TLS
-//! wraps the stream and comes through the same door).
+//! wraps the stream and comes through the same door), and then the tunnel of an upgrade.
 
 use std::convert::Infallible;
 use std::io;
@@ -18,7 +18,9 @@ use crate::connections::{Connections, Watched};
 use crate::error::ProxyError;
 use crate::snapshot::ListenerId;
 
-/// Serves HTTP/1.1 on `stream` until the client leaves, the connection idles out or drains.
+/// Serves HTTP/1.1 on `stream` until the client leaves, the connection idles out or drains, or
+/// until the tunnel of an upgrade closes. The stream is `Send` because hyper hands an upgraded
+/// connection over as a `Send` object; it stays on this worker all the same.
 pub async fn serve<S>(
     proxy: Rc<WorkerProxy>,
     listener: ListenerId,
@@ -27,7 +29,7 @@ pub async fn serve<S>(
     peer: SocketAddr,
     connections: Rc<Connections>,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let control = connections.register(listener);
     let header_read_timeout = proxy.snapshot().client.header_read_timeout;
@@ -37,15 +39,17 @@ pub async fn serve<S>(
         connections,
     )));
     let handler = proxy.clone();
-    let connection = Rc::new(ClientConnection::new(listener, peer, scheme));
+    let client = Rc::new(ClientConnection::new(listener, peer, scheme));
+    let serving = client.clone();
     let service = service_fn(move |request| {
-        let (handler, connection) = (handler.clone(), connection.clone());
+        let (handler, connection) = (handler.clone(), serving.clone());
         async move { Ok::<_, Infallible>(handler.handle(connection, request).await) }
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout)
-        .serve_connection(io, service);
+        .serve_connection(io, service)
+        .with_upgrades();
     tokio::pin!(connection);
     let mut draining = false;
     std::future::poll_fn(|cx| {
@@ -61,6 +65,22 @@ pub async fn serve<S>(
         connection.as_mut().poll(cx).map(|_| ())
     })
     .await;
+    // After a relayed 101 hyper has let go of the socket, and the tunnel runs here: under the
+    // idle timeout, and holding the worker's drain until it closes. A drain does not cut it
+    // short (a tunnel has no request boundary to stop at); the drain timeout does.
+    if let Some(tunnel) = client.handover.take() {
+        let splice = tunnel.splice();
+        tokio::pin!(splice);
+        std::future::poll_fn(|cx| {
+            control.remember(cx.waker());
+            if control.is_idle() {
+                tracing::debug!(%peer, "closing idle tunnel");
+                return Poll::Ready(());
+            }
+            splice.as_mut().poll(cx)
+        })
+        .await;
+    }
 }
 
 /// hyper answers a request it cannot parse by itself, with an empty 400 (or 414, 431) before

@@ -15,6 +15,7 @@ use super::body::{ProxyBody, RequestBody};
 use super::filter::{Exchange, Step};
 use super::headers::ClientForwarding;
 use super::path;
+use super::upgrade::Handover;
 use super::upstream::Upstreams;
 use crate::error::ProxyError;
 use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
@@ -25,6 +26,8 @@ pub struct ClientConnection {
     pub listener: ListenerId,
     pub peer: SocketAddr,
     pub forwarding: ClientForwarding,
+    /// The tunnel of a relayed 101, once there is one.
+    pub handover: Handover,
 }
 
 impl ClientConnection {
@@ -34,6 +37,7 @@ impl ClientConnection {
             listener,
             peer,
             forwarding: ClientForwarding::new(peer, scheme),
+            handover: Handover::default(),
         }
     }
 }
@@ -104,18 +108,19 @@ impl WorkerProxy {
         mut request: Request<Incoming>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let Some(routes) = snapshot.http_routes(connection.listener) else {
-            return (ProxyError::NoRoute.response(), None);
+            return (no_route(snapshot, &request), None);
         };
         if let Some(normal) = path::normalize(request.uri().path()) {
             normalize_uri(request.uri_mut(), &normal);
         }
         let Some(route) = routes.find(&request) else {
-            return (ProxyError::NoRoute.response(), None);
+            return (no_route(snapshot, &request), None);
         };
         let mut request = request.map(RequestBody::streaming);
         let exchange = Exchange {
             connection,
             snapshot,
+            notes: RefCell::default(),
         };
         let mut ran = route.filters.len();
         let mut answer = None;
@@ -139,6 +144,15 @@ impl WorkerProxy {
         }
         (response, backend)
     }
+}
+
+/// trafik's 404. No route means no pipeline, so the hop trace, when on, is written here.
+fn no_route(snapshot: &Snapshot, request: &Request<Incoming>) -> Response<ProxyBody> {
+    let mut response = ProxyError::NoRoute.response();
+    if let Some(trace) = &snapshot.trace {
+        trace.mark_own_answer(&mut response, &trace.extend(request.headers()));
+    }
+    response
 }
 
 /// Replaces the URI's path with its normal form, keeping the query (and the authority of an
