@@ -222,6 +222,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                         "open_connections": pool.members[i].endpoint.open_connections.sum(read_gauge),
                         "requests": counters.sum(|c| read(&c.requests)),
                         "failures": counters.sum(|c| read(&c.failures)),
+                        "upgrades": counters.sum(|c| read(&c.upgrades)),
                     })
                 })
                 .collect();
@@ -256,7 +257,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
 /// The same counters in the Prometheus text exposition format.
 pub fn metrics(pools: &[Arc<Pool>]) -> String {
     type Read = fn(&Pool, usize) -> i64;
-    let families: [(&str, &str, &str, Read); 6] = [
+    let families: [(&str, &str, &str, Read); 7] = [
         (
             "trafik_backend_decisions_total",
             "counter",
@@ -274,6 +275,12 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             "counter",
             "Failed connects, timeouts and broken connections.",
             |p, i| p.members[i].counters.sum(|c| read(&c.failures)),
+        ),
+        (
+            "trafik_backend_upgrades_total",
+            "counter",
+            "Connections the backend switched to another protocol (101), such as WebSockets.",
+            |p, i| p.members[i].counters.sum(|c| read(&c.upgrades)),
         ),
         (
             "trafik_backend_active_connections",

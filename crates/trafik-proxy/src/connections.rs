@@ -7,6 +7,8 @@ use std::cell::{Cell, RefCell};
 use std::io;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -18,7 +20,9 @@ use crate::snapshot::ListenerId;
 /// A worker's client connections, as its sweeper sees them.
 pub struct Connections {
     /// Seconds since the worker started: a clock cheap enough to read on every read and write.
-    tick: Cell<u64>,
+    /// Atomic (relaxed: a plain load and store) only so that a stream hyper hands over to an
+    /// upgrade, which must be `Send`, can carry it.
+    tick: Arc<AtomicU64>,
     /// Idle limit in whole seconds (at least 1); a reload may change it.
     idle_ticks: Cell<u64>,
     list: RefCell<Vec<Weak<Control>>>,
@@ -28,8 +32,8 @@ pub struct Connections {
 /// What the sweeper can ask of one connection.
 pub struct Control {
     listener: ListenerId,
-    /// The tick at which a byte last moved.
-    active_at: Cell<u64>,
+    /// The tick at which a byte last moved; shared with the connection's [`Watched`] stream.
+    active_at: Arc<AtomicU64>,
     idle: Cell<bool>,
     drain: Cell<bool>,
     waker: RefCell<Option<Waker>>,
@@ -64,7 +68,7 @@ impl Control {
 impl Connections {
     pub fn new(idle_timeout: Duration) -> Rc<Self> {
         Rc::new(Connections {
-            tick: Cell::new(0),
+            tick: Arc::default(),
             idle_ticks: Cell::new(whole_seconds(idle_timeout)),
             list: RefCell::new(Vec::new()),
             draining: Cell::new(false),
@@ -74,7 +78,7 @@ impl Connections {
     pub fn register(&self, listener: ListenerId) -> Rc<Control> {
         let control = Rc::new(Control {
             listener,
-            active_at: Cell::new(self.tick.get()),
+            active_at: Arc::new(AtomicU64::new(self.tick.load(Ordering::Relaxed))),
             idle: Cell::new(false),
             drain: Cell::new(self.draining.get()),
             waker: RefCell::new(None),
@@ -105,19 +109,22 @@ impl Connections {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = ticker.tick() => self.tick.set(self.tick.get() + 1),
+                _ = ticker.tick() => {
+                    self.tick.fetch_add(1, Ordering::Relaxed);
+                }
                 _ = shutdown.wait_for(|stopping| *stopping), if !self.draining.get() => {
                     self.draining.set(true);
                 }
             }
-            let (tick, draining) = (self.tick.get(), self.draining.get());
+            let (tick, draining) = (self.tick.load(Ordering::Relaxed), self.draining.get());
             self.list.borrow_mut().retain(|weak| {
                 let Some(control) = weak.upgrade() else {
                     return false;
                 };
                 // The stamp says only in which second the last byte moved: waiting for strictly
                 // more ticks than the limit guarantees at least the limit has passed.
-                let idle = tick.saturating_sub(control.active_at.get()) > self.idle_ticks.get();
+                let active_at = control.active_at.load(Ordering::Relaxed);
+                let idle = tick.saturating_sub(active_at) > self.idle_ticks.get();
                 if idle || (draining && !control.drain.get()) {
                     control.idle.set(control.idle.get() || idle);
                     control.drain.set(draining);
@@ -133,25 +140,28 @@ fn whole_seconds(limit: Duration) -> u64 {
     limit.as_secs_f64().ceil().max(1.0) as u64
 }
 
-/// A client stream that notes when bytes last moved, for the idle timeout.
+/// A client stream that notes when bytes last moved, for the idle timeout. It is `Send` when
+/// the stream is, as hyper requires of a stream it hands over to an upgrade (a WebSocket
+/// tunnel), which keeps noting its bytes.
 pub struct Watched<S> {
     stream: S,
-    control: Rc<Control>,
-    clock: Rc<Connections>,
+    active_at: Arc<AtomicU64>,
+    tick: Arc<AtomicU64>,
 }
 
 impl<S> Watched<S> {
     pub fn new(stream: S, control: Rc<Control>, clock: Rc<Connections>) -> Self {
         Watched {
             stream,
-            control,
-            clock,
+            active_at: control.active_at.clone(),
+            tick: clock.tick.clone(),
         }
     }
 
     fn touch<T>(&self, polled: &Poll<io::Result<T>>) {
         if polled.is_ready() {
-            self.control.active_at.set(self.clock.tick.get());
+            self.active_at
+                .store(self.tick.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct BackendCounters {
     pub requests: AtomicU64,
     /// Failed connects, timeouts and broken connections to this backend.
     pub failures: AtomicU64,
+    /// Connections it switched to another protocol (a relayed 101, such as a WebSocket).
+    pub upgrades: AtomicU64,
     /// Requests in flight to it: +1 on one worker, -1 on the same one.
     pub in_flight: AtomicI64,
 }

@@ -18,6 +18,8 @@ pub enum ProxyError {
     UpstreamTimeout,
     /// The connection to the backend broke before a response head arrived.
     UpstreamFailed,
+    /// The backend answered `101 Switching Protocols` to a request that did not ask to switch.
+    UnexpectedUpgrade,
     /// The client's request body broke off (an aborted or stalled upload); not the backend's
     /// fault, so not counted against it.
     ClientAborted,
@@ -48,7 +50,9 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoHealthyBackend => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::ConnectFailed | ProxyError::UpstreamFailed => StatusCode::BAD_GATEWAY,
+            ProxyError::ConnectFailed
+            | ProxyError::UpstreamFailed
+            | ProxyError::UnexpectedUpgrade => StatusCode::BAD_GATEWAY,
             ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::ClientAborted
             | ProxyError::MalformedRequest
@@ -72,6 +76,7 @@ impl ProxyError {
             ProxyError::ConnectFailed => "could not connect to a backend\n",
             ProxyError::UpstreamTimeout => "the backend did not answer in time\n",
             ProxyError::UpstreamFailed => "the backend closed the connection without answering\n",
+            ProxyError::UnexpectedUpgrade => "the backend switched protocols unasked\n",
             ProxyError::ClientAborted => "the request body ended early\n",
             ProxyError::RequestBodyTooLarge => {
                 "the request body is larger than this route allows\n"
@@ -95,8 +100,35 @@ impl ProxyError {
     pub fn is_backend_fault(self) -> bool {
         matches!(
             self,
-            ProxyError::ConnectFailed | ProxyError::UpstreamTimeout | ProxyError::UpstreamFailed
+            ProxyError::ConnectFailed
+                | ProxyError::UpstreamTimeout
+                | ProxyError::UpstreamFailed
+                | ProxyError::UnexpectedUpgrade
         )
+    }
+
+    /// The word written after the hop chain on this answer (`tv > yd > unreachable`), when
+    /// `[server] trace_header` is set: one per failure, so a chain says where and why it broke.
+    pub fn trace_reason(self) -> &'static str {
+        match self {
+            ProxyError::NoRoute => "no-route",
+            ProxyError::NoHealthyBackend => "no-healthy-backend",
+            // The course's "ulasilamadi".
+            ProxyError::ConnectFailed => "unreachable",
+            ProxyError::UpstreamTimeout => "timeout",
+            ProxyError::UpstreamFailed => "no-answer",
+            ProxyError::UnexpectedUpgrade => "unasked-upgrade",
+            ProxyError::ClientAborted => "client-aborted",
+            ProxyError::RequestBodyTooLarge => "body-too-large",
+            ProxyError::MalformedRequest => "malformed-request",
+            ProxyError::UriTooLong => "uri-too-long",
+            ProxyError::HeadTooLarge => "head-too-large",
+            ProxyError::ConnectNotSupported => "connect-not-supported",
+            ProxyError::BadTarget => "bad-target",
+            ProxyError::BadHost => "bad-host",
+            ProxyError::UnsupportedTransferCoding => "unsupported-transfer-coding",
+            ProxyError::AmbiguousPath => "ambiguous-path",
+        }
     }
 
     /// Headers the answer carries beside its body: when to try again, and whether the
@@ -137,6 +169,8 @@ impl std::error::Error for ProxyError {}
 
 impl ProxyError {
     /// The answer trafik sends for this failure: its status, its one-line body and its headers.
+    /// It carries the error in its extensions, which marks it as trafik's own for the steps
+    /// it passes on the way out (the hop trace writes the reason).
     pub fn response(self) -> http::Response<crate::http::body::ProxyBody> {
         let mut response =
             http::Response::new(crate::http::body::ProxyBody::local(self.body().as_bytes()));
@@ -149,6 +183,7 @@ impl ProxyError {
         for (name, value) in self.headers() {
             headers.insert(name.clone(), http::HeaderValue::from_static(value));
         }
+        response.extensions_mut().insert(self);
         response
     }
 }

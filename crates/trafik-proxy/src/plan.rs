@@ -10,8 +10,11 @@ use trafik_balance::{Algorithm, SelectorOptions};
 /// Everything one trafik instance runs.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The instance name, written in `Via` headers.
+    /// The instance name, written in `Via` headers and in the hop chain.
     pub name: String,
+    /// The request header in which each trafik appends its name (the course's `x-durak`); its
+    /// own answers carry the chain and a reason in the same response header. Off when `None`.
+    pub trace_header: Option<HeaderName>,
     /// Data-plane worker threads; each accepts on every listener and keeps its own upstream
     /// connection pools.
     pub workers: usize,

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
 
-use crate::http::filter;
+use crate::http::filter::{self, Trace};
 use crate::http::route::{Route, RouteTable};
 use crate::http::target::{PoolTarget, Target};
 use crate::plan::{ClientPlan, ListenerKind, Plan, TargetPlan};
@@ -44,6 +44,8 @@ pub struct Snapshot {
     /// `1.1 NAME`, added to `Via` in both directions; a static value, so cloning it per request
     /// touches no shared counter.
     pub via: HeaderValue,
+    /// The hop chain, when `[server] trace_header` is set (a step of every route, and the 404).
+    pub trace: Option<Trace>,
     pub drain_timeout: Duration,
 }
 
@@ -78,6 +80,11 @@ impl Snapshot {
             errors.push(message);
             HeaderValue::from_static("1.1 trafik")
         });
+        let trace = match (&plan.trace_header, HeaderValue::from_str(&plan.name)) {
+            (Some(header), Ok(name)) => Some(Trace::new(header.clone(), name)),
+            // A name that cannot be a header value is reported with Via above.
+            _ => None,
+        };
         let pools: Vec<Arc<Pool>> = plan
             .pools
             .iter()
@@ -118,7 +125,7 @@ impl Snapshot {
                         listener.name
                     ));
                 }
-                let mut filters = filter::built_in();
+                let mut filters = filter::built_in(trace.as_ref());
                 filters.extend(route.filters.iter().map(filter::build));
                 table.push(Route {
                     host: route.host.clone(),
@@ -150,6 +157,7 @@ impl Snapshot {
             listeners: resolved,
             client: plan.client.clone(),
             via,
+            trace,
             drain_timeout: plan.drain_timeout,
         })
     }

@@ -1,7 +1,12 @@
 //! The course's parcel-tracking replica ("kopya"), used by trafik's demo, tests and benchmarks.
 //!
 //! - `GET /takip/<no>` and `GET /takip?no=<no>`: a JSON tracking body (durum, bolge, adim, rota);
+//!   without a number, `"no": "-"`, as the course's replica answers;
 //! - `POST /olay`: 201, the event is accepted;
+//! - `GET /varlik/<name>`: 200, a short fixed asset (the course's content path, which lesson 9's
+//!   `statik` replica serves);
+//! - `GET /yanki`: a WebSocket echo (RFC 6455): text and binary messages come back as sent,
+//!   a ping gets its pong, a close is answered and ends the connection;
 //! - `GET /saglik`: 200 `ayakta` (the health check);
 //! - `GET /sayac`: `{"ad": NAME, "istek": N, "yol": {"/takip": N, ...}}`, the requests this
 //!   replica answered, by first path segment (`/sayac` and `/saglik` are not counted).
@@ -9,7 +14,9 @@
 //! - `GET /olcut`: the load lesson's counters `{"istek", "kayit", "bakim", "bakimAdim", "kat"}`
 //!   and `sonBakimAdim`, the steps of the latest maintenance pass.
 //!
-//! Every response carries `x-kopya: NAME`, so a client can see which replica answered.
+//! Every response carries `x-kopya: NAME`, so a client can see which replica answered, and
+//! `x-durak`, the hop chain the request came with and this replica at its end (`tv > yd > k1`,
+//! or `k1` alone), as the end of the chain does in the course's lesson 9 (`vekil/uc.mjs`).
 //!
 //! With [`LoadLesson`] settings (such as [`LoadLesson::course`]) the replica is the load-testing
 //! lesson's server (`yuk/sunucu.mjs`): every path and method but `/olcut` is a tracking request
@@ -27,8 +34,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+use http::{
+    HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version, header,
+};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -36,10 +46,20 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 /// Distinct first path segments counted by `/sayac`; the rest are counted under `other`, so a
 /// client sending random paths cannot grow the map without bound.
 const MAX_COUNTED_PATHS: usize = 64;
+
+/// The hop-chain header of the course's lesson 9, echoed with this replica's name appended.
+const TRACE_HEADER: HeaderName = HeaderName::from_static("x-durak");
+
+/// The largest WebSocket message `/yanki` takes: an echo for tests and demos holds one message
+/// at a time, so a peer cannot make it buffer more than this.
+const MAX_ECHO_MESSAGE: usize = 1 << 20;
 
 /// How one replica behaves.
 #[derive(Clone, Debug, Default)]
@@ -100,6 +120,9 @@ struct Replica {
     requests: AtomicU64,
     by_path: Mutex<BTreeMap<String, u64>>,
     lesson: Mutex<LessonState>,
+    /// Turns true when the replica stops; ends the WebSocket echoes, which outlive the HTTP
+    /// connections they were upgraded from.
+    stopped: watch::Receiver<bool>,
 }
 
 /// A running replica; dropping it does not stop it, [`RunningReplica::stop`] does.
@@ -133,14 +156,15 @@ pub async fn spawn(address: SocketAddr, config: ReplicaConfig) -> std::io::Resul
             format!("replica name {:?} is not a valid header value", config.name),
         )
     })?;
+    let (stop, mut stopped) = watch::channel(false);
     let replica = Arc::new(Replica {
         config,
         name_header,
         requests: AtomicU64::new(0),
         by_path: Mutex::new(BTreeMap::new()),
         lesson: Mutex::new(LessonState::default()),
+        stopped: stopped.clone(),
     });
-    let (stop, mut stopped) = watch::channel(false);
     let finished = tokio::spawn(async move {
         let mut connections = JoinSet::new();
         loop {
@@ -156,7 +180,7 @@ pub async fn spawn(address: SocketAddr, config: ReplicaConfig) -> std::io::Resul
                             async move { Ok::<_, Infallible>(replica.answer(request).await) }
                         });
                         let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                            .serve_connection(TokioIo::new(stream), service)
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
                             .await;
                     });
                 }
@@ -175,7 +199,30 @@ pub async fn spawn(address: SocketAddr, config: ReplicaConfig) -> std::io::Resul
 }
 
 impl Replica {
+    /// Answers a request, with the hop chain it came with and this replica at its end.
     async fn answer(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let chain = self.chain(request.headers());
+        let mut response = self.respond(request).await;
+        response.headers_mut().insert(TRACE_HEADER, chain);
+        response
+    }
+
+    /// `RECEIVED > NAME`, or `NAME` for a request that came without a chain.
+    fn chain(&self, headers: &HeaderMap) -> HeaderValue {
+        let mut received = headers.get_all(TRACE_HEADER).iter().peekable();
+        if received.peek().is_none() {
+            return self.name_header.clone();
+        }
+        let mut chain = BytesMut::new();
+        for received in received {
+            chain.put_slice(received.as_bytes());
+            chain.put_slice(b" > ");
+        }
+        chain.put_slice(self.name_header.as_bytes());
+        HeaderValue::from_maybe_shared(chain.freeze()).unwrap_or_else(|_| self.name_header.clone())
+    }
+
+    async fn respond(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
         let path = request.uri().path();
         if path == "/saglik" {
             return self.reply(StatusCode::OK, "text/plain", Bytes::from_static(b"ayakta"));
@@ -194,13 +241,23 @@ impl Replica {
         if self.config.load_lesson.is_on() {
             return self.lesson_answer(request, number).await;
         }
+        if path == "/yanki" {
+            return self.echo_socket(request);
+        }
         let method = request.method().clone();
-        let tracking_number = tracking_number(request.uri());
-        match (method, tracking_number) {
-            (Method::GET | Method::HEAD, Some(number)) => {
-                self.reply(StatusCode::OK, "application/json", tracking_body(&number))
+        let tracking = path == "/takip" || path.starts_with("/takip/");
+        match method {
+            Method::GET | Method::HEAD if tracking => {
+                let number = tracking_number(request.uri());
+                let body = tracking_body(number.as_deref().unwrap_or("-"));
+                self.reply(StatusCode::OK, "application/json", body)
             }
-            (Method::POST, _) if path == "/olay" => {
+            Method::GET | Method::HEAD if path.starts_with("/varlik/") => self.reply(
+                StatusCode::OK,
+                "text/plain; charset=utf-8",
+                Bytes::from_static(b"varlik\n"),
+            ),
+            Method::POST if path == "/olay" => {
                 // Read the event frame by frame so the connection stays usable; it is not kept,
                 // so a client cannot make the replica buffer an arbitrarily large body.
                 let mut body = request.into_body();
@@ -217,6 +274,51 @@ impl Replica {
                 Bytes::from_static(b"bulunamadi\n"),
             ),
         }
+    }
+
+    /// `/yanki`: accepts a WebSocket handshake and echoes on the upgraded connection; anything
+    /// else gets 426 and the version it should have asked for.
+    fn echo_socket(&self, mut request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let Some(accept) = websocket_accept(&request) else {
+            let mut refusal = self.reply(
+                StatusCode::UPGRADE_REQUIRED,
+                "text/plain; charset=utf-8",
+                Bytes::from_static(b"websocket bekleniyor\n"),
+            );
+            refusal.headers_mut().insert(
+                header::SEC_WEBSOCKET_VERSION,
+                HeaderValue::from_static("13"),
+            );
+            return refusal;
+        };
+        let upgrade = hyper::upgrade::on(&mut request);
+        let mut stopped = self.stopped.clone();
+        tokio::spawn(async move {
+            let Ok(upgraded) = upgrade.await else {
+                return;
+            };
+            let config = WebSocketConfig::default()
+                .max_message_size(Some(MAX_ECHO_MESSAGE))
+                .max_frame_size(Some(MAX_ECHO_MESSAGE));
+            let socket = WebSocketStream::from_raw_socket(
+                TokioIo::new(upgraded),
+                Role::Server,
+                Some(config),
+            )
+            .await;
+            tokio::select! {
+                () = echo(socket) => {}
+                _ = stopped.wait_for(|stopped| *stopped) => {}
+            }
+        });
+        let mut response = Response::new(Full::default());
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let headers = response.headers_mut();
+        headers.insert("x-kopya", self.name_header.clone());
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+        response
     }
 
     /// The lesson's server answers every path alike, after its wait, work and maintenance.
@@ -324,6 +426,42 @@ impl Replica {
     }
 }
 
+/// Sends every text and binary message back as it came. tungstenite answers pings and the
+/// close handshake by itself, on the next read; the stream ends after the close.
+async fn echo<S>(mut socket: WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(Ok(message)) = socket.next().await {
+        if (message.is_text() || message.is_binary()) && socket.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The `Sec-WebSocket-Accept` value for a valid opening handshake (RFC 6455 §4.2.1): an
+/// HTTP/1.1 GET with `Upgrade: websocket`, `Connection: upgrade`, version 13 and a key.
+fn websocket_accept<B>(request: &Request<B>) -> Option<HeaderValue> {
+    let headers = request.headers();
+    let lists = |name: header::HeaderName, token: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .any(|item| item.trim().eq_ignore_ascii_case(token))
+    };
+    let valid = request.method() == Method::GET
+        && request.version() == Version::HTTP_11
+        && lists(header::UPGRADE, "websocket")
+        && lists(header::CONNECTION, "upgrade")
+        && headers
+            .get(header::SEC_WEBSOCKET_VERSION)
+            .is_some_and(|version| version == "13");
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).filter(|_| valid)?;
+    HeaderValue::from_str(&derive_accept_key(key.as_bytes())).ok()
+}
+
 /// `/takip/TR-1/x` → `/takip`; `/` → `/`.
 fn first_segment(path: &str) -> &str {
     match path[1.min(path.len())..].find('/') {
@@ -371,6 +509,28 @@ mod tests {
         assert_eq!(first_segment("/olay"), "/olay");
         assert_eq!(first_segment("/"), "/");
         assert_eq!(first_segment(""), "");
+    }
+
+    #[test]
+    fn the_opening_handshake_is_accepted_with_the_rfc_key() {
+        let handshake = |version: &str| {
+            Request::get("/yanki")
+                .header("upgrade", "websocket")
+                .header("connection", "keep-alive, Upgrade")
+                .header("sec-websocket-version", version)
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+                .body(())
+                .unwrap()
+        };
+        // RFC 6455 §1.3's example.
+        assert_eq!(
+            websocket_accept(&handshake("13")).unwrap(),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        assert!(websocket_accept(&handshake("8")).is_none());
+        let mut post = handshake("13");
+        *post.method_mut() = Method::POST;
+        assert!(websocket_accept(&post).is_none());
     }
 
     #[test]

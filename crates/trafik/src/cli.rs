@@ -46,8 +46,8 @@ pub enum Command {
     #[command(subcommand)]
     Sim(SimModel),
     /// Run one replica of the course's parcel-tracking service (`GET /takip/<no>`, `POST /olay`,
-    /// `GET /saglik`, `GET /sayac`), for demos, tests and benchmarks; with `--lesson-defaults`,
-    /// the load lesson's server.
+    /// `GET /varlik/<name>`, `GET /saglik`, `GET /sayac`, a WebSocket echo on `/yanki`), for
+    /// demos, tests and benchmarks; with `--lesson-defaults`, the load lesson's server.
     Upstream(UpstreamArgs),
     /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
     /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
@@ -60,7 +60,7 @@ pub struct UpstreamArgs {
     /// Address to listen on.
     #[arg(long, value_parser = parse_addr)]
     pub listen: SocketAddr,
-    /// The name the replica reports in `x-kopya` and `/sayac`.
+    /// The name the replica reports in `x-kopya`, `/sayac` and at the end of the `x-durak` chain.
     #[arg(long)]
     pub name: String,
     /// Wait this long before each answer (a slow replica).
@@ -176,9 +176,13 @@ pub struct ProxyArgs {
     /// Allow a non-loopback --admin address (the admin API has no authentication).
     #[arg(long, requires = "admin")]
     pub admin_allow_remote: bool,
-    /// The instance name written in Via headers.
+    /// The instance name written in Via headers and in the hop chain.
     #[arg(long, default_value = schema::Server::DEFAULT_NAME)]
     pub name: String,
+    /// Append --name to this request header at every request (the course's x-durak); trafik's
+    /// own answers carry the chain and a reason in it (`tv > unreachable`).
+    #[arg(long, value_name = "NAME")]
+    pub trace_header: Option<String>,
     /// Data-plane threads; one per core by default.
     #[arg(long)]
     pub workers: Option<usize>,

@@ -18,6 +18,9 @@ pub fn plan(loaded: &Loaded) -> String {
         plan.workers,
         Dur(plan.drain_timeout)
     );
+    if let Some(header) = &plan.trace_header {
+        let _ = writeln!(out, "hop trace in {header}");
+    }
     for (address, replica) in &loaded.upstreams {
         let _ = writeln!(out, "upstream {} (built in) on {address}", replica.name);
     }

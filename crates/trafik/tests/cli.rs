@@ -6,7 +6,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use common::{Proxy, Trafik, Upstream};
+use common::{INSIDE_NAMESPACE, Proxy, Trafik, Upstream, run_in_own_network_namespace};
 
 fn trafik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trafik"))
@@ -429,9 +429,6 @@ fn the_access_log_writes_one_json_line_per_request() {
     assert_eq!(access[1]["fields"]["status"], 404);
 }
 
-/// Set in the copy of this test binary that runs inside its own network namespace.
-const INSIDE_NAMESPACE: &str = "TRAFIK_TEST_INSIDE_NAMESPACE";
-
 /// The README's first command as written: `trafik serve` with no config binds the course's fixed
 /// ports (8080–8083 and 9090). So that it cannot collide with a demo the user is running, this
 /// test runs again inside a network namespace of its own, with its own loopback, and checks the
@@ -471,35 +468,6 @@ fn the_readme_main_command_serves_the_course_topology() {
     assert!(
         exit.success(),
         "Ctrl-C / SIGTERM drains and exits 0: {exit}"
-    );
-}
-
-/// Runs `test` from this binary again in new user, network and PID namespaces (loopback up),
-/// and fails unless it ran there and passed.
-fn run_in_own_network_namespace(test: &str) {
-    let output = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--net", "--pid", "--fork"])
-        .args([
-            "--kill-child",
-            "sh",
-            "-c",
-            "ip link set lo up && exec \"$0\" \"$@\"",
-        ])
-        .arg(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(INSIDE_NAMESPACE, "1")
-        .output()
-        .expect("unshare (util-linux) runs");
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success() && report.contains("1 passed"),
-        "{test} in its own network namespace (needs unshare from util-linux, ip from iproute2 \
-         and permission to create user namespaces): {}\n{report}",
-        output.status
     );
 }
 

@@ -34,7 +34,7 @@ fn the_soak_profile_reproduces_the_load_lessons_server_counters() {
     // prints 600 × 100 × 61 = 3,660,000).
     let last = counters["after"]["sonBakimAdim"].as_u64().unwrap();
     assert!(
-        (600 * 6100..=600 * 6168).contains(&last) && last % 600 == 0,
+        (600 * 6100..=600 * 6168).contains(&last) && last.is_multiple_of(600),
         "last pass {last} steps"
     );
     let quarters = report["quarters"]["rows"].as_array().unwrap();

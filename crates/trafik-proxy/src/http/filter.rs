@@ -1,17 +1,22 @@
 //! A route's pipeline: steps that see the request before its target and the response after.
 //!
 //! Every route runs the built-in steps first — [`UpstreamForm`] (origin-form URI, hop-by-hop
-//! headers) and [`Forwarding`] (`Forwarded`, `X-Forwarded-*`, `Via`) — then the filters its
+//! headers, upgrades) and [`Forwarding`] (`Forwarded`, `X-Forwarded-*`, `Via`), and [`Trace`]
+//! (the hop chain) when `[server] trace_header` asks for it — then the filters its
 //! configuration lists. Responses pass the same steps in reverse. A step that answers the
 //! request itself ([`Step::Respond`]) stops it: the target never sees it, and only the steps
 //! that ran before it see the answer.
 
-use http::header::{self, HeaderName, HeaderValue};
-use http::{Request, Response, Uri};
+use std::cell::RefCell;
+
+use bytes::{BufMut, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Extensions, Request, Response, StatusCode, Uri};
 
 use super::body::{ProxyBody, RequestBody};
 use super::headers::{append_via, is_settable, remove_hop_by_hop};
 use super::service::ClientConnection;
+use super::upgrade;
 use crate::error::ProxyError;
 use crate::plan::FilterPlan;
 use crate::snapshot::Snapshot;
@@ -20,6 +25,9 @@ use crate::snapshot::Snapshot;
 pub struct Exchange<'a> {
     pub connection: &'a ClientConnection,
     pub snapshot: &'a Snapshot,
+    /// What a step remembers of this request for its answer: a route's steps serve all its
+    /// requests and keep nothing of their own. Empty, it allocates nothing.
+    pub notes: RefCell<Extensions>,
 }
 
 /// What a request step decided.
@@ -39,9 +47,14 @@ pub trait Filter: Send + Sync {
     fn on_response(&self, _response: &mut Response<ProxyBody>, _exchange: &Exchange<'_>) {}
 }
 
-/// The steps every route runs before its configured filters.
-pub fn built_in() -> Vec<Box<dyn Filter>> {
-    vec![Box::new(UpstreamForm), Box::new(Forwarding)]
+/// The steps every route runs before its configured filters; [`Trace`] only when configured,
+/// so a route without it pays nothing for it.
+pub fn built_in(trace: Option<&Trace>) -> Vec<Box<dyn Filter>> {
+    let mut steps: Vec<Box<dyn Filter>> = vec![Box::new(UpstreamForm), Box::new(Forwarding)];
+    if let Some(trace) = trace {
+        steps.push(Box::new(trace.clone()));
+    }
+    steps
 }
 
 /// Builds a configured filter.
@@ -73,7 +86,8 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
 /// Makes the message fit to cross the hop: an absolute-form request URI becomes origin form and
 /// its authority replaces `Host` (RFC 9112 §3.2.2: the route was chosen by that authority, so the
 /// backend must see the same one), and hop-by-hop headers are removed both ways (from relayed
-/// responses only: trafik's own answers may need `Connection: close`).
+/// responses only: trafik's own answers may need `Connection: close`) — but for an upgrade
+/// ([`upgrade::wanted`]) and its 101, which keep `Upgrade` and `Connection: upgrade`.
 pub struct UpstreamForm;
 
 impl Filter for UpstreamForm {
@@ -92,13 +106,21 @@ impl Filter for UpstreamForm {
                 request.headers_mut().insert(header::HOST, value);
             }
         }
-        remove_hop_by_hop(request.headers_mut());
+        if upgrade::wanted(request) {
+            upgrade::prepare(request);
+        } else {
+            remove_hop_by_hop(request.headers_mut());
+        }
         Step::Continue
     }
 
     fn on_response(&self, response: &mut Response<ProxyBody>, _: &Exchange<'_>) {
         if matches!(response.body(), ProxyBody::Upstream { .. }) {
-            remove_hop_by_hop(response.headers_mut());
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                upgrade::keep_upgrade_headers(response.headers_mut());
+            } else {
+                remove_hop_by_hop(response.headers_mut());
+            }
         }
     }
 }
@@ -120,6 +142,74 @@ impl Filter for Forwarding {
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
         if matches!(response.body(), ProxyBody::Upstream { .. }) {
             append_via(response.headers_mut(), &exchange.snapshot.via);
+        }
+    }
+}
+
+/// The hop chain (`[server] trace_header`, the course's `x-durak`): each trafik appends its name
+/// to the request header, `tv`, then `tv > yd`, and the end of the chain reports it back
+/// (`trafik upstream` answers `tv > yd > k1`). An answer trafik makes itself carries the chain
+/// up to here and why: `tv > yd > unreachable` ([`ProxyError::trace_reason`]).
+#[derive(Clone)]
+pub struct Trace {
+    header: HeaderName,
+    name: HeaderValue,
+}
+
+/// The chain a request left this instance with, for its answer.
+#[derive(Clone)]
+struct Chain(HeaderValue);
+
+impl Trace {
+    pub fn new(header: HeaderName, name: HeaderValue) -> Self {
+        Trace { header, name }
+    }
+
+    /// The chain the request goes on with: the one it came with (all its values, in order),
+    /// then this instance.
+    pub fn extend(&self, headers: &HeaderMap) -> HeaderValue {
+        let mut received = headers.get_all(&self.header).iter().peekable();
+        if received.peek().is_none() {
+            return self.name.clone();
+        }
+        let mut chain = BytesMut::new();
+        for value in received {
+            chain.put_slice(value.as_bytes());
+            chain.put_slice(b" > ");
+        }
+        chain.put_slice(self.name.as_bytes());
+        // Joined from valid values with visible ASCII, so still valid; checked all the same.
+        HeaderValue::from_maybe_shared(chain.freeze()).unwrap_or_else(|_| self.name.clone())
+    }
+
+    /// Writes `CHAIN > REASON` on an answer trafik made itself (one that carries its
+    /// [`ProxyError`]); a relayed answer keeps the header its backend wrote.
+    pub fn mark_own_answer(&self, response: &mut Response<ProxyBody>, chain: &HeaderValue) {
+        let Some(error) = response.extensions().get::<ProxyError>() else {
+            return;
+        };
+        let mut marked = BytesMut::from(chain.as_bytes());
+        marked.put_slice(b" > ");
+        marked.put_slice(error.trace_reason().as_bytes());
+        if let Ok(value) = HeaderValue::from_maybe_shared(marked.freeze()) {
+            response.headers_mut().insert(self.header.clone(), value);
+        }
+    }
+}
+
+impl Filter for Trace {
+    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+        let chain = self.extend(request.headers());
+        request
+            .headers_mut()
+            .insert(self.header.clone(), chain.clone());
+        exchange.notes.borrow_mut().insert(Chain(chain));
+        Step::Continue
+    }
+
+    fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
+        if let Some(Chain(chain)) = exchange.notes.borrow().get::<Chain>() {
+            self.mark_own_answer(response, chain);
         }
     }
 }

@@ -42,14 +42,19 @@ const END_TO_END: [HeaderName; 2] = [header::HOST, header::CONTENT_LENGTH];
 /// Whether a configured filter may set `name`: not a hop-by-hop header nor one that frames or
 /// addresses the message, which trafik and hyper manage.
 pub fn is_settable(name: &HeaderName) -> bool {
-    !HOP_BY_HOP.contains(name) && !END_TO_END.contains(name)
+    !is_hop_by_hop(name) && !END_TO_END.contains(name)
+}
+
+/// Whether `name` is a header every proxy drops at its hop (those `Connection` names aside).
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
 }
 
 /// Removes hop-by-hop headers, including any that `Connection` names. A message that came
 /// with `Transfer-Encoding` loses `Content-Length` too (RFC 9112 §6.3): the coding framed it.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none: one pass over their few names spares a hash lookup per name.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+    if !headers.keys().any(is_hop_by_hop) {
         return;
     }
     if let Some(connection) = headers.get(header::CONNECTION) {

@@ -1,7 +1,8 @@
 //! The HTTP/1.1 reverse proxy, by layer: [`server`] runs a client connection, [`path`] and
 //! [`route`] choose a route, [`filter`] runs its pipeline, [`target`] picks a backend and
 //! relays, [`upstream`] holds the connections to backends, [`headers`] rewrites what crosses
-//! the boundary and [`body`] carries what flows each way.
+//! the boundary, [`body`] carries what flows each way and [`upgrade`] splices the two
+//! connections of a protocol switch (WebSocket).
 
 pub mod body;
 pub mod filter;
@@ -12,5 +13,6 @@ pub mod route;
 pub mod server;
 pub mod service;
 pub mod target;
+pub mod upgrade;
 pub mod upstream;
 pub mod validate;

@@ -1,12 +1,13 @@
 //! Runs one client connection as an HTTP/1.1 server, over any byte stream (plain TCP now; TLS
-//! wraps the stream and comes through the same door).
+//! wraps the stream and comes through the same door), and then the tunnel of an upgrade.
 
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use hyper::server::conn::http1;
@@ -19,7 +20,9 @@ use crate::connections::{Connections, Watched};
 use crate::error::ProxyError;
 use crate::snapshot::ListenerId;
 
-/// Serves HTTP/1.1 on `stream` until the client leaves, the connection idles out or drains.
+/// Serves HTTP/1.1 on `stream` until the client leaves, the connection idles out or drains, or
+/// until the tunnel of an upgrade closes. The stream is `Send` because hyper hands an upgraded
+/// connection over as a `Send` object; it stays on this worker all the same.
 pub async fn serve<S>(
     proxy: Rc<WorkerProxy>,
     listener: ListenerId,
@@ -28,21 +31,22 @@ pub async fn serve<S>(
     peer: SocketAddr,
     connections: Rc<Connections>,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let control = connections.register(listener);
     let header_read_timeout = proxy.snapshot().client.header_read_timeout;
-    let served = Rc::new(Cell::new(false));
+    let served = Arc::new(AtomicBool::new(false));
     let io = TokioIo::new(MalformedAnswer {
         stream: Watched::new(stream, control.clone(), connections),
         served: served.clone(),
         replacing: None,
     });
     let handler = proxy.clone();
-    let connection = Rc::new(ClientConnection::new(listener, peer, scheme));
+    let client = Rc::new(ClientConnection::new(listener, peer, scheme));
+    let serving = client.clone();
     let service = service_fn(move |request| {
-        served.set(true);
-        let (handler, connection) = (handler.clone(), connection.clone());
+        served.store(true, Ordering::Relaxed);
+        let (handler, connection) = (handler.clone(), serving.clone());
         async move { Ok::<_, Infallible>(handler.handle(connection, request).await) }
     });
     let connection = http1::Builder::new()
@@ -51,7 +55,8 @@ pub async fn serve<S>(
         // A client may close its sending side once its request is out (`nc -N`, HTTP/1.0
         // tools) and still wait for the answer.
         .half_close(true)
-        .serve_connection(io, service);
+        .serve_connection(io, service)
+        .with_upgrades();
     tokio::pin!(connection);
     let mut draining = false;
     std::future::poll_fn(|cx| {
@@ -67,6 +72,22 @@ pub async fn serve<S>(
         connection.as_mut().poll(cx).map(|_| ())
     })
     .await;
+    // After a relayed 101 hyper has let go of the socket, and the tunnel runs here: under the
+    // idle timeout, and holding the worker's drain until it closes. A drain does not cut it
+    // short (a tunnel has no request boundary to stop at); the drain timeout does.
+    if let Some(tunnel) = client.handover.take() {
+        let splice = tunnel.splice();
+        tokio::pin!(splice);
+        std::future::poll_fn(|cx| {
+            control.remember(cx.waker());
+            if control.is_idle() {
+                tracing::debug!(%peer, "closing idle tunnel");
+                return Poll::Ready(());
+            }
+            splice.as_mut().poll(cx)
+        })
+        .await;
+    }
 }
 
 /// hyper answers a request it cannot parse by itself, with an empty 400 (or 414, 431) before
@@ -78,8 +99,9 @@ pub async fn serve<S>(
 /// connection gets hyper's answer as it is (the right status, without the line).
 struct MalformedAnswer<S> {
     stream: S,
-    /// Set when the first request reaches the service.
-    served: Rc<Cell<bool>>,
+    /// Set when the first request reaches the service (atomic only because an upgraded stream
+    /// must be `Send`).
+    served: Arc<AtomicBool>,
     /// trafik's answer while it is being written, and how much of it is out.
     replacing: Option<(Vec<u8>, usize)>,
 }
@@ -153,7 +175,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for MalformedAnswer<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if this.replacing.is_none()
-            && !this.served.get()
+            && !this.served.load(Ordering::Relaxed)
             && let Some(answer) = replacement_for(buf)
         {
             this.replacing = Some((answer, 0));
@@ -172,7 +194,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for MalformedAnswer<S> {
         let this = self.get_mut();
         let mut written = bufs.iter().filter(|b| !b.is_empty());
         if let (Some(only), None) = (written.next(), written.next())
-            && (this.replacing.is_some() || (!this.served.get() && replacement_for(only).is_some()))
+            && (this.replacing.is_some()
+                || (!this.served.load(Ordering::Relaxed) && replacement_for(only).is_some()))
         {
             return Pin::new(this).poll_write(cx, only);
         }

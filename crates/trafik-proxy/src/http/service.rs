@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use super::body::{ProxyBody, RequestBody};
 use super::filter::{Exchange, Step};
 use super::headers::ClientForwarding;
+use super::upgrade::Handover;
 use super::upstream::Upstreams;
 use super::{path, validate};
 use crate::error::ProxyError;
@@ -25,6 +26,8 @@ pub struct ClientConnection {
     pub listener: ListenerId,
     pub peer: SocketAddr,
     pub forwarding: ClientForwarding,
+    /// The tunnel of a relayed 101, once there is one.
+    pub handover: Handover,
 }
 
 impl ClientConnection {
@@ -34,6 +37,7 @@ impl ClientConnection {
             listener,
             peer,
             forwarding: ClientForwarding::new(peer, scheme),
+            handover: Handover::default(),
         }
     }
 }
@@ -104,23 +108,26 @@ impl WorkerProxy {
         mut request: Request<Incoming>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let Some(routes) = snapshot.http_routes(connection.listener) else {
-            return (ProxyError::NoRoute.response(), None);
+            return (no_route(snapshot, &request), None);
         };
         if let Some(refusal) = validate::refusal(&request) {
-            return (refusal.response(), None);
+            return (refuse(refusal, snapshot, &request), None);
         }
         match path::normalize(request.uri().path()) {
             Ok(None) => {}
             Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),
-            Err(path::Ambiguous) => return (ProxyError::AmbiguousPath.response(), None),
+            Err(path::Ambiguous) => {
+                return (refuse(ProxyError::AmbiguousPath, snapshot, &request), None);
+            }
         }
         let Some(route) = routes.find(&request) else {
-            return (ProxyError::NoRoute.response(), None);
+            return (no_route(snapshot, &request), None);
         };
         let mut request = request.map(RequestBody::streaming);
         let exchange = Exchange {
             connection,
             snapshot,
+            notes: RefCell::default(),
         };
         let mut ran = route.filters.len();
         let mut answer = None;
@@ -144,6 +151,24 @@ impl WorkerProxy {
         }
         (response, backend)
     }
+}
+
+/// trafik's 404. No route means no pipeline, so the hop trace, when on, is written here.
+fn no_route(snapshot: &Snapshot, request: &Request<Incoming>) -> Response<ProxyBody> {
+    refuse(ProxyError::NoRoute, snapshot, request)
+}
+
+/// trafik's answer to a request no route saw, with the hop chain when tracing is on.
+fn refuse(
+    error: ProxyError,
+    snapshot: &Snapshot,
+    request: &Request<Incoming>,
+) -> Response<ProxyBody> {
+    let mut response = error.response();
+    if let Some(trace) = &snapshot.trace {
+        trace.mark_own_answer(&mut response, &trace.extend(request.headers()));
+    }
+    response
 }
 
 /// Replaces the URI's path with its normal form, keeping the query (and the authority of an

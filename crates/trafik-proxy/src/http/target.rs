@@ -5,14 +5,16 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
-use http::{Request, Response, header};
+use http::{Request, Response, StatusCode, header};
+use hyper::body::Incoming;
 use trafik_balance::PickContext;
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::key::request_key;
 use super::service::{ClientConnection, WorkerProxy};
-use super::upstream::InFlight;
-use crate::counters::bump;
+use super::upgrade::{ClientUpgrade, Tunnel};
+use super::upstream::{Checkout, InFlight};
+use crate::counters::{BackendCounters, bump};
 use crate::error::ProxyError;
 use crate::pool::Pool;
 use crate::snapshot::WorkerSnapshot;
@@ -87,6 +89,8 @@ impl PoolTarget {
             _ => (None, None),
         };
         let upload = request.body().upload();
+        // Set aside before sending: the request carries only what the next hop reads.
+        let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
         let mut failure = ProxyError::NoHealthyBackend;
         for _attempt in 0..=retries {
             if timed {
@@ -111,8 +115,24 @@ impl PoolTarget {
             let in_flight = InFlight::start(snapshot, self.pool, index, me);
             let address = pool.address(index);
             let sent_at = timed.then(Instant::now);
-            match send(worker, pool, index, in_flight, request, upload.as_ref()).await {
-                Ok(mut response) => {
+            match send(worker, pool, index, request, upload.as_ref()).await {
+                Ok((answer, checkout)) => {
+                    let relayed = relay(
+                        answer,
+                        checkout,
+                        in_flight,
+                        upload.clone(),
+                        client_upgrade.take(),
+                        connection,
+                        counters,
+                    );
+                    let mut response = match relayed {
+                        Ok(response) => response,
+                        Err(error) => {
+                            bump(&counters.failures);
+                            return (error.response(), Some(address));
+                        }
+                    };
                     if let Some(sent_at) = sent_at {
                         pool.selector
                             .observe(index, sent_at.elapsed(), worker.now());
@@ -156,15 +176,39 @@ impl PoolTarget {
     }
 }
 
-/// Sends the request to backend `index` on a pooled or new connection.
+/// Turns a backend's answer into the client's: its body streams back on the connection, which
+/// returns to the idle stack at its end; a 101 to a request that asked to switch protocols
+/// hands both connections to a [`Tunnel`] instead, for the client connection to run.
+fn relay(
+    mut answer: Response<Incoming>,
+    checkout: Checkout,
+    in_flight: InFlight,
+    upload: Option<Rc<Upload>>,
+    client_upgrade: Option<ClientUpgrade>,
+    connection: &ClientConnection,
+    counters: &BackendCounters,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let lease = checkout.into_lease(in_flight, upload);
+        return Ok(answer.map(|body| ProxyBody::upstream(body, lease)));
+    }
+    let client = client_upgrade.ok_or(ProxyError::UnexpectedUpgrade)?;
+    connection
+        .handover
+        .put(Tunnel::new(client, &mut answer, checkout, in_flight));
+    bump(&counters.upgrades);
+    Ok(answer.map(|body| ProxyBody::Upstream { body, lease: None }))
+}
+
+/// Sends the request to backend `index` on a pooled or new connection; the answer comes back
+/// with the connection it arrived on.
 async fn send(
     worker: &WorkerProxy,
     pool: &Pool,
     index: usize,
-    in_flight: InFlight,
     mut request: Request<RequestBody>,
     upload: Option<&Rc<Upload>>,
-) -> Result<Response<ProxyBody>, Failure> {
+) -> Result<(Response<Incoming>, Checkout), Failure> {
     // A pooled connection the backend closed while idle hands the request back unsent; that is
     // no failure of the backend, so it is tried once more on a new connection.
     let mut fresh = false;
@@ -191,12 +235,7 @@ async fn send(
             Err(_elapsed) => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
             Ok(Ok(response)) => {
                 bump(&pool.members[index].counters.mine(worker.id).requests);
-                let lease = checkout.into_lease(in_flight, upload.cloned());
-                let (parts, body) = response.into_parts();
-                return Ok(Response::from_parts(
-                    parts,
-                    ProxyBody::upstream(body, lease),
-                ));
+                return Ok((response, checkout));
             }
             Ok(Err(mut error)) => match error.take_message() {
                 Some(unsent) if !fresh => {

@@ -8,18 +8,22 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 
 use super::body::{RequestBody, Upload, UploadState};
 use crate::pool::{Endpoint, Pool};
 use crate::snapshot::{Snapshot, WorkerSnapshot};
-use crate::transport;
+use crate::transport::{self, OpenConnection};
 
 /// Idle connections kept per endpoint in one worker; more are closed when they come back.
 const MAX_IDLE_PER_ENDPOINT: usize = 512;
@@ -208,18 +212,68 @@ impl Upstreams {
         Ok(Checkout { sender, home })
     }
 
-    /// Opens a new connection and starts its driver task, which holds the connection's place
-    /// in the endpoint's gauge until it ends.
+    /// Opens a new connection and starts its driver task. The driver hands the socket over
+    /// when the backend switches protocols (a 101); the socket holds its place in the
+    /// endpoint's gauge until it closes, whichever of them has it then.
     async fn connect(&self, endpoint: &Arc<Endpoint>, timeout: Duration) -> io::Result<Sender> {
         let (stream, open) = transport::connect(endpoint, timeout, self.worker).await?;
         let (sender, connection) = http1::Builder::new()
-            .handshake(TokioIo::new(stream))
+            .handshake(TokioIo::new(Counted {
+                stream,
+                _open: open,
+            }))
             .await
             .map_err(io::Error::other)?;
         tokio::task::spawn_local(async move {
-            let _ = connection.await;
-            drop(open);
+            let _ = connection.with_upgrades().await;
         });
         Ok(sender)
+    }
+}
+
+/// An upstream socket and its place in the endpoint's gauge of open connections, together, so
+/// the count holds for as long as the socket is open, in the pool or in an upgrade's tunnel.
+struct Counted {
+    stream: TcpStream,
+    _open: OpenConnection,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }

@@ -52,6 +52,7 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
 pub fn plan(backends: &[SocketAddr]) -> Plan {
     Plan {
         name: "trafik-test".into(),
+        trace_header: None,
         workers: 2,
         listeners: vec![ListenerPlan {
             name: "web".into(),

@@ -78,6 +78,7 @@ impl From<ProxyArgs> for File {
         File {
             server: Server {
                 name: args.name,
+                trace_header: args.trace_header.map(unplaced),
                 workers: args.workers.map(unplaced),
                 access_log: args.access_log,
                 ..Server::default()
@@ -95,6 +96,7 @@ fn flag(field: &str) -> Option<&'static str> {
     Some(match field {
         "server.name" => "--name",
         "server.workers" => "--workers",
+        "server.trace_header" => "--trace-header",
         "admin.listen" => "--admin",
         "admin.allow_remote" => "--admin-allow-remote",
         "listener[0].listen" => "--listen",

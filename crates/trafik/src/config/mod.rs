@@ -66,6 +66,7 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
         Some((listeners, pools)) if report.is_clean() => Ok(Loaded {
             plan: Plan {
                 name: instance.name,
+                trace_header: instance.trace_header,
                 workers: instance.workers,
                 listeners,
                 pools,

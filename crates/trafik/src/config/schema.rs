@@ -38,6 +38,8 @@ pub struct Server {
     pub drain_timeout: Dur,
     pub trust_forwarded: bool,
     pub access_log: bool,
+    /// The request header each instance appends its name to (the course's `x-durak`).
+    pub trace_header: Option<Spanned<String>>,
     pub timeouts: ClientTimeouts,
 }
 
@@ -53,6 +55,7 @@ impl Default for Server {
             drain_timeout: Dur(Duration::from_secs(10)),
             trust_forwarded: false,
             access_log: false,
+            trace_header: None,
             timeouts: ClientTimeouts::default(),
         }
     }

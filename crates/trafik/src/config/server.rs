@@ -1,8 +1,11 @@
-//! `[server]`: the instance's name, data-plane threads, drain and client-side timeouts.
+//! `[server]`: the instance's name, data-plane threads, drain, client-side timeouts and the
+//! hop trace.
 
 use std::time::Duration;
 
+use http::HeaderName;
 use trafik_proxy::ClientPlan;
+use trafik_proxy::http::headers::is_hop_by_hop;
 
 use super::report::Report;
 use super::schema::Server;
@@ -13,6 +16,7 @@ pub struct Instance {
     pub workers: usize,
     pub client: ClientPlan,
     pub drain_timeout: Duration,
+    pub trace_header: Option<HeaderName>,
 }
 
 pub fn check(report: &mut Report, server: Server) -> Instance {
@@ -45,12 +49,35 @@ pub fn check(report: &mut Report, server: Server) -> Instance {
         trust_forwarded: server.trust_forwarded,
         access_log: server.access_log,
     };
+    let trace_header = server.trace_header.and_then(|header| {
+        let refuse = |report: &mut Report, message: String| {
+            report.error(header.span(), "server.trace_header", message);
+            None
+        };
+        match HeaderName::from_bytes(header.get_ref().as_bytes()) {
+            Ok(name) if is_hop_by_hop(&name) => refuse(
+                report,
+                format!(
+                    "{name:?} is removed at every hop; choose another name, such as \"x-durak\""
+                ),
+            ),
+            Ok(name) => Some(name),
+            Err(_) => refuse(
+                report,
+                format!(
+                    "expected a header name such as \"x-durak\", found {:?}",
+                    header.get_ref()
+                ),
+            ),
+        }
+    });
     Instance {
         name: server.name,
         workers,
         client,
         // Zero is allowed: stop at once, without waiting for requests in flight.
         drain_timeout: server.drain_timeout.0,
+        trace_header,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Helpers shared by the test binaries: real `trafik` child processes that cannot outlive a
-//! failed test, and running `trafik load` itself.
+//! failed test, running `trafik load` itself, and a network namespace of its own for a test
+//! that binds the course's fixed ports.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::io::{BufRead, BufReader};
@@ -160,4 +161,36 @@ pub fn json(output: &Output) -> serde_json::Value {
             String::from_utf8_lossy(&output.stderr)
         )
     })
+}
+
+/// Set in the copy of this test binary that runs inside its own network namespace.
+pub const INSIDE_NAMESPACE: &str = "TRAFIK_TEST_INSIDE_NAMESPACE";
+
+/// Runs `test` from this binary again in new user, network and PID namespaces (loopback up),
+/// and fails unless it ran there and passed.
+pub fn run_in_own_network_namespace(test: &str) {
+    let output = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "--pid", "--fork"])
+        .args([
+            "--kill-child",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$0\" \"$@\"",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(INSIDE_NAMESPACE, "1")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && report.contains("1 passed"),
+        "{test} in its own network namespace (needs unshare from util-linux, ip from iproute2 \
+         and permission to create user namespaces): {}\n{report}",
+        output.status
+    );
 }

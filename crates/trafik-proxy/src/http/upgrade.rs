@@ -1,0 +1,205 @@
+//! HTTP/1.1 protocol upgrades (WebSocket, RFC 6455 §4; RFC 9110 §7.8): the request is relayed
+//! with its `Upgrade` and `Connection: upgrade`, the backend's `101 Switching Protocols` is
+//! relayed back, and then the two connections are spliced, bytes copied both ways until either
+//! side closes.
+//!
+//! The steps, in the order a request meets them:
+//! - [`UpstreamForm`](super::filter::UpstreamForm) asks [`wanted`]; a request that qualifies
+//!   keeps its upgrade headers ([`keep_upgrade_headers`]) and its client side is set aside as a
+//!   [`ClientUpgrade`]; any other request loses them with the rest of the hop-by-hop headers;
+//! - the pool target sends it; on a 101 it builds a [`Tunnel`] from both sides and leaves it in
+//!   the client connection's [`Handover`]; any other answer is relayed as usual;
+//! - hyper writes the 101 and lets go of the client socket; the client connection then runs
+//!   the tunnel ([`super::server`]), under its idle timeout.
+//!
+//! An upgraded upstream connection never goes back to the idle stack, and while the tunnel is
+//! open it counts in its backend's `active_connections` and `open_connections`.
+
+use std::cell::RefCell;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, Version};
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+
+use super::body::RequestBody;
+use super::headers::remove_hop_by_hop;
+use super::upstream::{Checkout, InFlight};
+
+/// The client side of a request that may switch protocols, set aside before the request is
+/// sent so that the 101 can be joined to it.
+#[derive(Clone)]
+pub struct ClientUpgrade(OnUpgrade);
+
+/// Whether the client asks to switch protocols in a way trafik relays: an HTTP/1.1 `GET` with
+/// `Upgrade` and `Connection: upgrade`. hyper prepares the hand-over only for HTTP/1.1 requests
+/// with `Upgrade` (and CONNECT), so most requests are answered by the first check.
+pub fn wanted(request: &Request<RequestBody>) -> bool {
+    request.extensions().get::<OnUpgrade>().is_some()
+        && request.method() == Method::GET
+        && request.version() == Version::HTTP_11
+        && request.headers().contains_key(header::UPGRADE)
+        && names_upgrade(request.headers())
+}
+
+/// Whether `Connection` lists the `upgrade` token.
+fn names_upgrade(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// Readies a request that [`wanted`] an upgrade to cross the hop: its client side is set aside
+/// as a [`ClientUpgrade`] and its headers keep only the upgrade among the hop-by-hop ones.
+pub fn prepare(request: &mut Request<RequestBody>) {
+    let client = hyper::upgrade::on(&mut *request);
+    request.extensions_mut().insert(ClientUpgrade(client));
+    keep_upgrade_headers(request.headers_mut());
+}
+
+/// Removes the hop-by-hop headers but `Upgrade`, and says `Connection: upgrade`: what the next
+/// hop needs to switch protocols, and nothing else about this connection.
+pub fn keep_upgrade_headers(headers: &mut HeaderMap) {
+    let protocols = headers.remove(header::UPGRADE);
+    remove_hop_by_hop(headers);
+    if let Some(protocols) = protocols {
+        headers.insert(header::UPGRADE, protocols);
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+/// A relayed 101's two connections, to be spliced once hyper has let go of both.
+pub struct Tunnel {
+    client: OnUpgrade,
+    upstream: OnUpgrade,
+    /// The upstream connection's sender: kept until the upgrade is done, then dropped, never
+    /// returned to the idle stack.
+    sender: Checkout,
+    /// Keeps the tunnel in its backend's `active_connections` for as long as it is open.
+    _in_flight: InFlight,
+}
+
+impl Tunnel {
+    /// Joins the client's side to the backend's 101, whose own side is taken from it.
+    pub fn new(
+        client: ClientUpgrade,
+        response: &mut Response<Incoming>,
+        sender: Checkout,
+        in_flight: InFlight,
+    ) -> Self {
+        Tunnel {
+            client: client.0,
+            upstream: hyper::upgrade::on(response),
+            sender,
+            _in_flight: in_flight,
+        }
+    }
+
+    /// Copies bytes both ways until either side closes or breaks: its close is passed on to
+    /// the other side (a shutdown of writing, so what was sent before still arrives), then both
+    /// connections are closed. A WebSocket ends so after its close handshake, with no half-open
+    /// connection left waiting for a peer that has finished.
+    pub async fn splice(self) {
+        let (client, upstream) = match tokio::try_join!(self.client, self.upstream) {
+            Ok(both) => both,
+            Err(error) => {
+                tracing::debug!(%error, "upgrade abandoned");
+                return;
+            }
+        };
+        drop(self.sender);
+        let (mut from_client, mut to_client) = tokio::io::split(TokioIo::new(client));
+        let (mut from_upstream, mut to_upstream) = tokio::io::split(TokioIo::new(upstream));
+        let up = async {
+            let copied = tokio::io::copy(&mut from_client, &mut to_upstream).await;
+            let _ = to_upstream.shutdown().await;
+            copied
+        };
+        let down = async {
+            let copied = tokio::io::copy(&mut from_upstream, &mut to_client).await;
+            let _ = to_client.shutdown().await;
+            copied
+        };
+        let (side, ended) = tokio::select! {
+            copied = up => ("client", copied),
+            copied = down => ("backend", copied),
+        };
+        match ended {
+            Ok(bytes) => tracing::debug!(side, bytes, "tunnel closed"),
+            Err(error) => tracing::debug!(side, %error, "tunnel broke"),
+        }
+    }
+}
+
+/// Where a relayed 101 leaves its tunnel, for the client connection to run once hyper hands
+/// over the socket.
+#[derive(Default)]
+pub struct Handover(RefCell<Option<Tunnel>>);
+
+impl Handover {
+    pub fn put(&self, tunnel: Tunnel) {
+        *self.0.borrow_mut() = Some(tunnel);
+    }
+
+    pub fn take(&self) -> Option<Tunnel> {
+        self.0.borrow_mut().take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_upgrade_keeps_its_protocol_and_loses_the_other_hop_by_hop_headers() {
+        let mut h = headers(&[
+            ("connection", "keep-alive, Upgrade, x-secret"),
+            ("upgrade", "websocket"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ]);
+        assert!(names_upgrade(&h));
+        keep_upgrade_headers(&mut h);
+        let mut left: Vec<_> = h
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap()))
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "connection: upgrade",
+                "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==",
+                "upgrade: websocket"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_upgrade_token_in_connection_counts() {
+        assert!(!names_upgrade(&headers(&[("connection", "keep-alive")])));
+        assert!(!names_upgrade(&headers(&[("connection", "upgraded")])));
+        assert!(names_upgrade(&headers(&[
+            ("connection", "keep-alive"),
+            ("connection", " UPGRADE ")
+        ])));
+    }
+}
