@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use trafik_balance::{Health, HealthThresholds, Transition};
@@ -12,6 +12,7 @@ use trafik_balance::{Health, HealthThresholds, Transition};
 use crate::plan::{HealthCheck, HealthPlan};
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
+use crate::tls::backend::BackendTls;
 
 /// Runs the probe loops of the configuration in force: on every new snapshot the loops of the
 /// previous one stop and the new pools' loops start, each from the verdict its backend carried
@@ -70,7 +71,8 @@ async fn probe_loop(
             _ = ticker.tick() => {}
             _ = retired.wait_for(|retired| *retired) => return,
         }
-        let passed = tokio::time::timeout(plan.timeout, probe(address, &plan.check))
+        let probing = probe(address, &plan.check, pool.plan.tls.as_ref());
+        let passed = tokio::time::timeout(plan.timeout, probing)
             .await
             .unwrap_or(false);
         match health.record(passed) {
@@ -87,11 +89,27 @@ async fn probe_loop(
     }
 }
 
-/// One probe; true when the backend passed.
-async fn probe(address: SocketAddr, check: &HealthCheck) -> bool {
-    let Ok(mut stream) = TcpStream::connect(address).await else {
+/// One probe; true when the backend passed. A TLS pool's probes speak TLS too, with the pool's
+/// settings, so a backend whose certificate the pool would refuse is down: the check sees what
+/// requests would meet.
+async fn probe(address: SocketAddr, check: &HealthCheck, tls: Option<&BackendTls>) -> bool {
+    let Ok(stream) = TcpStream::connect(address).await else {
         return false;
     };
+    match tls {
+        None => ask(stream, address, check).await,
+        Some(tls) => match tls.connect(address, stream).await {
+            Ok(stream) => ask(stream, address, check).await,
+            Err(_) => false,
+        },
+    }
+}
+
+/// The check itself, on a connected stream: a `tcp` check has passed by now.
+async fn ask<S>(mut stream: S, address: SocketAddr, check: &HealthCheck) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let path = match check {
         HealthCheck::Tcp => return true,
         HealthCheck::Http { path } => path,

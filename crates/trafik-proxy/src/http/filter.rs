@@ -7,7 +7,7 @@
 //! that ran before it see the answer.
 
 use http::header::{self, HeaderName, HeaderValue};
-use http::{Request, Response, Uri};
+use http::{Request, Response, Uri, Version};
 
 use super::body::{ProxyBody, RequestBody};
 use super::headers::{append_via, remove_hop_by_hop};
@@ -59,9 +59,11 @@ pub fn build(plan: &FilterPlan) -> Box<dyn Filter> {
     }
 }
 
-/// Makes the message fit to cross the hop: an absolute-form request URI becomes origin form
-/// (its authority moves to `Host` if that was absent), and hop-by-hop headers are removed both
-/// ways (from relayed responses only: trafik's own answers may need `Connection: close`).
+/// Makes the message fit to cross the hop: an absolute-form request URI (as HTTP/2 requests
+/// carry) becomes origin form, its authority becoming `Host`, and hop-by-hop headers are
+/// removed both ways (from relayed responses only: trafik's own answers may need
+/// `Connection: close`). An HTTP/2 request keeps its version here; hyper writes it upstream as
+/// HTTP/1.1.
 pub struct UpstreamForm;
 
 impl Filter for UpstreamForm {
@@ -76,8 +78,9 @@ impl Filter for UpstreamForm {
             if let Ok(uri) = path.parse::<Uri>() {
                 *request.uri_mut() = uri;
             }
-            if let (Some(authority), false) =
-                (authority, request.headers().contains_key(header::HOST))
+            // The route was chosen by the authority, so the backend must see the same host
+            // whatever `Host` says (RFC 9112 §3.2.2, RFC 9113 §8.3.1).
+            if let Some(authority) = authority
                 && let Ok(value) = HeaderValue::from_str(&authority)
             {
                 request.headers_mut().insert(header::HOST, value);
@@ -100,10 +103,14 @@ pub struct Forwarding;
 
 impl Filter for Forwarding {
     fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+        let via = match request.version() {
+            Version::HTTP_2 => &exchange.snapshot.via_http2,
+            _ => &exchange.snapshot.via,
+        };
         exchange.connection.forwarding.apply(
             request.headers_mut(),
             exchange.snapshot.client.trust_forwarded,
-            &exchange.snapshot.via,
+            via,
         );
         Step::Continue
     }

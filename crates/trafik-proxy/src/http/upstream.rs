@@ -1,4 +1,5 @@
-//! Upstream connections: one keep-alive stack per endpoint (backend address) in every worker.
+//! Upstream connections: one keep-alive stack per endpoint (backend address, and TLS settings
+//! for a pool that speaks TLS) in every worker.
 //!
 //! A worker is a single-threaded runtime, so its stacks need no locks: a connection is taken
 //! from a plain stack, used for one request and pushed back when the response body ends. Reuse
@@ -10,15 +11,16 @@ use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
 
 use super::body::RequestBody;
 use crate::pool::{Endpoint, Pool};
 use crate::snapshot::WorkerSnapshot;
-use crate::transport;
+use crate::transport::{self, OpenConnection};
 
 /// Idle connections kept per endpoint in one worker; more are closed when they come back.
 const MAX_IDLE_PER_ENDPOINT: usize = 512;
@@ -158,24 +160,46 @@ impl Upstreams {
                 }
             }
         }
-        let sender = self
-            .connect(&home.endpoint, pool.plan.connect_timeout)
-            .await?;
+        // Boxed: a TLS handshake's state is large, and every request's future would carry its
+        // size (and copy it) though most requests find an idle connection.
+        let sender = Box::pin(self.connect(&home.endpoint, pool)).await?;
         Ok(Checkout { sender, home })
     }
 
-    /// Opens a new connection and starts its driver task, which holds the connection's place
-    /// in the endpoint's gauge until it ends.
-    async fn connect(&self, endpoint: &Arc<Endpoint>, timeout: Duration) -> io::Result<Sender> {
+    /// Opens a new connection (the TLS handshake too, for a TLS pool, within the same connect
+    /// timeout) and starts its driver task, which holds the connection's place in the
+    /// endpoint's gauge until it ends.
+    async fn connect(&self, endpoint: &Arc<Endpoint>, pool: &Pool) -> io::Result<Sender> {
+        let started = Instant::now();
+        let timeout = pool.plan.connect_timeout;
         let (stream, open) = transport::connect(endpoint, timeout, self.worker).await?;
-        let (sender, connection) = http1::Builder::new()
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(io::Error::other)?;
-        tokio::task::spawn_local(async move {
-            let _ = connection.await;
-            drop(open);
-        });
-        Ok(sender)
+        match &pool.plan.tls {
+            None => start(stream, open).await,
+            Some(tls) => {
+                let handshake = tls.connect(endpoint.address, stream);
+                let stream = tokio::time::timeout_at(started + timeout, handshake)
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                    })??;
+                start(stream, open).await
+            }
+        }
     }
+}
+
+/// Starts HTTP/1.1 on a new upstream connection.
+async fn start<S>(stream: S, open: OpenConnection) -> io::Result<Sender>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let (sender, connection) = http1::Builder::new()
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(io::Error::other)?;
+    tokio::task::spawn_local(async move {
+        let _ = connection.await;
+        drop(open);
+    });
+    Ok(sender)
 }
