@@ -351,3 +351,80 @@ fn certificates_load_from_pem_files() {
     assert!(format!("{errors:?}").contains("cannot read"), "{errors:?}");
     std::fs::remove_dir_all(&folder).unwrap();
 }
+
+/// What became of one HTTP/2 request.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    /// Answered: the response's HEADERS frame arrived.
+    Answered,
+    /// The stream was reset with this error code (1 = PROTOCOL_ERROR).
+    Reset(u32),
+}
+
+/// One GET with `extra` headers over a fresh h2c connection, written frame by frame: the
+/// clients at hand (hyper's, h2's) refuse to send the headers under test.
+async fn raw_h2c(address: SocketAddr, extra: &[(&str, &str)]) -> Fate {
+    // HPACK (RFC 7541): indexed :method GET (2), :scheme http (6), :path / (4); :authority as a
+    // literal with indexed name (1); the extra headers as literals with new names.
+    let mut block = vec![0x82, 0x86, 0x84, 0x01, 10];
+    block.extend_from_slice(b"kargo.test");
+    for (name, value) in extra {
+        block.push(0x00);
+        block.push(name.len() as u8);
+        block.extend_from_slice(name.as_bytes());
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bytes.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]); // SETTINGS, empty
+    let length = (block.len() as u32).to_be_bytes();
+    // HEADERS on stream 1 with END_STREAM and END_HEADERS.
+    bytes.extend_from_slice(&[length[1], length[2], length[3], 0x1, 0x5, 0, 0, 0, 1]);
+    bytes.extend_from_slice(&block);
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(&bytes).await.unwrap();
+    loop {
+        let mut head = [0u8; 9];
+        tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut head))
+            .await
+            .expect("a frame within 10 s")
+            .expect("the connection stays open until the stream's fate is known");
+        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0; length];
+        stream.read_exact(&mut payload).await.unwrap();
+        let on_stream_1 = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) == 1;
+        match head[3] {
+            0x1 if on_stream_1 => return Fate::Answered,
+            0x3 if on_stream_1 => {
+                return Fate::Reset(u32::from_be_bytes(payload[..4].try_into().unwrap()));
+            }
+            0x7 => panic!("GOAWAY: the whole connection was refused"),
+            _ => {} // SETTINGS, its ACK, WINDOW_UPDATE…
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_http2_request_with_connection_specific_headers_is_reset() {
+    let replicas = replicas(1).await;
+    let running = trafik_proxy::start(plan(&[replicas[0].address()])).unwrap();
+    let address = web(&running);
+    // RFC 9113 §8.2.2: such a request is malformed; of them only `TE: trailers` may pass.
+    assert_eq!(raw_h2c(address, &[]).await, Fate::Answered);
+    assert_eq!(
+        raw_h2c(address, &[("te", "trailers")]).await,
+        Fate::Answered
+    );
+    for header in [
+        ("connection", "keep-alive"),
+        ("te", "gzip"),
+        ("upgrade", "h2c"),
+    ] {
+        assert_eq!(
+            raw_h2c(address, &[header]).await,
+            Fate::Reset(1),
+            "{header:?}"
+        );
+    }
+    stop(running).await;
+}

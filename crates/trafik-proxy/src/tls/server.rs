@@ -77,6 +77,7 @@ impl ByServerName {
                 .or_else(|| names().find(|(_, candidate)| wildcard_covers(candidate, name)))
                 .map(|(certificate, _)| &**certificate)
         });
+        // Never empty: `acceptor` refuses a listener without certificates.
         found.unwrap_or(&self.certificates[0])
     }
 }

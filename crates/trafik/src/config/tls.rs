@@ -42,12 +42,12 @@ pub fn listener(
     for (i, entry) in entries.into_iter().enumerate() {
         let field = format!("{field}.tls[{i}]");
         let certificate = certificate(report, &field, entry);
-        if let Some(loaded) = &certificate
-            && loaded.0.names.is_empty()
+        if let Some((loaded, cert_span)) = &certificate
+            && loaded.names.is_empty()
             && i > 0
         {
             report.error(
-                loaded.1.clone(),
+                cert_span.clone(),
                 &format!("{field}.cert"),
                 "this certificate names no DNS host (subject alternative names), so it could never be chosen: only a listener's first certificate, the default, may lack names",
             );
