@@ -24,6 +24,7 @@ use crate::snapshot::ListenerId;
 /// Which HTTP versions a client connection may speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
+    /// HTTP/1.1 alone, as over TLS when the client did not choose h2.
     Http1,
     /// HTTP/2 alone, as TLS agreed by ALPN.
     Http2,
