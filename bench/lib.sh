@@ -21,3 +21,26 @@ wait_for_port() {
   echo "nothing listens on port $1" >&2
   exit 1
 }
+
+# CPU ticks (utime+stime) of a process and all its descendants.
+ticks() {
+  local total=0 pid
+  for pid in $1 $(pgrep -P "$1" || true); do
+    if [[ -r /proc/$pid/stat ]]; then
+      # Fields after the command name (which may hold spaces): utime is 14th, stime 15th overall.
+      read -r -a f < <(sed 's/^.*) //' "/proc/$pid/stat")
+      total=$((total + f[11] + f[12]))
+    fi
+  done
+  echo "$total"
+}
+hz=$(getconf CLK_TCK)
+
+to_ms() { # wrk prints 512.00us, 1.23ms or 1.05s
+  awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n = n; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
+}
+
+# The median of a space-separated list of numbers ("-" when there are none).
+median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { if (NR == 0 || a[1] == "-") print "-"; else print a[int((NR + 1) / 2)] }'; }
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }

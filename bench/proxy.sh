@@ -90,24 +90,6 @@ pids+=("$haproxy_pid")
 for port in "$TRAFIK_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do wait_for_port "$port"; done
 
 # --- measuring --------------------------------------------------------------------------------
-# CPU ticks (utime+stime) of a process and all its descendants.
-ticks() {
-  local total=0 pid
-  for pid in $1 $(pgrep -P "$1" || true); do
-    if [[ -r /proc/$pid/stat ]]; then
-      # Fields after the command name (which may hold spaces): utime is 14th, stime 15th overall.
-      read -r -a f < <(sed 's/^.*) //' "/proc/$pid/stat")
-      total=$((total + f[11] + f[12]))
-    fi
-  done
-  echo "$total"
-}
-
-to_ms() { # wrk prints 512.00us, 1.23ms or 1.05s
-  awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n = n; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
-}
-
-hz=$(getconf CLK_TCK)
 declare -A RPS P50 P99 CPU
 
 run() { # name port pid-to-charge (empty: none)
@@ -130,8 +112,6 @@ run() { # name port pid-to-charge (empty: none)
   RPS[$name]="${RPS[$name]:-} $rps"; P50[$name]="${P50[$name]:-} $p50"; P99[$name]="${P99[$name]:-} $p99"; CPU[$name]="${CPU[$name]:-} $cpu"
 }
 
-median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { if (NR == 0 || a[1] == "-") print "-"; else print a[int((NR + 1) / 2)] }'; }
-
 echo "trafik bench: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s $PATH_UNDER_TEST, $ROUNDS round(s), $WORKERS proxy workers, $(nproc) cores"
 for round in $(seq "$ROUNDS"); do
   run direct "$UPSTREAM_PORT"
@@ -144,7 +124,6 @@ printf '\n%-8s %12s %9s %9s %14s\n' target "req/s" "p50 ms" "p99 ms" "CPU µs/re
 for name in direct trafik nginx haproxy; do
   printf '%-8s %12s %9s %9s %14s\n' "$name" "$(median "${RPS[$name]}")" "$(median "${P50[$name]}")" "$(median "${P99[$name]}")" "$(median "${CPU[$name]}")"
 done
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 t_rps=$(median "${RPS[trafik]}"); t_cpu=$(median "${CPU[trafik]}")
 for peer in nginx haproxy; do
   printf '\ntrafik/%-7s req/s %s×   CPU per request %s×' "$peer" \

@@ -5,13 +5,14 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use trafik_balance::{Health, HealthThresholds, Transition};
 
 use crate::plan::{HealthCheck, HealthPlan};
 use crate::snapshot::Snapshot;
+use crate::tls::backend::BackendTls;
 
 /// Runs one probe loop per health-checked backend of the configuration in force. A loop is
 /// keyed by pool name and backend address and outlives reloads that keep its check unchanged,
@@ -21,8 +22,8 @@ pub async fn supervise(
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut loops: HashMap<(String, SocketAddr), (HealthPlan, watch::Sender<bool>)> =
-        HashMap::new();
+    type Check = (HealthPlan, Option<BackendTls>);
+    let mut loops: HashMap<(String, SocketAddr), (Check, watch::Sender<bool>)> = HashMap::new();
     loop {
         let snapshot = snapshots.borrow_and_update().clone();
         let mut wanted = HashSet::new();
@@ -30,22 +31,26 @@ pub async fn supervise(
             let Some(plan) = &pool.plan.health else {
                 continue;
             };
+            let check = (plan.clone(), pool.plan.tls.clone());
             for index in 0..pool.backends.len() {
                 let key = (pool.plan.name.clone(), pool.address(index));
                 wanted.insert(key.clone());
-                if loops.get(&key).is_some_and(|(running, _)| running == plan) {
+                if loops
+                    .get(&key)
+                    .is_some_and(|(running, _)| *running == check)
+                {
                     continue;
                 }
                 let (retire, retired) = watch::channel(false);
                 let up = pool.backends.is_up(index);
                 tokio::spawn(probe_loop(
                     key.clone(),
-                    plan.clone(),
+                    check.clone(),
                     up,
                     snapshots.clone(),
                     retired,
                 ));
-                if let Some((_, replaced)) = loops.insert(key, (plan.clone(), retire)) {
+                if let Some((_, replaced)) = loops.insert(key, (check.clone(), retire)) {
                     let _ = replaced.send(true);
                 }
             }
@@ -75,7 +80,7 @@ pub async fn supervise(
 /// snapshot in force at that moment.
 async fn probe_loop(
     (pool_name, address): (String, SocketAddr),
-    plan: HealthPlan,
+    (plan, tls): (HealthPlan, Option<BackendTls>),
     up: bool,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     mut retired: watch::Receiver<bool>,
@@ -92,7 +97,8 @@ async fn probe_loop(
             _ = ticker.tick() => {}
             _ = retired.wait_for(|retired| *retired) => return,
         }
-        let passed = tokio::time::timeout(plan.timeout, probe(address, &plan.check))
+        let probing = probe(address, &plan.check, tls.as_ref());
+        let passed = tokio::time::timeout(plan.timeout, probing)
             .await
             .unwrap_or(false);
         let up = match health.record(passed) {
@@ -114,11 +120,27 @@ async fn probe_loop(
     }
 }
 
-/// One probe; true when the backend passed.
-async fn probe(address: SocketAddr, check: &HealthCheck) -> bool {
-    let Ok(mut stream) = TcpStream::connect(address).await else {
+/// One probe; true when the backend passed. A TLS pool's probes speak TLS too, with the pool's
+/// settings, so a backend whose certificate the pool would refuse is down: the check sees what
+/// requests would meet.
+async fn probe(address: SocketAddr, check: &HealthCheck, tls: Option<&BackendTls>) -> bool {
+    let Ok(stream) = TcpStream::connect(address).await else {
         return false;
     };
+    match tls {
+        None => ask(stream, address, check).await,
+        Some(tls) => match tls.connect(address, stream).await {
+            Ok(stream) => ask(stream, address, check).await,
+            Err(_) => false,
+        },
+    }
+}
+
+/// The check itself, on a connected stream: a `tcp` check has passed by now.
+async fn ask<S>(mut stream: S, address: SocketAddr, check: &HealthCheck) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let path = match check {
         HealthCheck::Tcp => return true,
         HealthCheck::Http { path } => path,

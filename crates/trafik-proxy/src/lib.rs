@@ -16,6 +16,7 @@ pub mod plan;
 pub mod pool;
 pub mod snapshot;
 pub mod sticky;
+pub mod tls;
 pub mod transport;
 pub mod worker;
 

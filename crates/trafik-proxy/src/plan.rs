@@ -2,10 +2,14 @@
 //! file or from quick-mode flags; the data plane never reads configuration text itself.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Method};
 use trafik_balance::{Algorithm, SelectorOptions};
+
+use crate::tls::Certificate;
+use crate::tls::backend::BackendTls;
 
 /// Everything one trafik instance runs.
 #[derive(Clone, Debug)]
@@ -53,13 +57,20 @@ pub struct ListenerPlan {
     pub kind: ListenerKind,
 }
 
-/// What a listener speaks on its connections. TLS and layer-4 kinds come beside `Http` and
-/// reuse the same accept loop ([`crate::transport`]).
+/// What a listener speaks on its connections. Layer-4 kinds come beside these and reuse the
+/// same accept loop ([`crate::transport`]).
 #[derive(Clone, Debug)]
 pub enum ListenerKind {
     /// Plain HTTP/1.1; the routes are tried most specific first (see
     /// [`crate::http::route::RouteTable`]).
     Http { routes: Vec<RoutePlan> },
+    /// HTTP/1.1 or HTTP/2 (by ALPN) inside TLS, which ends here; the same routes as `Http`.
+    Https {
+        routes: Vec<RoutePlan>,
+        /// The certificates served, chosen by the name the client asks for; the first is the
+        /// default.
+        certificates: Vec<Arc<Certificate>>,
+    },
 }
 
 impl ListenerKind {
@@ -67,6 +78,14 @@ impl ListenerKind {
     pub fn name(&self) -> &'static str {
         match self {
             ListenerKind::Http { .. } => "http",
+            ListenerKind::Https { .. } => "https",
+        }
+    }
+
+    /// The routes of an HTTP listener, with or without TLS.
+    pub fn routes(&self) -> &[RoutePlan] {
+        match self {
+            ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
         }
     }
 }
@@ -135,6 +154,8 @@ pub struct PoolPlan {
     pub response_timeout: Duration,
     /// Further backends tried when connecting fails (0 turns retries off).
     pub retries: u32,
+    /// Speak TLS to the backends (and to their health checks).
+    pub tls: Option<BackendTls>,
 }
 
 /// One upstream server.

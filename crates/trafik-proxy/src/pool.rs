@@ -13,9 +13,11 @@ use trafik_balance::{BackendSet, BackendSpec, Selector};
 use crate::counters::{BackendCounters, PerWorker};
 use crate::plan::PoolPlan;
 use crate::sticky::Sticky;
+use crate::tls::backend::BackendTls;
 
-/// One upstream address, whatever pools name it. Idle connections are kept per endpoint, so a
-/// backend shared by two pools shares its kept-alive connections too.
+/// One upstream address, whatever pools name it, and how it is spoken to (plain, or TLS with
+/// given settings). Idle connections are kept per endpoint, so a backend shared by two pools
+/// shares its kept-alive connections too, unless their TLS settings differ.
 #[derive(Debug)]
 pub struct Endpoint {
     /// Dense and never reused: workers index their idle lists by it.
@@ -25,12 +27,15 @@ pub struct Endpoint {
     pub open_connections: PerWorker<AtomicI64>,
 }
 
-/// Every endpoint this process has connected to, by address. It only grows: an id stays valid
-/// for connections of an old configuration still in flight.
+/// Every endpoint this process has connected to, by [`EndpointKey`]. It only grows: an id stays
+/// valid for connections of an old configuration still in flight.
 pub struct Endpoints {
     workers: usize,
-    by_address: Mutex<HashMap<SocketAddr, Arc<Endpoint>>>,
+    by_address: Mutex<HashMap<EndpointKey, Arc<Endpoint>>>,
 }
+
+/// An address, and the [`BackendTls::identity`] of the TLS spoken to it (none for plain).
+type EndpointKey = (SocketAddr, Option<String>);
 
 impl Endpoints {
     pub fn new(workers: usize) -> Self {
@@ -40,12 +45,12 @@ impl Endpoints {
         }
     }
 
-    /// The endpoint for `address`, created on first use.
-    pub fn get(&self, address: SocketAddr) -> Arc<Endpoint> {
+    /// The endpoint for `address` spoken to with `tls`, created on first use.
+    pub fn get(&self, address: SocketAddr, tls: Option<&BackendTls>) -> Arc<Endpoint> {
         let mut known = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
         let next = known.len();
         known
-            .entry(address)
+            .entry((address, tls.map(BackendTls::identity)))
             .or_insert_with(|| {
                 Arc::new(Endpoint {
                     id: next,
@@ -111,7 +116,7 @@ impl Pool {
                     None => Arc::new(PerWorker::new(workers)),
                 };
                 Backend {
-                    endpoint: endpoints.get(backend.address),
+                    endpoint: endpoints.get(backend.address, plan.tls.as_ref()),
                     name: backend.name.clone(),
                     counters,
                 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
+use tokio_rustls::TlsAcceptor;
 
 use crate::http::filter::{self, Trace};
 use crate::http::route::{Route, RouteTable};
@@ -46,19 +47,37 @@ pub struct Snapshot {
     pub via: HeaderValue,
     /// The hop chain, when `[server] trace_header` is set (a step of every route, and the 404).
     pub trace: Option<Trace>,
+    /// `2 NAME`, for requests received over HTTP/2 (`Via` names the protocol a hop received).
+    pub via_http2: HeaderValue,
     pub drain_timeout: Duration,
 }
 
 /// What a listener does with its connections, resolved.
 pub enum Listener {
-    Http { routes: RouteTable },
+    Http {
+        name: String,
+        routes: RouteTable,
+    },
+    /// TLS ends here, then the same HTTP as `Http`.
+    Https {
+        name: String,
+        routes: RouteTable,
+        tls: TlsAcceptor,
+    },
 }
 
 impl Listener {
+    pub fn name(&self) -> &str {
+        match self {
+            Listener::Http { name, .. } | Listener::Https { name, .. } => name,
+        }
+    }
+
     /// The scheme its clients speak, for `X-Forwarded-Proto`.
     pub fn scheme(&self) -> &'static str {
         match self {
             Listener::Http { .. } => "http",
+            Listener::Https { .. } => "https",
         }
     }
 }
@@ -76,7 +95,7 @@ impl Snapshot {
         file: Option<String>,
     ) -> Result<Snapshot, Vec<String>> {
         let mut errors = Vec::new();
-        let via = static_via(&plan.name).unwrap_or_else(|message| {
+        let via = static_via("1.1", &plan.name).unwrap_or_else(|message| {
             errors.push(message);
             HeaderValue::from_static("1.1 trafik")
         });
@@ -85,6 +104,7 @@ impl Snapshot {
             // A name that cannot be a header value is reported with Via above.
             _ => None,
         };
+        let via_http2 = static_via("2", &plan.name).unwrap_or(HeaderValue::from_static("2 trafik"));
         let pools: Vec<Arc<Pool>> = plan
             .pools
             .iter()
@@ -105,7 +125,7 @@ impl Snapshot {
             .collect();
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
-            let ListenerKind::Http { routes } = &listener.kind;
+            let routes = listener.kind.routes();
             let mut table = Vec::with_capacity(routes.len());
             for route in routes {
                 let TargetPlan::Pool {
@@ -138,12 +158,20 @@ impl Snapshot {
                     }),
                 });
             }
-            resolved.push((
-                id,
-                Listener::Http {
-                    routes: RouteTable::new(table),
-                },
-            ));
+            let (name, routes) = (listener.name.clone(), RouteTable::new(table));
+            let resolved_listener = match &listener.kind {
+                ListenerKind::Http { .. } => Listener::Http { name, routes },
+                ListenerKind::Https { certificates, .. } => {
+                    match crate::tls::server::acceptor(certificates) {
+                        Ok(tls) => Listener::Https { name, routes, tls },
+                        Err(error) => {
+                            errors.push(format!("listener {name:?}: {error}"));
+                            continue;
+                        }
+                    }
+                }
+            };
+            resolved.push((id, resolved_listener));
         }
         if !errors.is_empty() {
             return Err(errors);
@@ -158,6 +186,7 @@ impl Snapshot {
             client: plan.client.clone(),
             via,
             trace,
+            via_http2,
             drain_timeout: plan.drain_timeout,
         })
     }
@@ -177,7 +206,7 @@ impl Snapshot {
     /// The route table of HTTP listener `id`.
     pub fn http_routes(&self, id: ListenerId) -> Option<&RouteTable> {
         match self.listener(id)? {
-            Listener::Http { routes } => Some(routes),
+            Listener::Http { routes, .. } | Listener::Https { routes, .. } => Some(routes),
         }
     }
 
@@ -186,11 +215,11 @@ impl Snapshot {
     }
 }
 
-/// `1.1 NAME` as a static header value. Each distinct name is leaked once per process (a
+/// `PROTOCOL NAME` as a static header value. Each distinct value is leaked once per process (a
 /// handful of bytes), so a clone is a plain copy rather than a shared reference count.
-fn static_via(name: &str) -> Result<HeaderValue, String> {
+fn static_via(protocol: &str, name: &str) -> Result<HeaderValue, String> {
     static KNOWN: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
-    let text = format!("1.1 {name}");
+    let text = format!("{protocol} {name}");
     HeaderValue::from_str(&text)
         .map_err(|_| format!("instance name {name:?} cannot be written in a Via header"))?;
     let mut known = KNOWN

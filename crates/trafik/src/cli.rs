@@ -189,6 +189,14 @@ pub struct ProxyArgs {
     /// Log one line per request.
     #[arg(long)]
     pub access_log: bool,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first). Repeat for more certificates,
+    /// each with its --tls-key, in the same order: the first is the default, the others are
+    /// chosen by the name the client asks for (SNI).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Vec<String>,
+    /// The private key (PEM) of the --tls-cert at the same position.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Vec<String>,
 }
 
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {

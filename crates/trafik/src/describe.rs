@@ -27,11 +27,26 @@ pub fn plan(loaded: &Loaded) -> String {
     for listener in &plan.listeners {
         let _ = writeln!(
             out,
-            "listener {} on http://{}",
-            listener.name, listener.address
+            "listener {} on {}://{}",
+            listener.name,
+            listener.kind.name(),
+            listener.address
         );
-        let trafik_proxy::ListenerKind::Http { routes } = &listener.kind;
-        for route in routes {
+        if let trafik_proxy::ListenerKind::Https { certificates, .. } = &listener.kind {
+            for (i, certificate) in certificates.iter().enumerate() {
+                let names = match certificate.names.join(", ") {
+                    names if names.is_empty() => "no DNS names".to_owned(),
+                    names => names,
+                };
+                let default = if i == 0 { " (default)" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "  certificate {}: {names}{default}",
+                    certificate.origin
+                );
+            }
+        }
+        for route in listener.kind.routes() {
             let host = route
                 .host
                 .as_deref()
@@ -66,6 +81,13 @@ pub fn plan(loaded: &Loaded) -> String {
         );
         if let Some(key) = &pool.hash_key {
             let _ = writeln!(out, "  hash key: {key}");
+        }
+        if let Some(tls) = &pool.tls {
+            let name = match &tls.server_name {
+                Some(name) => format!("as {}", name.to_str()),
+                None => "by each backend's IP address".to_owned(),
+            };
+            let _ = writeln!(out, "  tls: backends verified {name} against {}", tls.roots);
         }
         match &pool.sticky {
             Some(trafik_proxy::StickyPlan::Cookie { name, .. }) => {
@@ -127,18 +149,35 @@ pub fn plan(loaded: &Loaded) -> String {
 /// What a started instance prints: where to reach it.
 pub fn running(plan: &Plan, running: &Running) -> String {
     let mut out = String::new();
-    for (listener, address) in plan.listeners.iter().zip(running.listener_addresses()) {
+    let listeners: Vec<_> = plan
+        .listeners
+        .iter()
+        .zip(running.listener_addresses())
+        .collect();
+    for (i, (listener, address)) in listeners.iter().enumerate() {
         let _ = write!(
             out,
-            "trafik listening on http://{address} ({})",
+            "{}trafik listening on {}://{address} ({})",
+            if i == 0 { "" } else { "\n" },
+            listener.kind.name(),
             listener.name
         );
     }
     if let Some(admin) = running.admin_address() {
         let _ = write!(out, "\nadmin on http://{admin}/status and /metrics");
     }
-    if let Some(address) = running.listener_addresses().first() {
-        let _ = write!(out, "\ntry: curl http://{address}/takip/TR-4821");
+    if let Some((listener, address)) = listeners.first() {
+        // -k: the certificate is rarely issued for a bare address.
+        let insecure = if listener.kind.name() == "https" {
+            "-k "
+        } else {
+            ""
+        };
+        let scheme = listener.kind.name();
+        let _ = write!(
+            out,
+            "\ntry: curl {insecure}{scheme}://{address}/takip/TR-4821"
+        );
     }
     out
 }

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 
 use bytes::{BufMut, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Extensions, Request, Response, StatusCode, Uri};
+use http::{Extensions, Request, Response, StatusCode, Uri, Version};
 
 use super::body::{ProxyBody, RequestBody};
 use super::headers::{append_via, is_settable, remove_hop_by_hop};
@@ -83,11 +83,13 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
     }
 }
 
-/// Makes the message fit to cross the hop: an absolute-form request URI becomes origin form and
-/// its authority replaces `Host` (RFC 9112 §3.2.2: the route was chosen by that authority, so the
-/// backend must see the same one), and hop-by-hop headers are removed both ways (from relayed
-/// responses only: trafik's own answers may need `Connection: close`) — but for an upgrade
-/// ([`upgrade::wanted`]) and its 101, which keep `Upgrade` and `Connection: upgrade`.
+/// Makes the message fit to cross the hop: an absolute-form request URI (as HTTP/2 requests
+/// carry) becomes origin form and its authority replaces `Host` (RFC 9112 §3.2.2, RFC 9113
+/// §8.3.1: the route was chosen by that authority, so the backend must see the same one), and
+/// hop-by-hop headers are removed both ways (from relayed responses only: trafik's own answers
+/// may need `Connection: close`) — but for an upgrade ([`upgrade::wanted`]) and its 101, which
+/// keep `Upgrade` and `Connection: upgrade`. An HTTP/2 request keeps its version here; hyper
+/// writes it upstream as HTTP/1.1.
 pub struct UpstreamForm;
 
 impl Filter for UpstreamForm {
@@ -131,10 +133,14 @@ pub struct Forwarding;
 
 impl Filter for Forwarding {
     fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+        let via = match request.version() {
+            Version::HTTP_2 => &exchange.snapshot.via_http2,
+            _ => &exchange.snapshot.via,
+        };
         exchange.connection.forwarding.apply(
             request.headers_mut(),
             exchange.snapshot.client.trust_forwarded,
-            &exchange.snapshot.via,
+            via,
         );
         Step::Continue
     }

@@ -1,7 +1,10 @@
-//! Runs one client connection as an HTTP/1.1 server, over any byte stream (plain TCP now; TLS
-//! wraps the stream and comes through the same door), and then the tunnel of an upgrade.
+//! Runs one client connection as an HTTP server, over any byte stream (plain TCP, or the
+//! plaintext side of TLS): HTTP/1.1, HTTP/2, or either, told apart by the HTTP/2 preface; then
+//! the tunnel of an upgrade. Whatever the version, every request goes through the same
+//! [`WorkerProxy::handle`].
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -10,23 +13,37 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::service::{ClientConnection, WorkerProxy};
-use crate::connections::{Connections, Watched};
+use crate::connections::{Connections, Control, Watched};
 use crate::error::ProxyError;
 use crate::snapshot::ListenerId;
 
-/// Serves HTTP/1.1 on `stream` until the client leaves, the connection idles out or drains, or
+/// Which HTTP versions a client connection may speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 alone, as over TLS when the client did not choose h2.
+    Http1,
+    /// HTTP/2 alone, as TLS agreed by ALPN.
+    Http2,
+    /// HTTP/2 when the connection opens with its preface (h2c with prior knowledge), else
+    /// HTTP/1.1.
+    Detect,
+}
+
+/// Serves HTTP on `stream` until the client leaves, the connection idles out or drains, or
 /// until the tunnel of an upgrade closes. The stream is `Send` because hyper hands an upgraded
 /// connection over as a `Send` object; it stays on this worker all the same.
 pub async fn serve<S>(
     proxy: Rc<WorkerProxy>,
     listener: ListenerId,
     scheme: &'static str,
+    protocol: Protocol,
     stream: S,
     peer: SocketAddr,
     connections: Rc<Connections>,
@@ -49,29 +66,33 @@ pub async fn serve<S>(
         let (handler, connection) = (handler.clone(), serving.clone());
         async move { Ok::<_, Infallible>(handler.handle(connection, request).await) }
     });
-    let connection = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout)
-        // A client may close its sending side once its request is out (`nc -N`, HTTP/1.0
-        // tools) and still wait for the answer.
-        .half_close(true)
-        .serve_connection(io, service)
-        .with_upgrades();
-    tokio::pin!(connection);
-    let mut draining = false;
-    std::future::poll_fn(|cx| {
-        control.remember(cx.waker());
-        if control.is_idle() {
-            tracing::debug!(%peer, "closing idle connection");
-            return Poll::Ready(());
+    match protocol {
+        Protocol::Http1 => {
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
+                // A client may close its sending side once its request is out (`nc -N`,
+                // HTTP/1.0 tools) and still wait for the answer.
+                .half_close(true)
+                .serve_connection(io, service)
+                .with_upgrades();
+            drive(connection, |c| c.graceful_shutdown(), &control, peer).await;
         }
-        if control.should_drain() && !draining {
-            draining = true;
-            connection.as_mut().graceful_shutdown();
+        Protocol::Http2 => {
+            let connection = http2::Builder::new(LocalExecutor).serve_connection(io, service);
+            drive(connection, |c| c.graceful_shutdown(), &control, peer).await;
         }
-        connection.as_mut().poll(cx).map(|_| ())
-    })
-    .await;
+        Protocol::Detect => {
+            let mut builder = auto::Builder::new(LocalExecutor);
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
+                .half_close(true);
+            let connection = builder.serve_connection_with_upgrades(io, service);
+            drive(connection, |c| c.graceful_shutdown(), &control, peer).await;
+        }
+    }
     // After a relayed 101 hyper has let go of the socket, and the tunnel runs here: under the
     // idle timeout, and holding the worker's drain until it closes. A drain does not cut it
     // short (a tunnel has no request boundary to stop at); the drain timeout does.
@@ -88,6 +109,45 @@ pub async fn serve<S>(
         })
         .await;
     }
+}
+
+/// Runs HTTP/2 streams as tasks of the worker's own thread: the proxy's futures hold `Rc`s,
+/// which never cross threads.
+#[derive(Clone, Copy)]
+struct LocalExecutor;
+
+impl<F> hyper::rt::Executor<F> for LocalExecutor
+where
+    F: Future + 'static,
+{
+    fn execute(&self, future: F) {
+        tokio::task::spawn_local(future);
+    }
+}
+
+/// Polls a connection to its end, closing it when the sweeper finds it idle and shutting it
+/// down gracefully (finish the requests under way, take no new ones) when it must drain.
+async fn drive<C: Future>(
+    connection: C,
+    graceful_shutdown: impl Fn(Pin<&mut C>),
+    control: &Control,
+    peer: SocketAddr,
+) {
+    tokio::pin!(connection);
+    let mut draining = false;
+    std::future::poll_fn(|cx| {
+        control.remember(cx.waker());
+        if control.is_idle() {
+            tracing::debug!(%peer, "closing idle connection");
+            return Poll::Ready(());
+        }
+        if control.should_drain() && !draining {
+            draining = true;
+            graceful_shutdown(connection.as_mut());
+        }
+        connection.as_mut().poll(cx).map(|_| ())
+    })
+    .await;
 }
 
 /// hyper answers a request it cannot parse by itself, with an empty 400 (or 414, 431) before

@@ -1,4 +1,5 @@
-//! Upstream connections: one keep-alive stack per endpoint (backend address) in every worker.
+//! Upstream connections: one keep-alive stack per endpoint (backend address, and TLS settings
+//! for a pool that speaks TLS) in every worker.
 //!
 //! A worker is a single-threaded runtime, so its stacks need no locks: a connection is taken
 //! from a plain stack, used for one request and pushed back when the response body ends. Reuse
@@ -13,12 +14,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 use super::body::{RequestBody, Upload, UploadState};
 use crate::pool::{Endpoint, Pool};
@@ -206,39 +206,61 @@ impl Upstreams {
                 }
             }
         }
-        let sender = self
-            .connect(&home.endpoint, pool.plan.connect_timeout)
-            .await?;
+        // Boxed: a TLS handshake's state is large, and every request's future would carry its
+        // size (and copy it) though most requests find an idle connection.
+        let sender = Box::pin(self.connect(&home.endpoint, pool)).await?;
         Ok(Checkout { sender, home })
     }
 
-    /// Opens a new connection and starts its driver task. The driver hands the socket over
-    /// when the backend switches protocols (a 101); the socket holds its place in the
-    /// endpoint's gauge until it closes, whichever of them has it then.
-    async fn connect(&self, endpoint: &Arc<Endpoint>, timeout: Duration) -> io::Result<Sender> {
+    /// Opens a new connection (the TLS handshake too, for a TLS pool, within the same connect
+    /// timeout) and starts its driver task.
+    async fn connect(&self, endpoint: &Arc<Endpoint>, pool: &Pool) -> io::Result<Sender> {
+        let started = tokio::time::Instant::now();
+        let timeout = pool.plan.connect_timeout;
         let (stream, open) = transport::connect(endpoint, timeout, self.worker).await?;
-        let (sender, connection) = http1::Builder::new()
-            .handshake(TokioIo::new(Counted {
-                stream,
-                _open: open,
-            }))
-            .await
-            .map_err(io::Error::other)?;
-        tokio::task::spawn_local(async move {
-            let _ = connection.with_upgrades().await;
-        });
-        Ok(sender)
+        match &pool.plan.tls {
+            None => start(stream, open).await,
+            Some(tls) => {
+                let handshake = tls.connect(endpoint.address, stream);
+                let stream = tokio::time::timeout_at(started + timeout, handshake)
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                    })??;
+                start(stream, open).await
+            }
+        }
     }
+}
+
+/// Starts HTTP/1.1 on a new upstream connection. The driver hands the socket over when the
+/// backend switches protocols (a 101); the socket holds its place in the endpoint's gauge until
+/// it closes, whichever of them has it then.
+async fn start<S>(stream: S, open: OpenConnection) -> io::Result<Sender>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = http1::Builder::new()
+        .handshake(TokioIo::new(Counted {
+            stream,
+            _open: open,
+        }))
+        .await
+        .map_err(io::Error::other)?;
+    tokio::task::spawn_local(async move {
+        let _ = connection.with_upgrades().await;
+    });
+    Ok(sender)
 }
 
 /// An upstream socket and its place in the endpoint's gauge of open connections, together, so
 /// the count holds for as long as the socket is open, in the pool or in an upgrade's tunnel.
-struct Counted {
-    stream: TcpStream,
+struct Counted<S> {
+    stream: S,
     _open: OpenConnection,
 }
 
-impl AsyncRead for Counted {
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -248,7 +270,7 @@ impl AsyncRead for Counted {
     }
 }
 
-impl AsyncWrite for Counted {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

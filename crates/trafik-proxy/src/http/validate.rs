@@ -19,7 +19,7 @@ pub fn refusal<B>(request: &Request<B>) -> Option<ProxyError> {
     {
         return Some(ProxyError::BadTarget);
     }
-    if !host_is_valid(request.headers(), request.version()) {
+    if !host_is_valid(request.headers(), request.version(), uri.authority()) {
         return Some(ProxyError::BadHost);
     }
     if !transfer_coding_is_chunked(request.headers()) {
@@ -28,10 +28,18 @@ pub fn refusal<B>(request: &Request<B>) -> Option<ProxyError> {
     None
 }
 
-/// One `Host`, a name or address with an optional port; HTTP/1.0 may omit it.
-fn host_is_valid(headers: &HeaderMap, version: Version) -> bool {
+/// One `Host`, a name or address with an optional port; HTTP/1.0 may omit it, and HTTP/2 says
+/// it in `:authority` instead (RFC 9113 §8.3.1).
+fn host_is_valid(
+    headers: &HeaderMap,
+    version: Version,
+    authority: Option<&http::uri::Authority>,
+) -> bool {
     let mut hosts = headers.get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
+        (None, _) if version == Version::HTTP_2 => {
+            authority.is_some_and(|a| is_host(a.as_str().as_bytes()))
+        }
         (None, _) => version == Version::HTTP_10,
         (Some(host), None) => is_host(host.as_bytes()),
         (Some(_), Some(_)) => false,

@@ -2,6 +2,8 @@
 //! sockets and replicas of the course's tracking service.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod tls;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -88,8 +90,9 @@ pub fn route(prefix: &str, pool: &str) -> RoutePlan {
 
 /// The routes of the plan's first listener.
 pub fn routes(plan: &mut Plan) -> &mut Vec<RoutePlan> {
-    let ListenerKind::Http { routes } = &mut plan.listeners[0].kind;
-    routes
+    match &mut plan.listeners[0].kind {
+        ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
+    }
 }
 
 pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
@@ -112,6 +115,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         connect_timeout: Duration::from_secs(1),
         response_timeout: Duration::from_secs(5),
         retries: 1,
+        tls: None,
     }
 }
 

@@ -8,7 +8,7 @@ use trafik_balance::Algorithm;
 use super::serve::serve;
 use crate::cli::ProxyArgs;
 use crate::config::schema::{
-    Admin, Backend, File, Health, Listener, Pool, Route, Server, unplaced,
+    Admin, Backend, File, Health, Listener, ListenerTls, Pool, Protocol, Route, Server, unplaced,
 };
 use crate::config::values::Dur;
 use crate::config::{self, Source};
@@ -69,6 +69,7 @@ impl From<ProxyArgs> for File {
             routes: vec![unplaced(route)],
             ..Listener::default()
         };
+        let listener = with_tls(listener, args.tls_cert, args.tls_key);
         let admin = args.admin.map(|listen| {
             unplaced(Admin {
                 listen: Some(unplaced(listen)),
@@ -91,6 +92,25 @@ impl From<ProxyArgs> for File {
     }
 }
 
+/// Certificates make the listener https. `--tls-cert` and `--tls-key` pair up in order; one
+/// without the other leaves an entry that the checker reports as missing its file.
+fn with_tls(mut listener: Listener, certs: Vec<String>, keys: Vec<String>) -> Listener {
+    let pairs = certs.len().max(keys.len());
+    let (mut certs, mut keys) = (certs.into_iter(), keys.into_iter());
+    listener.tls = (0..pairs)
+        .map(|_| {
+            unplaced(ListenerTls {
+                cert: certs.next().map(unplaced),
+                key: keys.next().map(unplaced),
+            })
+        })
+        .collect();
+    if pairs > 0 {
+        listener.protocol = unplaced(Protocol::Https);
+    }
+    listener
+}
+
 /// The flag that sets a config field, so that errors name what the user typed.
 fn flag(field: &str) -> Option<&'static str> {
     Some(match field {
@@ -106,6 +126,8 @@ fn flag(field: &str) -> Option<&'static str> {
         "pool[0].health.path" => "--health-path",
         "pool[0].health.interval" => "--health-interval",
         backend if backend.starts_with("pool[0].backends") => "--to",
+        cert if cert.starts_with("listener[0].tls") && cert.ends_with(".cert") => "--tls-cert",
+        key if key.starts_with("listener[0].tls") && key.ends_with(".key") => "--tls-key",
         _ => return None,
     })
 }

@@ -7,6 +7,7 @@ use trafik_proxy::{FilterPlan, ListenerKind, ListenerPlan, RoutePlan, TargetPlan
 
 use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
+use super::tls;
 use crate::suggest::did_you_mean;
 
 /// `pools` is every pool's name by position.
@@ -78,13 +79,14 @@ fn check(
         &format!("{field}.listen"),
         "listen = \"127.0.0.1:8080\", where clients connect",
     );
-    if *listener.protocol.get_ref() != Protocol::Http {
+    if *listener.protocol.get_ref() == Protocol::Tcp {
         report.error(
             listener.protocol.span(),
             &format!("{field}.protocol"),
-            "only \"http\" listeners are supported in this version (\"https\" and \"tcp\" are planned)",
+            "only \"http\" and \"https\" listeners are supported in this version (\"tcp\" is planned)",
         );
     }
+    let certificates = tls::listener(report, field, &listener.protocol, listener.tls);
     if listener.routes.is_empty() {
         report.error(
             span,
@@ -100,10 +102,18 @@ fn check(
         .collect::<Vec<_>>()
         .into_iter()
         .collect();
+    let (routes, certificates) = (routes?, certificates?);
+    let kind = match listener.protocol.into_inner() {
+        Protocol::Https => ListenerKind::Https {
+            routes,
+            certificates,
+        },
+        Protocol::Http | Protocol::Tcp => ListenerKind::Http { routes },
+    };
     Some(ListenerPlan {
         name: name?.into_inner(),
         address: listen?.get_ref().0,
-        kind: ListenerKind::Http { routes: routes? },
+        kind,
     })
 }
 

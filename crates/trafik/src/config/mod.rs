@@ -15,6 +15,7 @@ mod report;
 pub mod schema;
 mod server;
 mod sticky;
+mod tls;
 mod upstream;
 pub mod values;
 

@@ -6,7 +6,7 @@ use trafik_proxy::{BackendPlan, HashKey, PoolPlan};
 
 use super::report::Report;
 use super::schema::{Backend, Pool};
-use super::{health, sticky};
+use super::{health, sticky, tls};
 use crate::suggest::did_you_mean;
 
 /// Each pool's name as written, by position; routes refer to pools by it.
@@ -33,6 +33,7 @@ pub fn check(
     let span = pool.span();
     let pool = pool.into_inner();
     let selector_options = selector_options(report, &field, &pool);
+    let tls = tls::pool(report, &field, &pool);
     let example = "name = \"takip\", the name routes use to send requests here";
     let name = report.required(pool.name, span.clone(), &format!("{field}.name"), example);
     if let Some(name) = &name
@@ -111,6 +112,7 @@ pub fn check(
         connect_timeout,
         response_timeout,
         retries: pool.retries,
+        tls: tls?,
     })
 }
 

@@ -22,8 +22,13 @@ fn listing() -> String {
     block[open..open + close].to_owned()
 }
 
+/// Loads the listing as if it were the README itself, so the files it names resolve from the
+/// repository's root.
 fn load_listing(text: &str) -> Result<Loaded, Vec<ConfigError>> {
-    load("README.md", text)
+    load(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"),
+        text,
+    )
 }
 
 /// What a load resolved to, comparable across loads.

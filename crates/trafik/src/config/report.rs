@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::Spanned;
@@ -128,6 +129,19 @@ impl<'a> Report<'a> {
                 format!("`{key} = {value}` in [{table}]")
             }
             Source::Flags { flag } => flag(field).unwrap_or(field).to_owned(),
+        }
+    }
+
+    /// The file a setting names: relative to the config file's folder, so a config finds its
+    /// certificates wherever trafik is started from; relative to the working directory for
+    /// quick-mode flags, as a shell user expects.
+    pub fn path(&self, written: &str) -> PathBuf {
+        match self.source {
+            Source::File { name, .. } => match Path::new(name).parent() {
+                Some(folder) => folder.join(written),
+                None => PathBuf::from(written),
+            },
+            Source::Flags { .. } => PathBuf::from(written),
         }
     }
 

@@ -101,6 +101,9 @@ pub struct Listener {
     pub protocol: Spanned<Protocol>,
     #[serde(rename = "route")]
     pub routes: Vec<Spanned<Route>>,
+    /// The certificates of an `https` listener, chosen by the name the client asks for; the
+    /// first is the default.
+    pub tls: Vec<Spanned<ListenerTls>>,
 }
 
 impl Default for Listener {
@@ -110,8 +113,18 @@ impl Default for Listener {
             listen: None,
             protocol: unplaced(Protocol::Http),
             routes: Vec::new(),
+            tls: Vec::new(),
         }
     }
+}
+
+/// One certificate of an `https` listener: PEM files, relative to the config file's folder.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenerTls {
+    /// The certificate chain, leaf first.
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -168,6 +181,11 @@ pub struct Pool {
     pub balance_factor: Option<Spanned<f64>>,
     pub table_size: Option<Spanned<u32>>,
     pub sticky: Option<Spanned<Sticky>>,
+    /// Speak TLS to the backends, verifying their certificates against `ca` (a PEM file) or
+    /// the system's trusted roots, for the name `sni` (each backend's IP address when absent).
+    pub tls: Spanned<bool>,
+    pub ca: Option<Spanned<String>>,
+    pub sni: Option<Spanned<String>>,
 }
 
 impl Pool {
@@ -188,6 +206,9 @@ impl Default for Pool {
             balance_factor: None,
             table_size: None,
             sticky: None,
+            tls: unplaced(false),
+            ca: None,
+            sni: None,
         }
     }
 }

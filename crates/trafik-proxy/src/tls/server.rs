@@ -1,0 +1,140 @@
+//! TLS termination on `https` listeners: the certificate is chosen by the name the client asks
+//! for (SNI), ALPN offers HTTP/2 and HTTP/1.1, and the handshake runs on the worker that
+//! accepted the connection, bounded in time.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::ServerConfig;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use super::{Certificate, VERSIONS, provider};
+use crate::http::server::Protocol;
+
+/// The server side of an `https` listener's connections.
+pub fn acceptor(certificates: &[Arc<Certificate>]) -> Result<TlsAcceptor, String> {
+    if certificates.is_empty() {
+        return Err("an https listener needs at least one certificate".into());
+    }
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(VERSIONS)
+        .map_err(|e| format!("TLS cannot be set up: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(ByServerName {
+            certificates: certificates.to_vec(),
+        }));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Resumption by ticket spares a returning client the full handshake, in any worker.
+    config.ticketer = rustls::crypto::ring::Ticketer::new()
+        .map_err(|e| format!("TLS session tickets cannot be set up: {e}"))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Runs the server handshake within `timeout`, and says which HTTP version ALPN chose. Any
+/// failure (a plain-HTTP client, bytes that are no TLS, a client that stalls or rejects the
+/// certificate) is returned for the caller to close the connection.
+pub async fn handshake<S>(
+    acceptor: TlsAcceptor,
+    stream: S,
+    timeout: Duration,
+) -> io::Result<(TlsStream<S>, Protocol)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let stream = tokio::time::timeout(timeout, acceptor.accept(stream))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    let protocol = match stream.get_ref().1.alpn_protocol() {
+        Some(b"h2") => Protocol::Http2,
+        _ => Protocol::Http1,
+    };
+    Ok((stream, protocol))
+}
+
+/// Picks a listener's certificate for the name in the client's hello: a certificate naming it
+/// exactly, else one whose wildcard covers it, else the first (also for clients that send no
+/// name, as they do when connecting to an IP address).
+#[derive(Debug)]
+struct ByServerName {
+    certificates: Vec<Arc<Certificate>>,
+}
+
+impl ByServerName {
+    fn choose(&self, requested: Option<&str>) -> &Certificate {
+        let found = requested.and_then(|name| {
+            let names = || {
+                self.certificates
+                    .iter()
+                    .flat_map(|c| c.names.iter().map(move |n| (c, n)))
+            };
+            names()
+                .find(|(_, candidate)| candidate.eq_ignore_ascii_case(name))
+                .or_else(|| names().find(|(_, candidate)| wildcard_covers(candidate, name)))
+                .map(|(certificate, _)| &**certificate)
+        });
+        // Never empty: `acceptor` refuses a listener without certificates.
+        found.unwrap_or(&self.certificates[0])
+    }
+}
+
+impl ResolvesServerCert for ByServerName {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.choose(hello.server_name()).key.clone())
+    }
+}
+
+/// Whether `*.example.com` covers `name`: exactly one label in place of the `*` (RFC 6125
+/// §6.4.3), so it covers `a.example.com` but neither `example.com` nor `a.b.example.com`.
+fn wildcard_covers(pattern: &str, name: &str) -> bool {
+    let Some(suffix) = pattern.strip_prefix("*.") else {
+        return false;
+    };
+    name.split_once('.')
+        .is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(suffix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn certificate(names: &[&str]) -> Arc<Certificate> {
+        let made = rcgen::generate_simple_self_signed(
+            names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let pem = (made.cert.pem(), made.signing_key.serialize_pem());
+        Arc::new(Certificate::from_pem(names[0], pem.0.as_bytes(), pem.1.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn an_exact_name_beats_a_wildcard_and_the_first_is_the_default() {
+        let resolver = ByServerName {
+            certificates: vec![
+                certificate(&["default.test"]),
+                certificate(&["*.kargo.test"]),
+                certificate(&["api.kargo.test"]),
+            ],
+        };
+        let chosen = |name: Option<&str>| resolver.choose(name).origin.clone();
+        assert_eq!(chosen(Some("api.kargo.test")), "api.kargo.test");
+        assert_eq!(chosen(Some("www.kargo.test")), "*.kargo.test");
+        assert_eq!(chosen(Some("kargo.test")), "default.test");
+        assert_eq!(chosen(Some("a.b.kargo.test")), "default.test");
+        assert_eq!(chosen(Some("elsewhere.test")), "default.test");
+        assert_eq!(chosen(None), "default.test");
+    }
+
+    #[test]
+    fn a_wildcard_covers_one_label() {
+        assert!(wildcard_covers("*.kargo.test", "a.kargo.test"));
+        assert!(wildcard_covers("*.kargo.test", "A.KARGO.test"));
+        assert!(!wildcard_covers("*.kargo.test", ".kargo.test"));
+        assert!(!wildcard_covers("*.kargo.test", "kargo.test"));
+        assert!(!wildcard_covers("kargo.test", "kargo.test"));
+    }
+}

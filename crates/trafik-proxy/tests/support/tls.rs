@@ -1,0 +1,248 @@
+//! TLS for the tests: a certificate authority made per test, clients that speak HTTP/1.1 or
+//! HTTP/2 over TLS (and h2c), and a TLS backend that says which name the client asked for.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http::{Request, Response, Version};
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use trafik_proxy::tls::Certificate;
+
+use super::{Answer, LOOPBACK_ANY_PORT, read};
+
+/// A certificate authority that exists for one test.
+pub struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    pub pem: String,
+    pub der: CertificateDer<'static>,
+}
+
+/// A certificate the test CA issued, with its key.
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub der: CertificateDer<'static>,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> TestCa {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let key = KeyPair::generate().unwrap();
+        let certificate = params.self_signed(&key).unwrap();
+        TestCa {
+            pem: certificate.pem(),
+            der: certificate.der().clone(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A server certificate for `names` (DNS names, wildcards or IP addresses).
+    pub fn issue(&self, names: &[&str]) -> Issued {
+        let params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let key = KeyPair::generate().unwrap();
+        let certificate = params.signed_by(&key, &self.issuer).unwrap();
+        Issued {
+            cert_pem: certificate.pem(),
+            key_pem: key.serialize_pem(),
+            der: certificate.der().clone(),
+        }
+    }
+
+    pub fn roots(&self) -> RootCertStore {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.der.clone()).unwrap();
+        roots
+    }
+}
+
+impl Issued {
+    /// The certificate as an https listener serves it.
+    pub fn for_listener(&self) -> Arc<Certificate> {
+        let origin = format!("test certificate {:?}", &self.der[..8]);
+        Arc::new(
+            Certificate::from_pem(&origin, self.cert_pem.as_bytes(), self.key_pem.as_bytes())
+                .unwrap(),
+        )
+    }
+
+    /// A rustls server configuration serving this certificate alone.
+    pub fn server_config(&self) -> ServerConfig {
+        let certificate = self.for_listener();
+        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                certificate.key.cert.clone(),
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap()
+    }
+}
+
+use rustls::pki_types::pem::PemObject;
+
+/// A client connection over TLS, HTTP/1.1 or HTTP/2 as ALPN agreed.
+pub struct TlsClient {
+    sender: Sender,
+    /// The leaf certificate the server presented.
+    pub served: CertificateDer<'static>,
+}
+
+enum Sender {
+    Http1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+impl TlsClient {
+    /// Connects to `address` asking for `server_name`, trusting `ca` and offering `alpn`.
+    pub async fn connect(
+        address: SocketAddr,
+        server_name: &str,
+        ca: &TestCa,
+        alpn: &[&[u8]],
+    ) -> TlsClient {
+        let mut config =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(ca.roots())
+                .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let stream = TcpStream::connect(address).await.expect("connects");
+        let name = ServerName::try_from(server_name.to_owned()).unwrap();
+        let stream = TlsConnector::from(Arc::new(config))
+            .connect(name, stream)
+            .await
+            .expect("TLS handshake");
+        let connection = stream.get_ref().1;
+        let served = connection.peer_certificates().expect("a certificate")[0].clone();
+        let http2 = connection.alpn_protocol() == Some(b"h2");
+        TlsClient {
+            sender: handshake(stream, http2).await,
+            served,
+        }
+    }
+
+    pub async fn send(&mut self, request: Request<Full<Bytes>>) -> (Answer, Version) {
+        let response = match &mut self.sender {
+            Sender::Http1(sender) => {
+                sender.ready().await.expect("ready");
+                sender.send_request(request).await
+            }
+            Sender::Http2(sender) => {
+                sender.ready().await.expect("ready");
+                sender.send_request(request).await
+            }
+        }
+        .expect("a response");
+        let version = response.version();
+        (read(response).await, version)
+    }
+
+    /// `GET https://kargo.test{path}`: HTTP/2 sends the authority, HTTP/1.1 the `Host` header.
+    pub async fn get(&mut self, path: &str) -> (Answer, Version) {
+        let request = match self.sender {
+            Sender::Http1(_) => Request::get(path).header("host", "kargo.test"),
+            Sender::Http2(_) => Request::get(format!("https://kargo.test{path}")),
+        };
+        self.send(request.body(Full::default()).unwrap()).await
+    }
+}
+
+/// HTTP/1.1 or HTTP/2 (with prior knowledge) over `stream`.
+async fn handshake<S>(stream: S, http2: bool) -> Sender
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if http2 {
+        let (sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .expect("HTTP/2 handshake");
+        tokio::spawn(connection);
+        Sender::Http2(sender)
+    } else {
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("HTTP/1.1 handshake");
+        tokio::spawn(connection);
+        Sender::Http1(sender)
+    }
+}
+
+/// `GET http://kargo.test{path}` over HTTP/2 with prior knowledge (h2c) on a fresh connection.
+pub async fn h2c_get(address: SocketAddr, path: &str) -> (Answer, Version) {
+    let stream = TcpStream::connect(address).await.expect("connects");
+    let Sender::Http2(mut sender) = handshake(stream, true).await else {
+        unreachable!("asked for HTTP/2");
+    };
+    let request = Request::get(format!("http://kargo.test{path}"))
+        .body(Full::default())
+        .unwrap();
+    let response = sender.send_request(request).await.expect("a response");
+    let version = response.version();
+    (read(response).await, version)
+}
+
+/// What a TLS backend has seen.
+#[derive(Default)]
+pub struct Seen {
+    pub requests: AtomicUsize,
+    /// Requests from trafik's health checks.
+    pub probes: AtomicUsize,
+}
+
+/// A backend that speaks HTTPS with `config` and answers every request with the name the
+/// client asked for in its hello (`x-sni`, `-` for none) and the request's path.
+pub async fn tls_backend(config: ServerConfig) -> (SocketAddr, Arc<Seen>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let seen = Arc::new(Seen::default());
+    let counting = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), counting.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let sni = stream.get_ref().1.server_name().unwrap_or("-").to_owned();
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let probe = request
+                        .headers()
+                        .get("user-agent")
+                        .is_some_and(|agent| agent == "trafik-health");
+                    let counter = if probe { &seen.probes } else { &seen.requests };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    let answer = Response::builder()
+                        .header("x-sni", sni.clone())
+                        .body(Full::new(Bytes::from(request.uri().path().to_owned())));
+                    async move { answer }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, seen)
+}

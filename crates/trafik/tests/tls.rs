@@ -1,0 +1,311 @@
+//! TLS as a user configures it: certificate problems found by `trafik check` at the value that
+//! names the file, all at once; quick mode's `--tls-cert`/`--tls-key`; and a reload whose key is
+//! broken changing nothing.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+
+use common::{Trafik, Upstream};
+
+fn trafik(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(args)
+        .output()
+        .expect("trafik runs")
+}
+
+/// A fresh folder for one test's files.
+fn folder(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("trafik-tls-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A self-signed certificate for `names`, written as NAME.pem and NAME.key in `dir`.
+fn certificate(dir: &Path, name: &str, names: &[&str]) {
+    let made =
+        rcgen::generate_simple_self_signed(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    std::fs::write(dir.join(format!("{name}.pem")), made.cert.pem()).unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.key")),
+        made.signing_key.serialize_pem(),
+    )
+    .unwrap();
+}
+
+/// `LINE:COLUMN` of the first `needle` in `text`, 1-based.
+fn place(text: &str, needle: &str) -> String {
+    let offset = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} in the config"));
+    let line = text[..offset].matches('\n').count() + 1;
+    let column = offset - text[..offset].rfind('\n').map_or(0, |i| i + 1) + 1;
+    format!("{line}:{column}")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The demo files of `examples/certs`, which the repository ships for examples and tests.
+fn demo(file: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/certs")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// `GET path` over HTTPS to 127.0.0.1:`port` as `localhost`, trusting the demo CA; the answer's
+/// head and body.
+fn https_get(port: u16, path: &str) -> Result<String, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = std::fs::read(demo("ca.pem")).unwrap();
+    let ca = rustls::pki_types::pem::PemObject::from_pem_slice(&ca).unwrap();
+    roots.add(ca).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = "localhost".try_into().unwrap();
+    let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let socket = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let mut stream = rustls::StreamOwned::new(connection, socket);
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    match stream.read_to_string(&mut answer) {
+        // A server may close without TLS's close_notify once the answer is out.
+        Ok(_) => Ok(answer),
+        Err(_) if !answer.is_empty() => Ok(answer),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+#[test]
+fn check_reports_every_certificate_problem_at_the_value_naming_it() {
+    let dir = folder("check");
+    certificate(&dir, "site", &["kargo.test"]);
+    certificate(&dir, "other", &["other.test"]);
+    std::fs::write(dir.join("not-pem.pem"), "hello\n").unwrap();
+    let text = r#"[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+protocol = "https"
+
+[[listener.route]]
+pool = "p"
+
+[[listener.tls]]
+cert = "missing.pem"
+key = "site.key"
+
+[[listener.tls]]
+cert = "not-pem.pem"
+key = "site.key"
+
+[[listener.tls]]
+cert = "site.pem"
+key = "other.key"
+
+[[listener]]
+name = "plain"
+listen = "127.0.0.1:0"
+
+[[listener.route]]
+pool = "q"
+
+[[listener.tls]]
+cert = "site.pem"
+key = "site.key"
+
+[[pool]]
+name = "p"
+tls = true
+ca = "missing-ca.pem"
+sni = "not a name"
+backends = [{ address = "127.0.0.1:9" }]
+
+[[pool]]
+name = "q"
+ca = "site.pem"
+backends = [{ address = "127.0.0.1:9" }]
+"#;
+    let path = dir.join("tls.toml");
+    std::fs::write(&path, text).unwrap();
+    let output = trafik(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    let file = path.display();
+    for (needle, field, message) in [
+        ("\"missing.pem\"", "listener[0].tls[0].cert", "cannot read"),
+        (
+            "\"not-pem.pem\"",
+            "listener[0].tls[1].cert",
+            "no certificate in this file",
+        ),
+        (
+            "\"other.key\"",
+            "listener[0].tls[2].key",
+            "this key does not belong to the certificate",
+        ),
+        (
+            "[[listener.tls]]\ncert = \"site.pem\"\nkey = \"site.key\"",
+            "listener[1].tls",
+            "certificates are for https listeners",
+        ),
+        ("\"missing-ca.pem\"", "pool[0].ca", "cannot read"),
+        ("\"not a name\"", "pool[0].sni", "expected a DNS name"),
+        (
+            "\"site.pem\"\nbackends",
+            "pool[1].ca",
+            "`ca` applies to TLS",
+        ),
+    ] {
+        let expected = format!("{file}:{}: {field}: {message}", place(text, needle));
+        assert!(
+            errors.contains(&expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
+    assert!(
+        errors.contains("error: 7 errors in the configuration"),
+        "{errors}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn quick_mode_serves_https_with_the_certificates_it_is_given() {
+    let upstream = Upstream::start(&[]);
+    let (cert, key) = (demo("localhost.pem"), demo("localhost.key"));
+    let args = [
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--to",
+        &upstream.address,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ];
+    let (proxy, line) = Trafik::start(&args, Stdio::piped(), "listening on");
+    let port: u16 = line
+        .split("https://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no https address in {line:?}"));
+    let answer = https_get(port, "/takip/TR-4821").unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"no\":\"TR-4821\""), "{answer}");
+    assert!(proxy.stop().status.success());
+    upstream.stop();
+
+    // A key without its certificate, and a file that is not there, name the flag.
+    let quick = ["proxy", "--listen", "127.0.0.1:0", "--to", "127.0.0.1:9"];
+    for (extra, expected) in [
+        (vec!["--tls-key", &key], "--tls-cert: missing `cert`"),
+        (
+            vec!["--tls-cert", "nowhere.pem", "--tls-key", &key],
+            "--tls-cert: cannot read nowhere.pem",
+        ),
+    ] {
+        let args: Vec<&str> = quick.iter().copied().chain(extra).collect();
+        let output = trafik(&args);
+        assert_eq!(output.status.code(), Some(2));
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(errors.contains(expected), "{errors}");
+    }
+}
+
+#[test]
+fn a_reload_with_a_broken_key_changes_nothing() {
+    let dir = folder("reload");
+    for file in ["localhost.pem", "localhost.key"] {
+        std::fs::copy(demo(file), dir.join(file)).unwrap();
+    }
+    let upstream = Upstream::start(&[]);
+    let (web, admin) = (free_port(), free_port());
+    let config = dir.join("trafik.toml");
+    let text = format!(
+        r#"[admin]
+listen = "127.0.0.1:{admin}"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{web}"
+protocol = "https"
+
+[[listener.tls]]
+cert = "localhost.pem"
+key = "localhost.key"
+
+[[listener.route]]
+pool = "takip"
+
+[[pool]]
+name = "takip"
+backends = [{{ address = "{}" }}]
+"#,
+        upstream.address
+    );
+    std::fs::write(&config, &text).unwrap();
+    let (server, _) = Trafik::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        Stdio::piped(),
+        "listening on",
+    );
+    assert!(
+        https_get(web, "/takip/TR-1")
+            .unwrap()
+            .starts_with("HTTP/1.1 200")
+    );
+
+    // The key file is overwritten with one of another certificate: the reload is refused
+    // with the reason, at the key's line, and the old certificate goes on serving.
+    certificate(&dir, "stranger", &["localhost"]);
+    std::fs::copy(dir.join("stranger.key"), dir.join("localhost.key")).unwrap();
+    let reload = || trafik(&["reload", "--admin", &format!("127.0.0.1:{admin}")]);
+    let refused = reload();
+    assert_eq!(refused.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&refused.stderr);
+    let expected = format!(
+        "{}:{}: listener[0].tls[0].key: this key does not belong to the certificate",
+        config.display(),
+        place(&text, "\"localhost.key\"")
+    );
+    assert!(errors.contains(&expected), "{errors}");
+    assert!(
+        https_get(web, "/takip/TR-2")
+            .unwrap()
+            .starts_with("HTTP/1.1 200")
+    );
+
+    std::fs::copy(demo("localhost.key"), dir.join("localhost.key")).unwrap();
+    let accepted = reload();
+    assert!(accepted.status.success(), "{accepted:?}");
+    assert!(
+        https_get(web, "/takip/TR-3")
+            .unwrap()
+            .starts_with("HTTP/1.1 200")
+    );
+    assert!(server.stop().status.success());
+    upstream.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
