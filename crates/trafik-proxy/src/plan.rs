@@ -7,6 +7,9 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue, Method};
 use trafik_balance::{Algorithm, SelectorOptions};
 
+pub use crate::tcp::proxy_protocol::ProxyProtocol;
+pub use crate::tcp::route::ServerNamePattern;
+
 /// Everything one trafik instance runs.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -60,6 +63,12 @@ pub enum ListenerKind {
     /// Plain HTTP/1.1; the routes are tried most specific first (see
     /// [`crate::http::route::RouteTable`]).
     Http { routes: Vec<RoutePlan> },
+    /// Layer 4: one decision per client connection among the backends of `pool`, then bytes
+    /// copied both ways ([`crate::tcp`]).
+    Tcp { pool: String },
+    /// TLS relayed as layer 4 without being decrypted: the server name (SNI) in the client's
+    /// ClientHello chooses the pool.
+    TlsPassthrough { routes: Vec<SniRoutePlan> },
 }
 
 impl ListenerKind {
@@ -67,8 +76,19 @@ impl ListenerKind {
     pub fn name(&self) -> &'static str {
         match self {
             ListenerKind::Http { .. } => "http",
+            ListenerKind::Tcp { .. } => "tcp",
+            ListenerKind::TlsPassthrough { .. } => "tls-passthrough",
         }
     }
+}
+
+/// Which connections of a TLS passthrough listener go to a pool.
+#[derive(Clone, Debug)]
+pub struct SniRoutePlan {
+    /// The server names this route takes; `None` takes the connections no other route takes,
+    /// those without a server name included.
+    pub server_name: Option<ServerNamePattern>,
+    pub pool: String,
 }
 
 /// Which requests a route takes, what is done to them and where they go.
@@ -135,6 +155,8 @@ pub struct PoolPlan {
     pub response_timeout: Duration,
     /// Further backends tried when connecting fails (0 turns retries off).
     pub retries: u32,
+    /// For layer-4 pools: the PROXY protocol header that tells each backend who the client is.
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 /// One upstream server.

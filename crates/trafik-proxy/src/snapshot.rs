@@ -13,6 +13,7 @@ use crate::http::route::{Route, RouteTable};
 use crate::http::target::{PoolTarget, Target};
 use crate::plan::{ClientPlan, ListenerKind, Plan, TargetPlan};
 use crate::pool::{Endpoints, Pool};
+use crate::tcp::{self, route::SniRoutes};
 
 /// A worker's own handle on the snapshot it serves: cloning the `Rc` per request touches no
 /// count shared with other workers, as cloning the `Arc` would.
@@ -51,7 +52,17 @@ pub struct Snapshot {
 
 /// What a listener does with its connections, resolved.
 pub enum Listener {
-    Http { routes: RouteTable },
+    Http {
+        routes: RouteTable,
+    },
+    /// Layer 4: every connection to the pool at this index of [`Snapshot::pools`].
+    Tcp {
+        pool: usize,
+    },
+    /// Layer 4 behind the ClientHello's server name, which chooses the pool.
+    TlsPassthrough {
+        routes: SniRoutes,
+    },
 }
 
 impl Listener {
@@ -59,6 +70,8 @@ impl Listener {
     pub fn scheme(&self) -> &'static str {
         match self {
             Listener::Http { .. } => "http",
+            Listener::Tcp { .. } => "tcp",
+            Listener::TlsPassthrough { .. } => "tls",
         }
     }
 }
@@ -105,7 +118,23 @@ impl Snapshot {
             .collect();
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
-            let ListenerKind::Http { routes } = &listener.kind;
+            let routes = match &listener.kind {
+                ListenerKind::Http { routes } => routes,
+                ListenerKind::Tcp { pool } => {
+                    match tcp::tcp_listener(&listener.name, pool, &by_name) {
+                        Ok(layer4) => resolved.push((id, layer4)),
+                        Err(error) => errors.push(error),
+                    }
+                    continue;
+                }
+                ListenerKind::TlsPassthrough { routes } => {
+                    match tcp::passthrough_listener(&listener.name, routes, &by_name) {
+                        Ok(layer4) => resolved.push((id, layer4)),
+                        Err(error) => errors.push(error),
+                    }
+                    continue;
+                }
+            };
             let mut table = Vec::with_capacity(routes.len());
             for route in routes {
                 let TargetPlan::Pool {
@@ -178,6 +207,7 @@ impl Snapshot {
     pub fn http_routes(&self, id: ListenerId) -> Option<&RouteTable> {
         match self.listener(id)? {
             Listener::Http { routes } => Some(routes),
+            _ => None,
         }
     }
 

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::connections::Connections;
 use crate::http::service::WorkerProxy;
+use crate::meter::{Meter, Metered};
 use crate::pool::Endpoint;
 use crate::snapshot::{Listener, ListenerId};
 
@@ -56,16 +57,19 @@ fn socket(address: SocketAddr) -> io::Result<socket2::Socket> {
 
 /// Connects worker `worker` to an upstream within `timeout`, with Nagle's algorithm off. The
 /// connection counts in the endpoint's gauge of open connections until the returned
-/// [`OpenConnection`] is dropped, whichever protocol then runs over it.
+/// [`OpenConnection`] is dropped, whichever protocol then runs over it; it is counted as opened,
+/// and its bytes are counted, in the backend counters `meter` charges.
 pub async fn connect(
     endpoint: &Arc<Endpoint>,
+    meter: Meter,
     timeout: Duration,
     worker: usize,
-) -> io::Result<(TcpStream, OpenConnection)> {
+) -> io::Result<(Metered<TcpStream>, OpenConnection)> {
     let stream = tokio::time::timeout(timeout, TcpStream::connect(endpoint.address))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;
+    meter.opened();
     endpoint
         .open_connections
         .mine(worker)
@@ -74,7 +78,7 @@ pub async fn connect(
         endpoint: endpoint.clone(),
         worker,
     };
-    Ok((stream, open))
+    Ok((Metered::new(stream, meter), open))
 }
 
 /// One open upstream connection in its endpoint's gauge.
@@ -137,6 +141,14 @@ pub async fn accept_loop(
                     peer,
                     connections.clone(),
                 );
+                tokio::task::spawn_local(async move {
+                    serving.await;
+                    drop(alive);
+                });
+            }
+            Listener::Tcp { .. } | Listener::TlsPassthrough { .. } => {
+                let serving =
+                    crate::tcp::serve(proxy.clone(), id, stream, peer, connections.clone());
                 tokio::task::spawn_local(async move {
                     serving.await;
                     drop(alive);

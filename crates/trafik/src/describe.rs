@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use trafik_proxy::{HealthCheck, Plan, Running};
+use trafik_proxy::{HealthCheck, ListenerKind, Plan, Running};
 
 use crate::config::Loaded;
 use crate::config::values::Dur;
@@ -27,10 +27,28 @@ pub fn plan(loaded: &Loaded) -> String {
     for listener in &plan.listeners {
         let _ = writeln!(
             out,
-            "listener {} on http://{}",
-            listener.name, listener.address
+            "listener {} on {}://{}",
+            listener.name,
+            listener.kind.name(),
+            listener.address
         );
-        let trafik_proxy::ListenerKind::Http { routes } = &listener.kind;
+        let routes = match &listener.kind {
+            ListenerKind::Http { routes } => routes,
+            ListenerKind::Tcp { pool } => {
+                let _ = writeln!(out, "  every connection → pool {pool}");
+                continue;
+            }
+            ListenerKind::TlsPassthrough { routes } => {
+                for route in routes {
+                    let name = match &route.server_name {
+                        Some(pattern) => format!("server name {pattern}"),
+                        None => "any other server name, or none".to_owned(),
+                    };
+                    let _ = writeln!(out, "  route {name} → pool {}", route.pool);
+                }
+                continue;
+            }
+        };
         for route in routes {
             let host = route
                 .host
@@ -66,6 +84,9 @@ pub fn plan(loaded: &Loaded) -> String {
         );
         if let Some(key) = &pool.hash_key {
             let _ = writeln!(out, "  hash key: {key}");
+        }
+        if let Some(version) = pool.proxy_protocol {
+            let _ = writeln!(out, "  PROXY protocol {version} header to every backend");
         }
         match &pool.sticky {
             Some(trafik_proxy::StickyPlan::Cookie { name, .. }) => {
@@ -126,21 +147,31 @@ pub fn plan(loaded: &Loaded) -> String {
 
 /// What a started instance prints: where to reach it.
 pub fn running(plan: &Plan, running: &Running) -> String {
-    let mut out = String::new();
-    for (listener, address) in plan.listeners.iter().zip(running.listener_addresses()) {
-        let _ = write!(
-            out,
-            "trafik listening on http://{address} ({})",
-            listener.name
-        );
-    }
+    let addresses = running.listener_addresses();
+    let mut lines: Vec<String> = plan
+        .listeners
+        .iter()
+        .zip(&addresses)
+        .map(|(listener, address)| {
+            format!(
+                "trafik listening on {}://{address} ({})",
+                listener.kind.name(),
+                listener.name
+            )
+        })
+        .collect();
     if let Some(admin) = running.admin_address() {
-        let _ = write!(out, "\nadmin on http://{admin}/status and /metrics");
+        lines.push(format!("admin on http://{admin}/status and /metrics"));
     }
-    if let Some(address) = running.listener_addresses().first() {
-        let _ = write!(out, "\ntry: curl http://{address}/takip/TR-4821");
+    let first_http = plan
+        .listeners
+        .iter()
+        .zip(&addresses)
+        .find(|(listener, _)| matches!(listener.kind, ListenerKind::Http { .. }));
+    if let Some((_, address)) = first_http {
+        lines.push(format!("try: curl http://{address}/takip/TR-4821"));
     }
-    out
+    lines.join("\n")
 }
 
 fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {

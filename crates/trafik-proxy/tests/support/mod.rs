@@ -86,10 +86,12 @@ pub fn route(prefix: &str, pool: &str) -> RoutePlan {
     }
 }
 
-/// The routes of the plan's first listener.
+/// The routes of the plan's first listener, an HTTP one.
 pub fn routes(plan: &mut Plan) -> &mut Vec<RoutePlan> {
-    let ListenerKind::Http { routes } = &mut plan.listeners[0].kind;
-    routes
+    match &mut plan.listeners[0].kind {
+        ListenerKind::Http { routes } => routes,
+        other => panic!("the first listener is {}, not http", other.name()),
+    }
 }
 
 pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
@@ -112,6 +114,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         connect_timeout: Duration::from_secs(1),
         response_timeout: Duration::from_secs(5),
         retries: 1,
+        proxy_protocol: None,
     }
 }
 

@@ -111,6 +111,7 @@ pub fn check(
         connect_timeout,
         response_timeout,
         retries: pool.retries,
+        proxy_protocol: None,
     })
 }
 
