@@ -15,6 +15,11 @@ pub fn unplaced<T>(value: T) -> Spanned<T> {
     Spanned::new(0..0, value)
 }
 
+/// Returns true if and only if `value` was written in a file (not a default, not a flag).
+pub fn is_written<T>(value: &Spanned<T>) -> bool {
+    !value.span().is_empty()
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct File {
@@ -99,6 +104,8 @@ pub struct Listener {
     pub name: Option<Spanned<String>>,
     pub listen: Option<Spanned<Addr>>,
     pub protocol: Spanned<Protocol>,
+    /// For `tcp` listeners: the pool that gets every connection.
+    pub pool: Option<Spanned<String>>,
     #[serde(rename = "route")]
     pub routes: Vec<Spanned<Route>>,
 }
@@ -109,6 +116,7 @@ impl Default for Listener {
             name: None,
             listen: None,
             protocol: unplaced(Protocol::Http),
+            pool: None,
             routes: Vec::new(),
         }
     }
@@ -121,12 +129,23 @@ pub enum Protocol {
     Http,
     Https,
     Tcp,
+    #[serde(rename = "tls-passthrough")]
+    TlsPassthrough,
+}
+
+impl Protocol {
+    /// Whether its listeners relay bytes (layer 4) rather than requests.
+    pub fn is_layer4(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::TlsPassthrough)
+    }
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Route {
     pub path_prefix: Spanned<String>,
+    /// For `tls-passthrough` listeners: the server names (SNI) this route takes.
+    pub sni: Option<Spanned<String>>,
     pub host: Option<String>,
     pub methods: Vec<Spanned<String>>,
     pub pool: Option<Spanned<String>>,
@@ -141,6 +160,7 @@ impl Default for Route {
     fn default() -> Self {
         Route {
             path_prefix: unplaced("/".into()),
+            sni: None,
             host: None,
             methods: Vec::new(),
             pool: None,
@@ -168,6 +188,8 @@ pub struct Pool {
     pub balance_factor: Option<Spanned<f64>>,
     pub table_size: Option<Spanned<u32>>,
     pub sticky: Option<Spanned<Sticky>>,
+    /// For layer-4 pools: `v1` or `v2`, the PROXY protocol header sent to backends.
+    pub proxy_protocol: Option<Spanned<String>>,
 }
 
 impl Pool {
@@ -188,6 +210,7 @@ impl Default for Pool {
             balance_factor: None,
             table_size: None,
             sticky: None,
+            proxy_protocol: None,
         }
     }
 }
