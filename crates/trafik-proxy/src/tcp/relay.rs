@@ -7,10 +7,11 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncWriteExt, copy_bidirectional_with_sizes};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use trafik_balance::PickContext;
 
+use super::copy::copy_both_ways;
 use crate::connections::{Control, Watched};
 use crate::counters::bump;
 use crate::http::key::client_ip_key;
@@ -20,10 +21,6 @@ use crate::meter::{Meter, Metered};
 use crate::plan::HashKey;
 use crate::snapshot::WorkerSnapshot;
 use crate::transport::{self, OpenConnection};
-
-/// Bytes buffered per direction. tokio's default is 8 KiB; 64 KiB moves a bulk transfer in an
-/// eighth of the system calls (see `bench/l4.sh`).
-const RELAY_BUFFER: usize = 64 * 1024;
 
 /// A client connection on its way to a backend.
 pub struct Client {
@@ -82,7 +79,7 @@ pub async fn relay(
         );
         return;
     }
-    let end = copy_both_ways(
+    let end = relay_until_done(
         &mut client.stream,
         &mut backend.stream,
         control,
@@ -174,20 +171,14 @@ async fn connect(
     None
 }
 
-/// Copies both ways with half-close: when one side ends its sending, the other side's writing
-/// half is shut down and the opposite direction goes on.
-async fn copy_both_ways(
+/// Copies both ways ([`super::copy`]) until done, idle, or drained and past the drain timeout.
+async fn relay_until_done(
     client: &mut Watched<TcpStream>,
     backend: &mut Metered<TcpStream>,
     control: &Control,
     drain_timeout: Duration,
 ) -> End {
-    let mut copying = pin!(copy_bidirectional_with_sizes(
-        client,
-        backend,
-        RELAY_BUFFER,
-        RELAY_BUFFER
-    ));
+    let mut copying = pin!(copy_both_ways(client, backend));
     // A byte stream has no request boundary to stop at, so a draining connection gets the drain
     // timeout to finish on its own.
     let mut grace = None;
