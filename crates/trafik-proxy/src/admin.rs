@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::Instance;
-use crate::counters::{read, read_gauge};
+use crate::counters::{BackendCounters, read, read_gauge};
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
@@ -223,6 +223,9 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                         "requests": counters.sum(|c| read(&c.requests)),
                         "failures": counters.sum(|c| read(&c.failures)),
                         "upgrades": counters.sum(|c| read(&c.upgrades)),
+                        "connections": counters.sum(|c| read(&c.connections)),
+                        "bytes_in": counters.sum(|c| read(&c.bytes_in)),
+                        "bytes_out": counters.sum(|c| read(&c.bytes_out)),
                     })
                 })
                 .collect();
@@ -230,6 +233,8 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                 "name": pool.plan.name,
                 "algorithm": pool.plan.algorithm.name(),
                 "unreachable": pool.unreachable.sum(read),
+                "connection_skew": skew(pool, |c| read(&c.connections)),
+                "request_skew": skew(pool, |c| read(&c.requests)),
                 "backends": backends,
             });
             if let Some(sticky) = &pool.sticky {
@@ -257,7 +262,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
 /// The same counters in the Prometheus text exposition format.
 pub fn metrics(pools: &[Arc<Pool>]) -> String {
     type Read = fn(&Pool, usize) -> i64;
-    let families: [(&str, &str, &str, Read); 7] = [
+    let families: [(&str, &str, &str, Read); 10] = [
         (
             "trafik_backend_decisions_total",
             "counter",
@@ -281,6 +286,24 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             "counter",
             "Connections the backend switched to another protocol (101), such as WebSockets.",
             |p, i| p.members[i].counters.sum(|c| read(&c.upgrades)),
+        ),
+        (
+            "trafik_backend_connections_total",
+            "counter",
+            "TCP connections opened to the backend (upstream connections of HTTP pools, relayed client connections of tcp pools).",
+            |p, i| p.members[i].counters.sum(|c| read(&c.connections)),
+        ),
+        (
+            "trafik_backend_bytes_in_total",
+            "counter",
+            "Bytes read from the backend, counted on the socket.",
+            |p, i| p.members[i].counters.sum(|c| read(&c.bytes_in)),
+        ),
+        (
+            "trafik_backend_bytes_out_total",
+            "counter",
+            "Bytes written to the backend, counted on the socket.",
+            |p, i| p.members[i].counters.sum(|c| read(&c.bytes_out)),
         ),
         (
             "trafik_backend_active_connections",
@@ -330,6 +353,27 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             pool.unreachable.sum(read)
         );
     }
+    type Total = fn(&BackendCounters) -> i64;
+    let skews: [(&str, &str, Total); 2] = [
+        (
+            "trafik_pool_connection_skew",
+            "Most connections to one backend divided by the fewest; absent while a backend has none.",
+            |c| read(&c.connections),
+        ),
+        (
+            "trafik_pool_request_skew",
+            "Most requests to one backend divided by the fewest; absent while a backend has none.",
+            |c| read(&c.requests),
+        ),
+    ];
+    for (name, help, total) in skews {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for pool in pools {
+            if let Some(skew) = skew(pool, total) {
+                let _ = writeln!(out, "{name}{{pool=\"{}\"}} {skew}", escape(&pool.plan.name));
+            }
+        }
+    }
     type Sticky = fn(&crate::sticky::SessionCounters) -> u64;
     let sticky: [(&str, &str, Sticky); 3] = [
         (
@@ -363,6 +407,14 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
         }
     }
     out
+}
+
+/// How unevenly a pool spreads what `total` counts: the largest backend total divided by the
+/// smallest. `None` where that is undefined: no backends, or one with nothing yet.
+fn skew(pool: &Pool, total: fn(&BackendCounters) -> i64) -> Option<f64> {
+    let totals = pool.members.iter().map(|m| m.counters.sum(total));
+    let (min, max) = totals.fold((i64::MAX, 0), |(min, max), t| (min.min(t), max.max(t)));
+    (!pool.members.is_empty() && min > 0).then(|| max as f64 / min as f64)
 }
 
 /// Escapes a Prometheus label value.

@@ -47,12 +47,25 @@ pub struct BackendCounters {
     pub upgrades: AtomicU64,
     /// Requests in flight to it: +1 on one worker, -1 on the same one.
     pub in_flight: AtomicI64,
+    /// TCP connections opened to it: upstream connections of HTTP pools (kept alive, so fewer
+    /// than requests), one per client connection for layer-4 pools.
+    pub connections: AtomicU64,
+    /// Bytes read from it, counted on the socket (headers, bodies, TLS records alike).
+    pub bytes_in: AtomicU64,
+    /// Bytes written to it, counted on the socket.
+    pub bytes_out: AtomicU64,
 }
 
 /// Adds one to a counter only its own worker writes.
 #[inline]
 pub fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Adds `bytes` to a counter only its own worker writes.
+#[inline]
+pub fn add(counter: &AtomicU64, bytes: usize) {
+    counter.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 
 /// Reads a counter for summing.

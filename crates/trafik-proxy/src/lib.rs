@@ -2,7 +2,8 @@
 //!
 //! [`start`] takes a [`Plan`] and runs it: data-plane workers (one thread per core, see
 //! [`worker`]) accept on the listeners ([`transport`]) and serve them through the HTTP proxy in
-//! [`http`]; a control thread runs the [`health`] checks and the [`admin`] API. What they serve
+//! [`http`] or the layer-4 relay in [`tcp`]; a control thread runs the [`health`] checks and the
+//! [`admin`] API. What they serve
 //! is one immutable [`snapshot::Snapshot`], replaced whole by [`Running::reload`]. Backend
 //! selection is never implemented here: every pool asks its `trafik_balance::Selector`.
 
@@ -12,10 +13,12 @@ pub mod counters;
 pub mod error;
 pub mod health;
 pub mod http;
+pub mod meter;
 pub mod plan;
 pub mod pool;
 pub mod snapshot;
 pub mod sticky;
+pub mod tcp;
 pub mod tls;
 pub mod transport;
 pub mod worker;
@@ -31,7 +34,8 @@ use tokio::sync::{mpsc, watch};
 pub use error::ProxyError;
 pub use plan::{
     BackendPlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan, ListenerKind,
-    ListenerPlan, Plan, PoolPlan, RoutePlan, StickyPlan, TargetPlan,
+    ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern, SniRoutePlan,
+    StickyPlan, TargetPlan,
 };
 pub use pool::Pool;
 pub use snapshot::Snapshot;

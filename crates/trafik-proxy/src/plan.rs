@@ -8,6 +8,8 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue, Method};
 use trafik_balance::{Algorithm, SelectorOptions};
 
+pub use crate::tcp::proxy_protocol::ProxyProtocol;
+pub use crate::tcp::route::ServerNamePattern;
 use crate::tls::Certificate;
 use crate::tls::backend::BackendTls;
 
@@ -71,6 +73,12 @@ pub enum ListenerKind {
         /// default.
         certificates: Vec<Arc<Certificate>>,
     },
+    /// Layer 4: one decision per client connection among the backends of `pool`, then bytes
+    /// copied both ways ([`crate::tcp`]).
+    Tcp { pool: String },
+    /// TLS relayed as layer 4 without being decrypted: the server name (SNI) in the client's
+    /// ClientHello chooses the pool.
+    TlsPassthrough { routes: Vec<SniRoutePlan> },
 }
 
 impl ListenerKind {
@@ -79,15 +87,27 @@ impl ListenerKind {
         match self {
             ListenerKind::Http { .. } => "http",
             ListenerKind::Https { .. } => "https",
+            ListenerKind::Tcp { .. } => "tcp",
+            ListenerKind::TlsPassthrough { .. } => "tls-passthrough",
         }
     }
 
-    /// The routes of an HTTP listener, with or without TLS.
+    /// The HTTP routes of a listener, with or without TLS; none at layer 4.
     pub fn routes(&self) -> &[RoutePlan] {
         match self {
             ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
+            ListenerKind::Tcp { .. } | ListenerKind::TlsPassthrough { .. } => &[],
         }
     }
+}
+
+/// Which connections of a TLS passthrough listener go to a pool.
+#[derive(Clone, Debug)]
+pub struct SniRoutePlan {
+    /// The server names this route takes; `None` takes the connections no other route takes,
+    /// those without a server name included.
+    pub server_name: Option<ServerNamePattern>,
+    pub pool: String,
 }
 
 /// Which requests a route takes, what is done to them and where they go.
@@ -156,6 +176,8 @@ pub struct PoolPlan {
     pub retries: u32,
     /// Speak TLS to the backends (and to their health checks).
     pub tls: Option<BackendTls>,
+    /// For layer-4 pools: the PROXY protocol header that tells each backend who the client is.
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 /// One upstream server.

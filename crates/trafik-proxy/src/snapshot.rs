@@ -14,6 +14,7 @@ use crate::http::route::{Route, RouteTable};
 use crate::http::target::{PoolTarget, Target};
 use crate::plan::{ClientPlan, ListenerKind, Plan, TargetPlan};
 use crate::pool::{Endpoints, Pool};
+use crate::tcp::{self, route::SniRoutes};
 
 /// A worker's own handle on the snapshot it serves: cloning the `Rc` per request touches no
 /// count shared with other workers, as cloning the `Arc` would.
@@ -55,29 +56,31 @@ pub struct Snapshot {
 /// What a listener does with its connections, resolved.
 pub enum Listener {
     Http {
-        name: String,
         routes: RouteTable,
     },
     /// TLS ends here, then the same HTTP as `Http`.
     Https {
-        name: String,
         routes: RouteTable,
         tls: TlsAcceptor,
+    },
+    /// Layer 4: every connection to the pool at this index of [`Snapshot::pools`].
+    Tcp {
+        pool: usize,
+    },
+    /// Layer 4 behind the ClientHello's server name, which chooses the pool.
+    TlsPassthrough {
+        routes: SniRoutes,
     },
 }
 
 impl Listener {
-    pub fn name(&self) -> &str {
-        match self {
-            Listener::Http { name, .. } | Listener::Https { name, .. } => name,
-        }
-    }
-
     /// The scheme its clients speak, for `X-Forwarded-Proto`.
     pub fn scheme(&self) -> &'static str {
         match self {
             Listener::Http { .. } => "http",
             Listener::Https { .. } => "https",
+            Listener::Tcp { .. } => "tcp",
+            Listener::TlsPassthrough { .. } => "tls",
         }
     }
 }
@@ -125,7 +128,23 @@ impl Snapshot {
             .collect();
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
-            let routes = listener.kind.routes();
+            let routes = match &listener.kind {
+                ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
+                ListenerKind::Tcp { pool } => {
+                    match tcp::tcp_listener(&listener.name, pool, &by_name) {
+                        Ok(layer4) => resolved.push((id, layer4)),
+                        Err(error) => errors.push(error),
+                    }
+                    continue;
+                }
+                ListenerKind::TlsPassthrough { routes } => {
+                    match tcp::passthrough_listener(&listener.name, routes, &by_name) {
+                        Ok(layer4) => resolved.push((id, layer4)),
+                        Err(error) => errors.push(error),
+                    }
+                    continue;
+                }
+            };
             let mut table = Vec::with_capacity(routes.len());
             for route in routes {
                 let TargetPlan::Pool {
@@ -158,18 +177,18 @@ impl Snapshot {
                     }),
                 });
             }
-            let (name, routes) = (listener.name.clone(), RouteTable::new(table));
+            let routes = RouteTable::new(table);
             let resolved_listener = match &listener.kind {
-                ListenerKind::Http { .. } => Listener::Http { name, routes },
                 ListenerKind::Https { certificates, .. } => {
                     match crate::tls::server::acceptor(certificates) {
-                        Ok(tls) => Listener::Https { name, routes, tls },
+                        Ok(tls) => Listener::Https { routes, tls },
                         Err(error) => {
-                            errors.push(format!("listener {name:?}: {error}"));
+                            errors.push(format!("listener {:?}: {error}", listener.name));
                             continue;
                         }
                     }
                 }
+                _ => Listener::Http { routes },
             };
             resolved.push((id, resolved_listener));
         }
@@ -206,7 +225,8 @@ impl Snapshot {
     /// The route table of HTTP listener `id`.
     pub fn http_routes(&self, id: ListenerId) -> Option<&RouteTable> {
         match self.listener(id)? {
-            Listener::Http { routes, .. } | Listener::Https { routes, .. } => Some(routes),
+            Listener::Http { routes } | Listener::Https { routes, .. } => Some(routes),
+            Listener::Tcp { .. } | Listener::TlsPassthrough { .. } => None,
         }
     }
 

@@ -16,6 +16,7 @@ use crate::connections::Connections;
 use crate::http;
 use crate::http::server::Protocol;
 use crate::http::service::WorkerProxy;
+use crate::meter::{Meter, Metered};
 use crate::pool::Endpoint;
 use crate::snapshot::{Listener, ListenerId};
 use crate::tls;
@@ -59,16 +60,19 @@ fn socket(address: SocketAddr) -> io::Result<socket2::Socket> {
 
 /// Connects worker `worker` to an upstream within `timeout`, with Nagle's algorithm off. The
 /// connection counts in the endpoint's gauge of open connections until the returned
-/// [`OpenConnection`] is dropped, whichever protocol then runs over it.
+/// [`OpenConnection`] is dropped, whichever protocol then runs over it; it is counted as opened,
+/// and its bytes are counted, in the backend counters `meter` charges.
 pub async fn connect(
     endpoint: &Arc<Endpoint>,
+    meter: Meter,
     timeout: Duration,
     worker: usize,
-) -> io::Result<(TcpStream, OpenConnection)> {
+) -> io::Result<(Metered<TcpStream>, OpenConnection)> {
     let stream = tokio::time::timeout(timeout, TcpStream::connect(endpoint.address))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;
+    meter.opened();
     endpoint
         .open_connections
         .mine(worker)
@@ -77,7 +81,7 @@ pub async fn connect(
         endpoint: endpoint.clone(),
         worker,
     };
-    Ok((stream, open))
+    Ok((Metered::new(stream, meter), open))
 }
 
 /// One open upstream connection in its endpoint's gauge.
@@ -169,6 +173,13 @@ pub async fn accept_loop(
                         }
                         Err(error) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                     }
+                    drop(alive);
+                });
+            }
+            Listener::Tcp { .. } | Listener::TlsPassthrough { .. } => {
+                let serving = crate::tcp::serve(proxy, id, stream, peer, connections);
+                tokio::task::spawn_local(async move {
+                    serving.await;
                     drop(alive);
                 });
             }

@@ -150,6 +150,14 @@ pub struct ProxyArgs {
     /// Address to accept clients on.
     #[arg(long)]
     pub listen: Addr,
+    /// `http` proxies each request to a backend; `tcp` relays each client connection's bytes
+    /// to one backend chosen when it connects (layer 4).
+    #[arg(long, value_enum, default_value_t = ProxyMode::Http)]
+    pub mode: ProxyMode,
+    /// With --mode tcp: send each backend a PROXY protocol header (v1 or v2) naming the
+    /// client.
+    #[arg(long)]
+    pub proxy_protocol: Option<String>,
     /// A backend address; repeat for more.
     #[arg(long = "to", required = true)]
     pub to: Vec<Addr>,
@@ -197,6 +205,13 @@ pub struct ProxyArgs {
     /// The private key (PEM) of the --tls-cert at the same position.
     #[arg(long, value_name = "FILE")]
     pub tls_key: Vec<String>,
+}
+
+/// What quick mode's listener speaks (a config file's `protocol`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProxyMode {
+    Http,
+    Tcp,
 }
 
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {

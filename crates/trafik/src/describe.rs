@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use trafik_proxy::{HealthCheck, Plan, Running};
+use trafik_proxy::{HealthCheck, ListenerKind, Plan, Running};
 
 use crate::config::Loaded;
 use crate::config::values::Dur;
@@ -32,7 +32,7 @@ pub fn plan(loaded: &Loaded) -> String {
             listener.kind.name(),
             listener.address
         );
-        if let trafik_proxy::ListenerKind::Https { certificates, .. } = &listener.kind {
+        if let ListenerKind::Https { certificates, .. } = &listener.kind {
             for (i, certificate) in certificates.iter().enumerate() {
                 let names = match certificate.names.join(", ") {
                     names if names.is_empty() => "no DNS names".to_owned(),
@@ -46,7 +46,24 @@ pub fn plan(loaded: &Loaded) -> String {
                 );
             }
         }
-        for route in listener.kind.routes() {
+        let routes = match &listener.kind {
+            ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
+            ListenerKind::Tcp { pool } => {
+                let _ = writeln!(out, "  every connection → pool {pool}");
+                continue;
+            }
+            ListenerKind::TlsPassthrough { routes } => {
+                for route in routes {
+                    let name = match &route.server_name {
+                        Some(pattern) => format!("server name {pattern}"),
+                        None => "any other server name, or none".to_owned(),
+                    };
+                    let _ = writeln!(out, "  route {name} → pool {}", route.pool);
+                }
+                continue;
+            }
+        };
+        for route in routes {
             let host = route
                 .host
                 .as_deref()
@@ -88,6 +105,9 @@ pub fn plan(loaded: &Loaded) -> String {
                 None => "by each backend's IP address".to_owned(),
             };
             let _ = writeln!(out, "  tls: backends verified {name} against {}", tls.roots);
+        }
+        if let Some(version) = pool.proxy_protocol {
+            let _ = writeln!(out, "  PROXY protocol {version} header to every backend");
         }
         match &pool.sticky {
             Some(trafik_proxy::StickyPlan::Cookie { name, .. }) => {
@@ -148,25 +168,29 @@ pub fn plan(loaded: &Loaded) -> String {
 
 /// What a started instance prints: where to reach it.
 pub fn running(plan: &Plan, running: &Running) -> String {
-    let mut out = String::new();
-    let listeners: Vec<_> = plan
+    let addresses = running.listener_addresses();
+    let mut lines: Vec<String> = plan
         .listeners
         .iter()
-        .zip(running.listener_addresses())
+        .zip(&addresses)
+        .map(|(listener, address)| {
+            format!(
+                "trafik listening on {}://{address} ({})",
+                listener.kind.name(),
+                listener.name
+            )
+        })
         .collect();
-    for (i, (listener, address)) in listeners.iter().enumerate() {
-        let _ = write!(
-            out,
-            "{}trafik listening on {}://{address} ({})",
-            if i == 0 { "" } else { "\n" },
-            listener.kind.name(),
-            listener.name
-        );
-    }
     if let Some(admin) = running.admin_address() {
-        let _ = write!(out, "\nadmin on http://{admin}/status and /metrics");
+        lines.push(format!("admin on http://{admin}/status and /metrics"));
     }
-    if let Some((listener, address)) = listeners.first() {
+    let first_http = plan.listeners.iter().zip(&addresses).find(|(listener, _)| {
+        matches!(
+            listener.kind,
+            ListenerKind::Http { .. } | ListenerKind::Https { .. }
+        )
+    });
+    if let Some((listener, address)) = first_http {
         // -k: the certificate is rarely issued for a bare address.
         let insecure = if listener.kind.name() == "https" {
             "-k "
@@ -174,12 +198,11 @@ pub fn running(plan: &Plan, running: &Running) -> String {
             ""
         };
         let scheme = listener.kind.name();
-        let _ = write!(
-            out,
-            "\ntry: curl {insecure}{scheme}://{address}/takip/TR-4821"
-        );
+        lines.push(format!(
+            "try: curl {insecure}{scheme}://{address}/takip/TR-4821"
+        ));
     }
-    out
+    lines.join("\n")
 }
 
 fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {

@@ -23,14 +23,18 @@ pub fn request_key<B>(key: &HashKey, request: &Request<B>, client: SocketAddr) -
             .1
             .as_bytes(),
         HashKey::Path => request.uri().path().as_bytes(),
-        HashKey::ClientIp => {
-            return Some(match client.ip() {
-                IpAddr::V4(ip) => stable_hash(&ip.octets()),
-                IpAddr::V6(ip) => stable_hash(&ip.octets()),
-            });
-        }
+        HashKey::ClientIp => return Some(client_ip_key(client.ip())),
     };
     Some(stable_hash(bytes))
+}
+
+/// The `client-ip` key: the stable hash of the address's bytes. Layer-4 pools key on it too,
+/// so a client lands where it would over HTTP.
+pub fn client_ip_key(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(ip) => stable_hash(&ip.octets()),
+        IpAddr::V6(ip) => stable_hash(&ip.octets()),
+    }
 }
 
 #[cfg(test)]

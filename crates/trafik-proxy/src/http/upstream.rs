@@ -21,6 +21,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{RequestBody, Upload, UploadState};
+use crate::meter::Meter;
 use crate::pool::{Endpoint, Pool};
 use crate::snapshot::{Snapshot, WorkerSnapshot};
 use crate::transport::{self, OpenConnection};
@@ -32,9 +33,16 @@ type Sender = SendRequest<RequestBody>;
 
 /// One endpoint's idle connections in one worker.
 pub struct IdleList {
-    /// Each with the moment it came back, for the idle timeout.
-    senders: RefCell<Vec<(Sender, Instant)>>,
+    senders: RefCell<Vec<Idle>>,
     endpoint: Arc<Endpoint>,
+}
+
+/// An idle connection, with the meter of its socket (the pool that uses it next is charged)
+/// and the moment it came back, for the idle timeout.
+struct Idle {
+    sender: Sender,
+    meter: Meter,
+    since: Instant,
 }
 
 /// One worker's connection stacks, indexed by [`Endpoint::id`].
@@ -94,6 +102,7 @@ impl Drop for InFlight {
 /// lease instead closes it, as must happen when a response ends early or broke.
 pub struct Lease {
     sender: Sender,
+    meter: Meter,
     home: Rc<IdleList>,
     /// The request body's progress: a connection still carrying an upload (the backend
     /// answered before reading it all) must not serve anyone else.
@@ -112,7 +121,11 @@ impl Lease {
         }
         let mut idle = self.home.senders.borrow_mut();
         if idle.len() < MAX_IDLE_PER_ENDPOINT {
-            idle.push((self.sender, Instant::now()));
+            idle.push(Idle {
+                sender: self.sender,
+                meter: self.meter,
+                since: Instant::now(),
+            });
         }
     }
 }
@@ -120,6 +133,7 @@ impl Lease {
 /// A connection ready to carry one request.
 pub struct Checkout {
     pub sender: Sender,
+    meter: Meter,
     home: Rc<IdleList>,
 }
 
@@ -129,6 +143,7 @@ impl Checkout {
     pub fn into_lease(self, in_flight: InFlight, upload: Option<Rc<Upload>>) -> Lease {
         Lease {
             sender: self.sender,
+            meter: self.meter,
             home: self.home,
             upload,
             _in_flight: in_flight,
@@ -183,17 +198,21 @@ impl Upstreams {
             stack
                 .senders
                 .borrow_mut()
-                .retain(|(_, since)| *since >= cutoff);
+                .retain(|idle| idle.since >= cutoff);
         }
     }
 
     /// An idle connection to backend `backend` of `pool` if one is still open, or else a new
     /// one (always a new one when `fresh`).
     pub async fn checkout(&self, pool: &Pool, backend: usize, fresh: bool) -> io::Result<Checkout> {
-        let home = self.home(&pool.members[backend].endpoint);
+        let member = &pool.members[backend];
+        let home = self.home(&member.endpoint);
         if !fresh {
             loop {
-                let Some((mut sender, _)) = home.senders.borrow_mut().pop() else {
+                let Some(Idle {
+                    mut sender, meter, ..
+                }) = home.senders.borrow_mut().pop()
+                else {
                     break;
                 };
                 if sender.is_closed() {
@@ -202,22 +221,37 @@ impl Upstreams {
                 // An idle connection is ready at once; one that is not is given up, not waited on.
                 let ready = tokio::time::timeout(pool.plan.connect_timeout, sender.ready()).await;
                 if matches!(ready, Ok(Ok(()))) {
-                    return Ok(Checkout { sender, home });
+                    meter.charge(&member.counters);
+                    return Ok(Checkout {
+                        sender,
+                        meter,
+                        home,
+                    });
                 }
             }
         }
+        let meter = Meter::new(&member.counters, self.worker);
         // Boxed: a TLS handshake's state is large, and every request's future would carry its
         // size (and copy it) though most requests find an idle connection.
-        let sender = Box::pin(self.connect(&home.endpoint, pool)).await?;
-        Ok(Checkout { sender, home })
+        let sender = Box::pin(self.connect(&home.endpoint, meter.clone(), pool)).await?;
+        Ok(Checkout {
+            sender,
+            meter,
+            home,
+        })
     }
 
     /// Opens a new connection (the TLS handshake too, for a TLS pool, within the same connect
     /// timeout) and starts its driver task.
-    async fn connect(&self, endpoint: &Arc<Endpoint>, pool: &Pool) -> io::Result<Sender> {
+    async fn connect(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        meter: Meter,
+        pool: &Pool,
+    ) -> io::Result<Sender> {
         let started = tokio::time::Instant::now();
         let timeout = pool.plan.connect_timeout;
-        let (stream, open) = transport::connect(endpoint, timeout, self.worker).await?;
+        let (stream, open) = transport::connect(endpoint, meter, timeout, self.worker).await?;
         match &pool.plan.tls {
             None => start(stream, open).await,
             Some(tls) => {

@@ -88,10 +88,11 @@ pub fn route(prefix: &str, pool: &str) -> RoutePlan {
     }
 }
 
-/// The routes of the plan's first listener.
+/// The routes of the plan's first listener, an HTTP one.
 pub fn routes(plan: &mut Plan) -> &mut Vec<RoutePlan> {
     match &mut plan.listeners[0].kind {
         ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
+        other => panic!("the first listener is {}, not http", other.name()),
     }
 }
 
@@ -116,6 +117,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         response_timeout: Duration::from_secs(5),
         retries: 1,
         tls: None,
+        proxy_protocol: None,
     }
 }
 

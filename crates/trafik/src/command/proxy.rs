@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use trafik_balance::Algorithm;
 
 use super::serve::serve;
-use crate::cli::ProxyArgs;
+use crate::cli::{ProxyArgs, ProxyMode};
 use crate::config::schema::{
     Admin, Backend, File, Health, Listener, ListenerTls, Pool, Protocol, Route, Server, unplaced,
 };
@@ -57,17 +57,29 @@ impl From<ProxyArgs> for File {
             health,
             retries: args.retries,
             hash_key: hash_key.map(unplaced),
+            proxy_protocol: args.proxy_protocol.map(unplaced),
             ..Pool::default()
         };
-        let route = Route {
-            pool: Some(unplaced(NAME.to_owned())),
-            ..Route::default()
+        // An http listener reaches the pool through one route for every path; a tcp listener
+        // names it.
+        let listener = match args.mode {
+            ProxyMode::Http => Listener {
+                routes: vec![unplaced(Route {
+                    pool: Some(unplaced(NAME.to_owned())),
+                    ..Route::default()
+                })],
+                ..Listener::default()
+            },
+            ProxyMode::Tcp => Listener {
+                protocol: unplaced(Protocol::Tcp),
+                pool: Some(unplaced(NAME.to_owned())),
+                ..Listener::default()
+            },
         };
         let listener = Listener {
             name: Some(unplaced(NAME.to_owned())),
             listen: Some(unplaced(args.listen)),
-            routes: vec![unplaced(route)],
-            ..Listener::default()
+            ..listener
         };
         let listener = with_tls(listener, args.tls_cert, args.tls_key);
         let admin = args.admin.map(|listen| {
@@ -123,6 +135,7 @@ fn flag(field: &str) -> Option<&'static str> {
         "pool[0].algorithm" => "--algorithm",
         "pool[0].hash_key" => "--hash-key",
         "pool[0].retries" => "--retries",
+        "pool[0].proxy_protocol" => "--proxy-protocol",
         "pool[0].health.path" => "--health-path",
         "pool[0].health.interval" => "--health-interval",
         backend if backend.starts_with("pool[0].backends") => "--to",

@@ -5,16 +5,18 @@ use http::{HeaderName, HeaderValue, Method};
 use toml::Spanned;
 use trafik_proxy::{FilterPlan, ListenerKind, ListenerPlan, RoutePlan, TargetPlan};
 
+use super::layer4;
 use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
 use crate::suggest::did_you_mean;
 
-/// `pools` is every pool's name by position.
+/// `pools` is every pool's name by position; `layer4_pools` those that layer-4 listeners use.
 pub fn check_all(
     report: &mut Report,
     listeners: Vec<Spanned<Listener>>,
     pools: &[Option<String>],
+    layer4_pools: &[String],
 ) -> Option<Vec<ListenerPlan>> {
     if listeners.is_empty() {
         report.error(
@@ -54,7 +56,7 @@ pub fn check_all(
             }
             names.push(name.get_ref().clone());
         }
-        plans.push(check(report, &field, listener, pools));
+        plans.push(check(report, &field, listener, pools, layer4_pools));
     }
     plans.into_iter().collect()
 }
@@ -64,26 +66,51 @@ fn check(
     field: &str,
     listener: Spanned<Listener>,
     pools: &[Option<String>],
+    layer4_pools: &[String],
 ) -> Option<ListenerPlan> {
     let span = listener.span();
-    let listener = listener.into_inner();
+    let mut listener = listener.into_inner();
     let name = report.required(
-        listener.name,
+        listener.name.take(),
         span.clone(),
         &format!("{field}.name"),
         "name = \"web\", the name logs and the plan use",
     );
     let listen = report.required(
-        listener.listen,
+        listener.listen.take(),
         span.clone(),
         &format!("{field}.listen"),
         "listen = \"127.0.0.1:8080\", where clients connect",
     );
-    if *listener.protocol.get_ref() == Protocol::Tcp {
+    let protocol = listener.protocol.clone();
+    let kind = match protocol.get_ref() {
+        Protocol::Http | Protocol::Https => {
+            http(report, field, span, listener, pools, layer4_pools)
+        }
+        Protocol::Tcp => layer4::tcp(report, field, span, listener, pools),
+        Protocol::TlsPassthrough => layer4::passthrough(report, field, span, listener, pools),
+    };
+    Some(ListenerPlan {
+        name: name?.into_inner(),
+        address: listen?.get_ref().0,
+        kind: kind?,
+    })
+}
+
+/// An `http` or `https` listener: each request to the pool of the route it matches.
+fn http(
+    report: &mut Report,
+    field: &str,
+    span: std::ops::Range<usize>,
+    listener: Listener,
+    pools: &[Option<String>],
+    layer4_pools: &[String],
+) -> Option<ListenerKind> {
+    if let Some(pool) = &listener.pool {
         report.error(
-            listener.protocol.span(),
-            &format!("{field}.protocol"),
-            "only \"http\" and \"https\" listeners are supported in this version (\"tcp\" is planned)",
+            pool.span(),
+            &format!("{field}.pool"),
+            "an http listener sends each request to the pool of the route it matches; `pool` is for tcp listeners (protocol = \"tcp\")",
         );
     }
     let certificates = tls::listener(report, field, &listener.protocol, listener.tls);
@@ -98,22 +125,20 @@ fn check(
         .routes
         .into_iter()
         .enumerate()
-        .map(|(r, route)| check_route(report, &format!("{field}.route[{r}]"), route, pools))
+        .map(|(r, route)| {
+            let field = format!("{field}.route[{r}]");
+            check_route(report, &field, route, pools, layer4_pools)
+        })
         .collect::<Vec<_>>()
         .into_iter()
         .collect();
     let (routes, certificates) = (routes?, certificates?);
-    let kind = match listener.protocol.into_inner() {
+    Some(match listener.protocol.into_inner() {
         Protocol::Https => ListenerKind::Https {
             routes,
             certificates,
         },
-        Protocol::Http | Protocol::Tcp => ListenerKind::Http { routes },
-    };
-    Some(ListenerPlan {
-        name: name?.into_inner(),
-        address: listen?.get_ref().0,
-        kind,
+        _ => ListenerKind::Http { routes },
     })
 }
 
@@ -122,9 +147,29 @@ fn check_route(
     field: &str,
     route: Spanned<Route>,
     pools: &[Option<String>],
+    layer4_pools: &[String],
 ) -> Option<RoutePlan> {
     let span = route.span();
     let route = route.into_inner();
+    if let Some(sni) = &route.sni {
+        report.error(
+            sni.span(),
+            &format!("{field}.sni"),
+            "`sni` matches the server name of TLS connections relayed by a tls-passthrough listener; an http route matches `host` and `path_prefix`",
+        );
+    }
+    if let Some(pool) = &route.pool
+        && layer4_pools.contains(pool.get_ref())
+    {
+        report.error(
+            pool.span(),
+            &format!("{field}.pool"),
+            format!(
+                "pool {:?} also takes the connections of a tcp or tls-passthrough listener; HTTP routes and layer-4 listeners need pools of their own (one counts requests, the other connections)",
+                pool.get_ref()
+            ),
+        );
+    }
     let pool = report
         .required(
             route.pool.as_ref(),
@@ -236,7 +281,9 @@ fn route_plan(
     }
 }
 
-fn pool_index(
+/// The position of the pool named `wanted` (at `{field}.pool`), or an error naming the pools
+/// there are.
+pub fn pool_index(
     report: &mut Report,
     field: &str,
     wanted: &Spanned<String>,

@@ -6,6 +6,7 @@
 
 mod admin;
 mod health;
+mod layer4;
 mod listener;
 mod pool;
 mod read;
@@ -55,13 +56,14 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
     let admin = admin::check(&mut report, file.admin);
     let upstreams = upstream::check(&mut report, file.upstreams);
     let pool_names = pool::names(&file.pools);
+    let layer4_pools = layer4::pools(&file.listeners);
     let pools: Vec<_> = file
         .pools
         .into_iter()
         .enumerate()
-        .map(|(i, settings)| pool::check(&mut report, i, settings, &pool_names))
+        .map(|(i, settings)| pool::check(&mut report, i, settings, &pool_names, &layer4_pools))
         .collect();
-    let listeners = listener::check_all(&mut report, file.listeners, &pool_names);
+    let listeners = listener::check_all(&mut report, file.listeners, &pool_names, &layer4_pools);
     let plan = listeners.zip(pools.into_iter().collect::<Option<Vec<_>>>());
     match plan {
         Some((listeners, pools)) if report.is_clean() => Ok(Loaded {

@@ -6,7 +6,7 @@ use trafik_proxy::{BackendPlan, HashKey, PoolPlan};
 
 use super::report::Report;
 use super::schema::{Backend, Pool};
-use super::{health, sticky, tls};
+use super::{health, layer4, sticky, tls};
 use crate::suggest::did_you_mean;
 
 /// Each pool's name as written, by position; routes refer to pools by it.
@@ -22,20 +22,27 @@ pub fn key_needed(what: &str) -> String {
     )
 }
 
-/// `i` is the pool's position; `names` every pool's name, to find duplicates.
+/// `i` is the pool's position; `names` every pool's name, to find duplicates; `layer4_pools`
+/// the pools that layer-4 listeners use.
 pub fn check(
     report: &mut Report,
     i: usize,
     pool: Spanned<Pool>,
     names: &[Option<String>],
+    layer4_pools: &[String],
 ) -> Option<PoolPlan> {
     let field = format!("pool[{i}]");
     let span = pool.span();
-    let pool = pool.into_inner();
+    let mut pool = pool.into_inner();
     let selector_options = selector_options(report, &field, &pool);
     let tls = tls::pool(report, &field, &pool);
     let example = "name = \"takip\", the name routes use to send requests here";
-    let name = report.required(pool.name, span.clone(), &format!("{field}.name"), example);
+    let name = report.required(
+        pool.name.take(),
+        span.clone(),
+        &format!("{field}.name"),
+        example,
+    );
     if let Some(name) = &name
         && names
             .iter()
@@ -53,6 +60,10 @@ pub fn check(
             ),
         );
     }
+    let layer4 = name
+        .as_ref()
+        .is_some_and(|name| layer4_pools.contains(name.get_ref()));
+    let proxy_protocol = layer4::check_pool(report, &field, &pool, layer4);
     let algorithm = algorithm(report, &field, &pool.algorithm);
     let backends = backends(report, &field, span, pool.backends);
     let hash_key = pool.hash_key.as_ref().and_then(|key| {
@@ -113,6 +124,7 @@ pub fn check(
         response_timeout,
         retries: pool.retries,
         tls: tls?,
+        proxy_protocol,
     })
 }
 

@@ -15,6 +15,11 @@ pub fn unplaced<T>(value: T) -> Spanned<T> {
     Spanned::new(0..0, value)
 }
 
+/// Returns true if and only if `value` was written in a file (not a default, not a flag).
+pub fn is_written<T>(value: &Spanned<T>) -> bool {
+    !value.span().is_empty()
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct File {
@@ -99,6 +104,8 @@ pub struct Listener {
     pub name: Option<Spanned<String>>,
     pub listen: Option<Spanned<Addr>>,
     pub protocol: Spanned<Protocol>,
+    /// For `tcp` listeners: the pool that gets every connection.
+    pub pool: Option<Spanned<String>>,
     #[serde(rename = "route")]
     pub routes: Vec<Spanned<Route>>,
     /// The certificates of an `https` listener, chosen by the name the client asks for; the
@@ -112,6 +119,7 @@ impl Default for Listener {
             name: None,
             listen: None,
             protocol: unplaced(Protocol::Http),
+            pool: None,
             routes: Vec::new(),
             tls: Vec::new(),
         }
@@ -134,12 +142,23 @@ pub enum Protocol {
     Http,
     Https,
     Tcp,
+    #[serde(rename = "tls-passthrough")]
+    TlsPassthrough,
+}
+
+impl Protocol {
+    /// Whether its listeners relay bytes (layer 4) rather than requests.
+    pub fn is_layer4(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::TlsPassthrough)
+    }
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Route {
     pub path_prefix: Spanned<String>,
+    /// For `tls-passthrough` listeners: the server names (SNI) this route takes.
+    pub sni: Option<Spanned<String>>,
     pub host: Option<String>,
     pub methods: Vec<Spanned<String>>,
     pub pool: Option<Spanned<String>>,
@@ -154,6 +173,7 @@ impl Default for Route {
     fn default() -> Self {
         Route {
             path_prefix: unplaced("/".into()),
+            sni: None,
             host: None,
             methods: Vec::new(),
             pool: None,
@@ -186,6 +206,8 @@ pub struct Pool {
     pub tls: Spanned<bool>,
     pub ca: Option<Spanned<String>>,
     pub sni: Option<Spanned<String>>,
+    /// For layer-4 pools: `v1` or `v2`, the PROXY protocol header sent to backends.
+    pub proxy_protocol: Option<Spanned<String>>,
 }
 
 impl Pool {
@@ -209,6 +231,7 @@ impl Default for Pool {
             tls: unplaced(false),
             ca: None,
             sni: None,
+            proxy_protocol: None,
         }
     }
 }

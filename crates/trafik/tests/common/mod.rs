@@ -111,7 +111,7 @@ impl Proxy {
         all.extend_from_slice(args);
         let (trafik, line) = Trafik::start(&all, Stdio::piped(), "listening on");
         let address = line
-            .split("http://")
+            .split("://")
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_else(|| panic!("no listen address in {line:?}"))

@@ -1,0 +1,158 @@
+//! Bytes to and from backends, counted on the upstream socket itself: HTTP pools and layer-4
+//! relays share one count, and whatever runs above the socket (HTTP/1.1, TLS, a relay) is
+//! counted the same way, on the wire.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arc_swap::ArcSwap;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::counters::{BackendCounters, PerWorker, add, bump};
+
+/// Which backend's counters a connection's traffic goes to. A kept-alive HTTP connection
+/// belongs to an address, not to a pool, and may next carry a request of another pool that
+/// names the same address: the pool that checks it out is the one charged from then on. (An
+/// `ArcSwap`, not a `RefCell`, because an upgraded connection's socket must be `Send`.)
+#[derive(Clone)]
+pub struct Meter {
+    charged: Arc<ArcSwap<PerWorker<BackendCounters>>>,
+    /// The shard this worker writes.
+    worker: usize,
+}
+
+impl Meter {
+    pub fn new(counters: &Arc<PerWorker<BackendCounters>>, worker: usize) -> Self {
+        Meter {
+            charged: Arc::new(ArcSwap::new(counters.clone())),
+            worker,
+        }
+    }
+
+    /// Charges what moves from now on to `counters`.
+    pub fn charge(&self, counters: &Arc<PerWorker<BackendCounters>>) {
+        if !Arc::ptr_eq(&self.charged.load(), counters) {
+            self.charged.store(counters.clone());
+        }
+    }
+
+    /// Counts one connection opened.
+    pub fn opened(&self) {
+        bump(&self.charged.load().mine(self.worker).connections);
+    }
+
+    fn received(&self, bytes: usize) {
+        if bytes > 0 {
+            add(&self.charged.load().mine(self.worker).bytes_in, bytes);
+        }
+    }
+
+    fn sent(&self, bytes: usize) {
+        add(&self.charged.load().mine(self.worker).bytes_out, bytes);
+    }
+}
+
+/// An upstream stream that counts the bytes read from it and written to it.
+pub struct Metered<S> {
+    stream: S,
+    meter: Meter,
+}
+
+impl<S> Metered<S> {
+    pub fn new(stream: S, meter: Meter) -> Self {
+        Metered { stream, meter }
+    }
+
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.meter.received(buf.filled().len() - before);
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
+        if let Poll::Ready(Ok(written)) = polled {
+            this.meter.sent(written);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(written)) = polled {
+            this.meter.sent(written);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::read;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn bytes_each_way_go_to_the_backend_charged_at_the_time() {
+        let first = Arc::new(PerWorker::<BackendCounters>::new(2));
+        let second = Arc::new(PerWorker::<BackendCounters>::new(2));
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut metered = Metered::new(near, Meter::new(&first, 1));
+        metered.meter().opened();
+        metered.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        far.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+        let mut answer = [0u8; 17];
+        metered.read_exact(&mut answer).await.unwrap();
+
+        metered.meter().charge(&second);
+        metered.write_all(b"x").await.unwrap();
+
+        let total = |c: &PerWorker<BackendCounters>, f: fn(&BackendCounters) -> i64| c.sum(f);
+        assert_eq!(total(&first, |c| read(&c.connections)), 1);
+        assert_eq!(total(&first, |c| read(&c.bytes_out)), 18);
+        assert_eq!(total(&first, |c| read(&c.bytes_in)), 17);
+        assert_eq!(read(&first.mine(1).bytes_out), 18, "worker 1's shard");
+        assert_eq!(total(&second, |c| read(&c.bytes_out)), 1);
+        assert_eq!(total(&second, |c| read(&c.connections)), 0);
+    }
+}

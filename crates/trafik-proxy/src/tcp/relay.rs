@@ -1,0 +1,199 @@
+//! One layer-4 connection: a backend chosen once, a connect retried elsewhere when it fails,
+//! then bytes copied both ways until both sides have finished sending.
+
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use trafik_balance::PickContext;
+
+use super::copy::copy_both_ways;
+use crate::connections::{Control, Watched};
+use crate::counters::bump;
+use crate::http::key::client_ip_key;
+use crate::http::service::WorkerProxy;
+use crate::http::upstream::InFlight;
+use crate::meter::{Meter, Metered};
+use crate::plan::HashKey;
+use crate::snapshot::WorkerSnapshot;
+use crate::transport::{self, OpenConnection};
+
+/// A client connection on its way to a backend.
+pub struct Client {
+    pub stream: Watched<TcpStream>,
+    pub peer: SocketAddr,
+    /// The address the client connected to, for the PROXY protocol header.
+    pub local: SocketAddr,
+    /// What the client sent before the backend was chosen (a ClientHello), sent on first.
+    pub read_ahead: Vec<u8>,
+}
+
+/// A connected backend, counted as in use until dropped.
+struct Connected {
+    stream: Metered<TcpStream>,
+    index: usize,
+    _in_flight: InFlight,
+    _open: OpenConnection,
+}
+
+/// How a relay ended.
+enum End {
+    /// Both sides finished sending (or one broke the connection).
+    Finished(std::io::Result<(u64, u64)>),
+    /// No byte moved either way for the idle timeout.
+    Idle,
+    /// Draining, and the drain timeout passed.
+    Drained,
+}
+
+/// Relays `client` to a backend of pool `pool` (an index into the snapshot's pools) until both
+/// sides finish, the connection idles out, or it drains and the drain timeout passes.
+pub async fn relay(
+    worker: &WorkerProxy,
+    snapshot: &Rc<WorkerSnapshot>,
+    pool: usize,
+    mut client: Client,
+    control: &Control,
+) {
+    let started = Instant::now();
+    let Some(mut backend) = connect(worker, snapshot, pool, client.peer).await else {
+        return;
+    };
+    let target = &snapshot.pools[pool];
+    let mut preface = target
+        .plan
+        .proxy_protocol
+        .map(|version| version.header(client.peer, client.local))
+        .unwrap_or_default();
+    preface.append(&mut client.read_ahead);
+    if !preface.is_empty() && backend.stream.write_all(&preface).await.is_err() {
+        bump(
+            &target.members[backend.index]
+                .counters
+                .mine(worker.id)
+                .failures,
+        );
+        return;
+    }
+    let end = relay_until_done(
+        &mut client.stream,
+        &mut backend.stream,
+        control,
+        snapshot.drain_timeout,
+    )
+    .await;
+    if snapshot.client.access_log {
+        let (sent, received) = match &end {
+            End::Finished(Ok(counts)) => *counts,
+            _ => (0, 0),
+        };
+        tracing::info!(
+            target: "trafik::access",
+            client = %client.peer,
+            pool = %target.plan.name,
+            backend = %target.address(backend.index),
+            sent,
+            received,
+            end = match end {
+                End::Finished(Ok(_)) => "closed",
+                End::Finished(Err(_)) => "broken",
+                End::Idle => "idle",
+                End::Drained => "drained",
+            },
+            micros = started.elapsed().as_micros() as u64,
+        );
+    }
+}
+
+/// Chooses a backend and connects to it, trying up to `retries` others when a connect fails.
+/// `None` when no backend could be reached: the client's connection is closed.
+async fn connect(
+    worker: &WorkerProxy,
+    snapshot: &Rc<WorkerSnapshot>,
+    pool_index: usize,
+    peer: SocketAddr,
+) -> Option<Connected> {
+    let pool = &snapshot.pools[pool_index];
+    let me = worker.id;
+    let mut context = PickContext::default();
+    if pool.needs_key() && pool.plan.hash_key == Some(HashKey::ClientIp) {
+        context.key = Some(client_ip_key(peer.ip()));
+    }
+    let timed = pool.plan.algorithm.uses_latency();
+    for _attempt in 0..=pool.plan.retries {
+        if timed {
+            context.now = worker.now();
+        }
+        let picked = match pool
+            .sticky
+            .as_ref()
+            .and_then(|s| s.pick_by_key(&pool.backends, &context))
+        {
+            Some(by_key) => by_key,
+            None => pool.selector.pick(&pool.backends, &context),
+        };
+        let index = picked?;
+        let member = &pool.members[index];
+        let counters = member.counters.mine(me);
+        bump(&counters.decisions);
+        let in_flight = InFlight::start(snapshot, pool_index, index, me);
+        let connect_started = Instant::now();
+        let meter = Meter::new(&member.counters, me);
+        match transport::connect(&member.endpoint, meter, pool.plan.connect_timeout, me).await {
+            Ok((stream, open)) => {
+                // Latency-aware rules learn each backend's connect time, as Sozu's do.
+                if timed {
+                    pool.selector
+                        .observe(index, connect_started.elapsed(), worker.now());
+                }
+                if let (Some(sticky), Some(key)) = (&pool.sticky, context.key) {
+                    sticky.settle_key(key, index, &pool.backends);
+                }
+                return Some(Connected {
+                    stream,
+                    index,
+                    _in_flight: in_flight,
+                    _open: open,
+                });
+            }
+            Err(error) => {
+                bump(&counters.failures);
+                tracing::debug!(pool = %pool.plan.name, backend = %member.endpoint.address, %error, "connect failed");
+                context.tried.insert(index);
+            }
+        }
+    }
+    bump(pool.unreachable.mine(me));
+    None
+}
+
+/// Copies both ways ([`super::copy`]) until done, idle, or drained and past the drain timeout.
+async fn relay_until_done(
+    client: &mut Watched<TcpStream>,
+    backend: &mut Metered<TcpStream>,
+    control: &Control,
+    drain_timeout: Duration,
+) -> End {
+    let mut copying = pin!(copy_both_ways(client, backend));
+    // A byte stream has no request boundary to stop at, so a draining connection gets the drain
+    // timeout to finish on its own.
+    let mut grace = None;
+    std::future::poll_fn(|cx| {
+        control.remember(cx.waker());
+        if control.is_idle() {
+            return Poll::Ready(End::Idle);
+        }
+        if control.should_drain() {
+            let deadline = grace.get_or_insert_with(|| Box::pin(tokio::time::sleep(drain_timeout)));
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(End::Drained);
+            }
+        }
+        copying.as_mut().poll(cx).map(End::Finished)
+    })
+    .await
+}
