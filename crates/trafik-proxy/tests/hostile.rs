@@ -10,14 +10,6 @@ use std::time::Duration;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn raw_exchange(address: std::net::SocketAddr, bytes: &[u8]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    stream.write_all(bytes).await.unwrap();
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 /// A raw backend: reads a request head, then writes `answer` and keeps the connection open
 /// (reading whatever comes) — the way a server that refuses an upload early behaves.
 async fn raw_backend(answer: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicIsize>) {

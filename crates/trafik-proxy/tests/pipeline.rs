@@ -169,14 +169,6 @@ async fn an_aborted_upload_is_not_charged_to_the_backend() {
     stop(running).await;
 }
 
-async fn raw_exchange(address: std::net::SocketAddr, bytes: &[u8]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    stream.write_all(bytes).await.unwrap();
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 #[tokio::test]
 async fn spellings_a_backend_could_resolve_outside_the_prefix_are_refused() {
     let echo = echo_server(Duration::ZERO).await;

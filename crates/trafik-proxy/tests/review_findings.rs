@@ -176,14 +176,6 @@ async fn a_listener_address_already_served_is_an_error() {
     stop(first).await;
 }
 
-async fn raw_exchange(address: std::net::SocketAddr, bytes: &[u8]) -> String {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    stream.write_all(bytes).await.unwrap();
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 #[tokio::test]
 async fn a_malformed_request_gets_400_with_a_one_line_body() {
     let replicas = replicas(1).await;

@@ -247,6 +247,17 @@ pub async fn tally(
     (by_replica, failures)
 }
 
+/// Writes `bytes` on a new connection and reads until the proxy closes it (at most 10 s): for
+/// requests no well-behaved client library would send.
+pub async fn raw_exchange(address: SocketAddr, bytes: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 /// Stops the proxy and waits for it on a blocking thread.
 pub async fn stop(running: Running) {
     running.stop();
