@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::counters::{BackendCounters, PerWorker, add, bump};
+use crate::transport::OpenConnection;
 
 /// Which backend's counters a connection's traffic goes to. A kept-alive HTTP connection
 /// belongs to an address, not to a pool, and may next carry a request of another pool that
@@ -54,15 +55,21 @@ impl Meter {
     }
 }
 
-/// An upstream stream that counts the bytes read from it and written to it.
+/// An upstream stream and its accounting: it counts the bytes read from it and written to it,
+/// and holds its place in the endpoint's gauge of open connections while it lives.
 pub struct Metered<S> {
     stream: S,
     meter: Meter,
+    _open: OpenConnection,
 }
 
 impl<S> Metered<S> {
-    pub fn new(stream: S, meter: Meter) -> Self {
-        Metered { stream, meter }
+    pub fn new(stream: S, meter: Meter, open: OpenConnection) -> Self {
+        Metered {
+            stream,
+            meter,
+            _open: open,
+        }
     }
 
     pub fn meter(&self) -> &Meter {
@@ -137,7 +144,9 @@ mod tests {
         let first = Arc::new(PerWorker::<BackendCounters>::new(2));
         let second = Arc::new(PerWorker::<BackendCounters>::new(2));
         let (near, mut far) = tokio::io::duplex(64);
-        let mut metered = Metered::new(near, Meter::new(&first, 1));
+        let endpoint = crate::pool::Endpoints::new(2).get("127.0.0.1:9".parse().unwrap(), None);
+        let open = crate::transport::OpenConnection::new(&endpoint, 1);
+        let mut metered = Metered::new(near, Meter::new(&first, 1), open);
         metered.meter().opened();
         metered.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         far.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();

@@ -59,35 +59,41 @@ fn socket(address: SocketAddr) -> io::Result<socket2::Socket> {
 }
 
 /// Connects worker `worker` to an upstream within `timeout`, with Nagle's algorithm off. The
-/// connection counts in the endpoint's gauge of open connections until the returned
-/// [`OpenConnection`] is dropped, whichever protocol then runs over it; it is counted as opened,
-/// and its bytes are counted, in the backend counters `meter` charges.
+/// stream counts in the endpoint's gauge of open connections for as long as it lives, whichever
+/// protocol then runs over it (in the pool, a tunnel or a layer-4 relay); it is counted as
+/// opened, and its bytes are counted, in the backend counters `meter` charges.
 pub async fn connect(
     endpoint: &Arc<Endpoint>,
     meter: Meter,
     timeout: Duration,
     worker: usize,
-) -> io::Result<(Metered<TcpStream>, OpenConnection)> {
+) -> io::Result<Metered<TcpStream>> {
     let stream = tokio::time::timeout(timeout, TcpStream::connect(endpoint.address))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;
     meter.opened();
-    endpoint
-        .open_connections
-        .mine(worker)
-        .fetch_add(1, Ordering::Relaxed);
-    let open = OpenConnection {
-        endpoint: endpoint.clone(),
-        worker,
-    };
-    Ok((Metered::new(stream, meter), open))
+    let open = OpenConnection::new(endpoint, worker);
+    Ok(Metered::new(stream, meter, open))
 }
 
-/// One open upstream connection in its endpoint's gauge.
+/// One open upstream connection in its endpoint's gauge: counted from creation to drop.
 pub struct OpenConnection {
     endpoint: Arc<Endpoint>,
     worker: usize,
+}
+
+impl OpenConnection {
+    pub fn new(endpoint: &Arc<Endpoint>, worker: usize) -> Self {
+        endpoint
+            .open_connections
+            .mine(worker)
+            .fetch_add(1, Ordering::Relaxed);
+        OpenConnection {
+            endpoint: endpoint.clone(),
+            worker,
+        }
+    }
 }
 
 impl Drop for OpenConnection {

@@ -9,22 +9,20 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::io;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::{RequestBody, Upload, UploadState};
 use crate::meter::Meter;
 use crate::pool::{Endpoint, Pool};
 use crate::snapshot::{Snapshot, WorkerSnapshot};
-use crate::transport::{self, OpenConnection};
+use crate::transport;
 
 /// Idle connections kept per endpoint in one worker; more are closed when they come back.
 const MAX_IDLE_PER_ENDPOINT: usize = 512;
@@ -251,9 +249,9 @@ impl Upstreams {
     ) -> io::Result<Sender> {
         let started = tokio::time::Instant::now();
         let timeout = pool.plan.connect_timeout;
-        let (stream, open) = transport::connect(endpoint, meter, timeout, self.worker).await?;
+        let stream = transport::connect(endpoint, meter, timeout, self.worker).await?;
         match &pool.plan.tls {
-            None => start(stream, open).await,
+            None => start(stream).await,
             Some(tls) => {
                 let handshake = tls.connect(endpoint.address, stream);
                 let stream = tokio::time::timeout_at(started + timeout, handshake)
@@ -261,75 +259,25 @@ impl Upstreams {
                     .map_err(|_| {
                         io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
                     })??;
-                start(stream, open).await
+                start(stream).await
             }
         }
     }
 }
 
 /// Starts HTTP/1.1 on a new upstream connection. The driver hands the socket over when the
-/// backend switches protocols (a 101); the socket holds its place in the endpoint's gauge until
-/// it closes, whichever of them has it then.
-async fn start<S>(stream: S, open: OpenConnection) -> io::Result<Sender>
+/// backend switches protocols (a 101); the socket keeps its place in the endpoint's gauge
+/// until it closes, whichever of them has it then.
+async fn start<S>(stream: S) -> io::Result<Sender>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, connection) = http1::Builder::new()
-        .handshake(TokioIo::new(Counted {
-            stream,
-            _open: open,
-        }))
+        .handshake(TokioIo::new(stream))
         .await
         .map_err(io::Error::other)?;
     tokio::task::spawn_local(async move {
         let _ = connection.with_upgrades().await;
     });
     Ok(sender)
-}
-
-/// An upstream socket and its place in the endpoint's gauge of open connections, together, so
-/// the count holds for as long as the socket is open, in the pool or in an upgrade's tunnel.
-struct Counted<S> {
-    stream: S,
-    _open: OpenConnection,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
 }

@@ -20,7 +20,7 @@ use crate::http::upstream::InFlight;
 use crate::meter::{Meter, Metered};
 use crate::plan::HashKey;
 use crate::snapshot::WorkerSnapshot;
-use crate::transport::{self, OpenConnection};
+use crate::transport;
 
 /// A client connection on its way to a backend.
 pub struct Client {
@@ -37,7 +37,6 @@ struct Connected {
     stream: Metered<TcpStream>,
     index: usize,
     _in_flight: InFlight,
-    _open: OpenConnection,
 }
 
 /// How a relay ended.
@@ -144,7 +143,7 @@ async fn connect(
         let connect_started = Instant::now();
         let meter = Meter::new(&member.counters, me);
         match transport::connect(&member.endpoint, meter, pool.plan.connect_timeout, me).await {
-            Ok((stream, open)) => {
+            Ok(stream) => {
                 // Latency-aware rules learn each backend's connect time, as Sozu's do.
                 if timed {
                     pool.selector
@@ -157,7 +156,6 @@ async fn connect(
                     stream,
                     index,
                     _in_flight: in_flight,
-                    _open: open,
                 });
             }
             Err(error) => {
