@@ -3,8 +3,7 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use support::*;
@@ -326,50 +325,21 @@ async fn a_reloaded_idle_timeout_applies() {
     stop(running).await;
 }
 
-/// An upstream that answers 200 and counts its open connections.
-async fn open_counting_server() -> (std::net::SocketAddr, Arc<AtomicIsize>) {
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    let open = Arc::new(AtomicIsize::new(0));
-    let counter = open.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let counter = counter.clone();
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = service_fn(|_request| async {
-                    Ok::<_, std::convert::Infallible>(http::Response::new(
-                        http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
-                    ))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-                counter.fetch_sub(1, Ordering::SeqCst);
-            });
-        }
-    });
-    (address, open)
-}
-
 #[tokio::test]
 async fn kept_alive_connections_to_a_removed_backend_are_closed() {
-    let (old, old_open) = open_counting_server().await;
-    let (new, _) = open_counting_server().await;
+    let (old, old_connections) = counting_server().await;
+    let (new, _) = counting_server().await;
     let mut first = plan(&[old]);
     first.workers = 1;
     let running = trafik_proxy::start(first.clone()).unwrap();
     assert_eq!(get(web(&running), "/x").await.status, 200);
-    assert_eq!(old_open.load(Ordering::SeqCst), 1);
+    assert_eq!(old_connections.open.load(Ordering::SeqCst), 1);
     let mut second = plan(&[new]);
     second.workers = 1;
     running.apply(second).unwrap();
     assert_eq!(get(web(&running), "/x").await.status, 200);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while old_open.load(Ordering::SeqCst) != 0 {
+    while old_connections.open.load(Ordering::SeqCst) != 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "still open to the removed backend"

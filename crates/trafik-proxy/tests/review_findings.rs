@@ -3,8 +3,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -27,36 +26,9 @@ async fn round_robin_keeps_exact_shares_when_a_retry_skips_a_stopped_replica() {
     stop(running).await;
 }
 
-/// An upstream that answers every request with 200 and counts the connections it accepted.
-async fn connection_counting_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = service_fn(|_request| async {
-                    Ok::<_, std::convert::Infallible>(http::Response::new(
-                        http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
-                    ))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (address, accepted)
-}
-
 #[tokio::test]
 async fn a_backend_in_two_pools_shares_its_idle_connections() {
-    let (backend, accepted) = connection_counting_server().await;
+    let (backend, connections) = counting_server().await;
     let mut plan = plan(&[backend]);
     plan.workers = 1;
     plan.pools.push(pool("yazma", &[backend]));
@@ -67,7 +39,7 @@ async fn a_backend_in_two_pools_shares_its_idle_connections() {
         assert_eq!(client.get(path).await.status, 200);
     }
     assert_eq!(
-        accepted.load(Ordering::SeqCst),
+        connections.accepted.load(Ordering::SeqCst),
         1,
         "sequential requests through two pools reuse one upstream connection"
     );

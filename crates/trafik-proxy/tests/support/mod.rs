@@ -5,6 +5,8 @@
 pub mod tls;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -256,6 +258,44 @@ pub async fn raw_exchange(address: SocketAddr, bytes: &[u8]) -> String {
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// What [`counting_server`] has seen.
+#[derive(Default)]
+pub struct ConnectionCounts {
+    pub accepted: AtomicUsize,
+    pub open: AtomicIsize,
+}
+
+/// An upstream that answers every request 200 `ok` and counts the connections it accepted and
+/// those still open.
+pub async fn counting_server() -> (SocketAddr, Arc<ConnectionCounts>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let counts = Arc::new(ConnectionCounts::default());
+    let counting = counts.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counting.accepted.fetch_add(1, Ordering::SeqCst);
+            counting.open.fetch_add(1, Ordering::SeqCst);
+            let counting = counting.clone();
+            tokio::spawn(async move {
+                let service = service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(
+                        b"ok",
+                    ))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+                counting.open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (address, counts)
 }
 
 /// Stops the proxy and waits for it on a blocking thread.
