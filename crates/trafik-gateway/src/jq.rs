@@ -171,6 +171,15 @@ pub fn write(value: &Val) -> Vec<u8> {
     value.to_string().into_bytes()
 }
 
+/// A value as an HTTP status code, if it is one (100 to 599).
+pub fn as_status(value: &Val) -> Option<u16> {
+    use jaq_std::ValT as _;
+    value
+        .as_isize()
+        .and_then(|n| u16::try_from(n).ok())
+        .filter(|n| (100..600).contains(n))
+}
+
 /// A string value (a capture, a status text).
 pub fn text(value: &str) -> Val {
     Val::from(value.to_owned())

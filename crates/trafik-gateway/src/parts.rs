@@ -48,7 +48,7 @@ pub enum Assembled {
 
 /// Puts the parts' answers together under their names, in the parts' order. A part is present
 /// when it answered 2xx with a JSON body.
-pub fn assemble<'a>(parts: &[(&str, Missing)], answers: &[Answer<'a>]) -> Assembled {
+pub fn assemble<S: AsRef<str>>(parts: &[(S, Missing)], answers: &[Answer<'_>]) -> Assembled {
     let mut object = Map::default();
     let mut missing = Vec::new();
     for (index, ((name, contract), answer)) in parts.iter().zip(answers).enumerate() {
@@ -68,7 +68,7 @@ pub fn assemble<'a>(parts: &[(&str, Missing)], answers: &[Answer<'a>]) -> Assemb
                 continue;
             }
         };
-        object.insert(Val::from((*name).to_owned()), value);
+        object.insert(Val::from(name.as_ref().to_owned()), value);
     }
     Assembled::Input {
         parts: Val::Obj(object.into()),

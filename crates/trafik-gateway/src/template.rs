@@ -4,6 +4,7 @@
 /// A template a request path is matched against.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathTemplate {
+    text: String,
     segments: Vec<Segment>,
     names: Vec<String>,
 }
@@ -42,7 +43,16 @@ impl PathTemplate {
                 None => segments.push(Segment::Literal(segment.to_owned())),
             }
         }
-        Ok(PathTemplate { segments, names })
+        Ok(PathTemplate {
+            text: text.to_owned(),
+            segments,
+            names,
+        })
+    }
+
+    /// As written.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// The capture names, in the order [`Captures`] holds their values.
@@ -100,6 +110,7 @@ fn is_name(name: &str) -> bool {
 /// `/v1/durum?no={no}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamTemplate {
+    text: String,
     pieces: Vec<Piece>,
 }
 
@@ -141,11 +152,19 @@ impl UpstreamTemplate {
         if !rest.is_empty() {
             pieces.push(Piece::Text(rest.to_owned()));
         }
-        let template = UpstreamTemplate { pieces };
+        let template = UpstreamTemplate {
+            text: text.to_owned(),
+            pieces,
+        };
         let probe = Captures(vec!["x".to_owned(); names.len()]);
         http_path_is_valid(&template.render(&probe))
             .then_some(template)
             .ok_or_else(|| format!("{text:?} does not make a valid request path"))
+    }
+
+    /// As written.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// The path for these captures. Captures are path segments or checked list items

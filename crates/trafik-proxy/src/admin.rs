@@ -79,7 +79,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use GET\n".into())
         }
         "/status" => reply(StatusCode::OK, "application/json", status(&snapshot).to_string()),
-        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(&snapshot.pools)),
+        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(&snapshot.pools) + &crate::http::gateway::metrics(&snapshot)),
         "/reload" if method != Method::POST => {
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
         }
@@ -256,6 +256,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             "file": snapshot.file,
         },
         "pools": pools,
+        "gateway": crate::http::gateway::status(snapshot),
     })
 }
 

@@ -42,6 +42,10 @@ pub enum ProxyError {
     UriTooLong,
     /// The request head is larger than hyper accepts.
     HeadTooLarge,
+    /// A gateway expression failed on an answer, or a part's answer was not what it needs.
+    ShapingFailed,
+    /// A list in the query names an item that cannot stand in an upstream path.
+    BadListItem,
 }
 
 impl ProxyError {
@@ -65,6 +69,8 @@ impl ProxyError {
             ProxyError::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ProxyError::ShapingFailed => StatusCode::BAD_GATEWAY,
+            ProxyError::BadListItem => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -93,6 +99,8 @@ impl ProxyError {
             }
             ProxyError::UriTooLong => "the request target is too long\n",
             ProxyError::HeadTooLarge => "the request head is too large\n",
+            ProxyError::ShapingFailed => "the gateway could not shape the upstream answer\n",
+            ProxyError::BadListItem => "a list item in the query cannot name a record\n",
         }
     }
 
@@ -128,6 +136,8 @@ impl ProxyError {
             ProxyError::BadHost => "bad-host",
             ProxyError::UnsupportedTransferCoding => "unsupported-transfer-coding",
             ProxyError::AmbiguousPath => "ambiguous-path",
+            ProxyError::ShapingFailed => "shaping-failed",
+            ProxyError::BadListItem => "bad-list-item",
         }
     }
 

@@ -37,6 +37,10 @@ pub use plan::{
     ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern, SniRoutePlan,
     StickyPlan, TargetPlan,
 };
+pub use plan::{
+    AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, PathTemplate,
+    ServiceChoice, UpstreamTemplate, ViewPlan, ViewsPlan,
+};
 pub use pool::Pool;
 pub use snapshot::Snapshot;
 

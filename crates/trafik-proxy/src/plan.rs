@@ -12,6 +12,11 @@ pub use crate::tcp::proxy_protocol::ProxyProtocol;
 pub use crate::tcp::route::ServerNamePattern;
 use crate::tls::Certificate;
 use crate::tls::backend::BackendTls;
+pub use crate::http::gateway::plan::{
+    AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, ServiceChoice, ViewPlan,
+    ViewsPlan,
+};
+pub use trafik_gateway::template::{PathTemplate, UpstreamTemplate};
 
 /// Everything one trafik instance runs.
 #[derive(Clone, Debug)]
@@ -124,6 +129,9 @@ pub struct RoutePlan {
     /// built-in ones.
     pub filters: Vec<FilterPlan>,
     pub target: TargetPlan,
+    /// When set, the path is matched by segments instead of by `path_prefix`
+    /// (`/takip/{no}/{part}`), and its captures are the target's to use.
+    pub path_template: Option<PathTemplate>,
 }
 
 /// Where a route sends what it matched.
@@ -135,6 +143,18 @@ pub enum TargetPlan {
         /// Retry connect failures of non-idempotent requests (POST, PATCH) too.
         retry_non_idempotent: bool,
     },
+    /// A service of the gateway's map (a pool, possibly chosen by a capture), relayed as a
+    /// pool is, to a path written from the captures.
+    Service {
+        service: ServiceChoice,
+        /// The path sent upstream (`/{part}/{no}`); the request's own when `None`.
+        upstream_path: Option<UpstreamTemplate>,
+        retry_non_idempotent: bool,
+    },
+    /// Several upstream calls in parallel, merged by a jq expression (and projected per client).
+    Aggregate(Arc<AggregatePlan>),
+    /// One upstream call in an external contract, its answer mapped back by jq.
+    Ambassador(Arc<AmbassadorPlan>),
 }
 
 /// A configurable step of a route's pipeline.

@@ -10,6 +10,7 @@ use http::HeaderValue;
 use tokio_rustls::TlsAcceptor;
 
 use crate::http::filter::{self, Trace};
+use crate::http::gateway::{self, counters::GatewayCounters};
 use crate::http::route::{Route, RouteTable};
 use crate::http::target::{PoolTarget, Target};
 use crate::plan::{ClientPlan, ListenerKind, Plan, TargetPlan};
@@ -51,6 +52,8 @@ pub struct Snapshot {
     /// `2 NAME`, for requests received over HTTP/2 (`Via` names the protocol a hop received).
     pub via_http2: HeaderValue,
     pub drain_timeout: Duration,
+    /// The counters of the gateway's routes (aggregates, ambassadors), for the admin API.
+    pub gateway: Vec<Arc<GatewayCounters>>,
 }
 
 /// What a listener does with its connections, resolved.
@@ -127,6 +130,7 @@ impl Snapshot {
             .map(|(index, pool)| (pool.plan.name.as_str(), index))
             .collect();
         let mut resolved = Vec::with_capacity(plan.listeners.len());
+        let mut gateway_counters = Vec::new();
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
             let routes = match &listener.kind {
                 ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
@@ -147,16 +151,40 @@ impl Snapshot {
             };
             let mut table = Vec::with_capacity(routes.len());
             for route in routes {
-                let TargetPlan::Pool {
-                    pool,
-                    retry_non_idempotent,
-                } = &route.target;
-                let Some(&index) = by_name.get(pool.as_str()) else {
-                    errors.push(format!(
-                        "listener {:?}: a route names pool {pool:?}, which does not exist",
-                        listener.name
-                    ));
-                    continue;
+                let label = format!(
+                    "{} {}",
+                    listener.name,
+                    route.path_template.as_ref().map_or(route.path_prefix.as_str(), |t| t.text())
+                );
+                let target = match gateway::build(&route.target, &label, &by_name, plan.workers) {
+                    Some(Ok((target, counters))) => {
+                        gateway_counters.extend(counters);
+                        target
+                    }
+                    Some(Err(error)) => {
+                        errors.push(error);
+                        continue;
+                    }
+                    None => {
+                        let TargetPlan::Pool {
+                            pool,
+                            retry_non_idempotent,
+                        } = &route.target
+                        else {
+                            continue;
+                        };
+                        let Some(&index) = by_name.get(pool.as_str()) else {
+                            errors.push(format!(
+                                "listener {:?}: a route names pool {pool:?}, which does not exist",
+                                listener.name
+                            ));
+                            continue;
+                        };
+                        Target::Pool(PoolTarget {
+                            pool: index,
+                            retry_non_idempotent: *retry_non_idempotent,
+                        })
+                    }
                 };
                 for unsettable in route.filters.iter().filter_map(filter::unsettable_header) {
                     errors.push(format!(
@@ -169,12 +197,10 @@ impl Snapshot {
                 table.push(Route {
                     host: route.host.clone(),
                     path_prefix: route.path_prefix.clone(),
+                    path_template: route.path_template.clone(),
                     methods: route.methods.clone(),
                     filters,
-                    target: Target::Pool(PoolTarget {
-                        pool: index,
-                        retry_non_idempotent: *retry_non_idempotent,
-                    }),
+                    target,
                 });
             }
             let routes = RouteTable::new(table);
@@ -207,6 +233,7 @@ impl Snapshot {
             trace,
             via_http2,
             drain_timeout: plan.drain_timeout,
+            gateway: gateway_counters,
         })
     }
 

@@ -75,11 +75,14 @@ pub fn plan(loaded: &Loaded) -> String {
                 let names: Vec<_> = route.methods.iter().map(|m| m.as_str()).collect();
                 format!(" [{}]", names.join(","))
             };
-            let trafik_proxy::TargetPlan::Pool { pool, .. } = &route.target;
+            let path = route
+                .path_template
+                .as_ref()
+                .map_or(route.path_prefix.as_str(), |t| t.text());
             let _ = writeln!(
                 out,
-                "  route {host}{}{methods} → pool {pool}",
-                route.path_prefix
+                "  route {host}{path}{methods} → {}",
+                target_text(&route.target)
             );
             for filter in &route.filters {
                 let _ = writeln!(out, "    filter {}", filter_text(filter));
@@ -215,6 +218,41 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
         }
         FilterPlan::SetResponseHeader { name, value } => {
             format!("response header {name}: {}", show(value))
+        }
+    }
+}
+
+/// Where a route goes, in words.
+fn target_text(target: &trafik_proxy::TargetPlan) -> String {
+    use trafik_proxy::{ServiceChoice, TargetPlan};
+    match target {
+        TargetPlan::Pool { pool, .. } => format!("pool {pool}"),
+        TargetPlan::Service {
+            service,
+            upstream_path,
+            ..
+        } => {
+            let service = match service {
+                ServiceChoice::Named(pool) => format!("service {pool}"),
+                ServiceChoice::Capture { services, .. } => {
+                    format!("service by capture, one of {}", services.join(", "))
+                }
+            };
+            match upstream_path {
+                Some(path) => format!("{service} at {}", path.text()),
+                None => service,
+            }
+        }
+        TargetPlan::Aggregate(aggregate) => {
+            let parts: Vec<String> = aggregate
+                .parts
+                .iter()
+                .map(|p| format!("{} ({} {}, {:?})", p.name, p.service, p.path.text(), p.missing))
+                .collect();
+            format!("aggregate of {}", parts.join(" + "))
+        }
+        TargetPlan::Ambassador(ambassador) => {
+            format!("ambassador to {} {}", ambassador.service, ambassador.path.text())
         }
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod body;
 pub mod filter;
+pub mod gateway;
 pub mod headers;
 pub mod key;
 pub mod path;

@@ -1,6 +1,7 @@
 //! Choosing a route for a request.
 
 use http::{Method, Request, header};
+use trafik_gateway::template::{Captures, PathTemplate};
 
 use super::filter::Filter;
 use super::target::Target;
@@ -11,6 +12,9 @@ pub struct Route {
     pub host: Option<String>,
     /// Matches a normalized path equal to it or continuing it at a `/` boundary.
     pub path_prefix: String,
+    /// When set, matches instead of the prefix: the path's segments, capturing the named ones
+    /// (`/takip/{no}`); the captures travel in the request's extensions to the target.
+    pub path_template: Option<PathTemplate>,
     /// Methods this route takes; empty takes any.
     pub methods: Vec<Method>,
     /// The built-in steps, then the configured ones.
@@ -19,7 +23,8 @@ pub struct Route {
 }
 
 /// A listener's routes, most specific first: routes with a host before routes without, then
-/// longer path prefixes before shorter ones; among equals, the order of the configuration.
+/// path templates (more segments first) before prefixes, then longer path prefixes before
+/// shorter ones; among equals, the order of the configuration.
 pub struct RouteTable {
     routes: Vec<Route>,
 }
@@ -27,21 +32,35 @@ pub struct RouteTable {
 impl RouteTable {
     pub fn new(mut routes: Vec<Route>) -> Self {
         // A stable sort keeps configuration order among equally specific routes.
-        routes.sort_by_key(|r| (r.host.is_none(), std::cmp::Reverse(r.path_prefix.len())));
+        routes.sort_by_key(|r| {
+            let length = r.path_template.as_ref().map_or(r.path_prefix.len(), |t| t.len());
+            (
+                r.host.is_none(),
+                r.path_template.is_none(),
+                std::cmp::Reverse(length),
+            )
+        });
         RouteTable { routes }
     }
 
-    /// The first route that matches the request's host, path and method.
-    pub fn find<B>(&self, request: &Request<B>) -> Option<&Route> {
+    /// The first route that matches the request's host, path and method, with what its path
+    /// template captured.
+    pub fn find<B>(&self, request: &Request<B>) -> Option<(&Route, Option<Captures>)> {
         let path = request.uri().path();
         let host = request_host(request);
-        self.routes.iter().find(|route| {
-            path_matches(&route.path_prefix, path)
-                && method_matches(&route.methods, request.method())
+        self.routes.iter().find_map(|route| {
+            let wanted = method_matches(&route.methods, request.method())
                 && route
                     .host
                     .as_deref()
-                    .is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
+                    .is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)));
+            if !wanted {
+                return None;
+            }
+            match &route.path_template {
+                Some(template) => template.matches(path).map(|c| (route, Some(c))),
+                None => path_matches(&route.path_prefix, path).then_some((route, None)),
+            }
         })
     }
 }
@@ -88,6 +107,7 @@ mod tests {
         Route {
             host: host.map(str::to_owned),
             path_prefix: prefix.to_owned(),
+            path_template: None,
             methods: methods.to_vec(),
             filters: Vec::new(),
             target: Target::Pool(PoolTarget {
@@ -104,8 +124,9 @@ mod tests {
             .header("host", host)
             .body(())
             .unwrap();
-        table.find(&request).map(|r| match &r.target {
+        table.find(&request).map(|(r, _)| match &r.target {
             Target::Pool(target) => target.pool,
+            _ => usize::MAX,
         })
     }
 

@@ -120,10 +120,13 @@ impl WorkerProxy {
                 return (refuse(ProxyError::AmbiguousPath, snapshot, &request), None);
             }
         }
-        let Some(route) = routes.find(&request) else {
+        let Some((route, captures)) = routes.find(&request) else {
             return (no_route(snapshot, &request), None);
         };
         let mut request = request.map(RequestBody::streaming);
+        if let Some(captures) = captures {
+            request.extensions_mut().insert(captures);
+        }
         let exchange = Exchange {
             connection,
             snapshot,

@@ -1,5 +1,5 @@
-//! Where a route sends what it matched. Only pools exist yet; static content and aggregation
-//! come as further variants of [`Target`].
+//! Where a route sends what it matched: a pool, or one of the gateway's targets; static content
+//! comes as a further variant of [`Target`].
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -10,6 +10,9 @@ use hyper::body::Incoming;
 use trafik_balance::PickContext;
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
+use super::gateway::aggregate::AggregateTarget;
+use super::gateway::ambassador::AmbassadorTarget;
+use super::gateway::service::ServiceTarget;
 use super::key::request_key;
 use super::service::{ClientConnection, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
@@ -23,6 +26,10 @@ use crate::sticky::{Decision, Rebinding};
 /// A route's destination.
 pub enum Target {
     Pool(PoolTarget),
+    /// The gateway's: a service of the map, an aggregate, an ambassador ([`super::gateway`]).
+    Service(ServiceTarget),
+    Aggregate(AggregateTarget),
+    Ambassador(AmbassadorTarget),
 }
 
 impl Target {
@@ -36,6 +43,15 @@ impl Target {
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         match self {
             Target::Pool(pool) => pool.serve(worker, snapshot, connection, request).await,
+            Target::Service(service) => {
+                service.serve(worker, snapshot, connection, request).await
+            }
+            Target::Aggregate(aggregate) => {
+                aggregate.serve(worker, snapshot, connection, request).await
+            }
+            Target::Ambassador(ambassador) => {
+                ambassador.serve(worker, snapshot, connection, request).await
+            }
         }
     }
 }
@@ -57,7 +73,8 @@ enum Failure {
 }
 
 impl PoolTarget {
-    async fn serve(
+    /// Also the way the gateway's targets call a pool ([`super::gateway::fetch`]).
+    pub(crate) async fn serve(
         &self,
         worker: &WorkerProxy,
         snapshot: &Rc<WorkerSnapshot>,

@@ -87,6 +87,7 @@ pub fn route(prefix: &str, pool: &str) -> RoutePlan {
             pool: pool.into(),
             retry_non_idempotent: false,
         },
+        path_template: None,
     }
 }
 

@@ -5,6 +5,7 @@ use http::{HeaderName, HeaderValue, Method};
 use toml::Spanned;
 use trafik_proxy::{FilterPlan, ListenerKind, ListenerPlan, RoutePlan, TargetPlan};
 
+use super::gateway;
 use super::layer4;
 use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
@@ -170,14 +171,28 @@ fn check_route(
             ),
         );
     }
-    let pool = report
-        .required(
-            route.pool.as_ref(),
-            span,
-            &format!("{field}.pool"),
-            "pool = \"takip\", the pool that answers this route",
-        )
-        .and_then(|pool| pool_index(report, field, pool, pools));
+    let template = gateway::path_template(report, field, &route);
+    let target = if gateway::is_gateway(&route) {
+        let captures = template.as_ref().map_or(&[][..], |t| t.names());
+        let broken_template = route.path.is_some() && template.is_none();
+        (!broken_template)
+            .then(|| gateway::target(report, field, span, &route, captures, pools))
+            .flatten()
+    } else {
+        report
+            .required(
+                route.pool.as_ref(),
+                span,
+                &format!("{field}.pool"),
+                "pool = \"takip\", the pool that answers this route",
+            )
+            .and_then(|pool| pool_index(report, field, pool, pools))
+            .and_then(|index| pools[index].clone())
+            .map(|pool| TargetPlan::Pool {
+                pool,
+                retry_non_idempotent: route.retry_non_idempotent,
+            })
+    };
     let prefix = route.path_prefix.get_ref();
     if !prefix.starts_with('/') {
         report.error(
@@ -216,8 +231,7 @@ fn check_route(
         }
     }
     let filters = check_filters(report, field, &route);
-    let pool = pool.and_then(|index| pools[index].clone());
-    Some(route_plan(route, methods, filters, pool?))
+    Some(route_plan(route, methods, filters, target?, template))
 }
 
 /// The route's configured filters, in the order they run: the body limit, then headers.
@@ -261,23 +275,21 @@ fn header_line(line: &str) -> Result<(HeaderName, HeaderValue), String> {
     Ok((name, value))
 }
 
-/// The data plane's form of a checked route: the one place that knows how a route names what
-/// answers it (a pool, by name).
+/// The data plane's form of a checked route.
 fn route_plan(
     route: Route,
     methods: Vec<Method>,
     filters: Vec<FilterPlan>,
-    pool: String,
+    target: TargetPlan,
+    path_template: Option<trafik_proxy::PathTemplate>,
 ) -> RoutePlan {
     RoutePlan {
         host: route.host,
         path_prefix: route.path_prefix.into_inner(),
         methods,
         filters,
-        target: TargetPlan::Pool {
-            pool,
-            retry_non_idempotent: route.retry_non_idempotent,
-        },
+        target,
+        path_template,
     }
 }
 
@@ -286,6 +298,17 @@ fn route_plan(
 pub fn pool_index(
     report: &mut Report,
     field: &str,
+    wanted: &Spanned<String>,
+    pools: &[Option<String>],
+) -> Option<usize> {
+    named_pool(report, &format!("{field}.pool"), wanted, pools)
+}
+
+/// The position of the pool named `wanted`, written at `key` (a field such as
+/// `listener[0].route[1].service`), or an error naming the pools there are.
+pub fn named_pool(
+    report: &mut Report,
+    key: &str,
     wanted: &Spanned<String>,
     pools: &[Option<String>],
 ) -> Option<usize> {
@@ -304,7 +327,7 @@ pub fn pool_index(
         };
         report.error(
             wanted.span(),
-            &format!("{field}.pool"),
+            key,
             format!(
                 "no pool is named {:?}{hint} (defined pools: {defined})",
                 wanted.get_ref()

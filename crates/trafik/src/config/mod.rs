@@ -5,6 +5,7 @@
 //! module per section).
 
 mod admin;
+mod gateway;
 mod health;
 mod layer4;
 mod listener;

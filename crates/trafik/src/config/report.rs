@@ -152,6 +152,14 @@ impl<'a> Report<'a> {
         errors
     }
 
+    /// The file's text, to place errors inside a value (a jq expression's own line:column).
+    pub fn file_text(&self) -> Option<&'a str> {
+        match self.source {
+            Source::File { text, .. } => Some(text),
+            Source::Flags { .. } => None,
+        }
+    }
+
     pub fn is_clean(&self) -> bool {
         self.errors.is_empty()
     }

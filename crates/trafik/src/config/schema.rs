@@ -167,6 +167,66 @@ pub struct Route {
     pub request_body_limit: Option<Spanned<Size>>,
     pub request_headers: Vec<Spanned<String>>,
     pub response_headers: Vec<Spanned<String>>,
+    /// The gateway's keys (see `gateway.rs`): a path template matched by segments instead of
+    /// `path_prefix`, and what answers it.
+    pub path: Option<Spanned<String>>,
+    /// `aggregate` or `ambassador`; absent: a pool or a service of the map.
+    pub target: Option<Spanned<String>>,
+    /// A pool by name, or `{capture}` choosing among `services`.
+    pub service: Option<Spanned<String>>,
+    pub services: Vec<Spanned<String>>,
+    pub upstream_path: Option<Spanned<String>>,
+    /// jq over `{part: answer, ...}`.
+    pub merge: Option<Spanned<String>>,
+    #[serde(rename = "part")]
+    pub parts: Vec<Spanned<Part>>,
+    pub client_header: Option<Spanned<String>>,
+    #[serde(rename = "view")]
+    pub views: Vec<Spanned<View>>,
+    /// The query parameter that lists records (`no` for `?no=A,B,C`).
+    pub batch: Option<Spanned<String>>,
+    pub batch_concurrency: Spanned<usize>,
+    /// The ambassador's jq mapping of the answer, and of its status.
+    pub answer: Option<Spanned<String>>,
+    pub status: Option<Spanned<String>>,
+    pub timeout: Spanned<Dur>,
+}
+
+impl Route {
+    pub const DEFAULT_BATCH_CONCURRENCY: usize = 4;
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+}
+
+/// One upstream call of an aggregate.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Part {
+    pub name: Option<Spanned<String>>,
+    pub service: Option<Spanned<String>>,
+    pub path: Option<Spanned<String>>,
+    pub timeout: Spanned<Dur>,
+    /// `null`, `omit` or `fail`: required, the contract must be explicit.
+    pub missing: Option<Spanned<String>>,
+}
+
+impl Default for Part {
+    fn default() -> Self {
+        Part {
+            name: None,
+            service: None,
+            path: None,
+            timeout: unplaced(Dur(Route::DEFAULT_TIMEOUT)),
+            missing: None,
+        }
+    }
+}
+
+/// A client type's projection of an aggregate's answer.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct View {
+    pub client: Option<Spanned<String>>,
+    pub project: Option<Spanned<String>>,
 }
 
 impl Default for Route {
@@ -181,6 +241,20 @@ impl Default for Route {
             request_body_limit: None,
             request_headers: Vec::new(),
             response_headers: Vec::new(),
+            path: None,
+            target: None,
+            service: None,
+            services: Vec::new(),
+            upstream_path: None,
+            merge: None,
+            parts: Vec::new(),
+            client_header: None,
+            views: Vec::new(),
+            batch: None,
+            batch_concurrency: unplaced(Self::DEFAULT_BATCH_CONCURRENCY),
+            answer: None,
+            status: None,
+            timeout: unplaced(Dur(Self::DEFAULT_TIMEOUT)),
         }
     }
 }

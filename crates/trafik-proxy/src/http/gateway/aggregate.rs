@@ -1,0 +1,239 @@
+//! `target = "aggregate"`: the parts called in parallel, put together under their contracts,
+//! merged by jq, projected for the client type; with a batch, one such record per list item,
+//! fetched concurrently and answered as an array in request order.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use trafik_gateway::jq::{self, Expression, Value};
+use trafik_gateway::parts::{Answer, Assembled, Missing, assemble};
+use trafik_gateway::template::{Captures, UpstreamTemplate, list_items};
+
+use super::counters::GatewayCounters;
+use super::fetch::{Caller, Fetched};
+use super::plan::{BatchPlan, ClientChooser, ViewsPlan};
+use crate::counters::{add, bump};
+use crate::error::ProxyError;
+use crate::http::body::{ProxyBody, RequestBody};
+use crate::http::service::{ClientConnection, WorkerProxy};
+use crate::http::target::PoolTarget;
+use crate::snapshot::WorkerSnapshot;
+
+/// The response header that names the parts missing from a partial answer.
+pub const MISSING_HEADER: &str = "x-trafik-eksik";
+
+pub struct AggregateTarget {
+    pub parts: Vec<Part>,
+    /// Each part's name and contract, in part order, as [`assemble`] takes them.
+    pub contracts: Vec<(String, Missing)>,
+    pub merge: Arc<Expression>,
+    pub views: Option<ViewsPlan>,
+    pub batch: Option<BatchPlan>,
+    pub counters: Arc<GatewayCounters>,
+}
+
+pub struct Part {
+    pub pool: PoolTarget,
+    pub path: UpstreamTemplate,
+    pub timeout: Duration,
+}
+
+/// One record's merged (and projected) value and the parts it lacks, or the answer that
+/// replaces the whole response.
+type Record = Result<(Value, Vec<usize>), Response<ProxyBody>>;
+
+impl AggregateTarget {
+    pub async fn serve(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        request: Request<RequestBody>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        let totals = self.counters.route(worker.id);
+        bump(&totals.calls);
+        let captures = request
+            .extensions()
+            .get::<Captures>()
+            .cloned()
+            .unwrap_or_default();
+        let view = self.view(request.headers());
+        let caller = Caller::new(worker, snapshot, connection, request.headers());
+        let answer = match &self.batch {
+            None => self.record(&caller, captures, view).await,
+            Some(batch) => match list_items(request.uri().query(), &batch.parameter) {
+                Ok(items) => {
+                    let records = futures_util::stream::iter(items)
+                        .map(|item| {
+                            let mut captures = captures.clone();
+                            captures.0.push(item.to_owned());
+                            self.record(&caller, captures, view)
+                        })
+                        .buffered(batch.concurrency)
+                        .collect::<Vec<Record>>()
+                        .await;
+                    gather(records)
+                }
+                Err(_) => Err(ProxyError::BadListItem.response()),
+            },
+        };
+        let response = match answer {
+            Ok((value, missing)) => {
+                let body = jq::write(&value);
+                add(&totals.bytes, body.len());
+                let mut response = json_response(StatusCode::OK, body);
+                if !missing.is_empty() {
+                    bump(&totals.missing);
+                    self.mark_missing(response.headers_mut(), &missing);
+                }
+                response
+            }
+            Err(response) => {
+                bump(&totals.failures);
+                response
+            }
+        };
+        (response, None)
+    }
+
+    /// The projection for the request's client type, if it has one.
+    fn view(&self, headers: &HeaderMap) -> Option<&Expression> {
+        let views = self.views.as_ref()?;
+        let client = match &views.chooser {
+            ClientChooser::Header(name) => headers.get(name)?.to_str().ok()?,
+        };
+        views
+            .views
+            .iter()
+            .find(|view| view.client == client)
+            .map(|view| &*view.project)
+    }
+
+    /// One record: its parts in parallel, then the merge and the view.
+    async fn record(
+        &self,
+        caller: &Caller<'_>,
+        captures: Captures,
+        view: Option<&Expression>,
+    ) -> Record {
+        let me = caller.worker.id;
+        let calls = self.parts.iter().enumerate().map(|(index, part)| {
+            let path = part.path.render(&captures);
+            async move {
+                let counters = self.counters.part(index, me);
+                bump(&counters.calls);
+                let started = Instant::now();
+                let fetched = caller.fetch(&part.pool, &path, part.timeout).await;
+                counters.time(started.elapsed());
+                match &fetched {
+                    Fetched::Answered { body, status, .. } => {
+                        add(&counters.bytes, body.len());
+                        if !status.is_success() {
+                            bump(&counters.failures);
+                        }
+                    }
+                    Fetched::Failed(_) => bump(&counters.failures),
+                }
+                fetched
+            }
+        });
+        let fetched = join_all(calls).await;
+        let answers: Vec<Answer<'_>> = fetched.iter().map(as_answer).collect();
+        let (parts, missing) = match assemble(&self.contracts, &answers) {
+            Assembled::Input { parts, missing } => (parts, missing),
+            Assembled::Fail { part } => return Err(passed_on(&fetched[part])),
+        };
+        for &index in &missing {
+            bump(&self.counters.part(index, me).missing);
+        }
+        let started = Instant::now();
+        let values: Vec<Value> = captures.0.iter().map(|c| jq::text(c)).collect();
+        let mut shaped = self.merge.run(parts, values.iter().cloned());
+        if let (Some(view), Ok(merged)) = (view, &shaped) {
+            shaped = view.run(merged.clone(), values);
+        }
+        self.counters.route(me).time(started.elapsed());
+        match shaped {
+            Ok(value) => Ok((value, missing)),
+            Err(error) => {
+                tracing::debug!(route = %self.counters.route, %error, "merge failed");
+                Err(ProxyError::ShapingFailed.response())
+            }
+        }
+    }
+
+    fn mark_missing(&self, headers: &mut HeaderMap, missing: &[usize]) {
+        let names: Vec<&str> = missing
+            .iter()
+            .map(|&index| self.contracts[index].0.as_str())
+            .collect();
+        if let Ok(value) = HeaderValue::from_str(&names.join(", ")) {
+            headers.insert(MISSING_HEADER, value);
+        }
+    }
+}
+
+/// The records as one array in request order, the parts missing from any of them in part
+/// order; the first record that failed fails the whole answer.
+fn gather(records: Vec<Record>) -> Record {
+    let mut values = Vec::with_capacity(records.len());
+    let mut missing: Vec<usize> = Vec::new();
+    for record in records {
+        let (value, lacking) = record?;
+        values.push(value);
+        missing.extend(lacking);
+    }
+    missing.sort_unstable();
+    missing.dedup();
+    Ok((Value::Arr(values.into()), missing))
+}
+
+fn as_answer(fetched: &Fetched) -> Answer<'_> {
+    match fetched {
+        Fetched::Answered { status, body, .. } => Answer::Answered {
+            status: status.as_u16(),
+            body,
+        },
+        Fetched::Failed(error) => Answer::Failed {
+            status: error.status().as_u16(),
+        },
+    }
+}
+
+/// A required part's answer, as the whole response: its status, type and body, or trafik's
+/// own error when it gave none.
+fn passed_on(fetched: &Fetched) -> Response<ProxyBody> {
+    match fetched {
+        Fetched::Answered {
+            status,
+            content_type,
+            body,
+        } => {
+            let mut response = Response::new(ProxyBody::local(body.clone()));
+            *response.status_mut() = *status;
+            if let Some(content_type) = content_type {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, content_type.clone());
+            }
+            response
+        }
+        Fetched::Failed(error) => error.response(),
+    }
+}
+
+/// A JSON answer trafik wrote.
+pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::local(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

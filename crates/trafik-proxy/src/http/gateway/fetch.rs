@@ -1,0 +1,96 @@
+//! A gateway target's call to a part: a body-less GET through the pool's own selection,
+//! connect and retry code ([`PoolTarget`]), its answer read whole.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Limited};
+
+use crate::error::ProxyError;
+use crate::http::body::RequestBody;
+use crate::http::service::{ClientConnection, WorkerProxy};
+use crate::http::target::PoolTarget;
+use crate::snapshot::WorkerSnapshot;
+
+/// The most a part's answer may carry; a gateway reads answers whole to shape them.
+pub const PART_BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// What a target needs to call parts on behalf of one client request.
+pub struct Caller<'a> {
+    pub worker: &'a WorkerProxy,
+    pub snapshot: &'a Rc<WorkerSnapshot>,
+    pub connection: &'a ClientConnection,
+    /// The client's headers after the route's steps (`Host`, `X-Forwarded-*`, credentials),
+    /// sent with every part call, less those about the client's own body and encodings.
+    pub headers: HeaderMap,
+}
+
+/// How a part call ended.
+pub enum Fetched {
+    Answered {
+        status: StatusCode,
+        content_type: Option<HeaderValue>,
+        body: Bytes,
+    },
+    /// No answer to pass on: trafik's own error (timeout, no backend, connect failure).
+    Failed(ProxyError),
+}
+
+impl<'a> Caller<'a> {
+    pub fn new(
+        worker: &'a WorkerProxy,
+        snapshot: &'a Rc<WorkerSnapshot>,
+        connection: &'a ClientConnection,
+        client: &HeaderMap,
+    ) -> Self {
+        let mut headers = client.clone();
+        for name in [
+            header::CONTENT_LENGTH,
+            header::TRANSFER_ENCODING,
+            header::CONTENT_TYPE,
+            header::EXPECT,
+            // Bodies are read here, so they must come uncompressed.
+            header::ACCEPT_ENCODING,
+        ] {
+            headers.remove(name);
+        }
+        Caller {
+            worker,
+            snapshot,
+            connection,
+            headers,
+        }
+    }
+
+    /// GETs `path` from `pool`; the timeout covers connecting, the answer and its body.
+    pub async fn fetch(&self, pool: &PoolTarget, path: &str, timeout: Duration) -> Fetched {
+        let Ok(uri) = path.parse::<Uri>() else {
+            return Fetched::Failed(ProxyError::BadListItem);
+        };
+        let mut request = Request::new(RequestBody::empty());
+        *request.uri_mut() = uri;
+        *request.headers_mut() = self.headers.clone();
+        let exchange = async {
+            let (response, _) = pool
+                .serve(self.worker, self.snapshot, self.connection, request)
+                .await;
+            if let Some(error) = response.extensions().get::<ProxyError>() {
+                return Fetched::Failed(*error);
+            }
+            let (head, body) = response.into_parts();
+            match Limited::new(body, PART_BODY_LIMIT).collect().await {
+                Ok(collected) => Fetched::Answered {
+                    status: head.status,
+                    content_type: head.headers.get(header::CONTENT_TYPE).cloned(),
+                    body: collected.to_bytes(),
+                },
+                Err(_) => Fetched::Failed(ProxyError::UpstreamFailed),
+            }
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Fetched::Failed(ProxyError::UpstreamTimeout))
+    }
+}

@@ -1,0 +1,210 @@
+//! The API gateway's route targets: a service of the map ([`service`]), aggregation and
+//! backend for frontend ([`aggregate`]), the ambassador ([`ambassador`]). They call pools
+//! through [`fetch`], which goes through [`PoolTarget`]'s own selection, connect and retries;
+//! the shaping itself (templates, jq, contracts) is `trafik_gateway`'s.
+
+pub mod aggregate;
+pub mod ambassador;
+pub mod counters;
+pub mod fetch;
+pub mod plan;
+pub mod service;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value as Json, json};
+
+use self::aggregate::{AggregateTarget, Part};
+use self::ambassador::AmbassadorTarget;
+use self::counters::{GatewayCounters, totals};
+use self::plan::{AggregatePlan, AmbassadorPlan, ServiceChoice};
+use self::service::{Choice, ServiceTarget};
+use crate::http::target::{PoolTarget, Target};
+use crate::plan::TargetPlan;
+use crate::snapshot::Snapshot;
+use trafik_gateway::template::UpstreamTemplate;
+
+/// What [`build`] makes of a gateway target: the target, and its counters for the admin API.
+pub type Built = (Target, Option<Arc<GatewayCounters>>);
+
+/// Resolves a gateway target's pool names; `route` names it in counters (`LISTENER PATH`).
+/// Returns `None` for a target that is not the gateway's.
+pub fn build(
+    plan: &TargetPlan,
+    route: &str,
+    pools: &HashMap<&str, usize>,
+    workers: usize,
+) -> Option<Result<Built, String>> {
+    let resolve = Resolver { route, pools };
+    Some(match plan {
+        TargetPlan::Pool { .. } => return None,
+        TargetPlan::Service {
+            service,
+            upstream_path,
+            retry_non_idempotent,
+        } => resolve.service(service, upstream_path, *retry_non_idempotent),
+        TargetPlan::Aggregate(aggregate) => resolve.aggregate(aggregate, workers),
+        TargetPlan::Ambassador(ambassador) => resolve.ambassador(ambassador, workers),
+    })
+}
+
+/// Finds the pools a gateway target names.
+struct Resolver<'a> {
+    route: &'a str,
+    pools: &'a HashMap<&'a str, usize>,
+}
+
+impl Resolver<'_> {
+    fn pool(&self, name: &str, retry_non_idempotent: bool) -> Result<PoolTarget, String> {
+        self.pools
+            .get(name)
+            .map(|&pool| PoolTarget {
+                pool,
+                retry_non_idempotent,
+            })
+            .ok_or_else(|| format!("route {}: no pool is named {name:?}", self.route))
+    }
+
+    fn service(
+        &self,
+        service: &ServiceChoice,
+        upstream_path: &Option<UpstreamTemplate>,
+        retry: bool,
+    ) -> Result<Built, String> {
+        let choice = match service {
+            ServiceChoice::Named(name) => Choice::Named(self.pool(name, retry)?),
+            ServiceChoice::Capture { capture, services } => Choice::Capture {
+                capture: *capture,
+                services: services
+                    .iter()
+                    .map(|name| Ok((name.clone(), self.pool(name, retry)?)))
+                    .collect::<Result<_, String>>()?,
+            },
+        };
+        let target = ServiceTarget {
+            choice,
+            upstream_path: upstream_path.clone(),
+        };
+        Ok((Target::Service(target), None))
+    }
+
+    fn aggregate(&self, aggregate: &AggregatePlan, workers: usize) -> Result<Built, String> {
+        let names: Vec<String> = aggregate.parts.iter().map(|p| p.name.clone()).collect();
+        let counters = Arc::new(GatewayCounters::new(
+            self.route.to_owned(),
+            "aggregate",
+            &names,
+            workers,
+        ));
+        let parts = aggregate
+            .parts
+            .iter()
+            .map(|part| {
+                Ok(Part {
+                    pool: self.pool(&part.service, false)?,
+                    path: part.path.clone(),
+                    timeout: part.timeout,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        let target = AggregateTarget {
+            parts,
+            contracts: aggregate
+                .parts
+                .iter()
+                .map(|p| (p.name.clone(), p.missing))
+                .collect(),
+            merge: aggregate.merge.clone(),
+            views: aggregate.views.clone(),
+            batch: aggregate.batch.clone(),
+            counters: counters.clone(),
+        };
+        Ok((Target::Aggregate(target), Some(counters)))
+    }
+
+    fn ambassador(&self, ambassador: &AmbassadorPlan, workers: usize) -> Result<Built, String> {
+        let counters = Arc::new(GatewayCounters::new(
+            self.route.to_owned(),
+            "ambassador",
+            std::slice::from_ref(&ambassador.service),
+            workers,
+        ));
+        let target = AmbassadorTarget {
+            pool: self.pool(&ambassador.service, false)?,
+            path: ambassador.path.clone(),
+            timeout: ambassador.timeout,
+            answer: ambassador.answer.clone(),
+            status: ambassador.status.clone(),
+            counters: counters.clone(),
+        };
+        Ok((Target::Ambassador(target), Some(counters)))
+    }
+}
+
+/// The gateway routes' counters for `/status`.
+pub fn status(snapshot: &Snapshot) -> Json {
+    let routes: Vec<Json> = snapshot
+        .gateway
+        .iter()
+        .map(|route| {
+            let parts: Vec<Json> = route
+                .parts
+                .iter()
+                .map(|(name, shards)| {
+                    let mut part = json!({ "name": name });
+                    for (key, value) in totals(shards) {
+                        part[key] = value.into();
+                    }
+                    part
+                })
+                .collect();
+            let mut entry = json!({ "route": route.route, "kind": route.kind });
+            for (key, value) in totals(&route.total) {
+                entry[key] = value.into();
+            }
+            entry["parts"] = parts.into();
+            entry
+        })
+        .collect();
+    routes.into()
+}
+
+/// The same counters in the Prometheus text format, appended to the pools' families.
+pub fn metrics(snapshot: &Snapshot) -> String {
+    use std::fmt::Write;
+    let mut text = String::new();
+    if snapshot.gateway.is_empty() {
+        return text;
+    }
+    let label = |text: &str| text.replace('\\', "\\\\").replace('"', "\\\"");
+    let families = [
+        ("calls", "counter", "Requests to the gateway route / calls to the part."),
+        ("failures", "counter", "Failed answers (route) and calls without a 2xx answer (part)."),
+        ("missing", "counter", "Partial answers (route) and times the part was missing."),
+        ("bytes", "counter", "Body bytes written to clients (route) and read from upstream (part)."),
+        ("nanos", "counter", "Time spent in jq (route) and in the upstream call (part), in nanoseconds."),
+    ];
+    for (index, (name, kind, help)) in families.into_iter().enumerate() {
+        let _ = writeln!(text, "# HELP trafik_gateway_{name}_total {help}");
+        let _ = writeln!(text, "# TYPE trafik_gateway_{name}_total {kind}");
+        for route in &snapshot.gateway {
+            let value = totals(&route.total)[index].1;
+            let _ = writeln!(
+                text,
+                "trafik_gateway_{name}_total{{route=\"{}\",part=\"\"}} {value}",
+                label(&route.route)
+            );
+            for (part, shards) in &route.parts {
+                let value = totals(shards)[index].1;
+                let _ = writeln!(
+                    text,
+                    "trafik_gateway_{name}_total{{route=\"{}\",part=\"{}\"}} {value}",
+                    label(&route.route),
+                    label(part)
+                );
+            }
+        }
+    }
+    text
+}
