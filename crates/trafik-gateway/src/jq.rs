@@ -200,7 +200,10 @@ mod tests {
         let names: Vec<&str> = vars.iter().map(|(n, _)| *n).collect();
         let expression = Expression::compile(code, &names).unwrap();
         let output = expression
-            .run(parse(input.as_bytes()).unwrap(), vars.iter().map(|(_, v)| text(v)))
+            .run(
+                parse(input.as_bytes()).unwrap(),
+                vars.iter().map(|(_, v)| text(v)),
+            )
             .unwrap();
         String::from_utf8(write(&output)).unwrap()
     }
@@ -224,7 +227,11 @@ mod tests {
     #[test]
     fn variables_are_bound_in_the_order_given() {
         assert_eq!(
-            eval("{takipNo: $no, p: $part} + .", r#"{"k":[1,"2"]}"#, &[("no", "TR-1"), ("part", "durum")]),
+            eval(
+                "{takipNo: $no, p: $part} + .",
+                r#"{"k":[1,"2"]}"#,
+                &[("no", "TR-1"), ("part", "durum")]
+            ),
             r#"{"takipNo":"TR-1","p":"durum","k":[1,"2"]}"#
         );
     }
@@ -232,7 +239,11 @@ mod tests {
     #[test]
     fn times_become_rfc3339_with_milliseconds() {
         assert_eq!(
-            eval("[.a, .b, .c] | map(rfc3339ms)", r#"{"a":1773217440,"b":"2026-03-11T08:24:00Z","c":"2026-03-11T10:24:00.5+02:00"}"#, &[]),
+            eval(
+                "[.a, .b, .c] | map(rfc3339ms)",
+                r#"{"a":1773217440,"b":"2026-03-11T08:24:00Z","c":"2026-03-11T10:24:00.5+02:00"}"#,
+                &[]
+            ),
             r#"["2026-03-11T08:24:00.000Z","2026-03-11T08:24:00.000Z","2026-03-11T08:24:00.500Z"]"#
         );
         let expression = Expression::compile("rfc3339ms", &[]).unwrap();
@@ -242,7 +253,10 @@ mod tests {
 
     #[test]
     fn strings_are_escaped_as_json() {
-        assert_eq!(eval(".", r#"{"a":"\"\\\n\u0001é"}"#, &[]), r#"{"a":"\"\\\n\u0001é"}"#);
+        assert_eq!(
+            eval(".", r#"{"a":"\"\\\n\u0001é"}"#, &[]),
+            r#"{"a":"\"\\\n\u0001é"}"#
+        );
     }
 
     #[test]
@@ -253,7 +267,10 @@ mod tests {
         let errors = Expression::compile("{a: (.b | }", &[]).unwrap_err();
         assert_eq!(errors[0].span.start, 10, "{errors:?}");
         let errors = Expression::compile(".a | nosuchfilter(1)", &[]).unwrap_err();
-        assert_eq!(&".a | nosuchfilter(1)"[errors[0].span.clone()], "nosuchfilter");
+        assert_eq!(
+            &".a | nosuchfilter(1)"[errors[0].span.clone()],
+            "nosuchfilter"
+        );
     }
 
     #[test]

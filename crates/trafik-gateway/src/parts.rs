@@ -25,7 +25,9 @@ impl std::str::FromStr for Missing {
             "null" => Ok(Missing::Null),
             "omit" => Ok(Missing::Omit),
             "fail" => Ok(Missing::Fail),
-            _ => Err(format!("expected \"null\", \"omit\" or \"fail\", found {text:?}")),
+            _ => Err(format!(
+                "expected \"null\", \"omit\" or \"fail\", found {text:?}"
+            )),
         }
     }
 }
@@ -95,8 +97,14 @@ mod tests {
     #[test]
     fn present_parts_are_keyed_by_name_in_part_order() {
         let answers = [
-            Answer::Answered { status: 200, body: br#"{"a":1}"# },
-            Answer::Answered { status: 200, body: br#"{"b":2}"# },
+            Answer::Answered {
+                status: 200,
+                body: br#"{"a":1}"#,
+            },
+            Answer::Answered {
+                status: 200,
+                body: br#"{"b":2}"#,
+            },
         ];
         assert_eq!(
             input(assemble(&PARTS, &answers)),
@@ -107,8 +115,14 @@ mod tests {
     #[test]
     fn each_contract_treats_a_missing_part_its_way() {
         let answers = [
-            Answer::Answered { status: 200, body: br#"{"a":1}"# },
-            Answer::Answered { status: 404, body: br#"{"hata":"bulunamadi"}"# },
+            Answer::Answered {
+                status: 200,
+                body: br#"{"a":1}"#,
+            },
+            Answer::Answered {
+                status: 404,
+                body: br#"{"hata":"bulunamadi"}"#,
+            },
         ];
         assert_eq!(
             input(assemble(&PARTS, &answers)),
@@ -116,7 +130,10 @@ mod tests {
         );
         let omit = [PARTS[0], ("ucret", Missing::Omit)];
         let answers = [
-            Answer::Answered { status: 200, body: br#"{"a":1}"# },
+            Answer::Answered {
+                status: 200,
+                body: br#"{"a":1}"#,
+            },
             Answer::Failed { status: 504 },
         ];
         assert_eq!(
@@ -124,9 +141,18 @@ mod tests {
             (r#"{"durum":{"a":1}}"#.to_owned(), vec![1])
         );
         let answers = [
-            Answer::Answered { status: 200, body: b"not json" },
-            Answer::Answered { status: 200, body: br#"{}"# },
+            Answer::Answered {
+                status: 200,
+                body: b"not json",
+            },
+            Answer::Answered {
+                status: 200,
+                body: br#"{}"#,
+            },
         ];
-        assert!(matches!(assemble(&PARTS, &answers), Assembled::Fail { part: 0 }));
+        assert!(matches!(
+            assemble(&PARTS, &answers),
+            Assembled::Fail { part: 0 }
+        ));
     }
 }

@@ -24,7 +24,9 @@ impl PathTemplate {
     /// Parses `/literal/{name}/...`; a capture takes a whole segment.
     pub fn parse(text: &str) -> Result<PathTemplate, String> {
         let Some(rest) = text.strip_prefix('/') else {
-            return Err(format!("expected a path starting with \"/\", found {text:?}"));
+            return Err(format!(
+                "expected a path starting with \"/\", found {text:?}"
+            ));
         };
         let mut segments = Vec::new();
         let mut names: Vec<String> = Vec::new();
@@ -124,7 +126,9 @@ impl UpstreamTemplate {
     /// Parses `text` whose `{name}`s must be among `names` (the route's captures).
     pub fn parse(text: &str, names: &[String]) -> Result<UpstreamTemplate, String> {
         if !text.starts_with('/') {
-            return Err(format!("expected a path starting with \"/\", found {text:?}"));
+            return Err(format!(
+                "expected a path starting with \"/\", found {text:?}"
+            ));
         }
         let mut pieces = Vec::new();
         let mut rest = text;
@@ -200,7 +204,11 @@ fn listed(names: &[String]) -> String {
     if names.is_empty() {
         "none".to_owned()
     } else {
-        names.iter().map(|n| format!("{{{n}}}")).collect::<Vec<_>>().join(", ")
+        names
+            .iter()
+            .map(|n| format!("{{{n}}}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -250,7 +258,14 @@ mod tests {
 
     #[test]
     fn bad_templates_say_why() {
-        for bad in ["takip", "/takip/{no", "/a/{1x}", "/a/x{no}", "/{no}/{no}", "/a//b"] {
+        for bad in [
+            "takip",
+            "/takip/{no",
+            "/a/{1x}",
+            "/a/x{no}",
+            "/{no}/{no}",
+            "/a//b",
+        ] {
             assert!(PathTemplate::parse(bad).is_err(), "{bad}");
         }
     }

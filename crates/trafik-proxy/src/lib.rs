@@ -33,13 +33,13 @@ use tokio::sync::{mpsc, watch};
 
 pub use error::ProxyError;
 pub use plan::{
+    AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, PathTemplate, ServiceChoice,
+    UpstreamTemplate, ViewPlan, ViewsPlan,
+};
+pub use plan::{
     BackendPlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan, ListenerKind,
     ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern, SniRoutePlan,
     StickyPlan, TargetPlan,
-};
-pub use plan::{
-    AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, PathTemplate,
-    ServiceChoice, UpstreamTemplate, ViewPlan, ViewsPlan,
 };
 pub use pool::Pool;
 pub use snapshot::Snapshot;

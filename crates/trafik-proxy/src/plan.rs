@@ -8,14 +8,14 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue, Method};
 use trafik_balance::{Algorithm, SelectorOptions};
 
-pub use crate::tcp::proxy_protocol::ProxyProtocol;
-pub use crate::tcp::route::ServerNamePattern;
-use crate::tls::Certificate;
-use crate::tls::backend::BackendTls;
 pub use crate::http::gateway::plan::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, ServiceChoice, ViewPlan,
     ViewsPlan,
 };
+pub use crate::tcp::proxy_protocol::ProxyProtocol;
+pub use crate::tcp::route::ServerNamePattern;
+use crate::tls::Certificate;
+use crate::tls::backend::BackendTls;
 pub use trafik_gateway::template::{PathTemplate, UpstreamTemplate};
 
 /// Everything one trafik instance runs.

@@ -154,7 +154,10 @@ impl Snapshot {
                 let label = format!(
                     "{} {}",
                     listener.name,
-                    route.path_template.as_ref().map_or(route.path_prefix.as_str(), |t| t.text())
+                    route
+                        .path_template
+                        .as_ref()
+                        .map_or(route.path_prefix.as_str(), |t| t.text())
                 );
                 let target = match gateway::build(&route.target, &label, &by_name, plan.workers) {
                     Some(Ok((target, counters))) => {

@@ -247,12 +247,24 @@ fn target_text(target: &trafik_proxy::TargetPlan) -> String {
             let parts: Vec<String> = aggregate
                 .parts
                 .iter()
-                .map(|p| format!("{} ({} {}, {:?})", p.name, p.service, p.path.text(), p.missing))
+                .map(|p| {
+                    format!(
+                        "{} ({} {}, {:?})",
+                        p.name,
+                        p.service,
+                        p.path.text(),
+                        p.missing
+                    )
+                })
                 .collect();
             format!("aggregate of {}", parts.join(" + "))
         }
         TargetPlan::Ambassador(ambassador) => {
-            format!("ambassador to {} {}", ambassador.service, ambassador.path.text())
+            format!(
+                "ambassador to {} {}",
+                ambassador.service,
+                ambassador.path.text()
+            )
         }
     }
 }

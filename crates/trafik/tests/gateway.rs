@@ -35,7 +35,10 @@ struct Behaviour(Arc<Mutex<Vec<(String, Duration, bool)>>>);
 impl Behaviour {
     /// Paths containing `needle` wait `delay`, then answer (or fail with 500 when `fail`).
     fn set(&self, needle: &str, delay: Duration, fail: bool) {
-        self.0.lock().unwrap().push((needle.to_owned(), delay, fail));
+        self.0
+            .lock()
+            .unwrap()
+            .push((needle.to_owned(), delay, fail));
     }
 
     fn for_path(&self, path: &str) -> (Duration, bool) {
@@ -99,8 +102,12 @@ fn serve_connection(stream: TcpStream, handler: Handler, behaviour: &Behaviour) 
 fn durum(path: &str) -> (u16, String) {
     let no = path.rsplit('/').next().unwrap_or("");
     let record = match no {
-        "TR-4821" => r#""durum":"dagitimda","bolge":"35","guncellenme":"2026-03-11T08:24:00Z","rota":["34","41","35"]"#,
-        "TR-9007" => r#""durum":"kabul","bolge":"34","guncellenme":"2026-03-11T07:02:00Z","rota":["34"]"#,
+        "TR-4821" => {
+            r#""durum":"dagitimda","bolge":"35","guncellenme":"2026-03-11T08:24:00Z","rota":["34","41","35"]"#
+        }
+        "TR-9007" => {
+            r#""durum":"kabul","bolge":"34","guncellenme":"2026-03-11T07:02:00Z","rota":["34"]"#
+        }
         _ => return (404, NOT_FOUND.to_owned()),
     };
     (200, format!(r#"{{"takipNo":"{no}",{record}}}"#))
@@ -111,7 +118,9 @@ fn ucret(path: &str) -> (u16, String) {
     match path.rsplit('/').next() {
         Some(no @ "TR-4821") => (
             200,
-            format!(r#"{{"takipNo":"{no}","tarife":9600,"indirim":1440,"net":8160,"sozlesmeNo":"S7"}}"#),
+            format!(
+                r#"{{"takipNo":"{no}","tarife":9600,"indirim":1440,"net":8160,"sozlesmeNo":"S7"}}"#
+            ),
         ),
         _ => (404, NOT_FOUND.to_owned()),
     }
@@ -171,9 +180,15 @@ struct Answer {
 /// One GET on a new connection.
 fn get(address: &str, path: &str, headers: &[&str]) -> Answer {
     let mut stream = TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n{extra}\r\n").unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n{extra}\r\n"
+    )
+    .unwrap();
     let mut raw = String::new();
     stream.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap();
@@ -245,7 +260,10 @@ fn the_gateway_example_answers_the_course_gateways_bytes() {
     assert_eq!(counters["missing"], 1);
     assert_eq!(counters["failures"], 1);
     let parts = &counters["parts"];
-    assert_eq!((parts[0]["name"].as_str(), parts[0]["calls"].as_i64()), (Some("durum"), Some(3)));
+    assert_eq!(
+        (parts[0]["name"].as_str(), parts[0]["calls"].as_i64()),
+        (Some("durum"), Some(3))
+    );
     // ucret's upstream bytes: its 79-byte record and two 21-byte 404s.
     assert_eq!(parts[1]["bytes"], 79 + 21 + 21);
     // Missing from TR-9007's answer; TR-0000 had no answer to be missing from.
@@ -279,11 +297,17 @@ fn a_slow_part_hits_its_timeout_and_its_contract_decides() {
     let trafik = serve(&config);
     let answer = get("127.0.0.1:8473", "/takip/TR-4821", &[]);
     assert_eq!(answer.status, 200);
-    assert_eq!(answer.body, AGGREGATED.split(r#","ucret""#).next().unwrap().to_owned() + r#","ucret":null}"#);
+    assert_eq!(
+        answer.body,
+        AGGREGATED.split(r#","ucret""#).next().unwrap().to_owned() + r#","ucret":null}"#
+    );
     assert_eq!(answer.headers["x-trafik-eksik"], "ucret");
     drop(trafik);
 
-    let _trafik = serve(&config.replace("timeout = \"100ms\"\nmissing = \"null\"", "timeout = \"100ms\"\nmissing = \"fail\""));
+    let _trafik = serve(&config.replace(
+        "timeout = \"100ms\"\nmissing = \"null\"",
+        "timeout = \"100ms\"\nmissing = \"fail\"",
+    ));
     assert_eq!(get("127.0.0.1:8473", "/takip/TR-4821", &[]).status, 504);
 }
 
@@ -308,7 +332,11 @@ fn a_failing_part_is_answered_by_its_contract() {
         );
         let trafik = serve(&config);
         let answer = get("127.0.0.1:8473", "/takip/TR-4821", &[]);
-        assert_eq!((answer.status, answer.body), (status, body), "missing = {contract}");
+        assert_eq!(
+            (answer.status, answer.body),
+            (status, body),
+            "missing = {contract}"
+        );
         if contract != "fail" {
             assert_eq!(answer.headers["x-trafik-eksik"], "ucret");
         }
@@ -343,10 +371,17 @@ fn the_bff_example_gives_each_client_its_fields_in_fewer_requests_and_bytes() {
     for (answer, fields) in answers.iter().zip(wanted) {
         assert_eq!(answer.status, 200);
         let value: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
-        let records = value.as_array().cloned().unwrap_or_else(|| vec![value.clone()]);
+        let records = value
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| vec![value.clone()]);
         for record in &records {
-            let mut keys: Vec<&str> =
-                record.as_object().unwrap().keys().map(String::as_str).collect();
+            let mut keys: Vec<&str> = record
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
             let mut fields = fields.to_vec();
             keys.sort_unstable();
             fields.sort_unstable();
@@ -360,7 +395,10 @@ fn the_bff_example_gives_each_client_its_fields_in_fewer_requests_and_bytes() {
     // The same projections chosen by a header.
     let by_header = get(edge, "/takip/TR-4821", &["x-istemci: mobil"]);
     assert_eq!(by_header.body, answers[0].body);
-    assert_eq!(get(edge, "/takip/TR-4821", &["x-istemci: web"]).body, answers[1].body);
+    assert_eq!(
+        get(edge, "/takip/TR-4821", &["x-istemci: web"]).body,
+        answers[1].body
+    );
     assert_eq!(get(edge, "/takip/TR-4821", &[]).body, AGGREGATED);
 }
 
@@ -373,13 +411,24 @@ fn a_batch_answers_in_request_order_whatever_order_the_records_arrive_in() {
     let answer = get("127.0.0.1:8474", "/panel/takip?no=TR-4821,TR-9007", &[]);
     assert_eq!(answer.status, 200);
     let value: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
-    let order: Vec<&str> = value.as_array().unwrap().iter().map(|r| r["takipNo"].as_str().unwrap()).collect();
+    let order: Vec<&str> = value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["takipNo"].as_str().unwrap())
+        .collect();
     assert_eq!(order, ["TR-4821", "TR-9007"]);
     assert_eq!(value[1]["ucret"], serde_json::Value::Null);
     assert_eq!(answer.headers["x-trafik-eksik"], "ucret");
     // An unknown record fails the list with its 404; an item that could leave its path is refused.
-    assert_eq!(get("127.0.0.1:8474", "/panel/takip?no=TR-4821,TR-0000", &[]).status, 404);
-    assert_eq!(get("127.0.0.1:8474", "/panel/takip?no=TR-4821,..", &[]).status, 400);
+    assert_eq!(
+        get("127.0.0.1:8474", "/panel/takip?no=TR-4821,TR-0000", &[]).status,
+        404
+    );
+    assert_eq!(
+        get("127.0.0.1:8474", "/panel/takip?no=TR-4821,..", &[]).status,
+        400
+    );
     assert_eq!(get("127.0.0.1:8474", "/panel/takip", &[]).body, "[]");
 }
 
@@ -393,7 +442,11 @@ fn both_ambassadors_give_the_service_the_same_95_bytes() {
     let _v2 = serve(&example("ambassador-v2"));
     for address in ["127.0.0.1:8480", "127.0.0.1:8489"] {
         let answer = get(address, "/durum/TR-4821", &[]);
-        assert_eq!((answer.status, answer.body.as_str()), (200, AMBASSADOR), "{address}");
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (200, AMBASSADOR),
+            "{address}"
+        );
         assert_eq!(answer.body.len(), 95);
         let unknown = get(address, "/durum/TR-0000", &[]);
         assert_eq!(

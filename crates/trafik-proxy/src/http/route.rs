@@ -33,7 +33,10 @@ impl RouteTable {
     pub fn new(mut routes: Vec<Route>) -> Self {
         // A stable sort keeps configuration order among equally specific routes.
         routes.sort_by_key(|r| {
-            let length = r.path_template.as_ref().map_or(r.path_prefix.len(), |t| t.len());
+            let length = r
+                .path_template
+                .as_ref()
+                .map_or(r.path_prefix.len(), |t| t.len());
             (
                 r.host.is_none(),
                 r.path_template.is_none(),
@@ -158,6 +161,29 @@ mod tests {
             pool_for(&table, Method::GET, "YONETIM.local:8080", "/olay"),
             Some(1)
         );
+    }
+
+    #[test]
+    fn templates_match_by_segments_before_prefixes_and_carry_their_captures() {
+        let mut aggregate = route(None, "/", &[], 1);
+        aggregate.path_template = Some(PathTemplate::parse("/takip/{no}").unwrap());
+        let mut routed = route(None, "/", &[], 2);
+        routed.path_template = Some(PathTemplate::parse("/takip/{no}/{part}").unwrap());
+        let table = RouteTable::new(vec![route(None, "/takip", &[], 0), aggregate, routed]);
+        let request = |uri: &str| Request::builder().uri(uri).body(()).unwrap();
+        let found = table.find(&request("/takip/TR-1/ucret")).unwrap();
+        assert_eq!(found.1, Some(Captures(vec!["TR-1".into(), "ucret".into()])));
+        assert_eq!(pool_for(&table, Method::GET, "a", "/takip/TR-1"), Some(1));
+        assert_eq!(
+            pool_for(&table, Method::GET, "a", "/takip/TR-1/ucret"),
+            Some(2)
+        );
+        // More segments than any template: the prefix route takes it.
+        assert_eq!(
+            pool_for(&table, Method::GET, "a", "/takip/TR-1/ucret/x"),
+            Some(0)
+        );
+        assert_eq!(pool_for(&table, Method::GET, "a", "/takip"), Some(0));
     }
 
     #[test]

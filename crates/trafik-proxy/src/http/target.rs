@@ -43,14 +43,14 @@ impl Target {
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         match self {
             Target::Pool(pool) => pool.serve(worker, snapshot, connection, request).await,
-            Target::Service(service) => {
-                service.serve(worker, snapshot, connection, request).await
-            }
+            Target::Service(service) => service.serve(worker, snapshot, connection, request).await,
             Target::Aggregate(aggregate) => {
                 aggregate.serve(worker, snapshot, connection, request).await
             }
             Target::Ambassador(ambassador) => {
-                ambassador.serve(worker, snapshot, connection, request).await
+                ambassador
+                    .serve(worker, snapshot, connection, request)
+                    .await
             }
         }
     }

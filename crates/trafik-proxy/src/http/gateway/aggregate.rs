@@ -45,7 +45,7 @@ pub struct Part {
 
 /// One record's merged (and projected) value and the parts it lacks, or the answer that
 /// replaces the whole response.
-type Record = Result<(Value, Vec<usize>), Response<ProxyBody>>;
+type Record = Result<(Value, Vec<usize>), Box<Response<ProxyBody>>>;
 
 impl AggregateTarget {
     pub async fn serve(
@@ -79,7 +79,7 @@ impl AggregateTarget {
                         .await;
                     gather(records)
                 }
-                Err(_) => Err(ProxyError::BadListItem.response()),
+                Err(_) => Err(Box::new(ProxyError::BadListItem.response())),
             },
         };
         let response = match answer {
@@ -95,7 +95,7 @@ impl AggregateTarget {
             }
             Err(response) => {
                 bump(&totals.failures);
-                response
+                *response
             }
         };
         (response, None)
@@ -146,7 +146,7 @@ impl AggregateTarget {
         let answers: Vec<Answer<'_>> = fetched.iter().map(as_answer).collect();
         let (parts, missing) = match assemble(&self.contracts, &answers) {
             Assembled::Input { parts, missing } => (parts, missing),
-            Assembled::Fail { part } => return Err(passed_on(&fetched[part])),
+            Assembled::Fail { part } => return Err(Box::new(passed_on(&fetched[part]))),
         };
         for &index in &missing {
             bump(&self.counters.part(index, me).missing);
@@ -162,7 +162,7 @@ impl AggregateTarget {
             Ok(value) => Ok((value, missing)),
             Err(error) => {
                 tracing::debug!(route = %self.counters.route, %error, "merge failed");
-                Err(ProxyError::ShapingFailed.response())
+                Err(Box::new(ProxyError::ShapingFailed.response()))
             }
         }
     }

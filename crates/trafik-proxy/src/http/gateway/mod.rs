@@ -179,11 +179,31 @@ pub fn metrics(snapshot: &Snapshot) -> String {
     }
     let label = |text: &str| text.replace('\\', "\\\\").replace('"', "\\\"");
     let families = [
-        ("calls", "counter", "Requests to the gateway route / calls to the part."),
-        ("failures", "counter", "Failed answers (route) and calls without a 2xx answer (part)."),
-        ("missing", "counter", "Partial answers (route) and times the part was missing."),
-        ("bytes", "counter", "Body bytes written to clients (route) and read from upstream (part)."),
-        ("nanos", "counter", "Time spent in jq (route) and in the upstream call (part), in nanoseconds."),
+        (
+            "calls",
+            "counter",
+            "Requests to the gateway route / calls to the part.",
+        ),
+        (
+            "failures",
+            "counter",
+            "Failed answers (route) and calls without a 2xx answer (part).",
+        ),
+        (
+            "missing",
+            "counter",
+            "Partial answers (route) and times the part was missing.",
+        ),
+        (
+            "bytes",
+            "counter",
+            "Body bytes written to clients (route) and read from upstream (part).",
+        ),
+        (
+            "nanos",
+            "counter",
+            "Time spent in jq (route) and in the upstream call (part), in nanoseconds.",
+        ),
     ];
     for (index, (name, kind, help)) in families.into_iter().enumerate() {
         let _ = writeln!(text, "# HELP trafik_gateway_{name}_total {help}");

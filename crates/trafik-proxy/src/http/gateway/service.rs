@@ -37,7 +37,10 @@ impl ServiceTarget {
         connection: &ClientConnection,
         mut request: Request<RequestBody>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
-        let captures = request.extensions_mut().remove::<Captures>().unwrap_or_default();
+        let captures = request
+            .extensions_mut()
+            .remove::<Captures>()
+            .unwrap_or_default();
         let pool = match &self.choice {
             Choice::Named(pool) => Some(pool),
             Choice::Capture { capture, services } => captures.0.get(*capture).and_then(|name| {
