@@ -591,7 +591,16 @@ fn every_example_config_checks_clean() {
         checked.push(path.file_name().unwrap().to_string_lossy().into_owned());
     }
     checked.sort();
-    for lesson in ["lesson05", "lesson07", "lesson08", "lesson10"] {
+    for lesson in [
+        "lesson05",
+        "lesson07",
+        "lesson08",
+        "lesson10",
+        "gateway",
+        "bff",
+        "ambassador-v1",
+        "ambassador-v2",
+    ] {
         assert!(
             checked.iter().any(|name| name.starts_with(lesson)),
             "no example for {lesson} in {checked:?}"
