@@ -205,6 +205,11 @@ fn get(address: &str, path: &str, headers: &[&str]) -> Answer {
     }
 }
 
+/// The admin API's Prometheus text.
+fn metrics(admin: &str) -> String {
+    get(admin, "/metrics", &[]).body
+}
+
 /// Leaf values of a JSON document, the course's `yaprak` (fields carried).
 fn leaves(value: &serde_json::Value) -> usize {
     match value {
@@ -268,6 +273,15 @@ fn the_gateway_example_answers_the_course_gateways_bytes() {
     assert_eq!(parts[1]["bytes"], 79 + 21 + 21);
     // Missing from TR-9007's answer; TR-0000 had no answer to be missing from.
     assert_eq!(parts[1]["missing"], 1);
+    let metrics = metrics("127.0.0.1:9473");
+    assert!(
+        metrics
+            .contains("trafik_gateway_calls_total{route=\"gecit /takip/{no}\",part=\"ucret\"} 3\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("trafik_gateway_missing_total{route=\"gecit /takip/{no}\",part=\"\"} 1\n")
+    );
 }
 
 #[test]
