@@ -17,6 +17,17 @@ pub enum Missing {
     Fail,
 }
 
+impl Missing {
+    /// The name written in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Missing::Null => "null",
+            Missing::Omit => "omit",
+            Missing::Fail => "fail",
+        }
+    }
+}
+
 impl std::str::FromStr for Missing {
     type Err = String;
 

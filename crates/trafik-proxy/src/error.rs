@@ -44,7 +44,8 @@ pub enum ProxyError {
     HeadTooLarge,
     /// A gateway expression failed on an answer, or a part's answer was not what it needs.
     ShapingFailed,
-    /// A list in the query names an item that cannot stand in an upstream path.
+    /// A list in the query names an item that cannot stand in an upstream path, or more items
+    /// than a batch takes.
     BadListItem,
 }
 
@@ -100,7 +101,9 @@ impl ProxyError {
             ProxyError::UriTooLong => "the request target is too long\n",
             ProxyError::HeadTooLarge => "the request head is too large\n",
             ProxyError::ShapingFailed => "the gateway could not shape the upstream answer\n",
-            ProxyError::BadListItem => "a list item in the query cannot name a record\n",
+            ProxyError::BadListItem => {
+                "the query's list has an item that cannot name a record, or too many items\n"
+            }
         }
     }
 

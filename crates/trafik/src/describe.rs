@@ -248,16 +248,27 @@ fn target_text(target: &trafik_proxy::TargetPlan) -> String {
                 .parts
                 .iter()
                 .map(|p| {
+                    let missing = p.missing.name();
                     format!(
-                        "{} ({} {}, {:?})",
+                        "{} ({} {}, missing {missing})",
                         p.name,
                         p.service,
-                        p.path.text(),
-                        p.missing
+                        p.path.text()
                     )
                 })
                 .collect();
-            format!("aggregate of {}", parts.join(" + "))
+            let mut text = format!("aggregate of {}", parts.join(" + "));
+            if let Some(batch) = &aggregate.batch {
+                text += &format!(
+                    ", batch ?{}= ({} at once)",
+                    batch.parameter, batch.concurrency
+                );
+            }
+            if let Some(views) = &aggregate.views {
+                let clients: Vec<&str> = views.views.iter().map(|v| v.client.as_str()).collect();
+                text += &format!(", views {}", clients.join(", "));
+            }
+            text
         }
         TargetPlan::Ambassador(ambassador) => {
             format!(

@@ -444,6 +444,13 @@ fn a_batch_answers_in_request_order_whatever_order_the_records_arrive_in() {
         400
     );
     assert_eq!(get("127.0.0.1:8474", "/panel/takip", &[]).body, "[]");
+    let too_many = vec!["TR-9007"; 101].join(",");
+    let refused = get(
+        "127.0.0.1:8474",
+        &format!("/panel/takip?no={too_many}"),
+        &[],
+    );
+    assert_eq!(refused.status, 400);
 }
 
 // ---- lesson 15: the ambassador ---------------------------------------------------------------

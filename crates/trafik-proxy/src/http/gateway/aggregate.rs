@@ -27,6 +27,9 @@ use crate::snapshot::WorkerSnapshot;
 /// The response header that names the parts missing from a partial answer.
 pub const MISSING_HEADER: &str = "x-trafik-eksik";
 
+/// The most records one batch request may ask for: each costs a call per part upstream.
+pub const MAX_BATCH_ITEMS: usize = 100;
+
 pub struct AggregateTarget {
     pub parts: Vec<Part>,
     /// Each part's name and contract, in part order, as [`assemble`] takes them.
@@ -67,7 +70,7 @@ impl AggregateTarget {
         let answer = match &self.batch {
             None => self.record(&caller, captures, view).await,
             Some(batch) => match list_items(request.uri().query(), &batch.parameter) {
-                Ok(items) => {
+                Ok(items) if items.len() <= MAX_BATCH_ITEMS => {
                     let records = futures_util::stream::iter(items)
                         .map(|item| {
                             let mut captures = captures.clone();
@@ -79,7 +82,7 @@ impl AggregateTarget {
                         .await;
                     gather(records)
                 }
-                Err(_) => Err(Box::new(ProxyError::BadListItem.response())),
+                Ok(_) | Err(_) => Err(Box::new(ProxyError::BadListItem.response())),
             },
         };
         let response = match answer {
