@@ -282,6 +282,12 @@ fn the_gateway_example_answers_the_course_gateways_bytes() {
     assert!(
         metrics.contains("trafik_gateway_missing_total{route=\"gecit /takip/{no}\",part=\"\"} 1\n")
     );
+    // The merge ran for the two answers that had their required part.
+    assert_eq!(counters["filters"][0]["name"], "merge");
+    assert_eq!(counters["filters"][0]["calls"], 2);
+    assert!(metrics.contains(
+        "trafik_gateway_filter_calls_total{route=\"gecit /takip/{no}\",filter=\"merge\"} 2\n"
+    ));
 }
 
 #[test]

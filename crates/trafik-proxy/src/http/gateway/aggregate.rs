@@ -27,6 +27,9 @@ use crate::snapshot::WorkerSnapshot;
 /// The response header that names the parts missing from a partial answer.
 pub const MISSING_HEADER: &str = "x-trafik-eksik";
 
+/// The place of the merge among an aggregate's counted filters; the views follow it.
+pub const MERGE: usize = 0;
+
 /// The most records one batch request may ask for: each costs a call per part upstream.
 pub const MAX_BATCH_ITEMS: usize = 100;
 
@@ -60,6 +63,7 @@ impl AggregateTarget {
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let totals = self.counters.route(worker.id);
         bump(&totals.calls);
+        let started = Instant::now();
         let captures = request
             .extensions()
             .get::<Captures>()
@@ -101,11 +105,13 @@ impl AggregateTarget {
                 *response
             }
         };
+        totals.time(started.elapsed());
         (response, None)
     }
 
-    /// The projection for the request's client type, if it has one.
-    fn view(&self, headers: &HeaderMap) -> Option<&Expression> {
+    /// The projection for the request's client type, if it has one, with its place among the
+    /// route's filters (after `merge`).
+    fn view(&self, headers: &HeaderMap) -> Option<(usize, &Expression)> {
         let views = self.views.as_ref()?;
         let client = match &views.chooser {
             ClientChooser::Header(name) => headers.get(name)?.to_str().ok()?,
@@ -113,8 +119,8 @@ impl AggregateTarget {
         views
             .views
             .iter()
-            .find(|view| view.client == client)
-            .map(|view| &*view.project)
+            .position(|view| view.client == client)
+            .map(|index| (1 + index, &*views.views[index].project))
     }
 
     /// One record: its parts in parallel, then the merge and the view.
@@ -122,7 +128,7 @@ impl AggregateTarget {
         &self,
         caller: &Caller<'_>,
         captures: Captures,
-        view: Option<&Expression>,
+        view: Option<(usize, &Expression)>,
     ) -> Record {
         let me = caller.worker.id;
         let calls = self.parts.iter().enumerate().map(|(index, part)| {
@@ -154,13 +160,12 @@ impl AggregateTarget {
         for &index in &missing {
             bump(&self.counters.part(index, me).missing);
         }
-        let started = Instant::now();
         let values: Vec<Value> = captures.0.iter().map(|c| jq::text(c)).collect();
-        let mut shaped = self.merge.run(parts, values.iter().cloned());
-        if let (Some(view), Ok(merged)) = (view, &shaped) {
-            shaped = view.run(merged.clone(), values);
+        let counters = &self.counters;
+        let mut shaped = counters.run(MERGE, me, &self.merge, parts, values.iter().cloned());
+        if let (Some((filter, view)), Ok(merged)) = (view, &shaped) {
+            shaped = counters.run(filter, me, view, merged.clone(), values);
         }
-        self.counters.route(me).time(started.elapsed());
         match shaped {
             Ok(value) => Ok((value, missing)),
             Err(error) => {

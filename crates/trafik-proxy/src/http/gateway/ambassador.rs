@@ -21,6 +21,10 @@ use crate::http::service::{ClientConnection, WorkerProxy};
 use crate::http::target::PoolTarget;
 use crate::snapshot::WorkerSnapshot;
 
+/// The places of an ambassador's counted filters.
+pub const ANSWER: usize = 0;
+pub const STATUS: usize = 1;
+
 pub struct AmbassadorTarget {
     pub pool: PoolTarget,
     pub path: UpstreamTemplate,
@@ -66,8 +70,7 @@ impl AmbassadorTarget {
         if !status.is_success() {
             bump(&external.failures);
         }
-        let started = Instant::now();
-        let shaped = self.shape(&captures, status, &body);
+        let shaped = self.shape(me, &captures, status, &body);
         totals.time(started.elapsed());
         match shaped {
             Some((status, body)) => {
@@ -84,6 +87,7 @@ impl AmbassadorTarget {
     /// The local status and body for the external answer; `None` if an expression fails.
     fn shape(
         &self,
+        worker: usize,
         captures: &Captures,
         status: StatusCode,
         body: &[u8],
@@ -99,11 +103,17 @@ impl AmbassadorTarget {
         let local = match &self.status {
             None => status,
             Some(expression) => {
-                let value = expression.run(input.clone(), values()).ok()?;
+                let value = self
+                    .counters
+                    .run(STATUS, worker, expression, input.clone(), values())
+                    .ok()?;
                 StatusCode::from_u16(jq::as_status(&value)?).ok()?
             }
         };
-        let answer = self.answer.run(input, values()).ok()?;
+        let answer = self
+            .counters
+            .run(ANSWER, worker, &self.answer, input, values())
+            .ok()?;
         Some((local, jq::write(&answer)))
     }
 }

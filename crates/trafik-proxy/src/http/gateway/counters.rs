@@ -1,9 +1,11 @@
 //! Counters of the gateway's routes and parts, per worker, for `/status` and `/metrics`.
 
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::counters::{PerWorker, add, read};
+use trafik_gateway::jq::{Expression, Value};
+
+use crate::counters::{PerWorker, add, bump, read};
 
 /// What one route or one part did.
 #[derive(Debug, Default)]
@@ -16,7 +18,7 @@ pub struct CallCounters {
     pub missing: AtomicU64,
     /// Body bytes: read from upstream (a part), written to clients (a route).
     pub bytes: AtomicU64,
-    /// Time spent: in the upstream call (a part), in jq (a route).
+    /// Time spent: answering (a route), in the upstream call (a part), running (a jq filter).
     pub nanos: AtomicU64,
 }
 
@@ -26,7 +28,8 @@ impl CallCounters {
     }
 }
 
-/// One gateway route's counters and its parts'.
+/// One gateway route's counters, its parts' and its jq filters' (`merge`, `view mobil`,
+/// `answer`, `status`: runs in `calls`, errors in `failures`).
 #[derive(Debug)]
 pub struct GatewayCounters {
     /// `LISTENER PATH`, the route's name in reports.
@@ -35,18 +38,29 @@ pub struct GatewayCounters {
     pub kind: &'static str,
     pub total: PerWorker<CallCounters>,
     pub parts: Vec<(String, PerWorker<CallCounters>)>,
+    pub filters: Vec<(String, PerWorker<CallCounters>)>,
 }
 
 impl GatewayCounters {
-    pub fn new(route: String, kind: &'static str, parts: &[String], workers: usize) -> Self {
+    pub fn new(
+        route: String,
+        kind: &'static str,
+        parts: &[String],
+        filters: &[String],
+        workers: usize,
+    ) -> Self {
+        let shards = |names: &[String]| {
+            names
+                .iter()
+                .map(|name| (name.clone(), PerWorker::new(workers)))
+                .collect()
+        };
         GatewayCounters {
             route,
             kind,
             total: PerWorker::new(workers),
-            parts: parts
-                .iter()
-                .map(|name| (name.clone(), PerWorker::new(workers)))
-                .collect(),
+            parts: shards(parts),
+            filters: shards(filters),
         }
     }
 
@@ -56,6 +70,26 @@ impl GatewayCounters {
 
     pub fn part(&self, part: usize, worker: usize) -> &CallCounters {
         self.parts[part].1.mine(worker)
+    }
+
+    /// Runs the route's jq filter at `filter` (its place in `filters`), counted.
+    pub fn run(
+        &self,
+        filter: usize,
+        worker: usize,
+        expression: &Expression,
+        input: Value,
+        values: impl IntoIterator<Item = Value>,
+    ) -> Result<Value, String> {
+        let counters = self.filters[filter].1.mine(worker);
+        bump(&counters.calls);
+        let started = Instant::now();
+        let result = expression.run(input, values);
+        counters.time(started.elapsed());
+        if result.is_err() {
+            bump(&counters.failures);
+        }
+        result
     }
 }
 

@@ -17,9 +17,10 @@ use serde_json::{Value as Json, json};
 
 use self::aggregate::{AggregateTarget, Part};
 use self::ambassador::AmbassadorTarget;
-use self::counters::{GatewayCounters, totals};
+use self::counters::{CallCounters, GatewayCounters, totals};
 use self::plan::{AggregatePlan, AmbassadorPlan, ServiceChoice};
 use self::service::{Choice, ServiceTarget};
+use crate::counters::PerWorker;
 use crate::http::target::{PoolTarget, Target};
 use crate::plan::TargetPlan;
 use crate::snapshot::Snapshot;
@@ -91,10 +92,15 @@ impl Resolver<'_> {
 
     fn aggregate(&self, aggregate: &AggregatePlan, workers: usize) -> Result<Built, String> {
         let names: Vec<String> = aggregate.parts.iter().map(|p| p.name.clone()).collect();
+        let mut filters = vec!["merge".to_owned()];
+        if let Some(views) = &aggregate.views {
+            filters.extend(views.views.iter().map(|v| format!("view {}", v.client)));
+        }
         let counters = Arc::new(GatewayCounters::new(
             self.route.to_owned(),
             "aggregate",
             &names,
+            &filters,
             workers,
         ));
         let parts = aggregate
@@ -128,6 +134,10 @@ impl Resolver<'_> {
             self.route.to_owned(),
             "ambassador",
             std::slice::from_ref(&ambassador.service),
+            &["answer", "status"][..1 + usize::from(ambassador.status.is_some())]
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect::<Vec<_>>(),
             workers,
         ));
         let target = AmbassadorTarget {
@@ -144,33 +154,39 @@ impl Resolver<'_> {
 
 /// The gateway routes' counters for `/status`.
 pub fn status(snapshot: &Snapshot) -> Json {
+    let named = |list: &[(String, PerWorker<CallCounters>)], keys: &[&str]| -> Json {
+        list.iter()
+            .map(|(name, shards)| {
+                let mut entry = json!({ "name": name });
+                for (key, value) in totals(shards) {
+                    if keys.contains(&key) {
+                        entry[key] = value.into();
+                    }
+                }
+                entry
+            })
+            .collect::<Vec<_>>()
+            .into()
+    };
+    let all = ["calls", "failures", "missing", "bytes", "nanos"];
     let routes: Vec<Json> = snapshot
         .gateway
         .iter()
         .map(|route| {
-            let parts: Vec<Json> = route
-                .parts
-                .iter()
-                .map(|(name, shards)| {
-                    let mut part = json!({ "name": name });
-                    for (key, value) in totals(shards) {
-                        part[key] = value.into();
-                    }
-                    part
-                })
-                .collect();
             let mut entry = json!({ "route": route.route, "kind": route.kind });
             for (key, value) in totals(&route.total) {
                 entry[key] = value.into();
             }
-            entry["parts"] = parts.into();
+            entry["parts"] = named(&route.parts, &all);
+            entry["filters"] = named(&route.filters, &["calls", "failures", "nanos"]);
             entry
         })
         .collect();
     routes.into()
 }
 
-/// The same counters in the Prometheus text format, appended to the pools' families.
+/// The same counters in the Prometheus text format, appended to the pools' families: per route
+/// (`part=""`) and per part, then per jq filter.
 pub fn metrics(snapshot: &Snapshot) -> String {
     use std::fmt::Write;
     let mut text = String::new();
@@ -181,47 +197,59 @@ pub fn metrics(snapshot: &Snapshot) -> String {
     let families = [
         (
             "calls",
-            "counter",
             "Requests to the gateway route / calls to the part.",
         ),
         (
             "failures",
-            "counter",
             "Failed answers (route) and calls without a 2xx answer (part).",
         ),
         (
             "missing",
-            "counter",
             "Partial answers (route) and times the part was missing.",
         ),
         (
             "bytes",
-            "counter",
             "Body bytes written to clients (route) and read from upstream (part).",
         ),
         (
             "nanos",
-            "counter",
-            "Time spent in jq (route) and in the upstream call (part), in nanoseconds.",
+            "Time answering (route) and in the upstream call (part), in nanoseconds.",
         ),
     ];
-    for (index, (name, kind, help)) in families.into_iter().enumerate() {
+    for (index, (name, help)) in families.into_iter().enumerate() {
         let _ = writeln!(text, "# HELP trafik_gateway_{name}_total {help}");
-        let _ = writeln!(text, "# TYPE trafik_gateway_{name}_total {kind}");
+        let _ = writeln!(text, "# TYPE trafik_gateway_{name}_total counter");
         for route in &snapshot.gateway {
-            let value = totals(&route.total)[index].1;
-            let _ = writeln!(
-                text,
-                "trafik_gateway_{name}_total{{route=\"{}\",part=\"\"}} {value}",
-                label(&route.route)
-            );
-            for (part, shards) in &route.parts {
+            let parts = route.parts.iter().map(|(n, s)| (n.as_str(), s));
+            for (part, shards) in std::iter::once(("", &route.total)).chain(parts) {
                 let value = totals(shards)[index].1;
+                let (route, part) = (label(&route.route), label(part));
                 let _ = writeln!(
                     text,
-                    "trafik_gateway_{name}_total{{route=\"{}\",part=\"{}\"}} {value}",
-                    label(&route.route),
-                    label(part)
+                    "trafik_gateway_{name}_total{{route=\"{route}\",part=\"{part}\"}} {value}"
+                );
+            }
+        }
+    }
+    let filter_families = [
+        (
+            0,
+            "calls",
+            "Runs of the route's jq filter (merge, view NAME, answer, status).",
+        ),
+        (1, "failures", "Runs of the jq filter that failed."),
+        (4, "nanos", "Time in the jq filter, in nanoseconds."),
+    ];
+    for (index, name, help) in filter_families {
+        let _ = writeln!(text, "# HELP trafik_gateway_filter_{name}_total {help}");
+        let _ = writeln!(text, "# TYPE trafik_gateway_filter_{name}_total counter");
+        for route in &snapshot.gateway {
+            for (filter, shards) in &route.filters {
+                let value = totals(shards)[index].1;
+                let (route, filter) = (label(&route.route), label(filter));
+                let _ = writeln!(
+                    text,
+                    "trafik_gateway_filter_{name}_total{{route=\"{route}\",filter=\"{filter}\"}} {value}"
                 );
             }
         }
