@@ -42,6 +42,12 @@ impl PathTemplate {
                 None if segment.is_empty() && text != "/" => {
                     return Err(format!("{text:?} has an empty segment"));
                 }
+                // Requests are matched in normal form, where these never appear.
+                None if segment == "." || segment == ".." => {
+                    return Err(format!(
+                        "{text:?} has a dot segment, which no request path has"
+                    ));
+                }
                 None => segments.push(Segment::Literal(segment.to_owned())),
             }
         }
@@ -265,6 +271,7 @@ mod tests {
             "/a/x{no}",
             "/{no}/{no}",
             "/a//b",
+            "/a/../b",
         ] {
             assert!(PathTemplate::parse(bad).is_err(), "{bad}");
         }

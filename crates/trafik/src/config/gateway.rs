@@ -195,8 +195,17 @@ impl Check<'_> {
                 );
                 None
             }
-            (Some(pool), None) => pool_index(report, field, pool, self.pools)
-                .map(|_| ServiceChoice::Named(pool.get_ref().clone())),
+            (Some(pool), None) => {
+                if let Some(first) = route.services.first() {
+                    report.error(
+                        first.span(),
+                        &format!("{field}.services"),
+                        "`services` limits a service chosen by a capture (service = \"{part}\"), not a `pool`",
+                    );
+                }
+                pool_index(report, field, pool, self.pools)
+                    .map(|_| ServiceChoice::Named(pool.get_ref().clone()))
+            }
             (None, service) => {
                 let service = report.required(
                     service.as_ref(),
