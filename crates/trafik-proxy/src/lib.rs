@@ -16,6 +16,7 @@ pub mod http;
 pub mod meter;
 pub mod plan;
 pub mod pool;
+mod resolve;
 pub mod snapshot;
 pub mod sticky;
 pub mod tcp;
@@ -33,7 +34,7 @@ use tokio::sync::{mpsc, watch};
 
 pub use error::ProxyError;
 pub use plan::{
-    BackendPlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan, ListenerKind,
+    BackendPlan, CacheHeader, CachePlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan, ListenerKind,
     ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern, SniRoutePlan,
     StickyPlan, TargetPlan,
 };

@@ -11,8 +11,9 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::http::filter::{self, Trace};
 use crate::http::route::{Route, RouteTable};
-use crate::http::target::{PoolTarget, Target};
-use crate::plan::{ClientPlan, ListenerKind, Plan, TargetPlan};
+use crate::http::cache::Jobs;
+use crate::plan::{ClientPlan, ListenerKind, Plan};
+use crate::resolve::{self, Stateful};
 use crate::pool::{Endpoints, Pool};
 use crate::tcp::{self, route::SniRoutes};
 
@@ -51,6 +52,11 @@ pub struct Snapshot {
     /// `2 NAME`, for requests received over HTTP/2 (`Via` names the protocol a hop received).
     pub via_http2: HeaderValue,
     pub drain_timeout: Duration,
+    /// Edge caches and static sites of the routes, with their state.
+    pub stateful: Stateful,
+    /// Origin fetches for the workers to run (preloads, refreshes); one queue for the life of
+    /// the instance.
+    pub jobs: Arc<Jobs>,
 }
 
 /// What a listener does with its connections, resolved.
@@ -126,6 +132,12 @@ impl Snapshot {
             .enumerate()
             .map(|(index, pool)| (pool.plan.name.as_str(), index))
             .collect();
+        let mut stateful = Stateful::default();
+        let context = resolve::Context {
+            pools: &by_name,
+            previous: previous.map(|p| &p.stateful),
+            workers: plan.workers.max(1),
+        };
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
             let routes = match &listener.kind {
@@ -147,16 +159,12 @@ impl Snapshot {
             };
             let mut table = Vec::with_capacity(routes.len());
             for route in routes {
-                let TargetPlan::Pool {
-                    pool,
-                    retry_non_idempotent,
-                } = &route.target;
-                let Some(&index) = by_name.get(pool.as_str()) else {
-                    errors.push(format!(
-                        "listener {:?}: a route names pool {pool:?}, which does not exist",
-                        listener.name
-                    ));
-                    continue;
+                let target = match resolve::target(&route.target, route, &context, &mut stateful) {
+                    Ok(target) => target,
+                    Err(error) => {
+                        errors.push(format!("listener {:?}: {error}", listener.name));
+                        continue;
+                    }
                 };
                 for unsettable in route.filters.iter().filter_map(filter::unsettable_header) {
                     errors.push(format!(
@@ -171,10 +179,7 @@ impl Snapshot {
                     path_prefix: route.path_prefix.clone(),
                     methods: route.methods.clone(),
                     filters,
-                    target: Target::Pool(PoolTarget {
-                        pool: index,
-                        retry_non_idempotent: *retry_non_idempotent,
-                    }),
+                    target,
                 });
             }
             let routes = RouteTable::new(table);
@@ -207,6 +212,8 @@ impl Snapshot {
             trace,
             via_http2,
             drain_timeout: plan.drain_timeout,
+            stateful,
+            jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
         })
     }
 

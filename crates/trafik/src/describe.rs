@@ -75,11 +75,11 @@ pub fn plan(loaded: &Loaded) -> String {
                 let names: Vec<_> = route.methods.iter().map(|m| m.as_str()).collect();
                 format!(" [{}]", names.join(","))
             };
-            let trafik_proxy::TargetPlan::Pool { pool, .. } = &route.target;
             let _ = writeln!(
                 out,
-                "  route {host}{}{methods} → pool {pool}",
-                route.path_prefix
+                "  route {host}{}{methods} → {}",
+                route.path_prefix,
+                target_text(&route.target)
             );
             for filter in &route.filters {
                 let _ = writeln!(out, "    filter {}", filter_text(filter));
@@ -215,6 +215,20 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
         }
         FilterPlan::SetResponseHeader { name, value } => {
             format!("response header {name}: {}", show(value))
+        }
+    }
+}
+
+/// `pool takip`, `files in DIR`, `cache kenar → pool takip`.
+fn target_text(target: &trafik_proxy::TargetPlan) -> String {
+    match target {
+        trafik_proxy::TargetPlan::Pool { pool, .. } => format!("pool {pool}"),
+        trafik_proxy::TargetPlan::Static { root, index } => match index {
+            Some(index) => format!("files in {} (index {index})", root.display()),
+            None => format!("files in {}", root.display()),
+        },
+        trafik_proxy::TargetPlan::Cached { cache, target } => {
+            format!("cache {} → {}", cache.name, target_text(target))
         }
     }
 }

@@ -17,7 +17,8 @@ use super::upstream::Lease;
 /// full (the response timeout starts then, not while a slow client uploads) and why it failed,
 /// so a failure the client caused is not charged to the backend.
 pub struct RequestBody {
-    source: Incoming,
+    /// `None` for a request trafik makes itself (a preload or a refresh), which has no body.
+    source: Option<Incoming>,
     /// Bytes passed so far, and the limit a filter set.
     passed: u64,
     limit: Option<u64>,
@@ -93,10 +94,20 @@ impl RequestBody {
     pub fn streaming(body: Incoming) -> Self {
         let upload = (!body.is_end_stream()).then(Rc::default);
         RequestBody {
-            source: body,
+            source: Some(body),
             passed: 0,
             limit: None,
             upload,
+        }
+    }
+
+    /// No body: for requests trafik makes itself.
+    pub fn empty() -> Self {
+        RequestBody {
+            source: None,
+            passed: 0,
+            limit: None,
+            upload: None,
         }
     }
 
@@ -126,7 +137,10 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        let frame = match Pin::new(&mut this.source).poll_frame(cx) {
+        let Some(source) = &mut this.source else {
+            return Poll::Ready(None);
+        };
+        let frame = match Pin::new(source).poll_frame(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => frame,
             Poll::Ready(Some(Err(error))) => {
@@ -154,11 +168,13 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.source.is_end_stream()
+        self.source.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.source.size_hint()
+        self.source
+            .as_ref()
+            .map_or(SizeHint::with_exact(0), Incoming::size_hint)
     }
 }
 
@@ -169,8 +185,11 @@ pub enum ProxyBody {
         body: Incoming,
         lease: Option<Lease>,
     },
-    /// A body trafik wrote (errors, admin answers).
+    /// A body trafik wrote (errors, admin answers, cached copies, small files).
     Local(Option<Bytes>),
+    /// A body read in chunks by another task (a large static file); it ends when the sender
+    /// does.
+    Chunks(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 impl ProxyBody {
@@ -214,6 +233,7 @@ impl Body for ProxyBody {
                 polled
             }
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            ProxyBody::Chunks(chunks) => chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d)))),
         }
     }
 
@@ -221,6 +241,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream { body, .. } => body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
+            ProxyBody::Chunks(chunks) => chunks.is_closed() && chunks.is_empty(),
         }
     }
 
@@ -229,6 +250,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { body, .. } => body.size_hint(),
             ProxyBody::Local(Some(data)) => SizeHint::with_exact(data.len() as u64),
             ProxyBody::Local(None) => SizeHint::with_exact(0),
+            ProxyBody::Chunks(_) => SizeHint::default(),
         }
     }
 }

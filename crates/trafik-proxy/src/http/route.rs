@@ -104,8 +104,9 @@ mod tests {
             .header("host", host)
             .body(())
             .unwrap();
-        table.find(&request).map(|r| match &r.target {
-            Target::Pool(target) => target.pool,
+        table.find(&request).and_then(|r| match &r.target {
+            Target::Pool(target) => Some(target.pool),
+            _ => None,
         })
     }
 

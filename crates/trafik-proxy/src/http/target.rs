@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use http::{Request, Response, StatusCode, header};
@@ -23,6 +24,10 @@ use crate::sticky::{Decision, Rebinding};
 /// A route's destination.
 pub enum Target {
     Pool(PoolTarget),
+    /// Files under a directory.
+    Static(Arc<super::files::Site>),
+    /// Another target behind an edge cache.
+    Cached(super::cache::CachedTarget),
 }
 
 impl Target {
@@ -36,6 +41,8 @@ impl Target {
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         match self {
             Target::Pool(pool) => pool.serve(worker, snapshot, connection, request).await,
+            Target::Static(site) => (site.serve(worker.id, &request).await, None),
+            Target::Cached(cached) => cached.serve(worker, snapshot, connection, request).await,
         }
     }
 }

@@ -5,8 +5,8 @@ use http::{HeaderName, HeaderValue, Method};
 use toml::Spanned;
 use trafik_proxy::{FilterPlan, ListenerKind, ListenerPlan, RoutePlan, TargetPlan};
 
-use super::layer4;
 use super::report::Report;
+use super::{cache, layer4, static_files};
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
 use crate::suggest::did_you_mean;
@@ -17,6 +17,7 @@ pub fn check_all(
     listeners: Vec<Spanned<Listener>>,
     pools: &[Option<String>],
     layer4_pools: &[String],
+    caches: &cache::Known,
 ) -> Option<Vec<ListenerPlan>> {
     if listeners.is_empty() {
         report.error(
@@ -56,7 +57,7 @@ pub fn check_all(
             }
             names.push(name.get_ref().clone());
         }
-        plans.push(check(report, &field, listener, pools, layer4_pools));
+        plans.push(check(report, &field, listener, pools, layer4_pools, caches));
     }
     plans.into_iter().collect()
 }
@@ -67,6 +68,7 @@ fn check(
     listener: Spanned<Listener>,
     pools: &[Option<String>],
     layer4_pools: &[String],
+    caches: &cache::Known,
 ) -> Option<ListenerPlan> {
     let span = listener.span();
     let mut listener = listener.into_inner();
@@ -85,7 +87,7 @@ fn check(
     let protocol = listener.protocol.clone();
     let kind = match protocol.get_ref() {
         Protocol::Http | Protocol::Https => {
-            http(report, field, span, listener, pools, layer4_pools)
+            http(report, field, span, listener, pools, layer4_pools, caches)
         }
         Protocol::Tcp => layer4::tcp(report, field, span, listener, pools),
         Protocol::TlsPassthrough => layer4::passthrough(report, field, span, listener, pools),
@@ -105,6 +107,7 @@ fn http(
     listener: Listener,
     pools: &[Option<String>],
     layer4_pools: &[String],
+    caches: &cache::Known,
 ) -> Option<ListenerKind> {
     if let Some(pool) = &listener.pool {
         report.error(
@@ -127,7 +130,7 @@ fn http(
         .enumerate()
         .map(|(r, route)| {
             let field = format!("{field}.route[{r}]");
-            check_route(report, &field, route, pools, layer4_pools)
+            check_route(report, &field, route, pools, layer4_pools, caches)
         })
         .collect::<Vec<_>>()
         .into_iter()
@@ -148,6 +151,7 @@ fn check_route(
     route: Spanned<Route>,
     pools: &[Option<String>],
     layer4_pools: &[String],
+    caches: &cache::Known,
 ) -> Option<RoutePlan> {
     let span = route.span();
     let route = route.into_inner();
@@ -170,14 +174,21 @@ fn check_route(
             ),
         );
     }
-    let pool = report
-        .required(
-            route.pool.as_ref(),
-            span,
-            &format!("{field}.pool"),
-            "pool = \"takip\", the pool that answers this route",
-        )
-        .and_then(|pool| pool_index(report, field, pool, pools));
+    let answered_by_files = route.static_root.is_some();
+    let pool = if answered_by_files {
+        None
+    } else {
+        report
+            .required(
+                route.pool.as_ref(),
+                span,
+                &format!("{field}.pool"),
+                "pool = \"takip\", the pool that answers this route (or static = \"DIR\" for files)",
+            )
+            .and_then(|pool| pool_index(report, field, pool, pools))
+    };
+    let files = static_files::check(report, field, &route);
+    let cache = route.cache.as_ref().and_then(|name| cache_named(report, field, name, caches));
     let prefix = route.path_prefix.get_ref();
     if !prefix.starts_with('/') {
         report.error(
@@ -216,8 +227,49 @@ fn check_route(
         }
     }
     let filters = check_filters(report, field, &route);
-    let pool = pool.and_then(|index| pools[index].clone());
-    Some(route_plan(route, methods, filters, pool?))
+    let target = match files {
+        Some(files) => files?,
+        None => TargetPlan::Pool {
+            pool: pool.and_then(|index| pools[index].clone())?,
+            retry_non_idempotent: route.retry_non_idempotent,
+        },
+    };
+    let target = match (route.cache.is_some(), cache) {
+        (true, None) => return None,
+        (_, Some(cache)) => TargetPlan::Cached {
+            cache,
+            target: Box::new(target),
+        },
+        (false, None) => target,
+    };
+    Some(route_plan(route, methods, filters, target))
+}
+
+/// The plan of the cache a route names, or an error naming the caches there are.
+fn cache_named(
+    report: &mut Report,
+    field: &str,
+    wanted: &Spanned<String>,
+    caches: &cache::Known,
+) -> Option<std::sync::Arc<trafik_proxy::CachePlan>> {
+    let found = caches.iter().find(|(name, _)| name == wanted.get_ref());
+    if found.is_none() {
+        let defined: Vec<&str> = caches.iter().map(|(n, _)| n.as_str()).collect();
+        let hint = did_you_mean(wanted.get_ref(), defined.iter().copied())
+            .map(|s| format!("; did you mean {s:?}?"))
+            .unwrap_or_default();
+        let defined = if defined.is_empty() {
+            "none: add a [[cache]] with this name".to_owned()
+        } else {
+            defined.join(", ")
+        };
+        report.error(
+            wanted.span(),
+            &format!("{field}.cache"),
+            format!("no cache is named {:?}{hint} (defined caches: {defined})", wanted.get_ref()),
+        );
+    }
+    found.map(|(_, plan)| plan.clone())
 }
 
 /// The route's configured filters, in the order they run: the body limit, then headers.
@@ -261,23 +313,19 @@ fn header_line(line: &str) -> Result<(HeaderName, HeaderValue), String> {
     Ok((name, value))
 }
 
-/// The data plane's form of a checked route: the one place that knows how a route names what
-/// answers it (a pool, by name).
+/// The data plane's form of a checked route.
 fn route_plan(
     route: Route,
     methods: Vec<Method>,
     filters: Vec<FilterPlan>,
-    pool: String,
+    target: TargetPlan,
 ) -> RoutePlan {
     RoutePlan {
         host: route.host,
         path_prefix: route.path_prefix.into_inner(),
         methods,
         filters,
-        target: TargetPlan::Pool {
-            pool,
-            retry_non_idempotent: route.retry_non_idempotent,
-        },
+        target,
     }
 }
 
