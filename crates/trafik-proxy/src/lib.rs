@@ -34,9 +34,9 @@ use tokio::sync::{mpsc, watch};
 
 pub use error::ProxyError;
 pub use plan::{
-    BackendPlan, CacheHeader, CachePlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan, ListenerKind,
-    ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern, SniRoutePlan,
-    StickyPlan, TargetPlan,
+    BackendPlan, CacheHeader, CachePlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan,
+    ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern,
+    SniRoutePlan, StickyPlan, TargetPlan,
 };
 pub use pool::Pool;
 pub use snapshot::Snapshot;

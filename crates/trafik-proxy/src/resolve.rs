@@ -60,7 +60,10 @@ pub fn target(
             built.sites.push(site.clone());
             Ok(Target::Static(site))
         }
-        TargetPlan::Cached { cache, target: inner } => {
+        TargetPlan::Cached {
+            cache,
+            target: inner,
+        } => {
             let shared = built
                 .caches
                 .iter()
@@ -68,10 +71,18 @@ pub fn target(
                 .find(|c| c.plan.name == cache.name)
                 .filter(|c| c.plan == *cache)
                 .cloned();
-            if built.caches.iter().any(|c| c.plan.name == cache.name && c.plan != *cache) {
-                return Err(format!("two routes describe cache {:?} differently", cache.name));
+            if built
+                .caches
+                .iter()
+                .any(|c| c.plan.name == cache.name && c.plan != *cache)
+            {
+                return Err(format!(
+                    "two routes describe cache {:?} differently",
+                    cache.name
+                ));
             }
-            let edge = shared.unwrap_or_else(|| Arc::new(EdgeCache::new(cache.clone(), context.workers)));
+            let edge =
+                shared.unwrap_or_else(|| Arc::new(EdgeCache::new(cache.clone(), context.workers)));
             if !built.caches.iter().any(|c| Arc::ptr_eq(c, &edge)) {
                 built.caches.push(edge.clone());
             }

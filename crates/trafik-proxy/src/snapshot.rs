@@ -9,12 +9,12 @@ use std::time::{Duration, SystemTime};
 use http::HeaderValue;
 use tokio_rustls::TlsAcceptor;
 
+use crate::http::cache::Jobs;
 use crate::http::filter::{self, Trace};
 use crate::http::route::{Route, RouteTable};
-use crate::http::cache::Jobs;
 use crate::plan::{ClientPlan, ListenerKind, Plan};
-use crate::resolve::{self, Stateful};
 use crate::pool::{Endpoints, Pool};
+use crate::resolve::{self, Stateful};
 use crate::tcp::{self, route::SniRoutes};
 
 /// A worker's own handle on the snapshot it serves: cloning the `Rc` per request touches no

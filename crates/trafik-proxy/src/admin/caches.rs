@@ -53,7 +53,11 @@ pub async fn answer(instance: &Arc<Instance>, request: Request<Incoming>) -> Res
         return not_found(&format!("no route uses a cache named {name:?}"));
     };
     let query = query(&request);
-    let host = query.iter().find(|(k, _)| k == "host").map_or("", |(_, v)| v.as_str()).to_owned();
+    let host = query
+        .iter()
+        .find(|(k, _)| k == "host")
+        .map_or("", |(_, v)| v.as_str())
+        .to_owned();
     match (action, request.method()) {
         ("objects", &Method::PUT) => push(&cache, &host, &query, request).await,
         ("preload", &Method::POST) => preload(&snapshot, &cache, &host, request).await,
@@ -70,7 +74,11 @@ async fn push(
     query: &[(String, String)],
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let Some(path) = query.iter().find(|(k, _)| k == "path").map(|(_, v)| v.clone()) else {
+    let Some(path) = query
+        .iter()
+        .find(|(k, _)| k == "path")
+        .map(|(_, v)| v.clone())
+    else {
         return bad("give the object's path: ?path=/varlik/logo.svg");
     };
     if !path.starts_with('/') {
@@ -99,7 +107,10 @@ async fn preload(
     host: &str,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let body = match Limited::new(request.into_body(), MAX_PRELOAD_BODY).collect().await {
+    let body = match Limited::new(request.into_body(), MAX_PRELOAD_BODY)
+        .collect()
+        .await
+    {
         Ok(body) => body.to_bytes(),
         Err(_) => return bad("the list could not be read, or is over 1 MiB"),
     };
@@ -139,7 +150,12 @@ async fn preload(
 }
 
 fn purge(cache: &EdgeCache, query: &[(String, String)]) -> Response<Full<Bytes>> {
-    let find = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let find = |name: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
     let (path, prefix) = match (find("path"), find("prefix")) {
         (Some(path), None) => (path, false),
         (None, Some(prefix)) => (prefix, true),
@@ -183,9 +199,19 @@ fn not_found(message: &str) -> Response<Full<Bytes>> {
 }
 
 fn wrong_method(message: &'static str) -> Response<Full<Bytes>> {
-    let mut response = reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", format!("{message}\n"));
-    let allow = if message.contains("PUT") { "PUT" } else { "POST" };
-    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+    let mut response = reply(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "text/plain",
+        format!("{message}\n"),
+    );
+    let allow = if message.contains("PUT") {
+        "PUT"
+    } else {
+        "POST"
+    };
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
     response
 }
 
@@ -193,29 +219,73 @@ type CacheCounter = fn(&CacheCounters) -> &std::sync::atomic::AtomicU64;
 
 /// The per-worker counters of a cache, with their names in `/status` and `/metrics`.
 const CACHE_COUNTERS: [(&str, &str, CacheCounter); 7] = [
-    ("hits", "Answers from the store without waiting for the origin.", |c| &c.hits),
-    ("misses", "GET and HEAD requests that were not hits.", |c| &c.misses),
-    ("coalesced", "Misses answered by another request's origin fetch.", |c| &c.coalesced),
-    ("stale_served", "Stale copies served while refreshing or because the origin failed.", |c| &c.stale_served),
-    ("revalidated", "Stored copies refreshed by a 304 from the origin.", |c| &c.revalidated),
-    ("origin_requests", "Requests the cache sent to the origin.", |c| &c.origin_requests),
-    ("origin_bytes", "Body bytes fetched from the origin for the store.", |c| &c.origin_bytes),
+    (
+        "hits",
+        "Answers from the store without waiting for the origin.",
+        |c| &c.hits,
+    ),
+    ("misses", "GET and HEAD requests that were not hits.", |c| {
+        &c.misses
+    }),
+    (
+        "coalesced",
+        "Misses answered by another request's origin fetch.",
+        |c| &c.coalesced,
+    ),
+    (
+        "stale_served",
+        "Stale copies served while refreshing or because the origin failed.",
+        |c| &c.stale_served,
+    ),
+    (
+        "revalidated",
+        "Stored copies refreshed by a 304 from the origin.",
+        |c| &c.revalidated,
+    ),
+    (
+        "origin_requests",
+        "Requests the cache sent to the origin.",
+        |c| &c.origin_requests,
+    ),
+    (
+        "origin_bytes",
+        "Body bytes fetched from the origin for the store.",
+        |c| &c.origin_bytes,
+    ),
 ];
 
 /// A value read from a cache: the admin API's counters (written off the request path), its size.
 type AdminCounter = fn(&EdgeCache) -> u64;
 const ADMIN_COUNTERS: [(&str, &str, AdminCounter); 3] = [
-    ("purged", "Objects removed by purges.", |c| c.purged.load(Ordering::Relaxed)),
-    ("pushed", "Objects stored by push.", |c| c.pushed.load(Ordering::Relaxed)),
-    ("preloaded", "Objects fetched into the store by preload.", |c| c.preloaded.load(Ordering::Relaxed)),
+    ("purged", "Objects removed by purges.", |c| {
+        c.purged.load(Ordering::Relaxed)
+    }),
+    ("pushed", "Objects stored by push.", |c| {
+        c.pushed.load(Ordering::Relaxed)
+    }),
+    (
+        "preloaded",
+        "Objects fetched into the store by preload.",
+        |c| c.preloaded.load(Ordering::Relaxed),
+    ),
 ];
 
 type SiteCounter = fn(&SiteCounters) -> &std::sync::atomic::AtomicU64;
 const SITE_COUNTERS: [(&str, &str, SiteCounter); 4] = [
-    ("requests", "Requests a static route answered.", |c| &c.requests),
+    ("requests", "Requests a static route answered.", |c| {
+        &c.requests
+    }),
     ("bytes", "Body bytes a static route sent.", |c| &c.bytes),
-    ("not_modified", "304 answers to conditional requests.", |c| &c.not_modified),
-    ("not_found", "Requests for files that are not there (or not under the root).", |c| &c.not_found),
+    (
+        "not_modified",
+        "304 answers to conditional requests.",
+        |c| &c.not_modified,
+    ),
+    (
+        "not_found",
+        "Requests for files that are not there (or not under the root).",
+        |c| &c.not_found,
+    ),
 ];
 
 /// `/status`'s `caches` array.
@@ -270,27 +340,48 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     };
     let gauges: [(&str, &str, AdminCounter); 2] = [
-        ("trafik_cache_entries", "Objects in the cache's store.", |c| c.store.entries() as u64),
-        ("trafik_cache_bytes", "Bytes in the cache's store.", |c| c.store.bytes()),
+        (
+            "trafik_cache_entries",
+            "Objects in the cache's store.",
+            |c| c.store.entries() as u64,
+        ),
+        ("trafik_cache_bytes", "Bytes in the cache's store.", |c| {
+            c.store.bytes()
+        }),
     ];
     for (name, help, read) in gauges {
         family(&mut out, name, "gauge", help);
         for cache in caches {
-            let _ = writeln!(out, "{name}{{cache=\"{}\"}} {}", escape(&cache.plan.name), read(cache));
+            let _ = writeln!(
+                out,
+                "{name}{{cache=\"{}\"}} {}",
+                escape(&cache.plan.name),
+                read(cache)
+            );
         }
     }
     for (counter, help, read) in CACHE_COUNTERS {
         let name = format!("trafik_cache_{counter}_total");
         family(&mut out, &name, "counter", help);
         for cache in caches {
-            let _ = writeln!(out, "{name}{{cache=\"{}\"}} {}", escape(&cache.plan.name), cache.total(read));
+            let _ = writeln!(
+                out,
+                "{name}{{cache=\"{}\"}} {}",
+                escape(&cache.plan.name),
+                cache.total(read)
+            );
         }
     }
     for (counter, help, read) in ADMIN_COUNTERS {
         let name = format!("trafik_cache_{counter}_total");
         family(&mut out, &name, "counter", help);
         for cache in caches {
-            let _ = writeln!(out, "{name}{{cache=\"{}\"}} {}", escape(&cache.plan.name), read(cache));
+            let _ = writeln!(
+                out,
+                "{name}{{cache=\"{}\"}} {}",
+                escape(&cache.plan.name),
+                read(cache)
+            );
         }
     }
     for (counter, help, read) in SITE_COUNTERS {

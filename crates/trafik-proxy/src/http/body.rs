@@ -233,7 +233,9 @@ impl Body for ProxyBody {
                 polled
             }
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            ProxyBody::Chunks(chunks) => chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d)))),
+            ProxyBody::Chunks(chunks) => {
+                chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d))))
+            }
         }
     }
 

@@ -185,7 +185,8 @@ impl EdgeCache {
         )
         .map_err(|_| "it would never be fresh")?;
         let primary = key::primary(host, path_and_query);
-        self.store.insert(&primary, &HeaderMap::new(), Arc::new(stored));
+        self.store
+            .insert(&primary, &HeaderMap::new(), Arc::new(stored));
         self.pushed.fetch_add(1, Ordering::Relaxed);
         Ok(version)
     }
@@ -244,9 +245,8 @@ impl CachedTarget {
         connection: &ClientConnection,
         request: Request<RequestBody>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
-        let (mut response, backend, outcome) = self
-            .answer(worker, snapshot, connection, request)
-            .await;
+        let (mut response, backend, outcome) =
+            self.answer(worker, snapshot, connection, request).await;
         self.label(&mut response, &snapshot.name, &outcome);
         (response, backend)
     }
@@ -301,10 +301,26 @@ impl CachedTarget {
             }
         }
         bump(&counters.misses);
-        let forward = if stale.is_some() { "fwd=stale" } else { "fwd=uri-miss" };
+        let forward = if stale.is_some() {
+            "fwd=stale"
+        } else {
+            "fwd=uri-miss"
+        };
         loop {
             match self.cache.join(&key) {
                 Role::Lead(lead) => {
+                    // A fetch that ended between the lookup above and now stored its copy
+                    // before it let go of the key: use that copy rather than fetch again.
+                    let now = SystemTime::now();
+                    if let (Some(stored), _) = self.cache.store.lookup(&primary, request.headers())
+                        && let Use::Fresh { ttl } = stored.usable(now)
+                        && !asked.no_cache
+                    {
+                        drop(lead);
+                        bump(&counters.hits);
+                        let outcome = Outcome::hit(format!("hit; ttl={}", ttl.as_secs()));
+                        return (from_store(&stored, now, request.headers()), None, outcome);
+                    }
                     return self
                         .fetch(worker, snapshot, connection, request, &primary, stale, lead)
                         .await;
@@ -318,7 +334,11 @@ impl CachedTarget {
                         bump(&counters.coalesced);
                         let now = SystemTime::now();
                         let response = from_store(&stored, now, request.headers());
-                        return (response, None, Outcome::miss(format!("{forward}; collapsed")));
+                        return (
+                            response,
+                            None,
+                            Outcome::miss(format!("{forward}; collapsed")),
+                        );
                     }
                     // The first request brought nothing storable: this one asks for itself,
                     // without waiting on others again.
@@ -409,7 +429,11 @@ impl CachedTarget {
             Ok(control) => control,
             Err(reason) => {
                 lead.finish(None);
-                let detail = format!("{forward}; fwd-status={}; detail={}", status.as_u16(), reason.detail());
+                let detail = format!(
+                    "{forward}; fwd-status={}; detail={}",
+                    status.as_u16(),
+                    reason.detail()
+                );
                 return (response, backend, Outcome::miss(detail));
             }
         };
@@ -531,7 +555,11 @@ impl CachedTarget {
             headers.insert(CACHE_STATUS, value);
         }
         if let Some(custom) = &self.cache.plan.header {
-            let value = if outcome.hit { &custom.hit } else { &custom.miss };
+            let value = if outcome.hit {
+                &custom.hit
+            } else {
+                &custom.miss
+            };
             headers.insert(custom.name.clone(), value.clone());
         }
     }
@@ -545,14 +573,13 @@ fn from_store(stored: &Stored, now: SystemTime, request: &HeaderMap) -> Response
         .and_then(trafik_cache::freshness::http_date);
     let mut headers = stored.headers.clone();
     headers.insert(header::AGE, HeaderValue::from(stored.age(now).as_secs()));
-    let (status, body) = if stored.status == StatusCode::OK
-        && not_modified(request, stored.etag(), modified)
-    {
-        headers.remove(header::CONTENT_LENGTH);
-        (StatusCode::NOT_MODIFIED, ProxyBody::Local(None))
-    } else {
-        (stored.status, ProxyBody::local(stored.body.clone()))
-    };
+    let (status, body) =
+        if stored.status == StatusCode::OK && not_modified(request, stored.etag(), modified) {
+            headers.remove(header::CONTENT_LENGTH);
+            (StatusCode::NOT_MODIFIED, ProxyBody::Local(None))
+        } else {
+            (stored.status, ProxyBody::local(stored.body.clone()))
+        };
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -624,7 +651,11 @@ async fn run_job(worker: Rc<WorkerProxy>, job: Job) {
 }
 
 fn job_request(job: &Job) -> Request<RequestBody> {
-    let host = if job.host.is_empty() { "localhost" } else { &job.host };
+    let host = if job.host.is_empty() {
+        "localhost"
+    } else {
+        &job.host
+    };
     let mut request = Request::new(RequestBody::empty());
     if let Ok(uri) = job.path_and_query.parse() {
         *request.uri_mut() = uri;

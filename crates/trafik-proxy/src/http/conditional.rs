@@ -60,11 +60,17 @@ mod tests {
         let etag = HeaderValue::from_static("\"v1\"");
         let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let mut request = HeaderMap::new();
-        request.insert(header::IF_NONE_MATCH, HeaderValue::from_static("\"x\", W/\"v1\""));
+        request.insert(
+            header::IF_NONE_MATCH,
+            HeaderValue::from_static("\"x\", W/\"v1\""),
+        );
         assert!(not_modified(&request, Some(&etag), Some(modified)));
         request.insert(header::IF_NONE_MATCH, HeaderValue::from_static("\"v2\""));
         let date = httpdate::fmt_http_date(modified);
-        request.insert(header::IF_MODIFIED_SINCE, HeaderValue::from_str(&date).unwrap());
+        request.insert(
+            header::IF_MODIFIED_SINCE,
+            HeaderValue::from_str(&date).unwrap(),
+        );
         assert!(!not_modified(&request, Some(&etag), Some(modified)));
         request.remove(header::IF_NONE_MATCH);
         assert!(not_modified(&request, Some(&etag), Some(modified)));

@@ -119,7 +119,11 @@ impl Site {
         self.counters.sum(|c| read(counter(c)))
     }
 
-    pub async fn serve(&self, worker: usize, request: &Request<RequestBody>) -> Response<ProxyBody> {
+    pub async fn serve(
+        &self,
+        worker: usize,
+        request: &Request<RequestBody>,
+    ) -> Response<ProxyBody> {
         let counters = self.counters.mine(worker);
         bump(&counters.requests);
         let method = request.method();
@@ -238,7 +242,8 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
         .unwrap_or_default();
     let body = if len <= SMALL_FILE {
         let mut bytes = Vec::with_capacity(len as usize);
-        file.read_to_end(&mut bytes).map_err(|_| Refusal::NotFound)?;
+        file.read_to_end(&mut bytes)
+            .map_err(|_| Refusal::NotFound)?;
         Some(Bytes::from(bytes))
     } else {
         None
@@ -248,7 +253,11 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
     let content_type = mime_guess::from_path(&path)
         .first_raw()
         .map(|mime| match mime {
-            "text/html" | "text/css" | "text/plain" | "text/javascript" | "application/javascript" => {
+            "text/html"
+            | "text/css"
+            | "text/plain"
+            | "text/javascript"
+            | "application/javascript" => {
                 format!("{mime}; charset=utf-8")
             }
             other => other.to_owned(),
@@ -290,7 +299,10 @@ fn answer(file: &File, request: &HeaderMap, head: bool) -> Response<ProxyBody> {
                     *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
                     let all = format!("bytes */{}", file.len);
                     let headers = response.headers_mut();
-                    headers.insert(header::CONTENT_RANGE, HeaderValue::from_str(&all).expect("digits"));
+                    headers.insert(
+                        header::CONTENT_RANGE,
+                        HeaderValue::from_str(&all).expect("digits"),
+                    );
                     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
                     return response;
                 }
@@ -422,9 +434,21 @@ mod tests {
         let ok = |path, prefix| relative_path(path, prefix).ok();
         assert_eq!(ok("/varlik/a.css", "/varlik"), Some(PathBuf::from("a.css")));
         assert_eq!(ok("/varlik/", "/varlik"), Some(PathBuf::new()));
-        assert_eq!(ok("/varlik/alt%20dosya", "/varlik"), Some(PathBuf::from("alt dosya")));
-        assert!(matches!(relative_path("/varlik/a%00b", "/varlik"), Err(Refusal::BadPath)));
-        assert!(matches!(relative_path("/varlik/%2e%2e/x", "/varlik"), Err(Refusal::NotFound)));
-        assert!(matches!(relative_path("/varlik/%zz", "/varlik"), Err(Refusal::BadPath)));
+        assert_eq!(
+            ok("/varlik/alt%20dosya", "/varlik"),
+            Some(PathBuf::from("alt dosya"))
+        );
+        assert!(matches!(
+            relative_path("/varlik/a%00b", "/varlik"),
+            Err(Refusal::BadPath)
+        ));
+        assert!(matches!(
+            relative_path("/varlik/%2e%2e/x", "/varlik"),
+            Err(Refusal::NotFound)
+        ));
+        assert!(matches!(
+            relative_path("/varlik/%zz", "/varlik"),
+            Err(Refusal::BadPath)
+        ));
     }
 }

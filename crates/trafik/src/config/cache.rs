@@ -22,7 +22,10 @@ pub fn check_all(report: &mut Report, caches: Vec<Spanned<Cache>>) -> Known {
             report.error(
                 name.span(),
                 &format!("{field}.name"),
-                format!("cache {:?} is defined twice; names must be unique", name.get_ref()),
+                format!(
+                    "cache {:?} is defined twice; names must be unique",
+                    name.get_ref()
+                ),
             );
             continue;
         }
@@ -79,7 +82,10 @@ fn check(report: &mut Report, field: &str, cache: Spanned<Cache>) -> Option<Cach
             report.error(
                 name.span(),
                 &format!("{field}.name"),
-                format!("expected a header name such as \"x-kenar\", found {:?}", name.get_ref()),
+                format!(
+                    "expected a header name such as \"x-kenar\", found {:?}",
+                    name.get_ref()
+                ),
             );
         }
         let mut value = |written: &Spanned<String>, what: &str| {

@@ -6,9 +6,9 @@ use toml::Spanned;
 use trafik_proxy::{FilterPlan, ListenerKind, ListenerPlan, RoutePlan, TargetPlan};
 
 use super::report::Report;
-use super::{cache, layer4, static_files};
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
+use super::{cache, layer4, static_files};
 use crate::suggest::did_you_mean;
 
 /// `pools` is every pool's name by position; `layer4_pools` those that layer-4 listeners use.
@@ -188,7 +188,10 @@ fn check_route(
             .and_then(|pool| pool_index(report, field, pool, pools))
     };
     let files = static_files::check(report, field, &route);
-    let cache = route.cache.as_ref().and_then(|name| cache_named(report, field, name, caches));
+    let cache = route
+        .cache
+        .as_ref()
+        .and_then(|name| cache_named(report, field, name, caches));
     let prefix = route.path_prefix.get_ref();
     if !prefix.starts_with('/') {
         report.error(
@@ -266,7 +269,10 @@ fn cache_named(
         report.error(
             wanted.span(),
             &format!("{field}.cache"),
-            format!("no cache is named {:?}{hint} (defined caches: {defined})", wanted.get_ref()),
+            format!(
+                "no cache is named {:?}{hint} (defined caches: {defined})",
+                wanted.get_ref()
+            ),
         );
     }
     found.map(|(_, plan)| plan.clone())
