@@ -29,7 +29,9 @@ pub fn not_modified(
             .and_then(trafik_cache::freshness::http_date),
         modified,
     ) {
-        (Some(since), Some(modified)) => modified <= since,
+        // HTTP dates have whole seconds: a file modified within the second it names is not
+        // newer than it.
+        (Some(since), Some(modified)) => whole_seconds(modified) <= whole_seconds(since),
         _ => false,
     }
 }
@@ -44,6 +46,11 @@ pub fn range_applies(request: &HeaderMap, etag: Option<&HeaderValue>, modified: 
         }
         Some(condition) => condition == modified,
     }
+}
+
+fn whole_seconds(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn weak_equal(a: &str, b: &str) -> bool {
