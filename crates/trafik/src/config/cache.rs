@@ -9,8 +9,8 @@ use trafik_proxy::{CacheHeader, CachePlan};
 use super::report::Report;
 use super::schema::Cache;
 
-/// The checked caches by name, for routes to find.
-pub type Known = Vec<(String, Arc<CachePlan>)>;
+/// Every cache by name, for routes to find; `None` for one with errors (already reported).
+pub type Known = Vec<(String, Option<Arc<CachePlan>>)>;
 
 pub fn check_all(report: &mut Report, caches: Vec<Spanned<Cache>>) -> Known {
     let mut known: Known = Vec::new();
@@ -29,8 +29,10 @@ pub fn check_all(report: &mut Report, caches: Vec<Spanned<Cache>>) -> Known {
             );
             continue;
         }
-        if let Some(plan) = check(report, &field, cache) {
-            known.push((plan.name.clone(), Arc::new(plan)));
+        let name = cache.get_ref().name.as_ref().map(|n| n.get_ref().clone());
+        let plan = check(report, &field, cache).map(Arc::new);
+        if let Some(name) = name {
+            known.push((name, plan));
         }
     }
     known

@@ -238,6 +238,7 @@ fn check_route(
         },
     };
     let target = match (route.cache.is_some(), cache) {
+        // The cache's own errors, or the name's, are reported.
         (true, None) => return None,
         (_, Some(cache)) => TargetPlan::Cached {
             cache,
@@ -275,7 +276,7 @@ fn cache_named(
             ),
         );
     }
-    found.map(|(_, plan)| plan.clone())
+    found.and_then(|(_, plan)| plan.clone())
 }
 
 /// The route's configured filters, in the order they run: the body limit, then headers.
