@@ -88,7 +88,7 @@ fn cache_and_static_mistakes_are_reported_together_with_their_place() {
         );
     }
     assert!(
-        stderr.contains("trafik.toml:10:"),
+        stderr.contains("trafik.toml:9:9: "),
         "errors name file:line:column:\n{stderr}"
     );
     let missing_dir = EDGE.replace("static = \"assets\"", "static = \"yok\"");
