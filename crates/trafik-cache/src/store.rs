@@ -70,6 +70,9 @@ pub struct Limits {
 
 type FixedHash = BuildHasherDefault<DefaultHasher>;
 
+/// The most entries the admission policy's tables are sized for at the start.
+const PREALLOCATED_ENTRIES: usize = 1 << 16;
+
 #[derive(Clone, Copy, Default)]
 struct ByBytes;
 
@@ -105,7 +108,9 @@ impl<K: Eq + Hash + Clone, V: Weigh + Clone> Store<K, V> {
             })),
             Policy::Admission => {
                 let options = quick_cache::OptionsBuilder::new()
-                    .estimated_items_capacity(entries)
+                    // An estimate that sizes its tables up front: a huge entry limit must not
+                    // allocate for entries that may never come.
+                    .estimated_items_capacity(entries.min(PREALLOCATED_ENTRIES))
                     .weight_capacity(limits.max_bytes.max(1))
                     // One shard: the same sequence of keys always evicts the same way.
                     .shards(1)

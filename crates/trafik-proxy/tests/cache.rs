@@ -455,3 +455,85 @@ async fn a_304_from_the_origin_refreshes_the_stored_copy() {
     );
     stop(running).await;
 }
+
+/// An origin that answers in the language asked for (`Vary: accept-language`, fresh a minute),
+/// after `delay`; counts its answers.
+async fn varying_origin(delay: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counting = count.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counting = counting.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let counting = counting.clone();
+                    async move {
+                        tokio::time::sleep(delay).await;
+                        counting.fetch_add(1, Ordering::SeqCst);
+                        let language = request
+                            .headers()
+                            .get("accept-language")
+                            .map_or(Bytes::from_static(b"-"), |v| {
+                                Bytes::copy_from_slice(v.as_bytes())
+                            });
+                        let mut response = Response::new(Full::new(language));
+                        let headers = response.headers_mut();
+                        headers.insert("vary", HeaderValue::from_static("Accept-Language"));
+                        headers.insert("cache-control", HeaderValue::from_static("max-age=60"));
+                        Ok::<_, std::convert::Infallible>(response)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, count)
+}
+
+async fn in_language(address: SocketAddr, language: &str) -> Answer {
+    Client::connect(address)
+        .await
+        .send(
+            Request::get("/takip/TR-1")
+                .header("host", "kargo.test")
+                .header("accept-language", language)
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_variant_of_a_varying_answer_is_its_own_entry_even_when_requests_collapse() {
+    let (origin, count) = varying_origin(Duration::from_millis(300)).await;
+    let running = trafik_proxy::start(edge(&[origin], cache_plan(Duration::ZERO))).unwrap();
+    let address = web(&running);
+    // Concurrent first requests in two languages: the Turkish ones may wait on the English
+    // fetch, but must not be answered with its variant.
+    let mut asking = Vec::new();
+    for n in 0..10 {
+        let language = if n % 2 == 0 { "tr" } else { "en" };
+        asking.push(tokio::spawn(async move {
+            (language, in_language(address, language).await)
+        }));
+    }
+    for asked in asking {
+        let (language, answer) = asked.await.unwrap();
+        assert_eq!(answer.text(), language);
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    for language in ["tr", "en"] {
+        let answer = in_language(address, language).await;
+        assert_eq!(answer.text(), language);
+        assert_eq!(answer.header("x-kenar"), Some("isabet"));
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    stop(running).await;
+}

@@ -192,6 +192,11 @@ fn row(options: &CacheOptions, burst: u64) -> CacheRow {
     }
 }
 
+/// The lesson's request trace for one burst length: the keys, in order.
+pub fn trace(options: &CacheOptions, burst: u64) -> impl Iterator<Item = String> {
+    Trace::new(options, burst)
+}
+
 /// The request trace: keys `G<n>` of bursts, `D<n>` of keys seen once.
 struct Trace {
     requests: u64,

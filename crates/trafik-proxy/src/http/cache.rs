@@ -275,7 +275,7 @@ impl CachedTarget {
         let path_and_query = request.uri().path_and_query().map_or("/", |p| p.as_str());
         let primary = key::primary(&self.host, path_and_query);
         let now = SystemTime::now();
-        let (found, key) = self.cache.store.lookup(&primary, request.headers());
+        let (found, mut key) = self.cache.store.lookup(&primary, request.headers());
         let mut stale = None;
         if let Some(stored) = found {
             match stored.usable(now) {
@@ -330,6 +330,30 @@ impl CachedTarget {
                         .wait_for(|f| matches!(f, Flight::Done(_)))
                         .await
                         .map(|f| f.clone());
+                    if let Ok(Flight::Done(Some(stored))) = &done
+                        && !trafik_cache::freshness::vary_names(&stored.headers)
+                            .is_none_or(|names| names.is_empty())
+                    {
+                        // The answer varies: which variant this request needs is known only
+                        // now. Look again, and wait on that variant's fetch if it has one.
+                        let (found, variant) = self.cache.store.lookup(&primary, request.headers());
+                        let now = SystemTime::now();
+                        if let Some(stored) = found
+                            && let Use::Fresh { .. } = stored.usable(now)
+                        {
+                            bump(&counters.coalesced);
+                            let response = from_store(&stored, now, request.headers());
+                            return (
+                                response,
+                                None,
+                                Outcome::miss(format!("{forward}; collapsed")),
+                            );
+                        }
+                        if variant != key {
+                            key = variant;
+                            continue;
+                        }
+                    }
                     if let Ok(Flight::Done(Some(stored))) = done {
                         bump(&counters.coalesced);
                         let now = SystemTime::now();
