@@ -18,6 +18,7 @@ ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-2}
 PATH_UNDER_TEST=${PATH_UNDER_TEST:-/takip/TR900011}
 BASE_PORT=${BASE_PORT:-18400}
+EVICTION=${EVICTION:-lru}   # the trafik cache's policy: lru or admission
 UPSTREAM_PORT=$BASE_PORT
 TRAFIK_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
@@ -50,6 +51,7 @@ backends = [{ address = "127.0.0.1:$UPSTREAM_PORT" }]
 [[cache]]
 name = "kenar"
 default_ttl = "1h"
+eviction = "$EVICTION"
 [cache.header]
 name = "x-cache"
 hit = "HIT"
@@ -60,6 +62,9 @@ trafik_pid=$!
 pids+=("$trafik_pid")
 
 mkdir -p "$work/nginx/logs" "$work/nginx/tmp" "$work/nginx/cache"
+# nginx's workers run as an unprivileged user: they must be able to write their cache.
+chmod 755 "$work" "$work/nginx"
+chmod 777 "$work/nginx/cache" "$work/nginx/tmp"
 cat >"$work/nginx/nginx.conf" <<CONF
 worker_processes $WORKERS;
 daemon off;

@@ -26,6 +26,7 @@ done
 source "$(dirname "$0")/lib.sh"
 
 mkdir -p "$work/varlik"
+chmod 755 "$work" "$work/varlik" # nginx's workers run as an unprivileged user
 for asset in kabuk.html:6000 bicem.css:40000 uygulama.js:120000 yazitipi.woff2:28000 logo.svg:4000; do
   head -c "${asset#*:}" /dev/zero | tr '\0' x >"$work/varlik/${asset%%:*}"
 done
