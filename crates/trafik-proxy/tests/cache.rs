@@ -187,6 +187,17 @@ async fn a_purge_makes_the_next_request_a_miss() {
     assert_eq!(missing.status, 400);
     let unknown = admin(&running, "POST", "/caches/yok/purge?prefix=/", "").await;
     assert_eq!(unknown.status, 404);
+    // A page of another origin may not purge (nor push, nor preload) through a browser.
+    let address = running.admin_address().unwrap();
+    let foreign = Request::post("/caches/kenar/purge?prefix=/")
+        .header("host", address.to_string())
+        .header("origin", "http://kotu.example")
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(
+        Client::connect(address).await.send(foreign).await.status,
+        403
+    );
     stop(running).await;
 }
 
@@ -535,5 +546,30 @@ async fn each_variant_of_a_varying_answer_is_its_own_entry_even_when_requests_co
         assert_eq!(answer.header("x-kenar"), Some("isabet"));
     }
     assert_eq!(count.load(Ordering::SeqCst), 2);
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_a_cache_whose_settings_stay_and_empties_one_that_changes() {
+    let origin = replicas(1).await;
+    let plan = edge(&[origin[0].address()], cache_plan(Duration::from_secs(60)));
+    let running = trafik_proxy::start(plan.clone()).unwrap();
+    get(web(&running), "/takip/TR-1").await;
+    running.apply(plan).unwrap();
+    let kept = get(web(&running), "/takip/TR-1").await;
+    assert_eq!(kept.header("x-kenar"), Some("isabet"));
+    assert_eq!(
+        cache_status(&running).await["hits"],
+        1,
+        "the counters carried over too"
+    );
+    let mut smaller = cache_plan(Duration::from_secs(60));
+    smaller.max_entries = 10;
+    running
+        .apply(edge(&[origin[0].address()], smaller))
+        .unwrap();
+    let refetched = get(web(&running), "/takip/TR-1").await;
+    assert_eq!(refetched.header("x-kenar"), Some("iska"));
+    assert_eq!(origin_requests(origin[0].address()).await, 2);
     stop(running).await;
 }
