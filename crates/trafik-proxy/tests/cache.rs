@@ -357,6 +357,20 @@ async fn requests_the_cache_may_not_answer_go_to_the_origin_and_say_why() {
         .await;
     assert_eq!(post.status, 201);
     assert!(post.header("cache-status").unwrap().ends_with("fwd=method"));
+    // What GET /olay answered (404, cacheable by default) is stored; a POST that succeeds
+    // there makes it stale: the next GET goes to the origin again.
+    assert_eq!(client.get("/olay").await.header("x-kenar"), Some("iska"));
+    assert_eq!(client.get("/olay").await.header("x-kenar"), Some("isabet"));
+    let changed = client
+        .send(
+            Request::post("/olay")
+                .header("host", "kargo.test")
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(changed.status, 201);
+    assert_eq!(client.get("/olay").await.header("x-kenar"), Some("iska"));
     for _ in 0..2 {
         let no_store = client
             .send(
@@ -374,8 +388,8 @@ async fn requests_the_cache_may_not_answer_go_to_the_origin_and_say_why() {
                 .ends_with("fwd=request")
         );
     }
-    assert_eq!(origin_requests(origin[0].address()).await, 3);
-    assert_eq!(cache_status(&running).await["entries"], 0);
+    assert_eq!(origin_requests(origin[0].address()).await, 6);
+    assert_eq!(cache_status(&running).await["entries"], 1);
     stop(running).await;
 }
 

@@ -262,7 +262,12 @@ impl CachedTarget {
         let method = request.method().clone();
         if method != Method::GET && method != Method::HEAD {
             bump(&counters.origin_requests);
+            let path = request.uri().path().to_owned();
             let (response, backend) = self.origin(worker, snapshot, connection, request).await;
+            // A change that succeeded makes the stored copies of its URI stale (RFC 9111 §4.4).
+            if response.status().is_success() || response.status().is_redirection() {
+                self.cache.store.purge_path(&path);
+            }
             return (response, backend, Outcome::miss("fwd=method"));
         }
         let asked = CacheControl::parse(request.headers());
