@@ -49,11 +49,11 @@ impl Cache {
     /// The stored response a request with these headers may use, fresh or not; and the key it
     /// is (or would be) stored under.
     pub fn lookup(&self, primary: &str, request: &HeaderMap) -> (Option<Arc<Stored>>, String) {
-        match self.store.get(&primary.to_owned()) {
+        match self.store.get(primary) {
             Some(Slot::Response(stored)) => (Some(stored), primary.to_owned()),
             Some(Slot::Variants(names)) => {
                 let variant = key::variant(primary, &names, request);
-                match self.store.get(&variant) {
+                match self.store.get(variant.as_str()) {
                     Some(Slot::Response(stored)) => (Some(stored), variant),
                     _ => (None, variant),
                 }

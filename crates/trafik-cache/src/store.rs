@@ -137,8 +137,13 @@ impl<K: Eq + Hash + Clone, V: Weigh + Clone> Store<K, V> {
         self.limits
     }
 
-    /// The value under `key`, marked as used.
-    pub fn get(&self, key: &K) -> Option<V> {
+    /// The value under `key` (or a borrowed form of it, such as `&str` for `String` keys),
+    /// marked as used.
+    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         match &self.inner {
             Inner::Lru(lru) => lock(lru).entries.get(key).cloned(),
             Inner::Admission(cache) => cache.get(key),

@@ -152,7 +152,7 @@ impl Counted {
 
     /// Looks `key` up; a miss stores it (the answer fetched from behind).
     fn ask(&mut self, key: &str) -> bool {
-        if self.store.get(&key.to_owned()).is_some() {
+        if self.store.get(key).is_some() {
             self.hits += 1;
             return true;
         }
