@@ -44,3 +44,31 @@ to_ms() { # wrk prints 512.00us, 1.23ms or 1.05s
 median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { if (NR == 0 || a[1] == "-") print "-"; else print a[int((NR + 1) / 2)] }'; }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+# One wrk run against http://127.0.0.1:PORT/PATH after a 1 s warm-up: appends req/s, p50 ms and
+# the CPU µs per request of process PID (and its children) to RPS[NAME], P50[NAME], CPU[NAME]
+# (declare -A RPS P50 CPU first). Uses THREADS, CONNECTIONS and DURATION.
+measure() { # name port pid path
+  local name=$1 port=$2 pid=$3 path=$4 before after out rps requests p50 errors
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d1s "http://127.0.0.1:$port$path" >/dev/null
+  before=$(ticks "$pid")
+  out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "http://127.0.0.1:$port$path")
+  after=$(ticks "$pid")
+  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  p50=$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")
+  errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out")
+  [[ -n $errors ]] && echo "warning: $name $path: $errors" >&2
+  RPS[$name]="${RPS[$name]:-} $rps"
+  P50[$name]="${P50[$name]:-} $p50"
+  CPU[$name]="${CPU[$name]:-} $(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+}
+
+# The table of medians for NAMES: req/s, p50, CPU µs per request.
+report() { # names...
+  local name
+  printf '\n%-16s %12s %9s %14s\n' target "req/s" "p50 ms" "CPU µs/req"
+  for name in "$@"; do
+    printf '%-16s %12s %9s %14s\n' "$name" "$(median "${RPS[$name]}")" "$(median "${P50[$name]}")" "$(median "${CPU[$name]}")"
+  done
+}

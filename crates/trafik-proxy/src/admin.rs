@@ -22,6 +22,8 @@ use crate::counters::{BackendCounters, read, read_gauge};
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
+mod caches;
+
 /// Serves the admin API on `listener` until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
@@ -52,7 +54,13 @@ pub async fn serve(
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let instance = instance.clone();
-                async move { Ok::<_, Infallible>(answer(&instance, &request).await) }
+                async move {
+                    Ok::<_, Infallible>(if caches::is_cache_path(request.uri().path()) {
+                        caches::answer(&instance, request).await
+                    } else {
+                        answer(&instance, &request).await
+                    })
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -79,7 +87,13 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use GET\n".into())
         }
         "/status" => reply(StatusCode::OK, "application/json", status(&snapshot).to_string()),
-        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(&snapshot.pools) + &crate::http::gateway::metrics(&snapshot)),
+        "/metrics" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            metrics(&snapshot.pools)
+                + &caches::metrics(&snapshot)
+                + &crate::http::gateway::metrics(&snapshot),
+        ),
         "/reload" if method != Method::POST => {
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
         }
@@ -256,6 +270,8 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             "file": snapshot.file,
         },
         "pools": pools,
+        "caches": caches::status(snapshot),
+        "static": caches::sites(snapshot),
         "gateway": crate::http::gateway::status(snapshot),
     })
 }

@@ -16,6 +16,7 @@ pub mod http;
 pub mod meter;
 pub mod plan;
 pub mod pool;
+mod resolve;
 pub mod snapshot;
 pub mod sticky;
 pub mod tcp;
@@ -37,9 +38,9 @@ pub use plan::{
     UpstreamTemplate, ViewPlan, ViewsPlan,
 };
 pub use plan::{
-    BackendPlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan, ListenerKind,
-    ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern, SniRoutePlan,
-    StickyPlan, TargetPlan,
+    BackendPlan, CacheHeader, CachePlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan,
+    ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern,
+    SniRoutePlan, StickyPlan, TargetPlan,
 };
 pub use pool::Pool;
 pub use snapshot::Snapshot;

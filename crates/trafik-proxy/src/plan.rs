@@ -155,6 +155,44 @@ pub enum TargetPlan {
     Aggregate(Arc<AggregatePlan>),
     /// One upstream call in an external contract, its answer mapped back by jq.
     Ambassador(Arc<AmbassadorPlan>),
+    /// Files under a directory ([`crate::http::files`]): the path after the route's prefix,
+    /// under `root`; a directory answers with its `index` file.
+    Static {
+        root: std::path::PathBuf,
+        index: Option<String>,
+    },
+    /// Another target behind an edge cache ([`crate::http::cache`]); routes naming the same
+    /// cache share its store.
+    Cached {
+        cache: Arc<CachePlan>,
+        target: Box<TargetPlan>,
+    },
+}
+
+/// An edge cache: its store's bounds and how it treats freshness.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CachePlan {
+    pub name: String,
+    pub max_entries: usize,
+    /// Bytes of bodies and headers stored; also the largest object stored.
+    pub max_bytes: u64,
+    pub policy: trafik_cache::Policy,
+    /// Freshness of answers that do not state one.
+    pub default_ttl: Duration,
+    /// How long past its freshness a copy is served while one request refreshes it.
+    pub stale_while_revalidate: Duration,
+    /// How long past its freshness a copy is served when the origin fails.
+    pub stale_if_error: Duration,
+    /// A header naming hit or miss (the course's `x-kenar: isabet|iska`).
+    pub header: Option<CacheHeader>,
+}
+
+/// The custom header a cache writes on every answer, besides `Cache-Status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheHeader {
+    pub name: HeaderName,
+    pub hit: HeaderValue,
+    pub miss: HeaderValue,
 }
 
 /// A configurable step of a route's pipeline.

@@ -9,12 +9,12 @@ use std::time::{Duration, SystemTime};
 use http::HeaderValue;
 use tokio_rustls::TlsAcceptor;
 
+use crate::http::cache::Jobs;
 use crate::http::filter::{self, Trace};
-use crate::http::gateway::{self, counters::GatewayCounters};
 use crate::http::route::{Route, RouteTable};
-use crate::http::target::{PoolTarget, Target};
-use crate::plan::{ClientPlan, ListenerKind, Plan, TargetPlan};
+use crate::plan::{ClientPlan, ListenerKind, Plan};
 use crate::pool::{Endpoints, Pool};
+use crate::resolve::{self, Stateful};
 use crate::tcp::{self, route::SniRoutes};
 
 /// A worker's own handle on the snapshot it serves: cloning the `Rc` per request touches no
@@ -52,8 +52,12 @@ pub struct Snapshot {
     /// `2 NAME`, for requests received over HTTP/2 (`Via` names the protocol a hop received).
     pub via_http2: HeaderValue,
     pub drain_timeout: Duration,
-    /// The counters of the gateway's routes (aggregates, ambassadors), for the admin API.
-    pub gateway: Vec<Arc<GatewayCounters>>,
+    /// Edge caches and static sites of the routes, with their state, and the gateway routes'
+    /// counters.
+    pub stateful: Stateful,
+    /// Origin fetches for the workers to run (preloads, refreshes); one queue for the life of
+    /// the instance.
+    pub jobs: Arc<Jobs>,
 }
 
 /// What a listener does with its connections, resolved.
@@ -129,8 +133,13 @@ impl Snapshot {
             .enumerate()
             .map(|(index, pool)| (pool.plan.name.as_str(), index))
             .collect();
+        let mut stateful = Stateful::default();
+        let context = resolve::Context {
+            pools: &by_name,
+            previous: previous.map(|p| &p.stateful),
+            workers: plan.workers.max(1),
+        };
         let mut resolved = Vec::with_capacity(plan.listeners.len());
-        let mut gateway_counters = Vec::new();
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
             let routes = match &listener.kind {
                 ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
@@ -151,42 +160,17 @@ impl Snapshot {
             };
             let mut table = Vec::with_capacity(routes.len());
             for route in routes {
-                let label = format!(
-                    "{} {}",
-                    listener.name,
-                    route
-                        .path_template
-                        .as_ref()
-                        .map_or(route.path_prefix.as_str(), |t| t.text())
-                );
-                let target = match gateway::build(&route.target, &label, &by_name, plan.workers) {
-                    Some(Ok((target, counters))) => {
-                        gateway_counters.extend(counters);
-                        target
-                    }
-                    Some(Err(error)) => {
-                        errors.push(error);
+                let target = match resolve::target(
+                    &route.target,
+                    &listener.name,
+                    route,
+                    &context,
+                    &mut stateful,
+                ) {
+                    Ok(target) => target,
+                    Err(error) => {
+                        errors.push(format!("listener {:?}: {error}", listener.name));
                         continue;
-                    }
-                    None => {
-                        let TargetPlan::Pool {
-                            pool,
-                            retry_non_idempotent,
-                        } = &route.target
-                        else {
-                            continue;
-                        };
-                        let Some(&index) = by_name.get(pool.as_str()) else {
-                            errors.push(format!(
-                                "listener {:?}: a route names pool {pool:?}, which does not exist",
-                                listener.name
-                            ));
-                            continue;
-                        };
-                        Target::Pool(PoolTarget {
-                            pool: index,
-                            retry_non_idempotent: *retry_non_idempotent,
-                        })
                     }
                 };
                 for unsettable in route.filters.iter().filter_map(filter::unsettable_header) {
@@ -236,7 +220,8 @@ impl Snapshot {
             trace,
             via_http2,
             drain_timeout: plan.drain_timeout,
-            gateway: gateway_counters,
+            stateful,
+            jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
         })
     }
 

@@ -7,7 +7,9 @@
 //!
 //! No model does I/O; each returns a report that serializes to JSON and renders as text.
 
+pub mod cache;
 pub mod course;
+pub mod distribution;
 pub mod queue;
 pub mod remap;
 pub mod sticky;

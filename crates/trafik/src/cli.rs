@@ -236,6 +236,11 @@ pub enum SimModel {
     /// The stickiness model: non-sticky vs sticky by key mod N vs sticky on the ring, on 3 then
     /// 4 replicas, and what a failing replica loses.
     Sticky(StickyArgs),
+    /// The CDN lesson's trace: one cache vs an edge cache in front of an application cache, on
+    /// the edge cache's own store, by burst length.
+    Cache(CacheArgs),
+    /// The push-vs-pull lesson: pull, push and hybrid distribution to the edges.
+    Distribution(DistributionArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -320,6 +325,57 @@ pub struct StickyArgs {
     pub clients: ClientGroups,
     #[arg(long, default_value_t = 200)]
     pub vnodes: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CacheArgs {
+    #[arg(long, default_value_t = 200_000)]
+    pub requests: u64,
+    /// Queries per shipment (a burst is at most this long).
+    #[arg(long, default_value_t = 10)]
+    pub queries: u64,
+    /// Bursts open at the same time.
+    #[arg(long, default_value_t = 100)]
+    pub open: usize,
+    /// Keys each cache holds.
+    #[arg(long, default_value_t = 1_000)]
+    pub capacity: usize,
+    /// Burst lengths of the table's rows.
+    #[arg(long, value_delimiter = ',', default_value = "10,5,2")]
+    pub bursts: Vec<u64>,
+    /// Burst length of the summary lines.
+    #[arg(long, default_value_t = 10)]
+    pub summary_burst: u64,
+    /// The store's eviction policy: lru (the course's) or admission (quick_cache).
+    #[arg(long, default_value = "lru")]
+    pub policy: trafik_cache::Policy,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DistributionArgs {
+    #[arg(long, default_value_t = 12)]
+    pub edges: u64,
+    /// Rounds a pulled copy stays fresh.
+    #[arg(long, default_value_t = 300)]
+    pub ttl: u64,
+    #[arg(long, default_value_t = 900)]
+    pub rounds: u64,
+    /// The round in which the common objects change.
+    #[arg(long, default_value_t = 100)]
+    pub update_round: u64,
+    /// Objects asked for at every edge.
+    #[arg(long, default_value_t = 20)]
+    pub common_objects: u64,
+    /// Objects asked for at one edge each.
+    #[arg(long, default_value_t = 20_046)]
+    pub private_objects: u64,
+    /// Edge k's first copy expires in round 1 + (k × stagger) mod ttl.
+    #[arg(long, default_value_t = 27)]
+    pub stagger: u64,
     #[arg(long)]
     pub json: bool,
 }

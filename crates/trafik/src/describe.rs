@@ -222,11 +222,18 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
     }
 }
 
-/// Where a route goes, in words.
+/// Where a route goes, in words: `pool takip`, `files in DIR`, `cache kenar → pool takip`.
 fn target_text(target: &trafik_proxy::TargetPlan) -> String {
     use trafik_proxy::{ServiceChoice, TargetPlan};
     match target {
         TargetPlan::Pool { pool, .. } => format!("pool {pool}"),
+        TargetPlan::Static { root, index } => match index {
+            Some(index) => format!("files in {} (index {index})", root.display()),
+            None => format!("files in {}", root.display()),
+        },
+        TargetPlan::Cached { cache, target } => {
+            format!("cache {} → {}", cache.name, target_text(target))
+        }
         TargetPlan::Service {
             service,
             upstream_path,

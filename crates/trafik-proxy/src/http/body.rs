@@ -17,7 +17,7 @@ use super::upstream::Lease;
 /// full (the response timeout starts then, not while a slow client uploads) and why it failed,
 /// so a failure the client caused is not charged to the backend.
 pub struct RequestBody {
-    /// `None` for a request trafik makes itself (a gateway's call to a part), which has no body.
+    /// `None` for a request trafik makes itself (a preload or a refresh), which has no body.
     source: Option<Incoming>,
     /// Bytes passed so far, and the limit a filter set.
     passed: u64,
@@ -101,7 +101,7 @@ impl RequestBody {
         }
     }
 
-    /// No body: for the requests a gateway target sends to its parts.
+    /// No body: for requests trafik makes itself.
     pub fn empty() -> Self {
         RequestBody {
             source: None,
@@ -185,8 +185,11 @@ pub enum ProxyBody {
         body: Incoming,
         lease: Option<Lease>,
     },
-    /// A body trafik wrote (errors, admin answers).
+    /// A body trafik wrote (errors, admin answers, cached copies, small files).
     Local(Option<Bytes>),
+    /// A body read in chunks by another task (a large static file); it ends when the sender
+    /// does.
+    Chunks(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 impl ProxyBody {
@@ -230,6 +233,9 @@ impl Body for ProxyBody {
                 polled
             }
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            ProxyBody::Chunks(chunks) => {
+                chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d))))
+            }
         }
     }
 
@@ -237,6 +243,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream { body, .. } => body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
+            ProxyBody::Chunks(chunks) => chunks.is_closed() && chunks.is_empty(),
         }
     }
 
@@ -245,6 +252,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { body, .. } => body.size_hint(),
             ProxyBody::Local(Some(data)) => SizeHint::with_exact(data.len() as u64),
             ProxyBody::Local(None) => SizeHint::with_exact(0),
+            ProxyBody::Chunks(_) => SizeHint::default(),
         }
     }
 }

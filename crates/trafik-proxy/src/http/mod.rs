@@ -5,6 +5,9 @@
 //! connections of a protocol switch (WebSocket).
 
 pub mod body;
+pub mod cache;
+pub mod conditional;
+pub mod files;
 pub mod filter;
 pub mod gateway;
 pub mod headers;

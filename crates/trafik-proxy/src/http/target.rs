@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use http::{Request, Response, StatusCode, header};
@@ -30,6 +31,10 @@ pub enum Target {
     Service(ServiceTarget),
     Aggregate(AggregateTarget),
     Ambassador(AmbassadorTarget),
+    /// Files under a directory.
+    Static(Arc<super::files::Site>),
+    /// Another target behind an edge cache.
+    Cached(super::cache::CachedTarget),
 }
 
 impl Target {
@@ -52,6 +57,8 @@ impl Target {
                     .serve(worker, snapshot, connection, request)
                     .await
             }
+            Target::Static(site) => (site.serve(worker.id, &request).await, None),
+            Target::Cached(cached) => cached.serve(worker, snapshot, connection, request).await,
         }
     }
 }

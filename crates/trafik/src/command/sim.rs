@@ -2,10 +2,12 @@
 
 use std::process::ExitCode;
 
-use trafik_sim::{SimError, queue, remap, sticky, subjects};
+use trafik_sim::{SimError, cache, distribution, queue, remap, sticky, subjects};
 
 use super::say;
-use crate::cli::{HashArgs, QueueArgs, SimModel, StickyArgs, SubjectsArgs};
+use crate::cli::{
+    CacheArgs, DistributionArgs, HashArgs, QueueArgs, SimModel, StickyArgs, SubjectsArgs,
+};
 
 pub fn run(model: SimModel) -> Result<ExitCode, String> {
     match model {
@@ -28,6 +30,16 @@ pub fn run(model: SimModel) -> Result<ExitCode, String> {
             sticky::run(&(&args).into()),
             args.json,
             sticky::StickyReport::render,
+        ),
+        SimModel::Cache(args) => show(
+            cache::run(&(&args).into()),
+            args.json,
+            cache::CacheReport::render,
+        ),
+        SimModel::Distribution(args) => show(
+            distribution::run(&(&args).into()),
+            args.json,
+            distribution::DistributionReport::render,
         ),
     }?;
     Ok(ExitCode::SUCCESS)
@@ -99,6 +111,34 @@ impl From<&StickyArgs> for sticky::StickyOptions {
         sticky::StickyOptions {
             clients: args.clients.0.clone(),
             virtual_nodes: args.vnodes,
+        }
+    }
+}
+
+impl From<&CacheArgs> for cache::CacheOptions {
+    fn from(args: &CacheArgs) -> Self {
+        cache::CacheOptions {
+            requests: args.requests,
+            queries: args.queries,
+            open: args.open,
+            capacity: args.capacity,
+            bursts: args.bursts.clone(),
+            summary_burst: args.summary_burst,
+            policy: args.policy,
+        }
+    }
+}
+
+impl From<&DistributionArgs> for distribution::DistributionOptions {
+    fn from(args: &DistributionArgs) -> Self {
+        distribution::DistributionOptions {
+            edges: args.edges,
+            ttl: args.ttl,
+            rounds: args.rounds,
+            update_round: args.update_round,
+            common_objects: args.common_objects,
+            private_objects: args.private_objects,
+            stagger: args.stagger,
         }
     }
 }

@@ -6,10 +6,10 @@ use toml::Spanned;
 use trafik_proxy::{FilterPlan, ListenerKind, ListenerPlan, RoutePlan, TargetPlan};
 
 use super::gateway;
-use super::layer4;
 use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
+use super::{cache, layer4, static_files};
 use crate::suggest::did_you_mean;
 
 /// `pools` is every pool's name by position; `layer4_pools` those that layer-4 listeners use.
@@ -18,6 +18,7 @@ pub fn check_all(
     listeners: Vec<Spanned<Listener>>,
     pools: &[Option<String>],
     layer4_pools: &[String],
+    caches: &cache::Known,
 ) -> Option<Vec<ListenerPlan>> {
     if listeners.is_empty() {
         report.error(
@@ -57,7 +58,7 @@ pub fn check_all(
             }
             names.push(name.get_ref().clone());
         }
-        plans.push(check(report, &field, listener, pools, layer4_pools));
+        plans.push(check(report, &field, listener, pools, layer4_pools, caches));
     }
     plans.into_iter().collect()
 }
@@ -68,6 +69,7 @@ fn check(
     listener: Spanned<Listener>,
     pools: &[Option<String>],
     layer4_pools: &[String],
+    caches: &cache::Known,
 ) -> Option<ListenerPlan> {
     let span = listener.span();
     let mut listener = listener.into_inner();
@@ -86,7 +88,7 @@ fn check(
     let protocol = listener.protocol.clone();
     let kind = match protocol.get_ref() {
         Protocol::Http | Protocol::Https => {
-            http(report, field, span, listener, pools, layer4_pools)
+            http(report, field, span, listener, pools, layer4_pools, caches)
         }
         Protocol::Tcp => layer4::tcp(report, field, span, listener, pools),
         Protocol::TlsPassthrough => layer4::passthrough(report, field, span, listener, pools),
@@ -106,6 +108,7 @@ fn http(
     listener: Listener,
     pools: &[Option<String>],
     layer4_pools: &[String],
+    caches: &cache::Known,
 ) -> Option<ListenerKind> {
     if let Some(pool) = &listener.pool {
         report.error(
@@ -128,7 +131,7 @@ fn http(
         .enumerate()
         .map(|(r, route)| {
             let field = format!("{field}.route[{r}]");
-            check_route(report, &field, route, pools, layer4_pools)
+            check_route(report, &field, route, pools, layer4_pools, caches)
         })
         .collect::<Vec<_>>()
         .into_iter()
@@ -149,6 +152,7 @@ fn check_route(
     route: Spanned<Route>,
     pools: &[Option<String>],
     layer4_pools: &[String],
+    caches: &cache::Known,
 ) -> Option<RoutePlan> {
     let span = route.span();
     let route = route.into_inner();
@@ -172,19 +176,22 @@ fn check_route(
         );
     }
     let template = gateway::path_template(report, field, &route);
+    let files = static_files::check(report, field, &route);
     let target = if gateway::is_gateway(&route) {
         let captures = template.as_ref().map_or(&[][..], |t| t.names());
         let broken_template = route.path.is_some() && template.is_none();
         (!broken_template)
             .then(|| gateway::target(report, field, span, &route, captures, pools))
             .flatten()
+    } else if let Some(files) = files {
+        files
     } else {
         report
             .required(
                 route.pool.as_ref(),
                 span,
                 &format!("{field}.pool"),
-                "pool = \"takip\", the pool that answers this route",
+                "pool = \"takip\", the pool that answers this route (or static = \"DIR\" for files)",
             )
             .and_then(|pool| pool_index(report, field, pool, pools))
             .and_then(|index| pools[index].clone())
@@ -193,6 +200,10 @@ fn check_route(
                 retry_non_idempotent: route.retry_non_idempotent,
             })
     };
+    let cache = route
+        .cache
+        .as_ref()
+        .and_then(|name| cache_named(report, field, name, caches));
     let prefix = route.path_prefix.get_ref();
     if !prefix.starts_with('/') {
         report.error(
@@ -231,7 +242,46 @@ fn check_route(
         }
     }
     let filters = check_filters(report, field, &route);
-    Some(route_plan(route, methods, filters, target?, template))
+    let target = match (route.cache.is_some(), cache) {
+        // The cache's own errors, or the name's, are reported.
+        (true, None) => return None,
+        (_, Some(cache)) => TargetPlan::Cached {
+            cache,
+            target: Box::new(target?),
+        },
+        (false, None) => target?,
+    };
+    Some(route_plan(route, methods, filters, target, template))
+}
+
+/// The plan of the cache a route names, or an error naming the caches there are.
+fn cache_named(
+    report: &mut Report,
+    field: &str,
+    wanted: &Spanned<String>,
+    caches: &cache::Known,
+) -> Option<std::sync::Arc<trafik_proxy::CachePlan>> {
+    let found = caches.iter().find(|(name, _)| name == wanted.get_ref());
+    if found.is_none() {
+        let defined: Vec<&str> = caches.iter().map(|(n, _)| n.as_str()).collect();
+        let hint = did_you_mean(wanted.get_ref(), defined.iter().copied())
+            .map(|s| format!("; did you mean {s:?}?"))
+            .unwrap_or_default();
+        let defined = if defined.is_empty() {
+            "none: add a [[cache]] with this name".to_owned()
+        } else {
+            defined.join(", ")
+        };
+        report.error(
+            wanted.span(),
+            &format!("{field}.cache"),
+            format!(
+                "no cache is named {:?}{hint} (defined caches: {defined})",
+                wanted.get_ref()
+            ),
+        );
+    }
+    found.and_then(|(_, plan)| plan.clone())
 }
 
 /// The route's configured filters, in the order they run: the body limit, then headers.

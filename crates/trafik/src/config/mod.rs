@@ -5,6 +5,7 @@
 //! module per section).
 
 mod admin;
+mod cache;
 mod gateway;
 mod health;
 mod layer4;
@@ -16,6 +17,7 @@ mod readme_listing;
 mod report;
 pub mod schema;
 mod server;
+mod static_files;
 mod sticky;
 mod tls;
 mod upstream;
@@ -64,7 +66,14 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
         .enumerate()
         .map(|(i, settings)| pool::check(&mut report, i, settings, &pool_names, &layer4_pools))
         .collect();
-    let listeners = listener::check_all(&mut report, file.listeners, &pool_names, &layer4_pools);
+    let caches = cache::check_all(&mut report, file.caches);
+    let listeners = listener::check_all(
+        &mut report,
+        file.listeners,
+        &pool_names,
+        &layer4_pools,
+        &caches,
+    );
     let plan = listeners.zip(pools.into_iter().collect::<Option<Vec<_>>>());
     match plan {
         Some((listeners, pools)) if report.is_clean() => Ok(Loaded {

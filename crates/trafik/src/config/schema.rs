@@ -32,6 +32,9 @@ pub struct File {
     pub listeners: Vec<Spanned<Listener>>,
     #[serde(rename = "pool")]
     pub pools: Vec<Spanned<Pool>>,
+    /// Edge caches that routes name with `cache = "NAME"`.
+    #[serde(rename = "cache")]
+    pub caches: Vec<Spanned<Cache>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,6 +193,13 @@ pub struct Route {
     pub answer: Option<Spanned<String>>,
     pub status: Option<Spanned<String>>,
     pub timeout: Spanned<Dur>,
+    /// The `[[cache]]` in front of this route's target.
+    pub cache: Option<Spanned<String>>,
+    /// A directory whose files answer this route, instead of a pool.
+    #[serde(rename = "static")]
+    pub static_root: Option<Spanned<String>>,
+    /// The file a directory answers with, on a static route.
+    pub index: Option<Spanned<String>>,
 }
 
 impl Route {
@@ -255,6 +265,9 @@ impl Default for Route {
             answer: None,
             status: None,
             timeout: unplaced(Dur(Self::DEFAULT_TIMEOUT)),
+            cache: None,
+            static_root: None,
+            index: None,
         }
     }
 }
@@ -400,6 +413,55 @@ impl Default for UpstreamTimeouts {
         UpstreamTimeouts {
             connect: unplaced(Dur(Duration::from_secs(2))),
             response: unplaced(Dur(Duration::from_secs(30))),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cache {
+    pub name: Option<Spanned<String>>,
+    pub max_entries: Spanned<usize>,
+    pub max_bytes: Spanned<Size>,
+    /// `lru` or `admission`.
+    pub eviction: Spanned<String>,
+    /// Freshness of answers that state none; 0s stores only answers that do.
+    pub default_ttl: Spanned<Dur>,
+    pub stale_while_revalidate: Spanned<Dur>,
+    pub stale_if_error: Spanned<Dur>,
+    pub header: Option<Spanned<CacheHeader>>,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache {
+            name: None,
+            max_entries: unplaced(10_000),
+            max_bytes: unplaced(Size(256 << 20)),
+            eviction: unplaced("lru".into()),
+            default_ttl: unplaced(Dur(Duration::ZERO)),
+            stale_while_revalidate: unplaced(Dur(Duration::ZERO)),
+            stale_if_error: unplaced(Dur(Duration::ZERO)),
+            header: None,
+        }
+    }
+}
+
+/// `[cache.header]`: a header saying hit or miss on every answer of the cache's routes.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheHeader {
+    pub name: Option<Spanned<String>>,
+    pub hit: Spanned<String>,
+    pub miss: Spanned<String>,
+}
+
+impl Default for CacheHeader {
+    fn default() -> Self {
+        CacheHeader {
+            name: None,
+            hit: unplaced("hit".into()),
+            miss: unplaced("miss".into()),
         }
     }
 }

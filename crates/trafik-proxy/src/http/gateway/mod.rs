@@ -39,7 +39,9 @@ pub fn build(
 ) -> Option<Result<Built, String>> {
     let resolve = Resolver { route, pools };
     Some(match plan {
-        TargetPlan::Pool { .. } => return None,
+        TargetPlan::Pool { .. } | TargetPlan::Static { .. } | TargetPlan::Cached { .. } => {
+            return None;
+        }
         TargetPlan::Service {
             service,
             upstream_path,
@@ -170,6 +172,7 @@ pub fn status(snapshot: &Snapshot) -> Json {
     };
     let all = ["calls", "failures", "missing", "bytes", "nanos"];
     let routes: Vec<Json> = snapshot
+        .stateful
         .gateway
         .iter()
         .map(|route| {
@@ -190,7 +193,7 @@ pub fn status(snapshot: &Snapshot) -> Json {
 pub fn metrics(snapshot: &Snapshot) -> String {
     use std::fmt::Write;
     let mut text = String::new();
-    if snapshot.gateway.is_empty() {
+    if snapshot.stateful.gateway.is_empty() {
         return text;
     }
     let label = |text: &str| text.replace('\\', "\\\\").replace('"', "\\\"");
@@ -219,7 +222,7 @@ pub fn metrics(snapshot: &Snapshot) -> String {
     for (index, (name, help)) in families.into_iter().enumerate() {
         let _ = writeln!(text, "# HELP trafik_gateway_{name}_total {help}");
         let _ = writeln!(text, "# TYPE trafik_gateway_{name}_total counter");
-        for route in &snapshot.gateway {
+        for route in &snapshot.stateful.gateway {
             let parts = route.parts.iter().map(|(n, s)| (n.as_str(), s));
             for (part, shards) in std::iter::once(("", &route.total)).chain(parts) {
                 let value = totals(shards)[index].1;
@@ -243,7 +246,7 @@ pub fn metrics(snapshot: &Snapshot) -> String {
     for (index, name, help) in filter_families {
         let _ = writeln!(text, "# HELP trafik_gateway_filter_{name}_total {help}");
         let _ = writeln!(text, "# TYPE trafik_gateway_filter_{name}_total counter");
-        for route in &snapshot.gateway {
+        for route in &snapshot.stateful.gateway {
             for (filter, shards) in &route.filters {
                 let value = totals(shards)[index].1;
                 let (route, filter) = (label(&route.route), label(filter));

@@ -1,0 +1,214 @@
+//! A cache: the [`Store`] of responses by key, with the `Vary` bookkeeping between them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http::HeaderMap;
+use http::header::HeaderName;
+
+use crate::freshness::{Stored, vary_names};
+use crate::key;
+use crate::store::{Limits, Policy, Store, Weigh};
+
+/// What a primary key holds: the response itself, or (for an answer with `Vary`) the header
+/// names whose request values select one of its variants, stored under their own keys.
+#[derive(Clone)]
+enum Slot {
+    Response(Arc<Stored>),
+    Variants(Arc<[HeaderName]>),
+}
+
+impl Weigh for Slot {
+    fn bytes(&self) -> u64 {
+        match self {
+            Slot::Response(stored) => stored.bytes(),
+            Slot::Variants(names) => names.iter().map(|n| n.as_str().len() as u64).sum(),
+        }
+    }
+}
+
+/// Responses by key, bounded by entries and bytes.
+pub struct Cache {
+    store: Store<String, Slot>,
+    versions: AtomicU64,
+}
+
+impl Cache {
+    pub fn new(policy: Policy, limits: Limits) -> Self {
+        Cache {
+            store: Store::new(policy, limits),
+            versions: AtomicU64::new(0),
+        }
+    }
+
+    /// The next object version (1 for the first stored).
+    pub fn next_version(&self) -> u64 {
+        self.versions.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The stored response a request with these headers may use, fresh or not; and the key it
+    /// is (or would be) stored under.
+    pub fn lookup(&self, primary: &str, request: &HeaderMap) -> (Option<Arc<Stored>>, String) {
+        match self.store.get(primary) {
+            Some(Slot::Response(stored)) => (Some(stored), primary.to_owned()),
+            Some(Slot::Variants(names)) => {
+                let variant = key::variant(primary, &names, request);
+                match self.store.get(variant.as_str()) {
+                    Some(Slot::Response(stored)) => (Some(stored), variant),
+                    _ => (None, variant),
+                }
+            }
+            None => (None, primary.to_owned()),
+        }
+    }
+
+    /// Stores a response to a request with these headers under `primary` (or the variant its
+    /// `Vary` selects).
+    pub fn insert(&self, primary: &str, request: &HeaderMap, stored: Arc<Stored>) {
+        let names = vary_names(&stored.headers).unwrap_or_default();
+        if names.is_empty() {
+            self.store
+                .insert(primary.to_owned(), Slot::Response(stored));
+            return;
+        }
+        let variant = key::variant(primary, &names, request);
+        self.store
+            .insert(primary.to_owned(), Slot::Variants(names.into()));
+        self.store.insert(variant, Slot::Response(stored));
+    }
+
+    /// Removes the responses whose path is `path` (any host, query and variant); returns how
+    /// many.
+    pub fn purge_path(&self, path: &str) -> usize {
+        responses(self.store.remove_where(|k| key::path(k) == path))
+    }
+
+    /// Removes the responses whose path is under `prefix`; returns how many.
+    pub fn purge_prefix(&self, prefix: &str) -> usize {
+        responses(
+            self.store
+                .remove_where(|k| key::under(key::path(k), prefix)),
+        )
+    }
+
+    pub fn entries(&self) -> usize {
+        self.store.entries()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.store.bytes()
+    }
+}
+
+fn responses(removed: Vec<Slot>) -> usize {
+    removed
+        .iter()
+        .filter(|slot| matches!(slot, Slot::Response(_)))
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use bytes::Bytes;
+    use http::{HeaderValue, Method, StatusCode};
+
+    use super::*;
+    use crate::freshness::{Rules, storable};
+
+    fn response(vary: Option<&str>, body: &'static str, cache: &Cache) -> Arc<Stored> {
+        let mut headers = HeaderMap::new();
+        headers.insert("cache-control", HeaderValue::from_static("max-age=60"));
+        if let Some(vary) = vary {
+            headers.insert("vary", HeaderValue::from_str(vary).unwrap());
+        }
+        let control = storable(&Method::GET, &HeaderMap::new(), StatusCode::OK, &headers).unwrap();
+        let rules = Rules {
+            default_ttl: Duration::ZERO,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+        };
+        let now = SystemTime::now();
+        Arc::new(
+            Stored::new(
+                StatusCode::OK,
+                headers,
+                Bytes::from_static(body.as_bytes()),
+                &control,
+                &rules,
+                now,
+                now,
+                cache.next_version(),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn asking(language: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("accept-language", HeaderValue::from_str(language).unwrap());
+        headers
+    }
+
+    #[test]
+    fn vary_keeps_one_variant_per_request_value() {
+        let cache = Cache::new(
+            Policy::Lru,
+            Limits {
+                max_entries: 100,
+                max_bytes: 1 << 20,
+            },
+        );
+        let primary = key::primary("", "/takip/1");
+        cache.insert(
+            &primary,
+            &asking("tr"),
+            response(Some("Accept-Language"), "merhaba", &cache),
+        );
+        cache.insert(
+            &primary,
+            &asking("en"),
+            response(Some("Accept-Language"), "hello", &cache),
+        );
+        let body = |language| {
+            cache
+                .lookup(&primary, &asking(language))
+                .0
+                .map(|s| s.body.clone())
+        };
+        assert_eq!(body("tr").as_deref(), Some(&b"merhaba"[..]));
+        assert_eq!(body("en").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(body("de"), None);
+        assert_eq!(
+            cache.purge_path("/takip/1"),
+            2,
+            "two responses; the Vary record is not one"
+        );
+        assert_eq!(cache.entries(), 0);
+    }
+
+    #[test]
+    fn purge_by_prefix_and_versions_increase() {
+        let cache = Cache::new(
+            Policy::Admission,
+            Limits {
+                max_entries: 100,
+                max_bytes: 1 << 20,
+            },
+        );
+        for path in ["/takip/1", "/takip/2?x=1", "/varlik/a.css"] {
+            let stored = response(None, "x", &cache);
+            cache.insert(&key::primary("h", path), &HeaderMap::new(), stored);
+        }
+        assert_eq!(cache.next_version(), 4);
+        assert_eq!(cache.purge_prefix("/takip/"), 2);
+        assert_eq!(cache.entries(), 1);
+        assert!(
+            cache
+                .lookup(&key::primary("h", "/varlik/a.css"), &HeaderMap::new())
+                .0
+                .is_some()
+        );
+    }
+}

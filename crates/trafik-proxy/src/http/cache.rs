@@ -1,0 +1,718 @@
+//! The edge cache: the stage a route runs after its filters, in front of its target. A GET or
+//! HEAD is answered from the cache's store when a fresh copy is there; otherwise one request
+//! per key goes to the target (concurrent misses on any worker wait for it: coalescing), and
+//! what it brings back is stored when RFC 9111 allows. Stale copies are served while one
+//! request refreshes them (`stale_while_revalidate`) or when the origin fails
+//! (`stale_if_error`); a stale copy with a validator is revalidated (a 304 refreshes it).
+//! Every answer carries `Cache-Status` (RFC 9211). The rules themselves (freshness, keys, the
+//! store) are `trafik-cache`'s; this module only moves requests and bytes.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use tokio::sync::{Notify, oneshot, watch};
+use trafik_cache::{Cache, CacheControl, Limits, Rules, Stored, Use, key, storable};
+
+use super::body::{ProxyBody, RequestBody};
+use super::conditional::not_modified;
+use super::headers::remove_hop_by_hop;
+use super::service::{ClientConnection, WorkerProxy};
+use super::target::Target;
+use crate::counters::{PerWorker, add, bump, read};
+use crate::plan::CachePlan;
+use crate::snapshot::{Listener, WorkerSnapshot};
+
+/// RFC 9211's response header.
+pub const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// What happened to requests on one worker.
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    /// Answered from the store without waiting for the origin (fresh, or stale while it is
+    /// refreshed).
+    pub hits: AtomicU64,
+    /// GET and HEAD requests that were not hits.
+    pub misses: AtomicU64,
+    /// Misses answered by another request's origin fetch.
+    pub coalesced: AtomicU64,
+    /// Stale copies served: while revalidating, or because the origin failed.
+    pub stale_served: AtomicU64,
+    /// Copies refreshed by a 304.
+    pub revalidated: AtomicU64,
+    pub origin_requests: AtomicU64,
+    /// Body bytes of the answers fetched for the store.
+    pub origin_bytes: AtomicU64,
+}
+
+/// One `[[cache]]`: its store and counters, shared by every worker and route that names it,
+/// and kept across reloads that leave its settings alone.
+pub struct EdgeCache {
+    pub plan: Arc<CachePlan>,
+    pub store: Cache,
+    rules: Rules,
+    /// Origin fetches in flight, by key: later misses for the key wait for the first.
+    flights: Mutex<HashMap<String, watch::Receiver<Flight>>>,
+    pub counters: PerWorker<CacheCounters>,
+    /// Written by the admin API, off the request path.
+    pub purged: AtomicU64,
+    pub pushed: AtomicU64,
+    pub preloaded: AtomicU64,
+}
+
+#[derive(Clone)]
+enum Flight {
+    Pending,
+    /// The copy stored, or `None` when the answer could not be stored (the waiters then ask
+    /// the origin themselves).
+    Done(Option<Arc<Stored>>),
+}
+
+/// The request that fetches a key for everyone waiting on it; dropping it (its client went
+/// away) releases the waiters.
+struct Lead<'a> {
+    cache: &'a EdgeCache,
+    key: String,
+    done: watch::Sender<Flight>,
+}
+
+impl Lead<'_> {
+    fn finish(self, stored: Option<Arc<Stored>>) {
+        self.done.send_replace(Flight::Done(stored));
+    }
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        lock(&self.cache.flights).remove(&self.key);
+        self.done.send_if_modified(|flight| match flight {
+            Flight::Pending => {
+                *flight = Flight::Done(None);
+                true
+            }
+            Flight::Done(_) => false,
+        });
+    }
+}
+
+enum Role<'a> {
+    Lead(Lead<'a>),
+    Follow(watch::Receiver<Flight>),
+}
+
+impl EdgeCache {
+    pub fn new(plan: Arc<CachePlan>, workers: usize) -> Self {
+        let limits = Limits {
+            max_entries: plan.max_entries,
+            max_bytes: plan.max_bytes,
+        };
+        EdgeCache {
+            store: Cache::new(plan.policy, limits),
+            rules: Rules {
+                default_ttl: plan.default_ttl,
+                stale_while_revalidate: plan.stale_while_revalidate,
+                stale_if_error: plan.stale_if_error,
+            },
+            plan,
+            flights: Mutex::default(),
+            counters: PerWorker::new(workers),
+            purged: AtomicU64::new(0),
+            pushed: AtomicU64::new(0),
+            preloaded: AtomicU64::new(0),
+        }
+    }
+
+    fn join(&self, key: &str) -> Role<'_> {
+        let mut flights = lock(&self.flights);
+        if let Some(waiting) = flights.get(key) {
+            return Role::Follow(waiting.clone());
+        }
+        let (done, waiting) = watch::channel(Flight::Pending);
+        flights.insert(key.to_owned(), waiting);
+        Role::Lead(Lead {
+            cache: self,
+            key: key.to_owned(),
+            done,
+        })
+    }
+
+    /// Stores `body` under `path` as if the origin had answered it: 200, the content type,
+    /// a version and an `ETag` naming it; fresh for `Cache-Control` when given, else for
+    /// `default_ttl`. Returns the version.
+    pub fn push(
+        &self,
+        host: &str,
+        path_and_query: &str,
+        content_type: Option<HeaderValue>,
+        cache_control: Option<HeaderValue>,
+        body: Bytes,
+    ) -> Result<u64, &'static str> {
+        let version = self.store.next_version();
+        let mut headers = HeaderMap::new();
+        if let Some(content_type) = content_type {
+            headers.insert(header::CONTENT_TYPE, content_type);
+        }
+        if let Some(cache_control) = cache_control {
+            headers.insert(header::CACHE_CONTROL, cache_control);
+        }
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        let etag = format!("\"trafik-{version}\"");
+        headers.insert(
+            header::ETAG,
+            HeaderValue::from_str(&etag).expect("digits and quotes"),
+        );
+        let control = CacheControl::parse(&headers);
+        if control.no_store || control.private {
+            return Err("Cache-Control forbids storing it");
+        }
+        let now = SystemTime::now();
+        let stored = Stored::new(
+            StatusCode::OK,
+            headers,
+            body,
+            &control,
+            &self.rules,
+            now,
+            now,
+            version,
+        )
+        .map_err(|_| "it would never be fresh")?;
+        let primary = key::primary(host, path_and_query);
+        self.store
+            .insert(&primary, &HeaderMap::new(), Arc::new(stored));
+        self.pushed.fetch_add(1, Ordering::Relaxed);
+        Ok(version)
+    }
+
+    /// Removes `path` exactly (`prefix` false) or everything under it; returns how many.
+    pub fn purge(&self, path: &str, prefix: bool) -> usize {
+        let removed = if prefix {
+            self.store.purge_prefix(path)
+        } else {
+            self.store.purge_path(path)
+        };
+        self.purged.fetch_add(removed as u64, Ordering::Relaxed);
+        removed
+    }
+
+    /// The sum over workers of one counter.
+    pub fn total(&self, counter: fn(&CacheCounters) -> &AtomicU64) -> i64 {
+        self.counters.sum(|c| read(counter(c)))
+    }
+}
+
+/// A route's target behind its cache.
+pub struct CachedTarget {
+    pub cache: Arc<EdgeCache>,
+    /// The key's host: the route's `host` (lowercase), or empty when the route takes any host
+    /// (it then serves one site, whatever name it is reached by).
+    pub host: String,
+    pub inner: Arc<Target>,
+}
+
+/// How one answer came about, for `Cache-Status` and the custom header.
+struct Outcome {
+    hit: bool,
+    /// The `Cache-Status` parameters after the cache's name.
+    detail: String,
+}
+
+impl Outcome {
+    fn hit(detail: String) -> Self {
+        Outcome { hit: true, detail }
+    }
+
+    fn miss(detail: impl Into<String>) -> Self {
+        Outcome {
+            hit: false,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl CachedTarget {
+    pub async fn serve(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        request: Request<RequestBody>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        let (mut response, backend, outcome) =
+            self.answer(worker, snapshot, connection, request).await;
+        self.label(&mut response, &snapshot.name, &outcome);
+        (response, backend)
+    }
+
+    async fn answer(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        request: Request<RequestBody>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>, Outcome) {
+        let counters = self.cache.counters.mine(worker.id);
+        let method = request.method().clone();
+        if method != Method::GET && method != Method::HEAD {
+            bump(&counters.origin_requests);
+            let path = request.uri().path().to_owned();
+            let (response, backend) = self.origin(worker, snapshot, connection, request).await;
+            // A change that succeeded makes the stored copies of its URI stale (RFC 9111 §4.4).
+            if response.status().is_success() || response.status().is_redirection() {
+                self.cache.store.purge_path(&path);
+            }
+            return (response, backend, Outcome::miss("fwd=method"));
+        }
+        let asked = CacheControl::parse(request.headers());
+        if asked.no_store {
+            bump(&counters.misses);
+            bump(&counters.origin_requests);
+            let (response, backend) = self.origin(worker, snapshot, connection, request).await;
+            return (response, backend, Outcome::miss("fwd=request"));
+        }
+        let path_and_query = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let primary = key::primary(&self.host, path_and_query);
+        let now = SystemTime::now();
+        let (found, mut key) = self.cache.store.lookup(&primary, request.headers());
+        let mut stale = None;
+        if let Some(stored) = found {
+            match stored.usable(now) {
+                Use::Fresh { ttl } if !asked.no_cache => {
+                    bump(&counters.hits);
+                    let outcome = Outcome::hit(format!("hit; ttl={}", ttl.as_secs()));
+                    return (from_store(&stored, now, request.headers()), None, outcome);
+                }
+                Use::StaleWhileRevalidate { by } if !asked.no_cache => {
+                    bump(&counters.hits);
+                    bump(&counters.stale_served);
+                    self.refresh_later(snapshot, &key, path_and_query);
+                    let outcome = Outcome::hit(format!(
+                        "hit; ttl=-{}; detail=stale-while-revalidate",
+                        by.as_secs()
+                    ));
+                    return (from_store(&stored, now, request.headers()), None, outcome);
+                }
+                Use::Fresh { .. } | Use::StaleWhileRevalidate { .. } => {
+                    stale = Some((stored, false));
+                }
+                Use::Revalidate { if_error, .. } => stale = Some((stored, if_error)),
+            }
+        }
+        bump(&counters.misses);
+        let forward = if stale.is_some() {
+            "fwd=stale"
+        } else {
+            "fwd=uri-miss"
+        };
+        loop {
+            match self.cache.join(&key) {
+                Role::Lead(lead) => {
+                    // A fetch that ended between the lookup above and now stored its copy
+                    // before it let go of the key: use that copy rather than fetch again.
+                    let now = SystemTime::now();
+                    if let (Some(stored), _) = self.cache.store.lookup(&primary, request.headers())
+                        && let Use::Fresh { ttl } = stored.usable(now)
+                        && !asked.no_cache
+                    {
+                        drop(lead);
+                        bump(&counters.hits);
+                        let outcome = Outcome::hit(format!("hit; ttl={}", ttl.as_secs()));
+                        return (from_store(&stored, now, request.headers()), None, outcome);
+                    }
+                    return self
+                        .fetch(worker, snapshot, connection, request, &primary, stale, lead)
+                        .await;
+                }
+                Role::Follow(mut waiting) => {
+                    let done = waiting
+                        .wait_for(|f| matches!(f, Flight::Done(_)))
+                        .await
+                        .map(|f| f.clone());
+                    if let Ok(Flight::Done(Some(stored))) = &done
+                        && !trafik_cache::freshness::vary_names(&stored.headers)
+                            .is_none_or(|names| names.is_empty())
+                    {
+                        // The answer varies: which variant this request needs is known only
+                        // now. Look again, and wait on that variant's fetch if it has one.
+                        let (found, variant) = self.cache.store.lookup(&primary, request.headers());
+                        let now = SystemTime::now();
+                        if let Some(stored) = found
+                            && let Use::Fresh { .. } = stored.usable(now)
+                        {
+                            bump(&counters.coalesced);
+                            let response = from_store(&stored, now, request.headers());
+                            return (
+                                response,
+                                None,
+                                Outcome::miss(format!("{forward}; collapsed")),
+                            );
+                        }
+                        if variant != key {
+                            key = variant;
+                            continue;
+                        }
+                    }
+                    if let Ok(Flight::Done(Some(stored))) = done {
+                        bump(&counters.coalesced);
+                        let now = SystemTime::now();
+                        let response = from_store(&stored, now, request.headers());
+                        return (
+                            response,
+                            None,
+                            Outcome::miss(format!("{forward}; collapsed")),
+                        );
+                    }
+                    // The first request brought nothing storable: this one asks for itself,
+                    // without waiting on others again.
+                    if !matches!(done, Ok(Flight::Done(None))) {
+                        continue;
+                    }
+                    bump(&counters.origin_requests);
+                    let (response, backend) =
+                        self.origin(worker, snapshot, connection, request).await;
+                    return (response, backend, Outcome::miss(forward));
+                }
+            }
+        }
+    }
+
+    /// The leader's fetch: asks the origin (conditionally, when a stale copy has a validator),
+    /// stores what may be stored and wakes the waiters.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        mut request: Request<RequestBody>,
+        primary: &str,
+        stale: Option<(Arc<Stored>, bool)>,
+        lead: Lead<'_>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>, Outcome) {
+        let counters = self.cache.counters.mine(worker.id);
+        let client_headers = request.headers().clone();
+        let head = request.method() == Method::HEAD;
+        // The store wants the whole representation, whatever this client asked for.
+        *request.method_mut() = Method::GET;
+        let headers = request.headers_mut();
+        for conditional in [
+            header::IF_NONE_MATCH,
+            header::IF_MODIFIED_SINCE,
+            header::IF_MATCH,
+            header::IF_UNMODIFIED_SINCE,
+            header::IF_RANGE,
+            header::RANGE,
+        ] {
+            headers.remove(conditional);
+        }
+        if let Some((stored, _)) = &stale {
+            if let Some(etag) = stored.etag() {
+                headers.insert(header::IF_NONE_MATCH, etag.clone());
+            } else if let Some(modified) = stored.last_modified() {
+                headers.insert(header::IF_MODIFIED_SINCE, modified.clone());
+            }
+        }
+        bump(&counters.origin_requests);
+        let sent = SystemTime::now();
+        let (response, backend) = self.origin(worker, snapshot, connection, request).await;
+        let received = SystemTime::now();
+        let status = response.status();
+        let answer = |stored: &Stored| from_store(stored, received, &client_headers);
+        if let Some((stored, if_error)) = stale {
+            if status == StatusCode::NOT_MODIFIED {
+                let version = self.cache.store.next_version();
+                let refreshed = Arc::new(stored.refreshed(
+                    response.headers(),
+                    &self.cache.rules,
+                    sent,
+                    received,
+                    version,
+                ));
+                self.cache
+                    .store
+                    .insert(primary, &client_headers, refreshed.clone());
+                bump(&counters.revalidated);
+                lead.finish(Some(refreshed.clone()));
+                let outcome = Outcome::miss("fwd=stale; fwd-status=304");
+                return (answer(&refreshed), backend, outcome);
+            }
+            if status.is_server_error() && if_error {
+                bump(&counters.stale_served);
+                lead.finish(Some(stored.clone()));
+                let outcome = Outcome::hit(format!(
+                    "fwd=stale; fwd-status={}; detail=stale-if-error",
+                    status.as_u16()
+                ));
+                return (answer(&stored), backend, outcome);
+            }
+        }
+        let forward = "fwd=uri-miss";
+        let control = match storable(&Method::GET, &client_headers, status, response.headers()) {
+            Ok(control) => control,
+            Err(reason) => {
+                lead.finish(None);
+                let detail = format!(
+                    "{forward}; fwd-status={}; detail={}",
+                    status.as_u16(),
+                    reason.detail()
+                );
+                return (response, backend, Outcome::miss(detail));
+            }
+        };
+        let length = response.body().size_hint().exact();
+        if length.is_none_or(|length| length > self.cache.plan.max_bytes) {
+            lead.finish(None);
+            let detail = format!("{forward}; fwd-status={}; detail=size", status.as_u16());
+            return (response, backend, Outcome::miss(detail));
+        }
+        let (parts, body) = response.into_parts();
+        let Ok(collected) = body.collect().await else {
+            lead.finish(None);
+            return (
+                crate::ProxyError::UpstreamFailed.response(),
+                backend,
+                Outcome::miss(forward),
+            );
+        };
+        let body = collected.to_bytes();
+        add(&counters.origin_bytes, body.len());
+        let mut stored_headers = parts.headers.clone();
+        remove_hop_by_hop(&mut stored_headers);
+        let version = self.cache.store.next_version();
+        let stored = Stored::new(
+            parts.status,
+            stored_headers,
+            body.clone(),
+            &control,
+            &self.cache.rules,
+            sent,
+            received,
+            version,
+        );
+        let (detail, stored) = match stored {
+            Ok(stored) => {
+                let stored = Arc::new(stored);
+                self.cache
+                    .store
+                    .insert(primary, &client_headers, stored.clone());
+                ("stored".to_owned(), Some(stored))
+            }
+            Err(reason) => (format!("detail={}", reason.detail()), None),
+        };
+        lead.finish(stored);
+        // This client gets the origin's own answer (its cookies included), from the bytes read.
+        let mut response = Response::from_parts(parts, ProxyBody::local(body));
+        remove_hop_by_hop(response.headers_mut());
+        if head {
+            *response.body_mut() = ProxyBody::Local(None);
+        }
+        let outcome = Outcome::miss(format!(
+            "{forward}; fwd-status={}; {detail}",
+            status.as_u16()
+        ));
+        (response, backend, outcome)
+    }
+
+    /// The inner target; boxed, since a target may contain this one.
+    async fn origin(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        request: Request<RequestBody>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        Box::pin(self.inner.serve(worker, snapshot, connection, request)).await
+    }
+
+    /// Queues a refresh of `key` for a worker to run after this answer, unless one is running.
+    fn refresh_later(&self, snapshot: &WorkerSnapshot, key: &str, path_and_query: &str) {
+        if lock(&self.cache.flights).contains_key(key) {
+            return;
+        }
+        snapshot.jobs.submit(Job {
+            cache: self.cache.plan.name.clone(),
+            host: self.host.clone(),
+            path_and_query: path_and_query.to_owned(),
+            done: None,
+        });
+    }
+
+    /// Fetches `path_and_query` from the origin into the store now (a preload, or a refresh),
+    /// unless another request is fetching it already; true when a copy is stored.
+    pub async fn refresh(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        request: Request<RequestBody>,
+    ) -> bool {
+        let path_and_query = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let primary = key::primary(&self.host, path_and_query);
+        let headers = request.headers().clone();
+        let (found, key) = self.cache.store.lookup(&primary, &headers);
+        let stale = found.map(|stored| (stored, false));
+        match self.cache.join(&key) {
+            Role::Lead(lead) => {
+                let (response, _, _) = self
+                    .fetch(worker, snapshot, connection, request, &primary, stale, lead)
+                    .await;
+                drop(response);
+                let (now, _) = self.cache.store.lookup(&primary, &headers);
+                now.is_some()
+            }
+            Role::Follow(mut waiting) => matches!(
+                waiting
+                    .wait_for(|f| matches!(f, Flight::Done(_)))
+                    .await
+                    .map(|f| f.clone()),
+                Ok(Flight::Done(Some(_)))
+            ),
+        }
+    }
+
+    fn label(&self, response: &mut Response<ProxyBody>, name: &str, outcome: &Outcome) {
+        let status = format!("{name}; {}", outcome.detail);
+        let headers = response.headers_mut();
+        if let Ok(value) = HeaderValue::from_str(&status) {
+            headers.insert(CACHE_STATUS, value);
+        }
+        if let Some(custom) = &self.cache.plan.header {
+            let value = if outcome.hit {
+                &custom.hit
+            } else {
+                &custom.miss
+            };
+            headers.insert(custom.name.clone(), value.clone());
+        }
+    }
+}
+
+/// The answer from a stored copy: 304 when the client's validators match it, else the copy
+/// with its `Age`.
+fn from_store(stored: &Stored, now: SystemTime, request: &HeaderMap) -> Response<ProxyBody> {
+    let modified = stored
+        .last_modified()
+        .and_then(trafik_cache::freshness::http_date);
+    let mut headers = stored.headers.clone();
+    headers.insert(header::AGE, HeaderValue::from(stored.age(now).as_secs()));
+    let (status, body) =
+        if stored.status == StatusCode::OK && not_modified(request, stored.etag(), modified) {
+            headers.remove(header::CONTENT_LENGTH);
+            (StatusCode::NOT_MODIFIED, ProxyBody::Local(None))
+        } else {
+            (stored.status, ProxyBody::local(stored.body.clone()))
+        };
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// An origin fetch a worker runs for the admin API (a preload) or after a stale answer (a
+/// refresh).
+pub struct Job {
+    pub cache: String,
+    pub host: String,
+    pub path_and_query: String,
+    /// Told whether a copy was stored.
+    pub done: Option<oneshot::Sender<bool>>,
+}
+
+/// The instance's queue of [`Job`]s; any worker takes the next one.
+#[derive(Default)]
+pub struct Jobs {
+    queue: Mutex<VecDeque<Job>>,
+    ready: Notify,
+}
+
+impl Jobs {
+    pub fn submit(&self, job: Job) {
+        lock(&self.queue).push_back(job);
+        self.ready.notify_one();
+    }
+
+    async fn next(&self) -> Job {
+        loop {
+            if let Some(job) = lock(&self.queue).pop_front() {
+                return job;
+            }
+            self.ready.notified().await;
+        }
+    }
+}
+
+/// A worker's share of the jobs: each is run as its own task on this worker.
+pub async fn run_jobs(worker: Rc<WorkerProxy>) {
+    let jobs = worker.snapshot().jobs.clone();
+    loop {
+        let job = jobs.next().await;
+        tokio::task::spawn_local(run_job(worker.clone(), job));
+    }
+}
+
+async fn run_job(worker: Rc<WorkerProxy>, job: Job) {
+    let snapshot = worker.snapshot();
+    let stored = match find_route(&snapshot, &job) {
+        Some((listener, cached)) => {
+            let connection =
+                ClientConnection::new(listener, SocketAddr::from(([127, 0, 0, 1], 0)), "http");
+            let request = job_request(&job);
+            let stored = cached
+                .refresh(&worker, &snapshot, &connection, request)
+                .await;
+            if stored && job.done.is_some() {
+                cached.cache.preloaded.fetch_add(1, Ordering::Relaxed);
+            }
+            stored
+        }
+        None => false,
+    };
+    if let Some(done) = job.done {
+        let _ = done.send(stored);
+    }
+}
+
+fn job_request(job: &Job) -> Request<RequestBody> {
+    let host = if job.host.is_empty() {
+        "localhost"
+    } else {
+        &job.host
+    };
+    let mut request = Request::new(RequestBody::empty());
+    if let Ok(uri) = job.path_and_query.parse() {
+        *request.uri_mut() = uri;
+    }
+    if let Ok(host) = HeaderValue::from_str(host) {
+        request.headers_mut().insert(header::HOST, host);
+    }
+    request
+}
+
+/// The cached route a client's request for the job's path would take, on any listener.
+fn find_route<'a>(
+    snapshot: &'a WorkerSnapshot,
+    job: &Job,
+) -> Option<(crate::snapshot::ListenerId, &'a CachedTarget)> {
+    let request = job_request(job);
+    snapshot.listener_ids().find_map(|id| {
+        let routes = match snapshot.listener(id)? {
+            Listener::Http { routes } | Listener::Https { routes, .. } => routes,
+            _ => return None,
+        };
+        match &routes.find(&request)?.0.target {
+            Target::Cached(cached) if cached.cache.plan.name == job.cache => Some((id, cached)),
+            _ => None,
+        }
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

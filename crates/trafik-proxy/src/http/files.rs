@@ -1,0 +1,454 @@
+//! Static routes: files under a directory, served by trafik itself. The path after the route's
+//! prefix names a file under the root; a directory answers with its index file. Paths that
+//! resolve outside the root (through `..`, its encodings, or a symlink) are refused with 404
+//! before anything is read, a NUL with 400. Answers carry `ETag` and `Last-Modified` (304 to a
+//! matching conditional request), `Content-Type` by extension and `Accept-Ranges` (a single
+//! range gets 206, an unsatisfiable one 416).
+//!
+//! File system calls run on tokio's blocking pool, never on a worker. Small files are kept in
+//! memory (a `trafik-cache` store shared by the workers), checked against the disk at most once
+//! a second, and sent as one shared buffer; larger ones are read in chunks as they are sent.
+
+use std::ffi::OsStr;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use trafik_cache::{Limits, Policy, Store, Weigh};
+
+use super::body::{ProxyBody, RequestBody};
+use super::conditional::{not_modified, range_applies};
+use crate::counters::{PerWorker, add, bump, read};
+
+/// Files up to this size are kept in memory and sent from there.
+const SMALL_FILE: u64 = 1 << 20;
+/// The memory all kept files of one site may take.
+const KEPT_BYTES: u64 = 64 << 20;
+/// A kept file is checked against the disk again after this long.
+const RECHECK: Duration = Duration::from_secs(1);
+/// Chunks of a large file in flight to the client.
+const CHUNK: usize = 64 << 10;
+
+/// What a static route counts, per worker.
+#[derive(Debug, Default)]
+pub struct SiteCounters {
+    pub requests: AtomicU64,
+    /// Body bytes sent.
+    pub bytes: AtomicU64,
+    pub not_modified: AtomicU64,
+    pub not_found: AtomicU64,
+}
+
+/// One static route's directory, its kept files and counters; kept across reloads that leave
+/// the route's settings alone.
+pub struct Site {
+    pub root: PathBuf,
+    /// The root with symlinks resolved: every file served resolves under it.
+    canonical: PathBuf,
+    pub index: Option<String>,
+    /// The route's path prefix, taken off the request path.
+    pub prefix: String,
+    pub counters: PerWorker<SiteCounters>,
+    kept: Store<PathBuf, Arc<File>>,
+}
+
+/// A file as last seen on disk.
+struct File {
+    path: PathBuf,
+    len: u64,
+    etag: HeaderValue,
+    last_modified: HeaderValue,
+    modified: SystemTime,
+    content_type: HeaderValue,
+    /// The whole file, for a small one.
+    body: Option<Bytes>,
+    checked: Instant,
+}
+
+impl Weigh for File {
+    fn bytes(&self) -> u64 {
+        self.body.as_ref().map_or(0, |b| b.len() as u64) + 256
+    }
+}
+
+/// Why no file answers.
+enum Refusal {
+    BadPath,
+    NotFound,
+}
+
+impl Site {
+    pub fn new(
+        root: PathBuf,
+        index: Option<String>,
+        prefix: String,
+        workers: usize,
+    ) -> Result<Site, String> {
+        let canonical = std::fs::canonicalize(&root)
+            .map_err(|e| format!("static root {}: {e}", root.display()))?;
+        if !canonical.is_dir() {
+            return Err(format!("static root {} is not a directory", root.display()));
+        }
+        Ok(Site {
+            root,
+            canonical,
+            index,
+            prefix,
+            counters: PerWorker::new(workers),
+            kept: Store::new(
+                Policy::Admission,
+                Limits {
+                    max_entries: 4096,
+                    max_bytes: KEPT_BYTES,
+                },
+            ),
+        })
+    }
+
+    /// Whether this site serves what `other` describes, so it may carry over a reload.
+    pub fn same_as(&self, root: &Path, index: &Option<String>, prefix: &str) -> bool {
+        self.root == root && self.index == *index && self.prefix == prefix
+    }
+
+    pub fn total(&self, counter: fn(&SiteCounters) -> &AtomicU64) -> i64 {
+        self.counters.sum(|c| read(counter(c)))
+    }
+
+    pub async fn serve(
+        &self,
+        worker: usize,
+        request: &Request<RequestBody>,
+    ) -> Response<ProxyBody> {
+        let counters = self.counters.mine(worker);
+        bump(&counters.requests);
+        let method = request.method();
+        if method != Method::GET && method != Method::HEAD {
+            let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET or HEAD\n");
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return response;
+        }
+        let file = match self.file(request.uri().path()).await {
+            Ok(file) => file,
+            Err(Refusal::BadPath) => return plain(StatusCode::BAD_REQUEST, "bad path\n"),
+            Err(Refusal::NotFound) => {
+                bump(&counters.not_found);
+                return plain(StatusCode::NOT_FOUND, "not found\n");
+            }
+        };
+        let response = answer(&file, request.headers(), method == Method::HEAD);
+        if response.status() == StatusCode::NOT_MODIFIED {
+            bump(&counters.not_modified);
+        }
+        if let Some(length) = response
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            && method != Method::HEAD
+            && response.status() != StatusCode::NOT_MODIFIED
+        {
+            add(&counters.bytes, length);
+        }
+        response
+    }
+
+    /// The file a request path names: kept, or looked up on disk (off the worker).
+    async fn file(&self, path: &str) -> Result<Arc<File>, Refusal> {
+        let relative = relative_path(path, &self.prefix)?;
+        if let Some(file) = self.kept.get(&relative)
+            && file.checked.elapsed() < RECHECK
+        {
+            return Ok(file);
+        }
+        let canonical = self.canonical.clone();
+        let index = self.index.clone();
+        let wanted = relative.clone();
+        let found = tokio::task::spawn_blocking(move || look_up(&canonical, &wanted, index))
+            .await
+            .map_err(|_| Refusal::NotFound)??;
+        let found = Arc::new(found);
+        self.kept.insert(relative, found.clone());
+        Ok(found)
+    }
+}
+
+/// The path under the root that a request path names: the part after the route's prefix,
+/// percent-decoded. `..` and `.` segments (however they were spelled) never get here, since
+/// request paths are normalized before routing; they are refused again all the same.
+fn relative_path(path: &str, prefix: &str) -> Result<PathBuf, Refusal> {
+    let rest = path.strip_prefix(prefix).ok_or(Refusal::NotFound)?;
+    let decoded = percent_decode(rest.as_bytes()).ok_or(Refusal::BadPath)?;
+    if decoded.contains(&0) {
+        return Err(Refusal::BadPath);
+    }
+    let mut relative = PathBuf::new();
+    for segment in decoded.split(|&b| b == b'/') {
+        match segment {
+            b"" => {}
+            b"." | b".." => return Err(Refusal::NotFound),
+            segment => relative.push(OsStr::from_bytes(segment)),
+        }
+    }
+    Ok(relative)
+}
+
+fn percent_decode(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// Resolves `relative` under `root` (symlinks included) and reads what a response needs. Runs
+/// on the blocking pool.
+fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, Refusal> {
+    let inside = |path: &Path| -> Result<PathBuf, Refusal> {
+        let resolved = std::fs::canonicalize(path).map_err(|_| Refusal::NotFound)?;
+        if resolved.starts_with(root) {
+            Ok(resolved)
+        } else {
+            Err(Refusal::NotFound)
+        }
+    };
+    let mut path = inside(&root.join(relative))?;
+    if path.is_dir() {
+        let index = index.ok_or(Refusal::NotFound)?;
+        path = inside(&path.join(index))?;
+    }
+    let mut file = std::fs::File::open(&path).map_err(|_| Refusal::NotFound)?;
+    let metadata = file.metadata().map_err(|_| Refusal::NotFound)?;
+    if !metadata.is_file() {
+        return Err(Refusal::NotFound);
+    }
+    let len = metadata.len();
+    let modified = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    let since_epoch = modified
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let body = if len <= SMALL_FILE {
+        let mut bytes = Vec::with_capacity(len as usize);
+        file.read_to_end(&mut bytes)
+            .map_err(|_| Refusal::NotFound)?;
+        Some(Bytes::from(bytes))
+    } else {
+        None
+    };
+    let len = body.as_ref().map_or(len, |b| b.len() as u64);
+    let etag = format!("\"{len:x}-{:x}\"", since_epoch.as_nanos());
+    let content_type = mime_guess::from_path(&path)
+        .first_raw()
+        .map(|mime| match mime {
+            "text/html"
+            | "text/css"
+            | "text/plain"
+            | "text/javascript"
+            | "application/javascript" => {
+                format!("{mime}; charset=utf-8")
+            }
+            other => other.to_owned(),
+        })
+        .unwrap_or_else(|| "application/octet-stream".to_owned());
+    Ok(File {
+        path,
+        len,
+        etag: HeaderValue::from_str(&etag).expect("hex and quotes"),
+        last_modified: HeaderValue::from_str(&httpdate::fmt_http_date(modified))
+            .expect("an HTTP date"),
+        modified,
+        content_type: HeaderValue::from_str(&content_type)
+            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+        body,
+        checked: Instant::now(),
+    })
+}
+
+/// 200, 206, 304 or 416 for `file`.
+fn answer(file: &File, request: &HeaderMap, head: bool) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::Local(None));
+    let headers = response.headers_mut();
+    headers.insert(header::ETAG, file.etag.clone());
+    headers.insert(header::LAST_MODIFIED, file.last_modified.clone());
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    // Within a second of a change the date cannot tell versions apart: the ETag still does.
+    if not_modified(request, Some(&file.etag), Some(file.modified)) {
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        return response;
+    }
+    headers.insert(header::CONTENT_TYPE, file.content_type.clone());
+    let modified = file.last_modified.to_str().unwrap_or("");
+    let range = match request.get(header::RANGE) {
+        Some(range) if range_applies(request, Some(&file.etag), modified) => {
+            match byte_range(range, file.len) {
+                Some(Ok(range)) => Some(range),
+                Some(Err(())) => {
+                    *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+                    let all = format!("bytes */{}", file.len);
+                    let headers = response.headers_mut();
+                    headers.insert(
+                        header::CONTENT_RANGE,
+                        HeaderValue::from_str(&all).expect("digits"),
+                    );
+                    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+                    return response;
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let (start, end) = range.unwrap_or((0, file.len));
+    if range.is_some() {
+        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+        let content_range = format!("bytes {start}-{}/{}", end - 1, file.len);
+        response.headers_mut().insert(
+            header::CONTENT_RANGE,
+            HeaderValue::from_str(&content_range).expect("digits"),
+        );
+    }
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
+    if head {
+        return response;
+    }
+    *response.body_mut() = match &file.body {
+        Some(body) => ProxyBody::local(body.slice(start as usize..end as usize)),
+        None => stream(file.path.clone(), start, end),
+    };
+    response
+}
+
+/// `bytes=a-b`, `bytes=a-` or `bytes=-n` against a file of `len` bytes, as a half-open range;
+/// `None` for what is ignored (other units, several ranges: the whole file is sent), `Err` for
+/// a range that misses the file (416).
+fn byte_range(value: &HeaderValue, len: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = value.to_str().ok()?.trim().strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (first, last) = spec.split_once('-')?;
+    let (first, last) = (first.trim(), last.trim());
+    let number = |text: &str| text.parse::<u64>().ok();
+    let range = if first.is_empty() {
+        let suffix = number(last)?;
+        if suffix == 0 {
+            return Some(Err(()));
+        }
+        (len.saturating_sub(suffix), len)
+    } else {
+        let start = number(first)?;
+        let end = if last.is_empty() {
+            len
+        } else {
+            let last = number(last)?;
+            if last < start {
+                return None;
+            }
+            last.saturating_add(1).min(len)
+        };
+        if start >= len {
+            return Some(Err(()));
+        }
+        (start, end)
+    };
+    Some(Ok(range))
+}
+
+/// A large file's bytes `start..end`, read on the blocking pool a chunk at a time as the
+/// client takes them.
+fn stream(path: PathBuf, start: u64, end: u64) -> ProxyBody {
+    let (chunks, receiver) = tokio::sync::mpsc::channel(4);
+    tokio::task::spawn_blocking(move || {
+        let Ok(mut file) = std::fs::File::open(&path) else {
+            return;
+        };
+        if file.seek(SeekFrom::Start(start)).is_err() {
+            return;
+        }
+        let mut left = end - start;
+        while left > 0 {
+            let mut chunk = vec![0; CHUNK.min(left as usize)];
+            match file.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(read) => {
+                    chunk.truncate(read);
+                    left -= read as u64;
+                    if chunks.blocking_send(Bytes::from(chunk)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    ProxyBody::Chunks(receiver)
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::local(text));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(text: &str, len: u64) -> Option<Result<(u64, u64), ()>> {
+        byte_range(&HeaderValue::from_str(text).unwrap(), len)
+    }
+
+    #[test]
+    fn byte_ranges() {
+        assert_eq!(range("bytes=0-9", 100), Some(Ok((0, 10))));
+        assert_eq!(range("bytes=90-", 100), Some(Ok((90, 100))));
+        assert_eq!(range("bytes=-10", 100), Some(Ok((90, 100))));
+        assert_eq!(range("bytes=50-500", 100), Some(Ok((50, 100))));
+        assert_eq!(range("bytes=100-", 100), Some(Err(())));
+        assert_eq!(range("bytes=-0", 100), Some(Err(())));
+        assert_eq!(range("bytes=0-1,5-6", 100), None);
+        assert_eq!(range("items=0-1", 100), None);
+        assert_eq!(range("bytes=9-1", 100), None);
+    }
+
+    #[test]
+    fn request_paths_under_the_prefix() {
+        let ok = |path, prefix| relative_path(path, prefix).ok();
+        assert_eq!(ok("/varlik/a.css", "/varlik"), Some(PathBuf::from("a.css")));
+        assert_eq!(ok("/varlik/", "/varlik"), Some(PathBuf::new()));
+        assert_eq!(
+            ok("/varlik/alt%20dosya", "/varlik"),
+            Some(PathBuf::from("alt dosya"))
+        );
+        assert!(matches!(
+            relative_path("/varlik/a%00b", "/varlik"),
+            Err(Refusal::BadPath)
+        ));
+        assert!(matches!(
+            relative_path("/varlik/%2e%2e/x", "/varlik"),
+            Err(Refusal::NotFound)
+        ));
+        assert!(matches!(
+            relative_path("/varlik/%zz", "/varlik"),
+            Err(Refusal::BadPath)
+        ));
+    }
+}

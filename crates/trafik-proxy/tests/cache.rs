@@ -1,0 +1,589 @@
+//! The edge cache live: trafik in front of `trafik upstream` replicas (and, for revalidation, an
+//! origin with validators), on real loopback sockets; the origin's own counters say what
+//! reached it.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use support::*;
+use trafik_proxy::{CacheHeader, CachePlan, Plan, Running, TargetPlan};
+
+/// The course's edge: x-kenar says isabet or iska.
+fn cache_plan(default_ttl: Duration) -> CachePlan {
+    CachePlan {
+        name: "kenar".into(),
+        max_entries: 1000,
+        max_bytes: 1 << 20,
+        policy: trafik_cache::Policy::Lru,
+        default_ttl,
+        stale_while_revalidate: Duration::ZERO,
+        stale_if_error: Duration::ZERO,
+        header: Some(CacheHeader {
+            name: http::HeaderName::from_static("x-kenar"),
+            hit: HeaderValue::from_static("isabet"),
+            miss: HeaderValue::from_static("iska"),
+        }),
+    }
+}
+
+/// One listener whose only route puts `cache` in front of pool `takip` (`backends`).
+fn edge(backends: &[SocketAddr], cache: CachePlan) -> Plan {
+    let mut plan = plan(backends);
+    let route = &mut routes(&mut plan)[0];
+    route.target = TargetPlan::Cached {
+        cache: Arc::new(cache),
+        target: Box::new(route.target.clone()),
+    };
+    plan
+}
+
+/// Requests the replica answered (its own counter).
+async fn origin_requests(replica: SocketAddr) -> u64 {
+    get(replica, "/sayac").await.json()["istek"]
+        .as_u64()
+        .unwrap()
+}
+
+async fn cache_status(running: &Running) -> serde_json::Value {
+    status(running).await["caches"][0].clone()
+}
+
+/// A request to the admin API with a body.
+async fn admin(running: &Running, method: &str, path: &str, body: &str) -> Answer {
+    let address = running.admin_address().unwrap();
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", address.to_string())
+        .header("content-type", "text/css")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    Client::connect(address).await.send(request).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_a_miss_then_hits_and_six_requests_for_two_numbers_reach_the_origin_twice() {
+    let origin = replicas(1).await;
+    let running = trafik_proxy::start(edge(
+        &[origin[0].address()],
+        cache_plan(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    let mut seen = Vec::new();
+    for _round in 0..3 {
+        for number in ["TR900011", "TR900012"] {
+            let answer = get(web(&running), &format!("/takip/{number}")).await;
+            assert_eq!(answer.status, 200);
+            assert!(answer.text().contains(number));
+            assert!(
+                answer.header("cache-status").is_some(),
+                "every answer says what the cache did"
+            );
+            seen.push(answer.header("x-kenar").unwrap().to_owned());
+        }
+    }
+    assert_eq!(
+        seen,
+        ["iska", "iska", "isabet", "isabet", "isabet", "isabet"]
+    );
+    assert_eq!(origin_requests(origin[0].address()).await, 2);
+    let counters = cache_status(&running).await;
+    assert_eq!(counters["hits"], 4);
+    assert_eq!(counters["misses"], 2);
+    assert_eq!(counters["origin_requests"], 2);
+    assert_eq!(counters["entries"], 2);
+    let answer = get(web(&running), "/takip/TR900011").await;
+    assert!(answer.header("cache-status").unwrap().contains("hit"));
+    assert!(answer.header("age").is_some());
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_misses_for_one_key_reach_the_origin_once() {
+    // A slow origin, so every request arrives while the first is still being answered.
+    let origin = replica(
+        "k1",
+        LOOPBACK_ANY_PORT.parse().unwrap(),
+        Duration::from_millis(500),
+    )
+    .await;
+    let running = trafik_proxy::start(edge(
+        &[origin.address()],
+        cache_plan(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    let address = web(&running);
+    let mut clients = Vec::new();
+    for _ in 0..100 {
+        clients.push(tokio::spawn(
+            async move { get(address, "/takip/TR-1").await },
+        ));
+    }
+    let mut bodies = std::collections::BTreeSet::new();
+    for client in clients {
+        let answer = client.await.unwrap();
+        assert_eq!(answer.status, 200);
+        bodies.insert(answer.body);
+    }
+    assert_eq!(bodies.len(), 1);
+    assert_eq!(origin_requests(origin.address()).await, 1);
+    let counters = cache_status(&running).await;
+    assert_eq!(counters["origin_requests"], 1);
+    // Each request was a hit (it came after the copy was stored) or waited for the one fetch.
+    let coalesced = counters["coalesced"].as_u64().unwrap();
+    let hits = counters["hits"].as_u64().unwrap();
+    assert_eq!(coalesced + hits, 99, "{counters}");
+    assert!(coalesced > 0, "{counters}");
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_makes_the_next_request_a_miss() {
+    let origin = replicas(1).await;
+    let running = trafik_proxy::start(edge(
+        &[origin[0].address()],
+        cache_plan(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    for path in ["/takip/TR-1", "/takip/TR-2", "/takip/TR-1", "/olay"] {
+        get(web(&running), path).await;
+    }
+    assert_eq!(
+        get(web(&running), "/takip/TR-1").await.header("x-kenar"),
+        Some("isabet")
+    );
+    let purged = admin(&running, "POST", "/caches/kenar/purge?path=/takip/TR-1", "").await;
+    assert_eq!(purged.status, 200);
+    assert_eq!(purged.json()["purged"], 1);
+    assert_eq!(
+        get(web(&running), "/takip/TR-1").await.header("x-kenar"),
+        Some("iska")
+    );
+    assert_eq!(
+        get(web(&running), "/takip/TR-2").await.header("x-kenar"),
+        Some("isabet")
+    );
+    let purged = admin(&running, "POST", "/caches/kenar/purge?prefix=/takip/", "").await;
+    assert_eq!(purged.json()["purged"], 2);
+    assert_eq!(
+        get(web(&running), "/takip/TR-2").await.header("x-kenar"),
+        Some("iska")
+    );
+    assert_eq!(
+        get(web(&running), "/olay").await.header("x-kenar"),
+        Some("isabet")
+    );
+    let counters = cache_status(&running).await;
+    assert_eq!(counters["purged"], 3);
+    let missing = admin(&running, "POST", "/caches/kenar/purge", "").await;
+    assert_eq!(missing.status, 400);
+    let unknown = admin(&running, "POST", "/caches/yok/purge?prefix=/", "").await;
+    assert_eq!(unknown.status, 404);
+    // A page of another origin may not purge (nor push, nor preload) through a browser.
+    let address = running.admin_address().unwrap();
+    let foreign = Request::post("/caches/kenar/purge?prefix=/")
+        .header("host", address.to_string())
+        .header("origin", "http://kotu.example")
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(
+        Client::connect(address).await.send(foreign).await.status,
+        403
+    );
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushed_object_is_a_hit_that_never_reaches_the_origin() {
+    let origin = replicas(1).await;
+    let running = trafik_proxy::start(edge(
+        &[origin[0].address()],
+        cache_plan(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    let pushed = admin(
+        &running,
+        "PUT",
+        "/caches/kenar/objects?path=/varlik/stil.css",
+        "h1{}",
+    )
+    .await;
+    assert_eq!(pushed.status, 200, "{}", pushed.text());
+    assert_eq!(pushed.json()["bytes"], 4);
+    let version = pushed.json()["version"].as_u64().unwrap();
+    let answer = get(web(&running), "/varlik/stil.css").await;
+    assert_eq!(answer.header("x-kenar"), Some("isabet"));
+    assert_eq!(answer.text(), "h1{}");
+    assert_eq!(answer.header("content-type"), Some("text/css"));
+    assert_eq!(
+        answer.header("etag"),
+        Some(format!("\"trafik-{version}\"").as_str())
+    );
+    assert_eq!(origin_requests(origin[0].address()).await, 0);
+    // A newer push replaces it, with a newer version.
+    let again = admin(
+        &running,
+        "PUT",
+        "/caches/kenar/objects?path=/varlik/stil.css",
+        "h2{}",
+    )
+    .await;
+    assert!(again.json()["version"].as_u64().unwrap() > version);
+    assert_eq!(get(web(&running), "/varlik/stil.css").await.text(), "h2{}");
+    assert_eq!(cache_status(&running).await["pushed"], 2);
+    let wrong = admin(&running, "POST", "/caches/kenar/objects?path=/x", "").await;
+    assert_eq!(wrong.status, 405);
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preloading_twenty_paths_makes_the_next_twenty_requests_hits() {
+    let origin = replicas(1).await;
+    let running = trafik_proxy::start(edge(
+        &[origin[0].address()],
+        cache_plan(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    let paths: Vec<String> = (1..=20).map(|n| format!("/takip/TR9000{n:02}")).collect();
+    let preloaded = admin(
+        &running,
+        "POST",
+        "/caches/kenar/preload",
+        &serde_json::to_string(&paths).unwrap(),
+    )
+    .await;
+    assert_eq!(preloaded.status, 200, "{}", preloaded.text());
+    assert_eq!(preloaded.json()["preloaded"], 20);
+    assert_eq!(preloaded.json()["failed"], 0);
+    assert_eq!(origin_requests(origin[0].address()).await, 20);
+    for path in &paths {
+        let answer = get(web(&running), path).await;
+        assert_eq!(answer.header("x-kenar"), Some("isabet"), "{path}");
+    }
+    assert_eq!(origin_requests(origin[0].address()).await, 20);
+    let counters = cache_status(&running).await;
+    assert_eq!(counters["preloaded"], 20);
+    assert_eq!(counters["hits"], 20);
+    let bad = admin(
+        &running,
+        "POST",
+        "/caches/kenar/preload",
+        "{\"not\": \"a list\"}",
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_error_within_stale_if_error_serves_the_stale_copy() {
+    let origin = replicas(1).await;
+    let mut cache = cache_plan(Duration::from_secs(1));
+    cache.stale_if_error = Duration::from_secs(600);
+    let running = trafik_proxy::start(edge(&[origin[0].address()], cache)).unwrap();
+    let fresh = get(web(&running), "/takip/TR-7").await;
+    assert_eq!(fresh.header("x-kenar"), Some("iska"));
+    for replica in origin {
+        replica.stop().await;
+    }
+    // Past its freshness: the copy must go to the origin, which is gone.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let stale = get(web(&running), "/takip/TR-7").await;
+    assert_eq!(stale.status, 200);
+    assert_eq!(stale.body, fresh.body);
+    let said = stale.header("cache-status").unwrap();
+    assert!(
+        said.contains("fwd=stale") && said.contains("stale-if-error"),
+        "{said}"
+    );
+    assert!(said.contains("fwd-status=502"), "{said}");
+    // A key never stored has no stale copy: the error goes through, marked as a miss.
+    let missing = get(web(&running), "/takip/TR-8").await;
+    assert_eq!(missing.status, 502);
+    assert_eq!(missing.header("x-kenar"), Some("iska"));
+    assert_eq!(cache_status(&running).await["stale_served"], 1);
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_while_revalidate_answers_at_once_and_refreshes_behind() {
+    let origin = replicas(1).await;
+    let mut cache = cache_plan(Duration::from_secs(1));
+    cache.stale_while_revalidate = Duration::from_secs(600);
+    let running = trafik_proxy::start(edge(&[origin[0].address()], cache)).unwrap();
+    get(web(&running), "/takip/TR-3").await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let stale = get(web(&running), "/takip/TR-3").await;
+    assert_eq!(stale.header("x-kenar"), Some("isabet"));
+    let said = stale.header("cache-status").unwrap();
+    assert!(said.contains("stale-while-revalidate"), "{said}");
+    // The refresh runs on a worker after the answer: the origin sees it.
+    let mut waited = 0;
+    while origin_requests(origin[0].address()).await < 2 {
+        assert!(waited < 100, "the stale copy was never refreshed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+    let fresh = get(web(&running), "/takip/TR-3").await;
+    assert!(fresh.header("cache-status").unwrap().contains("hit; ttl="));
+    assert_eq!(origin_requests(origin[0].address()).await, 2);
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_the_cache_may_not_answer_go_to_the_origin_and_say_why() {
+    let origin = replicas(1).await;
+    let running = trafik_proxy::start(edge(
+        &[origin[0].address()],
+        cache_plan(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    let post = client
+        .send(
+            Request::post("/olay")
+                .header("host", "kargo.test")
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(post.status, 201);
+    assert!(post.header("cache-status").unwrap().ends_with("fwd=method"));
+    // What GET /olay answered (404, cacheable by default) is stored; a POST that succeeds
+    // there makes it stale: the next GET goes to the origin again.
+    assert_eq!(client.get("/olay").await.header("x-kenar"), Some("iska"));
+    assert_eq!(client.get("/olay").await.header("x-kenar"), Some("isabet"));
+    let changed = client
+        .send(
+            Request::post("/olay")
+                .header("host", "kargo.test")
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(changed.status, 201);
+    assert_eq!(client.get("/olay").await.header("x-kenar"), Some("iska"));
+    for _ in 0..2 {
+        let no_store = client
+            .send(
+                Request::get("/takip/TR-1")
+                    .header("host", "kargo.test")
+                    .header("cache-control", "no-store")
+                    .body(Full::default())
+                    .unwrap(),
+            )
+            .await;
+        assert!(
+            no_store
+                .header("cache-status")
+                .unwrap()
+                .ends_with("fwd=request")
+        );
+    }
+    assert_eq!(origin_requests(origin[0].address()).await, 6);
+    assert_eq!(cache_status(&running).await["entries"], 1);
+    stop(running).await;
+}
+
+/// An origin whose answers carry an ETag and stay fresh for one second; it answers 304 to a
+/// request naming that ETag. Counts its 200s and 304s.
+async fn validating_origin() -> (SocketAddr, Arc<[AtomicUsize; 2]>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let counts: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let counting = counts.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counting = counting.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let counting = counting.clone();
+                    async move {
+                        let matches = request
+                            .headers()
+                            .get("if-none-match")
+                            .is_some_and(|tag| tag == "\"v1\"");
+                        let mut response = Response::new(Full::new(if matches {
+                            Bytes::new()
+                        } else {
+                            Bytes::from_static(b"surum 1")
+                        }));
+                        if matches {
+                            *response.status_mut() = StatusCode::NOT_MODIFIED;
+                            counting[1].fetch_add(1, Ordering::SeqCst);
+                        } else {
+                            counting[0].fetch_add(1, Ordering::SeqCst);
+                        }
+                        let headers = response.headers_mut();
+                        headers.insert("etag", HeaderValue::from_static("\"v1\""));
+                        let fresh_for = if matches { "max-age=60" } else { "max-age=1" };
+                        headers.insert("cache-control", HeaderValue::from_static(fresh_for));
+                        headers.insert(
+                            "x-tur",
+                            HeaderValue::from(counting[1].load(Ordering::SeqCst)),
+                        );
+                        Ok::<_, std::convert::Infallible>(response)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, counts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_304_from_the_origin_refreshes_the_stored_copy() {
+    let (origin, counts) = validating_origin().await;
+    let running = trafik_proxy::start(edge(&[origin], cache_plan(Duration::ZERO))).unwrap();
+    let first = get(web(&running), "/takip/TR-5").await;
+    assert_eq!(first.text(), "surum 1");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let revalidated = get(web(&running), "/takip/TR-5").await;
+    assert_eq!(revalidated.status, 200);
+    assert_eq!(revalidated.text(), "surum 1");
+    let said = revalidated.header("cache-status").unwrap();
+    assert!(said.contains("fwd=stale; fwd-status=304"), "{said}");
+    // The 304's headers replaced the stored ones.
+    assert_eq!(revalidated.header("x-tur"), Some("1"));
+    assert_eq!(counts[0].load(Ordering::SeqCst), 1);
+    assert_eq!(counts[1].load(Ordering::SeqCst), 1);
+    assert_eq!(cache_status(&running).await["revalidated"], 1);
+    // A client's own validator is answered by the cache.
+    let mut client = Client::connect(web(&running)).await;
+    let conditional = client
+        .send(
+            Request::get("/takip/TR-5")
+                .header("host", "kargo.test")
+                .header("if-none-match", "\"v1\"")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(conditional.status, 304);
+    assert_eq!(
+        counts[0].load(Ordering::SeqCst) + counts[1].load(Ordering::SeqCst),
+        2
+    );
+    stop(running).await;
+}
+
+/// An origin that answers in the language asked for (`Vary: accept-language`, fresh a minute),
+/// after `delay`; counts its answers.
+async fn varying_origin(delay: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counting = count.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counting = counting.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let counting = counting.clone();
+                    async move {
+                        tokio::time::sleep(delay).await;
+                        counting.fetch_add(1, Ordering::SeqCst);
+                        let language = request
+                            .headers()
+                            .get("accept-language")
+                            .map_or(Bytes::from_static(b"-"), |v| {
+                                Bytes::copy_from_slice(v.as_bytes())
+                            });
+                        let mut response = Response::new(Full::new(language));
+                        let headers = response.headers_mut();
+                        headers.insert("vary", HeaderValue::from_static("Accept-Language"));
+                        headers.insert("cache-control", HeaderValue::from_static("max-age=60"));
+                        Ok::<_, std::convert::Infallible>(response)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, count)
+}
+
+async fn in_language(address: SocketAddr, language: &str) -> Answer {
+    Client::connect(address)
+        .await
+        .send(
+            Request::get("/takip/TR-1")
+                .header("host", "kargo.test")
+                .header("accept-language", language)
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_variant_of_a_varying_answer_is_its_own_entry_even_when_requests_collapse() {
+    let (origin, count) = varying_origin(Duration::from_millis(300)).await;
+    let running = trafik_proxy::start(edge(&[origin], cache_plan(Duration::ZERO))).unwrap();
+    let address = web(&running);
+    // Concurrent first requests in two languages: the Turkish ones may wait on the English
+    // fetch, but must not be answered with its variant.
+    let mut asking = Vec::new();
+    for n in 0..10 {
+        let language = if n % 2 == 0 { "tr" } else { "en" };
+        asking.push(tokio::spawn(async move {
+            (language, in_language(address, language).await)
+        }));
+    }
+    for asked in asking {
+        let (language, answer) = asked.await.unwrap();
+        assert_eq!(answer.text(), language);
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    for language in ["tr", "en"] {
+        let answer = in_language(address, language).await;
+        assert_eq!(answer.text(), language);
+        assert_eq!(answer.header("x-kenar"), Some("isabet"));
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_a_cache_whose_settings_stay_and_empties_one_that_changes() {
+    let origin = replicas(1).await;
+    let plan = edge(&[origin[0].address()], cache_plan(Duration::from_secs(60)));
+    let running = trafik_proxy::start(plan.clone()).unwrap();
+    get(web(&running), "/takip/TR-1").await;
+    running.apply(plan).unwrap();
+    let kept = get(web(&running), "/takip/TR-1").await;
+    assert_eq!(kept.header("x-kenar"), Some("isabet"));
+    assert_eq!(
+        cache_status(&running).await["hits"],
+        1,
+        "the counters carried over too"
+    );
+    let mut smaller = cache_plan(Duration::from_secs(60));
+    smaller.max_entries = 10;
+    running
+        .apply(edge(&[origin[0].address()], smaller))
+        .unwrap();
+    let refetched = get(web(&running), "/takip/TR-1").await;
+    assert_eq!(refetched.header("x-kenar"), Some("iska"));
+    assert_eq!(origin_requests(origin[0].address()).await, 2);
+    stop(running).await;
+}

@@ -1,0 +1,331 @@
+//! Static routes live: files from a directory the test writes, on real loopback sockets; and
+//! the course's lesson 4, one page load counted by the app process, proxied and split.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use support::*;
+use trafik_proxy::{Plan, RoutePlan, Running, TargetPlan};
+
+/// A fresh directory under the system's temporary folder.
+fn folder(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("trafik-files-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn static_route(prefix: &str, root: &Path, index: Option<&str>) -> RoutePlan {
+    let mut route = route(prefix, "takip");
+    route.target = TargetPlan::Static {
+        root: root.to_owned(),
+        index: index.map(str::to_owned),
+    };
+    route
+}
+
+/// A plan whose `/varlik` route serves `root`; everything else goes to the pool.
+fn site(root: &Path, backends: &[SocketAddr]) -> Plan {
+    let mut plan = plan(backends);
+    routes(&mut plan).push(static_route("/varlik", root, Some("index.html")));
+    plan
+}
+
+async fn send(address: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "kargo.test");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    Client::connect(address)
+        .await
+        .send(request.body(Full::default()).unwrap())
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_come_with_validators_ranges_and_their_content_type() {
+    let root = folder("serve");
+    std::fs::write(root.join("bicem.css"), "body { color: #234 }\n").unwrap();
+    std::fs::write(root.join("index.html"), "<h1>takip</h1>\n").unwrap();
+    std::fs::create_dir(root.join("bos")).unwrap();
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    let address = web(&running);
+    let css = send(address, "GET", "/varlik/bicem.css", &[]).await;
+    assert_eq!(css.status, 200);
+    assert_eq!(css.text(), "body { color: #234 }\n");
+    assert_eq!(css.header("content-type"), Some("text/css; charset=utf-8"));
+    assert_eq!(css.header("accept-ranges"), Some("bytes"));
+    let etag = css.header("etag").unwrap().to_owned();
+    let modified = css.header("last-modified").unwrap().to_owned();
+    let again = send(
+        address,
+        "GET",
+        "/varlik/bicem.css",
+        &[("if-none-match", &etag)],
+    )
+    .await;
+    assert_eq!((again.status, again.body.len()), (304, 0));
+    let since = send(
+        address,
+        "GET",
+        "/varlik/bicem.css",
+        &[("if-modified-since", &modified)],
+    )
+    .await;
+    assert_eq!(since.status, 304);
+    let part = send(
+        address,
+        "GET",
+        "/varlik/bicem.css",
+        &[("range", "bytes=0-3")],
+    )
+    .await;
+    assert_eq!(part.status, 206);
+    assert_eq!(part.text(), "body");
+    assert_eq!(part.header("content-range"), Some("bytes 0-3/21"));
+    let tail = send(
+        address,
+        "GET",
+        "/varlik/bicem.css",
+        &[("range", "bytes=-2")],
+    )
+    .await;
+    assert_eq!(tail.text(), "}\n");
+    let outside = send(
+        address,
+        "GET",
+        "/varlik/bicem.css",
+        &[("range", "bytes=100-")],
+    )
+    .await;
+    assert_eq!(outside.status, 416);
+    assert_eq!(outside.header("content-range"), Some("bytes */21"));
+    let stale_range = send(
+        address,
+        "GET",
+        "/varlik/bicem.css",
+        &[("range", "bytes=0-3"), ("if-range", "\"eski\"")],
+    )
+    .await;
+    assert_eq!((stale_range.status, stale_range.body.len()), (200, 21));
+    let head = send(address, "HEAD", "/varlik/bicem.css", &[]).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-length"), Some("21"));
+    assert!(head.body.is_empty());
+    let index = send(address, "GET", "/varlik/", &[]).await;
+    assert_eq!(index.text(), "<h1>takip</h1>\n");
+    assert_eq!(
+        index.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    assert_eq!(send(address, "GET", "/varlik/bos", &[]).await.status, 404);
+    assert_eq!(
+        send(address, "GET", "/varlik/yok.css", &[]).await.status,
+        404
+    );
+    assert_eq!(
+        send(address, "POST", "/varlik/bicem.css", &[]).await.status,
+        405
+    );
+    // A file that changes is seen changed (kept copies are checked again after a second).
+    std::fs::write(root.join("bicem.css"), "body { color: #432 }\n").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let changed = send(
+        address,
+        "GET",
+        "/varlik/bicem.css",
+        &[("if-none-match", &etag)],
+    )
+    .await;
+    assert_eq!(changed.status, 200);
+    assert_eq!(changed.text(), "body { color: #432 }\n");
+    let counters = status(&running).await["static"][0].clone();
+    assert_eq!(counters["requests"], 13, "{counters}");
+    assert_eq!(counters["not_modified"], 2);
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_file_streams_whole_and_in_ranges() {
+    let root = folder("large");
+    let content: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(root.join("arsiv.bin"), &content).unwrap();
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    let whole = send(web(&running), "GET", "/varlik/arsiv.bin", &[]).await;
+    assert_eq!(whole.status, 200);
+    assert_eq!(
+        whole.header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert!(whole.body == content, "the streamed body differs");
+    let part = send(
+        web(&running),
+        "GET",
+        "/varlik/arsiv.bin",
+        &[("range", "bytes=1000000-1999999")],
+    )
+    .await;
+    assert_eq!(part.status, 206);
+    assert!(part.body[..] == content[1_000_000..2_000_000]);
+    assert_eq!(status(&running).await["static"][0]["bytes"], 4_000_000);
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_that_leave_the_root_are_refused_and_never_read() {
+    let base = folder("safety");
+    let root = base.join("kok");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("acik.txt"), "acik").unwrap();
+    std::fs::write(base.join("gizli.txt"), "gizli").unwrap();
+    std::os::unix::fs::symlink(base.join("gizli.txt"), root.join("kacis.txt")).unwrap();
+    std::os::unix::fs::symlink(&base, root.join("ust")).unwrap();
+    std::os::unix::fs::symlink(root.join("acik.txt"), root.join("ic.txt")).unwrap();
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    let address = web(&running);
+    assert_eq!(
+        send(address, "GET", "/varlik/acik.txt", &[]).await.text(),
+        "acik"
+    );
+    // A symlink that stays inside the root is followed.
+    assert_eq!(
+        send(address, "GET", "/varlik/ic.txt", &[]).await.text(),
+        "acik"
+    );
+    for path in [
+        "/varlik/kacis.txt",
+        "/varlik/ust/gizli.txt",
+        "/varlik/../gizli.txt",
+        "/varlik/%2e%2e/gizli.txt",
+        "/varlik/.%2E/gizli.txt",
+    ] {
+        let answer = send(address, "GET", path, &[]).await;
+        // `..` is resolved before routing: /varlik/../x is /x, another route's path (here
+        // a pool without backends); the static route never sees it.
+        assert!(
+            [400, 404, 503].contains(&answer.status),
+            "{path}: {} {}",
+            answer.status,
+            answer.text()
+        );
+        assert!(!answer.text().contains("gizli"), "{path} leaked the file");
+    }
+    assert_eq!(
+        send(address, "GET", "/varlik/acik.txt%00.css", &[])
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        send(address, "GET", "/varlik/%2e%2e%2fgizli.txt", &[])
+            .await
+            .status,
+        400
+    );
+    stop(running).await;
+}
+
+/// The lesson's app process: `/takip/<no>` answers the 480-byte tracking body, `/varlik/<name>`
+/// a file of `assets`; it counts requests and body bytes it sent.
+async fn app(assets: PathBuf) -> (SocketAddr, Arc<[AtomicU64; 2]>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let counts: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let counting = counts.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (counting, assets) = (counting.clone(), assets.clone());
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let (counting, assets) = (counting.clone(), assets.clone());
+                    async move {
+                        let path = request.uri().path();
+                        let body = match path.strip_prefix("/varlik/") {
+                            Some(name) => Bytes::from(std::fs::read(assets.join(name)).unwrap()),
+                            None => {
+                                let number = path.trim_start_matches("/takip/");
+                                let head =
+                                    format!("{{\"takip\":\"{number}\",\"durum\":\"aktarma\"}}");
+                                Bytes::from(format!("{head:<480}"))
+                            }
+                        };
+                        counting[0].fetch_add(1, Ordering::SeqCst);
+                        counting[1].fetch_add(body.len() as u64, Ordering::SeqCst);
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(body)))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, counts)
+}
+
+/// The lesson's 20 assets (T13): five named ones and 15 icons, 216,000 bytes.
+fn course_assets(dir: &Path) -> Vec<String> {
+    let mut assets = vec![
+        ("kabuk.html".to_owned(), 6_000),
+        ("bicem.css".to_owned(), 40_000),
+        ("uygulama.js".to_owned(), 120_000),
+        ("yazitipi.woff2".to_owned(), 28_000),
+        ("logo.svg".to_owned(), 4_000),
+    ];
+    assets.extend((1..=15).map(|i| (format!("simge-{i}.svg"), 1_200)));
+    for (name, bytes) in &assets {
+        std::fs::write(dir.join(name), "x".repeat(*bytes)).unwrap();
+    }
+    assets.into_iter().map(|(name, _)| name).collect()
+}
+
+/// One page load through trafik: the tracking request, then every asset.
+async fn page_load(running: &Running, assets: &[String]) {
+    assert_eq!(get(web(running), "/takip/TR900011").await.status, 200);
+    for asset in assets {
+        assert_eq!(
+            get(web(running), &format!("/varlik/{asset}")).await.status,
+            200
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lesson_4_the_app_sees_21_requests_proxied_and_1_with_a_static_content_path() {
+    let assets_dir = folder("lesson4");
+    let assets = course_assets(&assets_dir);
+    let (address, counts) = app(assets_dir.clone()).await;
+    let read = |counts: &[AtomicU64; 2]| {
+        (
+            counts[0].swap(0, Ordering::SeqCst),
+            counts[1].swap(0, Ordering::SeqCst),
+        )
+    };
+    // Combined: every path goes to the app.
+    let combined = trafik_proxy::start(plan(&[address])).unwrap();
+    page_load(&combined, &assets).await;
+    assert_eq!(read(&counts), (21, 216_480));
+    stop(combined).await;
+    // Split: /varlik is a static route of trafik's own.
+    let split = trafik_proxy::start(site(&assets_dir, &[address])).unwrap();
+    page_load(&split, &assets).await;
+    assert_eq!(read(&counts), (1, 480));
+    let served = status(&split).await["static"][0].clone();
+    assert_eq!(served["requests"], 20);
+    assert_eq!(served["bytes"], 216_000);
+    stop(split).await;
+}
