@@ -102,7 +102,9 @@ pub fn mask(address: IpAddr, length: u8) -> IpAddr {
     match address {
         IpAddr::V4(v4) => {
             let bits = u32::from(v4);
-            let kept = u32::MAX.checked_shl(32 - u32::from(length.min(32))).unwrap_or(0);
+            let kept = u32::MAX
+                .checked_shl(32 - u32::from(length.min(32)))
+                .unwrap_or(0);
             IpAddr::V4((bits & kept).into())
         }
         IpAddr::V6(v6) => {
@@ -496,7 +498,9 @@ mod tests {
         assert_eq!(picks.iter().filter(|r| **r == B06).count(), 2);
         let without_b34 = live.with(B34, false);
         for _ in 0..20 {
-            let region = policy.decide(client("10.1.0.1"), &groups, without_b34, 0).regions[0];
+            let region = policy
+                .decide(client("10.1.0.1"), &groups, without_b34, 0)
+                .regions[0];
             assert_ne!(region, B34);
         }
     }
@@ -527,7 +531,11 @@ mod tests {
             assert_eq!(again.scope, 24);
         }
         let spread: std::collections::HashSet<Region> = (0..64)
-            .map(|net| policy.decide(client(&format!("10.9.{net}.1")), &groups, live, 0).regions[0])
+            .map(|net| {
+                policy
+                    .decide(client(&format!("10.9.{net}.1")), &groups, live, 0)
+                    .regions[0]
+            })
             .collect();
         assert_eq!(spread.len(), 3);
     }
@@ -543,7 +551,9 @@ mod tests {
         let live = Live::all(3).with(B35, false);
         let mut counts = [0usize; 3];
         for draw in 0..700u64 {
-            counts[policy.decide(client("10.1.0.1"), &groups, live, draw).regions[0]] += 1;
+            counts[policy
+                .decide(client("10.1.0.1"), &groups, live, draw)
+                .regions[0]] += 1;
         }
         assert_eq!(counts, [500, 0, 200]);
     }
@@ -558,13 +568,24 @@ mod tests {
         };
         let live = Live::all(3);
         let c = client("10.1.0.1");
-        assert_eq!(policy(AllDown::Empty).decide(c, &groups, live, 0).regions, vec![B34]);
+        assert_eq!(
+            policy(AllDown::Empty).decide(c, &groups, live, 0).regions,
+            vec![B34]
+        );
         let b34_down = live.with(B34, false);
         let decision = policy(AllDown::Empty).decide(c, &groups, b34_down, 0);
         assert_eq!((decision.regions, decision.failover), (vec![B35], true));
         let none = Live::none();
-        assert!(policy(AllDown::Empty).decide(c, &groups, none, 0).regions.is_empty());
-        assert_eq!(policy(AllDown::Primary).decide(c, &groups, none, 0).regions, vec![B34]);
+        assert!(
+            policy(AllDown::Empty)
+                .decide(c, &groups, none, 0)
+                .regions
+                .is_empty()
+        );
+        assert_eq!(
+            policy(AllDown::Primary).decide(c, &groups, none, 0).regions,
+            vec![B34]
+        );
     }
 
     #[test]
@@ -575,10 +596,19 @@ mod tests {
             max: 2,
         };
         let c = client("10.1.0.1");
-        assert_eq!(policy.decide(c, &groups, Live::all(3), 0).regions, vec![B34, B35]);
+        assert_eq!(
+            policy.decide(c, &groups, Live::all(3), 0).regions,
+            vec![B34, B35]
+        );
         let b34_down = Live::all(3).with(B34, false);
-        assert_eq!(policy.decide(c, &groups, b34_down, 0).regions, vec![B35, B06]);
-        assert_eq!(policy.decide(c, &groups, Live::none(), 0).regions, vec![B34, B35]);
+        assert_eq!(
+            policy.decide(c, &groups, b34_down, 0).regions,
+            vec![B35, B06]
+        );
+        assert_eq!(
+            policy.decide(c, &groups, Live::none(), 0).regions,
+            vec![B34, B35]
+        );
     }
 
     #[test]
@@ -589,7 +619,15 @@ mod tests {
         assert!(!prefix.contains("10.2.3.4".parse().unwrap()));
         assert!(!prefix.contains("::1".parse().unwrap()));
         assert!(Prefix::parse("10.0.0.0/33").is_none());
-        assert!(Prefix::parse("2001:db8::/32").unwrap().contains("2001:db8::1".parse().unwrap()));
-        assert!(Prefix::parse("0.0.0.0/0").unwrap().contains("1.2.3.4".parse().unwrap()));
+        assert!(
+            Prefix::parse("2001:db8::/32")
+                .unwrap()
+                .contains("2001:db8::1".parse().unwrap())
+        );
+        assert!(
+            Prefix::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("1.2.3.4".parse().unwrap())
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! No model does I/O; each returns a report that serializes to JSON and renders as text.
 
 pub mod course;
+pub mod dns;
 pub mod queue;
 pub mod remap;
 pub mod sticky;

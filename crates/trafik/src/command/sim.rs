@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
-use trafik_sim::{SimError, queue, remap, sticky, subjects};
+use trafik_sim::{SimError, dns, queue, remap, sticky, subjects};
 
 use super::say;
-use crate::cli::{HashArgs, QueueArgs, SimModel, StickyArgs, SubjectsArgs};
+use crate::cli::{DnsArgs, FailoverArgs, HashArgs, QueueArgs, SimModel, StickyArgs, SubjectsArgs};
 
 pub fn run(model: SimModel) -> Result<ExitCode, String> {
     match model {
@@ -28,6 +28,16 @@ pub fn run(model: SimModel) -> Result<ExitCode, String> {
             sticky::run(&(&args).into()),
             args.json,
             sticky::StickyReport::render,
+        ),
+        SimModel::Dns(args) => show(
+            dns::run_dns(&(&args).into()),
+            args.json,
+            dns::DnsReport::render,
+        ),
+        SimModel::Failover(args) => show(
+            dns::run_failover(&(&args).into()),
+            args.json,
+            dns::FailoverReport::render,
         ),
     }?;
     Ok(ExitCode::SUCCESS)
@@ -99,6 +109,35 @@ impl From<&StickyArgs> for sticky::StickyOptions {
         sticky::StickyOptions {
             clients: args.clients.0.clone(),
             virtual_nodes: args.vnodes,
+        }
+    }
+}
+
+impl From<&DnsArgs> for dns::DnsOptions {
+    fn from(args: &DnsArgs) -> Self {
+        dns::DnsOptions {
+            resolvers: args.resolvers,
+            rate: args.rate,
+            ttls: args.ttls.clone(),
+            ttl: args.ttl,
+            duration: args.duration,
+        }
+    }
+}
+
+impl From<&FailoverArgs> for dns::FailoverOptions {
+    fn from(args: &FailoverArgs) -> Self {
+        dns::FailoverOptions {
+            resolvers: args.resolvers,
+            rate: args.rate,
+            ttls: args.ttls.clone(),
+            ttl: args.ttl,
+            fail_at: args.fail_at,
+            detection: args.detection,
+            duration: args.duration,
+            region: args.region.clone(),
+            policy: args.policy.clone(),
+            availability: args.availability,
         }
     }
 }
