@@ -158,7 +158,7 @@ pub enum WeightedChoice {
 }
 
 /// One name's routing policy.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Policy {
     /// The client's group's region, or that region's fallbacks in turn when it is down.
     Geo {
@@ -198,6 +198,13 @@ pub struct Weighted {
     pub consistent: Option<(u8, u8)>,
     /// The next pattern slot.
     cursor: AtomicUsize,
+}
+
+/// A copy starts at the pattern's first slot, as a freshly configured name does.
+impl Clone for Weighted {
+    fn clone(&self) -> Self {
+        Weighted::new(self.choice.clone(), self.pattern.clone(), self.consistent)
+    }
 }
 
 impl Weighted {
