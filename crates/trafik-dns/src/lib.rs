@@ -10,5 +10,6 @@ pub mod policy;
 pub mod server;
 pub mod zone;
 
+pub use hickory_proto::rr::Name as DomainName;
 pub use server::{DnsServer, Liveness};
 pub use zone::{Authority, DnsPlan};

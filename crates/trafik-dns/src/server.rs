@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, UdpSocket};
 
 use crate::policy::{Client, Live, mask};
-use crate::zone::{Authority, Code};
+use crate::zone::{Authority, Code, DnsPlan};
 
 /// The largest UDP answer trafik sends, whatever buffer a client offers (the 2020 DNS flag
 /// day's value, which avoids IP fragmentation).
@@ -47,7 +47,7 @@ impl Liveness for AllLive {
 
 /// The configuration in force: replaced whole on reload.
 struct Current {
-    authority: Authority,
+    authority: Arc<Authority>,
     liveness: Arc<dyn Liveness>,
 }
 
@@ -70,24 +70,34 @@ struct Handler {
 
 /// A running DNS server.
 pub struct DnsServer {
+    control: DnsControl,
+    server: Server<SharedHandler>,
+}
+
+/// What a running server answers from, its counters, and the way to change both.
+#[derive(Clone)]
+pub struct DnsControl {
     handler: Arc<Handler>,
     address: SocketAddr,
-    server: Server<SharedHandler>,
 }
 
 impl DnsServer {
     /// Binds UDP and TCP on `address` (with port 0, one port free for both) and starts
-    /// answering on the current tokio runtime.
-    pub async fn start(
+    /// answering on the tokio runtime entered (multi-threaded: hickory spawns a task per UDP
+    /// query).
+    pub fn start(
         address: SocketAddr,
         authority: Authority,
         liveness: Arc<dyn Liveness>,
     ) -> io::Result<DnsServer> {
-        let (udp, tcp) = bind_both(address).await?;
+        let (udp, tcp) = bind_both(address)?;
         let address = udp.local_addr()?;
+        udp.set_nonblocking(true)?;
+        tcp.set_nonblocking(true)?;
+        let (udp, tcp) = (UdpSocket::from_std(udp)?, TcpListener::from_std(tcp)?);
         let handler = Arc::new(Handler {
             current: ArcSwap::from_pointee(Current {
-                authority,
+                authority: Arc::new(authority),
                 liveness,
             }),
             counters: ServerCounters::default(),
@@ -97,12 +107,29 @@ impl DnsServer {
         server.register_socket(udp);
         server.register_listener(tcp, TCP_IDLE, 64);
         Ok(DnsServer {
-            handler,
-            address,
+            control: DnsControl { handler, address },
             server,
         })
     }
 
+    /// The bound address (UDP and TCP).
+    pub fn address(&self) -> SocketAddr {
+        self.control.address
+    }
+
+    pub fn control(&self) -> &DnsControl {
+        &self.control
+    }
+
+    /// Stops accepting and waits for the transports to end.
+    pub async fn stop(mut self) {
+        if let Err(error) = self.server.shutdown_gracefully().await {
+            tracing::warn!(%error, "dns server stopped with an error");
+        }
+    }
+}
+
+impl DnsControl {
     /// The bound address (UDP and TCP).
     pub fn address(&self) -> SocketAddr {
         self.address
@@ -111,21 +138,23 @@ impl DnsServer {
     /// Answers from `authority` from now on; queries in flight finish on the old one.
     pub fn replace(&self, authority: Authority, liveness: Arc<dyn Liveness>) {
         self.handler.current.store(Arc::new(Current {
-            authority,
+            authority: Arc::new(authority),
             liveness,
         }));
     }
 
-    /// Calls `build` with the authority in force (to carry its counters over) and answers
-    /// from what it returns.
-    pub fn rebuild<E>(
-        &self,
-        build: impl FnOnce(&Authority) -> Result<(Authority, Arc<dyn Liveness>), E>,
-    ) -> Result<(), E> {
-        let current = self.handler.current.load();
-        let (authority, liveness) = build(&current.authority)?;
-        self.replace(authority, liveness);
-        Ok(())
+    /// Keeps the authority in force and takes region liveness from `liveness`.
+    pub fn set_liveness(&self, liveness: Arc<dyn Liveness>) {
+        self.handler.current.rcu(|old| Current {
+            authority: old.authority.clone(),
+            liveness: liveness.clone(),
+        });
+    }
+
+    /// Builds `plan`'s zones, keeping the counters of the names that stay from the authority
+    /// in force.
+    pub fn build(&self, plan: &DnsPlan) -> Result<Authority, Vec<String>> {
+        Authority::build(plan, Some(&self.handler.current.load().authority))
     }
 
     /// The `dns` block of the admin API's `/status`.
@@ -227,7 +256,10 @@ impl DnsServer {
                     c.failovers.load(Ordering::Relaxed)
                 );
                 for region in &authority.regions {
-                    let count = c.answers.get(&region.name).map_or(0, |n| n.load(Ordering::Relaxed));
+                    let count = c
+                        .answers
+                        .get(&region.name)
+                        .map_or(0, |n| n.load(Ordering::Relaxed));
                     let _ = writeln!(
                         out,
                         "trafik_dns_answers_total{{{labels},region=\"{}\"}} {count}",
@@ -246,22 +278,15 @@ impl DnsServer {
         }
         out
     }
-
-    /// Stops accepting and waits for the transports to end.
-    pub async fn stop(mut self) {
-        if let Err(error) = self.server.shutdown_gracefully().await {
-            tracing::warn!(%error, "dns server stopped with an error");
-        }
-    }
 }
 
 /// Binds UDP, then TCP on the same port; with port 0, tries again until a port is free for both.
-async fn bind_both(address: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
+fn bind_both(address: SocketAddr) -> io::Result<(std::net::UdpSocket, std::net::TcpListener)> {
     let mut last = None;
     for _ in 0..20 {
-        let udp = UdpSocket::bind(address).await?;
+        let udp = std::net::UdpSocket::bind(address)?;
         let bound = udp.local_addr()?;
-        match TcpListener::bind(bound).await {
+        match std::net::TcpListener::bind(bound) {
             Ok(tcp) => return Ok((udp, tcp)),
             Err(error) if address.port() == 0 => last = Some(error),
             Err(error) => return Err(error),
@@ -291,7 +316,11 @@ impl RequestHandler for SharedHandler {
 }
 
 impl Handler {
-    async fn answer<R: ResponseHandler>(&self, request: &Request, mut responder: R) -> ResponseInfo {
+    async fn answer<R: ResponseHandler>(
+        &self,
+        request: &Request,
+        mut responder: R,
+    ) -> ResponseInfo {
         let current = self.current.load();
         let mut metadata = Metadata::response_from_request(&request.metadata);
         let mut edns = request.edns.as_ref().map(|theirs| {
@@ -330,10 +359,13 @@ impl Handler {
                 .build_no_records(metadata);
             return send(&mut responder, response, request).await;
         };
-        let subnet = request.edns.as_ref().and_then(|e| match e.option(EdnsCode::Subnet) {
-            Some(EdnsOption::Subnet(subnet)) => Some(subnet.clone()),
-            _ => None,
-        });
+        let subnet = request
+            .edns
+            .as_ref()
+            .and_then(|e| match e.option(EdnsCode::Subnet) {
+                Some(EdnsOption::Subnet(subnet)) => Some(subnet.clone()),
+                _ => None,
+            });
         let client = match &subnet {
             Some(subnet) if subnet.source_prefix() > 0 => Client {
                 address: mask(subnet.addr(), subnet.source_prefix()),
@@ -373,11 +405,12 @@ impl Handler {
             } else {
                 lookup.scope.min(full)
             };
-            edns.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(
-                subnet.addr(),
-                subnet.source_prefix(),
-                scope,
-            )));
+            edns.options_mut()
+                .insert(EdnsOption::Subnet(ClientSubnet::new(
+                    subnet.addr(),
+                    subnet.source_prefix(),
+                    scope,
+                )));
         }
         if current.authority.query_log {
             let regions: Vec<&str> = lookup

@@ -304,7 +304,10 @@ impl Zone {
             if lookup.answers.len() > before {
                 return Found::Done;
             }
-            if let Some(cname) = records.iter().find(|r| r.record_type() == RecordType::CNAME) {
+            if let Some(cname) = records
+                .iter()
+                .find(|r| r.record_type() == RecordType::CNAME)
+            {
                 lookup.answers.push(cname.clone());
                 if let RData::CNAME(CNAME(target)) = &cname.data {
                     return Found::Cname(LowerName::from(target));
@@ -437,7 +440,11 @@ fn build_zone(
         records
             .entry(LowerName::from(&owner))
             .or_default()
-            .push(Record::from_rdata(owner, record.ttl.unwrap_or(plan.ttl), data));
+            .push(Record::from_rdata(
+                owner,
+                record.ttl.unwrap_or(plan.ttl),
+                data,
+            ));
     }
     let old_zone = previous.and_then(|p| {
         p.zones
@@ -569,9 +576,20 @@ mod tests {
         let all = Live::all(2);
         let a = ask(&authority, "devralma.kargo.test.", RecordType::A, all);
         assert_eq!(a.code, Code::NoError);
-        assert_eq!(a.answers[0].data, RData::A(A("127.0.0.34".parse().unwrap())));
-        let failed = ask(&authority, "DEVRALMA.kargo.test.", RecordType::AAAA, all.with(0, false));
-        assert_eq!(failed.answers[0].data, RData::AAAA(AAAA("::35".parse().unwrap())));
+        assert_eq!(
+            a.answers[0].data,
+            RData::A(A("127.0.0.34".parse().unwrap()))
+        );
+        let failed = ask(
+            &authority,
+            "DEVRALMA.kargo.test.",
+            RecordType::AAAA,
+            all.with(0, false),
+        );
+        assert_eq!(
+            failed.answers[0].data,
+            RData::AAAA(AAAA("::35".parse().unwrap()))
+        );
         let chain = ask(&authority, "www.api.kargo.test.", RecordType::A, all);
         assert_eq!(chain.answers.len(), 2);
         assert_eq!(chain.answers[0].record_type(), RecordType::CNAME);
@@ -587,9 +605,17 @@ mod tests {
         assert_eq!(elsewhere.code, Code::Refused);
         let apex = ask(&authority, "kargo.test.", RecordType::NS, all);
         assert_eq!(apex.answers[0].record_type(), RecordType::NS);
-        let none = ask(&authority, "devralma.kargo.test.", RecordType::A, Live::none());
+        let none = ask(
+            &authority,
+            "devralma.kargo.test.",
+            RecordType::A,
+            Live::none(),
+        );
         assert!(none.answers.is_empty());
-        assert_eq!(authority.zones[0].counters.nxdomain.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            authority.zones[0].counters.nxdomain.load(Ordering::Relaxed),
+            1
+        );
     }
 
     #[test]

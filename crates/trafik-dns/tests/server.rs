@@ -147,13 +147,9 @@ impl Running {
         let live = Arc::new(Switches(AtomicU64::new(Live::all(3).bits())));
         let authority = Authority::build(&course_plan(), None).unwrap();
         let liveness: Arc<dyn Liveness> = live.clone();
-        let server = runtime
-            .block_on(DnsServer::start(
-                "127.0.0.1:0".parse().unwrap(),
-                authority,
-                liveness,
-            ))
-            .unwrap();
+        let entered = runtime.enter();
+        let server = DnsServer::start("127.0.0.1:0".parse().unwrap(), authority, liveness).unwrap();
+        drop(entered);
         let address = server.address();
         Running {
             runtime,
@@ -217,7 +213,11 @@ fn each_policy_answers_each_client_group_by_its_subnet() {
         .map(|_| dns.addresses("agirlik.kargo.test", groups[0]).join(","))
         .collect();
     let count = |address: &str| weighted.iter().filter(|a| *a == address).count();
-    assert_eq!((count(B34), count(B35), count(B06)), (5, 3, 2), "{weighted:?}");
+    assert_eq!(
+        (count(B34), count(B35), count(B06)),
+        (5, 3, 2),
+        "{weighted:?}"
+    );
     assert_eq!(dns.addresses("hepsi.kargo.test", groups[0]), [B34, B35]);
 }
 
@@ -250,7 +250,10 @@ fn health_moves_answers_to_fallbacks_and_back() {
     }
     dns.set_live(1, false);
     let empty = dns.dig(&["devralma.kargo.test", "A"]);
-    assert!(empty.contains("status: NOERROR") && empty.contains("ANSWER: 0"), "{empty}");
+    assert!(
+        empty.contains("status: NOERROR") && empty.contains("ANSWER: 0"),
+        "{empty}"
+    );
     dns.set_live(0, true);
     assert_eq!(dns.addresses("devralma.kargo.test", "10.1.0.0/16"), [B34]);
 }
@@ -259,7 +262,10 @@ fn health_moves_answers_to_fallbacks_and_back() {
 fn a_large_answer_is_truncated_over_udp_and_complete_over_tcp() {
     let dns = Running::start();
     let answer = dns.dig(&["buyuk.kargo.test", "TXT", "+noedns"]);
-    assert!(answer.contains("Truncated, retrying in TCP mode"), "{answer}");
+    assert!(
+        answer.contains("Truncated, retrying in TCP mode"),
+        "{answer}"
+    );
     assert!(answer.contains("ANSWER: 40"), "{answer}");
     let udp_only = dns.dig(&["buyuk.kargo.test", "TXT", "+ignore", "+bufsize=4096"]);
     assert!(udp_only.contains("flags: qr aa tc"), "{udp_only}");
@@ -370,5 +376,8 @@ fn malformed_packets_get_formerr_or_nothing_and_the_server_goes_on() {
     assert_eq!(exchange(dns.address, &two_questions), Some(FORMERR));
     assert_eq!(exchange(dns.address, &good), Some(0), "still answering");
     let address: IpAddr = B34.parse().unwrap();
-    assert!(dns.addresses("cografi.kargo.test", "10.1.0.0/16").contains(&address.to_string()));
+    assert!(
+        dns.addresses("cografi.kargo.test", "10.1.0.0/16")
+            .contains(&address.to_string())
+    );
 }

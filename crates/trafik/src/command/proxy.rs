@@ -100,6 +100,7 @@ impl From<ProxyArgs> for File {
             upstreams: Vec::new(),
             listeners: vec![unplaced(listener)],
             pools: vec![unplaced(pool)],
+            dns: None,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! module per section).
 
 mod admin;
+mod dns;
 mod health;
 mod layer4;
 mod listener;
@@ -63,7 +64,13 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
         .enumerate()
         .map(|(i, settings)| pool::check(&mut report, i, settings, &pool_names, &layer4_pools))
         .collect();
-    let listeners = listener::check_all(&mut report, file.listeners, &pool_names, &layer4_pools);
+    // A name server alone needs no listener.
+    let listeners = if file.listeners.is_empty() && file.dns.is_some() {
+        Some(Vec::new())
+    } else {
+        listener::check_all(&mut report, file.listeners, &pool_names, &layer4_pools)
+    };
+    let dns = dns::check(&mut report, file.dns, &pool_names);
     let plan = listeners.zip(pools.into_iter().collect::<Option<Vec<_>>>());
     match plan {
         Some((listeners, pools)) if report.is_clean() => Ok(Loaded {
@@ -76,6 +83,7 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
                 admin,
                 client: instance.client,
                 drain_timeout: instance.drain_timeout,
+                dns,
             },
             upstreams,
         }),

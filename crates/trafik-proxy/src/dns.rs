@@ -1,0 +1,254 @@
+//! The instance's authoritative DNS server (`[dns]`): `trafik-dns` answers, and this module
+//! feeds it which regions are live — from the same active checks the pools use
+//! ([`health::watch_target`]) or from a named pool's backends — and applies reloads.
+//!
+//! The server runs on a runtime of its own (one thread per data-plane worker), beside the
+//! workers; its listening address changes only on restart, everything else on reload.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use tokio::sync::watch;
+use trafik_dns::policy::Live;
+use trafik_dns::server::DnsControl;
+use trafik_dns::{Authority, DnsServer, Liveness};
+
+use crate::health;
+use crate::plan::HealthPlan;
+use crate::snapshot::Snapshot;
+
+/// What the instance serves over DNS.
+#[derive(Clone, Debug)]
+pub struct DnsServicePlan {
+    /// UDP and TCP, same port.
+    pub listen: SocketAddr,
+    pub zones: trafik_dns::DnsPlan,
+    /// How each region of `zones.regions` (same order) is known to be live.
+    pub health: Vec<RegionHealth>,
+}
+
+/// How a region is known to be live.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RegionHealth {
+    /// Always: no check.
+    Always,
+    /// Active checks of `address`: down after `fall` failed probes, so after `interval × fall`.
+    Check {
+        address: SocketAddr,
+        plan: HealthPlan,
+    },
+    /// While at least one backend of the pool of this name is up.
+    Pool(String),
+}
+
+/// One region's running check, kept across reloads while its target and settings stay.
+struct RunningCheck {
+    plan: HealthPlan,
+    live: Arc<AtomicBool>,
+    retire: watch::Sender<bool>,
+}
+
+/// The running DNS server of an instance.
+pub struct DnsService {
+    control: DnsControl,
+    listen: SocketAddr,
+    runtime: tokio::runtime::Handle,
+    /// Checks by region name and target address.
+    checks: Mutex<HashMap<(String, SocketAddr), RunningCheck>>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+}
+
+/// Liveness of the regions of one configuration, in its region order.
+struct RegionLiveness {
+    regions: Vec<RegionState>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+}
+
+enum RegionState {
+    Always,
+    Checked(Arc<AtomicBool>),
+    Pool(String),
+}
+
+impl Liveness for RegionLiveness {
+    fn live(&self) -> Live {
+        let mut live = Live::none();
+        let mut snapshot = None;
+        for (index, state) in self.regions.iter().enumerate() {
+            let up = match state {
+                RegionState::Always => true,
+                RegionState::Checked(flag) => flag.load(Ordering::Relaxed),
+                RegionState::Pool(name) => {
+                    let snapshot = snapshot.get_or_insert_with(|| self.snapshots.borrow().clone());
+                    snapshot.pool(name).is_some_and(|pool| {
+                        (0..pool.backends.len()).any(|i| pool.backends.is_up(i))
+                    })
+                }
+            };
+            live = live.with(index, up);
+        }
+        live
+    }
+}
+
+impl DnsService {
+    /// Binds the server and starts it and its checks on a runtime of `threads` threads, which
+    /// ends when `shutdown` turns true.
+    pub fn start(
+        plan: &DnsServicePlan,
+        threads: usize,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> io::Result<(DnsService, JoinHandle<()>)> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("trafik-dns")
+            .enable_all()
+            .build()?;
+        let authority = Authority::build(&plan.zones, None)
+            .map_err(|errors| io::Error::new(io::ErrorKind::InvalidInput, errors.join("; ")))?;
+        let service_snapshots = snapshots.clone();
+        let entered = runtime.enter();
+        let initial: Arc<dyn Liveness> = Arc::new(trafik_dns::server::AllLive);
+        let server = DnsServer::start(plan.listen, authority, initial).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("dns cannot listen on {}: {error}", plan.listen),
+            )
+        })?;
+        let service = DnsService {
+            control: server.control().clone(),
+            listen: plan.listen,
+            runtime: runtime.handle().clone(),
+            checks: Mutex::new(HashMap::new()),
+            snapshots: service_snapshots,
+        };
+        let liveness = service.liveness(plan);
+        service.control.set_liveness(liveness);
+        drop(entered);
+        tracing::info!(address = %server.address(), "dns listening (udp and tcp)");
+        let thread = std::thread::Builder::new()
+            .name("trafik-dns".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let _ = shutdown.wait_for(|stopping| *stopping).await;
+                    server.stop().await;
+                });
+            })?;
+        Ok((service, thread))
+    }
+
+    /// The bound address.
+    pub fn address(&self) -> SocketAddr {
+        self.control.address()
+    }
+
+    /// Checks that `plan` builds, keeping the counters of what stays.
+    pub fn prepare(&self, plan: &DnsServicePlan) -> Result<Authority, Vec<String>> {
+        if plan.listen != self.listen {
+            tracing::warn!(
+                running = %self.listen,
+                configured = %plan.listen,
+                "the dns address changes only on restart"
+            );
+        }
+        self.control.build(&plan.zones)
+    }
+
+    /// Answers from `authority` (made by [`DnsService::prepare`] from `plan`) from now on,
+    /// with the checks `plan` asks for.
+    pub fn install(&self, plan: &DnsServicePlan, authority: Authority) {
+        let liveness = self.liveness(plan);
+        self.control.replace(authority, liveness);
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        self.control.status()
+    }
+
+    pub fn metrics(&self) -> String {
+        self.control.metrics()
+    }
+
+    /// The regions' liveness for `plan`, starting the checks it needs and retiring the ones
+    /// it no longer has.
+    fn liveness(&self, plan: &DnsServicePlan) -> Arc<dyn Liveness> {
+        let mut checks = self.checks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut wanted = Vec::new();
+        let regions = plan
+            .zones
+            .regions
+            .iter()
+            .zip(&plan.health)
+            .map(|(region, health)| match health {
+                RegionHealth::Always => RegionState::Always,
+                RegionHealth::Pool(pool) => RegionState::Pool(pool.clone()),
+                RegionHealth::Check { address, plan } => {
+                    let key = (region.name.clone(), *address);
+                    wanted.push(key.clone());
+                    let running = checks.get(&key).filter(|c| c.plan == *plan);
+                    let live = match running {
+                        Some(check) => check.live.clone(),
+                        None => {
+                            let up = checks
+                                .get(&key)
+                                .is_none_or(|c| c.live.load(Ordering::Relaxed));
+                            let check = self.spawn_check(&region.name, *address, plan, up);
+                            let live = check.live.clone();
+                            if let Some(replaced) = checks.insert(key, check) {
+                                let _ = replaced.retire.send(true);
+                            }
+                            live
+                        }
+                    };
+                    RegionState::Checked(live)
+                }
+            })
+            .collect();
+        checks.retain(|key, check| {
+            let keep = wanted.contains(key);
+            if !keep {
+                let _ = check.retire.send(true);
+            }
+            keep
+        });
+        Arc::new(RegionLiveness {
+            regions,
+            snapshots: self.snapshots.clone(),
+        })
+    }
+
+    fn spawn_check(
+        &self,
+        region: &str,
+        address: SocketAddr,
+        plan: &HealthPlan,
+        up: bool,
+    ) -> RunningCheck {
+        let live = Arc::new(AtomicBool::new(up));
+        let (retire, retired) = watch::channel(false);
+        let flag = live.clone();
+        let region = region.to_owned();
+        let check = plan.clone();
+        self.runtime.spawn(async move {
+            health::watch_target(address, &check, None, up, retired, |up| {
+                flag.store(up, Ordering::Relaxed);
+                if up {
+                    tracing::info!(%region, target = %address, "dns region marked live");
+                } else {
+                    tracing::warn!(%region, target = %address, "dns region marked dead");
+                }
+            })
+            .await;
+        });
+        RunningCheck {
+            plan: plan.clone(),
+            live,
+            retire,
+        }
+    }
+}
