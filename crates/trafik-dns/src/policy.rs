@@ -126,7 +126,7 @@ pub struct Groups {
 impl Groups {
     /// `entries` maps prefixes to group indices.
     pub fn new(mut entries: Vec<(Prefix, usize)>) -> Self {
-        entries.sort_by(|a, b| b.0.length.cmp(&a.0.length));
+        entries.sort_by_key(|entry| std::cmp::Reverse(entry.0.length));
         Groups { entries }
     }
 

@@ -363,7 +363,7 @@ impl Handler {
             .edns
             .as_ref()
             .and_then(|e| match e.option(EdnsCode::Subnet) {
-                Some(EdnsOption::Subnet(subnet)) => Some(subnet.clone()),
+                Some(EdnsOption::Subnet(subnet)) => Some(*subnet),
                 _ => None,
             });
         let client = match &subnet {

@@ -576,7 +576,6 @@ mod tests {
                     r.upstream_queries,
                 )
             })
-            .map(|(d, m, q)| (d, m, q))
             .collect();
         assert_eq!(
             rows,
