@@ -274,7 +274,11 @@ fn dns_config_errors_are_all_reported_at_their_place() {
     let text = config("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "b99")
         .replace("10.4.0.0/16", "10.4.0.0/33")
         .replace("type = \"A\"", "type = \"MX\"")
-        .replace("policy = \"geo\"", "policy = \"cografi\"");
+        .replace("policy = \"geo\"", "policy = \"cografi\"")
+        .replace(
+            "[[dns.zone.name]]\nname = \"cografi\"",
+            "[[dns.zone.record]]\nname = \"devralma\"\ntype = \"TXT\"\nvalue = \"x\"\n\n[[dns.zone.name]]\nname = \"cografi\"",
+        );
     let directory = std::env::temp_dir().join(format!("trafik-dns-{}-errors", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
     let file = directory.join("bad.toml");
@@ -285,7 +289,11 @@ fn dns_config_errors_are_all_reported_at_their_place() {
         .unwrap();
     let errors = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
-    let line_of = |needle: &str| text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    // The last line holding the needle (a name's, after a record of the same name).
+    let line_of = |needle: &str| {
+        let lines: Vec<&str> = text.lines().collect();
+        lines.iter().rposition(|l| l.contains(needle)).unwrap() + 1
+    };
     for (needle, field, message) in [
         (
             "10.4.0.0/33",
@@ -306,6 +314,11 @@ fn dns_config_errors_are_all_reported_at_their_place() {
             "primary = \"b99\"",
             "dns.zone[0].name[1].primary",
             "no region is named \"b99\"",
+        ),
+        (
+            "name = \"devralma\"",
+            "dns.zone[0].name[1].name",
+            "also has static records",
         ),
     ] {
         let place = format!("bad.toml:{}:", line_of(needle));

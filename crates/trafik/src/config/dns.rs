@@ -323,6 +323,26 @@ fn check_zone(
         })
         .collect();
     let written = names(&zone.names, |n| &n.name);
+    let owners: Vec<_> = records
+        .iter()
+        .filter_map(|r| parse_name(&r.name, Some(&apex)).ok())
+        .collect();
+    for (n, name) in zone.names.iter().enumerate() {
+        let Some(written) = &name.get_ref().name else {
+            continue;
+        };
+        let owner = parse_name(written.get_ref(), Some(&apex));
+        if owner.is_ok_and(|owner| owners.contains(&owner)) {
+            report.error(
+                written.span(),
+                &format!("{field}.name[{n}].name"),
+                format!(
+                    "{:?} also has static records; a name answers either by its policy or by its records",
+                    written.get_ref()
+                ),
+            );
+        }
+    }
     let names: Vec<NamePlan> = zone
         .names
         .into_iter()
