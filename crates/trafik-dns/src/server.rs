@@ -84,17 +84,18 @@ pub struct DnsControl {
 impl DnsServer {
     /// Binds UDP and TCP on `address` (with port 0, one port free for both) and starts
     /// answering on the tokio runtime entered (multi-threaded: hickory spawns a task per UDP
-    /// query).
+    /// query). `udp_sockets` UDP sockets share the port (SO_REUSEPORT), each read by its own
+    /// hickory loop, so receiving and sending spread over the runtime's threads.
     pub fn start(
         address: SocketAddr,
+        udp_sockets: usize,
         authority: Authority,
         liveness: Arc<dyn Liveness>,
     ) -> io::Result<DnsServer> {
-        let (udp, tcp) = bind_both(address)?;
-        let address = udp.local_addr()?;
-        udp.set_nonblocking(true)?;
+        let (udp, tcp) = bind_both(address, udp_sockets.max(1))?;
+        let address = tcp.local_addr()?;
         tcp.set_nonblocking(true)?;
-        let (udp, tcp) = (UdpSocket::from_std(udp)?, TcpListener::from_std(tcp)?);
+        let tcp = TcpListener::from_std(tcp)?;
         let handler = Arc::new(Handler {
             current: ArcSwap::from_pointee(Current {
                 authority: Arc::new(authority),
@@ -104,7 +105,9 @@ impl DnsServer {
             draws: AtomicU64::new(seed()),
         });
         let mut server = Server::new(SharedHandler(handler.clone()));
-        server.register_socket(udp);
+        for socket in udp {
+            server.register_socket(UdpSocket::from_std(socket)?);
+        }
         server.register_listener(tcp, TCP_IDLE, 64);
         Ok(DnsServer {
             control: DnsControl { handler, address },
@@ -280,19 +283,47 @@ impl DnsControl {
     }
 }
 
-/// Binds UDP, then TCP on the same port; with port 0, tries again until a port is free for both.
-fn bind_both(address: SocketAddr) -> io::Result<(std::net::UdpSocket, std::net::TcpListener)> {
+/// Binds `count` UDP sockets sharing one port (the first without SO_REUSEPORT, so a port in use
+/// is an error), then TCP on the same port; with port 0, tries again until a port is free for
+/// both.
+fn bind_both(
+    address: SocketAddr,
+    count: usize,
+) -> io::Result<(Vec<std::net::UdpSocket>, std::net::TcpListener)> {
     let mut last = None;
     for _ in 0..20 {
-        let udp = std::net::UdpSocket::bind(address)?;
-        let bound = udp.local_addr()?;
-        match std::net::TcpListener::bind(bound) {
-            Ok(tcp) => return Ok((udp, tcp)),
-            Err(error) if address.port() == 0 => last = Some(error),
+        let probe = udp_socket(address, false)?;
+        let bound = probe
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("a UDP socket without an IP address"))?;
+        let tcp = match std::net::TcpListener::bind(bound) {
+            Ok(tcp) => tcp,
+            Err(error) if address.port() == 0 => {
+                last = Some(error);
+                continue;
+            }
             Err(error) => return Err(error),
-        }
+        };
+        drop(probe);
+        let udp = (0..count)
+            .map(|_| udp_socket(bound, true).map(std::net::UdpSocket::from))
+            .collect::<io::Result<Vec<_>>>()?;
+        return Ok((udp, tcp));
     }
     Err(last.unwrap_or_else(|| io::Error::other("no port free for both UDP and TCP")))
+}
+
+fn udp_socket(address: SocketAddr, shared: bool) -> io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    socket.set_reuse_port(shared)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    Ok(socket)
 }
 
 fn seed() -> u64 {

@@ -148,7 +148,8 @@ impl Running {
         let authority = Authority::build(&course_plan(), None).unwrap();
         let liveness: Arc<dyn Liveness> = live.clone();
         let entered = runtime.enter();
-        let server = DnsServer::start("127.0.0.1:0".parse().unwrap(), authority, liveness).unwrap();
+        let server =
+            DnsServer::start("127.0.0.1:0".parse().unwrap(), 2, authority, liveness).unwrap();
         drop(entered);
         let address = server.address();
         Running {

@@ -114,12 +114,13 @@ impl DnsService {
         let service_snapshots = snapshots.clone();
         let entered = runtime.enter();
         let initial: Arc<dyn Liveness> = Arc::new(trafik_dns::server::AllLive);
-        let server = DnsServer::start(plan.listen, authority, initial).map_err(|error| {
-            io::Error::new(
-                error.kind(),
-                format!("dns cannot listen on {}: {error}", plan.listen),
-            )
-        })?;
+        let server =
+            DnsServer::start(plan.listen, threads, authority, initial).map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!("dns cannot listen on {}: {error}", plan.listen),
+                )
+            })?;
         let service = DnsService {
             control: server.control().clone(),
             listen: plan.listen,

@@ -330,3 +330,85 @@ fn dns_config_errors_are_all_reported_at_their_place() {
         );
     }
 }
+
+#[test]
+fn the_dns_models_print_the_course_tables_as_json() {
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let dns = run(&["sim", "dns", "--json"]);
+    let rows: Vec<(String, String, String, u64)> = dns["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["policy"].as_str().unwrap().to_owned(),
+                format!("{:.3}", row["deviation"].as_f64().unwrap()),
+                format!("{:.3}", row["distance"].as_f64().unwrap()),
+                row["upstream_queries"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("geo", "0.076", "1.710", 480),
+        ("latency", "0.051", "1.171", 480),
+        ("weighted", "0.022", "2.144", 480),
+    ];
+    for (row, (policy, deviation, distance, queries)) in rows.iter().zip(expected) {
+        assert_eq!(
+            row,
+            &(policy.into(), deviation.into(), distance.into(), queries)
+        );
+    }
+    assert_eq!(
+        dns["policies"][0]["shares"]["b34"]
+            .as_f64()
+            .map(|s| (s * 1000.0).round()),
+        Some(576.0)
+    );
+    assert_eq!(dns["ttl_sweep"][0]["upstream_queries"], 4800);
+    let failover = run(&["sim", "failover", "--json"]);
+    let rows: Vec<(u64, i64, u64)> = failover["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["ttl"].as_u64().unwrap(),
+                r["window_s"].as_i64().unwrap(),
+                r["dropped"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (30, 39, 6666),
+            (60, 69, 9486),
+            (300, 305, 57906),
+            (900, 905, 190206)
+        ]
+    );
+    // Every input is an option: a faster health check shortens every window.
+    let quicker = run(&[
+        "sim",
+        "failover",
+        "--json",
+        "--detection",
+        "2",
+        "--ttls",
+        "30",
+    ]);
+    assert!(quicker["rows"][0]["window_s"].as_i64().unwrap() < 39);
+    assert!(quicker["rows"][0]["budget_share"].as_f64().unwrap() > 0.0);
+}
