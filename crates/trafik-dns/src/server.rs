@@ -83,34 +83,36 @@ pub struct DnsControl {
 
 impl DnsServer {
     /// Binds UDP and TCP on `address` (with port 0, one port free for both) and starts
-    /// answering on the tokio runtime entered (multi-threaded: hickory spawns a task per UDP
-    /// query). `udp_sockets` UDP sockets share the port (SO_REUSEPORT), each read by its own
-    /// hickory loop, so receiving and sending spread over the runtime's threads.
+    /// answering on the tokio runtime entered, with `udp_sockets` UDP sockets on the port.
     pub fn start(
         address: SocketAddr,
         udp_sockets: usize,
         authority: Authority,
         liveness: Arc<dyn Liveness>,
     ) -> io::Result<DnsServer> {
-        let (udp, tcp) = bind_both(address, udp_sockets.max(1))?;
-        let address = tcp.local_addr()?;
-        tcp.set_nonblocking(true)?;
-        let tcp = TcpListener::from_std(tcp)?;
-        let handler = Arc::new(Handler {
-            current: ArcSwap::from_pointee(Current {
-                authority: Arc::new(authority),
-                liveness,
-            }),
-            counters: ServerCounters::default(),
-            draws: AtomicU64::new(seed()),
-        });
-        let mut server = Server::new(SharedHandler(handler.clone()));
+        let bound = Bound::bind(address, udp_sockets)?;
+        let control = DnsControl::new(bound.address, authority, liveness);
+        DnsServer::serve(&control, bound.udp, Some(bound.tcp))
+    }
+
+    /// Serves `control`'s zones on sockets bound by [`Bound::bind`], on the tokio runtime
+    /// entered: one runtime may take every socket, or each thread's runtime some of them, all
+    /// answering from the same [`DnsControl`]. Each UDP socket is read by its own hickory loop.
+    pub fn serve(
+        control: &DnsControl,
+        udp: Vec<std::net::UdpSocket>,
+        tcp: Option<std::net::TcpListener>,
+    ) -> io::Result<DnsServer> {
+        let mut server = Server::new(SharedHandler(control.handler.clone()));
         for socket in udp {
             server.register_socket(UdpSocket::from_std(socket)?);
         }
-        server.register_listener(tcp, TCP_IDLE, 64);
+        if let Some(tcp) = tcp {
+            tcp.set_nonblocking(true)?;
+            server.register_listener(TcpListener::from_std(tcp)?, TCP_IDLE, 64);
+        }
         Ok(DnsServer {
-            control: DnsControl { handler, address },
+            control: control.clone(),
             server,
         })
     }
@@ -132,7 +134,43 @@ impl DnsServer {
     }
 }
 
+/// A DNS server's sockets: UDP sockets sharing one port (SO_REUSEPORT), and TCP on the same
+/// port.
+pub struct Bound {
+    pub address: SocketAddr,
+    pub udp: Vec<std::net::UdpSocket>,
+    pub tcp: std::net::TcpListener,
+}
+
+impl Bound {
+    /// Binds `udp_sockets` UDP sockets and one TCP listener on `address`; see [`bind_both`].
+    pub fn bind(address: SocketAddr, udp_sockets: usize) -> io::Result<Bound> {
+        let (udp, tcp) = bind_both(address, udp_sockets.max(1))?;
+        Ok(Bound {
+            address: tcp.local_addr()?,
+            udp,
+            tcp,
+        })
+    }
+}
+
 impl DnsControl {
+    /// Answers from `authority` with the regions `liveness` says are live; serve it with
+    /// [`DnsServer::serve`].
+    pub fn new(address: SocketAddr, authority: Authority, liveness: Arc<dyn Liveness>) -> Self {
+        DnsControl {
+            handler: Arc::new(Handler {
+                current: ArcSwap::from_pointee(Current {
+                    authority: Arc::new(authority),
+                    liveness,
+                }),
+                counters: ServerCounters::default(),
+                draws: AtomicU64::new(seed()),
+            }),
+            address,
+        }
+    }
+
     /// The bound address (UDP and TCP).
     pub fn address(&self) -> SocketAddr {
         self.address

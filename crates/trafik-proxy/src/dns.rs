@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 use trafik_dns::policy::Live;
-use trafik_dns::server::DnsControl;
+use trafik_dns::server::{Bound, DnsControl};
 use trafik_dns::{Authority, DnsServer, Liveness};
 
 use crate::health;
@@ -96,51 +96,64 @@ impl Liveness for RegionLiveness {
 }
 
 impl DnsService {
-    /// Binds the server and starts it and its checks on a runtime of `threads` threads, which
-    /// ends when `shutdown` turns true.
+    /// Binds the server's sockets and starts one thread per UDP socket (`threads` of them),
+    /// each with a single-threaded runtime like the proxy's workers, all answering from one
+    /// [`DnsControl`]; the first also accepts TCP and runs the regions' checks. They end when
+    /// `shutdown` turns true.
     pub fn start(
         plan: &DnsServicePlan,
         threads: usize,
         snapshots: watch::Receiver<Arc<Snapshot>>,
-        mut shutdown: watch::Receiver<bool>,
-    ) -> io::Result<(DnsService, JoinHandle<()>)> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .thread_name("trafik-dns")
-            .enable_all()
-            .build()?;
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<(DnsService, Vec<JoinHandle<()>>)> {
         let authority = Authority::build(&plan.zones, None)
             .map_err(|errors| io::Error::new(io::ErrorKind::InvalidInput, errors.join("; ")))?;
-        let service_snapshots = snapshots.clone();
-        let entered = runtime.enter();
+        let bound = Bound::bind(plan.listen, threads).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("dns cannot listen on {}: {error}", plan.listen),
+            )
+        })?;
+        let runtimes = (0..bound.udp.len())
+            .map(|_| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+            })
+            .collect::<io::Result<Vec<_>>>()?;
         let initial: Arc<dyn Liveness> = Arc::new(trafik_dns::server::AllLive);
-        let server =
-            DnsServer::start(plan.listen, threads, authority, initial).map_err(|error| {
-                io::Error::new(
-                    error.kind(),
-                    format!("dns cannot listen on {}: {error}", plan.listen),
-                )
-            })?;
+        let control = DnsControl::new(bound.address, authority, initial);
         let service = DnsService {
-            control: server.control().clone(),
+            control: control.clone(),
             listen: plan.listen,
-            runtime: runtime.handle().clone(),
+            runtime: runtimes[0].handle().clone(),
             checks: Mutex::new(HashMap::new()),
-            snapshots: service_snapshots,
+            snapshots,
         };
-        let liveness = service.liveness(plan);
-        service.control.set_liveness(liveness);
-        drop(entered);
-        tracing::info!(address = %server.address(), "dns listening (udp and tcp)");
-        let thread = std::thread::Builder::new()
-            .name("trafik-dns".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let _ = shutdown.wait_for(|stopping| *stopping).await;
-                    server.stop().await;
-                });
-            })?;
-        Ok((service, thread))
+        service.control.set_liveness(service.liveness(plan));
+        let mut tcp = Some(bound.tcp);
+        let mut handles = Vec::with_capacity(runtimes.len());
+        for (index, (runtime, udp)) in runtimes.into_iter().zip(bound.udp).enumerate() {
+            let control = control.clone();
+            let tcp = tcp.take();
+            let mut shutdown = shutdown.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("trafik-dns-{index}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        match DnsServer::serve(&control, vec![udp], tcp) {
+                            Ok(server) => {
+                                let _ = shutdown.wait_for(|stopping| *stopping).await;
+                                server.stop().await;
+                            }
+                            Err(error) => tracing::error!(%error, "dns socket failed"),
+                        }
+                    });
+                })?;
+            handles.push(thread);
+        }
+        tracing::info!(address = %bound.address, "dns listening (udp and tcp)");
+        Ok((service, handles))
     }
 
     /// The bound address.

@@ -387,9 +387,9 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
     let mut threads = Vec::with_capacity(workers + 2);
     let dns = match &plan.dns {
         Some(dns) => {
-            let (service, thread) =
+            let (service, dns_threads) =
                 dns::DnsService::start(dns, workers, snapshots.subscribe(), shutdown.clone())?;
-            threads.push(thread);
+            threads.extend(dns_threads);
             Some(service)
         }
         None => None,
