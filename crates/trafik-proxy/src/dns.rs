@@ -2,8 +2,9 @@
 //! feeds it which regions are live — from the same active checks the pools use
 //! ([`health::watch_target`]) or from a named pool's backends — and applies reloads.
 //!
-//! The server runs on a runtime of its own (one thread per data-plane worker), beside the
-//! workers; its listening address changes only on restart, everything else on reload.
+//! The server runs beside the workers on threads of its own, one per data-plane worker, each a
+//! single-threaded runtime with its own UDP socket on the port; its listening address changes
+//! only on restart, everything else on reload.
 
 use std::collections::HashMap;
 use std::io;
