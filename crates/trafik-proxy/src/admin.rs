@@ -86,14 +86,20 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
         "/status" | "/metrics" if method != Method::GET => {
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use GET\n".into())
         }
-        "/status" => reply(StatusCode::OK, "application/json", status(&snapshot).to_string()),
-        "/metrics" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            metrics(&snapshot.pools)
+        "/status" => {
+            let mut document = status(&snapshot);
+            if let Some(dns) = instance.dns_status() {
+                document["dns"] = dns;
+            }
+            reply(StatusCode::OK, "application/json", document.to_string())
+        }
+        "/metrics" => {
+            let text = metrics(&snapshot.pools)
                 + &caches::metrics(&snapshot)
-                + &crate::http::gateway::metrics(&snapshot),
-        ),
+                + &crate::http::gateway::metrics(&snapshot)
+                + &instance.dns_metrics();
+            reply(StatusCode::OK, "text/plain; version=0.0.4", text)
+        }
         "/reload" if method != Method::POST => {
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
         }

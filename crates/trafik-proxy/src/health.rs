@@ -83,7 +83,34 @@ async fn probe_loop(
     (plan, tls): (HealthPlan, Option<BackendTls>),
     up: bool,
     snapshots: watch::Receiver<Arc<Snapshot>>,
+    retired: watch::Receiver<bool>,
+) {
+    watch_target(address, &plan, tls.as_ref(), up, retired, |up| {
+        let snapshot = snapshots.borrow().clone();
+        if let Some(pool) = snapshot.pool(&pool_name)
+            && let Some(index) = pool.index_of(address)
+        {
+            pool.backends.set_up(index, up);
+        }
+        if up {
+            tracing::info!(pool = %pool_name, backend = %address, "backend marked up");
+        } else {
+            tracing::warn!(pool = %pool_name, backend = %address, "backend marked down");
+        }
+    })
+    .await;
+}
+
+/// Probes `address` every `plan.interval` through the rise/fall state machine, starting from
+/// `up`, and calls `publish` with each change of verdict, until `retired`. The proxy's pools
+/// and the DNS regions both watch their targets through here.
+pub async fn watch_target(
+    address: SocketAddr,
+    plan: &HealthPlan,
+    tls: Option<&BackendTls>,
+    up: bool,
     mut retired: watch::Receiver<bool>,
+    mut publish: impl FnMut(bool),
 ) {
     let thresholds = HealthThresholds {
         fall: plan.fall,
@@ -97,25 +124,14 @@ async fn probe_loop(
             _ = ticker.tick() => {}
             _ = retired.wait_for(|retired| *retired) => return,
         }
-        let probing = probe(address, &plan.check, tls.as_ref());
+        let probing = probe(address, &plan.check, tls);
         let passed = tokio::time::timeout(plan.timeout, probing)
             .await
             .unwrap_or(false);
-        let up = match health.record(passed) {
-            Transition::Unchanged => continue,
-            Transition::WentDown => false,
-            Transition::WentUp => true,
-        };
-        let snapshot = snapshots.borrow().clone();
-        if let Some(pool) = snapshot.pool(&pool_name)
-            && let Some(index) = pool.index_of(address)
-        {
-            pool.backends.set_up(index, up);
-        }
-        if up {
-            tracing::info!(pool = %pool_name, backend = %address, "backend marked up");
-        } else {
-            tracing::warn!(pool = %pool_name, backend = %address, "backend marked down");
+        match health.record(passed) {
+            Transition::Unchanged => {}
+            Transition::WentDown => publish(false),
+            Transition::WentUp => publish(true),
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod connections;
 pub mod counters;
+pub mod dns;
 pub mod error;
 pub mod health;
 pub mod http;
@@ -80,6 +81,8 @@ pub struct Instance {
     reloading: Mutex<()>,
     admin: Option<SocketAddr>,
     stop: watch::Sender<bool>,
+    /// The DNS server, when the plan it started from has one.
+    dns: Option<dns::DnsService>,
 }
 
 struct OpenListener {
@@ -111,6 +114,11 @@ impl Running {
     /// The bound admin address, when the plan has an admin listener.
     pub fn admin_address(&self) -> Option<SocketAddr> {
         self.instance.admin
+    }
+
+    /// The bound DNS address (UDP and TCP), when the plan has a DNS server.
+    pub fn dns_address(&self) -> Option<SocketAddr> {
+        self.instance.dns.as_ref().map(dns::DnsService::address)
     }
 
     /// The configuration in force.
@@ -154,6 +162,19 @@ impl Instance {
     /// A receiver that sees every snapshot published from now on.
     pub fn watch(&self) -> watch::Receiver<Arc<Snapshot>> {
         self.snapshots.subscribe()
+    }
+
+    /// The DNS server's counters and regions (the `dns` block of `/status`).
+    pub fn dns_status(&self) -> Option<serde_json::Value> {
+        self.dns.as_ref().map(dns::DnsService::status)
+    }
+
+    /// The DNS server's Prometheus lines; empty without one.
+    pub fn dns_metrics(&self) -> String {
+        self.dns
+            .as_ref()
+            .map(dns::DnsService::metrics)
+            .unwrap_or_default()
     }
 
     fn listener_addresses(&self) -> Vec<SocketAddr> {
@@ -229,6 +250,20 @@ impl Instance {
                 )),
             }
         }
+        let dns = match (&self.dns, &plan.dns) {
+            (Some(service), Some(dns)) => match service.prepare(dns) {
+                Ok(authority) => Some((service, dns, authority)),
+                Err(mut more) => {
+                    errors.append(&mut more);
+                    None
+                }
+            },
+            (None, None) => None,
+            _ => {
+                tracing::warn!("a dns server starts or stops only on restart");
+                None
+            }
+        };
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -242,6 +277,9 @@ impl Instance {
             previous.file.clone(),
         )?;
         self.snapshots.send_replace(Arc::new(snapshot));
+        if let Some((service, dns, authority)) = dns {
+            service.install(dns, authority);
+        }
         for (id, listener, address, sockets) in added {
             for (worker, socket) in self.workers.iter().zip(sockets) {
                 let _ = worker.send(ListenerChange::Add(id, socket));
@@ -351,6 +389,16 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             epoch,
         });
     }
+    let mut threads = Vec::with_capacity(workers + 2);
+    let dns = match &plan.dns {
+        Some(dns) => {
+            let (service, dns_threads) =
+                dns::DnsService::start(dns, workers, snapshots.subscribe(), shutdown.clone())?;
+            threads.extend(dns_threads);
+            Some(service)
+        }
+        None => None,
+    };
     let instance = Arc::new(Instance {
         snapshots,
         workers: changes,
@@ -361,10 +409,10 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         reloading: Mutex::new(()),
         admin,
         stop,
+        dns,
     });
     // Runtimes are built here, so running out of descriptors is an error from `start`, not
     // a thread that dies alone.
-    let mut threads = Vec::with_capacity(workers + 1);
     for start in starts {
         let runtime = single_thread_runtime()?;
         let thread = std::thread::Builder::new()

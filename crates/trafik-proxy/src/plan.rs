@@ -35,6 +35,8 @@ pub struct Plan {
     pub client: ClientPlan,
     /// How long in-flight requests may take to finish after a stop signal.
     pub drain_timeout: Duration,
+    /// The authoritative DNS server, when configured.
+    pub dns: Option<crate::dns::DnsServicePlan>,
 }
 
 /// How trafik treats the client side of every listener.

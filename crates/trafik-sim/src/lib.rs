@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod course;
 pub mod distribution;
+pub mod dns;
 pub mod queue;
 pub mod remap;
 pub mod sticky;

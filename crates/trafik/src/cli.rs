@@ -241,6 +241,65 @@ pub enum SimModel {
     Cache(CacheArgs),
     /// The push-vs-pull lesson: pull, push and hybrid distribution to the edges.
     Distribution(DistributionArgs),
+    /// The DNS lesson: geo, latency and weighted policies (trafik-dns's code) seen through
+    /// resolvers that cache for a TTL; shares, deviation, distance, queries; a TTL sweep.
+    Dns(DnsArgs),
+    /// The DNS lesson's failover: a region fails, the health checks notice, and the TTL decides
+    /// how long requests still go there and how many are lost.
+    Failover(FailoverArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DnsArgs {
+    /// Caching resolvers; resolver j carries a share proportional to 1/(j+1).
+    #[arg(long, default_value_t = 40)]
+    pub resolvers: usize,
+    /// Requests per second, all resolvers together.
+    #[arg(long, default_value_t = 514)]
+    pub rate: u64,
+    /// The TTLs of the weighted policy's sweep, in seconds.
+    #[arg(long, value_delimiter = ',', default_value = "30,60,300,900")]
+    pub ttls: Vec<u64>,
+    /// The TTL of the policy comparison, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub ttl: u64,
+    /// Seconds modelled.
+    #[arg(long, default_value_t = 3600)]
+    pub duration: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FailoverArgs {
+    #[arg(long, default_value_t = 40)]
+    pub resolvers: usize,
+    #[arg(long, default_value_t = 514)]
+    pub rate: u64,
+    #[arg(long, value_delimiter = ',', default_value = "30,60,300,900")]
+    pub ttls: Vec<u64>,
+    /// The TTL of the summary, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub ttl: u64,
+    /// The second the region fails.
+    #[arg(long, default_value_t = 100)]
+    pub fail_at: u64,
+    /// Seconds until the health checks mark it dead (interval × fall).
+    #[arg(long, default_value_t = 10)]
+    pub detection: u64,
+    #[arg(long, default_value_t = 1200)]
+    pub duration: u64,
+    /// The region that fails.
+    #[arg(long, default_value = "b34")]
+    pub region: String,
+    /// The names' policy: geo, latency or weighted.
+    #[arg(long, default_value = "geo")]
+    pub policy: String,
+    /// The availability target (percent) whose monthly downtime budget losses are counted in.
+    #[arg(long, default_value_t = 99.9)]
+    pub availability: f64,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]

@@ -158,6 +158,9 @@ pub fn plan(loaded: &Loaded) -> String {
             );
         }
     }
+    if let Some(dns) = &plan.dns {
+        dns_plan(&mut out, dns);
+    }
     match plan.admin {
         Some(admin) => {
             let _ = writeln!(out, "admin on http://{admin} (/status, /metrics)");
@@ -184,6 +187,9 @@ pub fn running(plan: &Plan, running: &Running) -> String {
             )
         })
         .collect();
+    if let Some(dns) = running.dns_address() {
+        lines.push(format!("dns on {dns} (udp and tcp)"));
+    }
     if let Some(admin) = running.admin_address() {
         lines.push(format!("admin on http://{admin}/status and /metrics"));
     }
@@ -283,6 +289,57 @@ fn target_text(target: &trafik_proxy::TargetPlan) -> String {
                 ambassador.service,
                 ambassador.path.text()
             )
+        }
+    }
+}
+
+/// The DNS server: regions and how they are known live, zones and their policy names.
+fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
+    use trafik_proxy::dns::RegionHealth;
+    let _ = writeln!(out, "dns on {} (udp and tcp)", dns.listen);
+    for (region, health) in dns.zones.regions.iter().zip(&dns.health) {
+        let addresses: Vec<String> = region.addresses.iter().map(ToString::to_string).collect();
+        let live = match health {
+            RegionHealth::Always => "always live".to_owned(),
+            RegionHealth::Pool(pool) => format!("live while pool {pool} has a backend up"),
+            RegionHealth::Check { address, plan } => format!(
+                "checked at {address} every {}, dead after {} ({} × {})",
+                Dur(plan.interval),
+                Dur(plan.interval * plan.fall),
+                Dur(plan.interval),
+                plan.fall
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "  region {} → {}: {live}",
+            region.name,
+            addresses.join(", ")
+        );
+    }
+    for (name, prefixes) in &dns.zones.groups {
+        let prefixes: Vec<String> = prefixes
+            .iter()
+            .map(|p| format!("{}/{}", p.network, p.length))
+            .collect();
+        let _ = writeln!(out, "  group {name}: {}", prefixes.join(", "));
+    }
+    for zone in &dns.zones.zones {
+        let _ = writeln!(
+            out,
+            "  zone {} (ttl {} s, {} records)",
+            zone.origin,
+            zone.ttl,
+            zone.records.len()
+        );
+        for name in &zone.names {
+            let _ = writeln!(
+                out,
+                "    name {}: {}, ttl {} s",
+                name.name,
+                name.policy.kind(),
+                name.ttl
+            );
         }
     }
 }

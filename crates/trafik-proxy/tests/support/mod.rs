@@ -74,6 +74,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
             access_log: false,
         },
         drain_timeout: Duration::from_secs(5),
+        dns: None,
     }
 }
 

@@ -101,6 +101,7 @@ impl From<ProxyArgs> for File {
             listeners: vec![unplaced(listener)],
             pools: vec![unplaced(pool)],
             caches: Vec::new(),
+            dns: None,
         }
     }
 }

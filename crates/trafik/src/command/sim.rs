@@ -2,11 +2,12 @@
 
 use std::process::ExitCode;
 
-use trafik_sim::{SimError, cache, distribution, queue, remap, sticky, subjects};
+use trafik_sim::{SimError, cache, distribution, dns, queue, remap, sticky, subjects};
 
 use super::say;
 use crate::cli::{
-    CacheArgs, DistributionArgs, HashArgs, QueueArgs, SimModel, StickyArgs, SubjectsArgs,
+    CacheArgs, DistributionArgs, DnsArgs, FailoverArgs, HashArgs, QueueArgs, SimModel, StickyArgs,
+    SubjectsArgs,
 };
 
 pub fn run(model: SimModel) -> Result<ExitCode, String> {
@@ -40,6 +41,16 @@ pub fn run(model: SimModel) -> Result<ExitCode, String> {
             distribution::run(&(&args).into()),
             args.json,
             distribution::DistributionReport::render,
+        ),
+        SimModel::Dns(args) => show(
+            dns::run_dns(&(&args).into()),
+            args.json,
+            dns::DnsReport::render,
+        ),
+        SimModel::Failover(args) => show(
+            dns::run_failover(&(&args).into()),
+            args.json,
+            dns::FailoverReport::render,
         ),
     }?;
     Ok(ExitCode::SUCCESS)
@@ -139,6 +150,35 @@ impl From<&DistributionArgs> for distribution::DistributionOptions {
             common_objects: args.common_objects,
             private_objects: args.private_objects,
             stagger: args.stagger,
+        }
+    }
+}
+
+impl From<&DnsArgs> for dns::DnsOptions {
+    fn from(args: &DnsArgs) -> Self {
+        dns::DnsOptions {
+            resolvers: args.resolvers,
+            rate: args.rate,
+            ttls: args.ttls.clone(),
+            ttl: args.ttl,
+            duration: args.duration,
+        }
+    }
+}
+
+impl From<&FailoverArgs> for dns::FailoverOptions {
+    fn from(args: &FailoverArgs) -> Self {
+        dns::FailoverOptions {
+            resolvers: args.resolvers,
+            rate: args.rate,
+            ttls: args.ttls.clone(),
+            ttl: args.ttl,
+            fail_at: args.fail_at,
+            detection: args.detection,
+            duration: args.duration,
+            region: args.region.clone(),
+            policy: args.policy.clone(),
+            availability: args.availability,
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod admin;
 mod cache;
+mod dns;
 mod gateway;
 mod health;
 mod layer4;
@@ -67,13 +68,19 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
         .map(|(i, settings)| pool::check(&mut report, i, settings, &pool_names, &layer4_pools))
         .collect();
     let caches = cache::check_all(&mut report, file.caches);
-    let listeners = listener::check_all(
-        &mut report,
-        file.listeners,
-        &pool_names,
-        &layer4_pools,
-        &caches,
-    );
+    // A name server alone needs no listener.
+    let listeners = if file.listeners.is_empty() && file.dns.is_some() {
+        Some(Vec::new())
+    } else {
+        listener::check_all(
+            &mut report,
+            file.listeners,
+            &pool_names,
+            &layer4_pools,
+            &caches,
+        )
+    };
+    let dns = dns::check(&mut report, file.dns, &pool_names);
     let plan = listeners.zip(pools.into_iter().collect::<Option<Vec<_>>>());
     match plan {
         Some((listeners, pools)) if report.is_clean() => Ok(Loaded {
@@ -86,6 +93,7 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
                 admin,
                 client: instance.client,
                 drain_timeout: instance.drain_timeout,
+                dns,
             },
             upstreams,
         }),

@@ -35,6 +35,8 @@ pub struct File {
     /// Edge caches that routes name with `cache = "NAME"`.
     #[serde(rename = "cache")]
     pub caches: Vec<Spanned<Cache>>,
+    /// The authoritative DNS server.
+    pub dns: Option<Spanned<Dns>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -447,6 +449,67 @@ impl Default for Cache {
     }
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Dns {
+    /// UDP and TCP, on the same port.
+    pub listen: Option<Spanned<Addr>>,
+    pub query_log: bool,
+    #[serde(rename = "region")]
+    pub regions: Vec<Spanned<DnsRegion>>,
+    #[serde(rename = "group")]
+    pub groups: Vec<Spanned<DnsGroup>>,
+    #[serde(rename = "zone")]
+    pub zones: Vec<Spanned<DnsZone>>,
+}
+
+/// Where a region's names point, and how it is known to be live: active checks of `check`
+/// with `health`'s settings, or the backends of `pool`; always live with neither.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsRegion {
+    pub name: Option<Spanned<String>>,
+    pub addresses: Vec<Spanned<String>>,
+    pub check: Option<Spanned<Addr>>,
+    pub health: Option<Spanned<Health>>,
+    pub pool: Option<Spanned<String>>,
+}
+
+/// A client group: the clients whose address (or EDNS client subnet) is in one of `prefixes`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsGroup {
+    pub name: Option<Spanned<String>>,
+    pub prefixes: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsZone {
+    pub origin: Option<Spanned<String>>,
+    /// The TTL of records and names that set none, in seconds.
+    pub ttl: u32,
+    pub name_servers: Vec<Spanned<String>>,
+    pub soa: DnsSoa,
+    #[serde(rename = "record")]
+    pub records: Vec<Spanned<DnsRecord>>,
+    #[serde(rename = "name")]
+    pub names: Vec<Spanned<DnsName>>,
+}
+
+impl Default for DnsZone {
+    fn default() -> Self {
+        DnsZone {
+            origin: None,
+            ttl: 300,
+            name_servers: Vec::new(),
+            soa: DnsSoa::default(),
+            records: Vec::new(),
+            names: Vec::new(),
+        }
+    }
+}
+
 /// `[cache.header]`: a header saying hit or miss on every answer of the cache's routes.
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -462,6 +525,127 @@ impl Default for CacheHeader {
             name: None,
             hit: unplaced("hit".into()),
             miss: unplaced("miss".into()),
+        }
+    }
+}
+
+/// The zone's SOA; `mname` is the first name server when absent.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsSoa {
+    pub mname: Option<Spanned<String>>,
+    pub rname: Spanned<String>,
+    pub serial: u32,
+    pub refresh: u32,
+    pub retry: u32,
+    pub expire: u32,
+    /// The TTL of negative answers.
+    pub minimum: u32,
+}
+
+impl Default for DnsSoa {
+    fn default() -> Self {
+        DnsSoa {
+            mname: None,
+            rname: unplaced("hostmaster".into()),
+            serial: 1,
+            refresh: 3600,
+            retry: 600,
+            expire: 604_800,
+            minimum: 30,
+        }
+    }
+}
+
+/// A static record: `name` relative to the zone (`@` is the apex) or absolute.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsRecord {
+    pub name: Spanned<String>,
+    /// A, AAAA, CNAME, TXT, SRV or NS.
+    #[serde(rename = "type")]
+    pub kind: Option<Spanned<String>>,
+    /// The data as a zone file writes it (SRV: `priority weight port target`).
+    pub value: Option<Spanned<String>>,
+    pub ttl: Option<u32>,
+}
+
+impl Default for DnsRecord {
+    fn default() -> Self {
+        DnsRecord {
+            name: unplaced("@".into()),
+            kind: None,
+            value: None,
+            ttl: None,
+        }
+    }
+}
+
+/// A name answered by a routing policy; each policy reads its own keys.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsName {
+    pub name: Option<Spanned<String>>,
+    /// geo, latency, weighted, failover or multivalue.
+    pub policy: Option<Spanned<String>>,
+    pub ttl: Option<u32>,
+    /// geo: each group's region; `fallback`: each region's fallback.
+    pub groups: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+    pub fallback: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+    /// geo: the region of clients in no group (the first region when absent).
+    pub default_region: Option<Spanned<String>>,
+    /// latency: the distance from each group to each region.
+    #[allow(clippy::type_complexity)]
+    pub distance: Option<
+        Spanned<
+            std::collections::BTreeMap<
+                String,
+                Spanned<std::collections::BTreeMap<String, Spanned<f64>>>,
+            >,
+        >,
+    >,
+    /// latency: the group of clients in no group (the first group when absent).
+    pub default_group: Option<Spanned<String>>,
+    /// weighted: each region's weight, or the `pattern` of regions walked one slot per query.
+    pub weights: Option<Spanned<std::collections::BTreeMap<String, Spanned<u32>>>>,
+    pub pattern: Vec<Spanned<String>>,
+    /// weighted: `pattern` (the next live slot) or `random`.
+    pub choice: Spanned<String>,
+    /// weighted: the same region for every client of a /24 (IPv6: /56).
+    pub consistent: bool,
+    pub primary: Option<Spanned<String>>,
+    pub secondary: Option<Spanned<String>>,
+    /// failover: `primary` (answer it anyway) or `empty` (no address) when both are down.
+    pub all_down: Spanned<String>,
+    /// multivalue: the regions, and how many live ones an answer holds.
+    pub regions: Vec<Spanned<String>>,
+    pub max: Spanned<usize>,
+}
+
+impl DnsName {
+    pub const DEFAULT_MAX: usize = 8;
+}
+
+impl Default for DnsName {
+    fn default() -> Self {
+        DnsName {
+            name: None,
+            policy: None,
+            ttl: None,
+            groups: None,
+            fallback: None,
+            default_region: None,
+            distance: None,
+            default_group: None,
+            weights: None,
+            pattern: Vec::new(),
+            choice: unplaced("pattern".into()),
+            consistent: false,
+            primary: None,
+            secondary: None,
+            all_down: unplaced("primary".into()),
+            regions: Vec::new(),
+            max: unplaced(Self::DEFAULT_MAX),
         }
     }
 }

@@ -1,0 +1,15 @@
+//! trafik's authoritative DNS.
+//!
+//! - [`policy`]: the routing policies (geo, latency, weighted, failover, multivalue) as pure
+//!   code, shared with `trafik sim dns` and `trafik sim failover`;
+//! - [`zone`]: zones, static records and policy names, and the lookup of one question;
+//! - [`server`]: the UDP and TCP server on hickory-server, with EDNS(0), the client subnet
+//!   option and truncation, and the counters behind the admin API's `dns` block.
+
+pub mod policy;
+pub mod server;
+pub mod zone;
+
+pub use hickory_proto::rr::Name as DomainName;
+pub use server::{DnsServer, Liveness};
+pub use zone::{Authority, DnsPlan};

@@ -1,0 +1,538 @@
+//! The DNS server: hickory-server's UDP and TCP transports and wire format, with trafik's
+//! [`RequestHandler`] answering from the [`Authority`] in force. Messages hickory cannot parse
+//! get FORMERR from hickory itself (or are dropped when even the header is short); UDP answers
+//! larger than the client's EDNS buffer (512 bytes without EDNS) are truncated with TC set, and
+//! the client asks again over TCP.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
+use hickory_proto::rr::{DNSClass, Record};
+use hickory_server::Server;
+use hickory_server::net::runtime::Time;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponseBuilder;
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, UdpSocket};
+
+use crate::policy::{Client, Live, mask};
+use crate::zone::{Authority, Code, DnsPlan};
+
+/// The largest UDP answer trafik sends, whatever buffer a client offers (the 2020 DNS flag
+/// day's value, which avoids IP fragmentation).
+pub const MAX_UDP_PAYLOAD: u16 = 1232;
+
+/// How long a TCP connection may stay without a request.
+const TCP_IDLE: Duration = Duration::from_secs(10);
+
+/// Which regions are live now; the data plane answers it from its health checks.
+pub trait Liveness: Send + Sync + 'static {
+    fn live(&self) -> Live;
+}
+
+/// Every region live: for zones without health checks, and for tests.
+pub struct AllLive;
+
+impl Liveness for AllLive {
+    fn live(&self) -> Live {
+        Live::all(Live::MAX_REGIONS)
+    }
+}
+
+/// The configuration in force: replaced whole on reload.
+struct Current {
+    authority: Arc<Authority>,
+    liveness: Arc<dyn Liveness>,
+}
+
+/// Counters of queries answered before any zone is involved.
+#[derive(Default)]
+struct ServerCounters {
+    /// Not one question, or not a query.
+    formerr: AtomicU64,
+    notimp: AtomicU64,
+    /// For names in no zone of ours, or not of class IN.
+    refused: AtomicU64,
+}
+
+struct Handler {
+    current: ArcSwap<Current>,
+    counters: ServerCounters,
+    /// Draws for weighted random choice: a counter, mixed.
+    draws: AtomicU64,
+}
+
+/// A running DNS server.
+pub struct DnsServer {
+    control: DnsControl,
+    server: Server<SharedHandler>,
+}
+
+/// What a running server answers from, its counters, and the way to change both.
+#[derive(Clone)]
+pub struct DnsControl {
+    handler: Arc<Handler>,
+    address: SocketAddr,
+}
+
+impl DnsServer {
+    /// Binds UDP and TCP on `address` (with port 0, one port free for both) and starts
+    /// answering on the tokio runtime entered, with `udp_sockets` UDP sockets on the port.
+    pub fn start(
+        address: SocketAddr,
+        udp_sockets: usize,
+        authority: Authority,
+        liveness: Arc<dyn Liveness>,
+    ) -> io::Result<DnsServer> {
+        let bound = Bound::bind(address, udp_sockets)?;
+        let control = DnsControl::new(bound.address, authority, liveness);
+        DnsServer::serve(&control, bound.udp, Some(bound.tcp))
+    }
+
+    /// Serves `control`'s zones on sockets bound by [`Bound::bind`], on the tokio runtime
+    /// entered: one runtime may take every socket, or each thread's runtime some of them, all
+    /// answering from the same [`DnsControl`]. Each UDP socket is read by its own hickory loop.
+    pub fn serve(
+        control: &DnsControl,
+        udp: Vec<std::net::UdpSocket>,
+        tcp: Option<std::net::TcpListener>,
+    ) -> io::Result<DnsServer> {
+        let mut server = Server::new(SharedHandler(control.handler.clone()));
+        for socket in udp {
+            server.register_socket(UdpSocket::from_std(socket)?);
+        }
+        if let Some(tcp) = tcp {
+            tcp.set_nonblocking(true)?;
+            server.register_listener(TcpListener::from_std(tcp)?, TCP_IDLE, 64);
+        }
+        Ok(DnsServer {
+            control: control.clone(),
+            server,
+        })
+    }
+
+    /// The bound address (UDP and TCP).
+    pub fn address(&self) -> SocketAddr {
+        self.control.address
+    }
+
+    pub fn control(&self) -> &DnsControl {
+        &self.control
+    }
+
+    /// Stops accepting and waits for the transports to end.
+    pub async fn stop(mut self) {
+        if let Err(error) = self.server.shutdown_gracefully().await {
+            tracing::warn!(%error, "dns server stopped with an error");
+        }
+    }
+}
+
+/// A DNS server's sockets: UDP sockets sharing one port (SO_REUSEPORT), and TCP on the same
+/// port.
+pub struct Bound {
+    pub address: SocketAddr,
+    pub udp: Vec<std::net::UdpSocket>,
+    pub tcp: std::net::TcpListener,
+}
+
+impl Bound {
+    /// Binds `udp_sockets` UDP sockets and one TCP listener on `address`; see [`bind_both`].
+    pub fn bind(address: SocketAddr, udp_sockets: usize) -> io::Result<Bound> {
+        let (udp, tcp) = bind_both(address, udp_sockets.max(1))?;
+        Ok(Bound {
+            address: tcp.local_addr()?,
+            udp,
+            tcp,
+        })
+    }
+}
+
+impl DnsControl {
+    /// Answers from `authority` with the regions `liveness` says are live; serve it with
+    /// [`DnsServer::serve`].
+    pub fn new(address: SocketAddr, authority: Authority, liveness: Arc<dyn Liveness>) -> Self {
+        DnsControl {
+            handler: Arc::new(Handler {
+                current: ArcSwap::from_pointee(Current {
+                    authority: Arc::new(authority),
+                    liveness,
+                }),
+                counters: ServerCounters::default(),
+                draws: AtomicU64::new(seed()),
+            }),
+            address,
+        }
+    }
+
+    /// The bound address (UDP and TCP).
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Answers from `authority` from now on; queries in flight finish on the old one.
+    pub fn replace(&self, authority: Authority, liveness: Arc<dyn Liveness>) {
+        self.handler.current.store(Arc::new(Current {
+            authority: Arc::new(authority),
+            liveness,
+        }));
+    }
+
+    /// Keeps the authority in force and takes region liveness from `liveness`.
+    pub fn set_liveness(&self, liveness: Arc<dyn Liveness>) {
+        self.handler.current.rcu(|old| Current {
+            authority: old.authority.clone(),
+            liveness: liveness.clone(),
+        });
+    }
+
+    /// Builds `plan`'s zones, keeping the counters of the names that stay from the authority
+    /// in force.
+    pub fn build(&self, plan: &DnsPlan) -> Result<Authority, Vec<String>> {
+        Authority::build(plan, Some(&self.handler.current.load().authority))
+    }
+
+    /// The `dns` block of the admin API's `/status`.
+    pub fn status(&self) -> Value {
+        let current = self.handler.current.load();
+        let live = current.liveness.live();
+        let counters = &self.handler.counters;
+        let authority = &current.authority;
+        json!({
+            "listen": self.address.to_string(),
+            "live": authority.regions.iter().enumerate()
+                .filter(|(i, _)| live.contains(*i))
+                .map(|(_, r)| r.name.clone())
+                .collect::<Vec<_>>(),
+            "regions": authority.regions.iter().enumerate().map(|(i, r)| json!({
+                "name": r.name,
+                "addresses": r.addresses.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "live": live.contains(i),
+            })).collect::<Vec<_>>(),
+            "refused": counters.refused.load(Ordering::Relaxed),
+            "formerr": counters.formerr.load(Ordering::Relaxed),
+            "notimp": counters.notimp.load(Ordering::Relaxed),
+            "zones": authority.zones.iter().map(|zone| json!({
+                "zone": zone.origin.to_string(),
+                "queries": zone.counters.queries.load(Ordering::Relaxed),
+                "nxdomain": zone.counters.nxdomain.load(Ordering::Relaxed),
+                "names": zone.policy_names().map(|name| {
+                    let c = &name.counters;
+                    json!({
+                        "name": name.name.to_string(),
+                        "policy": name.policy.kind(),
+                        "ttl": name.ttl,
+                        "queries": c.queries.load(Ordering::Relaxed),
+                        "answers": authority.regions.iter()
+                            .map(|r| (r.name.clone(), json!(c.answers.get(&r.name)
+                                .map_or(0, |n| n.load(Ordering::Relaxed)))))
+                            .collect::<serde_json::Map<_, _>>(),
+                        "failovers": c.failovers.load(Ordering::Relaxed),
+                        "nodata": c.nodata.load(Ordering::Relaxed),
+                    })
+                }).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The Prometheus lines of the DNS counters.
+    pub fn metrics(&self) -> String {
+        use std::fmt::Write;
+        let current = self.handler.current.load();
+        let live = current.liveness.live();
+        let authority = &current.authority;
+        let mut out = String::new();
+        let mut family = |name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        family(
+            "trafik_dns_queries_total",
+            "counter",
+            "DNS queries per policy name.",
+        );
+        family(
+            "trafik_dns_answers_total",
+            "counter",
+            "DNS answers per policy name and region.",
+        );
+        family(
+            "trafik_dns_failovers_total",
+            "counter",
+            "DNS answers that health moved off the policy's first choice.",
+        );
+        family(
+            "trafik_dns_nxdomain_total",
+            "counter",
+            "NXDOMAIN answers per zone.",
+        );
+        family(
+            "trafik_dns_region_live",
+            "gauge",
+            "1 while a region is live.",
+        );
+        for zone in &authority.zones {
+            let origin = zone.origin.to_string();
+            let _ = writeln!(
+                out,
+                "trafik_dns_nxdomain_total{{zone=\"{origin}\"}} {}",
+                zone.counters.nxdomain.load(Ordering::Relaxed)
+            );
+            for name in zone.policy_names() {
+                let labels = format!("name=\"{}\",policy=\"{}\"", name.name, name.policy.kind());
+                let c = &name.counters;
+                let _ = writeln!(
+                    out,
+                    "trafik_dns_queries_total{{{labels}}} {}",
+                    c.queries.load(Ordering::Relaxed)
+                );
+                let _ = writeln!(
+                    out,
+                    "trafik_dns_failovers_total{{{labels}}} {}",
+                    c.failovers.load(Ordering::Relaxed)
+                );
+                for region in &authority.regions {
+                    let count = c
+                        .answers
+                        .get(&region.name)
+                        .map_or(0, |n| n.load(Ordering::Relaxed));
+                    let _ = writeln!(
+                        out,
+                        "trafik_dns_answers_total{{{labels},region=\"{}\"}} {count}",
+                        region.name
+                    );
+                }
+            }
+        }
+        for (index, region) in authority.regions.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "trafik_dns_region_live{{region=\"{}\"}} {}",
+                region.name,
+                u8::from(live.contains(index))
+            );
+        }
+        out
+    }
+}
+
+/// Binds `count` UDP sockets sharing one port (the first without SO_REUSEPORT, so a port in use
+/// is an error), then TCP on the same port; with port 0, tries again until a port is free for
+/// both.
+fn bind_both(
+    address: SocketAddr,
+    count: usize,
+) -> io::Result<(Vec<std::net::UdpSocket>, std::net::TcpListener)> {
+    let mut last = None;
+    for _ in 0..20 {
+        let probe = udp_socket(address, false)?;
+        let bound = probe
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("a UDP socket without an IP address"))?;
+        let tcp = match std::net::TcpListener::bind(bound) {
+            Ok(tcp) => tcp,
+            Err(error) if address.port() == 0 => {
+                last = Some(error);
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        drop(probe);
+        let udp = (0..count)
+            .map(|_| udp_socket(bound, true).map(std::net::UdpSocket::from))
+            .collect::<io::Result<Vec<_>>>()?;
+        return Ok((udp, tcp));
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no port free for both UDP and TCP")))
+}
+
+fn udp_socket(address: SocketAddr, shared: bool) -> io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    socket.set_reuse_port(shared)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    Ok(socket)
+}
+
+fn seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// hickory's server owns its handler; this one shares it with [`DnsServer`].
+struct SharedHandler(Arc<Handler>);
+
+#[async_trait::async_trait]
+impl RequestHandler for SharedHandler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        response_handle: R,
+    ) -> ResponseInfo {
+        self.0.answer(request, response_handle).await
+    }
+}
+
+impl Handler {
+    async fn answer<R: ResponseHandler>(
+        &self,
+        request: &Request,
+        mut responder: R,
+    ) -> ResponseInfo {
+        let current = self.current.load();
+        let mut metadata = Metadata::response_from_request(&request.metadata);
+        let mut edns = request.edns.as_ref().map(|theirs| {
+            let mut ours = Edns::new();
+            ours.set_max_payload(theirs.max_payload().clamp(512, MAX_UDP_PAYLOAD));
+            ours.set_version(0);
+            ours
+        });
+        let code = if request.metadata.op_code != OpCode::Query {
+            self.counters.notimp.fetch_add(1, Ordering::Relaxed);
+            Some(ResponseCode::NotImp)
+        } else if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
+            Some(ResponseCode::BADVERS)
+        } else {
+            None
+        };
+        let query = match (code, request.request_info()) {
+            (None, Ok(info)) => Some(info.query),
+            (None, Err(_)) => {
+                self.counters.formerr.fetch_add(1, Ordering::Relaxed);
+                metadata.response_code = ResponseCode::FormErr;
+                None
+            }
+            (Some(code), _) => {
+                metadata.response_code = code;
+                None
+            }
+        };
+        if let Some(edns) = &mut edns
+            && metadata.response_code.high() != 0
+        {
+            edns.set_rcode_high(metadata.response_code.high());
+        }
+        let Some(query) = query else {
+            let response = MessageResponseBuilder::new(&request.queries, edns.as_ref())
+                .build_no_records(metadata);
+            return send(&mut responder, response, request).await;
+        };
+        let subnet = request
+            .edns
+            .as_ref()
+            .and_then(|e| match e.option(EdnsCode::Subnet) {
+                Some(EdnsOption::Subnet(subnet)) => Some(*subnet),
+                _ => None,
+            });
+        let client = match &subnet {
+            Some(subnet) if subnet.source_prefix() > 0 => Client {
+                address: mask(subnet.addr(), subnet.source_prefix()),
+                prefix: subnet.source_prefix(),
+            },
+            _ => Client::from_source(request.src().ip()),
+        };
+        let lookup = if matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
+            let random = trafik_balance::hash::mix64(self.draws.fetch_add(1, Ordering::Relaxed));
+            current.authority.lookup(
+                query.name(),
+                query.query_type(),
+                client,
+                current.liveness.live(),
+                random,
+            )
+        } else {
+            crate::zone::Lookup {
+                code: Code::Refused,
+                ..Default::default()
+            }
+        };
+        metadata.response_code = match lookup.code {
+            Code::NoError => ResponseCode::NoError,
+            Code::NxDomain => ResponseCode::NXDomain,
+            Code::Refused => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                ResponseCode::Refused
+            }
+        };
+        metadata.authoritative = lookup.code != Code::Refused;
+        if let (Some(edns), Some(subnet)) = (&mut edns, &subnet) {
+            // RFC 7871 §7.2.1: echo family, source prefix and address; set the scope.
+            let full = if subnet.addr().is_ipv4() { 32 } else { 128 };
+            let scope = if subnet.source_prefix() == 0 {
+                0
+            } else {
+                lookup.scope.min(full)
+            };
+            edns.options_mut()
+                .insert(EdnsOption::Subnet(ClientSubnet::new(
+                    subnet.addr(),
+                    subnet.source_prefix(),
+                    scope,
+                )));
+        }
+        if current.authority.query_log {
+            let regions: Vec<&str> = lookup
+                .regions
+                .iter()
+                .filter_map(|r| current.authority.regions.get(*r).map(|r| r.name.as_str()))
+                .collect();
+            tracing::info!(
+                target: "trafik::dns",
+                client = %request.src(),
+                subnet = ?subnet.as_ref().map(|s| format!("{}/{}", s.addr(), s.source_prefix())),
+                name = %query.name(),
+                kind = %query.query_type(),
+                protocol = %request.protocol(),
+                code = %metadata.response_code,
+                answers = lookup.answers.len(),
+                regions = ?regions,
+                "dns query"
+            );
+        }
+        let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
+            metadata,
+            lookup.answers.iter(),
+            lookup.authority.iter(),
+            std::iter::empty::<&Record>(),
+            std::iter::empty::<&Record>(),
+        );
+        send(&mut responder, response, request).await
+    }
+}
+
+async fn send<'a, R: ResponseHandler>(
+    responder: &mut R,
+    response: hickory_server::zone_handler::MessageResponse<
+        '_,
+        'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+    >,
+    request: &Request,
+) -> ResponseInfo {
+    match responder.send_response(response).await {
+        Ok(info) => info,
+        Err(error) => {
+            tracing::debug!(%error, "dns answer not sent");
+            let mut metadata = Metadata::response_from_request(&request.metadata);
+            metadata.response_code = ResponseCode::ServFail;
+            ResponseInfo::from(Header {
+                metadata,
+                counts: HeaderCounts::default(),
+            })
+        }
+    }
+}

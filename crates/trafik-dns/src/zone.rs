@@ -1,0 +1,631 @@
+//! The authoritative data: zones with their static records and their policy names, built from a
+//! [`DnsPlan`], and the lookup that answers one question from them. No I/O: the server in
+//! [`crate::server`] turns a [`Lookup`] into a message.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, SRV, TXT};
+use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
+
+use crate::policy::{Client, Groups, Live, Policy, Prefix, Region};
+
+/// What trafik serves over DNS: regions, client groups and zones.
+#[derive(Clone, Debug, Default)]
+pub struct DnsPlan {
+    pub regions: Vec<RegionPlan>,
+    /// Client groups, by name, with their prefixes; a policy's group index is its place here.
+    pub groups: Vec<(String, Vec<Prefix>)>,
+    pub zones: Vec<ZonePlan>,
+    /// Log one line per query.
+    pub query_log: bool,
+}
+
+/// A region: where its names point.
+#[derive(Clone, Debug)]
+pub struct RegionPlan {
+    pub name: String,
+    pub addresses: Vec<IpAddr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ZonePlan {
+    /// The zone's apex, such as `kargo.test.`.
+    pub origin: String,
+    /// The TTL of records that set none.
+    pub ttl: u32,
+    pub soa: SoaPlan,
+    /// The zone's name servers (the apex's NS records).
+    pub name_servers: Vec<String>,
+    pub records: Vec<RecordPlan>,
+    pub names: Vec<NamePlan>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SoaPlan {
+    pub mname: String,
+    pub rname: String,
+    pub serial: u32,
+    pub refresh: u32,
+    pub retry: u32,
+    pub expire: u32,
+    /// The TTL of negative answers (RFC 2308).
+    pub minimum: u32,
+}
+
+/// A static record; `name` is relative to the zone (`@` for the apex) or absolute (ends in `.`).
+#[derive(Clone, Debug)]
+pub struct RecordPlan {
+    pub name: String,
+    pub ttl: Option<u32>,
+    pub data: RecordData,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordData {
+    A(Ipv4Addr),
+    Aaaa(Ipv6Addr),
+    Cname(String),
+    Txt(Vec<String>),
+    Srv {
+        priority: u16,
+        weight: u16,
+        port: u16,
+        target: String,
+    },
+    Ns(String),
+}
+
+/// A name answered by a policy: its A and AAAA records are the chosen regions' addresses.
+#[derive(Clone, Debug)]
+pub struct NamePlan {
+    pub name: String,
+    pub ttl: u32,
+    pub policy: Policy,
+}
+
+/// Parses a domain name, relative names completed with `origin`.
+pub fn parse_name(text: &str, origin: Option<&Name>) -> Result<Name, String> {
+    let name = if text == "@" {
+        return origin
+            .cloned()
+            .ok_or_else(|| "\"@\" needs a zone".to_string());
+    } else {
+        Name::from_ascii(text).map_err(|e| format!("{text:?} is not a domain name: {e}"))?
+    };
+    match origin {
+        Some(origin) if !name.is_fqdn() => name
+            .append_domain(origin)
+            .map_err(|e| format!("{text:?} is too long in {origin}: {e}")),
+        _ if !name.is_fqdn() => Name::from_ascii(format!("{text}."))
+            .map_err(|e| format!("{text:?} is not a domain name: {e}")),
+        _ => Ok(name),
+    }
+}
+
+/// The counters of one policy name; kept across reloads while the name keeps its policy.
+#[derive(Debug, Default)]
+pub struct NameCounters {
+    pub queries: AtomicU64,
+    /// Answers naming each region, by region name.
+    pub answers: HashMap<String, AtomicU64>,
+    /// Answers health changed from the policy's first choice.
+    pub failovers: AtomicU64,
+    /// Queries for a type the name does not have, or answered with no address.
+    pub nodata: AtomicU64,
+}
+
+/// The counters of one zone.
+#[derive(Debug, Default)]
+pub struct ZoneCounters {
+    pub queries: AtomicU64,
+    pub nxdomain: AtomicU64,
+}
+
+/// A zone ready to answer.
+#[derive(Debug)]
+pub struct Zone {
+    pub origin: LowerName,
+    soa: Record,
+    name_servers: Vec<Record>,
+    /// Static records by owner name.
+    records: HashMap<LowerName, Vec<Record>>,
+    names: HashMap<LowerName, PolicyName>,
+    /// Names that own nothing but have names below them (empty non-terminals): NODATA, not
+    /// NXDOMAIN.
+    interior: std::collections::HashSet<LowerName>,
+    pub counters: Arc<ZoneCounters>,
+}
+
+#[derive(Debug)]
+pub struct PolicyName {
+    pub name: Name,
+    pub ttl: u32,
+    pub policy: Policy,
+    pub counters: Arc<NameCounters>,
+}
+
+/// Every zone, the regions and the groups: one configuration's DNS.
+#[derive(Debug)]
+pub struct Authority {
+    pub zones: Vec<Zone>,
+    pub regions: Vec<RegionPlan>,
+    pub groups: Groups,
+    pub group_names: Vec<String>,
+    pub query_log: bool,
+}
+
+/// The answer to one question.
+#[derive(Debug, Default)]
+pub struct Lookup {
+    pub code: Code,
+    pub answers: Vec<Record>,
+    pub authority: Vec<Record>,
+    /// The ECS scope prefix of the answer.
+    pub scope: u8,
+    /// The regions a policy chose, for the query log.
+    pub regions: Vec<Region>,
+}
+
+/// The outcome of a lookup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Code {
+    #[default]
+    NoError,
+    NxDomain,
+    /// No zone here holds the name.
+    Refused,
+}
+
+/// How deep a CNAME chain inside the zone is followed.
+const MAX_CHAIN: usize = 8;
+
+impl Authority {
+    /// Builds the zones of `plan`, keeping the counters of `previous` for what stays the same.
+    pub fn build(plan: &DnsPlan, previous: Option<&Authority>) -> Result<Authority, Vec<String>> {
+        let mut errors = Vec::new();
+        let mut zones = Vec::new();
+        for zone in &plan.zones {
+            match build_zone(zone, plan, previous) {
+                Ok(built) => zones.push(built),
+                Err(mut more) => errors.append(&mut more),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        // Most specific zone first, so a delegated child zone wins over its parent.
+        zones.sort_by_key(|z: &Zone| std::cmp::Reverse(z.origin.num_labels()));
+        let mut entries = Vec::new();
+        for (group, (_, prefixes)) in plan.groups.iter().enumerate() {
+            entries.extend(prefixes.iter().map(|p| (*p, group)));
+        }
+        Ok(Authority {
+            zones,
+            regions: plan.regions.clone(),
+            groups: Groups::new(entries),
+            group_names: plan.groups.iter().map(|(name, _)| name.clone()).collect(),
+            query_log: plan.query_log,
+        })
+    }
+
+    /// Answers `name`/`kind` for `client` with the regions in `live`; `random` feeds weighted
+    /// random choice.
+    pub fn lookup(
+        &self,
+        name: &LowerName,
+        kind: RecordType,
+        client: Client,
+        live: Live,
+        random: u64,
+    ) -> Lookup {
+        let Some(zone) = self.zones.iter().find(|z| z.origin.zone_of(name)) else {
+            return Lookup {
+                code: Code::Refused,
+                ..Lookup::default()
+            };
+        };
+        zone.counters.queries.fetch_add(1, Ordering::Relaxed);
+        let mut lookup = Lookup::default();
+        let mut owner = name.clone();
+        for _ in 0..MAX_CHAIN {
+            let found = zone.answer(self, &owner, kind, client, live, random, &mut lookup);
+            match found {
+                Found::Done => return lookup,
+                Found::Cname(target) if zone.origin.zone_of(&target) => owner = target,
+                Found::Cname(_) => return lookup,
+                Found::Nothing if lookup.answers.is_empty() => {
+                    lookup.code = Code::NxDomain;
+                    zone.counters.nxdomain.fetch_add(1, Ordering::Relaxed);
+                    lookup.authority.push(zone.negative_soa());
+                    return lookup;
+                }
+                // A CNAME pointing at nothing in the zone: the chain is the answer.
+                Found::Nothing => return lookup,
+                Found::NoData => {
+                    lookup.authority.push(zone.negative_soa());
+                    return lookup;
+                }
+            }
+        }
+        lookup
+    }
+}
+
+enum Found {
+    Done,
+    Cname(LowerName),
+    NoData,
+    Nothing,
+}
+
+impl Zone {
+    /// The names answered by a policy, in name order.
+    pub fn policy_names(&self) -> impl Iterator<Item = &PolicyName> {
+        let mut names: Vec<&PolicyName> = self.names.values().collect();
+        names.sort_by(|a, b| a.name.cmp(&b.name));
+        names.into_iter()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn answer(
+        &self,
+        authority: &Authority,
+        owner: &LowerName,
+        kind: RecordType,
+        client: Client,
+        live: Live,
+        random: u64,
+        lookup: &mut Lookup,
+    ) -> Found {
+        if *owner == self.origin {
+            match kind {
+                RecordType::SOA => lookup.answers.push(self.soa.clone()),
+                RecordType::NS => lookup.answers.extend(self.name_servers.iter().cloned()),
+                RecordType::ANY => {
+                    lookup.answers.push(self.soa.clone());
+                    lookup.answers.extend(self.name_servers.iter().cloned());
+                }
+                _ => {}
+            }
+        }
+        if let Some(name) = self.names.get(owner) {
+            return name.answer(authority, kind, client, live, random, lookup);
+        }
+        let records = self.records.get(owner);
+        if let Some(records) = records {
+            let matching = records
+                .iter()
+                .filter(|r| kind == RecordType::ANY || r.record_type() == kind);
+            let before = lookup.answers.len();
+            lookup.answers.extend(matching.cloned());
+            if lookup.answers.len() > before {
+                return Found::Done;
+            }
+            if let Some(cname) = records
+                .iter()
+                .find(|r| r.record_type() == RecordType::CNAME)
+            {
+                lookup.answers.push(cname.clone());
+                if let RData::CNAME(CNAME(target)) = &cname.data {
+                    return Found::Cname(LowerName::from(target));
+                }
+            }
+        }
+        if *owner == self.origin && !lookup.answers.is_empty() {
+            return Found::Done;
+        }
+        if records.is_some() || *owner == self.origin || self.interior.contains(owner) {
+            Found::NoData
+        } else {
+            Found::Nothing
+        }
+    }
+
+    /// The SOA in the authority section of a negative answer, with the negative TTL (RFC 2308).
+    fn negative_soa(&self) -> Record {
+        let mut soa = self.soa.clone();
+        if let RData::SOA(data) = &soa.data {
+            soa.ttl = soa.ttl.min(data.minimum);
+        }
+        soa
+    }
+}
+
+impl PolicyName {
+    fn answer(
+        &self,
+        authority: &Authority,
+        kind: RecordType,
+        client: Client,
+        live: Live,
+        random: u64,
+        lookup: &mut Lookup,
+    ) -> Found {
+        self.counters.queries.fetch_add(1, Ordering::Relaxed);
+        if !matches!(kind, RecordType::A | RecordType::AAAA | RecordType::ANY) {
+            self.counters.nodata.fetch_add(1, Ordering::Relaxed);
+            return Found::NoData;
+        }
+        let decision = self.policy.decide(client, &authority.groups, live, random);
+        if decision.failover {
+            self.counters.failovers.fetch_add(1, Ordering::Relaxed);
+        }
+        lookup.scope = decision.scope;
+        let before = lookup.answers.len();
+        for region in &decision.regions {
+            let Some(plan) = authority.regions.get(*region) else {
+                continue;
+            };
+            if let Some(count) = self.counters.answers.get(&plan.name) {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            for address in &plan.addresses {
+                let data = match (address, kind) {
+                    (IpAddr::V4(v4), RecordType::A | RecordType::ANY) => RData::A(A(*v4)),
+                    (IpAddr::V6(v6), RecordType::AAAA | RecordType::ANY) => RData::AAAA(AAAA(*v6)),
+                    _ => continue,
+                };
+                lookup
+                    .answers
+                    .push(Record::from_rdata(self.name.clone(), self.ttl, data));
+            }
+        }
+        lookup.regions = decision.regions;
+        if lookup.answers.len() == before {
+            self.counters.nodata.fetch_add(1, Ordering::Relaxed);
+            return Found::NoData;
+        }
+        Found::Done
+    }
+}
+
+fn build_zone(
+    plan: &ZonePlan,
+    dns: &DnsPlan,
+    previous: Option<&Authority>,
+) -> Result<Zone, Vec<String>> {
+    let mut errors = Vec::new();
+    let mut name = |text: &str, origin: Option<&Name>| {
+        parse_name(text, origin).unwrap_or_else(|error| {
+            errors.push(format!("zone {}: {error}", plan.origin));
+            Name::root()
+        })
+    };
+    let origin = name(&plan.origin, None);
+    let soa = Record::from_rdata(
+        origin.clone(),
+        plan.ttl,
+        RData::SOA(SOA::new(
+            name(&plan.soa.mname, Some(&origin)),
+            name(&plan.soa.rname, Some(&origin)),
+            plan.soa.serial,
+            clamp(plan.soa.refresh),
+            clamp(plan.soa.retry),
+            clamp(plan.soa.expire),
+            plan.soa.minimum,
+        )),
+    );
+    let name_servers = plan
+        .name_servers
+        .iter()
+        .map(|ns| {
+            let target = name(ns, Some(&origin));
+            Record::from_rdata(origin.clone(), plan.ttl, RData::NS(NS(target)))
+        })
+        .collect();
+    let mut records: HashMap<LowerName, Vec<Record>> = HashMap::new();
+    for record in &plan.records {
+        let owner = name(&record.name, Some(&origin));
+        let data = match &record.data {
+            RecordData::A(v4) => RData::A(A(*v4)),
+            RecordData::Aaaa(v6) => RData::AAAA(AAAA(*v6)),
+            RecordData::Cname(target) => RData::CNAME(CNAME(name(target, Some(&origin)))),
+            RecordData::Txt(strings) => RData::TXT(TXT::new(strings.clone())),
+            RecordData::Srv {
+                priority,
+                weight,
+                port,
+                target,
+            } => RData::SRV(SRV::new(
+                *priority,
+                *weight,
+                *port,
+                name(target, Some(&origin)),
+            )),
+            RecordData::Ns(target) => RData::NS(NS(name(target, Some(&origin)))),
+        };
+        records
+            .entry(LowerName::from(&owner))
+            .or_default()
+            .push(Record::from_rdata(
+                owner,
+                record.ttl.unwrap_or(plan.ttl),
+                data,
+            ));
+    }
+    let old_zone = previous.and_then(|p| {
+        p.zones
+            .iter()
+            .find(|z| z.origin == LowerName::from(&origin))
+    });
+    let mut names = HashMap::new();
+    for policy_name in &plan.names {
+        let owner = name(&policy_name.name, Some(&origin));
+        let key = LowerName::from(&owner);
+        let kept = old_zone
+            .and_then(|z| z.names.get(&key))
+            .filter(|old| old.policy.kind() == policy_name.policy.kind())
+            .map(|old| old.counters.clone());
+        let counters = kept.unwrap_or_else(|| {
+            Arc::new(NameCounters {
+                answers: dns
+                    .regions
+                    .iter()
+                    .map(|r| (r.name.clone(), AtomicU64::new(0)))
+                    .collect(),
+                ..NameCounters::default()
+            })
+        });
+        names.insert(
+            key,
+            PolicyName {
+                name: owner,
+                ttl: policy_name.ttl,
+                policy: policy_name.policy.clone(),
+                counters,
+            },
+        );
+    }
+    let origin_lower = LowerName::from(&origin);
+    let mut interior = std::collections::HashSet::new();
+    for owner in records.keys().chain(names.keys()) {
+        let mut parent = owner.base_name();
+        while parent.num_labels() > origin_lower.num_labels() {
+            interior.insert(parent.clone());
+            parent = parent.base_name();
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(Zone {
+        counters: old_zone.map_or_else(Arc::default, |z| z.counters.clone()),
+        origin: origin_lower,
+        soa,
+        name_servers,
+        records,
+        names,
+        interior,
+    })
+}
+
+/// SOA timers are signed 32-bit on the wire.
+fn clamp(seconds: u32) -> i32 {
+    i32::try_from(seconds).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::AllDown;
+
+    fn plan() -> DnsPlan {
+        DnsPlan {
+            regions: vec![
+                RegionPlan {
+                    name: "b34".into(),
+                    addresses: vec!["127.0.0.34".parse().unwrap()],
+                },
+                RegionPlan {
+                    name: "b35".into(),
+                    addresses: vec!["127.0.0.35".parse().unwrap(), "::35".parse().unwrap()],
+                },
+            ],
+            groups: vec![("g1".into(), vec![Prefix::parse("10.1.0.0/16").unwrap()])],
+            zones: vec![ZonePlan {
+                origin: "kargo.test.".into(),
+                ttl: 30,
+                soa: SoaPlan {
+                    mname: "ns1".into(),
+                    rname: "hostmaster".into(),
+                    serial: 1,
+                    refresh: 3600,
+                    retry: 600,
+                    expire: 86400,
+                    minimum: 5,
+                },
+                name_servers: vec!["ns1".into()],
+                records: vec![
+                    RecordPlan {
+                        name: "ns1".into(),
+                        ttl: None,
+                        data: RecordData::A("127.0.0.1".parse().unwrap()),
+                    },
+                    RecordPlan {
+                        name: "www.api".into(),
+                        ttl: Some(60),
+                        data: RecordData::Cname("devralma".into()),
+                    },
+                ],
+                names: vec![NamePlan {
+                    name: "devralma".into(),
+                    ttl: 30,
+                    policy: Policy::Failover {
+                        primary: 0,
+                        secondary: 1,
+                        all_down: AllDown::Empty,
+                    },
+                }],
+            }],
+            query_log: false,
+        }
+    }
+
+    fn ask(authority: &Authority, name: &str, kind: RecordType, live: Live) -> Lookup {
+        let name = LowerName::from(Name::from_ascii(name).unwrap());
+        let client = Client::from_source("10.1.2.3".parse().unwrap());
+        authority.lookup(&name, kind, client, live, 0)
+    }
+
+    #[test]
+    fn answers_policy_names_static_records_and_negatives() {
+        let authority = Authority::build(&plan(), None).unwrap();
+        let all = Live::all(2);
+        let a = ask(&authority, "devralma.kargo.test.", RecordType::A, all);
+        assert_eq!(a.code, Code::NoError);
+        assert_eq!(
+            a.answers[0].data,
+            RData::A(A("127.0.0.34".parse().unwrap()))
+        );
+        let failed = ask(
+            &authority,
+            "DEVRALMA.kargo.test.",
+            RecordType::AAAA,
+            all.with(0, false),
+        );
+        assert_eq!(
+            failed.answers[0].data,
+            RData::AAAA(AAAA("::35".parse().unwrap()))
+        );
+        let chain = ask(&authority, "www.api.kargo.test.", RecordType::A, all);
+        assert_eq!(chain.answers.len(), 2);
+        assert_eq!(chain.answers[0].record_type(), RecordType::CNAME);
+        let nodata = ask(&authority, "ns1.kargo.test.", RecordType::TXT, all);
+        assert_eq!((nodata.code, nodata.answers.len()), (Code::NoError, 0));
+        assert_eq!(nodata.authority[0].ttl, 5);
+        let interior = ask(&authority, "api.kargo.test.", RecordType::A, all);
+        assert_eq!((interior.code, interior.answers.len()), (Code::NoError, 0));
+        let missing = ask(&authority, "yok.kargo.test.", RecordType::A, all);
+        assert_eq!(missing.code, Code::NxDomain);
+        assert_eq!(missing.authority[0].record_type(), RecordType::SOA);
+        let elsewhere = ask(&authority, "example.com.", RecordType::A, all);
+        assert_eq!(elsewhere.code, Code::Refused);
+        let apex = ask(&authority, "kargo.test.", RecordType::NS, all);
+        assert_eq!(apex.answers[0].record_type(), RecordType::NS);
+        let none = ask(
+            &authority,
+            "devralma.kargo.test.",
+            RecordType::A,
+            Live::none(),
+        );
+        assert!(none.answers.is_empty());
+        assert_eq!(
+            authority.zones[0].counters.nxdomain.load(Ordering::Relaxed),
+            1
+        );
+    }
+
+    #[test]
+    fn a_reload_keeps_the_counters_of_names_that_stay() {
+        let first = Authority::build(&plan(), None).unwrap();
+        ask(&first, "devralma.kargo.test.", RecordType::A, Live::all(2));
+        let second = Authority::build(&plan(), Some(&first)).unwrap();
+        let key = LowerName::from(Name::from_ascii("devralma.kargo.test.").unwrap());
+        let counters = &second.zones[0].names[&key].counters;
+        assert_eq!(counters.queries.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.answers["b34"].load(Ordering::Relaxed), 1);
+    }
+}

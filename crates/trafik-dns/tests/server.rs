@@ -1,0 +1,384 @@
+//! The DNS server live: real UDP and TCP sockets on a free loopback port, asked by `dig`
+//! (dnsutils) and by hickory's client, and sent malformed packets by hand.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::process::Command;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hickory_net::client::{Client, ClientHandle};
+use hickory_net::runtime::TokioRuntimeProvider;
+use hickory_net::tcp::TcpClientStream;
+use hickory_net::udp::UdpClientStream;
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
+use trafik_dns::policy::{AllDown, Live, Policy, Prefix, Weighted, WeightedChoice};
+use trafik_dns::zone::{DnsPlan, NamePlan, RecordData, RecordPlan, RegionPlan, SoaPlan, ZonePlan};
+use trafik_dns::{Authority, DnsServer, Liveness};
+
+/// Region liveness a test sets by hand.
+struct Switches(AtomicU64);
+
+impl Liveness for Switches {
+    fn live(&self) -> Live {
+        Live::from_bits(self.0.load(Ordering::SeqCst))
+    }
+}
+
+const B34: &str = "127.0.0.34";
+const B35: &str = "127.0.0.35";
+const B06: &str = "127.0.0.6";
+
+fn name(name: &str, policy: Policy) -> NamePlan {
+    NamePlan {
+        name: name.into(),
+        ttl: 30,
+        policy,
+    }
+}
+
+/// The course's zone: three regions, four client groups, one name per policy, and a name with
+/// more TXT records than fit 512 bytes.
+fn course_plan() -> DnsPlan {
+    let region = |name: &str, address: &str| RegionPlan {
+        name: name.into(),
+        addresses: vec![address.parse().unwrap()],
+    };
+    let txt = |i: usize| RecordPlan {
+        name: "buyuk".into(),
+        ttl: None,
+        data: RecordData::Txt(vec![format!("kayit {i:02} {}", "x".repeat(40))]),
+    };
+    DnsPlan {
+        regions: vec![region("b34", B34), region("b35", B35), region("b06", B06)],
+        groups: (1..=4)
+            .map(|g| {
+                let prefix = Prefix::parse(&format!("10.{g}.0.0/16")).unwrap();
+                (format!("g{g}"), vec![prefix])
+            })
+            .collect(),
+        zones: vec![ZonePlan {
+            origin: "kargo.test.".into(),
+            ttl: 30,
+            soa: SoaPlan {
+                mname: "ns1".into(),
+                rname: "hostmaster".into(),
+                serial: 1,
+                refresh: 3600,
+                retry: 600,
+                expire: 604_800,
+                minimum: 30,
+            },
+            name_servers: vec!["ns1".into()],
+            records: std::iter::once(RecordPlan {
+                name: "ns1".into(),
+                ttl: None,
+                data: RecordData::A("127.0.0.1".parse().unwrap()),
+            })
+            .chain((0..40).map(txt))
+            .collect(),
+            names: vec![
+                name(
+                    "cografi",
+                    Policy::Geo {
+                        region_of_group: vec![0, 1, 0, 2],
+                        default: 0,
+                        fallback: vec![Some(2), Some(0), Some(1)],
+                    },
+                ),
+                name(
+                    "gecikme",
+                    Policy::Latency {
+                        distance: vec![
+                            vec![1.0, 3.0, 2.0],
+                            vec![3.0, 1.0, 2.0],
+                            vec![2.0, 4.0, 1.0],
+                            vec![2.0, 3.0, 4.0],
+                        ],
+                        default_group: 0,
+                    },
+                ),
+                name(
+                    "agirlik",
+                    Policy::Weighted(Weighted::new(
+                        WeightedChoice::Pattern,
+                        vec![0, 1, 2, 0, 1, 0, 1, 2, 0, 0],
+                        None,
+                    )),
+                ),
+                name(
+                    "devralma",
+                    Policy::Failover {
+                        primary: 0,
+                        secondary: 1,
+                        all_down: AllDown::Empty,
+                    },
+                ),
+                name(
+                    "hepsi",
+                    Policy::Multivalue {
+                        regions: vec![0, 1, 2],
+                        max: 2,
+                    },
+                ),
+            ],
+        }],
+        query_log: false,
+    }
+}
+
+/// A server on a free port, on a runtime of its own so the test can block on `dig`.
+struct Running {
+    runtime: tokio::runtime::Runtime,
+    server: Option<DnsServer>,
+    live: Arc<Switches>,
+    address: SocketAddr,
+}
+
+impl Running {
+    fn start() -> Running {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let live = Arc::new(Switches(AtomicU64::new(Live::all(3).bits())));
+        let authority = Authority::build(&course_plan(), None).unwrap();
+        let liveness: Arc<dyn Liveness> = live.clone();
+        let entered = runtime.enter();
+        let server =
+            DnsServer::start("127.0.0.1:0".parse().unwrap(), 2, authority, liveness).unwrap();
+        drop(entered);
+        let address = server.address();
+        Running {
+            runtime,
+            server: Some(server),
+            live,
+            address,
+        }
+    }
+
+    fn set_live(&self, region: usize, up: bool) {
+        let live = self.live.live().with(region, up);
+        self.live.0.store(live.bits(), Ordering::SeqCst);
+    }
+
+    /// `dig` with the given options; its whole output.
+    fn dig(&self, args: &[&str]) -> String {
+        let output = Command::new("dig")
+            .arg(format!("@{}", self.address.ip()))
+            .arg("-p")
+            .arg(self.address.port().to_string())
+            .args(["+tries=1", "+time=2"])
+            .args(args)
+            .output()
+            .expect("dig runs (install dnsutils)");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The addresses `dig +short` prints for `name` asked from `subnet`.
+    fn addresses(&self, name: &str, subnet: &str) -> Vec<String> {
+        let subnet = format!("+subnet={subnet}");
+        self.dig(&[name, "A", &subnet, "+short"])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            self.runtime.block_on(server.stop());
+        }
+    }
+}
+
+#[test]
+fn each_policy_answers_each_client_group_by_its_subnet() {
+    let dns = Running::start();
+    let groups = ["10.1.0.0/16", "10.2.9.0/24", "10.3.0.0/16", "10.4.200.0/24"];
+    let geo: Vec<String> = groups
+        .iter()
+        .map(|g| dns.addresses("cografi.kargo.test", g).join(","))
+        .collect();
+    assert_eq!(geo, [B34, B35, B34, B06]);
+    let latency: Vec<String> = groups
+        .iter()
+        .map(|g| dns.addresses("gecikme.kargo.test", g).join(","))
+        .collect();
+    assert_eq!(latency, [B34, B35, B06, B34]);
+    let weighted: Vec<String> = (0..10)
+        .map(|_| dns.addresses("agirlik.kargo.test", groups[0]).join(","))
+        .collect();
+    let count = |address: &str| weighted.iter().filter(|a| *a == address).count();
+    assert_eq!(
+        (count(B34), count(B35), count(B06)),
+        (5, 3, 2),
+        "{weighted:?}"
+    );
+    assert_eq!(dns.addresses("hepsi.kargo.test", groups[0]), [B34, B35]);
+}
+
+#[test]
+fn the_answer_carries_the_matched_prefix_as_ecs_scope() {
+    let dns = Running::start();
+    let answer = dns.dig(&["cografi.kargo.test", "A", "+subnet=10.2.9.0/24"]);
+    assert!(
+        answer.contains("CLIENT-SUBNET: 10.2.9.0/24/16"),
+        "scope 16 from the 10.2.0.0/16 group:\n{answer}"
+    );
+    assert!(answer.contains("flags: qr aa"), "authoritative:\n{answer}");
+    let static_answer = dns.dig(&["ns1.kargo.test", "A", "+subnet=10.2.9.0/24"]);
+    assert!(
+        static_answer.contains("CLIENT-SUBNET: 10.2.9.0/24/0"),
+        "a static record holds for every client:\n{static_answer}"
+    );
+}
+
+#[test]
+fn health_moves_answers_to_fallbacks_and_back() {
+    let dns = Running::start();
+    dns.set_live(0, false);
+    assert_eq!(dns.addresses("cografi.kargo.test", "10.1.0.0/16"), [B06]);
+    assert_eq!(dns.addresses("gecikme.kargo.test", "10.4.0.0/16"), [B35]);
+    assert_eq!(dns.addresses("devralma.kargo.test", "10.1.0.0/16"), [B35]);
+    assert_eq!(dns.addresses("hepsi.kargo.test", "10.1.0.0/16"), [B35, B06]);
+    for _ in 0..10 {
+        assert_ne!(dns.addresses("agirlik.kargo.test", "10.1.0.0/16"), [B34]);
+    }
+    dns.set_live(1, false);
+    let empty = dns.dig(&["devralma.kargo.test", "A"]);
+    assert!(
+        empty.contains("status: NOERROR") && empty.contains("ANSWER: 0"),
+        "{empty}"
+    );
+    dns.set_live(0, true);
+    assert_eq!(dns.addresses("devralma.kargo.test", "10.1.0.0/16"), [B34]);
+}
+
+#[test]
+fn a_large_answer_is_truncated_over_udp_and_complete_over_tcp() {
+    let dns = Running::start();
+    let answer = dns.dig(&["buyuk.kargo.test", "TXT", "+noedns"]);
+    assert!(
+        answer.contains("Truncated, retrying in TCP mode"),
+        "{answer}"
+    );
+    assert!(answer.contains("ANSWER: 40"), "{answer}");
+    let udp_only = dns.dig(&["buyuk.kargo.test", "TXT", "+ignore", "+bufsize=4096"]);
+    assert!(udp_only.contains("flags: qr aa tc"), "{udp_only}");
+}
+
+#[test]
+fn hickory_clients_see_negative_answers_and_tcp_over_both_transports() {
+    let dns = Running::start();
+    dns.runtime.block_on(async {
+        let provider = TokioRuntimeProvider::default();
+        let udp = UdpClientStream::builder(dns.address, provider.clone()).build();
+        let (mut client, background) = Client::<TokioRuntimeProvider>::from_sender(udp);
+        tokio::spawn(background);
+        let ask = |name: &str| Name::from_str(name).unwrap();
+        let nx = client
+            .query(ask("yok.kargo.test."), DNSClass::IN, RecordType::A)
+            .await
+            .unwrap();
+        assert_eq!(nx.metadata.response_code, ResponseCode::NXDomain);
+        assert_eq!(nx.authorities[0].record_type(), RecordType::SOA);
+        let nodata = client
+            .query(ask("ns1.kargo.test."), DNSClass::IN, RecordType::AAAA)
+            .await
+            .unwrap();
+        assert_eq!(nodata.metadata.response_code, ResponseCode::NoError);
+        assert!(nodata.answers.is_empty());
+        assert_eq!(nodata.authorities.len(), 1);
+        let refused = client
+            .query(ask("example.com."), DNSClass::IN, RecordType::A)
+            .await
+            .unwrap();
+        assert_eq!(refused.metadata.response_code, ResponseCode::Refused);
+        let (connect, sender) = TcpClientStream::new(dns.address, None, None, provider);
+        let stream = connect.await.unwrap();
+        let (mut tcp, background) = Client::<TokioRuntimeProvider>::new(stream, sender);
+        tokio::spawn(background);
+        let large = tcp
+            .query(ask("buyuk.kargo.test."), DNSClass::IN, RecordType::TXT)
+            .await
+            .unwrap();
+        assert_eq!(large.answers.len(), 40);
+        let soa = tcp
+            .query(ask("kargo.test."), DNSClass::IN, RecordType::SOA)
+            .await
+            .unwrap();
+        assert!(matches!(soa.answers[0].data, RData::SOA(_)));
+    });
+}
+
+/// A query for `cografi.kargo.test. A`, id 0x1234: header then question.
+fn query_packet() -> Vec<u8> {
+    let mut packet = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in ["cografi", "kargo", "test"] {
+        packet.push(label.len() as u8);
+        packet.extend_from_slice(label.as_bytes());
+    }
+    packet.extend_from_slice(&[0, 0, 1, 0, 1]);
+    packet
+}
+
+/// The response code of the answer to `packet`, or `None` when none came.
+fn exchange(address: SocketAddr, packet: &[u8]) -> Option<u8> {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    socket.send_to(packet, address).unwrap();
+    let mut buffer = [0u8; 1500];
+    let (read, _) = socket.recv_from(&mut buffer).ok()?;
+    assert!(read >= 12, "an answer has a whole header");
+    assert_eq!(&buffer[..2], &packet[..2], "the answer keeps the id");
+    Some(buffer[3] & 0x0f)
+}
+
+#[test]
+fn malformed_packets_get_formerr_or_nothing_and_the_server_goes_on() {
+    const FORMERR: u8 = 1;
+    let dns = Running::start();
+    let good = query_packet();
+    assert_eq!(exchange(dns.address, &good), Some(0));
+    let mut truncated = good.clone();
+    truncated.truncate(good.len() - 3);
+    let mut looping = good[..12].to_vec();
+    // The question's name is a pointer to itself (offset 12).
+    looping.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+    let mut forward = good[..12].to_vec();
+    forward.extend_from_slice(&[0xc0, 40, 0, 1, 0, 1]);
+    let mut huge_counts = good.clone();
+    huge_counts[4..12].copy_from_slice(&[0xff; 8]);
+    let mut two_questions = good.clone();
+    two_questions[5] = 2;
+    two_questions.extend_from_slice(&good[12..]);
+    let cases: [(&str, &[u8]); 6] = [
+        ("a short header", &good[..7]),
+        ("a truncated question", &truncated),
+        ("a compression loop", &looping),
+        ("a forward pointer", &forward),
+        ("huge section counts", &huge_counts),
+        ("two questions", &two_questions),
+    ];
+    for (case, packet) in cases {
+        let code = exchange(dns.address, packet);
+        assert!(
+            code.is_none() || code == Some(FORMERR),
+            "{case}: answered with code {code:?}"
+        );
+    }
+    assert_eq!(exchange(dns.address, &two_questions), Some(FORMERR));
+    assert_eq!(exchange(dns.address, &good), Some(0), "still answering");
+    let address: IpAddr = B34.parse().unwrap();
+    assert!(
+        dns.addresses("cografi.kargo.test", "10.1.0.0/16")
+            .contains(&address.to_string())
+    );
+}

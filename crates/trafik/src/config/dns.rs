@@ -1,0 +1,766 @@
+//! `[dns]`: the authoritative DNS server — its regions (addresses and how their liveness is
+//! known), client groups, zones with static records, and names answered by a routing policy.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use toml::Spanned;
+use trafik_dns::policy::{AllDown, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights};
+use trafik_dns::zone::{
+    DnsPlan, NamePlan, RecordData, RecordPlan, RegionPlan, SoaPlan, ZonePlan, parse_name,
+};
+use trafik_proxy::dns::{DnsServicePlan, RegionHealth};
+
+use super::health;
+use super::report::Report;
+use super::schema::{Dns, DnsGroup, DnsName, DnsRecord, DnsRegion, DnsZone, Health};
+use crate::suggest::did_you_mean;
+
+/// The ECS subnets a consistent weighted name keeps together (IPv4, IPv6).
+const CONSISTENT_SUBNET: (u8, u8) = (24, 56);
+
+/// `pools` every pool's name, for regions that follow a pool.
+pub fn check(
+    report: &mut Report,
+    dns: Option<Spanned<Dns>>,
+    pools: &[Option<String>],
+) -> Option<DnsServicePlan> {
+    let span = dns.as_ref()?.span();
+    let dns = dns?.into_inner();
+    let listen = report.required(
+        dns.listen,
+        span.clone(),
+        "dns.listen",
+        "listen = \"127.0.0.1:5300\", where the DNS server answers (UDP and TCP)",
+    );
+    let region_names = names(&dns.regions, |r| &r.name);
+    let group_names = names(&dns.groups, |g| &g.name);
+    let known = Known {
+        regions: &region_names,
+        groups: &group_names,
+    };
+    if dns.regions.len() > trafik_dns::policy::Live::MAX_REGIONS {
+        report.error(
+            span.clone(),
+            "dns.region",
+            format!(
+                "expected at most {} regions, found {}",
+                trafik_dns::policy::Live::MAX_REGIONS,
+                dns.regions.len()
+            ),
+        );
+    }
+    let (regions, health): (Vec<_>, Vec<_>) = dns
+        .regions
+        .into_iter()
+        .enumerate()
+        .map(|(i, region)| check_region(report, i, region, &region_names, pools))
+        .unzip();
+    let groups: Vec<_> = dns
+        .groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, group)| check_group(report, i, group, &group_names))
+        .collect();
+    if dns.zones.is_empty() {
+        report.error(
+            span,
+            "dns.zone",
+            "expected at least one [[dns.zone]] with origin = \"example.test.\"",
+        );
+    }
+    let zones: Vec<_> = dns
+        .zones
+        .into_iter()
+        .enumerate()
+        .map(|(i, zone)| check_zone(report, i, zone, &known))
+        .collect();
+    Some(DnsServicePlan {
+        listen: listen?.into_inner().0,
+        zones: DnsPlan {
+            regions,
+            groups,
+            zones: zones.into_iter().collect::<Option<Vec<_>>>()?,
+            query_log: dns.query_log,
+        },
+        health,
+    })
+}
+
+/// The region and group names, by position, for references and duplicates.
+struct Known<'a> {
+    regions: &'a [Option<String>],
+    groups: &'a [Option<String>],
+}
+
+fn names<T>(items: &[Spanned<T>], name: fn(&T) -> &Option<Spanned<String>>) -> Vec<Option<String>> {
+    items
+        .iter()
+        .map(|item| name(item.get_ref()).as_ref().map(|n| n.get_ref().clone()))
+        .collect()
+}
+
+/// A required, unique name.
+fn unique_name(
+    report: &mut Report,
+    name: Option<Spanned<String>>,
+    span: std::ops::Range<usize>,
+    field: &str,
+    all: &[Option<String>],
+    example: &str,
+) -> String {
+    let Some(name) = report.required(name, span, &format!("{field}.name"), example) else {
+        return String::new();
+    };
+    if all
+        .iter()
+        .flatten()
+        .filter(|n| *n == name.get_ref())
+        .count()
+        > 1
+    {
+        report.error(
+            name.span(),
+            &format!("{field}.name"),
+            format!(
+                "{:?} is defined more than once; names must be unique",
+                name.get_ref()
+            ),
+        );
+    }
+    name.into_inner()
+}
+
+fn check_region(
+    report: &mut Report,
+    i: usize,
+    region: Spanned<DnsRegion>,
+    all: &[Option<String>],
+    pools: &[Option<String>],
+) -> (RegionPlan, RegionHealth) {
+    let field = format!("dns.region[{i}]");
+    let span = region.span();
+    let region = region.into_inner();
+    let name = unique_name(
+        report,
+        region.name,
+        span.clone(),
+        &field,
+        all,
+        "name = \"b34\", the name policies use for this region",
+    );
+    if region.addresses.is_empty() {
+        report.error(
+            span.clone(),
+            &format!("{field}.addresses"),
+            "missing `addresses`: add addresses = [\"127.0.0.34\"], what the region's names answer",
+        );
+    }
+    let addresses = region
+        .addresses
+        .iter()
+        .filter_map(|address| {
+            address
+                .get_ref()
+                .parse::<IpAddr>()
+                .map_err(|_| {
+                    report.error(
+                        address.span(),
+                        &format!("{field}.addresses"),
+                        format!("expected an IP address, found {:?}", address.get_ref()),
+                    )
+                })
+                .ok()
+        })
+        .collect();
+    if let (Some(_), Some(pool)) = (&region.check, &region.pool) {
+        report.error(
+            pool.span(),
+            &format!("{field}.pool"),
+            "a region follows either its own `check` or a `pool`, not both",
+        );
+    }
+    if let (None, Some(health)) = (&region.check, &region.health) {
+        report.error(
+            health.span(),
+            &format!("{field}.health"),
+            "`health` sets how `check` is probed: add check = \"127.0.0.1:8434\"",
+        );
+    }
+    let health = match (region.check, region.pool) {
+        (Some(check), _) => {
+            let settings = region
+                .health
+                .unwrap_or_else(|| super::schema::unplaced(Health::default()));
+            RegionHealth::Check {
+                address: check.into_inner().0,
+                plan: health::check(report, &field, settings),
+            }
+        }
+        (None, Some(pool)) => {
+            if !pools.iter().flatten().any(|p| p == pool.get_ref()) {
+                let hint = did_you_mean(pool.get_ref(), pools.iter().flatten().map(String::as_str))
+                    .map(|near| format!(" (did you mean {near:?}?)"))
+                    .unwrap_or_default();
+                report.error(
+                    pool.span(),
+                    &format!("{field}.pool"),
+                    format!("no pool is named {:?}{hint}", pool.get_ref()),
+                );
+            }
+            RegionHealth::Pool(pool.into_inner())
+        }
+        (None, None) => RegionHealth::Always,
+    };
+    (RegionPlan { name, addresses }, health)
+}
+
+fn check_group(
+    report: &mut Report,
+    i: usize,
+    group: Spanned<DnsGroup>,
+    all: &[Option<String>],
+) -> (String, Vec<Prefix>) {
+    let field = format!("dns.group[{i}]");
+    let span = group.span();
+    let group = group.into_inner();
+    let name = unique_name(
+        report,
+        group.name,
+        span.clone(),
+        &field,
+        all,
+        "name = \"g1\", the name policies use for this client group",
+    );
+    if group.prefixes.is_empty() {
+        report.error(
+            span,
+            &format!("{field}.prefixes"),
+            "missing `prefixes`: add prefixes = [\"10.1.0.0/16\"], the clients in this group",
+        );
+    }
+    let prefixes = group
+        .prefixes
+        .iter()
+        .filter_map(|prefix| {
+            let parsed = Prefix::parse(prefix.get_ref());
+            if parsed.is_none() {
+                report.error(
+                    prefix.span(),
+                    &format!("{field}.prefixes"),
+                    format!(
+                        "expected an address prefix such as \"10.1.0.0/16\", found {:?}",
+                        prefix.get_ref()
+                    ),
+                );
+            }
+            parsed
+        })
+        .collect();
+    (name, prefixes)
+}
+
+/// A domain name, or an error at its place.
+fn domain(
+    report: &mut Report,
+    text: &Spanned<String>,
+    field: &str,
+    origin: Option<&trafik_dns::DomainName>,
+) -> Option<trafik_dns::DomainName> {
+    parse_name(text.get_ref(), origin)
+        .map_err(|error| {
+            report.error(
+                text.span(),
+                field,
+                format!("expected a domain name: {error}"),
+            )
+        })
+        .ok()
+}
+
+fn check_zone(
+    report: &mut Report,
+    i: usize,
+    zone: Spanned<DnsZone>,
+    known: &Known,
+) -> Option<ZonePlan> {
+    let field = format!("dns.zone[{i}]");
+    let span = zone.span();
+    let zone = zone.into_inner();
+    let origin = report.required(
+        zone.origin,
+        span.clone(),
+        &format!("{field}.origin"),
+        "origin = \"kargo.test.\", the zone's apex",
+    )?;
+    let apex = domain(report, &origin, &format!("{field}.origin"), None)?;
+    let relative = |report: &mut Report, text: &Spanned<String>, key: &str| {
+        domain(report, text, &format!("{field}.{key}"), Some(&apex)).map(|_| text.get_ref().clone())
+    };
+    if zone.name_servers.is_empty() {
+        report.error(
+            span.clone(),
+            &format!("{field}.name_servers"),
+            "missing `name_servers`: add name_servers = [\"ns1\"], the zone's NS records",
+        );
+    }
+    let name_servers: Vec<String> = zone
+        .name_servers
+        .iter()
+        .filter_map(|ns| relative(report, ns, "name_servers"))
+        .collect();
+    let mname = match &zone.soa.mname {
+        Some(mname) => relative(report, mname, "soa.mname"),
+        None => name_servers.first().cloned(),
+    };
+    let rname = relative(report, &zone.soa.rname, "soa.rname");
+    let records: Vec<RecordPlan> = zone
+        .records
+        .into_iter()
+        .enumerate()
+        .filter_map(|(r, record)| {
+            check_record(report, &format!("{field}.record[{r}]"), record, &apex)
+        })
+        .collect();
+    let written = names(&zone.names, |n| &n.name);
+    let owners: Vec<_> = records
+        .iter()
+        .filter_map(|r| parse_name(&r.name, Some(&apex)).ok())
+        .collect();
+    for (n, name) in zone.names.iter().enumerate() {
+        let Some(written) = &name.get_ref().name else {
+            continue;
+        };
+        let owner = parse_name(written.get_ref(), Some(&apex));
+        if owner.is_ok_and(|owner| owners.contains(&owner)) {
+            report.error(
+                written.span(),
+                &format!("{field}.name[{n}].name"),
+                format!(
+                    "{:?} also has static records; a name answers either by its policy or by its records",
+                    written.get_ref()
+                ),
+            );
+        }
+    }
+    let names: Vec<NamePlan> = zone
+        .names
+        .into_iter()
+        .enumerate()
+        .filter_map(|(n, name)| {
+            let field = format!("{field}.name[{n}]");
+            check_name(report, &field, name, &apex, zone.ttl, known, &written)
+        })
+        .collect();
+    Some(ZonePlan {
+        origin: apex.to_string(),
+        ttl: zone.ttl,
+        soa: SoaPlan {
+            mname: mname?,
+            rname: rname?,
+            serial: zone.soa.serial,
+            refresh: zone.soa.refresh,
+            retry: zone.soa.retry,
+            expire: zone.soa.expire,
+            minimum: zone.soa.minimum,
+        },
+        name_servers,
+        records,
+        names,
+    })
+}
+
+fn check_record(
+    report: &mut Report,
+    field: &str,
+    record: Spanned<DnsRecord>,
+    apex: &trafik_dns::DomainName,
+) -> Option<RecordPlan> {
+    let span = record.span();
+    let record = record.into_inner();
+    domain(report, &record.name, &format!("{field}.name"), Some(apex))?;
+    let kind = report.required(
+        record.kind,
+        span.clone(),
+        &format!("{field}.type"),
+        "type = \"A\" (or AAAA, CNAME, TXT, SRV, NS)",
+    );
+    let value = report.required(
+        record.value,
+        span,
+        &format!("{field}.value"),
+        "value = \"127.0.0.1\", the record's data as a zone file writes it",
+    );
+    let (kind, value) = (kind?, value?);
+    let text = value.get_ref().as_str();
+    let bad = |report: &mut Report, expected: &str| {
+        report.error(
+            value.span(),
+            &format!("{field}.value"),
+            format!("expected {expected}, found {text:?}"),
+        );
+        None
+    };
+    let target = |report: &mut Report, text: &str| {
+        let written = Spanned::new(value.span(), text.to_owned());
+        domain(report, &written, &format!("{field}.value"), Some(apex)).map(|_| text.to_owned())
+    };
+    let data = match kind.get_ref().to_ascii_uppercase().as_str() {
+        "A" => match text.parse() {
+            Ok(v4) => RecordData::A(v4),
+            Err(_) => return bad(report, "an IPv4 address"),
+        },
+        "AAAA" => match text.parse() {
+            Ok(v6) => RecordData::Aaaa(v6),
+            Err(_) => return bad(report, "an IPv6 address"),
+        },
+        "CNAME" => RecordData::Cname(target(report, text)?),
+        "NS" => RecordData::Ns(target(report, text)?),
+        "TXT" => {
+            if text.len() > 255 {
+                return bad(report, "text of at most 255 bytes");
+            }
+            RecordData::Txt(vec![text.to_owned()])
+        }
+        "SRV" => {
+            let parts: Vec<&str> = text.split_whitespace().collect();
+            let numbers: Option<Vec<u16>> = parts
+                .get(..3)
+                .map(|n| n.iter().filter_map(|p| p.parse().ok()).collect());
+            match (numbers, parts.get(3), parts.len()) {
+                (Some(numbers), Some(host), 4) if numbers.len() == 3 => RecordData::Srv {
+                    priority: numbers[0],
+                    weight: numbers[1],
+                    port: numbers[2],
+                    target: target(report, host)?,
+                },
+                _ => {
+                    return bad(
+                        report,
+                        "\"priority weight port target\", such as \"10 5 8080 api\"",
+                    );
+                }
+            }
+        }
+        other => {
+            report.error(
+                kind.span(),
+                &format!("{field}.type"),
+                format!("expected A, AAAA, CNAME, TXT, SRV or NS, found {other:?}"),
+            );
+            return None;
+        }
+    };
+    Some(RecordPlan {
+        name: record.name.into_inner(),
+        ttl: record.ttl,
+        data,
+    })
+}
+
+/// The position of `name` among `all`, or an error naming what exists.
+fn find(
+    report: &mut Report,
+    name: &Spanned<String>,
+    field: &str,
+    what: &str,
+    all: &[Option<String>],
+) -> Option<usize> {
+    let found = all.iter().position(|n| n.as_ref() == Some(name.get_ref()));
+    if found.is_none() {
+        let hint = did_you_mean(name.get_ref(), all.iter().flatten().map(String::as_str))
+            .map(|near| format!(" (did you mean {near:?}?)"))
+            .unwrap_or_default();
+        report.error(
+            name.span(),
+            field,
+            format!("no {what} is named {:?}{hint}", name.get_ref()),
+        );
+    }
+    found
+}
+
+/// A map keyed by names of `what`, checked against `all`; an error at the map for an unknown
+/// key.
+fn keyed<V>(
+    report: &mut Report,
+    map: &Spanned<BTreeMap<String, V>>,
+    field: &str,
+    what: &str,
+    all: &[Option<String>],
+) -> Vec<(usize, V)>
+where
+    V: Clone,
+{
+    map.get_ref()
+        .iter()
+        .filter_map(|(key, value)| {
+            let key = Spanned::new(map.span(), key.clone());
+            find(report, &key, field, what, all).map(|index| (index, value.clone()))
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_name(
+    report: &mut Report,
+    field: &str,
+    name: Spanned<DnsName>,
+    apex: &trafik_dns::DomainName,
+    zone_ttl: u32,
+    known: &Known,
+    written: &[Option<String>],
+) -> Option<NamePlan> {
+    let span = name.span();
+    let name = name.into_inner();
+    let owner = unique_name(
+        report,
+        name.name.clone(),
+        span.clone(),
+        field,
+        written,
+        "name = \"cografi\", relative to the zone",
+    );
+    let written_name = name.name.as_ref()?;
+    domain(report, written_name, &format!("{field}.name"), Some(apex))?;
+    let policy_key = report.required(
+        name.policy.clone(),
+        span.clone(),
+        &format!("{field}.policy"),
+        "policy = \"geo\" (or latency, weighted, failover, multivalue)",
+    )?;
+    let regions = known.regions;
+    let groups = known.groups;
+    let region = |report: &mut Report, text: &Spanned<String>, key: &str| {
+        find(report, text, &format!("{field}.{key}"), "region", regions)
+    };
+    let missing = |report: &mut Report, key: &str, example: &str| {
+        report.error(
+            span.clone(),
+            &format!("{field}.{key}"),
+            format!(
+                "missing `{key}`: the {} policy needs {example}",
+                policy_key.get_ref()
+            ),
+        );
+    };
+    let policy = match policy_key.get_ref().as_str() {
+        "geo" => {
+            let Some(table) = &name.groups else {
+                missing(
+                    report,
+                    "groups",
+                    "groups = { g1 = \"b34\" }, each group's region",
+                );
+                return None;
+            };
+            let mut region_of_group = vec![None; groups.len()];
+            for (group, target) in keyed(report, table, &format!("{field}.groups"), "group", groups)
+            {
+                region_of_group[group] = region(report, &target, "groups");
+            }
+            let default = match &name.default_region {
+                Some(text) => region(report, text, "default_region")?,
+                None => 0,
+            };
+            let mut fallback = vec![None; regions.len()];
+            if let Some(table) = &name.fallback {
+                for (from, to) in keyed(
+                    report,
+                    table,
+                    &format!("{field}.fallback"),
+                    "region",
+                    regions,
+                ) {
+                    fallback[from] = region(report, &to, "fallback");
+                }
+            }
+            Policy::Geo {
+                region_of_group: region_of_group
+                    .into_iter()
+                    .map(|r| r.unwrap_or(default))
+                    .collect(),
+                default,
+                fallback,
+            }
+        }
+        "latency" => {
+            let Some(table) = &name.distance else {
+                missing(
+                    report,
+                    "distance",
+                    "distance = { g1 = { b34 = 1, b35 = 3 } }, each group's distance to each region",
+                );
+                return None;
+            };
+            let mut distance = vec![vec![f64::INFINITY; regions.len()]; groups.len()];
+            for (group, row) in keyed(report, table, &format!("{field}.distance"), "group", groups)
+            {
+                for (target, value) in keyed(
+                    report,
+                    &row,
+                    &format!("{field}.distance"),
+                    "region",
+                    regions,
+                ) {
+                    if !(value.get_ref().is_finite() && *value.get_ref() >= 0.0) {
+                        report.error(
+                            value.span(),
+                            &format!("{field}.distance"),
+                            "expected a distance of 0 or more",
+                        );
+                    }
+                    distance[group][target] = *value.get_ref();
+                }
+            }
+            let default_group = match &name.default_group {
+                Some(text) => find(
+                    report,
+                    text,
+                    &format!("{field}.default_group"),
+                    "group",
+                    groups,
+                )?,
+                None => 0,
+            };
+            if groups.is_empty() {
+                report.error(
+                    span.clone(),
+                    &format!("{field}.policy"),
+                    "the latency policy needs client groups: add [[dns.group]]",
+                );
+            }
+            Policy::Latency {
+                distance,
+                default_group,
+            }
+        }
+        "weighted" => {
+            let pattern: Vec<usize> = if name.pattern.is_empty() {
+                let Some(table) = &name.weights else {
+                    missing(
+                        report,
+                        "weights",
+                        "weights = { b34 = 5, b35 = 3, b06 = 2 }, or a pattern",
+                    );
+                    return None;
+                };
+                let mut weights = vec![0u32; regions.len()];
+                for (target, weight) in keyed(
+                    report,
+                    table,
+                    &format!("{field}.weights"),
+                    "region",
+                    regions,
+                ) {
+                    weights[target] = *weight.get_ref();
+                }
+                if weights.iter().all(|w| *w == 0) {
+                    report.error(
+                        table.span(),
+                        &format!("{field}.weights"),
+                        "expected at least one weight above zero",
+                    );
+                }
+                pattern_from_weights(&weights)
+            } else {
+                name.pattern
+                    .iter()
+                    .filter_map(|text| region(report, text, "pattern"))
+                    .collect()
+            };
+            let choice = match name.choice.get_ref().as_str() {
+                "pattern" => WeightedChoice::Pattern,
+                "random" => WeightedChoice::Random,
+                other => {
+                    report.error(
+                        name.choice.span(),
+                        &format!("{field}.choice"),
+                        format!("expected \"pattern\" or \"random\", found {other:?}"),
+                    );
+                    return None;
+                }
+            };
+            if pattern.is_empty() {
+                return None;
+            }
+            let consistent = name.consistent.then_some(CONSISTENT_SUBNET);
+            Policy::Weighted(Weighted::new(choice, pattern, consistent))
+        }
+        "failover" => {
+            let (Some(primary), Some(secondary)) = (&name.primary, &name.secondary) else {
+                missing(
+                    report,
+                    if name.primary.is_none() {
+                        "primary"
+                    } else {
+                        "secondary"
+                    },
+                    "primary = \"b34\" and secondary = \"b35\"",
+                );
+                return None;
+            };
+            let primary = region(report, primary, "primary");
+            let secondary = region(report, secondary, "secondary");
+            let all_down = match name.all_down.get_ref().as_str() {
+                "primary" => AllDown::Primary,
+                "empty" => AllDown::Empty,
+                other => {
+                    report.error(
+                        name.all_down.span(),
+                        &format!("{field}.all_down"),
+                        format!("expected \"primary\" or \"empty\", found {other:?}"),
+                    );
+                    return None;
+                }
+            };
+            Policy::Failover {
+                primary: primary?,
+                secondary: secondary?,
+                all_down,
+            }
+        }
+        "multivalue" => {
+            let chosen: Vec<usize> = if name.regions.is_empty() {
+                (0..regions.len()).collect()
+            } else {
+                name.regions
+                    .iter()
+                    .filter_map(|text| region(report, text, "regions"))
+                    .collect()
+            };
+            if *name.max.get_ref() == 0 {
+                report.error(
+                    name.max.span(),
+                    &format!("{field}.max"),
+                    "expected at least 1 record per answer",
+                );
+            }
+            Policy::Multivalue {
+                regions: chosen,
+                max: *name.max.get_ref(),
+            }
+        }
+        other => {
+            report.error(
+                policy_key.span(),
+                &format!("{field}.policy"),
+                format!("expected geo, latency, weighted, failover or multivalue, found {other:?}"),
+            );
+            return None;
+        }
+    };
+    if regions.is_empty() {
+        report.error(
+            span,
+            &format!("{field}.policy"),
+            "a policy chooses among regions: add [[dns.region]]",
+        );
+        return None;
+    }
+    Some(NamePlan {
+        name: owner,
+        ttl: name.ttl.unwrap_or(zone_ttl),
+        policy,
+    })
+}

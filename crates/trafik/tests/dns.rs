@@ -1,0 +1,414 @@
+//! `[dns]` end to end: `trafik serve` answering `dig`, regions that die and come back with their
+//! health targets (own checks, or a pool's), reloads that change the zone, and config errors.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Trafik, Upstream, get_json};
+
+/// A `trafik upstream` on a given address (to bring a stopped health target back).
+fn upstream_at(address: &str) -> Trafik {
+    let args = ["upstream", "--name", "k1", "--listen", address];
+    Trafik::start(&args, Stdio::null(), "upstream k1 on").0
+}
+
+struct Dns {
+    _trafik: Trafik,
+    dns: String,
+    admin: String,
+    file: PathBuf,
+}
+
+impl Dns {
+    fn start(name: &str, config: &str) -> Dns {
+        let directory =
+            std::env::temp_dir().join(format!("trafik-dns-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let file = directory.join("dns.toml");
+        std::fs::write(&file, config).unwrap();
+        let (trafik, printed) = Trafik::start(
+            &["serve", "--config", file.to_str().unwrap()],
+            Stdio::null(),
+            "admin on",
+        );
+        let after = |prefix: &str| {
+            printed
+                .lines()
+                .find_map(|line| line.strip_prefix(prefix))
+                .and_then(|rest| rest.split_whitespace().next())
+                .unwrap_or_else(|| panic!("no {prefix:?} in {printed}"))
+                .trim_end_matches("/status")
+                .to_owned()
+        };
+        Dns {
+            dns: after("dns on "),
+            admin: after("admin on http://"),
+            _trafik: trafik,
+            file,
+        }
+    }
+
+    /// `dig +short` for an A record, from `subnet` when given.
+    fn ask(&self, name: &str, subnet: Option<&str>) -> Vec<String> {
+        let (host, port) = self.dns.rsplit_once(':').unwrap();
+        let mut command = Command::new("dig");
+        command.args([
+            &format!("@{host}"),
+            "-p",
+            port,
+            name,
+            "A",
+            "+short",
+            "+tries=1",
+            "+time=2",
+        ]);
+        if let Some(subnet) = subnet {
+            command.arg(format!("+subnet={subnet}"));
+        }
+        let output = command.output().expect("dig runs (install dnsutils)");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Asks until the answer is `want`, for at most 15 s; the answers seen on the way.
+    fn until(&self, name: &str, subnet: Option<&str>, want: &[&str]) -> Vec<Vec<String>> {
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        loop {
+            let answer = self.ask(name, subnet);
+            if answer == want {
+                return seen;
+            }
+            seen.push(answer);
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "{name} never answered {want:?}; saw {seen:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn config(k34: &str, k35: &str, k06: &str, primary: &str) -> String {
+    format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+[[listener.route]]
+pool = "p06"
+
+[[pool]]
+name = "p06"
+backends = [{{ address = "{k06}" }}]
+health = {{ path = "/saglik", interval = "100ms", fall = 2, rise = 2 }}
+
+[dns]
+listen = "127.0.0.1:0"
+query_log = true
+
+[[dns.region]]
+name = "b34"
+addresses = ["127.0.0.34"]
+check = "{k34}"
+health = {{ path = "/saglik", interval = "100ms", fall = 2, rise = 2 }}
+
+[[dns.region]]
+name = "b35"
+addresses = ["127.0.0.35"]
+check = "{k35}"
+health = {{ path = "/saglik", interval = "100ms", fall = 2, rise = 2 }}
+
+[[dns.region]]
+name = "b06"
+addresses = ["127.0.0.6"]
+pool = "p06"
+
+[[dns.group]]
+name = "g1"
+prefixes = ["10.1.0.0/16"]
+
+[[dns.group]]
+name = "g4"
+prefixes = ["10.4.0.0/16"]
+
+[[dns.zone]]
+origin = "kargo.test."
+ttl = 30
+name_servers = ["ns1"]
+
+[[dns.zone.record]]
+name = "ns1"
+type = "A"
+value = "127.0.0.1"
+
+[[dns.zone.name]]
+name = "cografi"
+policy = "geo"
+groups = {{ g1 = "b34", g4 = "b06" }}
+fallback = {{ b34 = "b06", b35 = "b34", b06 = "b35" }}
+
+[[dns.zone.name]]
+name = "devralma"
+policy = "failover"
+primary = "{primary}"
+secondary = "b35"
+"#
+    )
+}
+
+#[test]
+fn regions_leave_the_answers_when_their_checks_fail_and_return_after_rise() {
+    let k34 = Upstream::start(&[]);
+    let k35 = Upstream::start(&[]);
+    let k06 = Upstream::start(&[]);
+    let (k34_address, k06_address) = (k34.address.clone(), k06.address.clone());
+    let dns = Dns::start(
+        "health",
+        &config(&k34.address, &k35.address, &k06.address, "b34"),
+    );
+    assert_eq!(dns.ask("devralma.kargo.test", None), ["127.0.0.34"]);
+    assert_eq!(
+        dns.ask("cografi.kargo.test", Some("10.4.0.0/16")),
+        ["127.0.0.6"]
+    );
+
+    // b34's own check: interval 100 ms × fall 2, then the secondary answers.
+    assert!(k34.stop().success());
+    dns.until("devralma.kargo.test", None, &["127.0.0.35"]);
+    assert_eq!(
+        dns.ask("cografi.kargo.test", Some("10.1.0.0/16")),
+        ["127.0.0.6"]
+    );
+    let status = get_json(&dns.admin, "/status");
+    assert_eq!(status["dns"]["live"], serde_json::json!(["b35", "b06"]));
+    let _back = upstream_at(&k34_address);
+    dns.until("devralma.kargo.test", None, &["127.0.0.34"]);
+
+    // b06 follows pool p06, whose backend's checks the proxy runs.
+    assert!(k06.stop().success());
+    dns.until("cografi.kargo.test", Some("10.4.0.0/16"), &["127.0.0.35"]);
+    let _back = upstream_at(&k06_address);
+    dns.until("cografi.kargo.test", Some("10.4.0.0/16"), &["127.0.0.6"]);
+
+    let status = get_json(&dns.admin, "/status");
+    let names = status["dns"]["zones"][0]["names"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let devralma = names
+        .iter()
+        .find(|n| n["name"] == "devralma.kargo.test.")
+        .unwrap();
+    assert!(devralma["failovers"].as_u64().unwrap() >= 1, "{devralma}");
+    assert!(
+        devralma["answers"]["b35"].as_u64().unwrap() >= 1,
+        "{devralma}"
+    );
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&dns.admin).unwrap();
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    assert!(
+        metrics.contains("trafik_dns_region_live{region=\"b34\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "trafik_dns_failovers_total{name=\"devralma.kargo.test.\",policy=\"failover\"}"
+        )
+    );
+}
+
+#[test]
+fn a_reload_changes_what_the_names_answer() {
+    let k34 = Upstream::start(&[]);
+    let k35 = Upstream::start(&[]);
+    let k06 = Upstream::start(&[]);
+    let dns = Dns::start(
+        "reload",
+        &config(&k34.address, &k35.address, &k06.address, "b34"),
+    );
+    assert_eq!(dns.ask("devralma.kargo.test", None), ["127.0.0.34"]);
+    dns.ask("yok.kargo.test", None);
+    std::fs::write(
+        &dns.file,
+        config(&k34.address, &k35.address, &k06.address, "b06"),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["reload", "--admin", &dns.admin])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(dns.ask("devralma.kargo.test", None), ["127.0.0.6"]);
+    let status = get_json(&dns.admin, "/status");
+    assert_eq!(
+        status["dns"]["zones"][0]["nxdomain"], 1,
+        "counters survive the reload"
+    );
+}
+
+#[test]
+fn dns_config_errors_are_all_reported_at_their_place() {
+    let text = config("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "b99")
+        .replace("10.4.0.0/16", "10.4.0.0/33")
+        .replace("type = \"A\"", "type = \"MX\"")
+        .replace("policy = \"geo\"", "policy = \"cografi\"")
+        .replace(
+            "[[dns.zone.name]]\nname = \"cografi\"",
+            "[[dns.zone.record]]\nname = \"devralma\"\ntype = \"TXT\"\nvalue = \"x\"\n\n[[dns.zone.name]]\nname = \"cografi\"",
+        );
+    let directory = std::env::temp_dir().join(format!("trafik-dns-{}-errors", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let file = directory.join("bad.toml");
+    std::fs::write(&file, &text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    // The last line holding the needle (a name's, after a record of the same name).
+    let line_of = |needle: &str| {
+        let lines: Vec<&str> = text.lines().collect();
+        lines.iter().rposition(|l| l.contains(needle)).unwrap() + 1
+    };
+    for (needle, field, message) in [
+        (
+            "10.4.0.0/33",
+            "dns.group[1].prefixes",
+            "expected an address prefix",
+        ),
+        (
+            "type = \"MX\"",
+            "dns.zone[0].record[0].type",
+            "expected A, AAAA, CNAME, TXT, SRV or NS",
+        ),
+        (
+            "policy = \"cografi\"",
+            "dns.zone[0].name[0].policy",
+            "expected geo, latency",
+        ),
+        (
+            "primary = \"b99\"",
+            "dns.zone[0].name[1].primary",
+            "no region is named \"b99\"",
+        ),
+        (
+            "name = \"devralma\"",
+            "dns.zone[0].name[1].name",
+            "also has static records",
+        ),
+    ] {
+        let place = format!("bad.toml:{}:", line_of(needle));
+        assert!(
+            errors
+                .lines()
+                .any(|l| l.contains(&place) && l.contains(field) && l.contains(message)),
+            "{place} {field} {message}:\n{errors}"
+        );
+    }
+}
+
+#[test]
+fn the_dns_models_print_the_course_tables_as_json() {
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let dns = run(&["sim", "dns", "--json"]);
+    let rows: Vec<(String, String, String, u64)> = dns["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["policy"].as_str().unwrap().to_owned(),
+                format!("{:.3}", row["deviation"].as_f64().unwrap()),
+                format!("{:.3}", row["distance"].as_f64().unwrap()),
+                row["upstream_queries"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("geo", "0.076", "1.710", 480),
+        ("latency", "0.051", "1.171", 480),
+        ("weighted", "0.022", "2.144", 480),
+    ];
+    for (row, (policy, deviation, distance, queries)) in rows.iter().zip(expected) {
+        assert_eq!(
+            row,
+            &(policy.into(), deviation.into(), distance.into(), queries)
+        );
+    }
+    assert_eq!(
+        dns["policies"][0]["shares"]["b34"]
+            .as_f64()
+            .map(|s| (s * 1000.0).round()),
+        Some(576.0)
+    );
+    assert_eq!(dns["ttl_sweep"][0]["upstream_queries"], 4800);
+    let failover = run(&["sim", "failover", "--json"]);
+    let rows: Vec<(u64, i64, u64)> = failover["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["ttl"].as_u64().unwrap(),
+                r["window_s"].as_i64().unwrap(),
+                r["dropped"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (30, 39, 6666),
+            (60, 69, 9486),
+            (300, 305, 57906),
+            (900, 905, 190206)
+        ]
+    );
+    // Every input is an option: a faster health check shortens every window.
+    let quicker = run(&[
+        "sim",
+        "failover",
+        "--json",
+        "--detection",
+        "2",
+        "--ttls",
+        "30",
+    ]);
+    assert!(quicker["rows"][0]["window_s"].as_i64().unwrap() < 39);
+    assert!(quicker["rows"][0]["budget_share"].as_f64().unwrap() > 0.0);
+}
