@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::Instance;
 use crate::counters::{BackendCounters, read, read_gauge};
+use crate::http::policy::gate;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
@@ -79,7 +80,11 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use GET\n".into())
         }
         "/status" => reply(StatusCode::OK, "application/json", status(&snapshot).to_string()),
-        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics(&snapshot.pools)),
+        "/metrics" => {
+            let mut text = metrics(&snapshot.pools);
+            text.push_str(&gate::metrics(&snapshot.gates));
+            reply(StatusCode::OK, "text/plain; version=0.0.4", text)
+        }
         "/reload" if method != Method::POST => {
             reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
         }
@@ -256,6 +261,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             "file": snapshot.file,
         },
         "pools": pools,
+        "gates": gate::status(&snapshot.gates),
     })
 }
 
@@ -418,7 +424,7 @@ fn skew(pool: &Pool, total: fn(&BackendCounters) -> i64) -> Option<f64> {
 }
 
 /// Escapes a Prometheus label value.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

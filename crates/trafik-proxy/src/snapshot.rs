@@ -10,6 +10,7 @@ use http::HeaderValue;
 use tokio_rustls::TlsAcceptor;
 
 use crate::http::filter::{self, Trace};
+use crate::http::policy::{self, GateStats};
 use crate::http::route::{Route, RouteTable};
 use crate::http::target::{PoolTarget, Target};
 use crate::plan::{ClientPlan, ListenerKind, Plan, TargetPlan};
@@ -51,6 +52,9 @@ pub struct Snapshot {
     /// `2 NAME`, for requests received over HTTP/2 (`Via` names the protocol a hop received).
     pub via_http2: HeaderValue,
     pub drain_timeout: Duration,
+    /// The counters of every route's gate, for `/status` and `/metrics` (they start again at
+    /// zero with each reload).
+    pub gates: Vec<GateStats>,
 }
 
 /// What a listener does with its connections, resolved.
@@ -127,6 +131,7 @@ impl Snapshot {
             .map(|(index, pool)| (pool.plan.name.as_str(), index))
             .collect();
         let mut resolved = Vec::with_capacity(plan.listeners.len());
+        let mut gates = Vec::new();
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
             let routes = match &listener.kind {
                 ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
@@ -165,7 +170,18 @@ impl Snapshot {
                     ));
                 }
                 let mut filters = filter::built_in(trace.as_ref());
-                filters.extend(route.filters.iter().map(filter::build));
+                let label = format!("{} {}", listener.name, route.path_prefix);
+                let mut stats = policy::Stats {
+                    route: &label,
+                    workers: plan.workers,
+                    gates: &mut gates,
+                };
+                for configured in &route.filters {
+                    match filter::build(configured, &mut stats) {
+                        Ok(built) => filters.push(built),
+                        Err(error) => errors.push(format!("route {label}: {error}")),
+                    }
+                }
                 table.push(Route {
                     host: route.host.clone(),
                     path_prefix: route.path_prefix.clone(),
@@ -207,6 +223,7 @@ impl Snapshot {
             trace,
             via_http2,
             drain_timeout: plan.drain_timeout,
+            gates,
         })
     }
 

@@ -5,10 +5,13 @@
 //! module per section).
 
 mod admin;
+mod gate;
 mod health;
+mod jwt;
 mod layer4;
 mod listener;
 mod pool;
+mod rate_limit;
 mod read;
 #[cfg(test)]
 mod readme_listing;

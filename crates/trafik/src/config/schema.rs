@@ -167,6 +167,105 @@ pub struct Route {
     pub request_body_limit: Option<Spanned<Size>>,
     pub request_headers: Vec<Spanned<String>>,
     pub response_headers: Vec<Spanned<String>>,
+    /// The gateway stages, run in a fixed order: access log, gate, jwt, rate limit, body limit.
+    pub access_log: bool,
+    pub gate: Option<Spanned<Gate>>,
+    pub jwt: Option<Spanned<Jwt>>,
+    pub rate_limit: Option<Spanned<RateLimit>>,
+}
+
+/// `[listener.route.gate]`: what a request must look like to reach the pool (lesson 16).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Gate {
+    pub paths: Vec<Spanned<String>>,
+    /// `Name: regex` lines.
+    pub headers: Vec<Spanned<String>>,
+    pub token: Option<Spanned<String>>,
+    /// JSON Schemas, written as TOML tables.
+    pub query_schema: Option<Spanned<toml::Value>>,
+    pub body_schema: Option<Spanned<toml::Value>>,
+    pub body_limit: Spanned<Size>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            paths: Vec::new(),
+            headers: Vec::new(),
+            token: None,
+            query_schema: None,
+            body_schema: None,
+            body_limit: unplaced(Size(1 << 20)),
+        }
+    }
+}
+
+/// `[listener.route.jwt]`: verify a bearer token; one key source.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Jwt {
+    pub algorithm: Option<Spanned<String>>,
+    pub secret: Option<Spanned<String>>,
+    pub key_file: Option<Spanned<String>>,
+    /// A JWKS file, or an http:// URL.
+    pub jwks: Option<Spanned<String>>,
+    pub jwks_refresh: Spanned<Dur>,
+    pub issuer: Option<Spanned<String>>,
+    pub audiences: Vec<Spanned<String>>,
+    pub leeway: Spanned<Dur>,
+    /// `claim: header-name` lines.
+    pub forward_claims: Vec<Spanned<String>>,
+    pub keep_token: bool,
+}
+
+impl Default for Jwt {
+    fn default() -> Self {
+        Jwt {
+            algorithm: None,
+            secret: None,
+            key_file: None,
+            jwks: None,
+            jwks_refresh: unplaced(Dur(Duration::from_secs(300))),
+            issuer: None,
+            audiences: Vec::new(),
+            leeway: unplaced(Dur(Duration::from_secs(30))),
+            forward_claims: Vec::new(),
+            keep_token: false,
+        }
+    }
+}
+
+/// `[listener.route.rate_limit]`: GCRA per key, here or shared through Redis.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimit {
+    pub rate: Option<Spanned<u32>>,
+    pub per: Spanned<Dur>,
+    /// Requests let through at once; `rate` when absent.
+    pub burst: Option<Spanned<u32>>,
+    pub key: Spanned<String>,
+    /// `host:port` of a Redis shared by the instances that share this limit.
+    pub redis: Option<Spanned<String>>,
+    pub redis_prefix: Option<Spanned<String>>,
+    pub redis_timeout: Spanned<Dur>,
+    /// With Redis down: `open` lets requests through, `closed` answers 503.
+    pub on_redis_error: Spanned<String>,
+}
+
+impl Default for RateLimit {
+    fn default() -> Self {
+        RateLimit {
+            rate: None,
+            per: unplaced(Dur(Duration::from_secs(1))),
+            burst: None,
+            key: unplaced("client-ip".into()),
+            redis: None,
+            redis_prefix: None,
+            redis_timeout: unplaced(Dur(Duration::from_millis(100))),
+            on_redis_error: unplaced("open".into()),
+        }
+    }
 }
 
 impl Default for Route {
@@ -181,6 +280,10 @@ impl Default for Route {
             request_body_limit: None,
             request_headers: Vec::new(),
             response_headers: Vec::new(),
+            access_log: false,
+            gate: None,
+            jwt: None,
+            rate_limit: None,
         }
     }
 }
