@@ -159,30 +159,35 @@ fn fetch(url: &http::Uri) -> Result<String, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let fetched = runtime.block_on(tokio::time::timeout(Duration::from_secs(10), async {
-        let host = url.host().ok_or("the JWKS URL has no host")?;
-        let port = url.port_u16().unwrap_or(80);
-        let stream = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| e.to_string())?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(connection);
-        let path = url.path_and_query().map_or("/", |p| p.as_str());
-        let request = Request::get(path)
-            .header(header::HOST, url.authority().map_or(host, |a| a.as_str()))
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
-        if !response.status().is_success() {
-            return Err(format!("status {}", response.status()));
-        }
-        let body = response.into_body().collect().await.map_err(|e| e.to_string())?;
-        String::from_utf8(body.to_bytes().to_vec()).map_err(|e| e.to_string())
-    }));
+    // The timer exists only inside the runtime, so the timeout is made there.
+    let fetched = runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), get(url)).await
+    });
     fetched
         .map_err(|_| format!("cannot fetch JWKS from {url}: timed out"))?
         .map_err(|e: String| format!("cannot fetch JWKS from {url}: {e}"))
+}
+
+async fn get(url: &http::Uri) -> Result<String, String> {
+    let host = url.host().ok_or("the JWKS URL has no host")?;
+    let port = url.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let path = url.path_and_query().map_or("/", |p| p.as_str());
+    let request = Request::get(path)
+        .header(header::HOST, url.authority().map_or(host, |a| a.as_str()))
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("status {}", response.status()));
+    }
+    let body = response.into_body().collect().await.map_err(|e| e.to_string())?;
+    String::from_utf8(body.to_bytes().to_vec()).map_err(|e| e.to_string())
 }

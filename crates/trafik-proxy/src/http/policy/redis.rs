@@ -5,10 +5,10 @@
 //! than the timeout counts as Redis being down; after a failed connect a worker waits a second
 //! before trying again, answering by the fail-open/closed setting meanwhile.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::Mutex;
 
 use crate::plan::GlobalLimit;
 use trafik_policy::gcra::{Decision, Gcra, REDIS_SCRIPT};
@@ -25,7 +25,7 @@ pub struct RedisGcra {
 #[derive(Default)]
 struct Slot {
     connection: Option<ConnectionManager>,
-    /// No connect before this instant (one is under way, or one just failed).
+    /// No connect before this instant (one just failed).
     quiet_until: Option<Instant>,
 }
 
@@ -44,24 +44,16 @@ impl RedisGcra {
         })
     }
 
-    fn slot(&self, worker: usize) -> std::sync::MutexGuard<'_, Slot> {
-        self.slots[worker % self.slots.len()]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// This worker's connection, connecting when it has none and may try.
+    /// This worker's connection, connecting when it has none and may try. Requests of the
+    /// worker that arrive during a connect wait for it (the slot's lock is async and held only
+    /// by this worker's tasks) rather than count Redis as down.
     async fn connection(&self, worker: usize) -> Result<ConnectionManager, String> {
-        {
-            let mut slot = self.slot(worker);
-            if let Some(connection) = &slot.connection {
-                return Ok(connection.clone());
-            }
-            let now = Instant::now();
-            if slot.quiet_until.is_some_and(|until| now < until) {
-                return Err("redis unreachable (waiting before reconnecting)".into());
-            }
-            slot.quiet_until = Some(now + self.timeout);
+        let mut slot = self.slots[worker % self.slots.len()].lock().await;
+        if let Some(connection) = &slot.connection {
+            return Ok(connection.clone());
+        }
+        if slot.quiet_until.is_some_and(|until| Instant::now() < until) {
+            return Err("redis unreachable (waiting before reconnecting)".into());
         }
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
@@ -72,7 +64,6 @@ impl RedisGcra {
             ConnectionManager::new_with_config(self.client.clone(), config),
         )
         .await;
-        let mut slot = self.slot(worker);
         match connected {
             Ok(Ok(connection)) => {
                 slot.connection = Some(connection.clone());
