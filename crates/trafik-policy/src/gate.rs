@@ -116,10 +116,16 @@ impl Rules {
             match value(&rule.name) {
                 Some(text) if rule.pattern.is_match(text) => {}
                 Some(_) => {
-                    return Err(Refusal::new(Check::Header, format!("malformed {}", rule.name)));
+                    return Err(Refusal::new(
+                        Check::Header,
+                        format!("malformed {}", rule.name),
+                    ));
                 }
                 None => {
-                    return Err(Refusal::new(Check::Header, format!("missing {}", rule.name)));
+                    return Err(Refusal::new(
+                        Check::Header,
+                        format!("missing {}", rule.name),
+                    ));
                 }
             }
         }
@@ -179,10 +185,17 @@ fn first_error(schema: &Validator, document: &Value, check: Check) -> Result<(),
         None => Ok(()),
         Some(error) => {
             let at = error.instance_path().to_string();
-            let place = if at.is_empty() { String::new() } else { format!(" at {at}") };
+            let place = if at.is_empty() {
+                String::new()
+            } else {
+                format!(" at {at}")
+            };
             let message = error.to_string();
             let line = message.lines().next().unwrap_or("invalid");
-            Err(Refusal::new(check, format!("{}{place}: {line}", check.name())))
+            Err(Refusal::new(
+                check,
+                format!("{}{place}: {line}", check.name()),
+            ))
         }
     }
 }
@@ -215,15 +228,24 @@ mod tests {
         assert!(gate.check_path("/takip").is_ok());
         assert_eq!(gate.check_path("/yok").unwrap_err().check.status(), 404);
         assert!(gate.check_token(Some("Bearer b.M7.imza")).is_ok());
-        assert_eq!(gate.check_token(Some("Bearer bozuk")).unwrap_err().check, Check::Token);
-        assert_eq!(gate.check_token(None).unwrap_err().reason, "no bearer token");
+        assert_eq!(
+            gate.check_token(Some("Bearer bozuk")).unwrap_err().check,
+            Check::Token
+        );
+        assert_eq!(
+            gate.check_token(None).unwrap_err().reason,
+            "no bearer token"
+        );
         assert!(gate.check_body(br#"{"takipNo":"TR-4821"}"#).is_ok());
         // The record's existence is the application's to judge: TR-0001 has the right form.
         assert!(gate.check_body(br#"{"takipNo":"TR-0001"}"#).is_ok());
         let missing = gate.check_body(br#"{"not":"x"}"#).unwrap_err();
         assert_eq!((missing.check, missing.check.status()), (Check::Body, 400));
         assert!(missing.reason.contains("takipNo"), "{}", missing.reason);
-        assert_eq!(gate.check_body(b"{").unwrap_err().reason, "body is not JSON");
+        assert_eq!(
+            gate.check_body(b"{").unwrap_err().reason,
+            "body is not JSON"
+        );
     }
 
     #[test]
@@ -234,18 +256,29 @@ mod tests {
                 pattern: pattern("^[a-z]+$").unwrap(),
             }],
             query_schema: Some(
-                schema(&json!({"properties": {"no": {"pattern": "^TR-\\d{4}$"}}, "required": ["no"]}))
-                    .unwrap(),
+                schema(
+                    &json!({"properties": {"no": {"pattern": "^TR-\\d{4}$"}}, "required": ["no"]}),
+                )
+                .unwrap(),
             ),
             ..Rules::default()
         };
         assert!(gate.check_query(Some("no=TR-4821&x=1")).is_ok());
         assert!(gate.check_query(Some("no=TR%2D4821")).is_ok());
-        assert_eq!(gate.check_query(Some("no=9")).unwrap_err().check, Check::Query);
+        assert_eq!(
+            gate.check_query(Some("no=9")).unwrap_err().check,
+            Check::Query
+        );
         assert!(gate.check_query(None).is_err());
         assert!(gate.check_headers(|_| Some("mobil")).is_ok());
-        assert_eq!(gate.check_headers(|_| Some("Mobil!")).unwrap_err().reason, "malformed x-istemci");
-        assert_eq!(gate.check_headers(|_| None).unwrap_err().reason, "missing x-istemci");
+        assert_eq!(
+            gate.check_headers(|_| Some("Mobil!")).unwrap_err().reason,
+            "malformed x-istemci"
+        );
+        assert_eq!(
+            gate.check_headers(|_| None).unwrap_err().reason,
+            "missing x-istemci"
+        );
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub struct KeySet {
 }
 
 /// The algorithms trafik accepts, by their JOSE names.
-pub const ALGORITHMS: &str = "HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA";
+pub const ALGORITHMS: &str =
+    "HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA";
 
 /// Parses a JOSE algorithm name (`none` is not one).
 pub fn algorithm(name: &str) -> Result<Algorithm, String> {
@@ -36,7 +37,9 @@ impl PinnedKey {
             algorithm,
             Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512
         ) {
-            return Err(format!("a secret verifies HS256/384/512, not {algorithm:?}"));
+            return Err(format!(
+                "a secret verifies HS256/384/512, not {algorithm:?}"
+            ));
         }
         let key = DecodingKey::from_secret(secret).map_err(|e| e.to_string())?;
         Ok(PinnedKey {
@@ -190,7 +193,9 @@ pub fn verify(
     now: u64,
 ) -> Result<Map<String, Value>, Refusal> {
     let header = jsonwebtoken::decode_header(token).map_err(|_| Refusal::Malformed)?;
-    let key = keys.find(header.kid.as_deref()).ok_or(Refusal::UnknownKey)?;
+    let key = keys
+        .find(header.kid.as_deref())
+        .ok_or(Refusal::UnknownKey)?;
     if header.alg != key.algorithm {
         return Err(Refusal::AlgorithmNotAllowed);
     }
@@ -207,17 +212,23 @@ pub fn verify(
     } else {
         validation.set_audience(&expect.audiences);
     }
-    let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &validation)
-        .map_err(|e| match e.kind() {
-            ErrorKind::InvalidSignature => Refusal::BadSignature,
-            ErrorKind::InvalidAlgorithm => Refusal::AlgorithmNotAllowed,
-            ErrorKind::MissingRequiredClaim(_) => Refusal::NoExpiry,
-            ErrorKind::InvalidIssuer => Refusal::WrongIssuer,
-            ErrorKind::InvalidAudience => Refusal::WrongAudience,
-            _ => Refusal::Malformed,
+    let data =
+        jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &validation).map_err(|e| {
+            match e.kind() {
+                ErrorKind::InvalidSignature => Refusal::BadSignature,
+                ErrorKind::InvalidAlgorithm => Refusal::AlgorithmNotAllowed,
+                ErrorKind::MissingRequiredClaim(_) => Refusal::NoExpiry,
+                ErrorKind::InvalidIssuer => Refusal::WrongIssuer,
+                ErrorKind::InvalidAudience => Refusal::WrongAudience,
+                _ => Refusal::Malformed,
+            }
         })?;
     let claims = data.claims;
-    let time = |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(Refusal::Malformed));
+    let time = |name: &str| {
+        claims
+            .get(name)
+            .map(|v| v.as_u64().ok_or(Refusal::Malformed))
+    };
     match time("exp") {
         Some(Ok(exp)) if exp.saturating_add(expect.leeway) <= now => return Err(Refusal::Expired),
         Some(Err(refusal)) => return Err(refusal),
@@ -349,7 +360,8 @@ mod tests {
     fn a_tampered_payload_breaks_the_signature() {
         let token = hs256(claims(NOW + 60));
         let mut parts: Vec<&str> = token.split('.').collect();
-        let forged = hs256(json!({"sub": "M3", "iss": "trafik-ornek", "aud": "takip", "exp": NOW + 60}));
+        let forged =
+            hs256(json!({"sub": "M3", "iss": "trafik-ornek", "aud": "takip", "exp": NOW + 60}));
         parts[1] = forged.split('.').nth(1).unwrap();
         assert_eq!(
             verify(&parts.join("."), &keys(), &expect(), NOW).err(),
@@ -370,10 +382,20 @@ mod tests {
         assert_eq!(set.len(), 1, "oct without alg and enc keys are skipped");
         let mut header = Header::new(Algorithm::HS256);
         header.kid = Some("a".into());
-        let token = encode(&header, &claims(NOW + 60), &EncodingKey::from_secret(SECRET).unwrap()).unwrap();
+        let token = encode(
+            &header,
+            &claims(NOW + 60),
+            &EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap();
         assert!(verify(&token, &set, &expect(), NOW).is_ok());
         header.kid = Some("z".into());
-        let token = encode(&header, &claims(NOW + 60), &EncodingKey::from_secret(SECRET).unwrap()).unwrap();
+        let token = encode(
+            &header,
+            &claims(NOW + 60),
+            &EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             verify(&token, &set, &expect(), NOW).err(),
             Some(Refusal::UnknownKey)

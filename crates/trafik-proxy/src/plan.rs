@@ -143,7 +143,9 @@ pub enum FilterPlan {
     /// Refuse request bodies longer than this many bytes with 413: at once when
     /// `Content-Length` says so, else when the streamed body passes the limit (the backend has
     /// then seen the bytes up to it, and its request is cut off).
-    RequestBodyLimit { bytes: u64 },
+    RequestBodyLimit {
+        bytes: u64,
+    },
     /// Set a header on the request sent upstream.
     SetRequestHeader {
         name: HeaderName,
@@ -188,7 +190,10 @@ pub enum JwtKeys {
     /// A PEM public key, read when the configuration was.
     Pem { algorithm: String, pem: Vec<u8> },
     /// A JWKS document in a file or at an http:// URL, read again every `refresh`.
-    Jwks { source: JwksSource, refresh: Duration },
+    Jwks {
+        source: JwksSource,
+        refresh: Duration,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -388,7 +388,11 @@ impl Replica {
             }
             Err((status, reason)) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                self.reply(status, "text/plain; charset=utf-8", Bytes::from_static(reason.as_bytes()))
+                self.reply(
+                    status,
+                    "text/plain; charset=utf-8",
+                    Bytes::from_static(reason.as_bytes()),
+                )
             }
         }
     }
@@ -398,7 +402,8 @@ impl Replica {
         let mut kept = BytesMut::new();
         while let Some(Ok(frame)) = body.frame().await {
             if let Some(data) = frame.data_ref() {
-                self.body_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.body_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
                 if kept.len() + data.len() <= 64 << 10 {
                     kept.extend_from_slice(data);
                 }

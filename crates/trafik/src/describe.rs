@@ -239,14 +239,29 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
         }
         FilterPlan::Jwt(jwt) => {
             let keys = match &jwt.keys {
-                trafik_proxy::plan::JwtKeys::Secret { algorithm, .. } => format!("{algorithm} secret"),
-                trafik_proxy::plan::JwtKeys::Pem { algorithm, .. } => format!("{algorithm} key file"),
+                trafik_proxy::plan::JwtKeys::Secret { algorithm, .. } => {
+                    format!("{algorithm} secret")
+                }
+                trafik_proxy::plan::JwtKeys::Pem { algorithm, .. } => {
+                    format!("{algorithm} key file")
+                }
                 trafik_proxy::plan::JwtKeys::Jwks { source, refresh } => {
-                    format!("JWKS {source:?} every {}", format!("{refresh:?}"))
+                    format!("JWKS {source:?} every {refresh:?}")
                 }
             };
-            let forward: Vec<String> = jwt.forward.iter().map(|(c, h)| format!("{c} → {h}")).collect();
-            format!("jwt: {keys}; forwards {}", if forward.is_empty() { "nothing".into() } else { forward.join(", ") })
+            let forward: Vec<String> = jwt
+                .forward
+                .iter()
+                .map(|(c, h)| format!("{c} → {h}"))
+                .collect();
+            format!(
+                "jwt: {keys}; forwards {}",
+                if forward.is_empty() {
+                    "nothing".into()
+                } else {
+                    forward.join(", ")
+                }
+            )
         }
         FilterPlan::RateLimit(limit) => {
             let scope = match &limit.global {
@@ -258,11 +273,8 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
                 ),
             };
             format!(
-                "rate limit {} per {} (burst {}) by {:?} {scope}",
-                limit.rate,
-                format!("{:?}", limit.period),
-                limit.burst,
-                limit.key
+                "rate limit {} per {:?} (burst {}) by {:?} {scope}",
+                limit.rate, limit.period, limit.burst, limit.key
             )
         }
     }

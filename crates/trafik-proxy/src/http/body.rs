@@ -118,7 +118,8 @@ impl RequestBody {
     pub async fn read_whole(&mut self, limit: u64) -> Result<Bytes, BodyError> {
         self.limit(limit);
         let mut read = bytes::BytesMut::new();
-        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_frame(cx)).await {
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_frame(cx)).await
+        {
             if let Ok(data) = frame?.into_data() {
                 read.extend_from_slice(&data);
             }

@@ -18,7 +18,10 @@ pub fn check(report: &mut Report, route: &str, settings: &Spanned<Gate>) -> Opti
             report.error(
                 path.span(),
                 &format!("{field}.paths"),
-                format!("expected a path starting with \"/\", found {:?}", path.get_ref()),
+                format!(
+                    "expected a path starting with \"/\", found {:?}",
+                    path.get_ref()
+                ),
             );
         }
     }

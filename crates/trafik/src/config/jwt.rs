@@ -51,7 +51,12 @@ pub fn check(report: &mut Report, route: &str, settings: &Spanned<Jwt>) -> Optio
             )
             .and_then(|algorithm| {
                 let pinned = PinnedKey::secret(algorithm, secret.get_ref().as_bytes());
-                keep(report, secret.span(), &format!("{field}.secret"), pinned.map(|_| ()))?;
+                keep(
+                    report,
+                    secret.span(),
+                    &format!("{field}.secret"),
+                    pinned.map(|_| ()),
+                )?;
                 Some(JwtKeys::Secret {
                     algorithm: format!("{algorithm:?}"),
                     secret: secret.get_ref().as_bytes().to_vec(),
@@ -161,5 +166,7 @@ fn keep<T>(
     field: &str,
     value: Result<T, String>,
 ) -> Option<T> {
-    value.map_err(|message| report.error(span, field, message)).ok()
+    value
+        .map_err(|message| report.error(span, field, message))
+        .ok()
 }

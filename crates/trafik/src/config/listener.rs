@@ -7,9 +7,9 @@ use trafik_proxy::{FilterPlan, ListenerKind, ListenerPlan, RoutePlan, TargetPlan
 
 use super::layer4;
 use super::report::Report;
-use super::{gate, jwt, rate_limit};
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
+use super::{gate, jwt, rate_limit};
 use crate::suggest::did_you_mean;
 
 /// `pools` is every pool's name by position; `layer4_pools` those that layer-4 listeners use.

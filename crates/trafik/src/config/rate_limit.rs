@@ -31,10 +31,19 @@ pub fn check(
     );
     for (name, value) in [("rate", rate), ("burst", limit.burst.as_ref())] {
         if let Some(value) = value.filter(|v| *v.get_ref() == 0) {
-            report.error(value.span(), &format!("{field}.{name}"), "expected at least 1");
+            report.error(
+                value.span(),
+                &format!("{field}.{name}"),
+                "expected at least 1",
+            );
         }
     }
-    let period = report.above_zero(&limit.per, &format!("{field}.per"), "a period", "no request could pass");
+    let period = report.above_zero(
+        &limit.per,
+        &format!("{field}.per"),
+        "a period",
+        "no request could pass",
+    );
     let key = match rate_key(limit.key.get_ref(), has_jwt) {
         Ok(key) => Some(key),
         Err(message) => {
@@ -42,7 +51,7 @@ pub fn check(
             None
         }
     };
-    let global = limit.redis.as_ref().and_then(|redis| {
+    let global = limit.redis.as_ref().map(|redis| {
         let address = redis.get_ref();
         if address.to_socket_addrs().is_err() {
             report.error(
@@ -67,7 +76,7 @@ pub fn check(
             || format!("trafik:rate:{path_prefix}:"),
             |p| p.get_ref().clone(),
         );
-        Some(GlobalLimit {
+        GlobalLimit {
             redis: format!("redis://{address}/"),
             prefix,
             timeout: report.above_zero(
@@ -77,7 +86,7 @@ pub fn check(
                 "every request would find Redis down",
             ),
             fail_open,
-        })
+        }
     });
     let (rate, key) = (*rate?.get_ref(), key?);
     (report.error_count() == errors_before).then(|| RateLimitPlan {

@@ -36,9 +36,10 @@ impl Jwt {
     pub fn new(plan: &JwtPlan) -> Result<Jwt, String> {
         let algorithm = |name: &str| jwt::algorithm(name);
         let keys = match &plan.keys {
-            JwtKeys::Secret { algorithm: a, secret } => {
-                KeySet::new(vec![PinnedKey::secret(algorithm(a)?, secret)?])
-            }
+            JwtKeys::Secret {
+                algorithm: a,
+                secret,
+            } => KeySet::new(vec![PinnedKey::secret(algorithm(a)?, secret)?]),
             JwtKeys::Pem { algorithm: a, pem } => {
                 KeySet::new(vec![PinnedKey::pem(algorithm(a)?, pem)?])
             }
@@ -67,7 +68,11 @@ impl Jwt {
     }
 
     fn refuse(&self, exchange: &Exchange<'_>, refused: Refusal) -> Step {
-        access_log::record(exchange, Stage::Auth, format!("refused: {}", refused.reason()));
+        access_log::record(
+            exchange,
+            Stage::Auth,
+            format!("refused: {}", refused.reason()),
+        );
         let mut response = refusal(StatusCode::UNAUTHORIZED, refused.reason());
         let challenge = match refused {
             Refusal::Missing => "Bearer realm=\"trafik\"".to_owned(),
@@ -77,7 +82,9 @@ impl Jwt {
             ),
         };
         if let Ok(value) = HeaderValue::from_str(&challenge) {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
         }
         Step::Respond(Box::new(response))
     }
@@ -105,8 +112,8 @@ impl Filter for Jwt {
             Err(refused) => return self.refuse(exchange, refused),
         };
         for (claim, name) in &self.forward {
-            if let Some(value) = jwt::claim_text(&claims, claim)
-                .and_then(|text| HeaderValue::from_str(&text).ok())
+            if let Some(value) =
+                jwt::claim_text(&claims, claim).and_then(|text| HeaderValue::from_str(&text).ok())
             {
                 headers.insert(name.clone(), value);
             }
@@ -144,7 +151,9 @@ fn refresh_in_background(keys: Weak<ArcSwap<KeySet>>, source: JwksSource, refres
                 let Some(keys) = keys.upgrade() else { return };
                 match read_jwks(&source).and_then(|text| KeySet::from_jwks(&text)) {
                     Ok(read) => keys.store(Arc::new(read)),
-                    Err(error) => tracing::warn!(%error, "JWKS refresh failed; keeping the keys in force"),
+                    Err(error) => {
+                        tracing::warn!(%error, "JWKS refresh failed; keeping the keys in force")
+                    }
                 }
             }
         });
@@ -160,9 +169,8 @@ fn fetch(url: &http::Uri) -> Result<String, String> {
         .build()
         .map_err(|e| e.to_string())?;
     // The timer exists only inside the runtime, so the timeout is made there.
-    let fetched = runtime.block_on(async {
-        tokio::time::timeout(Duration::from_secs(10), get(url)).await
-    });
+    let fetched =
+        runtime.block_on(async { tokio::time::timeout(Duration::from_secs(10), get(url)).await });
     fetched
         .map_err(|_| format!("cannot fetch JWKS from {url}: timed out"))?
         .map_err(|e: String| format!("cannot fetch JWKS from {url}: {e}"))
@@ -184,10 +192,17 @@ async fn get(url: &http::Uri) -> Result<String, String> {
         .header(header::HOST, url.authority().map_or(host, |a| a.as_str()))
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
-    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
     if !response.status().is_success() {
         return Err(format!("status {}", response.status()));
     }
-    let body = response.into_body().collect().await.map_err(|e| e.to_string())?;
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
     String::from_utf8(body.to_bytes().to_vec()).map_err(|e| e.to_string())
 }

@@ -4,8 +4,8 @@
 //! reason and never reaches an upstream. Every check counts what it passed and refused, and the
 //! body bytes it held back from the application.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use http::{Request, StatusCode, header};
 
@@ -92,14 +92,24 @@ pub fn metrics(gates: &[GateStats]) -> String {
     for (gate, total) in &totals {
         for (check, passed, refused) in &total.checks {
             let route = escape(&gate.route);
-            let _ = writeln!(out, "trafik_gate_checks_total{{route=\"{route}\",check=\"{check}\",verdict=\"passed\"}} {passed}");
-            let _ = writeln!(out, "trafik_gate_checks_total{{route=\"{route}\",check=\"{check}\",verdict=\"refused\"}} {refused}");
+            let _ = writeln!(
+                out,
+                "trafik_gate_checks_total{{route=\"{route}\",check=\"{check}\",verdict=\"passed\"}} {passed}"
+            );
+            let _ = writeln!(
+                out,
+                "trafik_gate_checks_total{{route=\"{route}\",check=\"{check}\",verdict=\"refused\"}} {refused}"
+            );
         }
     }
     out.push_str("# HELP trafik_gate_held_back_bytes_total Body bytes of requests a gate refused.\n# TYPE trafik_gate_held_back_bytes_total counter\n");
     for (gate, total) in &totals {
         let route = escape(&gate.route);
-        let _ = writeln!(out, "trafik_gate_held_back_bytes_total{{route=\"{route}\"}} {}", total.held_back);
+        let _ = writeln!(
+            out,
+            "trafik_gate_held_back_bytes_total{{route=\"{route}\"}} {}",
+            total.held_back
+        );
     }
     out
 }
@@ -114,7 +124,11 @@ impl Gate {
     pub fn new(plan: &GatePlan, stats: &mut Stats<'_>) -> Result<Gate, String> {
         let schema = |text: &Option<String>| -> Result<_, String> {
             text.as_deref()
-                .map(|t| serde_json::from_str(t).map_err(|e| e.to_string()).and_then(|v| gate::schema(&v)))
+                .map(|t| {
+                    serde_json::from_str(t)
+                        .map_err(|e| e.to_string())
+                        .and_then(|v| gate::schema(&v))
+                })
                 .transpose()
         };
         let headers = plan
@@ -154,8 +168,13 @@ impl Gate {
         let mine = self.counters.mine(exchange.worker);
         bump(&mine.refused[refused.check as usize]);
         add(&mine.held_back, held_back as usize);
-        let status = StatusCode::from_u16(refused.check.status()).unwrap_or(StatusCode::BAD_REQUEST);
-        access_log::record(exchange, Stage::Gate, format!("refused: {}", refused.reason));
+        let status =
+            StatusCode::from_u16(refused.check.status()).unwrap_or(StatusCode::BAD_REQUEST);
+        access_log::record(
+            exchange,
+            Stage::Gate,
+            format!("refused: {}", refused.reason),
+        );
         Step::Respond(Box::new(refusal(status, &refused.reason)))
     }
 
@@ -176,7 +195,11 @@ impl Gate {
         }
     }
 
-    fn head(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Result<(), Step> {
+    fn head(
+        &self,
+        request: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+    ) -> Result<(), Step> {
         let declared = declared_length(request).unwrap_or(0);
         let headers = request.headers();
         if !self.rules.paths.is_empty() {
@@ -190,7 +213,9 @@ impl Gate {
             self.check(exchange, Check::Header, outcome, declared)?;
         }
         if self.rules.token.is_some() {
-            let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+            let authorization = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
             let outcome = self.rules.check_token(authorization);
             self.check(exchange, Check::Token, outcome, declared)?;
         }

@@ -122,7 +122,10 @@ fn write_headers(response: &mut Response<ProxyBody>, decision: &Decision) {
     let headers = response.headers_mut();
     headers.insert(LIMIT.clone(), HeaderValue::from(decision.limit));
     headers.insert(REMAINING.clone(), HeaderValue::from(decision.remaining));
-    headers.insert(RESET.clone(), HeaderValue::from(Decision::seconds(decision.reset)));
+    headers.insert(
+        RESET.clone(),
+        HeaderValue::from(Decision::seconds(decision.reset)),
+    );
 }
 
 /// Counts in this process, shared by its workers: one lock held for a hash-map lookup.
@@ -168,16 +171,28 @@ impl Filter for GlobalLimit {
     ) -> Waiting<'a> {
         let key = self.limit.key(request, exchange).to_bytes().into_owned();
         Box::pin(async move {
-            match self.redis.decide(exchange.worker, &key, &self.limit.gcra).await {
+            match self
+                .redis
+                .decide(exchange.worker, &key, &self.limit.gcra)
+                .await
+            {
                 Ok(decision) => self.limit.apply(decision, exchange),
                 Err(error) if self.fail_open => {
                     tracing::debug!(%error, "redis unavailable; the global limit lets the request through");
-                    access_log::record(exchange, Stage::RateLimit, "pass: redis unavailable, fail open");
+                    access_log::record(
+                        exchange,
+                        Stage::RateLimit,
+                        "pass: redis unavailable, fail open",
+                    );
                     Step::Continue
                 }
                 Err(error) => {
                     tracing::debug!(%error, "redis unavailable; the global limit refuses the request");
-                    access_log::record(exchange, Stage::RateLimit, "refused: redis unavailable, fail closed");
+                    access_log::record(
+                        exchange,
+                        Stage::RateLimit,
+                        "refused: redis unavailable, fail closed",
+                    );
                     Step::Respond(Box::new(refusal(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "rate limiter unavailable",
