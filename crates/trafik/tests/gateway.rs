@@ -829,3 +829,55 @@ fn check_refuses_a_limit_at_the_edge_keyed_on_domain_data() {
         "{errors}"
     );
 }
+
+#[test]
+fn check_reports_every_gateway_mistake_at_its_place() {
+    let dir = scratch("mistakes");
+    let path = dir.join("hatali.toml");
+    std::fs::write(
+        &path,
+        r#"[[listener]]
+name = "kenar"
+listen = "127.0.0.1:0"
+
+[[listener.route]]
+pool = "p"
+
+[listener.route.gate]
+token = "^b\.M(\d+$"
+body_schema = { type = 7 }
+
+[listener.route.jwt]
+algorithm = "none"
+secret = "s"
+jwks = "yok.json"
+
+[listener.route.rate_limit]
+rate = 0
+key = "claim:sub"
+on_redis_error = "belki"
+redis = "127.0.0.1:6379"
+
+[[pool]]
+name = "p"
+backends = [{ address = "127.0.0.1:1" }]
+"#,
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let errors = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "hatali.toml:9:9: listener[0].route[0].gate.token: not a valid regular expression",
+        "hatali.toml:10:15: listener[0].route[0].gate.body_schema: not a valid JSON Schema",
+        "hatali.toml:13:13: listener[0].route[0].jwt.algorithm: expected one of HS256",
+        "hatali.toml:15:8: listener[0].route[0].jwt.secret: expected one key source",
+        "hatali.toml:18:8: listener[0].route[0].rate_limit.rate: expected at least 1",
+        "hatali.toml:20:18: listener[0].route[0].rate_limit.on_redis_error: expected \"open\"",
+    ] {
+        assert!(errors.contains(expected), "{expected}\n in:\n{errors}");
+    }
+}
