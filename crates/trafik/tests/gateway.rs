@@ -526,6 +526,18 @@ fn lesson_16_set_through_the_gatekeeper_example() {
     assert_eq!(gate["checks"]["body"]["passed"], 40, "{gate}");
     assert_eq!(gate["held_back_bytes"], 51600 - 4800, "{gate}");
 
+    // A Content-Length over the limit is answered before a byte of the body is sent.
+    let mut stream = TcpStream::connect("127.0.0.1:8476").unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        stream,
+        "POST /takip HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer b.M7.imza\r\nContent-Length: 100000\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 413");
+
     // A chunked body over the limit is counted while it streams and cut with 413.
     let mut stream = TcpStream::connect("127.0.0.1:8476").unwrap();
     let chunk = "x".repeat(1000);
