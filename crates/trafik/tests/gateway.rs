@@ -528,7 +528,9 @@ fn lesson_16_set_through_the_gatekeeper_example() {
 
     // A Content-Length over the limit is answered before a byte of the body is sent.
     let mut stream = TcpStream::connect("127.0.0.1:8476").unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     write!(
         stream,
         "POST /takip HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer b.M7.imza\r\nContent-Length: 100000\r\n\r\n"
