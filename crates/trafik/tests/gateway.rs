@@ -858,13 +858,13 @@ listen = "127.0.0.1:0"
 pool = "p"
 
 [listener.route.gate]
-token = "^b\.M(\d+$"
+token = '^b\.M(\d+$'
 body_schema = { type = 7 }
 
 [listener.route.jwt]
 algorithm = "none"
 secret = "s"
-jwks = "yok.json"
+key_file = "yok.pem"
 
 [listener.route.rate_limit]
 rate = 0
@@ -888,7 +888,7 @@ backends = [{ address = "127.0.0.1:1" }]
         "hatali.toml:9:9: listener[0].route[0].gate.token: not a valid regular expression",
         "hatali.toml:10:15: listener[0].route[0].gate.body_schema: not a valid JSON Schema",
         "hatali.toml:13:13: listener[0].route[0].jwt.algorithm: expected one of HS256",
-        "hatali.toml:15:8: listener[0].route[0].jwt.secret: expected one key source",
+        "hatali.toml:15:12: listener[0].route[0].jwt.key_file: expected one key source",
         "hatali.toml:18:8: listener[0].route[0].rate_limit.rate: expected at least 1",
         "hatali.toml:20:18: listener[0].route[0].rate_limit.on_redis_error: expected \"open\"",
     ] {

@@ -14,12 +14,19 @@ pub fn check(report: &mut Report, route: &str, settings: &Spanned<Jwt>) -> Optio
     let field = format!("{route}.jwt");
     let jwt = settings.get_ref();
     let errors_before = report.error_count();
-    let sources = [&jwt.secret, &jwt.key_file, &jwt.jwks];
-    let given: Vec<&Spanned<String>> = sources.iter().filter_map(|s| s.as_ref()).collect();
-    if given.len() > 1 {
+    let sources = [
+        ("secret", &jwt.secret),
+        ("key_file", &jwt.key_file),
+        ("jwks", &jwt.jwks),
+    ];
+    for (key, value) in sources
+        .iter()
+        .filter_map(|(k, v)| Some((k, v.as_ref()?)))
+        .skip(1)
+    {
         report.error(
-            given[1].span(),
-            &format!("{field}.secret"),
+            value.span(),
+            &format!("{field}.{key}"),
             "expected one key source: `secret`, `key_file` or `jwks`",
         );
     }
@@ -41,38 +48,39 @@ pub fn check(report: &mut Report, route: &str, settings: &Spanned<Jwt>) -> Optio
         }
         (None, _) => None,
     };
-    let keys = if let Some(secret) = &jwt.secret {
-        report
-            .required(
-                algorithm.filter(|_| jwt.algorithm.is_some()),
+    // The algorithm a secret or key file is pinned to; missing only when none is written (a
+    // written but wrong one is reported above).
+    let pinned = |report: &mut Report, example: &str| {
+        if jwt.algorithm.is_none() {
+            report.required(
+                None::<trafik_policy::Algorithm>,
                 settings.span(),
                 &format!("{field}.algorithm"),
-                "algorithm = \"HS256\", the one algorithm this key verifies",
-            )
-            .and_then(|algorithm| {
-                let pinned = PinnedKey::secret(algorithm, secret.get_ref().as_bytes());
-                keep(
-                    report,
-                    secret.span(),
-                    &format!("{field}.secret"),
-                    pinned.map(|_| ()),
-                )?;
-                Some(JwtKeys::Secret {
-                    algorithm: format!("{algorithm:?}"),
-                    secret: secret.get_ref().as_bytes().to_vec(),
-                })
+                &format!("algorithm = \"{example}\", the one algorithm this key verifies"),
+            );
+        }
+        algorithm
+    };
+    let keys = if let Some(secret) = &jwt.secret {
+        pinned(report, "HS256").and_then(|algorithm| {
+            let pinned = PinnedKey::secret(algorithm, secret.get_ref().as_bytes());
+            keep(
+                report,
+                secret.span(),
+                &format!("{field}.secret"),
+                pinned.map(|_| ()),
+            )?;
+            Some(JwtKeys::Secret {
+                algorithm: format!("{algorithm:?}"),
+                secret: secret.get_ref().as_bytes().to_vec(),
             })
+        })
     } else if let Some(file) = &jwt.key_file {
         let key_field = format!("{field}.key_file");
         let pem = std::fs::read(report.path(file.get_ref()))
             .map_err(|e| format!("cannot read {:?}: {e}", file.get_ref()));
         let pem = keep(report, file.span(), &key_field, pem);
-        let algorithm = report.required(
-            algorithm.filter(|_| jwt.algorithm.is_some()),
-            settings.span(),
-            &format!("{field}.algorithm"),
-            "algorithm = \"RS256\", the one algorithm this key verifies",
-        );
+        let algorithm = pinned(report, "RS256");
         pem.zip(algorithm).and_then(|(pem, algorithm)| {
             let pinned = PinnedKey::pem(algorithm, &pem).map(|_| ());
             keep(report, file.span(), &key_field, pinned)?;
