@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::Instance;
 use crate::counters::{BackendCounters, read, read_gauge};
+use crate::http::policy::gate;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
@@ -97,6 +98,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             let text = metrics(&snapshot.pools)
                 + &caches::metrics(&snapshot)
                 + &crate::http::gateway::metrics(&snapshot)
+                + &gate::metrics(&snapshot.gates)
                 + &instance.dns_metrics();
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
@@ -279,6 +281,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "caches": caches::status(snapshot),
         "static": caches::sites(snapshot),
         "gateway": crate::http::gateway::status(snapshot),
+        "gates": gate::status(&snapshot.gates),
     })
 }
 
@@ -441,7 +444,7 @@ fn skew(pool: &Pool, total: fn(&BackendCounters) -> i64) -> Option<f64> {
 }
 
 /// Escapes a Prometheus label value.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

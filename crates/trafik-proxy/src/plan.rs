@@ -203,7 +203,9 @@ pub enum FilterPlan {
     /// Refuse request bodies longer than this many bytes with 413: at once when
     /// `Content-Length` says so, else when the streamed body passes the limit (the backend has
     /// then seen the bytes up to it, and its request is cut off).
-    RequestBodyLimit { bytes: u64 },
+    RequestBodyLimit {
+        bytes: u64,
+    },
     /// Set a header on the request sent upstream.
     SetRequestHeader {
         name: HeaderName,
@@ -214,6 +216,101 @@ pub enum FilterPlan {
         name: HeaderName,
         value: HeaderValue,
     },
+    /// The gatekeeper (lesson 16): refuse malformed requests before any upstream sees them.
+    Gate(GatePlan),
+    /// Verify a JWT bearer token (the auth stage).
+    Jwt(JwtPlan),
+    RateLimit(RateLimitPlan),
+    /// Log each request of the route as one JSON line with every stage's verdict.
+    AccessLog,
+}
+
+/// A route's gate: what a request must look like to pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatePlan {
+    /// Paths let through exactly; empty lets any through.
+    pub paths: Vec<String>,
+    /// Headers that must be present and match a regular expression.
+    pub headers: Vec<(HeaderName, String)>,
+    /// The regular expression the bearer token must match.
+    pub token: Option<String>,
+    /// JSON Schema texts, already checked to compile.
+    pub query_schema: Option<String>,
+    pub body_schema: Option<String>,
+    /// Bodies over this many bytes are refused (413): by `Content-Length` before reading,
+    /// else while counting. Bodies with a schema are read up to it.
+    pub body_limit: u64,
+}
+
+/// Where a route's JWT keys come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JwtKeys {
+    /// A shared secret, for HS256/384/512.
+    Secret { algorithm: String, secret: Vec<u8> },
+    /// A PEM public key, read when the configuration was.
+    Pem { algorithm: String, pem: Vec<u8> },
+    /// A JWKS document in a file or at an http:// URL, read again every `refresh`.
+    Jwks {
+        source: JwksSource,
+        refresh: Duration,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JwksSource {
+    File(std::path::PathBuf),
+    Url(http::Uri),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JwtPlan {
+    pub keys: JwtKeys,
+    /// Accepted issuers; empty accepts any.
+    pub issuers: Vec<String>,
+    /// Accepted audiences; empty does not check `aud`.
+    pub audiences: Vec<String>,
+    /// Clock difference allowed on `exp` and `nbf`.
+    pub leeway: Duration,
+    /// Claims sent upstream as request headers (`sub` → `x-kullanici`); headers of these names
+    /// that the client sent are removed first.
+    pub forward: Vec<(String, HeaderName)>,
+    /// Keep `Authorization` on the request sent upstream.
+    pub keep_token: bool,
+}
+
+/// A rate limit: `rate` requests per `period` per key, `burst` at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimitPlan {
+    pub rate: u32,
+    pub period: Duration,
+    pub burst: u32,
+    pub key: RateKey,
+    /// `None` counts in this instance; `Some` shares the count through Redis.
+    pub global: Option<GlobalLimit>,
+}
+
+/// What a rate limit counts by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RateKey {
+    ClientIp,
+    Header(HeaderName),
+    /// A claim of the token the auth stage verified.
+    Claim(String),
+    /// One count for the whole route.
+    Route,
+}
+
+/// A limit shared by every instance that names the same Redis and key prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GlobalLimit {
+    /// `redis://host:port/`.
+    pub redis: String,
+    /// Prefix of the Redis keys: instances with the same prefix share the count.
+    pub prefix: String,
+    /// How long a Redis round trip (or a connect) may take before the Redis counts as down.
+    pub timeout: Duration,
+    /// With Redis down: let requests through (true) or refuse them with 503.
+    pub fail_open: bool,
 }
 
 /// A set of interchangeable backends and how to choose among them.

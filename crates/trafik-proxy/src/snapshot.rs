@@ -11,6 +11,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::http::cache::Jobs;
 use crate::http::filter::{self, Trace};
+use crate::http::policy::{self, GateStats};
 use crate::http::route::{Route, RouteTable};
 use crate::plan::{ClientPlan, ListenerKind, Plan};
 use crate::pool::{Endpoints, Pool};
@@ -58,6 +59,9 @@ pub struct Snapshot {
     /// Origin fetches for the workers to run (preloads, refreshes); one queue for the life of
     /// the instance.
     pub jobs: Arc<Jobs>,
+    /// The counters of every route's gate, for `/status` and `/metrics` (they start again at
+    /// zero with each reload).
+    pub gates: Vec<GateStats>,
 }
 
 /// What a listener does with its connections, resolved.
@@ -140,6 +144,7 @@ impl Snapshot {
             workers: plan.workers.max(1),
         };
         let mut resolved = Vec::with_capacity(plan.listeners.len());
+        let mut gates = Vec::new();
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
             let routes = match &listener.kind {
                 ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
@@ -180,7 +185,18 @@ impl Snapshot {
                     ));
                 }
                 let mut filters = filter::built_in(trace.as_ref());
-                filters.extend(route.filters.iter().map(filter::build));
+                let label = format!("{} {}", listener.name, route.path_prefix);
+                let mut stats = policy::Stats {
+                    route: &label,
+                    workers: plan.workers,
+                    gates: &mut gates,
+                };
+                for configured in &route.filters {
+                    match filter::build(configured, &mut stats) {
+                        Ok(built) => filters.push(built),
+                        Err(error) => errors.push(format!("route {label}: {error}")),
+                    }
+                }
                 table.push(Route {
                     host: route.host.clone(),
                     path_prefix: route.path_prefix.clone(),
@@ -222,6 +238,7 @@ impl Snapshot {
             drain_timeout: plan.drain_timeout,
             stateful,
             jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
+            gates,
         })
     }
 

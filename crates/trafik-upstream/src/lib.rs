@@ -3,6 +3,12 @@
 //! - `GET /takip/<no>` and `GET /takip?no=<no>`: a JSON tracking body (durum, bolge, adim, rota);
 //!   without a number, `"no": "-"`, as the course's replica answers;
 //! - `POST /olay`: 201, the event is accepted;
+//! - `POST /takip` with a JSON body `{"takipNo": …}`: the application behind lessons 13 and 16's
+//!   gateway. It judges what only it can — whether the shipment exists (404 `kayit yok`),
+//!   whether the caller owns it (403 `yetki yok`; the caller is `x-kullanici`, set by a gateway
+//!   that verified a JWT, else the `M…` of a `Bearer b.M….imza` token) and the caller's contract
+//!   quota (429 `kota doldu`) — and answers 200 otherwise. It counts the body bytes it received
+//!   and its refusals in `/sayac` (`govde`, `ret`);
 //! - `GET /varlik/<name>`: 200, a short fixed asset (the course's content path, which lesson 9's
 //!   `statik` replica serves);
 //! - `GET /yanki`: a WebSocket echo (RFC 6455): text and binary messages come back as sent,
@@ -119,6 +125,10 @@ struct Replica {
     name_header: HeaderValue,
     requests: AtomicU64,
     by_path: Mutex<BTreeMap<String, u64>>,
+    /// `POST /takip`: body bytes received, requests refused, and each caller's use of its quota.
+    body_bytes: AtomicU64,
+    refused: AtomicU64,
+    quota_used: Mutex<BTreeMap<String, u32>>,
     lesson: Mutex<LessonState>,
     /// Turns true when the replica stops; ends the WebSocket echoes, which outlive the HTTP
     /// connections they were upgraded from.
@@ -162,6 +172,9 @@ pub async fn spawn(address: SocketAddr, config: ReplicaConfig) -> std::io::Resul
         name_header,
         requests: AtomicU64::new(0),
         by_path: Mutex::new(BTreeMap::new()),
+        body_bytes: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+        quota_used: Mutex::new(BTreeMap::new()),
         lesson: Mutex::new(LessonState::default()),
         stopped: stopped.clone(),
     });
@@ -252,6 +265,7 @@ impl Replica {
                 let body = tracking_body(number.as_deref().unwrap_or("-"));
                 self.reply(StatusCode::OK, "application/json", body)
             }
+            Method::POST if path == "/takip" => self.shipment_query(request).await,
             Method::GET | Method::HEAD if path.starts_with("/varlik/") => self.reply(
                 StatusCode::OK,
                 "text/plain; charset=utf-8",
@@ -268,11 +282,15 @@ impl Replica {
                     Bytes::from_static(b"{\"kabul\":true}"),
                 )
             }
-            _ => self.reply(
-                StatusCode::NOT_FOUND,
-                "text/plain",
-                Bytes::from_static(b"bulunamadi\n"),
-            ),
+            _ => {
+                // A body sent to an unknown path has still reached the application.
+                self.read_counted(request.into_body()).await;
+                self.reply(
+                    StatusCode::NOT_FOUND,
+                    "text/plain",
+                    Bytes::from_static(b"bulunamadi\n"),
+                )
+            }
         }
     }
 
@@ -337,6 +355,61 @@ impl Replica {
             "application/json",
             Bytes::from(answer.to_string()),
         )
+    }
+
+    /// `POST /takip`: the checks that read the application's records (lesson 13's ownership and
+    /// contract quota, lesson 16's existence and ownership). The body is read whole and counted,
+    /// but only its first 64 KiB are kept.
+    async fn shipment_query(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let (parts, body) = request.into_parts();
+        let kept = self.read_counted(body).await;
+        let number = serde_json::from_slice::<serde_json::Value>(&kept)
+            .ok()
+            .and_then(|v| v.get("takipNo")?.as_str().map(str::to_owned));
+        let caller = caller(&parts.headers);
+        let verdict = match (number.as_deref().and_then(shipment_owner), caller) {
+            (None, _) => Err((StatusCode::NOT_FOUND, "kayit yok\n")),
+            (Some(owner), Some(caller)) if owner == caller => {
+                let mut used = self.quota_used.lock().unwrap_or_else(|p| p.into_inner());
+                let count = used.entry(caller.clone()).or_default();
+                *count += 1;
+                if *count > contract_quota(&caller) {
+                    Err((StatusCode::TOO_MANY_REQUESTS, "kota doldu\n"))
+                } else {
+                    Ok(())
+                }
+            }
+            (Some(_), _) => Err((StatusCode::FORBIDDEN, "yetki yok\n")),
+        };
+        match verdict {
+            Ok(()) => {
+                let body = tracking_body(number.as_deref().unwrap_or("-"));
+                self.reply(StatusCode::OK, "application/json", body)
+            }
+            Err((status, reason)) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                self.reply(
+                    status,
+                    "text/plain; charset=utf-8",
+                    Bytes::from_static(reason.as_bytes()),
+                )
+            }
+        }
+    }
+
+    /// Reads a request body whole, counting its bytes in `govde`; keeps the first 64 KiB.
+    async fn read_counted(&self, mut body: Incoming) -> BytesMut {
+        let mut kept = BytesMut::new();
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(data) = frame.data_ref() {
+                self.body_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                if kept.len() + data.len() <= 64 << 10 {
+                    kept.extend_from_slice(data);
+                }
+            }
+        }
+        kept
     }
 
     /// Counts a request; returns its number (1 for the first).
@@ -407,6 +480,8 @@ impl Replica {
             "ad": self.config.name,
             "istek": self.requests.load(Ordering::Relaxed),
             "yol": *by_path,
+            "govde": self.body_bytes.load(Ordering::Relaxed),
+            "ret": self.refused.load(Ordering::Relaxed),
         });
         Bytes::from(body.to_string())
     }
@@ -463,6 +538,36 @@ fn websocket_accept<B>(request: &Request<B>) -> Option<HeaderValue> {
 }
 
 /// `/takip/TR-1/x` → `/takip`; `/` → `/`.
+/// The lesson's shipment records: number → owner (`kapi/istek.mjs`'s `GONDERI`).
+fn shipment_owner(number: &str) -> Option<&'static str> {
+    match number {
+        "TR-4821" => Some("M7"),
+        "TR-9007" => Some("M3"),
+        _ => None,
+    }
+}
+
+/// Requests a caller's contract allows (lesson 13's "sozlesme kotasi", a domain record):
+/// M3's contract is a trial of 2 queries.
+fn contract_quota(caller: &str) -> u32 {
+    if caller == "M3" { 2 } else { 1_000_000 }
+}
+
+/// Who asks: `x-kullanici` (a gateway verified the token and forwarded its subject), else the
+/// `M…` part of a course token `Bearer b.M7.imza`.
+fn caller(headers: &HeaderMap) -> Option<String> {
+    if let Some(user) = headers.get("x-kullanici").and_then(|v| v.to_str().ok()) {
+        return Some(user.to_owned());
+    }
+    let authorization = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let token = authorization.strip_prefix("Bearer ")?;
+    let mut parts = token.split('.');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("b"), Some(user), Some("imza"), None) => Some(user.to_owned()),
+        _ => None,
+    }
+}
+
 fn first_segment(path: &str) -> &str {
     match path[1.min(path.len())..].find('/') {
         Some(end) => &path[..end + 1],

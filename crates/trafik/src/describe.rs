@@ -225,6 +225,67 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
         FilterPlan::SetResponseHeader { name, value } => {
             format!("response header {name}: {}", show(value))
         }
+        FilterPlan::AccessLog => "access log with every stage's verdict".into(),
+        FilterPlan::Gate(gate) => {
+            let mut checks = Vec::new();
+            if !gate.paths.is_empty() {
+                checks.push(format!("paths {}", gate.paths.join(", ")));
+            }
+            for (name, pattern) in &gate.headers {
+                checks.push(format!("{name} ~ {pattern}"));
+            }
+            if let Some(token) = &gate.token {
+                checks.push(format!("token ~ {token}"));
+            }
+            if gate.query_schema.is_some() {
+                checks.push("query schema".into());
+            }
+            if gate.body_schema.is_some() {
+                checks.push("body schema".into());
+            }
+            checks.push(format!("body up to {} bytes", gate.body_limit));
+            format!("gate: {}", checks.join("; "))
+        }
+        FilterPlan::Jwt(jwt) => {
+            let keys = match &jwt.keys {
+                trafik_proxy::plan::JwtKeys::Secret { algorithm, .. } => {
+                    format!("{algorithm} secret")
+                }
+                trafik_proxy::plan::JwtKeys::Pem { algorithm, .. } => {
+                    format!("{algorithm} key file")
+                }
+                trafik_proxy::plan::JwtKeys::Jwks { source, refresh } => {
+                    format!("JWKS {source:?} every {refresh:?}")
+                }
+            };
+            let forward: Vec<String> = jwt
+                .forward
+                .iter()
+                .map(|(c, h)| format!("{c} → {h}"))
+                .collect();
+            format!(
+                "jwt: {keys}; forwards {}",
+                if forward.is_empty() {
+                    "nothing".into()
+                } else {
+                    forward.join(", ")
+                }
+            )
+        }
+        FilterPlan::RateLimit(limit) => {
+            let scope = match &limit.global {
+                None => "in this instance".to_owned(),
+                Some(global) => format!(
+                    "in {} (fail {})",
+                    global.redis,
+                    if global.fail_open { "open" } else { "closed" }
+                ),
+            };
+            format!(
+                "rate limit {} per {:?} (burst {}) by {:?} {scope}",
+                limit.rate, limit.period, limit.burst, limit.key
+            )
+        }
     }
 }
 

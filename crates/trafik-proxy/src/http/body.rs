@@ -17,14 +17,22 @@ use super::upstream::Lease;
 /// full (the response timeout starts then, not while a slow client uploads) and why it failed,
 /// so a failure the client caused is not charged to the backend.
 pub struct RequestBody {
-    /// `None` for a request trafik makes itself (a preload or a refresh), which has no body.
-    source: Option<Incoming>,
+    source: Source,
     /// Bytes passed so far, and the limit a filter set.
     passed: u64,
     limit: Option<u64>,
     /// `None` for a request without a body (most requests): nothing to watch, nothing
     /// allocated.
     upload: Option<Rc<Upload>>,
+}
+
+/// Where a request body's bytes come from.
+enum Source {
+    /// Streamed from the client.
+    Client(Incoming),
+    /// Read whole by a step that had to see it (the gate's JSON Schema), sent as one frame; or
+    /// `None` for a request trafik makes itself (a gateway's part, a preload), which has none.
+    Read(Option<Bytes>),
 }
 
 /// How far a request body has gone.
@@ -94,7 +102,7 @@ impl RequestBody {
     pub fn streaming(body: Incoming) -> Self {
         let upload = (!body.is_end_stream()).then(Rc::default);
         RequestBody {
-            source: Some(body),
+            source: Source::Client(body),
             passed: 0,
             limit: None,
             upload,
@@ -104,7 +112,7 @@ impl RequestBody {
     /// No body: for requests trafik makes itself.
     pub fn empty() -> Self {
         RequestBody {
-            source: None,
+            source: Source::Read(None),
             passed: 0,
             limit: None,
             upload: None,
@@ -114,6 +122,22 @@ impl RequestBody {
     /// Refuses (as a [`BodyError::TooLarge`]) a body that grows past `bytes`.
     pub fn limit(&mut self, bytes: u64) {
         self.limit = Some(self.limit.map_or(bytes, |l| l.min(bytes)));
+    }
+
+    /// Reads the whole body, refusing it ([`BodyError::TooLarge`]) once it passes `limit`
+    /// bytes; the body then sends what was read. For steps that must see a body to judge it.
+    pub async fn read_whole(&mut self, limit: u64) -> Result<Bytes, BodyError> {
+        self.limit(limit);
+        let mut read = bytes::BytesMut::new();
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_frame(cx)).await
+        {
+            if let Ok(data) = frame?.into_data() {
+                read.extend_from_slice(&data);
+            }
+        }
+        let read = read.freeze();
+        self.source = Source::Read((!read.is_empty()).then(|| read.clone()));
+        Ok(read)
     }
 
     /// What a target watches to learn how the upload went; `None` when there is no body.
@@ -137,8 +161,9 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        let Some(source) = &mut this.source else {
-            return Poll::Ready(None);
+        let source = match &mut this.source {
+            Source::Client(source) => source,
+            Source::Read(read) => return Poll::Ready(read.take().map(|d| Ok(Frame::data(d)))),
         };
         let frame = match Pin::new(source).poll_frame(cx) {
             Poll::Pending => return Poll::Pending,
@@ -168,13 +193,17 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.source.as_ref().is_none_or(Incoming::is_end_stream)
+        match &self.source {
+            Source::Client(source) => source.is_end_stream(),
+            Source::Read(read) => read.is_none(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.source
-            .as_ref()
-            .map_or(SizeHint::with_exact(0), Incoming::size_hint)
+        match &self.source {
+            Source::Client(source) => source.size_hint(),
+            Source::Read(read) => SizeHint::with_exact(read.as_ref().map_or(0, |d| d.len() as u64)),
+        }
     }
 }
 

@@ -6,8 +6,16 @@
 //! configuration lists. Responses pass the same steps in reverse. A step that answers the
 //! request itself ([`Step::Respond`]) stops it: the target never sees it, and only the steps
 //! that ran before it see the answer.
+//!
+//! The configured filters always run in one fixed order ([`trafik_policy::stage::Stage`]):
+//! access log (first in, last out) → gate → auth → rate limit → body limit → (cache) → target →
+//! response shaping. A step that must wait before deciding (a Redis round trip, reading a JSON
+//! body) answers [`Step::Wait`] and is then awaited through [`Filter::wait`]; a route whose steps
+//! never wait runs its loop without creating a future.
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 
 use bytes::{BufMut, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -15,16 +23,20 @@ use http::{Extensions, Request, Response, StatusCode, Uri, Version};
 
 use super::body::{ProxyBody, RequestBody};
 use super::headers::{append_via, is_settable, remove_hop_by_hop};
+use super::policy;
 use super::service::ClientConnection;
 use super::upgrade;
 use crate::error::ProxyError;
 use crate::plan::FilterPlan;
 use crate::snapshot::Snapshot;
+use trafik_policy::stage::Stage;
 
 /// What a step knows of the exchange besides the message itself.
 pub struct Exchange<'a> {
     pub connection: &'a ClientConnection,
     pub snapshot: &'a Snapshot,
+    /// The worker serving the request: which shard of per-worker state a step uses.
+    pub worker: usize,
     /// What a step remembers of this request for its answer: a route's steps serve all its
     /// requests and keep nothing of their own. Empty, it allocates nothing.
     pub notes: RefCell<Extensions>,
@@ -36,12 +48,26 @@ pub enum Step {
     Continue,
     /// Answer with this response instead.
     Respond(Box<Response<ProxyBody>>),
+    /// Decide later: the pipeline awaits [`Filter::wait`] for this step's decision.
+    Wait,
 }
+
+/// A step's decision once it has waited.
+pub type Waiting<'a> = Pin<Box<dyn Future<Output = Step> + 'a>>;
 
 /// One step of a route's pipeline.
 pub trait Filter: Send + Sync {
     fn on_request(&self, _request: &mut Request<RequestBody>, _exchange: &Exchange<'_>) -> Step {
         Step::Continue
+    }
+
+    /// Called when `on_request` answered [`Step::Wait`]; must not answer `Wait` again.
+    fn wait<'a>(
+        &'a self,
+        _request: &'a mut Request<RequestBody>,
+        _exchange: &'a Exchange<'a>,
+    ) -> Waiting<'a> {
+        Box::pin(std::future::ready(Step::Continue))
     }
 
     fn on_response(&self, _response: &mut Response<ProxyBody>, _exchange: &Exchange<'_>) {}
@@ -57,9 +83,9 @@ pub fn built_in(trace: Option<&Trace>) -> Vec<Box<dyn Filter>> {
     steps
 }
 
-/// Builds a configured filter.
-pub fn build(plan: &FilterPlan) -> Box<dyn Filter> {
-    match plan {
+/// Builds a configured filter; `stats` collects the counters the admin API shows.
+pub fn build(plan: &FilterPlan, stats: &mut policy::Stats<'_>) -> Result<Box<dyn Filter>, String> {
+    Ok(match plan {
         FilterPlan::RequestBodyLimit { bytes } => Box::new(RequestBodyLimit { bytes: *bytes }),
         FilterPlan::SetRequestHeader { name, value } => Box::new(SetRequestHeader {
             name: name.clone(),
@@ -69,7 +95,11 @@ pub fn build(plan: &FilterPlan) -> Box<dyn Filter> {
             name: name.clone(),
             value: value.clone(),
         }),
-    }
+        FilterPlan::Gate(gate) => Box::new(policy::gate::Gate::new(gate, stats)?),
+        FilterPlan::Jwt(jwt) => Box::new(policy::auth::Jwt::new(jwt)?),
+        FilterPlan::RateLimit(limit) => policy::rate_limit::build(limit, stats)?,
+        FilterPlan::AccessLog => Box::new(policy::access_log::AccessLog::new(stats.route)),
+    })
 }
 
 /// The header a configured filter would set although trafik manages it (framing, hop-by-hop,
@@ -79,7 +109,11 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
         FilterPlan::SetRequestHeader { name, .. } | FilterPlan::SetResponseHeader { name, .. } => {
             (!is_settable(name)).then_some(name)
         }
-        FilterPlan::RequestBodyLimit { .. } => None,
+        FilterPlan::RequestBodyLimit { .. }
+        | FilterPlan::Gate(_)
+        | FilterPlan::Jwt(_)
+        | FilterPlan::RateLimit(_)
+        | FilterPlan::AccessLog => None,
     }
 }
 
@@ -227,18 +261,24 @@ pub struct RequestBodyLimit {
 }
 
 impl Filter for RequestBodyLimit {
-    fn on_request(&self, request: &mut Request<RequestBody>, _: &Exchange<'_>) -> Step {
-        let declared = request
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|length| length > self.bytes) {
+    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+        if declared_length(request).is_some_and(|length| length > self.bytes) {
+            policy::access_log::record(exchange, Stage::BodyLimit, "refused: content-length");
             return Step::Respond(Box::new(ProxyError::RequestBodyTooLarge.response()));
         }
+        policy::access_log::record(exchange, Stage::BodyLimit, "pass");
         request.body_mut().limit(self.bytes);
         Step::Continue
     }
+}
+
+/// The body length a request declares in `Content-Length`, if it declares a valid one.
+pub fn declared_length<B>(request: &Request<B>) -> Option<u64> {
+    request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
 pub struct SetRequestHeader {

@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod headers;
 pub mod key;
 pub mod path;
+pub mod policy;
 pub mod route;
 pub mod server;
 pub mod service;

@@ -130,12 +130,17 @@ impl WorkerProxy {
         let exchange = Exchange {
             connection,
             snapshot,
+            worker: self.id,
             notes: RefCell::default(),
         };
         let mut ran = route.filters.len();
         let mut answer = None;
         for (index, filter) in route.filters.iter().enumerate() {
-            if let Step::Respond(response) = filter.on_request(&mut request, &exchange) {
+            let mut step = filter.on_request(&mut request, &exchange);
+            if let Step::Wait = step {
+                step = filter.wait(&mut request, &exchange).await;
+            }
+            if let Step::Respond(response) = step {
                 (ran, answer) = (index, Some(*response));
                 break;
             }

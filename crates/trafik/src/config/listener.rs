@@ -9,7 +9,7 @@ use super::gateway;
 use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
-use super::{cache, layer4, static_files};
+use super::{cache, gate, jwt, layer4, rate_limit, static_files};
 use crate::suggest::did_you_mean;
 
 /// `pools` is every pool's name by position; `layer4_pools` those that layer-4 listeners use.
@@ -284,9 +284,29 @@ fn cache_named(
     found.and_then(|(_, plan)| plan.clone())
 }
 
-/// The route's configured filters, in the order they run: the body limit, then headers.
+/// The route's configured filters, in the fixed order they run (`trafik_policy::stage`): the
+/// access log, the gate, the token, the rate limit, the body limit, then headers.
 fn check_filters(report: &mut Report, field: &str, route: &Route) -> Vec<FilterPlan> {
     let mut filters = Vec::new();
+    if route.access_log {
+        filters.push(FilterPlan::AccessLog);
+    }
+    if let Some(gate) = &route.gate
+        && let Some(plan) = gate::check(report, field, gate)
+    {
+        filters.push(FilterPlan::Gate(plan));
+    }
+    if let Some(jwt) = &route.jwt
+        && let Some(plan) = jwt::check(report, field, jwt)
+    {
+        filters.push(FilterPlan::Jwt(plan));
+    }
+    if let Some(limit) = &route.rate_limit {
+        let prefix = route.path_prefix.get_ref();
+        if let Some(plan) = rate_limit::check(report, field, prefix, limit, route.jwt.is_some()) {
+            filters.push(FilterPlan::RateLimit(plan));
+        }
+    }
     if let Some(limit) = &route.request_body_limit {
         filters.push(FilterPlan::RequestBodyLimit {
             bytes: limit.get_ref().0,

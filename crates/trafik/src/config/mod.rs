@@ -7,11 +7,14 @@
 mod admin;
 mod cache;
 mod dns;
+mod gate;
 mod gateway;
 mod health;
+mod jwt;
 mod layer4;
 mod listener;
 mod pool;
+mod rate_limit;
 mod read;
 #[cfg(test)]
 mod readme_listing;

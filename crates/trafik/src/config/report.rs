@@ -160,6 +160,11 @@ impl<'a> Report<'a> {
         }
     }
 
+    /// How many problems were found so far: a checker compares before and after its own.
+    pub fn error_count(&self) -> usize {
+        self.errors.len()
+    }
+
     pub fn is_clean(&self) -> bool {
         self.errors.is_empty()
     }

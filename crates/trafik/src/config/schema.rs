@@ -202,6 +202,11 @@ pub struct Route {
     pub static_root: Option<Spanned<String>>,
     /// The file a directory answers with, on a static route.
     pub index: Option<Spanned<String>>,
+    /// The gateway stages, run in a fixed order: access log, gate, jwt, rate limit, body limit.
+    pub access_log: bool,
+    pub gate: Option<Spanned<Gate>>,
+    pub jwt: Option<Spanned<Jwt>>,
+    pub rate_limit: Option<Spanned<RateLimit>>,
 }
 
 impl Route {
@@ -233,12 +238,106 @@ impl Default for Part {
     }
 }
 
+/// `[listener.route.gate]`: what a request must look like to reach the pool (lesson 16).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Gate {
+    pub paths: Vec<Spanned<String>>,
+    /// `Name: regex` lines.
+    pub headers: Vec<Spanned<String>>,
+    pub token: Option<Spanned<String>>,
+    /// JSON Schemas, written as TOML tables.
+    pub query_schema: Option<Spanned<toml::Value>>,
+    pub body_schema: Option<Spanned<toml::Value>>,
+    pub body_limit: Spanned<Size>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            paths: Vec::new(),
+            headers: Vec::new(),
+            token: None,
+            query_schema: None,
+            body_schema: None,
+            body_limit: unplaced(Size(1 << 20)),
+        }
+    }
+}
+
 /// A client type's projection of an aggregate's answer.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct View {
     pub client: Option<Spanned<String>>,
     pub project: Option<Spanned<String>>,
+}
+
+/// `[listener.route.jwt]`: verify a bearer token; one key source.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Jwt {
+    pub algorithm: Option<Spanned<String>>,
+    pub secret: Option<Spanned<String>>,
+    pub key_file: Option<Spanned<String>>,
+    /// A JWKS file, or an http:// URL.
+    pub jwks: Option<Spanned<String>>,
+    pub jwks_refresh: Spanned<Dur>,
+    pub issuer: Option<Spanned<String>>,
+    pub audiences: Vec<Spanned<String>>,
+    pub leeway: Spanned<Dur>,
+    /// `claim: header-name` lines.
+    pub forward_claims: Vec<Spanned<String>>,
+    pub keep_token: bool,
+}
+
+impl Default for Jwt {
+    fn default() -> Self {
+        Jwt {
+            algorithm: None,
+            secret: None,
+            key_file: None,
+            jwks: None,
+            jwks_refresh: unplaced(Dur(Duration::from_secs(300))),
+            issuer: None,
+            audiences: Vec::new(),
+            leeway: unplaced(Dur(Duration::from_secs(30))),
+            forward_claims: Vec::new(),
+            keep_token: false,
+        }
+    }
+}
+
+/// `[listener.route.rate_limit]`: GCRA per key, here or shared through Redis.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimit {
+    pub rate: Option<Spanned<u32>>,
+    pub per: Spanned<Dur>,
+    /// Requests let through at once; `rate` when absent.
+    pub burst: Option<Spanned<u32>>,
+    pub key: Spanned<String>,
+    /// `host:port` of a Redis shared by the instances that share this limit.
+    pub redis: Option<Spanned<String>>,
+    pub redis_prefix: Option<Spanned<String>>,
+    pub redis_timeout: Spanned<Dur>,
+    /// With Redis down: `open` lets requests through, `closed` answers 503.
+    pub on_redis_error: Spanned<String>,
+}
+
+impl Default for RateLimit {
+    fn default() -> Self {
+        RateLimit {
+            rate: None,
+            per: unplaced(Dur(Duration::from_secs(1))),
+            burst: None,
+            key: unplaced("client-ip".into()),
+            redis: None,
+            redis_prefix: None,
+            redis_timeout: unplaced(Dur(Duration::from_millis(100))),
+            on_redis_error: unplaced("open".into()),
+        }
+    }
 }
 
 impl Default for Route {
@@ -270,6 +369,10 @@ impl Default for Route {
             cache: None,
             static_root: None,
             index: None,
+            access_log: false,
+            gate: None,
+            jwt: None,
+            rate_limit: None,
         }
     }
 }

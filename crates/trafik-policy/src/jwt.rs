@@ -1,0 +1,406 @@
+//! JSON Web Token verification with the algorithm pinned per key: the token's header may only
+//! name the algorithm its key was configured (or published) with, so `alg: none` and algorithm
+//! confusion (an HS256 token "signed" with an RSA public key) never verify. Time is passed in.
+
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind};
+use serde_json::{Map, Value};
+
+/// One verification key and the one algorithm it accepts.
+pub struct PinnedKey {
+    /// The `kid` a token names to choose this key; `None` matches tokens without one.
+    pub id: Option<String>,
+    pub algorithm: Algorithm,
+    key: DecodingKey,
+}
+
+/// The keys a route trusts: configured ones, or a JWKS document's.
+#[derive(Default)]
+pub struct KeySet {
+    keys: Vec<PinnedKey>,
+}
+
+/// The algorithms trafik accepts, by their JOSE names.
+pub const ALGORITHMS: &str =
+    "HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA";
+
+/// Parses a JOSE algorithm name (`none` is not one).
+pub fn algorithm(name: &str) -> Result<Algorithm, String> {
+    name.parse::<Algorithm>()
+        .map_err(|_| format!("expected one of {ALGORITHMS}, found {name:?}"))
+}
+
+impl PinnedKey {
+    /// A shared secret for HS256/384/512.
+    pub fn secret(algorithm: Algorithm, secret: &[u8]) -> Result<PinnedKey, String> {
+        if !matches!(
+            algorithm,
+            Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512
+        ) {
+            return Err(format!(
+                "a secret verifies HS256/384/512, not {algorithm:?}"
+            ));
+        }
+        let key = DecodingKey::from_secret(secret).map_err(|e| e.to_string())?;
+        Ok(PinnedKey {
+            id: None,
+            algorithm,
+            key,
+        })
+    }
+
+    /// A PEM public key (RSA, EC or Ed25519) for the asymmetric algorithm named.
+    pub fn pem(algorithm: Algorithm, pem: &[u8]) -> Result<PinnedKey, String> {
+        use Algorithm::*;
+        let key = match algorithm {
+            RS256 | RS384 | RS512 | PS256 | PS384 | PS512 => DecodingKey::from_rsa_pem(pem),
+            ES256 | ES384 => DecodingKey::from_ec_pem(pem),
+            EdDSA => DecodingKey::from_ed_pem(pem),
+            _ => return Err(format!("{algorithm:?} takes a `secret`, not a PEM key")),
+        }
+        .map_err(|e| format!("not a PEM public key for {algorithm:?}: {e}"))?;
+        Ok(PinnedKey {
+            id: None,
+            algorithm,
+            key,
+        })
+    }
+}
+
+impl KeySet {
+    pub fn new(keys: Vec<PinnedKey>) -> Self {
+        KeySet { keys }
+    }
+
+    /// The keys of a JWKS document. A key is pinned to its `alg`; without one, to the only
+    /// algorithm its type and curve allow (RS256 for RSA, ES256/ES384 by curve, EdDSA for
+    /// Ed25519); symmetric (`oct`) keys must name theirs. Keys for encryption (`use: enc`) and
+    /// keys trafik cannot use are skipped; a document with no usable key is an error.
+    pub fn from_jwks(document: &str) -> Result<KeySet, String> {
+        let set: JwkSet =
+            serde_json::from_str(document).map_err(|e| format!("not a JWKS document: {e}"))?;
+        let keys: Vec<PinnedKey> = set.keys.iter().filter_map(pinned_jwk).collect();
+        if keys.is_empty() {
+            return Err("the JWKS document has no signing key trafik can use".into());
+        }
+        Ok(KeySet { keys })
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The key a token's `kid` names; a token without `kid` takes the only key, or the only
+    /// key without an id.
+    fn find(&self, id: Option<&str>) -> Option<&PinnedKey> {
+        match id {
+            Some(id) => self.keys.iter().find(|k| k.id.as_deref() == Some(id)),
+            None if self.keys.len() == 1 => self.keys.first(),
+            None => {
+                let mut unnamed = self.keys.iter().filter(|k| k.id.is_none());
+                let first = unnamed.next();
+                first.filter(|_| unnamed.next().is_none())
+            }
+        }
+    }
+}
+
+fn pinned_jwk(jwk: &Jwk) -> Option<PinnedKey> {
+    if jwk.common.public_key_use == Some(jsonwebtoken::jwk::PublicKeyUse::Encryption) {
+        return None;
+    }
+    let named = jwk
+        .common
+        .key_algorithm
+        .and_then(|a| a.to_string().parse::<Algorithm>().ok());
+    let algorithm = match (&jwk.algorithm, named) {
+        (_, Some(algorithm)) => algorithm,
+        (AlgorithmParameters::RSA(_), None) => Algorithm::RS256,
+        (AlgorithmParameters::EllipticCurve(ec), None) => match ec.curve {
+            EllipticCurve::P256 => Algorithm::ES256,
+            EllipticCurve::P384 => Algorithm::ES384,
+            _ => return None,
+        },
+        (AlgorithmParameters::OctetKeyPair(_), None) => Algorithm::EdDSA,
+        _ => return None,
+    };
+    let key = DecodingKey::from_jwk(jwk).ok()?;
+    // A published `alg` that does not fit the key's type is not trusted either.
+    if key.family() != algorithm.family() {
+        return None;
+    }
+    Some(PinnedKey {
+        id: jwk.common.key_id.clone(),
+        algorithm,
+        key,
+    })
+}
+
+/// What a route requires of a token besides its signature.
+#[derive(Clone, Debug, Default)]
+pub struct Expectations {
+    /// Accepted issuers (`iss`); empty accepts any.
+    pub issuers: Vec<String>,
+    /// Accepted audiences (`aud`, one of them); empty does not check `aud`.
+    pub audiences: Vec<String>,
+    /// Seconds of clock difference allowed on `exp` and `nbf`.
+    pub leeway: u64,
+}
+
+/// Why a token was refused: the one-line reason trafik answers 401 with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Missing,
+    Malformed,
+    UnknownKey,
+    AlgorithmNotAllowed,
+    BadSignature,
+    NoExpiry,
+    Expired,
+    NotYetValid,
+    WrongIssuer,
+    WrongAudience,
+}
+
+impl Refusal {
+    /// Short, stable, for logs, counters and `WWW-Authenticate`'s `error_description`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::Missing => "no bearer token",
+            Refusal::Malformed => "malformed token",
+            Refusal::UnknownKey => "no key for this token",
+            Refusal::AlgorithmNotAllowed => "algorithm not allowed for this key",
+            Refusal::BadSignature => "bad signature",
+            Refusal::NoExpiry => "token has no exp",
+            Refusal::Expired => "token expired",
+            Refusal::NotYetValid => "token not yet valid",
+            Refusal::WrongIssuer => "wrong issuer",
+            Refusal::WrongAudience => "wrong audience",
+        }
+    }
+}
+
+/// Verifies `token` against `keys` at `now` (seconds since the Unix epoch) and returns its
+/// claims.
+pub fn verify(
+    token: &str,
+    keys: &KeySet,
+    expect: &Expectations,
+    now: u64,
+) -> Result<Map<String, Value>, Refusal> {
+    let header = jsonwebtoken::decode_header(token).map_err(|_| Refusal::Malformed)?;
+    let key = keys
+        .find(header.kid.as_deref())
+        .ok_or(Refusal::UnknownKey)?;
+    if header.alg != key.algorithm {
+        return Err(Refusal::AlgorithmNotAllowed);
+    }
+    let mut validation = Validation::new(key.algorithm);
+    // Time is checked below with the `now` given, not the system clock.
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.set_required_spec_claims(&["exp"]);
+    if !expect.issuers.is_empty() {
+        validation.set_issuer(&expect.issuers);
+    }
+    if expect.audiences.is_empty() {
+        validation.validate_aud = false;
+    } else {
+        validation.set_audience(&expect.audiences);
+    }
+    let data =
+        jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &validation).map_err(|e| {
+            match e.kind() {
+                ErrorKind::InvalidSignature => Refusal::BadSignature,
+                ErrorKind::InvalidAlgorithm => Refusal::AlgorithmNotAllowed,
+                ErrorKind::MissingRequiredClaim(_) => Refusal::NoExpiry,
+                ErrorKind::InvalidIssuer => Refusal::WrongIssuer,
+                ErrorKind::InvalidAudience => Refusal::WrongAudience,
+                _ => Refusal::Malformed,
+            }
+        })?;
+    let claims = data.claims;
+    let time = |name: &str| {
+        claims
+            .get(name)
+            .map(|v| v.as_u64().ok_or(Refusal::Malformed))
+    };
+    match time("exp") {
+        Some(Ok(exp)) if exp.saturating_add(expect.leeway) <= now => return Err(Refusal::Expired),
+        Some(Err(refusal)) => return Err(refusal),
+        _ => {}
+    }
+    match time("nbf") {
+        Some(Ok(nbf)) if nbf > now.saturating_add(expect.leeway) => {
+            return Err(Refusal::NotYetValid);
+        }
+        Some(Err(refusal)) => return Err(refusal),
+        _ => {}
+    }
+    Ok(claims)
+}
+
+/// A claim's value as a header value's text: strings as they are, numbers and booleans
+/// written out; objects, arrays and null are not forwarded.
+pub fn claim_text(claims: &Map<String, Value>, name: &str) -> Option<String> {
+    match claims.get(name)? {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use serde_json::json;
+
+    const NOW: u64 = 1_800_000_000;
+    const SECRET: &[u8] = b"trafik-ornek-anahtar";
+
+    fn hs256(claims: Value) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn keys() -> KeySet {
+        KeySet::new(vec![PinnedKey::secret(Algorithm::HS256, SECRET).unwrap()])
+    }
+
+    fn expect() -> Expectations {
+        Expectations {
+            issuers: vec!["trafik-ornek".into()],
+            audiences: vec!["takip".into()],
+            leeway: 5,
+        }
+    }
+
+    fn claims(exp: u64) -> Value {
+        json!({"sub": "M7", "iss": "trafik-ornek", "aud": "takip", "exp": exp})
+    }
+
+    #[test]
+    fn a_valid_token_yields_its_claims() {
+        let claims = verify(&hs256(claims(NOW + 60)), &keys(), &expect(), NOW).unwrap();
+        assert_eq!(claim_text(&claims, "sub").as_deref(), Some("M7"));
+    }
+
+    #[test]
+    fn expiry_and_not_before_allow_the_leeway_and_no_more() {
+        assert!(verify(&hs256(claims(NOW - 4)), &keys(), &expect(), NOW).is_ok());
+        assert_eq!(
+            verify(&hs256(claims(NOW - 5)), &keys(), &expect(), NOW).err(),
+            Some(Refusal::Expired)
+        );
+        let mut early = claims(NOW + 60);
+        early["nbf"] = json!(NOW + 5);
+        assert!(verify(&hs256(early.clone()), &keys(), &expect(), NOW).is_ok());
+        early["nbf"] = json!(NOW + 6);
+        assert_eq!(
+            verify(&hs256(early), &keys(), &expect(), NOW).err(),
+            Some(Refusal::NotYetValid)
+        );
+    }
+
+    #[test]
+    fn issuer_audience_and_expiry_are_required() {
+        let mut other = claims(NOW + 60);
+        other["iss"] = json!("baska");
+        assert_eq!(
+            verify(&hs256(other), &keys(), &expect(), NOW).err(),
+            Some(Refusal::WrongIssuer)
+        );
+        let mut other = claims(NOW + 60);
+        other["aud"] = json!("ucret");
+        assert_eq!(
+            verify(&hs256(other), &keys(), &expect(), NOW).err(),
+            Some(Refusal::WrongAudience)
+        );
+        let mut other = claims(NOW + 60);
+        other.as_object_mut().unwrap().remove("exp");
+        assert_eq!(
+            verify(&hs256(other), &keys(), &expect(), NOW).err(),
+            Some(Refusal::NoExpiry)
+        );
+    }
+
+    #[test]
+    fn none_and_another_algorithm_than_the_pinned_one_are_refused() {
+        let token = hs256(claims(NOW + 60));
+        let payload = token.split('.').nth(1).unwrap();
+        // {"alg":"none","typ":"JWT"}
+        let none = format!("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{payload}.");
+        assert_eq!(
+            verify(&none, &keys(), &expect(), NOW).err(),
+            Some(Refusal::Malformed)
+        );
+        let hs384 = encode(
+            &Header::new(Algorithm::HS384),
+            &claims(NOW + 60),
+            &EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            verify(&hs384, &keys(), &expect(), NOW).err(),
+            Some(Refusal::AlgorithmNotAllowed)
+        );
+    }
+
+    #[test]
+    fn a_tampered_payload_breaks_the_signature() {
+        let token = hs256(claims(NOW + 60));
+        let mut parts: Vec<&str> = token.split('.').collect();
+        let forged =
+            hs256(json!({"sub": "M3", "iss": "trafik-ornek", "aud": "takip", "exp": NOW + 60}));
+        parts[1] = forged.split('.').nth(1).unwrap();
+        assert_eq!(
+            verify(&parts.join("."), &keys(), &expect(), NOW).err(),
+            Some(Refusal::BadSignature)
+        );
+    }
+
+    #[test]
+    fn jwks_keys_are_pinned_and_chosen_by_kid() {
+        let set = KeySet::from_jwks(
+            r#"{"keys":[
+                {"kty":"oct","kid":"a","alg":"HS256","k":"dHJhZmlrLW9ybmVrLWFuYWh0YXI"},
+                {"kty":"oct","kid":"b","k":"eA"},
+                {"kty":"RSA","kid":"r","use":"enc","n":"AQAB","e":"AQAB"}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(set.len(), 1, "oct without alg and enc keys are skipped");
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("a".into());
+        let token = encode(
+            &header,
+            &claims(NOW + 60),
+            &EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap();
+        assert!(verify(&token, &set, &expect(), NOW).is_ok());
+        header.kid = Some("z".into());
+        let token = encode(
+            &header,
+            &claims(NOW + 60),
+            &EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            verify(&token, &set, &expect(), NOW).err(),
+            Some(Refusal::UnknownKey)
+        );
+        assert!(KeySet::from_jwks(r#"{"keys":[]}"#).is_err());
+        assert!(KeySet::from_jwks("not json").is_err());
+    }
+}

@@ -1,0 +1,208 @@
+//! The auth stage: a JWT bearer token verified against the route's keys (algorithm pinned per
+//! key), its chosen claims forwarded as request headers. A refusal is a 401 with
+//! `WWW-Authenticate` (RFC 6750). JWKS keys are read again in the background every `refresh`
+//! (from a file or an http:// URL), so a rotation needs no restart; a failed read keeps the keys
+//! in force.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, StatusCode, header};
+use http_body_util::{BodyExt, Empty};
+use serde_json::{Map, Value};
+
+use super::{access_log, refusal};
+use crate::http::body::RequestBody;
+use crate::http::filter::{Exchange, Filter, Step};
+use crate::plan::{JwksSource, JwtKeys, JwtPlan};
+use trafik_policy::gate::bearer;
+use trafik_policy::jwt::{self, Expectations, KeySet, PinnedKey, Refusal};
+use trafik_policy::stage::Stage;
+
+/// The verified claims of the request's token, for later stages (a rate limit keyed by claim).
+#[derive(Clone)]
+pub struct Claims(pub Arc<Map<String, Value>>);
+
+pub struct Jwt {
+    keys: Arc<ArcSwap<KeySet>>,
+    expect: Expectations,
+    forward: Vec<(String, HeaderName)>,
+    keep_token: bool,
+}
+
+impl Jwt {
+    pub fn new(plan: &JwtPlan) -> Result<Jwt, String> {
+        let algorithm = |name: &str| jwt::algorithm(name);
+        let keys = match &plan.keys {
+            JwtKeys::Secret {
+                algorithm: a,
+                secret,
+            } => KeySet::new(vec![PinnedKey::secret(algorithm(a)?, secret)?]),
+            JwtKeys::Pem { algorithm: a, pem } => {
+                KeySet::new(vec![PinnedKey::pem(algorithm(a)?, pem)?])
+            }
+            // A URL is fetched by the refresher at once: an identity provider that is down at
+            // start leaves tokens refused (no key) until it answers, instead of stopping trafik.
+            JwtKeys::Jwks {
+                source: JwksSource::Url(_),
+                ..
+            } => KeySet::default(),
+            JwtKeys::Jwks { source, .. } => KeySet::from_jwks(&read_jwks(source)?)?,
+        };
+        let keys = Arc::new(ArcSwap::from_pointee(keys));
+        if let JwtKeys::Jwks { source, refresh } = &plan.keys {
+            refresh_in_background(Arc::downgrade(&keys), source.clone(), *refresh);
+        }
+        Ok(Jwt {
+            keys,
+            expect: Expectations {
+                issuers: plan.issuers.clone(),
+                audiences: plan.audiences.clone(),
+                leeway: plan.leeway.as_secs(),
+            },
+            forward: plan.forward.clone(),
+            keep_token: plan.keep_token,
+        })
+    }
+
+    fn refuse(&self, exchange: &Exchange<'_>, refused: Refusal) -> Step {
+        access_log::record(
+            exchange,
+            Stage::Auth,
+            format!("refused: {}", refused.reason()),
+        );
+        let mut response = refusal(StatusCode::UNAUTHORIZED, refused.reason());
+        let challenge = match refused {
+            Refusal::Missing => "Bearer realm=\"trafik\"".to_owned(),
+            other => format!(
+                "Bearer realm=\"trafik\", error=\"invalid_token\", error_description=\"{}\"",
+                other.reason()
+            ),
+        };
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+        Step::Respond(Box::new(response))
+    }
+}
+
+impl Filter for Jwt {
+    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+        let headers = request.headers_mut();
+        // Whatever the client says in the headers trafik forwards claims in is not trusted.
+        for (_, name) in &self.forward {
+            headers.remove(name);
+        }
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer);
+        let Some(token) = token else {
+            return self.refuse(exchange, Refusal::Missing);
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let claims = match jwt::verify(token, &self.keys.load(), &self.expect, now) {
+            Ok(claims) => claims,
+            Err(refused) => return self.refuse(exchange, refused),
+        };
+        for (claim, name) in &self.forward {
+            if let Some(value) =
+                jwt::claim_text(&claims, claim).and_then(|text| HeaderValue::from_str(&text).ok())
+            {
+                headers.insert(name.clone(), value);
+            }
+        }
+        if !self.keep_token {
+            headers.remove(header::AUTHORIZATION);
+        }
+        access_log::record(exchange, Stage::Auth, "pass");
+        exchange.notes.borrow_mut().insert(Claims(Arc::new(claims)));
+        Step::Continue
+    }
+}
+
+/// Reads a JWKS document where the plan says it is, blocking: a file at build time, and on the
+/// refresher's own thread; never on a worker.
+fn read_jwks(source: &JwksSource) -> Result<String, String> {
+    match source {
+        JwksSource::File(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read JWKS file {}: {e}", path.display())),
+        JwksSource::Url(url) => fetch(url),
+    }
+}
+
+/// Swaps in the keys read every `refresh`, on a thread of its own that ends when the route's
+/// filter (the only strong owner of the keys) is dropped by a reload or a stop.
+fn refresh_in_background(keys: Weak<ArcSwap<KeySet>>, source: JwksSource, refresh: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("trafik-jwks".into())
+        .spawn(move || {
+            let mut first = matches!(source, JwksSource::Url(_));
+            loop {
+                if !std::mem::take(&mut first) {
+                    std::thread::sleep(refresh);
+                }
+                let Some(keys) = keys.upgrade() else { return };
+                match read_jwks(&source).and_then(|text| KeySet::from_jwks(&text)) {
+                    Ok(read) => keys.store(Arc::new(read)),
+                    Err(error) => {
+                        tracing::warn!(%error, "JWKS refresh failed; keeping the keys in force")
+                    }
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start the JWKS refresher; the keys read at load stay");
+    }
+}
+
+/// GET an http:// URL with a small runtime of this thread's own; 10 s at most.
+fn fetch(url: &http::Uri) -> Result<String, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    // The timer exists only inside the runtime, so the timeout is made there.
+    let fetched =
+        runtime.block_on(async { tokio::time::timeout(Duration::from_secs(10), get(url)).await });
+    fetched
+        .map_err(|_| format!("cannot fetch JWKS from {url}: timed out"))?
+        .map_err(|e: String| format!("cannot fetch JWKS from {url}: {e}"))
+}
+
+async fn get(url: &http::Uri) -> Result<String, String> {
+    let host = url.host().ok_or("the JWKS URL has no host")?;
+    let port = url.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let path = url.path_and_query().map_or("/", |p| p.as_str());
+    let request = Request::get(path)
+        .header(header::HOST, url.authority().map_or(host, |a| a.as_str()))
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("status {}", response.status()));
+    }
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    String::from_utf8(body.to_bytes().to_vec()).map_err(|e| e.to_string())
+}

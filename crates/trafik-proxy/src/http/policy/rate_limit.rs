@@ -1,0 +1,208 @@
+//! The rate-limit stage: GCRA per key (client address, a header, a token claim, or the whole
+//! route), counted in this process or, for a global limit, in Redis. A refused request gets 429
+//! with `Retry-After` and `RateLimit-Limit/-Remaining/-Reset`; a passed one gets the
+//! `RateLimit-*` headers on its response.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+
+use super::auth::Claims;
+use super::redis::RedisGcra;
+use super::{Stats, access_log, refusal};
+use crate::http::body::{ProxyBody, RequestBody};
+use crate::http::filter::{Exchange, Filter, Step, Waiting};
+use crate::plan::{RateKey, RateLimitPlan};
+use trafik_policy::gcra::{Decision, Gcra, Table};
+use trafik_policy::stage::Stage;
+
+/// Builds the local or the global limiter the plan asks for.
+pub fn build(plan: &RateLimitPlan, stats: &mut Stats<'_>) -> Result<Box<dyn Filter>, String> {
+    let limit = Limit {
+        gcra: Gcra::new(plan.rate, plan.period.as_nanos() as u64, plan.burst),
+        key: plan.key.clone(),
+    };
+    Ok(match &plan.global {
+        None => Box::new(LocalLimit {
+            limit,
+            table: Mutex::default(),
+            epoch: Instant::now(),
+        }),
+        Some(global) => Box::new(GlobalLimit {
+            limit,
+            redis: RedisGcra::new(global, stats.workers)?,
+            fail_open: global.fail_open,
+        }),
+    })
+}
+
+/// What a request is counted by.
+#[derive(Hash)]
+enum KeyValue<'a> {
+    Ip(IpAddr),
+    Bytes(&'a [u8]),
+    Text(String),
+    /// The header or claim is absent: such requests share one count.
+    Absent,
+    Route,
+}
+
+impl KeyValue<'_> {
+    /// The key's bytes in Redis.
+    fn to_bytes(&self) -> Cow<'_, [u8]> {
+        match self {
+            KeyValue::Ip(ip) => Cow::Owned(ip.to_string().into_bytes()),
+            KeyValue::Bytes(bytes) => Cow::Borrowed(bytes),
+            KeyValue::Text(text) => Cow::Borrowed(text.as_bytes()),
+            KeyValue::Absent => Cow::Borrowed(b"-"),
+            KeyValue::Route => Cow::Borrowed(b""),
+        }
+    }
+}
+
+struct Limit {
+    gcra: Gcra,
+    key: RateKey,
+}
+
+/// The decision, kept for the response's `RateLimit-*` headers.
+#[derive(Clone, Copy)]
+struct Told(Decision);
+
+static LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+static REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+static RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+
+impl Limit {
+    fn key<'r>(&self, request: &'r Request<RequestBody>, exchange: &Exchange<'_>) -> KeyValue<'r> {
+        match &self.key {
+            RateKey::ClientIp => KeyValue::Ip(exchange.connection.peer.ip()),
+            RateKey::Header(name) => request
+                .headers()
+                .get(name)
+                .map_or(KeyValue::Absent, |v| KeyValue::Bytes(v.as_bytes())),
+            RateKey::Claim(claim) => exchange
+                .notes
+                .borrow()
+                .get::<Claims>()
+                .and_then(|claims| trafik_policy::jwt::claim_text(&claims.0, claim))
+                .map_or(KeyValue::Absent, KeyValue::Text),
+            RateKey::Route => KeyValue::Route,
+        }
+    }
+
+    /// Lets the request on (remembering the decision for the response) or answers 429.
+    fn apply(&self, decision: Decision, exchange: &Exchange<'_>) -> Step {
+        if decision.allowed {
+            access_log::record(exchange, Stage::RateLimit, "pass");
+            exchange.notes.borrow_mut().insert(Told(decision));
+            return Step::Continue;
+        }
+        access_log::record(exchange, Stage::RateLimit, "refused: over the limit");
+        let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded");
+        write_headers(&mut response, &decision);
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(Decision::seconds(decision.retry_after)),
+        );
+        Step::Respond(Box::new(response))
+    }
+
+    fn on_response(response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
+        if let Some(Told(decision)) = exchange.notes.borrow().get::<Told>() {
+            write_headers(response, decision);
+        }
+    }
+}
+
+fn write_headers(response: &mut Response<ProxyBody>, decision: &Decision) {
+    let headers = response.headers_mut();
+    headers.insert(LIMIT.clone(), HeaderValue::from(decision.limit));
+    headers.insert(REMAINING.clone(), HeaderValue::from(decision.remaining));
+    headers.insert(
+        RESET.clone(),
+        HeaderValue::from(Decision::seconds(decision.reset)),
+    );
+}
+
+/// Counts in this process, shared by its workers: one lock held for a hash-map lookup.
+pub struct LocalLimit {
+    limit: Limit,
+    table: Mutex<Table>,
+    epoch: Instant,
+}
+
+impl Filter for LocalLimit {
+    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+        let key = self.limit.key(request, exchange);
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let decision = self
+            .table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .decide(&self.limit.gcra, key, now);
+        self.limit.apply(decision, exchange)
+    }
+
+    fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
+        Limit::on_response(response, exchange);
+    }
+}
+
+/// Counts in Redis, shared by every instance with the same Redis and key prefix.
+pub struct GlobalLimit {
+    limit: Limit,
+    redis: RedisGcra,
+    fail_open: bool,
+}
+
+impl Filter for GlobalLimit {
+    fn on_request(&self, _: &mut Request<RequestBody>, _: &Exchange<'_>) -> Step {
+        Step::Wait
+    }
+
+    fn wait<'a>(
+        &'a self,
+        request: &'a mut Request<RequestBody>,
+        exchange: &'a Exchange<'a>,
+    ) -> Waiting<'a> {
+        let key = self.limit.key(request, exchange).to_bytes().into_owned();
+        Box::pin(async move {
+            match self
+                .redis
+                .decide(exchange.worker, &key, &self.limit.gcra)
+                .await
+            {
+                Ok(decision) => self.limit.apply(decision, exchange),
+                Err(error) if self.fail_open => {
+                    tracing::debug!(%error, "redis unavailable; the global limit lets the request through");
+                    access_log::record(
+                        exchange,
+                        Stage::RateLimit,
+                        "pass: redis unavailable, fail open",
+                    );
+                    Step::Continue
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "redis unavailable; the global limit refuses the request");
+                    access_log::record(
+                        exchange,
+                        Stage::RateLimit,
+                        "refused: redis unavailable, fail closed",
+                    );
+                    Step::Respond(Box::new(refusal(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "rate limiter unavailable",
+                    )))
+                }
+            }
+        })
+    }
+
+    fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
+        Limit::on_response(response, exchange);
+    }
+}
