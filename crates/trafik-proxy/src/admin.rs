@@ -73,6 +73,14 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             "a web page of another origin may not change trafik; use trafik reload, curl or the admin's own origin\n".into(),
         );
     }
+    let loopback = instance.admin.is_some_and(|admin| admin.ip().is_loopback());
+    if loopback && !names_this_machine(request) {
+        return reply(
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            "the admin API answers only to an IP address or localhost in Host (a web page's name could be made to point here)\n".into(),
+        );
+    }
     let snapshot = instance.snapshot();
     match path {
         "/status" | "/metrics" if method != Method::GET => {
@@ -133,6 +141,29 @@ fn from_a_foreign_page<B>(request: &Request<B>, admin: Option<std::net::SocketAd
         .and_then(|o| o.strip_prefix("http://"))
         .unwrap_or("");
     !own(host)
+}
+
+/// Whether `Host` names the admin listener by an IP address or `localhost` (or is absent, as
+/// HTTP/1.0 allows). A page on any other name can point that name at 127.0.0.1 (DNS
+/// rebinding) and then read a loopback admin API as its own origin; an address or localhost
+/// it cannot. An admin API allowed remote access is reached by whatever name its users give it.
+fn names_this_machine<B>(request: &Request<B>) -> bool {
+    let Some(host) = request.headers().get(header::HOST) else {
+        return true;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !host.ends_with(']') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    };
+    let bracketed = name.strip_prefix('[').and_then(|n| n.strip_suffix(']'));
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::Ipv4Addr>().is_ok()
+        || bracketed.is_some_and(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
 /// `/pools/{pool}/backends/{address}/drain` or `/undrain` → (pool, address, draining).
@@ -428,6 +459,35 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_address_or_localhost_names_the_admin_api() {
+        let with_host = |host: &str| {
+            let request = Request::builder()
+                .header(header::HOST, host)
+                .body(())
+                .unwrap();
+            names_this_machine(&request)
+        };
+        for own in [
+            "127.0.0.1:9090",
+            "localhost:9090",
+            "LOCALHOST",
+            "[::1]:9090",
+            "10.0.0.5",
+        ] {
+            assert!(with_host(own), "{own}");
+        }
+        for foreign in [
+            "evil.example:9090",
+            "127.0.0.1.nip.io",
+            "[::1",
+            "localhost.evil",
+        ] {
+            assert!(!with_host(foreign), "{foreign}");
+        }
+        assert!(names_this_machine(&Request::new(())));
+    }
 
     #[test]
     fn drain_paths_are_parsed_and_ipv6_addresses_decoded() {

@@ -42,6 +42,11 @@ pub enum ProxyError {
     UriTooLong,
     /// The request head is larger than hyper accepts.
     HeadTooLarge,
+    /// `Transfer-Encoding` names `chunked` twice or beside `identity`: where the body ends
+    /// would depend on who reads it.
+    AmbiguousFraming,
+    /// The request carries this instance's own name in `Via` twice: it is going round a loop.
+    LoopDetected,
 }
 
 impl ProxyError {
@@ -58,7 +63,9 @@ impl ProxyError {
             | ProxyError::MalformedRequest
             | ProxyError::AmbiguousPath
             | ProxyError::BadTarget
-            | ProxyError::BadHost => StatusCode::BAD_REQUEST,
+            | ProxyError::BadHost
+            | ProxyError::AmbiguousFraming => StatusCode::BAD_REQUEST,
+            ProxyError::LoopDetected => StatusCode::LOOP_DETECTED,
             ProxyError::ConnectNotSupported | ProxyError::UnsupportedTransferCoding => {
                 StatusCode::NOT_IMPLEMENTED
             }
@@ -93,6 +100,12 @@ impl ProxyError {
             }
             ProxyError::UriTooLong => "the request target is too long\n",
             ProxyError::HeadTooLarge => "the request head is too large\n",
+            ProxyError::AmbiguousFraming => {
+                "the body's framing is ambiguous (chunked twice, or with identity)\n"
+            }
+            ProxyError::LoopDetected => {
+                "this request already passed through this trafik twice (its name is in Via): a loop\n"
+            }
         }
     }
 
@@ -104,6 +117,16 @@ impl ProxyError {
                 | ProxyError::UpstreamTimeout
                 | ProxyError::UpstreamFailed
                 | ProxyError::UnexpectedUpgrade
+        )
+    }
+
+    /// Whether the backend received the request and then gave no answer: its connection
+    /// broke or the response timeout passed. Another backend may be asked, if the request can
+    /// be sent twice.
+    pub fn is_lost_request(self) -> bool {
+        matches!(
+            self,
+            ProxyError::UpstreamFailed | ProxyError::UpstreamTimeout
         )
     }
 
@@ -128,6 +151,8 @@ impl ProxyError {
             ProxyError::BadHost => "bad-host",
             ProxyError::UnsupportedTransferCoding => "unsupported-transfer-coding",
             ProxyError::AmbiguousPath => "ambiguous-path",
+            ProxyError::AmbiguousFraming => "ambiguous-framing",
+            ProxyError::LoopDetected => "loop",
         }
     }
 
@@ -144,7 +169,9 @@ impl ProxyError {
             | ProxyError::BadTarget
             | ProxyError::BadHost
             | ProxyError::UnsupportedTransferCoding
-            | ProxyError::AmbiguousPath => CLOSE,
+            | ProxyError::AmbiguousPath
+            | ProxyError::AmbiguousFraming
+            | ProxyError::LoopDetected => CLOSE,
             _ => &[],
         }
     }

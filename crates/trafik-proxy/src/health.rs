@@ -98,9 +98,13 @@ async fn probe_loop(
             _ = retired.wait_for(|retired| *retired) => return,
         }
         let probing = probe(address, &plan.check, tls.as_ref());
-        let passed = tokio::time::timeout(plan.timeout, probing)
+        let Some(passed) = tokio::time::timeout(plan.timeout, probing)
             .await
-            .unwrap_or(false);
+            .unwrap_or(Some(false))
+        else {
+            tracing::warn!(pool = %pool_name, backend = %address, "no file descriptor left to probe with; verdict kept");
+            continue;
+        };
         let up = match health.record(passed) {
             Transition::Unchanged => continue,
             Transition::WentDown => false,
@@ -120,20 +124,23 @@ async fn probe_loop(
     }
 }
 
-/// One probe; true when the backend passed. A TLS pool's probes speak TLS too, with the pool's
-/// settings, so a backend whose certificate the pool would refuse is down: the check sees what
-/// requests would meet.
-async fn probe(address: SocketAddr, check: &HealthCheck, tls: Option<&BackendTls>) -> bool {
-    let Ok(stream) = TcpStream::connect(address).await else {
-        return false;
+/// One probe; true when the backend passed, `None` when trafik itself had no file descriptor
+/// to probe with, which says nothing of the backend. A TLS pool's probes speak TLS too, with
+/// the pool's settings, so a backend whose certificate the pool would refuse is down: the check
+/// sees what requests would meet.
+async fn probe(address: SocketAddr, check: &HealthCheck, tls: Option<&BackendTls>) -> Option<bool> {
+    let stream = match TcpStream::connect(address).await {
+        Ok(stream) => stream,
+        Err(error) if crate::descriptors::ran_out(&error) => return None,
+        Err(_) => return Some(false),
     };
-    match tls {
+    Some(match tls {
         None => ask(stream, address, check).await,
         Some(tls) => match tls.connect(address, stream).await {
             Ok(stream) => ask(stream, address, check).await,
             Err(_) => false,
         },
-    }
+    })
 }
 
 /// The check itself, on a connected stream: a `tcp` check has passed by now.

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod connections;
 pub mod counters;
+pub mod descriptors;
 pub mod error;
 pub mod health;
 pub mod http;
@@ -320,6 +321,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         .map(std::net::TcpListener::local_addr)
         .transpose()?;
 
+    let budget = descriptors::client_connection_budget();
     let endpoints = Endpoints::new(workers);
     let ids: Vec<ListenerId> = open.iter().map(|l| l.id).collect();
     let file = reloader.as_ref().map(|r| r.file.clone());
@@ -344,6 +346,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             snapshots: snapshots.subscribe(),
             shutdown: shutdown.clone(),
             epoch,
+            budget: budget.clone(),
         });
     }
     let instance = Arc::new(Instance {

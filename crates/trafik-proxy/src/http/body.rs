@@ -17,7 +17,8 @@ use super::upstream::Lease;
 /// full (the response timeout starts then, not while a slow client uploads) and why it failed,
 /// so a failure the client caused is not charged to the backend.
 pub struct RequestBody {
-    source: Incoming,
+    /// `None` for a request trafik sends again on another backend: only bodiless ones are.
+    source: Option<Incoming>,
     /// Bytes passed so far, and the limit a filter set.
     passed: u64,
     limit: Option<u64>,
@@ -93,10 +94,20 @@ impl RequestBody {
     pub fn streaming(body: Incoming) -> Self {
         let upload = (!body.is_end_stream()).then(Rc::default);
         RequestBody {
-            source: body,
+            source: Some(body),
             passed: 0,
             limit: None,
             upload,
+        }
+    }
+
+    /// No body, for a request sent again after a backend lost the first copy.
+    pub fn empty() -> Self {
+        RequestBody {
+            source: None,
+            passed: 0,
+            limit: None,
+            upload: None,
         }
     }
 
@@ -126,7 +137,10 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        let frame = match Pin::new(&mut this.source).poll_frame(cx) {
+        let Some(source) = this.source.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = match Pin::new(source).poll_frame(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => frame,
             Poll::Ready(Some(Err(error))) => {
@@ -154,11 +168,13 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.source.is_end_stream()
+        self.source.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.source.size_hint()
+        self.source
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
     }
 }
 

@@ -9,6 +9,7 @@ pub mod filter;
 pub mod headers;
 pub mod key;
 pub mod path;
+pub mod retry;
 pub mod route;
 pub mod server;
 pub mod service;

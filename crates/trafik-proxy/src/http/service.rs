@@ -113,6 +113,9 @@ impl WorkerProxy {
         if let Some(refusal) = validate::refusal(&request) {
             return (refuse(refusal, snapshot, &request), None);
         }
+        if validate::loops_back(request.headers(), &snapshot.name) {
+            return (refuse(ProxyError::LoopDetected, snapshot, &request), None);
+        }
         match path::normalize(request.uri().path()) {
             Ok(None) => {}
             Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),

@@ -11,6 +11,7 @@ use trafik_balance::PickContext;
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::key::request_key;
+use super::retry::Replay;
 use super::service::{ClientConnection, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
 use super::upstream::{Checkout, InFlight};
@@ -66,11 +67,10 @@ impl PoolTarget {
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let pool = &snapshot.pools[self.pool];
         let me = worker.id;
-        let retries = if request.method().is_idempotent() || self.retry_non_idempotent {
-            pool.plan.retries
-        } else {
-            0
-        };
+        // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
+        // after receiving it only if it may be repeated.
+        let retries = pool.plan.retries;
+        let replay = Replay::of(&request, retries, self.retry_non_idempotent);
         let mut context = PickContext::default();
         if pool.needs_key()
             && let Some(key) = &pool.plan.hash_key
@@ -92,7 +92,7 @@ impl PoolTarget {
         // Set aside before sending: the request carries only what the next hop reads.
         let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
         let mut failure = ProxyError::NoHealthyBackend;
-        for _attempt in 0..=retries {
+        for attempt in 0..=retries {
             if timed {
                 context.now = worker.now();
             }
@@ -165,7 +165,15 @@ impl PoolTarget {
                     if error.is_backend_fault() {
                         bump(&counters.failures);
                     }
-                    return (error.response(), Some(address));
+                    match replay.as_ref() {
+                        Some(replay) if error.is_lost_request() && attempt < retries => {
+                            tracing::debug!(pool = %pool.plan.name, backend = %address, %error, "sending again elsewhere");
+                            context.tried.insert(index);
+                            failure = error;
+                            request = replay.request();
+                        }
+                        _ => return (error.response(), Some(address)),
+                    }
                 }
             }
         }

@@ -209,11 +209,19 @@ pub fn web(running: &Running) -> SocketAddr {
     running.listener_addresses()[0]
 }
 
+/// `GET path` from the admin API, which answers only to its address (or localhost) in `Host`.
+pub async fn admin_get(running: &Running, path: &str) -> Answer {
+    let admin = running.admin_address().expect("admin");
+    let request = Request::get(path)
+        .header("host", admin.to_string())
+        .body(Full::default())
+        .unwrap();
+    Client::connect(admin).await.send(request).await
+}
+
 /// `/status` from the admin API.
 pub async fn status(running: &Running) -> serde_json::Value {
-    get(running.admin_address().expect("admin"), "/status")
-        .await
-        .json()
+    admin_get(running, "/status").await.json()
 }
 
 /// Polls `/status` until `accept` holds, for at most five seconds.

@@ -191,13 +191,7 @@ fn backends(
 fn selector_options(report: &mut Report, field: &str, pool: &Pool) -> SelectorOptions {
     let mut options = SelectorOptions::default();
     if let Some(vnodes) = &pool.virtual_nodes {
-        if *vnodes.get_ref() == 0 {
-            report.error(
-                vnodes.span(),
-                &format!("{field}.virtual_nodes"),
-                "expected at least 1 virtual node per backend",
-            );
-        }
+        virtual_nodes_in_range(report, vnodes, &format!("{field}.virtual_nodes"));
         options.virtual_nodes = *vnodes.get_ref();
     }
     if let Some(factor) = &pool.balance_factor {
@@ -220,7 +214,15 @@ fn selector_options(report: &mut Report, field: &str, pool: &Pool) -> SelectorOp
     }
     if let Some(size) = &pool.table_size {
         let size_value = *size.get_ref();
-        if !is_prime(size_value) {
+        if size_value > MAX_TABLE_SIZE {
+            report.error(
+                size.span(),
+                &format!("{field}.table_size"),
+                format!(
+                    "expected a table size of at most {MAX_TABLE_SIZE} (a prime; 65537 suits pools of up to a few hundred backends), found {size_value}: the table is filled slot by slot on every reload"
+                ),
+            );
+        } else if !is_prime(size_value) {
             report.error(
                 size.span(),
                 &format!("{field}.table_size"),
@@ -230,6 +232,27 @@ fn selector_options(report: &mut Report, field: &str, pool: &Pool) -> SelectorOp
         options.table_size = size_value;
     }
     options
+}
+
+/// The largest Maglev table (Envoy's bound, a prime): 20 MB, filled in well under a second.
+const MAX_TABLE_SIZE: u32 = 5_000_011;
+
+/// The most ring points per backend: 10,000 already spread keys within a fraction of a
+/// percent, and a pool's ring is this many times its backends, built on every reload.
+const MAX_VIRTUAL_NODES: u32 = 10_000;
+
+/// Checks a ring's points per backend (a pool's `virtual_nodes`, or its sticky section's).
+pub fn virtual_nodes_in_range(report: &mut Report, vnodes: &Spanned<u32>, field: &str) {
+    let count = *vnodes.get_ref();
+    if !(1..=MAX_VIRTUAL_NODES).contains(&count) {
+        report.error(
+            vnodes.span(),
+            field,
+            format!(
+                "expected from 1 to {MAX_VIRTUAL_NODES} virtual nodes per backend (160 is usual), found {count}"
+            ),
+        );
+    }
 }
 
 /// Maglev fills its table by stepping through it, which only visits every slot when the size

@@ -136,7 +136,7 @@ pub fn get_json(address: &str, path: &str) -> serde_json::Value {
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut answer = String::new();
