@@ -242,7 +242,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             let backends: Vec<_> = (0..pool.backends.len())
                 .map(|i| {
                     let counters = &pool.members[i].counters;
-                    json!({
+                    let mut backend = json!({
                         "address": pool.address(i).to_string(),
                         "name": pool.display_name(i),
                         "healthy": pool.backends.is_up(i),
@@ -257,7 +257,14 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                         "connections": counters.sum(|c| read(&c.connections)),
                         "bytes_in": counters.sum(|c| read(&c.bytes_in)),
                         "bytes_out": counters.sum(|c| read(&c.bytes_out)),
-                    })
+                    });
+                    if let Some(passive) = &pool.passive {
+                        let standing = passive.standing(i);
+                        backend["ejected"] = standing.ejected.into();
+                        backend["ejections"] = standing.ejections.into();
+                        backend["ejection_reason"] = standing.reason.map(|r| r.name()).into();
+                    }
+                    backend
                 })
                 .collect();
             let mut entry = json!({
@@ -268,6 +275,9 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                 "request_skew": skew(pool, |c| read(&c.requests)),
                 "backends": backends,
             });
+            if pool.passive.is_some() {
+                entry["ejected"] = pool.backends.ejected_count().into();
+            }
             if let Some(sticky) = &pool.sticky {
                 let counters = &sticky.counters;
                 entry["sticky"] = json!({
@@ -293,7 +303,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
 /// The same counters in the Prometheus text exposition format.
 pub fn metrics(pools: &[Arc<Pool>]) -> String {
     type Read = fn(&Pool, usize) -> i64;
-    let families: [(&str, &str, &str, Read); 10] = [
+    let families: [(&str, &str, &str, Read); 12] = [
         (
             "trafik_backend_decisions_total",
             "counter",
@@ -353,6 +363,22 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             "gauge",
             "1 when health checks consider the backend up.",
             |p, i| i64::from(p.backends.is_up(i)),
+        ),
+        (
+            "trafik_backend_ejected",
+            "gauge",
+            "1 while passive health has ejected the backend.",
+            |p, i| i64::from(p.backends.is_ejected(i)),
+        ),
+        (
+            "trafik_backend_ejections_total",
+            "counter",
+            "Times passive health ejected the backend.",
+            |p, i| {
+                p.passive
+                    .as_ref()
+                    .map_or(0, |passive| passive.standing(i).ejections as i64)
+            },
         ),
     ];
     let mut out = String::with_capacity(1024);

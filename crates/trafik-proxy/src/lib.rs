@@ -15,6 +15,7 @@ pub mod error;
 pub mod health;
 pub mod http;
 pub mod meter;
+pub mod outlier;
 pub mod plan;
 pub mod pool;
 pub mod snapshot;
@@ -380,6 +381,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         .spawn(move || {
             runtime.block_on(async move {
                 tokio::spawn(health::supervise(control.watch(), shutdown.clone()));
+                tokio::spawn(outlier::sweep(control.watch(), shutdown.clone()));
                 if let Some(listener) = admin_listener {
                     match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => admin::serve(listener, control, shutdown).await,

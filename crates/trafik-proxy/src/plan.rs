@@ -178,6 +178,8 @@ pub struct PoolPlan {
     pub tls: Option<BackendTls>,
     /// For layer-4 pools: the PROXY protocol header that tells each backend who the client is.
     pub proxy_protocol: Option<ProxyProtocol>,
+    /// Passive health (outlier ejection); `None` turns it off.
+    pub outlier: Option<trafik_balance::OutlierRules>,
 }
 
 /// One upstream server.

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use trafik_balance::{BackendSet, BackendSpec, Selector};
 
 use crate::counters::{BackendCounters, PerWorker};
+use crate::outlier::PassiveHealth;
 use crate::plan::PoolPlan;
 use crate::sticky::Sticky;
 use crate::tls::backend::BackendTls;
@@ -81,6 +82,8 @@ pub struct Pool {
     pub unreachable: Arc<PerWorker<AtomicU64>>,
     /// Whether the rule reads requests in flight, so the set's counts must be kept.
     pub tracks_in_flight: bool,
+    /// Outlier ejection, unless the pool turned it off.
+    pub passive: Option<PassiveHealth>,
 }
 
 impl Pool {
@@ -111,6 +114,7 @@ impl Pool {
                             backends.set_up(index, set.is_up(old));
                         }
                         backends.set_draining(index, set.is_draining(old));
+                        backends.set_ejected(index, set.is_ejected(old));
                         member.counters.clone()
                     }
                     None => Arc::new(PerWorker::new(workers)),
@@ -122,6 +126,20 @@ impl Pool {
                 }
             })
             .collect();
+        let passive = plan.outlier.clone().map(|rules| {
+            let carried = plan.backends.iter().map(|backend| {
+                let previous = previous?;
+                let old = previous.index_of(backend.address)?;
+                Some(previous.passive.as_ref()?.state(old))
+            });
+            PassiveHealth::new(rules, carried)
+        });
+        if passive.is_none() {
+            // Without passive health nothing would bring an ejected backend back.
+            for index in 0..backends.len() {
+                backends.set_ejected(index, false);
+            }
+        }
         let selector = plan.algorithm.build(&backends, &plan.selector_options);
         let sticky = plan.sticky.as_ref().map(|sticky| {
             Sticky::new(
@@ -143,6 +161,7 @@ impl Pool {
             selector,
             sticky,
             unreachable,
+            passive,
         }
     }
 
@@ -171,6 +190,13 @@ impl Pool {
         self.members
             .iter()
             .position(|m| m.endpoint.address == address)
+    }
+
+    /// Tells passive health what a request to backend `index` came to.
+    pub fn report(&self, index: usize, outcome: trafik_balance::Outcome) {
+        if let Some(passive) = &self.passive {
+            passive.report(&self.backends, index, outcome, &self.plan.name);
+        }
     }
 
     /// The backend whose address is written `address`, for the admin API.

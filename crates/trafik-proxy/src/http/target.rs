@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use trafik_balance::PickContext;
+use trafik_balance::{Outcome, PickContext};
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::key::request_key;
@@ -117,6 +117,7 @@ impl PoolTarget {
             let sent_at = timed.then(Instant::now);
             match send(worker, pool, index, request, upload.as_ref()).await {
                 Ok((answer, checkout)) => {
+                    pool.report(index, Outcome::of_status(answer.status().as_u16()));
                     let relayed = relay(
                         answer,
                         checkout,
@@ -156,6 +157,7 @@ impl PoolTarget {
                         rebinding = Some(Rebinding::Lost);
                     }
                     bump(&counters.failures);
+                    pool.report(index, Outcome::ConnectFailure);
                     tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
                     context.tried.insert(index);
                     failure = ProxyError::ConnectFailed;
@@ -164,6 +166,7 @@ impl PoolTarget {
                 Err(Failure::Answered(error)) => {
                     if error.is_backend_fault() {
                         bump(&counters.failures);
+                        pool.report(index, Outcome::Error);
                     }
                     match replay.as_ref() {
                         Some(replay) if error.is_lost_request() && attempt < retries => {

@@ -120,6 +120,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         retries: 1,
         tls: None,
         proxy_protocol: None,
+        outlier: None,
     }
 }
 

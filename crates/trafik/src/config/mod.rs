@@ -9,6 +9,7 @@ mod health;
 mod layer4;
 mod listener;
 mod loops;
+mod outlier;
 mod pool;
 mod read;
 #[cfg(test)]

@@ -6,7 +6,7 @@ use trafik_proxy::{BackendPlan, HashKey, PoolPlan};
 
 use super::report::Report;
 use super::schema::{Backend, Pool};
-use super::{health, layer4, sticky, tls};
+use super::{health, layer4, outlier, sticky, tls};
 use crate::suggest::did_you_mean;
 
 /// Each pool's name as written, by position; routes refer to pools by it.
@@ -108,6 +108,7 @@ pub fn check(
         "a timeout",
         "every request would end in 504",
     );
+    let outlier = outlier::check(report, &field, pool.outlier);
     let sticky = match sticky {
         Some(plan) => Some(plan?),
         None => None,
@@ -125,6 +126,7 @@ pub fn check(
         retries: pool.retries,
         tls: tls?,
         proxy_protocol,
+        outlier,
     })
 }
 

@@ -208,6 +208,8 @@ pub struct Pool {
     pub sni: Option<Spanned<String>>,
     /// For layer-4 pools: `v1` or `v2`, the PROXY protocol header sent to backends.
     pub proxy_protocol: Option<Spanned<String>>,
+    /// Passive health: on unless `enabled = false`.
+    pub outlier: Outlier,
 }
 
 impl Pool {
@@ -232,6 +234,7 @@ impl Default for Pool {
             ca: None,
             sni: None,
             proxy_protocol: None,
+            outlier: Outlier::default(),
         }
     }
 }
@@ -326,6 +329,38 @@ impl Default for UpstreamTimeouts {
         UpstreamTimeouts {
             connect: unplaced(Dur(Duration::from_secs(2))),
             response: unplaced(Dur(Duration::from_secs(30))),
+        }
+    }
+}
+
+/// `[pool.outlier]`: passive health, which takes a backend out for a while after connect
+/// failures or errors in a row, or a window of requests with too few successes. Defaults come
+/// from `trafik_balance::OutlierRules`.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Outlier {
+    pub enabled: bool,
+    pub consecutive_connect_failures: u32,
+    pub consecutive_errors: u32,
+    pub min_success_rate: Spanned<f64>,
+    pub success_rate_window: Spanned<u32>,
+    pub base_ejection: Spanned<Dur>,
+    pub max_ejection: Spanned<Dur>,
+    pub max_ejected_percent: Spanned<u32>,
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        let rules = trafik_balance::OutlierRules::default();
+        Outlier {
+            enabled: true,
+            consecutive_connect_failures: rules.consecutive_connect_failures,
+            consecutive_errors: rules.consecutive_errors,
+            min_success_rate: unplaced(rules.min_success_rate),
+            success_rate_window: unplaced(rules.success_rate_window),
+            base_ejection: unplaced(Dur(rules.base_ejection)),
+            max_ejection: unplaced(Dur(rules.max_ejection)),
+            max_ejected_percent: unplaced(rules.max_ejected_percent),
         }
     }
 }
