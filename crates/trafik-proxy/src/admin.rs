@@ -278,6 +278,8 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             if pool.passive.is_some() {
                 entry["ejected"] = pool.backends.ejected_count().into();
             }
+            entry["retries"] = pool.retrying.sent.sum(read).into();
+            entry["retries_refused"] = pool.retrying.refused.sum(read).into();
             if let Some(sticky) = &pool.sticky {
                 let counters = &sticky.counters;
                 entry["sticky"] = json!({
@@ -409,6 +411,30 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             escape(&pool.plan.name),
             pool.unreachable.sum(read)
         );
+    }
+    type PoolTotal = fn(&Pool) -> i64;
+    let pool_totals: [(&str, &str, PoolTotal); 2] = [
+        (
+            "trafik_pool_retries_total",
+            "Requests sent again to another backend.",
+            |p| p.retrying.sent.sum(read),
+        ),
+        (
+            "trafik_pool_retries_refused_total",
+            "Retries the retry budget refused (the client got the failure).",
+            |p| p.retrying.refused.sum(read),
+        ),
+    ];
+    for (name, help, total) in pool_totals {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for pool in pools {
+            let _ = writeln!(
+                out,
+                "{name}{{pool=\"{}\"}} {}",
+                escape(&pool.plan.name),
+                total(pool)
+            );
+        }
     }
     type Total = fn(&BackendCounters) -> i64;
     let skews: [(&str, &str, Total); 2] = [

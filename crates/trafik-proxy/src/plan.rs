@@ -180,6 +180,33 @@ pub struct PoolPlan {
     pub proxy_protocol: Option<ProxyProtocol>,
     /// Passive health (outlier ejection); `None` turns it off.
     pub outlier: Option<trafik_balance::OutlierRules>,
+    /// When and how often a request goes to another backend.
+    pub retry: RetryPlan,
+}
+
+/// What else makes a pool send a request to another backend, and what bounds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryPlan {
+    /// Answers that send a bodiless idempotent request to another backend (502, 503, 504).
+    pub statuses: Vec<u16>,
+    /// Retries allowed over ten seconds, as a share of requests…
+    pub budget_ratio: f64,
+    /// …plus this many a second.
+    pub budget_floor: u32,
+    /// A retry after a lost request or a retried status waits a random time up to this, doubled
+    /// for each further retry (full jitter).
+    pub backoff: Duration,
+}
+
+impl Default for RetryPlan {
+    fn default() -> Self {
+        RetryPlan {
+            statuses: Vec::new(),
+            budget_ratio: 0.2,
+            budget_floor: 10,
+            backoff: Duration::from_millis(25),
+        }
+    }
 }
 
 /// One upstream server.

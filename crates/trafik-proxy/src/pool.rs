@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use trafik_balance::{BackendSet, BackendSpec, Selector};
 
 use crate::counters::{BackendCounters, PerWorker};
+use crate::http::retry::Retrying;
 use crate::outlier::PassiveHealth;
 use crate::plan::PoolPlan;
 use crate::sticky::Sticky;
@@ -84,6 +85,8 @@ pub struct Pool {
     pub tracks_in_flight: bool,
     /// Outlier ejection, unless the pool turned it off.
     pub passive: Option<PassiveHealth>,
+    /// The retry budget and its counters.
+    pub retrying: Retrying,
 }
 
 impl Pool {
@@ -140,6 +143,7 @@ impl Pool {
                 backends.set_ejected(index, false);
             }
         }
+        let retrying = Retrying::new(&plan.retry, previous.map(|p| &p.retrying), workers);
         let selector = plan.algorithm.build(&backends, &plan.selector_options);
         let sticky = plan.sticky.as_ref().map(|sticky| {
             Sticky::new(
@@ -162,6 +166,7 @@ impl Pool {
             sticky,
             unreachable,
             passive,
+            retrying,
         }
     }
 

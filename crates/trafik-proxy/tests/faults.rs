@@ -311,3 +311,88 @@ async fn the_admin_api_answers_only_to_its_address_or_localhost() {
     }
     stop(running).await;
 }
+
+/// A raw backend answering every request with `answer`.
+async fn answering(answer: &'static str) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        if stream.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// A status the pool retries sends a GET to another backend; one with `Retry-After` reaches
+/// the client, which is told when to ask again.
+#[tokio::test]
+async fn answers_with_a_retried_status_go_to_another_backend() {
+    let unavailable = answering("HTTP/1.1 503 X\r\ncontent-length: 2\r\n\r\nno").await;
+    let (healthy, _) = recording_backend(Behaviour::Answer).await;
+    let mut plan = plan(&[unavailable, healthy]);
+    plan.pools[0].retry.statuses = vec![503];
+    let running = trafik_proxy::start(plan).unwrap();
+    let (_, failed) = tally(web(&running), 6).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    // The retry's pick moves round robin's turn on, so each request meets the 503 first.
+    assert_eq!(status(&running).await["pools"][0]["retries"], 6);
+    stop(running).await;
+
+    let later = answering("HTTP/1.1 503 X\r\nretry-after: 30\r\ncontent-length: 2\r\n\r\nno").await;
+    let mut plan = support::plan(&[later, healthy]);
+    plan.pools[0].retry.statuses = vec![503];
+    let running = trafik_proxy::start(plan).unwrap();
+    let answer = get(web(&running), "/takip/1").await;
+    assert_eq!(answer.status, 503);
+    assert_eq!(answer.header("retry-after"), Some("30"));
+    stop(running).await;
+}
+
+/// Every backend refuses: each request would be tried three times, but the budget lets
+/// retries add at most a fifth of the requests.
+#[tokio::test]
+async fn the_retry_budget_holds_while_every_backend_fails() {
+    let closed: Vec<SocketAddr> = (0..3)
+        .map(|_| {
+            let listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT).unwrap();
+            listener.local_addr().unwrap()
+        })
+        .collect();
+    let mut plan = plan(&closed);
+    plan.pools[0].retries = 2;
+    plan.pools[0].retry.budget_floor = 0;
+    let running = trafik_proxy::start(plan).unwrap();
+    let (_, failed) = tally(web(&running), 100).await;
+    assert_eq!(failed.len(), 100);
+    let pool = &status(&running).await["pools"][0];
+    let sent = pool["retries"].as_u64().unwrap();
+    let refused = pool["retries_refused"].as_u64().unwrap();
+    assert!((19..=21).contains(&sent), "{pool}");
+    assert!(refused >= 80, "{pool}");
+    let tries: u64 = pool["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["decisions"].as_u64().unwrap())
+        .sum();
+    assert_eq!(tries, 100 + sent, "{pool}");
+    stop(running).await;
+}

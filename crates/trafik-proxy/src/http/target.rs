@@ -71,6 +71,7 @@ impl PoolTarget {
         // after receiving it only if it may be repeated.
         let retries = pool.plan.retries;
         let replay = Replay::of(&request, retries, self.retry_non_idempotent);
+        pool.retrying.first_try(worker.now());
         let mut context = PickContext::default();
         if pool.needs_key()
             && let Some(key) = &pool.plan.hash_key
@@ -117,7 +118,21 @@ impl PoolTarget {
             let sent_at = timed.then(Instant::now);
             match send(worker, pool, index, request, upload.as_ref()).await {
                 Ok((answer, checkout)) => {
-                    pool.report(index, Outcome::of_status(answer.status().as_u16()));
+                    let status = answer.status().as_u16();
+                    pool.report(index, Outcome::of_status(status));
+                    if let Some(replay) = &replay
+                        && pool.retrying.retries_answer(status, answer.headers())
+                        && others_left(pool, &context, index)
+                        && pool.retrying.another(attempt, retries, me, worker.now())
+                    {
+                        tracing::debug!(pool = %pool.plan.name, backend = %address, status, "answer retried elsewhere");
+                        drop((answer, checkout, in_flight));
+                        context.tried.insert(index);
+                        failure = ProxyError::UpstreamFailed;
+                        request = replay.request();
+                        pool.retrying.back_off(attempt + 1).await;
+                        continue;
+                    }
                     let relayed = relay(
                         answer,
                         checkout,
@@ -162,6 +177,9 @@ impl PoolTarget {
                     context.tried.insert(index);
                     failure = ProxyError::ConnectFailed;
                     request = *returned;
+                    if !pool.retrying.another(attempt, retries, me, worker.now()) {
+                        break;
+                    }
                 }
                 Err(Failure::Answered(error)) => {
                     if error.is_backend_fault() {
@@ -169,11 +187,16 @@ impl PoolTarget {
                         pool.report(index, Outcome::Error);
                     }
                     match replay.as_ref() {
-                        Some(replay) if error.is_lost_request() && attempt < retries => {
+                        Some(replay)
+                            if error.is_lost_request()
+                                && others_left(pool, &context, index)
+                                && pool.retrying.another(attempt, retries, me, worker.now()) =>
+                        {
                             tracing::debug!(pool = %pool.plan.name, backend = %address, %error, "sending again elsewhere");
                             context.tried.insert(index);
                             failure = error;
                             request = replay.request();
+                            pool.retrying.back_off(attempt + 1).await;
                         }
                         _ => return (error.response(), Some(address)),
                     }
@@ -185,6 +208,13 @@ impl PoolTarget {
         }
         (failure.response(), None)
     }
+}
+
+/// Whether a backend other than `index` and those tried could take a retry.
+fn others_left(pool: &Pool, context: &PickContext, index: usize) -> bool {
+    let mut next = *context;
+    next.tried.insert(index);
+    pool.backends.available_count(&next) > 0
 }
 
 /// Turns a backend's answer into the client's: its body streams back on the connection, which

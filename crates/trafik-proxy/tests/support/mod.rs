@@ -121,6 +121,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         tls: None,
         proxy_protocol: None,
         outlier: None,
+        retry: trafik_proxy::RetryPlan::default(),
     }
 }
 

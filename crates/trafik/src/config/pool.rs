@@ -2,7 +2,7 @@
 
 use toml::Spanned;
 use trafik_balance::{Algorithm, SelectorOptions};
-use trafik_proxy::{BackendPlan, HashKey, PoolPlan};
+use trafik_proxy::{BackendPlan, HashKey, PoolPlan, RetryPlan};
 
 use super::report::Report;
 use super::schema::{Backend, Pool};
@@ -36,6 +36,7 @@ pub fn check(
     let mut pool = pool.into_inner();
     let selector_options = selector_options(report, &field, &pool);
     let tls = tls::pool(report, &field, &pool);
+    let retry = retry(report, &field, &pool);
     let example = "name = \"takip\", the name routes use to send requests here";
     let name = report.required(
         pool.name.take(),
@@ -127,7 +128,46 @@ pub fn check(
         tls: tls?,
         proxy_protocol,
         outlier,
+        retry,
     })
+}
+
+/// The retried statuses (5xx only: a 4xx is the request's fault and would fail anywhere), the
+/// budget's share (0 to 1) and the backoff (at most 10 s).
+fn retry(report: &mut Report, field: &str, pool: &Pool) -> RetryPlan {
+    let statuses = pool.retry_statuses.get_ref();
+    if let Some(bad) = statuses.iter().find(|s| !(500..=599).contains(*s)) {
+        report.error(
+            pool.retry_statuses.span(),
+            &format!("{field}.retry_statuses"),
+            format!("expected 5xx statuses such as [502, 503, 504], found {bad}"),
+        );
+    }
+    let ratio = *pool.retry_budget.get_ref();
+    if !(0.0..=1.0).contains(&ratio) {
+        report.error(
+            pool.retry_budget.span(),
+            &format!("{field}.retry_budget"),
+            format!("expected a share of requests from 0.0 to 1.0 (0.2 is a fifth), found {ratio}"),
+        );
+    }
+    let backoff = pool.retry_backoff.get_ref().0;
+    if backoff > std::time::Duration::from_secs(10) {
+        report.error(
+            pool.retry_backoff.span(),
+            &format!("{field}.retry_backoff"),
+            format!(
+                "expected at most 10s, found {}",
+                pool.retry_backoff.get_ref()
+            ),
+        );
+    }
+    RetryPlan {
+        statuses: statuses.clone(),
+        budget_ratio: ratio,
+        budget_floor: pool.retry_budget_floor,
+        backoff,
+    }
 }
 
 fn algorithm(report: &mut Report, field: &str, name: &Spanned<String>) -> Option<Algorithm> {

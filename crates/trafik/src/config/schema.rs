@@ -210,6 +210,14 @@ pub struct Pool {
     pub proxy_protocol: Option<Spanned<String>>,
     /// Passive health: on unless `enabled = false`.
     pub outlier: Outlier,
+    /// Answers (5xx) that send a bodiless idempotent request to another backend.
+    pub retry_statuses: Spanned<Vec<u16>>,
+    /// The retry budget: this share of requests over ten seconds, plus `retry_budget_floor` a
+    /// second.
+    pub retry_budget: Spanned<f64>,
+    pub retry_budget_floor: u32,
+    /// The first retry's most random wait; doubled for each further retry.
+    pub retry_backoff: Spanned<Dur>,
 }
 
 impl Pool {
@@ -235,6 +243,10 @@ impl Default for Pool {
             sni: None,
             proxy_protocol: None,
             outlier: Outlier::default(),
+            retry_statuses: unplaced(Vec::new()),
+            retry_budget: unplaced(trafik_proxy::RetryPlan::default().budget_ratio),
+            retry_budget_floor: trafik_proxy::RetryPlan::default().budget_floor,
+            retry_backoff: unplaced(Dur(trafik_proxy::RetryPlan::default().backoff)),
         }
     }
 }
