@@ -35,9 +35,9 @@ use tokio::sync::{mpsc, watch};
 
 pub use error::ProxyError;
 pub use plan::{
-    BackendPlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan, ListenerKind,
-    ListenerPlan, Plan, PoolPlan, ProxyProtocol, RetryPlan, RoutePlan, ServerNamePattern,
-    SniRoutePlan, StickyPlan, TargetPlan,
+    BackendPlan, ClientPlan, FilterPlan, HashKey, HeadLimits, HealthCheck, HealthPlan,
+    ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RetryPlan, RoutePlan,
+    ServerNamePattern, SniRoutePlan, StickyPlan, TargetPlan,
 };
 pub use pool::Pool;
 pub use snapshot::Snapshot;

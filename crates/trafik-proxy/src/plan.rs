@@ -47,6 +47,32 @@ pub struct ClientPlan {
     pub trust_forwarded: bool,
     /// Log one line per request.
     pub access_log: bool,
+    /// The most header fields in a request head, and the most bytes of a head (request line
+    /// included); past either the client gets 431. Bounds what one slow or hostile client can
+    /// make trafik hold.
+    pub limits: HeadLimits,
+}
+
+/// Limits on one request head (HTTP/1.1; HTTP/2 heads are bounded by the h2 settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadLimits {
+    pub headers: usize,
+    pub bytes: usize,
+}
+
+impl HeadLimits {
+    /// hyper refuses a smaller read buffer: a head may always be this long.
+    pub const MIN_BYTES: usize = 8 * 1024;
+}
+
+impl Default for HeadLimits {
+    /// nginx's defaults: 100 fields (hyper's too), 4 × 8 KiB of head.
+    fn default() -> Self {
+        HeadLimits {
+            headers: 100,
+            bytes: 32 * 1024,
+        }
+    }
 }
 
 /// One listening address, what it speaks and where its traffic goes.

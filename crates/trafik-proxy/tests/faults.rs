@@ -396,3 +396,32 @@ async fn the_retry_budget_holds_while_every_backend_fails() {
     assert_eq!(tries, 100 + sent, "{pool}");
     stop(running).await;
 }
+
+/// A head with more fields or more bytes than the listener allows gets 431 before any backend
+/// is asked.
+#[tokio::test]
+async fn a_request_head_past_the_limits_gets_431() {
+    let (backend, received) = recording_backend(Behaviour::Answer).await;
+    let mut plan = plan(&[backend]);
+    plan.client.limits = trafik_proxy::HeadLimits {
+        headers: 10,
+        bytes: 8 * 1024,
+    };
+    let running = trafik_proxy::start(plan).unwrap();
+    let with_fields = |count: usize| {
+        let fields: String = (0..count).map(|n| format!("x-alan-{n}: 1\r\n")).collect();
+        format!("GET /takip/1 HTTP/1.1\r\nHost: a\r\n{fields}Connection: close\r\n\r\n")
+    };
+    let within = raw_exchange(web(&running), with_fields(7).as_bytes()).await;
+    assert!(within.starts_with("HTTP/1.1 200"), "{within}");
+    let many = raw_exchange(web(&running), with_fields(20).as_bytes()).await;
+    assert!(many.starts_with("HTTP/1.1 431"), "{many}");
+    let long = format!(
+        "GET /takip/2 HTTP/1.1\r\nHost: a\r\nx-uzun: {}\r\nConnection: close\r\n\r\n",
+        "u".repeat(9 * 1024)
+    );
+    let long = raw_exchange(web(&running), long.as_bytes()).await;
+    assert!(long.starts_with("HTTP/1.1 431"), "{long}");
+    assert_eq!(text(&received).matches("GET /takip/").count(), 1);
+    stop(running).await;
+}

@@ -658,6 +658,9 @@ backends = [{ address = "127.0.0.1:18080" }, { address = "127.0.0.1:18081" }]
 [pool.health]
 path = "/saglik"
 interval = "1us"
+
+[server.limits]
+head_bytes = "1KiB"
 "#;
     let (code, _, errors) = check("breaks-serve.toml", text);
     assert_eq!(code, 2, "{errors}");
@@ -666,7 +669,8 @@ interval = "1us"
         "breaks-serve.toml:14:14: pool[0].table_size: expected a table size of at most 5000011",
         "breaks-serve.toml:15:25: pool[0].backends[0].address: 127.0.0.1:18080 is the address of listener[0], whose routes lead into this pool",
         "breaks-serve.toml:19:12: pool[0].health.interval: expected an interval of at least 100ms",
-        "error: 4 errors in the configuration",
+        "breaks-serve.toml:22:14: server.limits.head_bytes: expected from 8KiB to 1MiB, found 1024 bytes",
+        "error: 5 errors in the configuration",
     ] {
         assert!(
             errors.contains(expected),

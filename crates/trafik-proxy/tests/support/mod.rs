@@ -72,6 +72,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
             idle_timeout: Duration::from_secs(30),
             trust_forwarded: false,
             access_log: false,
+            limits: trafik_proxy::HeadLimits::default(),
         },
         drain_timeout: Duration::from_secs(5),
     }

@@ -46,6 +46,25 @@ pub struct Server {
     /// The request header each instance appends its name to (the course's `x-durak`).
     pub trace_header: Option<Spanned<String>>,
     pub timeouts: ClientTimeouts,
+    pub limits: ClientLimits,
+}
+
+/// `[server.limits]`: how large a request head may be.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientLimits {
+    pub headers: Spanned<usize>,
+    pub head_bytes: Spanned<Size>,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        let limits = trafik_proxy::HeadLimits::default();
+        ClientLimits {
+            headers: unplaced(limits.headers),
+            head_bytes: unplaced(Size(limits.bytes as u64)),
+        }
+    }
 }
 
 impl Server {
@@ -62,6 +81,7 @@ impl Default for Server {
             access_log: false,
             trace_header: None,
             timeouts: ClientTimeouts::default(),
+            limits: ClientLimits::default(),
         }
     }
 }
