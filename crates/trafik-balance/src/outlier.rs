@@ -241,7 +241,7 @@ mod tests {
         let rules = rules();
         let mut verdict = None;
         for n in 0..20 {
-            let outcome = if n % 2 == 0 {
+            let outcome = if n.is_multiple_of(2) {
                 Outcome::Error
             } else {
                 Outcome::Success
@@ -253,7 +253,7 @@ mod tests {
         let mut healthy = Outlier::default();
         let verdicts: Vec<_> = (0..40)
             .map(|n| {
-                let outcome = if n % 20 == 0 {
+                let outcome = if n.is_multiple_of(20) {
                     Outcome::Error
                 } else {
                     Outcome::Success

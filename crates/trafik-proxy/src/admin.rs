@@ -280,6 +280,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             }
             entry["retries"] = pool.retrying.sent.sum(read).into();
             entry["retries_refused"] = pool.retrying.refused.sum(read).into();
+            entry["at_limit"] = pool.at_limit.sum(read).into();
             if let Some(sticky) = &pool.sticky {
                 let counters = &sticky.counters;
                 entry["sticky"] = json!({

@@ -47,6 +47,8 @@ pub enum ProxyError {
     AmbiguousFraming,
     /// The request carries this instance's own name in `Via` twice: it is going round a loop.
     LoopDetected,
+    /// Every backend tried had as many requests in flight as the pool allows one.
+    BackendsAtLimit,
 }
 
 impl ProxyError {
@@ -54,7 +56,9 @@ impl ProxyError {
     pub fn status(self) -> StatusCode {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::NoHealthyBackend => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::NoHealthyBackend | ProxyError::BackendsAtLimit => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::ConnectFailed
             | ProxyError::UpstreamFailed
             | ProxyError::UnexpectedUpgrade => StatusCode::BAD_GATEWAY,
@@ -106,6 +110,9 @@ impl ProxyError {
             ProxyError::LoopDetected => {
                 "this request already passed through this trafik twice (its name is in Via): a loop\n"
             }
+            ProxyError::BackendsAtLimit => {
+                "every backend has as many requests in flight as the pool allows\n"
+            }
         }
     }
 
@@ -153,6 +160,7 @@ impl ProxyError {
             ProxyError::AmbiguousPath => "ambiguous-path",
             ProxyError::AmbiguousFraming => "ambiguous-framing",
             ProxyError::LoopDetected => "loop",
+            ProxyError::BackendsAtLimit => "backends-at-limit",
         }
     }
 
@@ -163,6 +171,7 @@ impl ProxyError {
         const CLOSE: &[(HeaderName, &str)] = &[(header::CONNECTION, "close")];
         match self {
             ProxyError::NoHealthyBackend => RETRY_SOON,
+            ProxyError::BackendsAtLimit => RETRY_SOON,
             ProxyError::ClientAborted
             | ProxyError::RequestBodyTooLarge
             | ProxyError::ConnectNotSupported
@@ -209,6 +218,13 @@ impl ProxyError {
         );
         for (name, value) in self.headers() {
             headers.insert(name.clone(), http::HeaderValue::from_static(value));
+        }
+        if self == ProxyError::BackendsAtLimit {
+            // Overload, not failure: the client (or a proxy before it) learns which.
+            headers.insert(
+                HeaderName::from_static("x-trafik-reason"),
+                http::HeaderValue::from_static(self.trace_reason()),
+            );
         }
         response.extensions_mut().insert(self);
         response

@@ -208,6 +208,9 @@ pub struct PoolPlan {
     pub outlier: Option<trafik_balance::OutlierRules>,
     /// When and how often a request goes to another backend.
     pub retry: RetryPlan,
+    /// The most requests in flight to one backend (a circuit breaker); 0 for no limit. A
+    /// backend at its limit is passed over; when all are, the client gets 503 at once.
+    pub max_requests_per_backend: u32,
 }
 
 /// What else makes a pool send a request to another backend, and what bounds it.

@@ -87,6 +87,8 @@ pub struct Pool {
     pub passive: Option<PassiveHealth>,
     /// The retry budget and its counters.
     pub retrying: Retrying,
+    /// Requests answered 503 because every backend was at `max_requests_per_backend`.
+    pub at_limit: Arc<PerWorker<AtomicU64>>,
 }
 
 impl Pool {
@@ -157,6 +159,8 @@ impl Pool {
             || Arc::new(PerWorker::new(workers)),
             |p| p.unreachable.clone(),
         );
+        let at_limit =
+            previous.map_or_else(|| Arc::new(PerWorker::new(workers)), |p| p.at_limit.clone());
         Pool {
             tracks_in_flight: plan.algorithm.reads_in_flight(),
             plan,
@@ -167,6 +171,7 @@ impl Pool {
             unreachable,
             passive,
             retrying,
+            at_limit,
         }
     }
 
@@ -195,6 +200,16 @@ impl Pool {
         self.members
             .iter()
             .position(|m| m.endpoint.address == address)
+    }
+
+    /// Whether backend `index` has as many requests in flight as the pool allows one backend.
+    pub fn at_request_limit(&self, index: usize) -> bool {
+        let limit = self.plan.max_requests_per_backend;
+        limit > 0
+            && self.members[index]
+                .counters
+                .sum(|c| crate::counters::read_gauge(&c.in_flight))
+                >= i64::from(limit)
     }
 
     /// Tells passive health what a request to backend `index` came to.

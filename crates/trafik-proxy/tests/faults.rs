@@ -425,3 +425,28 @@ async fn a_request_head_past_the_limits_gets_431() {
     assert_eq!(text(&received).matches("GET /takip/").count(), 1);
     stop(running).await;
 }
+
+/// A circuit breaker: with one request in flight allowed per backend, a second one at the same
+/// time is answered 503 at once, with the reason, instead of queueing behind the first.
+#[tokio::test]
+async fn a_backend_at_its_request_limit_is_passed_over_and_then_503() {
+    let slow = echo_server(Duration::from_millis(500)).await;
+    let mut plan = plan(&[slow]);
+    plan.pools[0].max_requests_per_backend = 1;
+    let running = trafik_proxy::start(plan).unwrap();
+    let address = web(&running);
+    let first = tokio::spawn(async move { get(address, "/takip/1").await.status });
+    // The first request is in flight once the backend holds it.
+    wait_for_status(&running, |s| {
+        s["pools"][0]["backends"][0]["active_connections"] == 1
+    })
+    .await;
+    let second = get(address, "/takip/2").await;
+    assert_eq!(second.status, 503);
+    assert_eq!(second.header("x-trafik-reason"), Some("backends-at-limit"));
+    assert_eq!(first.await.unwrap(), 200);
+    let pool = &status(&running).await["pools"][0];
+    assert_eq!(pool["at_limit"], 1, "{pool}");
+    assert_eq!(pool["backends"][0]["failures"], 0, "{pool}");
+    stop(running).await;
+}

@@ -163,7 +163,7 @@ fn half_failing_backend() -> SocketAddr {
                     while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
                         seen.drain(..end + 4);
                         let n = turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let status = if n % 2 == 0 { 500 } else { 200 };
+                        let status = if n.is_multiple_of(2) { 500 } else { 200 };
                         let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
                         if stream.write_all(answer.as_bytes()).is_err() {
                             return;

@@ -111,6 +111,12 @@ impl PoolTarget {
             let Some(index) = picked else {
                 break;
             };
+            if pool.at_request_limit(index) {
+                // A circuit breaker: passed over like a failed backend, nothing charged to it.
+                context.tried.insert(index);
+                failure = ProxyError::BackendsAtLimit;
+                continue;
+            }
             let counters = pool.members[index].counters.mine(me);
             bump(&counters.decisions);
             let in_flight = InFlight::start(snapshot, self.pool, index, me);
@@ -205,6 +211,9 @@ impl PoolTarget {
         }
         if failure.is_unreachable() {
             bump(pool.unreachable.mine(me));
+        }
+        if failure == ProxyError::BackendsAtLimit {
+            bump(pool.at_limit.mine(me));
         }
         (failure.response(), None)
     }

@@ -123,6 +123,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         proxy_protocol: None,
         outlier: None,
         retry: trafik_proxy::RetryPlan::default(),
+        max_requests_per_backend: 0,
     }
 }
 

@@ -129,6 +129,7 @@ pub fn check(
         proxy_protocol,
         outlier,
         retry,
+        max_requests_per_backend: pool.max_requests_per_backend,
     })
 }
 

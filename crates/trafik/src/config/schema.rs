@@ -238,6 +238,8 @@ pub struct Pool {
     pub retry_budget_floor: u32,
     /// The first retry's most random wait; doubled for each further retry.
     pub retry_backoff: Spanned<Dur>,
+    /// A circuit breaker: the most requests in flight to one backend; 0 for none.
+    pub max_requests_per_backend: u32,
 }
 
 impl Pool {
@@ -267,6 +269,7 @@ impl Default for Pool {
             retry_budget: unplaced(trafik_proxy::RetryPlan::default().budget_ratio),
             retry_budget_floor: trafik_proxy::RetryPlan::default().budget_floor,
             retry_backoff: unplaced(Dur(trafik_proxy::RetryPlan::default().backoff)),
+            max_requests_per_backend: 0,
         }
     }
 }
