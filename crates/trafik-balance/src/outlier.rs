@@ -240,7 +240,7 @@ mod tests {
         let mut outlier = Outlier::default();
         let rules = rules();
         let mut verdict = None;
-        for n in 0..20 {
+        for n in 0..20u32 {
             let outcome = if n.is_multiple_of(2) {
                 Outcome::Error
             } else {
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(verdict, Some(EjectionReason::SuccessRate));
         // One failure in twenty is within the rate.
         let mut healthy = Outlier::default();
-        let verdicts: Vec<_> = (0..40)
+        let verdicts: Vec<_> = (0..40u32)
             .map(|n| {
                 let outcome = if n.is_multiple_of(20) {
                     Outcome::Error
