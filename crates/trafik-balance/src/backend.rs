@@ -255,4 +255,24 @@ mod tests {
         set.set_draining(1, false);
         assert!(set.all_available(), "a repeated drain is counted once");
     }
+
+    #[test]
+    fn an_ejected_backend_is_unavailable_whatever_its_health_says() {
+        let set = BackendSet::new((0..3).map(|i| BackendSpec {
+            id: format!("b{i}"),
+            weight: 1,
+        }));
+        let before = set.generation();
+        set.set_ejected(1, true);
+        assert!(set.generation() > before, "rules rebuild what they derived");
+        assert!(!set.is_available(1, &PickContext::default()));
+        assert_eq!(set.available_count(&PickContext::default()), 2);
+        assert_eq!(set.ejected_count(), 1);
+        set.set_up(1, false);
+        set.set_ejected(1, false);
+        assert!(!set.is_available(1, &PickContext::default()), "still down");
+        set.set_up(1, true);
+        assert!(set.all_available());
+        assert_eq!(set.ejected_count(), 0);
+    }
 }

@@ -48,7 +48,7 @@ pub use health::{Health, HealthThresholds, Transition};
 pub use least_connections::LeastConnections;
 pub use maglev::{DEFAULT_TABLE_SIZE, Maglev};
 pub use modulo::Modulo;
-pub use outlier::{EjectionReason, Outcome, Outlier, OutlierRules, max_ejected};
+pub use outlier::{EjectionReason, Outcome, Outlier, OutlierRules, max_ejected, slow_start_share};
 pub use peak_ewma::PeakEwma;
 pub use power_of_two::PowerOfTwoChoices;
 pub use random_choice::WeightedRandom;

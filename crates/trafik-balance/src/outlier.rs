@@ -191,6 +191,17 @@ fn breaks(streak: u32, threshold: u32) -> bool {
     threshold > 0 && streak >= threshold
 }
 
+/// The share of its picks a backend that came back `elapsed` ago keeps during a slow start of
+/// `window` (HAProxy's `slowstart`, Envoy's slow start): from a tenth at once up to all of them
+/// by the window's end, so a cold backend is not handed a full share at its first second.
+pub fn slow_start_share(elapsed: Duration, window: Duration) -> f64 {
+    if window.is_zero() || elapsed >= window {
+        return 1.0;
+    }
+    const FLOOR: f64 = 0.1;
+    FLOOR + (1.0 - FLOOR) * elapsed.as_secs_f64() / window.as_secs_f64()
+}
+
 /// How many of a pool's `backends` may be ejected at once: `percent` of them, at least one,
 /// and never all (a pool of one backend ejects none).
 pub fn max_ejected(backends: usize, percent: u32) -> usize {
@@ -303,6 +314,17 @@ mod tests {
         outlier.restore();
         assert_eq!(outlier.record(Outcome::ConnectFailure, &rules), None);
         assert_eq!(outlier.reason(), Some(EjectionReason::ConnectFailures));
+    }
+
+    #[test]
+    fn a_slow_start_ramps_from_a_tenth_to_all() {
+        let window = Duration::from_secs(30);
+        let share = |seconds: u64| slow_start_share(Duration::from_secs(seconds), window);
+        assert_eq!(share(0), 0.1);
+        assert!((share(15) - 0.55).abs() < 1e-9);
+        assert_eq!(share(30), 1.0);
+        assert_eq!(share(60), 1.0);
+        assert_eq!(slow_start_share(Duration::ZERO, Duration::ZERO), 1.0, "off");
     }
 
     #[test]

@@ -115,6 +115,9 @@ async fn probe_loop(
             && let Some(index) = pool.index_of(address)
         {
             pool.backends.set_up(index, up);
+            if up {
+                pool.slow_start.start(index);
+            }
         }
         if up {
             tracing::info!(pool = %pool_name, backend = %address, "backend marked up");

@@ -3,12 +3,14 @@
 //! live in `trafik_balance::Outlier`; this module feeds them, applies their verdicts to the
 //! pool's backend set within the pool's cap, and brings backends back when their time is up.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use trafik_balance::{
     BackendSet, EjectionReason, Nanos, Outcome, Outlier, OutlierRules, PickContext, max_ejected,
+    slow_start_share,
 };
 
 use crate::snapshot::Snapshot;
@@ -68,13 +70,14 @@ impl PassiveHealth {
     }
 
     /// Brings back every backend whose ejection has run its time.
-    pub fn return_due(&self, backends: &BackendSet, pool: &str) {
+    pub fn return_due(&self, backends: &BackendSet, warming: &SlowStart, pool: &str) {
         let now = now();
         for (index, state) in self.states.iter().enumerate() {
             let mut state = lock(state);
             if state.return_due(now) {
                 state.restore();
                 backends.set_ejected(index, false);
+                warming.start(index);
                 tracing::info!(pool, backend = %backends.spec(index).id, "backend returned from ejection");
             }
         }
@@ -92,6 +95,46 @@ impl PassiveHealth {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// A pool's slow start: when each backend last came back, so that its share of picks ramps up
+/// over the pool's `slow_start` instead of jumping to full.
+pub struct SlowStart {
+    window: Duration,
+    /// The moment (on [`now`]'s clock, plus one so that zero means none) each came back.
+    since: Box<[AtomicU64]>,
+}
+
+impl SlowStart {
+    pub fn new(window: Duration, backends: usize) -> Self {
+        SlowStart {
+            window,
+            since: (0..backends).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Backend `index` came back now.
+    pub fn start(&self, index: usize) {
+        if !self.window.is_zero() {
+            self.since[index].store(now() + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a pick of backend `index` should go to another backend instead, as its ramp
+    /// says (a random draw against its share).
+    pub fn passes_over(&self, index: usize) -> bool {
+        let since = self.since[index].load(Ordering::Relaxed);
+        if since == 0 {
+            return false;
+        }
+        let elapsed = Duration::from_nanos(now().saturating_sub(since - 1));
+        if elapsed >= self.window {
+            self.since[index].store(0, Ordering::Relaxed);
+            return false;
+        }
+        let share = slow_start_share(elapsed, self.window);
+        (crate::http::retry::jitter().below_u64(1_000_000) as f64) >= share * 1_000_000.0
+    }
 }
 
 /// The clock of ejections: nanoseconds since the first reading, the same for every thread.
@@ -115,7 +158,7 @@ pub async fn sweep(snapshots: watch::Receiver<Arc<Snapshot>>, mut shutdown: watc
         let snapshot = snapshots.borrow().clone();
         for pool in &snapshot.pools {
             if let Some(passive) = &pool.passive {
-                passive.return_due(&pool.backends, &pool.plan.name);
+                passive.return_due(&pool.backends, &pool.slow_start, &pool.plan.name);
             }
         }
     }

@@ -211,6 +211,9 @@ pub struct PoolPlan {
     /// The most requests in flight to one backend (a circuit breaker); 0 for no limit. A
     /// backend at its limit is passed over; when all are, the client gets 503 at once.
     pub max_requests_per_backend: u32,
+    /// A backend that comes back (from an ejection, or up again by its checks) gets its full
+    /// share of picks only after this long; zero turns the ramp off.
+    pub slow_start: Duration,
 }
 
 /// What else makes a pool send a request to another backend, and what bounds it.

@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use trafik_balance::{BackendSet, BackendSpec, Selector};
+use trafik_balance::{BackendSet, BackendSpec, PickContext, Selector};
 
 use crate::counters::{BackendCounters, PerWorker};
 use crate::http::retry::Retrying;
-use crate::outlier::PassiveHealth;
+use crate::outlier::{PassiveHealth, SlowStart};
 use crate::plan::PoolPlan;
 use crate::sticky::Sticky;
 use crate::tls::backend::BackendTls;
@@ -89,6 +89,8 @@ pub struct Pool {
     pub retrying: Retrying,
     /// Requests answered 503 because every backend was at `max_requests_per_backend`.
     pub at_limit: Arc<PerWorker<AtomicU64>>,
+    /// Backends ramping up after coming back.
+    pub slow_start: SlowStart,
 }
 
 impl Pool {
@@ -145,6 +147,7 @@ impl Pool {
                 backends.set_ejected(index, false);
             }
         }
+        let slow_start = SlowStart::new(plan.slow_start, plan.backends.len());
         let retrying = Retrying::new(&plan.retry, previous.map(|p| &p.retrying), workers);
         let selector = plan.algorithm.build(&backends, &plan.selector_options);
         let sticky = plan.sticky.as_ref().map(|sticky| {
@@ -172,6 +175,7 @@ impl Pool {
             passive,
             retrying,
             at_limit,
+            slow_start,
         }
     }
 
@@ -210,6 +214,17 @@ impl Pool {
                 .counters
                 .sum(|c| crate::counters::read_gauge(&c.in_flight))
                 >= i64::from(limit)
+    }
+
+    /// The backend to send to after the rule picked `index`: another one (not tried) now and
+    /// then while `index` is in its slow start, so its share ramps up.
+    pub fn warmed(&self, index: usize, context: &PickContext) -> usize {
+        if !self.slow_start.passes_over(index) {
+            return index;
+        }
+        let mut others = *context;
+        others.tried.insert(index);
+        self.selector.pick(&self.backends, &others).unwrap_or(index)
     }
 
     /// Tells passive health what a request to backend `index` came to.

@@ -123,3 +123,31 @@ async fn without_passive_health_nothing_is_ejected() {
     assert!(backend(&status, 0).get("ejected").is_none(), "{status}");
     stop(running).await;
 }
+
+/// Back from its ejection, a backend ramps up over the slow start instead of taking a full
+/// share at once.
+#[tokio::test]
+async fn a_returning_backend_ramps_up_over_the_slow_start() {
+    let replicas = replicas(2).await;
+    let dead = closed_port();
+    let mut plan = plan(&[dead, replicas[0].address(), replicas[1].address()]);
+    plan.pools[0].outlier = Some(OutlierRules {
+        base_ejection: Duration::from_millis(300),
+        ..OutlierRules::default()
+    });
+    plan.pools[0].slow_start = Duration::from_secs(60);
+    let running = trafik_proxy::start(plan).unwrap();
+    tally(web(&running), 12).await;
+    assert_eq!(backend(&status(&running).await, 0)["ejected"], true);
+    let _revived = replica("k9", dead, Duration::ZERO).await;
+    wait_for_status(&running, |s| backend(s, 0)["ejected"] == false).await;
+    let (by_replica, failed) = tally(web(&running), 90).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    // Round robin would give it 30 of 90; a tenth of that, ramping, at the start of 60 s.
+    let revived = by_replica.get("k9").copied().unwrap_or(0);
+    assert!(
+        revived < 15,
+        "{revived} of 90 right after its return: {by_replica:?}"
+    );
+    stop(running).await;
+}

@@ -122,7 +122,7 @@ impl Retrying {
 }
 
 /// The random source of backoff jitter.
-fn jitter() -> &'static SharedRng {
+pub fn jitter() -> &'static SharedRng {
     static JITTER: std::sync::OnceLock<SharedRng> = std::sync::OnceLock::new();
     JITTER.get_or_init(|| {
         let seed = std::time::SystemTime::now()

@@ -108,7 +108,7 @@ impl PoolTarget {
                     None => pool.selector.pick(&pool.backends, &context),
                 },
             };
-            let Some(index) = picked else {
+            let Some(index) = picked.map(|index| pool.warmed(index, &context)) else {
                 break;
             };
             if pool.at_request_limit(index) {

@@ -124,6 +124,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         outlier: None,
         retry: trafik_proxy::RetryPlan::default(),
         max_requests_per_backend: 0,
+        slow_start: Duration::ZERO,
     }
 }
 

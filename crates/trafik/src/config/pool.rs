@@ -130,6 +130,7 @@ pub fn check(
         outlier,
         retry,
         max_requests_per_backend: pool.max_requests_per_backend,
+        slow_start: pool.slow_start.0,
     })
 }
 

@@ -240,6 +240,8 @@ pub struct Pool {
     pub retry_backoff: Spanned<Dur>,
     /// A circuit breaker: the most requests in flight to one backend; 0 for none.
     pub max_requests_per_backend: u32,
+    /// How long a backend that comes back takes to reach its full share; 0s for at once.
+    pub slow_start: Dur,
 }
 
 impl Pool {
@@ -270,6 +272,7 @@ impl Default for Pool {
             retry_budget_floor: trafik_proxy::RetryPlan::default().budget_floor,
             retry_backoff: unplaced(Dur(trafik_proxy::RetryPlan::default().backoff)),
             max_requests_per_backend: 0,
+            slow_start: Dur(Duration::ZERO),
         }
     }
 }
