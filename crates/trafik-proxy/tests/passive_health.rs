@@ -50,15 +50,27 @@ fn closed_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
+/// A pool of a backend that refuses connections, then `replicas`, with passive health ejecting
+/// for `base_ejection` at first.
+fn dead_first(
+    replicas: &[trafik_upstream::RunningReplica],
+    base_ejection: Duration,
+) -> (trafik_proxy::Plan, SocketAddr) {
+    let dead = closed_port();
+    let mut backends = vec![dead];
+    backends.extend(replicas.iter().map(|r| r.address()));
+    let mut plan = plan(&backends);
+    plan.pools[0].outlier = Some(OutlierRules {
+        base_ejection,
+        ..OutlierRules::default()
+    });
+    (plan, dead)
+}
+
 #[tokio::test]
 async fn a_backend_that_refuses_connections_is_ejected_and_comes_back() {
     let replicas = replicas(2).await;
-    let dead = closed_port();
-    let mut plan = plan(&[dead, replicas[0].address(), replicas[1].address()]);
-    plan.pools[0].outlier = Some(OutlierRules {
-        base_ejection: Duration::from_millis(500),
-        ..OutlierRules::default()
-    });
+    let (plan, _) = dead_first(&replicas, Duration::from_millis(500));
     let running = trafik_proxy::start(plan).unwrap();
     // Three connect failures in a row eject it; every request is retried elsewhere meanwhile.
     let (_, failed) = tally(web(&running), 12).await;
@@ -129,12 +141,7 @@ async fn without_passive_health_nothing_is_ejected() {
 #[tokio::test]
 async fn a_returning_backend_ramps_up_over_the_slow_start() {
     let replicas = replicas(2).await;
-    let dead = closed_port();
-    let mut plan = plan(&[dead, replicas[0].address(), replicas[1].address()]);
-    plan.pools[0].outlier = Some(OutlierRules {
-        base_ejection: Duration::from_millis(300),
-        ..OutlierRules::default()
-    });
+    let (mut plan, dead) = dead_first(&replicas, Duration::from_millis(300));
     plan.pools[0].slow_start = Duration::from_secs(60);
     let running = trafik_proxy::start(plan).unwrap();
     tally(web(&running), 12).await;
