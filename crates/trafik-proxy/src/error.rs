@@ -49,6 +49,8 @@ pub enum ProxyError {
     LoopDetected,
     /// Every backend tried had as many requests in flight as the pool allows one.
     BackendsAtLimit,
+    /// The client sent its body slower than the minimum rate; not the backend's fault.
+    BodyTooSlow,
 }
 
 impl ProxyError {
@@ -74,6 +76,7 @@ impl ProxyError {
                 StatusCode::NOT_IMPLEMENTED
             }
             ProxyError::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BodyTooSlow => StatusCode::REQUEST_TIMEOUT,
             ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
@@ -113,6 +116,7 @@ impl ProxyError {
             ProxyError::BackendsAtLimit => {
                 "every backend has as many requests in flight as the pool allows\n"
             }
+            ProxyError::BodyTooSlow => "the request body came slower than this listener allows\n",
         }
     }
 
@@ -161,6 +165,7 @@ impl ProxyError {
             ProxyError::AmbiguousFraming => "ambiguous-framing",
             ProxyError::LoopDetected => "loop",
             ProxyError::BackendsAtLimit => "backends-at-limit",
+            ProxyError::BodyTooSlow => "body-too-slow",
         }
     }
 
@@ -180,7 +185,8 @@ impl ProxyError {
             | ProxyError::UnsupportedTransferCoding
             | ProxyError::AmbiguousPath
             | ProxyError::AmbiguousFraming
-            | ProxyError::LoopDetected => CLOSE,
+            | ProxyError::LoopDetected
+            | ProxyError::BodyTooSlow => CLOSE,
             _ => &[],
         }
     }

@@ -58,6 +58,9 @@ pub struct ClientPlan {
 pub struct HeadLimits {
     pub headers: usize,
     pub bytes: usize,
+    /// The slowest a request body may come, in bytes a second on average once it has run for
+    /// two seconds (408 then); 0 allows any pace.
+    pub min_body_rate: u64,
 }
 
 impl HeadLimits {
@@ -71,6 +74,7 @@ impl Default for HeadLimits {
         HeadLimits {
             headers: 100,
             bytes: 32 * 1024,
+            min_body_rate: 0,
         }
     }
 }

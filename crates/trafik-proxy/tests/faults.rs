@@ -406,6 +406,7 @@ async fn a_request_head_past_the_limits_gets_431() {
     plan.client.limits = trafik_proxy::HeadLimits {
         headers: 10,
         bytes: 8 * 1024,
+        ..trafik_proxy::HeadLimits::default()
     };
     let running = trafik_proxy::start(plan).unwrap();
     let with_fields = |count: usize| {
@@ -448,5 +449,43 @@ async fn a_backend_at_its_request_limit_is_passed_over_and_then_503() {
     let pool = &status(&running).await["pools"][0];
     assert_eq!(pool["at_limit"], 1, "{pool}");
     assert_eq!(pool["backends"][0]["failures"], 0, "{pool}");
+    stop(running).await;
+}
+
+/// A body trickled slower than the listener's minimum rate (slowloris on the body) is cut off
+/// with 408 after the grace period, and the backend is not blamed.
+#[tokio::test]
+async fn a_body_slower_than_the_minimum_rate_gets_408() {
+    let backend = body_reading_server().await;
+    let mut plan = plan(&[backend]);
+    plan.client.limits.min_body_rate = 1000;
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    stream
+        .write_all(b"POST /olay HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nabc")
+        .await
+        .unwrap();
+    let trickle = async {
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if stream.write_all(b"x").await.is_err() {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), trickle).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let backend = &status(&running).await["pools"][0]["backends"][0];
+    assert_eq!(backend["failures"], 0, "{backend}");
+    // A body at a normal pace passes.
+    let posted = raw_exchange(
+        web(&running),
+        b"POST /olay HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+    )
+    .await;
+    assert!(posted.starts_with("HTTP/1.1 200"), "{posted}");
     stop(running).await;
 }

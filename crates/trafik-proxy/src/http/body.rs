@@ -6,6 +6,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -25,6 +26,17 @@ pub struct RequestBody {
     /// `None` for a request without a body (most requests): nothing to watch, nothing
     /// allocated.
     upload: Option<Rc<Upload>>,
+    /// The slowest upload allowed, once it has run for [`BODY_RATE_GRACE`].
+    min_rate: Option<MinRate>,
+}
+
+/// How long an upload may go at any pace before its rate counts (a slow start, a pause).
+pub const BODY_RATE_GRACE: Duration = Duration::from_secs(2);
+
+/// A minimum upload rate, from when the body started.
+struct MinRate {
+    bytes_per_second: u64,
+    started: Instant,
 }
 
 /// How far a request body has gone.
@@ -41,6 +53,8 @@ pub enum UploadState {
     Sent,
     ClientFailed,
     TooLarge,
+    /// The client sent its body slower than the listener's minimum rate (slowloris on the body).
+    TooSlow,
 }
 
 impl Upload {
@@ -76,6 +90,7 @@ impl Upload {
 pub enum BodyError {
     Client(hyper::Error),
     TooLarge { limit: u64 },
+    TooSlow { bytes_per_second: u64 },
 }
 
 impl fmt::Display for BodyError {
@@ -83,6 +98,12 @@ impl fmt::Display for BodyError {
         match self {
             BodyError::Client(error) => write!(f, "client body: {error}"),
             BodyError::TooLarge { limit } => write!(f, "request body over {limit} bytes"),
+            BodyError::TooSlow { bytes_per_second } => {
+                write!(
+                    f,
+                    "request body slower than {bytes_per_second} bytes a second"
+                )
+            }
         }
     }
 }
@@ -98,6 +119,18 @@ impl RequestBody {
             passed: 0,
             limit: None,
             upload,
+            min_rate: None,
+        }
+    }
+
+    /// Refuses (as a [`BodyError::TooSlow`]) a body that, after [`BODY_RATE_GRACE`], has come
+    /// slower than `bytes_per_second` on average; 0 allows any pace.
+    pub fn min_rate(&mut self, bytes_per_second: u64) {
+        if bytes_per_second > 0 && self.upload.is_some() {
+            self.min_rate = Some(MinRate {
+                bytes_per_second,
+                started: Instant::now(),
+            });
         }
     }
 
@@ -108,6 +141,7 @@ impl RequestBody {
             passed: 0,
             limit: None,
             upload: None,
+            min_rate: None,
         }
     }
 
@@ -159,6 +193,16 @@ impl Body for RequestBody {
             {
                 this.report(UploadState::TooLarge);
                 return Poll::Ready(Some(Err(BodyError::TooLarge { limit })));
+            }
+        }
+        if let Some(min) = &this.min_rate {
+            let elapsed = min.started.elapsed();
+            if elapsed > BODY_RATE_GRACE
+                && (this.passed as f64) < min.bytes_per_second as f64 * elapsed.as_secs_f64()
+            {
+                let bytes_per_second = min.bytes_per_second;
+                this.report(UploadState::TooSlow);
+                return Poll::Ready(Some(Err(BodyError::TooSlow { bytes_per_second })));
             }
         }
         if this.is_end_stream() {

@@ -127,6 +127,9 @@ impl WorkerProxy {
             return (no_route(snapshot, &request), None);
         };
         let mut request = request.map(RequestBody::streaming);
+        request
+            .body_mut()
+            .min_rate(snapshot.client.limits.min_body_rate);
         let exchange = Exchange {
             connection,
             snapshot,

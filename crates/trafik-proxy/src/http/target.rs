@@ -296,6 +296,7 @@ async fn send(
                     return Err(Failure::Answered(match upload.map(|u| u.state()) {
                         Some(UploadState::ClientFailed) => ProxyError::ClientAborted,
                         Some(UploadState::TooLarge) => ProxyError::RequestBodyTooLarge,
+                        Some(UploadState::TooSlow) => ProxyError::BodyTooSlow,
                         _ => ProxyError::UpstreamFailed,
                     }));
                 }

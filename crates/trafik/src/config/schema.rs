@@ -55,6 +55,8 @@ pub struct Server {
 pub struct ClientLimits {
     pub headers: Spanned<usize>,
     pub head_bytes: Spanned<Size>,
+    /// Bytes a second a request body must average after two seconds; 0 for any pace.
+    pub min_body_rate: Size,
 }
 
 impl Default for ClientLimits {
@@ -63,6 +65,7 @@ impl Default for ClientLimits {
         ClientLimits {
             headers: unplaced(limits.headers),
             head_bytes: unplaced(Size(limits.bytes as u64)),
+            min_body_rate: Size(limits.min_body_rate),
         }
     }
 }

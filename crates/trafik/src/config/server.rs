@@ -109,5 +109,6 @@ fn limits(report: &mut Report, limits: &ClientLimits) -> HeadLimits {
     HeadLimits {
         headers,
         bytes: bytes as usize,
+        min_body_rate: limits.min_body_rate.0,
     }
 }
