@@ -9,6 +9,8 @@ mod health;
 mod layer4;
 mod listener;
 mod loops;
+#[cfg(test)]
+mod mutations;
 mod outlier;
 mod pool;
 mod read;
