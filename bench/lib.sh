@@ -1,9 +1,14 @@
 # Shared by the bench scripts: build trafik, remember the processes a script starts and stop
 # them (by PID) on exit, wait for a port. Source it; it sets $root, $trafik and $work.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cargo build --release -q -p trafik --manifest-path "$root/Cargo.toml"
-target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-trafik="$target_dir/release/trafik"
+# TRAFIK=path/to/trafik runs that binary instead of building the release one.
+if [[ -n ${TRAFIK:-} ]]; then
+  trafik=$TRAFIK
+else
+  cargo build --release -q -p trafik --manifest-path "$root/Cargo.toml"
+  target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+  trafik="$target_dir/release/trafik"
+fi
 work=$(mktemp -d /tmp/trafik-bench.XXXXXX)
 pids=()
 cleanup() {

@@ -16,7 +16,18 @@ struct Slot {
     spec: BackendSpec,
     up: AtomicBool,
     draining: AtomicBool,
+    /// Taken out by passive health (outlier ejection) for a while.
+    ejected: AtomicBool,
     in_flight: AtomicU32,
+}
+
+impl Slot {
+    /// Whether any of the three reasons keeps new picks away.
+    fn blocked(&self) -> bool {
+        !self.up.load(Ordering::Relaxed)
+            || self.draining.load(Ordering::Relaxed)
+            || self.ejected.load(Ordering::Relaxed)
+    }
 }
 
 /// The backends of one pool.
@@ -26,7 +37,7 @@ struct Slot {
 #[derive(Debug)]
 pub struct BackendSet {
     slots: Box<[Slot]>,
-    /// Backends that are down or draining; zero lets rules skip the per-backend scan.
+    /// Backends that are down, draining or ejected; zero lets rules skip the per-backend scan.
     unavailable: AtomicU32,
     /// Bumped whenever a backend becomes available or unavailable, so a rule can keep work
     /// derived from the available set until the set changes.
@@ -44,6 +55,7 @@ impl BackendSet {
                 spec,
                 up: AtomicBool::new(true),
                 draining: AtomicBool::new(false),
+                ejected: AtomicBool::new(false),
                 in_flight: AtomicU32::new(0),
             })
             .collect();
@@ -77,28 +89,43 @@ impl BackendSet {
 
     /// Records the health verdict for backend `index`.
     pub fn set_up(&self, index: usize, up: bool) {
+        self.set_flag(index, |slot| &slot.up, up);
+    }
+
+    /// Stores a new value in one of a slot's availability flags and keeps the count of
+    /// unavailable backends and the generation in step.
+    fn set_flag(&self, index: usize, flag: impl Fn(&Slot) -> &AtomicBool, value: bool) {
         let _serialized = self
             .control
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
         let slot = &self.slots[index];
-        self.flip(&slot.up, up, slot.draining.load(Ordering::Relaxed), false);
+        let was_blocked = slot.blocked();
+        flag(slot).store(value, Ordering::Relaxed);
+        match (was_blocked, slot.blocked()) {
+            (false, true) => self.unavailable.fetch_add(1, Ordering::Relaxed),
+            (true, false) => self.unavailable.fetch_sub(1, Ordering::Relaxed),
+            _ => return,
+        };
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Stores a new value in one of a slot's two availability flags and keeps the count of
-    /// unavailable backends in step; callers hold `control`. `other` is the slot's other flag; `blocking` is the value
-    /// of `flag` that makes a backend unavailable.
-    fn flip(&self, flag: &AtomicBool, value: bool, other_blocks: bool, blocking: bool) {
-        let was = flag.swap(value, Ordering::Relaxed);
-        if was == value || other_blocks {
-            return;
-        }
-        if value == blocking {
-            self.unavailable.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.unavailable.fetch_sub(1, Ordering::Relaxed);
-        }
-        self.generation.fetch_add(1, Ordering::Release);
+    /// Whether passive health has taken backend `index` out for now.
+    pub fn is_ejected(&self, index: usize) -> bool {
+        self.slots[index].ejected.load(Ordering::Relaxed)
+    }
+
+    /// Takes backend `index` out of selection (or puts it back) for passive health.
+    pub fn set_ejected(&self, index: usize, ejected: bool) {
+        self.set_flag(index, |slot| &slot.ejected, ejected);
+    }
+
+    /// How many backends are ejected now.
+    pub fn ejected_count(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|slot| slot.ejected.load(Ordering::Relaxed))
+            .count()
     }
 
     /// Changes whenever the set of available backends changes.
@@ -120,26 +147,14 @@ impl BackendSet {
 
     /// Starts or stops draining backend `index`.
     pub fn set_draining(&self, index: usize, draining: bool) {
-        let _serialized = self
-            .control
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let slot = &self.slots[index];
-        self.flip(
-            &slot.draining,
-            draining,
-            !slot.up.load(Ordering::Relaxed),
-            true,
-        );
+        self.set_flag(index, |slot| &slot.draining, draining);
     }
 
-    /// Whether a new request may be sent to backend `index`: up, not draining, not yet tried.
+    /// Whether a new request may be sent to backend `index`: up, not draining, not ejected,
+    /// not yet tried.
     #[inline]
     pub fn is_available(&self, index: usize, context: &PickContext) -> bool {
-        let slot = &self.slots[index];
-        slot.up.load(Ordering::Relaxed)
-            && !slot.draining.load(Ordering::Relaxed)
-            && !context.tried.contains(index)
+        !self.slots[index].blocked() && !context.tried.contains(index)
     }
 
     /// How many backends are available to the request; with [`Self::nth_available`], lets a
@@ -239,5 +254,25 @@ mod tests {
         set.set_draining(1, true);
         set.set_draining(1, false);
         assert!(set.all_available(), "a repeated drain is counted once");
+    }
+
+    #[test]
+    fn an_ejected_backend_is_unavailable_whatever_its_health_says() {
+        let set = BackendSet::new((0..3).map(|i| BackendSpec {
+            id: format!("b{i}"),
+            weight: 1,
+        }));
+        let before = set.generation();
+        set.set_ejected(1, true);
+        assert!(set.generation() > before, "rules rebuild what they derived");
+        assert!(!set.is_available(1, &PickContext::default()));
+        assert_eq!(set.available_count(&PickContext::default()), 2);
+        assert_eq!(set.ejected_count(), 1);
+        set.set_up(1, false);
+        set.set_ejected(1, false);
+        assert!(!set.is_available(1, &PickContext::default()), "still down");
+        set.set_up(1, true);
+        assert!(set.all_available());
+        assert_eq!(set.ejected_count(), 0);
     }
 }

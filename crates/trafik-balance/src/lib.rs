@@ -10,7 +10,8 @@
 //!   one set without locks.
 //! - [`Selector`]: the one trait every rule implements; [`Algorithm`] names them for
 //!   configuration and builds them.
-//! - [`Health`]: the rise/fall state machine behind active health checks.
+//! - [`Health`]: the rise/fall state machine behind active health checks; [`Outlier`]: passive
+//!   health, which ejects a backend for a while on what its requests came to.
 //! - [`hash`]: the stable key hash; [`CapacityShare`]: the static proportional split.
 //!
 //! Time is never read here: a rule that needs it (peak-EWMA) is given `now` by its caller.
@@ -24,10 +25,12 @@ mod health;
 mod least_connections;
 mod maglev;
 mod modulo;
+mod outlier;
 mod peak_ewma;
 mod power_of_two;
 pub mod random;
 mod random_choice;
+mod retry_budget;
 mod ring;
 mod round_robin;
 mod weighted_round_robin;
@@ -45,9 +48,11 @@ pub use health::{Health, HealthThresholds, Transition};
 pub use least_connections::LeastConnections;
 pub use maglev::{DEFAULT_TABLE_SIZE, Maglev};
 pub use modulo::Modulo;
+pub use outlier::{EjectionReason, Outcome, Outlier, OutlierRules, max_ejected, slow_start_share};
 pub use peak_ewma::PeakEwma;
 pub use power_of_two::PowerOfTwoChoices;
 pub use random_choice::WeightedRandom;
+pub use retry_budget::RetryBudget;
 pub use ring::HashRing;
 pub use round_robin::RoundRobin;
 pub use weighted_round_robin::SmoothWeightedRoundRobin;

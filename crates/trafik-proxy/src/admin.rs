@@ -82,6 +82,14 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             "a web page of another origin may not change trafik; use trafik reload, curl or the admin's own origin\n".into(),
         );
     }
+    let loopback = instance.admin.is_some_and(|admin| admin.ip().is_loopback());
+    if loopback && !names_this_machine(request) {
+        return reply(
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            "the admin API answers only to an IP address or localhost in Host (a web page's name could be made to point here)\n".into(),
+        );
+    }
     let snapshot = instance.snapshot();
     match path {
         "/status" | "/metrics" if method != Method::GET => {
@@ -155,6 +163,29 @@ fn from_a_foreign_page<B>(request: &Request<B>, admin: Option<std::net::SocketAd
         .and_then(|o| o.strip_prefix("http://"))
         .unwrap_or("");
     !own(host)
+}
+
+/// Whether `Host` names the admin listener by an IP address or `localhost` (or is absent, as
+/// HTTP/1.0 allows). A page on any other name can point that name at 127.0.0.1 (DNS
+/// rebinding) and then read a loopback admin API as its own origin; an address or localhost
+/// it cannot. An admin API allowed remote access is reached by whatever name its users give it.
+fn names_this_machine<B>(request: &Request<B>) -> bool {
+    let Some(host) = request.headers().get(header::HOST) else {
+        return true;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !host.ends_with(']') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    };
+    let bracketed = name.strip_prefix('[').and_then(|n| n.strip_suffix(']'));
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::Ipv4Addr>().is_ok()
+        || bracketed.is_some_and(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
 /// `/pools/{pool}/backends/{address}/drain` or `/undrain` → (pool, address, draining).
@@ -233,7 +264,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             let backends: Vec<_> = (0..pool.backends.len())
                 .map(|i| {
                     let counters = &pool.members[i].counters;
-                    json!({
+                    let mut backend = json!({
                         "address": pool.address(i).to_string(),
                         "name": pool.display_name(i),
                         "healthy": pool.backends.is_up(i),
@@ -248,7 +279,14 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                         "connections": counters.sum(|c| read(&c.connections)),
                         "bytes_in": counters.sum(|c| read(&c.bytes_in)),
                         "bytes_out": counters.sum(|c| read(&c.bytes_out)),
-                    })
+                    });
+                    if let Some(passive) = &pool.passive {
+                        let standing = passive.standing(i);
+                        backend["ejected"] = standing.ejected.into();
+                        backend["ejections"] = standing.ejections.into();
+                        backend["ejection_reason"] = standing.reason.map(|r| r.name()).into();
+                    }
+                    backend
                 })
                 .collect();
             let mut entry = json!({
@@ -259,6 +297,12 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                 "request_skew": skew(pool, |c| read(&c.requests)),
                 "backends": backends,
             });
+            if pool.passive.is_some() {
+                entry["ejected"] = pool.backends.ejected_count().into();
+            }
+            entry["retries"] = pool.retrying.sent.sum(read).into();
+            entry["retries_refused"] = pool.retrying.refused.sum(read).into();
+            entry["at_limit"] = pool.at_limit.sum(read).into();
             if let Some(sticky) = &pool.sticky {
                 let counters = &sticky.counters;
                 entry["sticky"] = json!({
@@ -288,7 +332,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
 /// The same counters in the Prometheus text exposition format.
 pub fn metrics(pools: &[Arc<Pool>]) -> String {
     type Read = fn(&Pool, usize) -> i64;
-    let families: [(&str, &str, &str, Read); 10] = [
+    let families: [(&str, &str, &str, Read); 12] = [
         (
             "trafik_backend_decisions_total",
             "counter",
@@ -349,6 +393,22 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             "1 when health checks consider the backend up.",
             |p, i| i64::from(p.backends.is_up(i)),
         ),
+        (
+            "trafik_backend_ejected",
+            "gauge",
+            "1 while passive health has ejected the backend.",
+            |p, i| i64::from(p.backends.is_ejected(i)),
+        ),
+        (
+            "trafik_backend_ejections_total",
+            "counter",
+            "Times passive health ejected the backend.",
+            |p, i| {
+                p.passive
+                    .as_ref()
+                    .map_or(0, |passive| passive.standing(i).ejections as i64)
+            },
+        ),
     ];
     let mut out = String::with_capacity(1024);
     for (name, kind, help, read) in families {
@@ -378,6 +438,30 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             escape(&pool.plan.name),
             pool.unreachable.sum(read)
         );
+    }
+    type PoolTotal = fn(&Pool) -> i64;
+    let pool_totals: [(&str, &str, PoolTotal); 2] = [
+        (
+            "trafik_pool_retries_total",
+            "Requests sent again to another backend.",
+            |p| p.retrying.sent.sum(read),
+        ),
+        (
+            "trafik_pool_retries_refused_total",
+            "Retries the retry budget refused (the client got the failure).",
+            |p| p.retrying.refused.sum(read),
+        ),
+    ];
+    for (name, help, total) in pool_totals {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for pool in pools {
+            let _ = writeln!(
+                out,
+                "{name}{{pool=\"{}\"}} {}",
+                escape(&pool.plan.name),
+                total(pool)
+            );
+        }
     }
     type Total = fn(&BackendCounters) -> i64;
     let skews: [(&str, &str, Total); 2] = [
@@ -454,6 +538,35 @@ pub(crate) fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_address_or_localhost_names_the_admin_api() {
+        let with_host = |host: &str| {
+            let request = Request::builder()
+                .header(header::HOST, host)
+                .body(())
+                .unwrap();
+            names_this_machine(&request)
+        };
+        for own in [
+            "127.0.0.1:9090",
+            "localhost:9090",
+            "LOCALHOST",
+            "[::1]:9090",
+            "10.0.0.5",
+        ] {
+            assert!(with_host(own), "{own}");
+        }
+        for foreign in [
+            "evil.example:9090",
+            "127.0.0.1.nip.io",
+            "[::1",
+            "localhost.evil",
+        ] {
+            assert!(!with_host(foreign), "{foreign}");
+        }
+        assert!(names_this_machine(&Request::new(())));
+    }
 
     #[test]
     fn drain_paths_are_parsed_and_ipv6_addresses_decoded() {

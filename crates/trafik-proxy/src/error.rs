@@ -47,6 +47,15 @@ pub enum ProxyError {
     /// A list in the query names an item that cannot stand in an upstream path, or more items
     /// than a batch takes.
     BadListItem,
+    /// `Transfer-Encoding` names `chunked` twice or beside `identity`: where the body ends
+    /// would depend on who reads it.
+    AmbiguousFraming,
+    /// The request carries this instance's own name in `Via` twice: it is going round a loop.
+    LoopDetected,
+    /// Every backend tried had as many requests in flight as the pool allows one.
+    BackendsAtLimit,
+    /// The client sent its body slower than the minimum rate; not the backend's fault.
+    BodyTooSlow,
 }
 
 impl ProxyError {
@@ -54,7 +63,9 @@ impl ProxyError {
     pub fn status(self) -> StatusCode {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::NoHealthyBackend => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::NoHealthyBackend | ProxyError::BackendsAtLimit => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::ConnectFailed
             | ProxyError::UpstreamFailed
             | ProxyError::UnexpectedUpgrade => StatusCode::BAD_GATEWAY,
@@ -63,11 +74,14 @@ impl ProxyError {
             | ProxyError::MalformedRequest
             | ProxyError::AmbiguousPath
             | ProxyError::BadTarget
-            | ProxyError::BadHost => StatusCode::BAD_REQUEST,
+            | ProxyError::BadHost
+            | ProxyError::AmbiguousFraming => StatusCode::BAD_REQUEST,
+            ProxyError::LoopDetected => StatusCode::LOOP_DETECTED,
             ProxyError::ConnectNotSupported | ProxyError::UnsupportedTransferCoding => {
                 StatusCode::NOT_IMPLEMENTED
             }
             ProxyError::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BodyTooSlow => StatusCode::REQUEST_TIMEOUT,
             ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ShapingFailed => StatusCode::BAD_GATEWAY,
@@ -104,6 +118,16 @@ impl ProxyError {
             ProxyError::BadListItem => {
                 "the query's list has an item that cannot name a record, or too many items\n"
             }
+            ProxyError::AmbiguousFraming => {
+                "the body's framing is ambiguous (chunked twice, or with identity)\n"
+            }
+            ProxyError::LoopDetected => {
+                "this request already passed through this trafik twice (its name is in Via): a loop\n"
+            }
+            ProxyError::BackendsAtLimit => {
+                "every backend has as many requests in flight as the pool allows\n"
+            }
+            ProxyError::BodyTooSlow => "the request body came slower than this listener allows\n",
         }
     }
 
@@ -115,6 +139,16 @@ impl ProxyError {
                 | ProxyError::UpstreamTimeout
                 | ProxyError::UpstreamFailed
                 | ProxyError::UnexpectedUpgrade
+        )
+    }
+
+    /// Whether the backend received the request and then gave no answer: its connection
+    /// broke or the response timeout passed. Another backend may be asked, if the request can
+    /// be sent twice.
+    pub fn is_lost_request(self) -> bool {
+        matches!(
+            self,
+            ProxyError::UpstreamFailed | ProxyError::UpstreamTimeout
         )
     }
 
@@ -141,6 +175,10 @@ impl ProxyError {
             ProxyError::AmbiguousPath => "ambiguous-path",
             ProxyError::ShapingFailed => "shaping-failed",
             ProxyError::BadListItem => "bad-list-item",
+            ProxyError::AmbiguousFraming => "ambiguous-framing",
+            ProxyError::LoopDetected => "loop",
+            ProxyError::BackendsAtLimit => "backends-at-limit",
+            ProxyError::BodyTooSlow => "body-too-slow",
         }
     }
 
@@ -151,13 +189,17 @@ impl ProxyError {
         const CLOSE: &[(HeaderName, &str)] = &[(header::CONNECTION, "close")];
         match self {
             ProxyError::NoHealthyBackend => RETRY_SOON,
+            ProxyError::BackendsAtLimit => RETRY_SOON,
             ProxyError::ClientAborted
             | ProxyError::RequestBodyTooLarge
             | ProxyError::ConnectNotSupported
             | ProxyError::BadTarget
             | ProxyError::BadHost
             | ProxyError::UnsupportedTransferCoding
-            | ProxyError::AmbiguousPath => CLOSE,
+            | ProxyError::AmbiguousPath
+            | ProxyError::AmbiguousFraming
+            | ProxyError::LoopDetected
+            | ProxyError::BodyTooSlow => CLOSE,
             _ => &[],
         }
     }
@@ -195,6 +237,13 @@ impl ProxyError {
         );
         for (name, value) in self.headers() {
             headers.insert(name.clone(), http::HeaderValue::from_static(value));
+        }
+        if self == ProxyError::BackendsAtLimit {
+            // Overload, not failure: the client (or a proxy before it) learns which.
+            headers.insert(
+                HeaderName::from_static("x-trafik-reason"),
+                http::HeaderValue::from_static(self.trace_reason()),
+            );
         }
         response.extensions_mut().insert(self);
         response

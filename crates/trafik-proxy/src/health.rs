@@ -91,6 +91,9 @@ async fn probe_loop(
             && let Some(index) = pool.index_of(address)
         {
             pool.backends.set_up(index, up);
+            if up {
+                pool.slow_start.start(index);
+            }
         }
         if up {
             tracing::info!(pool = %pool_name, backend = %address, "backend marked up");
@@ -125,9 +128,13 @@ pub async fn watch_target(
             _ = retired.wait_for(|retired| *retired) => return,
         }
         let probing = probe(address, &plan.check, tls);
-        let passed = tokio::time::timeout(plan.timeout, probing)
+        let Some(passed) = tokio::time::timeout(plan.timeout, probing)
             .await
-            .unwrap_or(false);
+            .unwrap_or(Some(false))
+        else {
+            tracing::warn!(backend = %address, "no file descriptor left to probe with; verdict kept");
+            continue;
+        };
         match health.record(passed) {
             Transition::Unchanged => {}
             Transition::WentDown => publish(false),
@@ -136,20 +143,23 @@ pub async fn watch_target(
     }
 }
 
-/// One probe; true when the backend passed. A TLS pool's probes speak TLS too, with the pool's
-/// settings, so a backend whose certificate the pool would refuse is down: the check sees what
-/// requests would meet.
-async fn probe(address: SocketAddr, check: &HealthCheck, tls: Option<&BackendTls>) -> bool {
-    let Ok(stream) = TcpStream::connect(address).await else {
-        return false;
+/// One probe; true when the backend passed, `None` when trafik itself had no file descriptor
+/// to probe with, which says nothing of the backend. A TLS pool's probes speak TLS too, with
+/// the pool's settings, so a backend whose certificate the pool would refuse is down: the check
+/// sees what requests would meet.
+async fn probe(address: SocketAddr, check: &HealthCheck, tls: Option<&BackendTls>) -> Option<bool> {
+    let stream = match TcpStream::connect(address).await {
+        Ok(stream) => stream,
+        Err(error) if crate::descriptors::ran_out(&error) => return None,
+        Err(_) => return Some(false),
     };
-    match tls {
+    Some(match tls {
         None => ask(stream, address, check).await,
         Some(tls) => match tls.connect(address, stream).await {
             Ok(stream) => ask(stream, address, check).await,
             Err(_) => false,
         },
-    }
+    })
 }
 
 /// The check itself, on a connected stream: a `tcp` check has passed by now.

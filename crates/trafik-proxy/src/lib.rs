@@ -10,11 +10,13 @@
 pub mod admin;
 pub mod connections;
 pub mod counters;
+pub mod descriptors;
 pub mod dns;
 pub mod error;
 pub mod health;
 pub mod http;
 pub mod meter;
+pub mod outlier;
 pub mod plan;
 pub mod pool;
 mod resolve;
@@ -39,9 +41,9 @@ pub use plan::{
     UpstreamTemplate, ViewPlan, ViewsPlan,
 };
 pub use plan::{
-    BackendPlan, CacheHeader, CachePlan, ClientPlan, FilterPlan, HashKey, HealthCheck, HealthPlan,
-    ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RoutePlan, ServerNamePattern,
-    SniRoutePlan, StickyPlan, TargetPlan,
+    BackendPlan, CacheHeader, CachePlan, ClientPlan, FilterPlan, HashKey, HeadLimits, HealthCheck,
+    HealthPlan, ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RetryPlan, RoutePlan,
+    ServerNamePattern, SniRoutePlan, StickyPlan, TargetPlan,
 };
 pub use pool::Pool;
 pub use snapshot::Snapshot;
@@ -363,6 +365,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         .map(std::net::TcpListener::local_addr)
         .transpose()?;
 
+    let budget = descriptors::client_connection_budget();
     let endpoints = Endpoints::new(workers);
     let ids: Vec<ListenerId> = open.iter().map(|l| l.id).collect();
     let file = reloader.as_ref().map(|r| r.file.clone());
@@ -387,6 +390,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             snapshots: snapshots.subscribe(),
             shutdown: shutdown.clone(),
             epoch,
+            budget: budget.clone(),
         });
     }
     let mut threads = Vec::with_capacity(workers + 2);
@@ -430,6 +434,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         .spawn(move || {
             runtime.block_on(async move {
                 tokio::spawn(health::supervise(control.watch(), shutdown.clone()));
+                tokio::spawn(outlier::sweep(control.watch(), shutdown.clone()));
                 if let Some(listener) = admin_listener {
                     match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => admin::serve(listener, control, shutdown).await,

@@ -54,6 +54,36 @@ pub struct ClientPlan {
     pub trust_forwarded: bool,
     /// Log one line per request.
     pub access_log: bool,
+    /// The most header fields in a request head, and the most bytes of a head (request line
+    /// included); past either the client gets 431. Bounds what one slow or hostile client can
+    /// make trafik hold.
+    pub limits: HeadLimits,
+}
+
+/// Limits on one request head (HTTP/1.1; HTTP/2 heads are bounded by the h2 settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadLimits {
+    pub headers: usize,
+    pub bytes: usize,
+    /// The slowest a request body may come, in bytes a second on average once it has run for
+    /// two seconds (408 then); 0 allows any pace.
+    pub min_body_rate: u64,
+}
+
+impl HeadLimits {
+    /// hyper refuses a smaller read buffer: a head may always be this long.
+    pub const MIN_BYTES: usize = 8 * 1024;
+}
+
+impl Default for HeadLimits {
+    /// nginx's defaults: 100 fields (hyper's too), 4 × 8 KiB of head.
+    fn default() -> Self {
+        HeadLimits {
+            headers: 100,
+            bytes: 32 * 1024,
+            min_body_rate: 0,
+        }
+    }
 }
 
 /// One listening address, what it speaks and where its traffic goes.
@@ -335,6 +365,41 @@ pub struct PoolPlan {
     pub tls: Option<BackendTls>,
     /// For layer-4 pools: the PROXY protocol header that tells each backend who the client is.
     pub proxy_protocol: Option<ProxyProtocol>,
+    /// Passive health (outlier ejection); `None` turns it off.
+    pub outlier: Option<trafik_balance::OutlierRules>,
+    /// When and how often a request goes to another backend.
+    pub retry: RetryPlan,
+    /// The most requests in flight to one backend (a circuit breaker); 0 for no limit. A
+    /// backend at its limit is passed over; when all are, the client gets 503 at once.
+    pub max_requests_per_backend: u32,
+    /// A backend that comes back (from an ejection, or up again by its checks) gets its full
+    /// share of picks only after this long; zero turns the ramp off.
+    pub slow_start: Duration,
+}
+
+/// What else makes a pool send a request to another backend, and what bounds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryPlan {
+    /// Answers that send a bodiless idempotent request to another backend (502, 503, 504).
+    pub statuses: Vec<u16>,
+    /// Retries allowed over ten seconds, as a share of requests…
+    pub budget_ratio: f64,
+    /// …plus this many a second.
+    pub budget_floor: u32,
+    /// A retry after a lost request or a retried status waits a random time up to this, doubled
+    /// for each further retry (full jitter).
+    pub backoff: Duration,
+}
+
+impl Default for RetryPlan {
+    fn default() -> Self {
+        RetryPlan {
+            statuses: Vec::new(),
+            budget_ratio: 0.2,
+            budget_floor: 10,
+            backoff: Duration::from_millis(25),
+        }
+    }
 }
 
 /// One upstream server.

@@ -8,9 +8,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use trafik_balance::{BackendSet, BackendSpec, Selector};
+use trafik_balance::{BackendSet, BackendSpec, PickContext, Selector};
 
 use crate::counters::{BackendCounters, PerWorker};
+use crate::http::retry::Retrying;
+use crate::outlier::{PassiveHealth, SlowStart};
 use crate::plan::PoolPlan;
 use crate::sticky::Sticky;
 use crate::tls::backend::BackendTls;
@@ -81,6 +83,14 @@ pub struct Pool {
     pub unreachable: Arc<PerWorker<AtomicU64>>,
     /// Whether the rule reads requests in flight, so the set's counts must be kept.
     pub tracks_in_flight: bool,
+    /// Outlier ejection, unless the pool turned it off.
+    pub passive: Option<PassiveHealth>,
+    /// The retry budget and its counters.
+    pub retrying: Retrying,
+    /// Requests answered 503 because every backend was at `max_requests_per_backend`.
+    pub at_limit: Arc<PerWorker<AtomicU64>>,
+    /// Backends ramping up after coming back.
+    pub slow_start: SlowStart,
 }
 
 impl Pool {
@@ -111,6 +121,7 @@ impl Pool {
                             backends.set_up(index, set.is_up(old));
                         }
                         backends.set_draining(index, set.is_draining(old));
+                        backends.set_ejected(index, set.is_ejected(old));
                         member.counters.clone()
                     }
                     None => Arc::new(PerWorker::new(workers)),
@@ -122,6 +133,22 @@ impl Pool {
                 }
             })
             .collect();
+        let passive = plan.outlier.clone().map(|rules| {
+            let carried = plan.backends.iter().map(|backend| {
+                let previous = previous?;
+                let old = previous.index_of(backend.address)?;
+                Some(previous.passive.as_ref()?.state(old))
+            });
+            PassiveHealth::new(rules, carried)
+        });
+        if passive.is_none() {
+            // Without passive health nothing would bring an ejected backend back.
+            for index in 0..backends.len() {
+                backends.set_ejected(index, false);
+            }
+        }
+        let slow_start = SlowStart::new(plan.slow_start, plan.backends.len());
+        let retrying = Retrying::new(&plan.retry, previous.map(|p| &p.retrying), workers);
         let selector = plan.algorithm.build(&backends, &plan.selector_options);
         let sticky = plan.sticky.as_ref().map(|sticky| {
             Sticky::new(
@@ -135,6 +162,8 @@ impl Pool {
             || Arc::new(PerWorker::new(workers)),
             |p| p.unreachable.clone(),
         );
+        let at_limit =
+            previous.map_or_else(|| Arc::new(PerWorker::new(workers)), |p| p.at_limit.clone());
         Pool {
             tracks_in_flight: plan.algorithm.reads_in_flight(),
             plan,
@@ -143,6 +172,10 @@ impl Pool {
             selector,
             sticky,
             unreachable,
+            passive,
+            retrying,
+            at_limit,
+            slow_start,
         }
     }
 
@@ -171,6 +204,34 @@ impl Pool {
         self.members
             .iter()
             .position(|m| m.endpoint.address == address)
+    }
+
+    /// Whether backend `index` has as many requests in flight as the pool allows one backend.
+    pub fn at_request_limit(&self, index: usize) -> bool {
+        let limit = self.plan.max_requests_per_backend;
+        limit > 0
+            && self.members[index]
+                .counters
+                .sum(|c| crate::counters::read_gauge(&c.in_flight))
+                >= i64::from(limit)
+    }
+
+    /// The backend to send to after the rule picked `index`: another one (not tried) now and
+    /// then while `index` is in its slow start, so its share ramps up.
+    pub fn warmed(&self, index: usize, context: &PickContext) -> usize {
+        if !self.slow_start.passes_over(index) {
+            return index;
+        }
+        let mut others = *context;
+        others.tried.insert(index);
+        self.selector.pick(&self.backends, &others).unwrap_or(index)
+    }
+
+    /// Tells passive health what a request to backend `index` came to.
+    pub fn report(&self, index: usize, outcome: trafik_balance::Outcome) {
+        if let Some(passive) = &self.passive {
+            passive.report(&self.backends, index, outcome, &self.plan.name);
+        }
     }
 
     /// The backend whose address is written `address`, for the admin API.

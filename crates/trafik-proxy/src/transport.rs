@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::connections::Connections;
 use crate::http;
@@ -114,9 +114,18 @@ pub async fn accept_loop(
     connections: Rc<Connections>,
     mut stop: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
+    budget: Arc<Semaphore>,
 ) {
     let mut backoff = Duration::from_millis(5);
     loop {
+        // At the descriptor budget, wait for a connection to close before taking another.
+        let slot = tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => return,
+            slot = budget.clone().acquire_owned() => slot,
+        };
+        let Ok(slot) = slot else {
+            return;
+        };
         let accepted = tokio::select! {
             _ = stop.wait_for(|stopping| *stopping) => return,
             accepted = listener.accept() => accepted,
@@ -139,7 +148,7 @@ pub async fn accept_loop(
         let Some(kind) = snapshot.listener(id) else {
             continue;
         };
-        let alive = alive.clone();
+        let alive = (alive.clone(), slot);
         let (proxy, connections, scheme) = (proxy.clone(), connections.clone(), kind.scheme());
         match kind {
             Listener::Http { .. } => {

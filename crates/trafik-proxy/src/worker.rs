@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::connections::Connections;
 use crate::http::service::WorkerProxy;
@@ -33,6 +33,8 @@ pub struct WorkerStart {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub shutdown: watch::Receiver<bool>,
     pub epoch: Instant,
+    /// Client connections all workers may hold together (see [`crate::descriptors`]).
+    pub budget: Arc<Semaphore>,
 }
 
 /// Runs one worker until `shutdown` turns true and its connections drain (or the drain timeout
@@ -45,6 +47,7 @@ pub async fn run(start: WorkerStart) {
         mut snapshots,
         mut shutdown,
         epoch,
+        budget,
     } = start;
     let snapshot = snapshots.borrow_and_update().clone();
     let proxy = Rc::new(WorkerProxy::new(id, snapshot.clone(), epoch));
@@ -74,6 +77,7 @@ pub async fn run(start: WorkerStart) {
             connections.clone(),
             stopped,
             alive.clone(),
+            budget.clone(),
         ));
     };
     for (listener, socket) in listeners {

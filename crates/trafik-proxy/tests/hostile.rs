@@ -75,7 +75,7 @@ async fn a_connection_still_carrying_an_upload_never_serves_another_client() {
 async fn requests_a_proxy_must_not_pass_on_are_answered_with_their_status() {
     let echo = echo_server(Duration::ZERO).await;
     let running = trafik_proxy::start(plan(&[echo])).unwrap();
-    let cases: [(&[u8], &str); 8] = [
+    let cases: [(&[u8], &str); 9] = [
         (
             b"CONNECT kargo.test:443 HTTP/1.1\r\nHost: kargo.test:443\r\n\r\n",
             "501",
@@ -91,7 +91,11 @@ async fn requests_a_proxy_must_not_pass_on_are_answered_with_their_status() {
         ),
         (
             b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
-            "501",
+            "400",
+        ),
+        (
+            b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n",
+            "400",
         ),
     ];
     for (request, status) in cases {

@@ -164,9 +164,7 @@ async fn unequal_shares_leave_equal_connections_and_unequal_requests() {
     assert_eq!(sum(&status, "bytes_out"), 4848);
     assert!(column(&status, "active_connections").iter().all(|a| a == 0));
 
-    let metrics = get(running.admin_address().unwrap(), "/metrics")
-        .await
-        .text();
+    let metrics = admin_get(&running, "/metrics").await.text();
     for line in [
         "trafik_backend_connections_total{pool=\"takip\",backend=\"".to_owned(),
         "trafik_pool_connection_skew{pool=\"takip\"} 1\n".to_owned(),

@@ -1,6 +1,7 @@
 //! With no file descriptor left, accepting fails at once, again and again: the admin API must
-//! wait between attempts instead of spinning a core. In a test binary of its own, since it
-//! lowers the whole process's descriptor limit.
+//! wait between attempts instead of spinning a core, and health probes that cannot open a
+//! socket must not mark backends down. In a test binary of its own, since it lowers the whole
+//! process's descriptor limit; its tests take turns.
 
 mod support;
 
@@ -39,8 +40,12 @@ fn set_descriptor_limit(limit: u64) {
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &current) }, 0);
 }
 
+/// The descriptor limit is the process's: one test at a time changes it.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "current_thread")]
 async fn the_admin_api_backs_off_when_out_of_descriptors() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let replicas = replicas(1).await;
     let running = trafik_proxy::start(plan(&[replicas[0].address()])).unwrap();
     // Every thread of the instance is up and answering before descriptors run out.
@@ -75,5 +80,54 @@ async fn the_admin_api_backs_off_when_out_of_descriptors() {
         used < 30,
         "{used} ticks of CPU in one second while out of descriptors: the accept loop spins"
     );
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn probes_that_find_no_descriptor_leave_backends_up() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let replicas = replicas(2).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut plan = plan(&addresses);
+    plan.pools[0].health = Some(course_health_check());
+    let running = trafik_proxy::start(plan).unwrap();
+    let healthy = |status: &serde_json::Value| {
+        status["pools"][0]["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["healthy"] == true)
+            .collect::<Vec<_>>()
+    };
+    wait_for_status(&running, |s| healthy(s) == [true, true]).await;
+    // A connection opened beforehand asks while no descriptor is left.
+    let admin = running.admin_address().unwrap();
+    let mut client = Client::connect(admin).await;
+    let ask = || {
+        http::Request::get("/status")
+            .header("host", admin.to_string())
+            .body(http_body_util::Full::default())
+            .unwrap()
+    };
+    assert_eq!(client.send(ask()).await.status, 200);
+    let (soft, _) = {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        (limit.rlim_cur, limit.rlim_max)
+    };
+    set_descriptor_limit(open_descriptors().saturating_sub(1));
+    // Descriptors closed earlier left gaps below the limit: fill them too.
+    let filler: Vec<std::fs::File> = std::iter::from_fn(|| std::fs::File::open("/dev/null").ok())
+        .take(10_000)
+        .collect();
+    // Five probe intervals of 200 ms; with fall = 1 one failed probe would mark a backend down.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let during = client.send(ask()).await.json();
+    drop(filler);
+    set_descriptor_limit(soft);
+    assert_eq!(healthy(&during), [true, true], "{during}");
     stop(running).await;
 }

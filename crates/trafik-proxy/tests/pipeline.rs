@@ -12,33 +12,6 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_proxy::FilterPlan;
 
-/// An upstream that reads the whole request body, then answers 200 with its length.
-async fn body_reading_server() -> std::net::SocketAddr {
-    use http_body_util::BodyExt;
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
-                    let uri = request.uri().to_string();
-                    let length = request.into_body().collect().await?.to_bytes().len();
-                    Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::from(format!(
-                        "{uri} {length}"
-                    )))))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    address
-}
-
 #[tokio::test]
 async fn a_dot_segment_cannot_reach_a_route_it_does_not_name() {
     let public = body_reading_server().await;

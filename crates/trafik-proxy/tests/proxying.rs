@@ -175,45 +175,6 @@ async fn a_backend_slower_than_the_response_timeout_gives_504() {
 }
 
 #[tokio::test]
-async fn post_is_not_retried_unless_the_route_allows_it() {
-    // The first backend refuses connections: a port that was bound and released.
-    let closed = {
-        let listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT).unwrap();
-        listener.local_addr().unwrap()
-    };
-    let echo = echo_server(Duration::ZERO).await;
-    let post = || {
-        Request::post("/olay")
-            .header("host", "kargo.test")
-            .body(Full::new(Bytes::from_static(b"{}")))
-            .unwrap()
-    };
-    let running = trafik_proxy::start(plan(&[closed, echo])).unwrap();
-    let mut client = Client::connect(web(&running)).await;
-    assert_eq!(
-        client.send(post()).await.status,
-        502,
-        "POST went to the closed port, no retry"
-    );
-    assert_eq!(client.send(post()).await.status, 200);
-    stop(running).await;
-
-    let mut plan = plan(&[closed, echo]);
-    routes(&mut plan)[0].target = trafik_proxy::TargetPlan::Pool {
-        pool: "takip".into(),
-        retry_non_idempotent: true,
-    };
-    let running = trafik_proxy::start(plan).unwrap();
-    let mut client = Client::connect(web(&running)).await;
-    assert_eq!(
-        client.send(post()).await.status,
-        200,
-        "retried on the other backend"
-    );
-    stop(running).await;
-}
-
-#[tokio::test]
 async fn a_malformed_request_gets_400_and_the_proxy_keeps_serving() {
     let replicas = replicas(1).await;
     let running = trafik_proxy::start(plan(&[replicas[0].address()])).unwrap();
@@ -262,8 +223,7 @@ async fn the_metrics_endpoint_exposes_the_status_counters() {
     let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
     let running = trafik_proxy::start(plan(&addresses)).unwrap();
     tally(web(&running), 4).await;
-    let admin = running.admin_address().unwrap();
-    let metrics = get(admin, "/metrics").await.text();
+    let metrics = admin_get(&running, "/metrics").await.text();
     let line = format!(
         "trafik_backend_decisions_total{{pool=\"takip\",backend=\"{}\",name=\"k1\"}} 2",
         addresses[0]
@@ -271,7 +231,7 @@ async fn the_metrics_endpoint_exposes_the_status_counters() {
     assert!(metrics.contains(&line), "{metrics}");
     assert!(metrics.contains("# TYPE trafik_backend_requests_total counter"));
     assert!(metrics.contains("trafik_pool_unreachable_total{pool=\"takip\"} 0"));
-    assert_eq!(get(admin, "/nope").await.status, 404);
+    assert_eq!(admin_get(&running, "/nope").await.status, 404);
     stop(running).await;
 }
 

@@ -86,9 +86,7 @@ async fn messages_pings_and_the_close_cross_the_proxy_and_the_upgrade_is_counted
         k1["active_connections"] == 0 && k1["open_connections"] == 1
     })
     .await;
-    let metrics = get(running.admin_address().unwrap(), "/metrics")
-        .await
-        .text();
+    let metrics = admin_get(&running, "/metrics").await.text();
     let line = format!(
         "trafik_backend_upgrades_total{{pool=\"takip\",backend=\"{}\",name=\"k1\"}} 1",
         replicas[0].address()

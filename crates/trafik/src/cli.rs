@@ -174,9 +174,17 @@ pub struct ProxyArgs {
     /// Time between health checks.
     #[arg(long, default_value_t = Dur(schema::Health::DEFAULT_INTERVAL))]
     pub health_interval: Dur,
-    /// Other backends tried after a failed connect; 0 turns retries off.
+    /// Other backends tried after a failed connect, or after a backend lost a GET (its
+    /// connection broke or the response timeout passed); 0 turns retries off.
     #[arg(long, default_value_t = schema::Pool::DEFAULT_RETRIES)]
     pub retries: u32,
+    /// How long to wait for a backend's response head before answering 504 (or trying
+    /// another backend).
+    #[arg(long, value_name = "DUR", default_value_t = schema::UpstreamTimeouts::default().response.into_inner())]
+    pub response_timeout: Dur,
+    /// How long a connect to a backend may take.
+    #[arg(long, value_name = "DUR", default_value_t = schema::UpstreamTimeouts::default().connect.into_inner())]
+    pub connect_timeout: Dur,
     /// Serve the admin API (/status, /metrics, drain) here; loopback only unless
     /// --admin-allow-remote.
     #[arg(long)]

@@ -6,7 +6,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use common::{INSIDE_NAMESPACE, Proxy, Trafik, Upstream, run_in_own_network_namespace};
+use common::{INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, run_in_own_network_namespace};
 
 fn trafik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trafik"))
@@ -453,9 +453,7 @@ fn the_readme_main_command_serves_the_course_topology() {
         })
         .collect();
     assert_eq!(replicas, ["k1", "k2", "k3"]);
-    let status = curl("127.0.0.1:9090", "/status");
-    let body: serde_json::Value =
-        serde_json::from_str(status.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let body = get_json("127.0.0.1:9090", "/status");
     let backends = body["pools"][0]["backends"].as_array().unwrap();
     assert_eq!(backends.len(), 3);
     assert!(
@@ -532,7 +530,7 @@ fn health_errors_point_at_the_value_itself() {
     );
     assert!(
         errors.contains(
-            "health.toml:23:12: pool[0].health.interval: expected an interval above zero"
+            "health.toml:23:12: pool[0].health.interval: expected an interval of at least 100ms"
         ),
         "{errors}"
     );
@@ -645,5 +643,82 @@ fn check_shows_a_route_s_filters() {
     assert!(
         stdout.contains("    filter response header x-cevap: 1"),
         "{stdout}"
+    );
+}
+
+#[test]
+fn values_that_would_break_serve_are_refused_by_check() {
+    let text = r#"
+[[listener]]
+name = "web"
+listen = "0.0.0.0:18080"
+
+[[listener.route]]
+pool = "halka"
+
+[[pool]]
+name = "halka"
+algorithm = "maglev"
+hash_key = "path"
+virtual_nodes = 4000000000
+table_size = 4294967291
+backends = [{ address = "127.0.0.1:18080" }, { address = "127.0.0.1:18081" }]
+
+[pool.health]
+path = "/saglik"
+interval = "1us"
+
+[server.limits]
+head_bytes = "1KiB"
+"#;
+    let (code, _, errors) = check("breaks-serve.toml", text);
+    assert_eq!(code, 2, "{errors}");
+    for expected in [
+        "breaks-serve.toml:13:17: pool[0].virtual_nodes: expected from 1 to 10000 virtual nodes per backend",
+        "breaks-serve.toml:14:14: pool[0].table_size: expected a table size of at most 5000011",
+        "breaks-serve.toml:15:25: pool[0].backends[0].address: 127.0.0.1:18080 is the address of listener[0], whose routes lead into this pool",
+        "breaks-serve.toml:19:12: pool[0].health.interval: expected an interval of at least 100ms",
+        "breaks-serve.toml:22:14: server.limits.head_bytes: expected from 8KiB to 1MiB, found 1024 bytes",
+        "error: 5 errors in the configuration",
+    ] {
+        assert!(
+            errors.contains(expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
+}
+
+#[test]
+fn quick_mode_sets_the_upstream_timeouts() {
+    let upstream = Upstream::start(&["--delay", "5s"]);
+    let proxy = Proxy::start(
+        &[],
+        &[
+            "--to",
+            &upstream.address,
+            "--retries",
+            "0",
+            "--response-timeout",
+            "300ms",
+            "--connect-timeout",
+            "1s",
+        ],
+    );
+    let answer = curl(&proxy.address, "/takip/TR-4821");
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+    let output = trafik(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--to",
+        "127.0.0.1:1",
+        "--connect-timeout",
+        "0s",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        errors.contains("--connect-timeout: expected a timeout above zero"),
+        "{errors}"
     );
 }

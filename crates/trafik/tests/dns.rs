@@ -218,7 +218,7 @@ fn regions_leave_the_answers_when_their_checks_fail_and_return_after_rise() {
         let mut stream = std::net::TcpStream::connect(&dns.admin).unwrap();
         write!(
             stream,
-            "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
         let mut text = String::new();

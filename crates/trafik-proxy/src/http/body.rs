@@ -6,6 +6,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -24,6 +25,17 @@ pub struct RequestBody {
     /// `None` for a request without a body (most requests): nothing to watch, nothing
     /// allocated.
     upload: Option<Rc<Upload>>,
+    /// The slowest upload allowed, once it has run for [`BODY_RATE_GRACE`].
+    min_rate: Option<MinRate>,
+}
+
+/// How long an upload may go at any pace before its rate counts (a slow start, a pause).
+pub const BODY_RATE_GRACE: Duration = Duration::from_secs(2);
+
+/// A minimum upload rate, from when the body started.
+struct MinRate {
+    bytes_per_second: u64,
+    started: Instant,
 }
 
 /// Where a request body's bytes come from.
@@ -49,6 +61,8 @@ pub enum UploadState {
     Sent,
     ClientFailed,
     TooLarge,
+    /// The client sent its body slower than the listener's minimum rate (slowloris on the body).
+    TooSlow,
 }
 
 impl Upload {
@@ -84,6 +98,7 @@ impl Upload {
 pub enum BodyError {
     Client(hyper::Error),
     TooLarge { limit: u64 },
+    TooSlow { bytes_per_second: u64 },
 }
 
 impl fmt::Display for BodyError {
@@ -91,6 +106,12 @@ impl fmt::Display for BodyError {
         match self {
             BodyError::Client(error) => write!(f, "client body: {error}"),
             BodyError::TooLarge { limit } => write!(f, "request body over {limit} bytes"),
+            BodyError::TooSlow { bytes_per_second } => {
+                write!(
+                    f,
+                    "request body slower than {bytes_per_second} bytes a second"
+                )
+            }
         }
     }
 }
@@ -106,16 +127,30 @@ impl RequestBody {
             passed: 0,
             limit: None,
             upload,
+            min_rate: None,
         }
     }
 
-    /// No body: for requests trafik makes itself.
+    /// Refuses (as a [`BodyError::TooSlow`]) a body that, after [`BODY_RATE_GRACE`], has come
+    /// slower than `bytes_per_second` on average; 0 allows any pace.
+    pub fn min_rate(&mut self, bytes_per_second: u64) {
+        if bytes_per_second > 0 && self.upload.is_some() {
+            self.min_rate = Some(MinRate {
+                bytes_per_second,
+                started: Instant::now(),
+            });
+        }
+    }
+
+    /// No body: for requests trafik makes itself, and a bodiless request sent again after a
+    /// backend lost the first copy.
     pub fn empty() -> Self {
         RequestBody {
             source: Source::Read(None),
             passed: 0,
             limit: None,
             upload: None,
+            min_rate: None,
         }
     }
 
@@ -184,6 +219,16 @@ impl Body for RequestBody {
             {
                 this.report(UploadState::TooLarge);
                 return Poll::Ready(Some(Err(BodyError::TooLarge { limit })));
+            }
+        }
+        if let Some(min) = &this.min_rate {
+            let elapsed = min.started.elapsed();
+            if elapsed > BODY_RATE_GRACE
+                && (this.passed as f64) < min.bytes_per_second as f64 * elapsed.as_secs_f64()
+            {
+                let bytes_per_second = min.bytes_per_second;
+                this.report(UploadState::TooSlow);
+                return Poll::Ready(Some(Err(BodyError::TooSlow { bytes_per_second })));
             }
         }
         if this.is_end_stream() {

@@ -14,6 +14,7 @@ pub mod headers;
 pub mod key;
 pub mod path;
 pub mod policy;
+pub mod retry;
 pub mod route;
 pub mod server;
 pub mod service;

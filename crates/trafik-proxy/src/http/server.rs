@@ -22,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::service::{ClientConnection, WorkerProxy};
 use crate::connections::{Connections, Control, Watched};
 use crate::error::ProxyError;
+use crate::plan::HeadLimits;
 use crate::snapshot::ListenerId;
 
 /// Which HTTP versions a client connection may speak.
@@ -52,6 +53,10 @@ pub async fn serve<S>(
 {
     let control = connections.register(listener);
     let header_read_timeout = proxy.snapshot().client.header_read_timeout;
+    let limits = proxy.snapshot().client.limits;
+    // hyper panics below its minimum; the checker refuses such limits, a plan built in code is
+    // raised to it.
+    let head_bytes = limits.bytes.max(HeadLimits::MIN_BYTES);
     let served = Arc::new(AtomicBool::new(false));
     let io = TokioIo::new(MalformedAnswer {
         stream: Watched::new(stream, control.clone(), connections),
@@ -71,6 +76,8 @@ pub async fn serve<S>(
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)
+                .max_headers(limits.headers)
+                .max_buf_size(head_bytes)
                 // A client may close its sending side once its request is out (`nc -N`,
                 // HTTP/1.0 tools) and still wait for the answer.
                 .half_close(true)
@@ -88,6 +95,8 @@ pub async fn serve<S>(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)
+                .max_headers(limits.headers)
+                .max_buf_size(head_bytes)
                 .half_close(true);
             let connection = builder.serve_connection_with_upgrades(io, service);
             drive(connection, |c| c.graceful_shutdown(), &control, peer).await;

@@ -113,6 +113,9 @@ impl WorkerProxy {
         if let Some(refusal) = validate::refusal(&request) {
             return (refuse(refusal, snapshot, &request), None);
         }
+        if validate::loops_back(request.headers(), &snapshot.name) {
+            return (refuse(ProxyError::LoopDetected, snapshot, &request), None);
+        }
         match path::normalize(request.uri().path()) {
             Ok(None) => {}
             Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),
@@ -127,6 +130,9 @@ impl WorkerProxy {
         if let Some(captures) = captures {
             request.extensions_mut().insert(captures);
         }
+        request
+            .body_mut()
+            .min_rate(snapshot.client.limits.min_body_rate);
         let exchange = Exchange {
             connection,
             snapshot,

@@ -8,13 +8,14 @@ use std::time::Instant;
 
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use trafik_balance::PickContext;
+use trafik_balance::{Outcome, PickContext};
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::gateway::aggregate::AggregateTarget;
 use super::gateway::ambassador::AmbassadorTarget;
 use super::gateway::service::ServiceTarget;
 use super::key::request_key;
+use super::retry::Replay;
 use super::service::{ClientConnection, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
 use super::upstream::{Checkout, InFlight};
@@ -90,11 +91,11 @@ impl PoolTarget {
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let pool = &snapshot.pools[self.pool];
         let me = worker.id;
-        let retries = if request.method().is_idempotent() || self.retry_non_idempotent {
-            pool.plan.retries
-        } else {
-            0
-        };
+        // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
+        // after receiving it only if it may be repeated.
+        let retries = pool.plan.retries;
+        let replay = Replay::of(&request, retries, self.retry_non_idempotent);
+        pool.retrying.first_try(worker.now());
         let mut context = PickContext::default();
         if pool.needs_key()
             && let Some(key) = &pool.plan.hash_key
@@ -116,7 +117,7 @@ impl PoolTarget {
         // Set aside before sending: the request carries only what the next hop reads.
         let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
         let mut failure = ProxyError::NoHealthyBackend;
-        for _attempt in 0..=retries {
+        for attempt in 0..=retries {
             if timed {
                 context.now = worker.now();
             }
@@ -131,9 +132,15 @@ impl PoolTarget {
                     None => pool.selector.pick(&pool.backends, &context),
                 },
             };
-            let Some(index) = picked else {
+            let Some(index) = picked.map(|index| pool.warmed(index, &context)) else {
                 break;
             };
+            if pool.at_request_limit(index) {
+                // A circuit breaker: passed over like a failed backend, nothing charged to it.
+                context.tried.insert(index);
+                failure = ProxyError::BackendsAtLimit;
+                continue;
+            }
             let counters = pool.members[index].counters.mine(me);
             bump(&counters.decisions);
             let in_flight = InFlight::start(snapshot, self.pool, index, me);
@@ -141,6 +148,21 @@ impl PoolTarget {
             let sent_at = timed.then(Instant::now);
             match send(worker, pool, index, request, upload.as_ref()).await {
                 Ok((answer, checkout)) => {
+                    let status = answer.status().as_u16();
+                    pool.report(index, Outcome::of_status(status));
+                    if let Some(replay) = &replay
+                        && pool.retrying.retries_answer(status, answer.headers())
+                        && others_left(pool, &context, index)
+                        && pool.retrying.another(attempt, retries, me, worker.now())
+                    {
+                        tracing::debug!(pool = %pool.plan.name, backend = %address, status, "answer retried elsewhere");
+                        drop((answer, checkout, in_flight));
+                        context.tried.insert(index);
+                        failure = ProxyError::UpstreamFailed;
+                        request = replay.request();
+                        pool.retrying.back_off(attempt + 1).await;
+                        continue;
+                    }
                     let relayed = relay(
                         answer,
                         checkout,
@@ -180,24 +202,52 @@ impl PoolTarget {
                         rebinding = Some(Rebinding::Lost);
                     }
                     bump(&counters.failures);
+                    pool.report(index, Outcome::ConnectFailure);
                     tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
                     context.tried.insert(index);
                     failure = ProxyError::ConnectFailed;
                     request = *returned;
+                    if !pool.retrying.another(attempt, retries, me, worker.now()) {
+                        break;
+                    }
                 }
                 Err(Failure::Answered(error)) => {
                     if error.is_backend_fault() {
                         bump(&counters.failures);
+                        pool.report(index, Outcome::Error);
                     }
-                    return (error.response(), Some(address));
+                    match replay.as_ref() {
+                        Some(replay)
+                            if error.is_lost_request()
+                                && others_left(pool, &context, index)
+                                && pool.retrying.another(attempt, retries, me, worker.now()) =>
+                        {
+                            tracing::debug!(pool = %pool.plan.name, backend = %address, %error, "sending again elsewhere");
+                            context.tried.insert(index);
+                            failure = error;
+                            request = replay.request();
+                            pool.retrying.back_off(attempt + 1).await;
+                        }
+                        _ => return (error.response(), Some(address)),
+                    }
                 }
             }
         }
         if failure.is_unreachable() {
             bump(pool.unreachable.mine(me));
         }
+        if failure == ProxyError::BackendsAtLimit {
+            bump(pool.at_limit.mine(me));
+        }
         (failure.response(), None)
     }
+}
+
+/// Whether a backend other than `index` and those tried could take a retry.
+fn others_left(pool: &Pool, context: &PickContext, index: usize) -> bool {
+    let mut next = *context;
+    next.tried.insert(index);
+    pool.backends.available_count(&next) > 0
 }
 
 /// Turns a backend's answer into the client's: its body streams back on the connection, which
@@ -270,6 +320,7 @@ async fn send(
                     return Err(Failure::Answered(match upload.map(|u| u.state()) {
                         Some(UploadState::ClientFailed) => ProxyError::ClientAborted,
                         Some(UploadState::TooLarge) => ProxyError::RequestBodyTooLarge,
+                        Some(UploadState::TooSlow) => ProxyError::BodyTooSlow,
                         _ => ProxyError::UpstreamFailed,
                     }));
                 }

@@ -22,10 +22,29 @@ pub fn refusal<B>(request: &Request<B>) -> Option<ProxyError> {
     if !host_is_valid(request.headers(), request.version(), uri.authority()) {
         return Some(ProxyError::BadHost);
     }
-    if !transfer_coding_is_chunked(request.headers()) {
-        return Some(ProxyError::UnsupportedTransferCoding);
+    match transfer_coding(request.headers()) {
+        Coding::None | Coding::Chunked => None,
+        Coding::Ambiguous => Some(ProxyError::AmbiguousFraming),
+        Coding::Unsupported => Some(ProxyError::UnsupportedTransferCoding),
     }
-    None
+}
+
+/// Passes through one instance a request may have made already: one is a deliberate hop back
+/// into trafik (a pool reaching its own HTTPS listener), a second is a loop.
+const OWN_HOPS_ALLOWED: usize = 1;
+
+/// Whether a request is going round a loop: this instance's own name in `Via` (RFC 9110
+/// §7.6.3) more often than a deliberate hop explains means a backend address leads back to a
+/// listener that routes it there again, which would go on until sockets or memory run out.
+pub fn loops_back(headers: &HeaderMap, name: &str) -> bool {
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .flat_map(|value| value.to_str().unwrap_or("").split(','))
+        .filter_map(|entry| entry.split_whitespace().nth(1))
+        .filter(|received_by| *received_by == name)
+        .count()
+        > OWN_HOPS_ALLOWED
 }
 
 /// One `Host`, a name or address with an optional port; HTTP/1.0 may omit it, and HTTP/2 says
@@ -71,17 +90,40 @@ fn is_host(host: &[u8]) -> bool {
     name_ok && port.len() <= 5 && port.iter().all(u8::is_ascii_digit)
 }
 
-/// No `Transfer-Encoding`, or exactly `chunked`: other codings would reach the backend undone.
-fn transfer_coding_is_chunked(headers: &HeaderMap) -> bool {
-    let mut codings = headers
+/// What a request's `Transfer-Encoding` says about its framing.
+enum Coding {
+    None,
+    Chunked,
+    /// `chunked` more than once or beside `identity`: peers disagree on where such a body ends
+    /// (request smuggling), so it is refused as malformed and the connection closed. (With
+    /// `Content-Length` too, hyper has already dropped the length, as RFC 9112 §6.3 allows,
+    /// and closes the connection after the answer.)
+    Ambiguous,
+    /// A coding trafik cannot re-frame (`gzip, chunked`): it would reach the backend undone.
+    Unsupported,
+}
+
+fn transfer_coding(headers: &HeaderMap) -> Coding {
+    let codings = headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
         .flat_map(|value| value.to_str().unwrap_or("?").split(','))
         .map(str::trim);
-    match (codings.next(), codings.next()) {
-        (None, _) => true,
-        (Some(only), None) => only.eq_ignore_ascii_case("chunked"),
-        _ => false,
+    let (mut chunked, mut others, mut ambiguous) = (0, 0, false);
+    for coding in codings {
+        if coding.eq_ignore_ascii_case("chunked") {
+            chunked += 1;
+        } else if coding.eq_ignore_ascii_case("identity") || coding.is_empty() {
+            ambiguous = true;
+        } else {
+            others += 1;
+        }
+    }
+    match (chunked, others) {
+        (0, 0) if !ambiguous => Coding::None,
+        _ if ambiguous || chunked > 1 => Coding::Ambiguous,
+        (1, 0) => Coding::Chunked,
+        _ => Coding::Unsupported,
     }
 }
 
@@ -143,12 +185,49 @@ mod tests {
         };
         assert_eq!(with("chunked"), None);
         assert_eq!(with("ChUnKeD"), None);
-        for bad in ["gzip, chunked", "chunked, chunked", "identity"] {
+        for bad in ["gzip, chunked", "gzip"] {
             assert_eq!(
                 with(bad),
                 Some(ProxyError::UnsupportedTransferCoding),
                 "{bad}"
             );
         }
+        for ambiguous in [
+            "chunked, chunked",
+            "identity, chunked",
+            "identity",
+            "chunked,",
+        ] {
+            assert_eq!(
+                with(ambiguous),
+                Some(ProxyError::AmbiguousFraming),
+                "{ambiguous}"
+            );
+        }
+        let twice = refusal(&request(
+            Method::POST,
+            "/",
+            &[
+                ("host", "a"),
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked"),
+            ],
+        ));
+        assert_eq!(twice, Some(ProxyError::AmbiguousFraming));
+    }
+
+    #[test]
+    fn its_own_name_twice_in_via_is_a_loop() {
+        let via = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::VIA, value.parse().unwrap());
+            loops_back(&headers, "trafik")
+        };
+        assert!(!via("1.1 trafik"), "one hop back into trafik is no loop");
+        assert!(via("1.1 trafik, 1.1 trafik"));
+        assert!(via("1.1 trafik, 1.1 edge, 2 trafik (comment)"));
+        assert!(!via("1.1 trafikx, 1.1 trafik, 1.1 edge"));
+        assert!(!via("trafik"));
+        assert!(!loops_back(&HeaderMap::new(), "trafik"));
     }
 }

@@ -72,6 +72,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
             idle_timeout: Duration::from_secs(30),
             trust_forwarded: false,
             access_log: false,
+            limits: trafik_proxy::HeadLimits::default(),
         },
         drain_timeout: Duration::from_secs(5),
         dns: None,
@@ -122,6 +123,10 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         retries: 1,
         tls: None,
         proxy_protocol: None,
+        outlier: None,
+        retry: trafik_proxy::RetryPlan::default(),
+        max_requests_per_backend: 0,
+        slow_start: Duration::ZERO,
     }
 }
 
@@ -211,11 +216,19 @@ pub fn web(running: &Running) -> SocketAddr {
     running.listener_addresses()[0]
 }
 
+/// `GET path` from the admin API, which answers only to its address (or localhost) in `Host`.
+pub async fn admin_get(running: &Running, path: &str) -> Answer {
+    let admin = running.admin_address().expect("admin");
+    let request = Request::get(path)
+        .header("host", admin.to_string())
+        .body(Full::default())
+        .unwrap();
+    Client::connect(admin).await.send(request).await
+}
+
 /// `/status` from the admin API.
 pub async fn status(running: &Running) -> serde_json::Value {
-    get(running.admin_address().expect("admin"), "/status")
-        .await
-        .json()
+    admin_get(running, "/status").await.json()
 }
 
 /// Polls `/status` until `accept` holds, for at most five seconds.
@@ -344,6 +357,33 @@ pub async fn echo_server(delay: Duration) -> SocketAddr {
                     });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+/// An upstream that reads the whole request body, then answers 200 with its length.
+pub async fn body_reading_server() -> std::net::SocketAddr {
+    use http_body_util::BodyExt;
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
+                    let uri = request.uri().to_string();
+                    let length = request.into_body().collect().await?.to_bytes().len();
+                    Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::from(format!(
+                        "{uri} {length}"
+                    )))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                     .await;
             });
         }

@@ -8,7 +8,8 @@ use trafik_balance::Algorithm;
 use super::serve::serve;
 use crate::cli::{ProxyArgs, ProxyMode};
 use crate::config::schema::{
-    Admin, Backend, File, Health, Listener, ListenerTls, Pool, Protocol, Route, Server, unplaced,
+    Admin, Backend, File, Health, Listener, ListenerTls, Pool, Protocol, Route, Server,
+    UpstreamTimeouts, unplaced,
 };
 use crate::config::values::Dur;
 use crate::config::{self, Source};
@@ -56,6 +57,10 @@ impl From<ProxyArgs> for File {
             backends: Some(unplaced(backends.collect())),
             health,
             retries: args.retries,
+            timeouts: UpstreamTimeouts {
+                connect: unplaced(args.connect_timeout),
+                response: unplaced(args.response_timeout),
+            },
             hash_key: hash_key.map(unplaced),
             proxy_protocol: args.proxy_protocol.map(unplaced),
             ..Pool::default()
@@ -137,6 +142,8 @@ fn flag(field: &str) -> Option<&'static str> {
         "pool[0].algorithm" => "--algorithm",
         "pool[0].hash_key" => "--hash-key",
         "pool[0].retries" => "--retries",
+        "pool[0].timeouts.connect" => "--connect-timeout",
+        "pool[0].timeouts.response" => "--response-timeout",
         "pool[0].proxy_protocol" => "--proxy-protocol",
         "pool[0].health.path" => "--health-path",
         "pool[0].health.interval" => "--health-interval",

@@ -1,11 +1,17 @@
 //! `[pool.health]`: active checks that take a backend out after `fall` failed probes and back
 //! in after `rise` passed ones.
 
+use std::time::Duration;
+
 use toml::Spanned;
 use trafik_proxy::{HealthCheck, HealthPlan};
 
 use super::report::Report;
 use super::schema::{Health, HealthKind};
+use super::values::Dur;
+
+/// The shortest time between probes of one backend.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// `pool` is the pool's field path, such as `pool[0]`.
 pub fn check(report: &mut Report, pool: &str, health: Spanned<Health>) -> HealthPlan {
@@ -21,12 +27,18 @@ pub fn check(report: &mut Report, pool: &str, health: Spanned<Health>) -> Health
             ),
         );
     }
-    let interval = report.above_zero(
-        &health.interval,
-        &field("interval"),
-        "an interval",
-        "probes would never pause",
-    );
+    let interval = health.interval.get_ref().0;
+    if interval < MIN_INTERVAL {
+        report.error(
+            health.interval.span(),
+            &field("interval"),
+            format!(
+                "expected an interval of at least {} (such as \"2s\"), found {}: shorter ones spend a core probing",
+                Dur(MIN_INTERVAL),
+                health.interval.get_ref()
+            ),
+        );
+    }
     let timeout = report.above_zero(
         &health.timeout,
         &field("timeout"),

@@ -13,6 +13,10 @@ mod health;
 mod jwt;
 mod layer4;
 mod listener;
+mod loops;
+#[cfg(test)]
+mod mutations;
+mod outlier;
 mod pool;
 mod rate_limit;
 mod read;
@@ -59,6 +63,7 @@ pub fn load(name: &str, text: &str) -> Result<Loaded, Vec<ConfigError>> {
 /// Checks every section, from a file or from flags alike, and plans what to run.
 pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigError>> {
     let mut report = report::Report::new(source);
+    loops::check(&mut report, &file);
     let instance = server::check(&mut report, file.server);
     let admin = admin::check(&mut report, file.admin);
     let upstreams = upstream::check(&mut report, file.upstreams);

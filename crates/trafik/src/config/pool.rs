@@ -2,11 +2,11 @@
 
 use toml::Spanned;
 use trafik_balance::{Algorithm, SelectorOptions};
-use trafik_proxy::{BackendPlan, HashKey, PoolPlan};
+use trafik_proxy::{BackendPlan, HashKey, PoolPlan, RetryPlan};
 
 use super::report::Report;
 use super::schema::{Backend, Pool};
-use super::{health, layer4, sticky, tls};
+use super::{health, layer4, outlier, sticky, tls};
 use crate::suggest::did_you_mean;
 
 /// Each pool's name as written, by position; routes refer to pools by it.
@@ -36,6 +36,7 @@ pub fn check(
     let mut pool = pool.into_inner();
     let selector_options = selector_options(report, &field, &pool);
     let tls = tls::pool(report, &field, &pool);
+    let retry = retry(report, &field, &pool);
     let example = "name = \"takip\", the name routes use to send requests here";
     let name = report.required(
         pool.name.take(),
@@ -108,6 +109,7 @@ pub fn check(
         "a timeout",
         "every request would end in 504",
     );
+    let outlier = outlier::check(report, &field, pool.outlier);
     let sticky = match sticky {
         Some(plan) => Some(plan?),
         None => None,
@@ -125,7 +127,49 @@ pub fn check(
         retries: pool.retries,
         tls: tls?,
         proxy_protocol,
+        outlier,
+        retry,
+        max_requests_per_backend: pool.max_requests_per_backend,
+        slow_start: pool.slow_start.0,
     })
+}
+
+/// The retried statuses (5xx only: a 4xx is the request's fault and would fail anywhere), the
+/// budget's share (0 to 1) and the backoff (at most 10 s).
+fn retry(report: &mut Report, field: &str, pool: &Pool) -> RetryPlan {
+    let statuses = pool.retry_statuses.get_ref();
+    if let Some(bad) = statuses.iter().find(|s| !(500..=599).contains(*s)) {
+        report.error(
+            pool.retry_statuses.span(),
+            &format!("{field}.retry_statuses"),
+            format!("expected 5xx statuses such as [502, 503, 504], found {bad}"),
+        );
+    }
+    let ratio = *pool.retry_budget.get_ref();
+    if !(0.0..=1.0).contains(&ratio) {
+        report.error(
+            pool.retry_budget.span(),
+            &format!("{field}.retry_budget"),
+            format!("expected a share of requests from 0.0 to 1.0 (0.2 is a fifth), found {ratio}"),
+        );
+    }
+    let backoff = pool.retry_backoff.get_ref().0;
+    if backoff > std::time::Duration::from_secs(10) {
+        report.error(
+            pool.retry_backoff.span(),
+            &format!("{field}.retry_backoff"),
+            format!(
+                "expected at most 10s, found {}",
+                pool.retry_backoff.get_ref()
+            ),
+        );
+    }
+    RetryPlan {
+        statuses: statuses.clone(),
+        budget_ratio: ratio,
+        budget_floor: pool.retry_budget_floor,
+        backoff,
+    }
 }
 
 fn algorithm(report: &mut Report, field: &str, name: &Spanned<String>) -> Option<Algorithm> {
@@ -191,13 +235,7 @@ fn backends(
 fn selector_options(report: &mut Report, field: &str, pool: &Pool) -> SelectorOptions {
     let mut options = SelectorOptions::default();
     if let Some(vnodes) = &pool.virtual_nodes {
-        if *vnodes.get_ref() == 0 {
-            report.error(
-                vnodes.span(),
-                &format!("{field}.virtual_nodes"),
-                "expected at least 1 virtual node per backend",
-            );
-        }
+        virtual_nodes_in_range(report, vnodes, &format!("{field}.virtual_nodes"));
         options.virtual_nodes = *vnodes.get_ref();
     }
     if let Some(factor) = &pool.balance_factor {
@@ -220,7 +258,15 @@ fn selector_options(report: &mut Report, field: &str, pool: &Pool) -> SelectorOp
     }
     if let Some(size) = &pool.table_size {
         let size_value = *size.get_ref();
-        if !is_prime(size_value) {
+        if size_value > MAX_TABLE_SIZE {
+            report.error(
+                size.span(),
+                &format!("{field}.table_size"),
+                format!(
+                    "expected a table size of at most {MAX_TABLE_SIZE} (a prime; 65537 suits pools of up to a few hundred backends), found {size_value}: the table is filled slot by slot on every reload"
+                ),
+            );
+        } else if !is_prime(size_value) {
             report.error(
                 size.span(),
                 &format!("{field}.table_size"),
@@ -230,6 +276,27 @@ fn selector_options(report: &mut Report, field: &str, pool: &Pool) -> SelectorOp
         options.table_size = size_value;
     }
     options
+}
+
+/// The largest Maglev table (Envoy's bound, a prime): 20 MB, filled in well under a second.
+const MAX_TABLE_SIZE: u32 = 5_000_011;
+
+/// The most ring points per backend: 10,000 already spread keys within a fraction of a
+/// percent, and a pool's ring is this many times its backends, built on every reload.
+const MAX_VIRTUAL_NODES: u32 = 10_000;
+
+/// Checks a ring's points per backend (a pool's `virtual_nodes`, or its sticky section's).
+pub fn virtual_nodes_in_range(report: &mut Report, vnodes: &Spanned<u32>, field: &str) {
+    let count = *vnodes.get_ref();
+    if !(1..=MAX_VIRTUAL_NODES).contains(&count) {
+        report.error(
+            vnodes.span(),
+            field,
+            format!(
+                "expected from 1 to {MAX_VIRTUAL_NODES} virtual nodes per backend (160 is usual), found {count}"
+            ),
+        );
+    }
 }
 
 /// Maglev fills its table by stepping through it, which only visits every slot when the size

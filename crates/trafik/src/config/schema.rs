@@ -51,6 +51,28 @@ pub struct Server {
     /// The request header each instance appends its name to (the course's `x-durak`).
     pub trace_header: Option<Spanned<String>>,
     pub timeouts: ClientTimeouts,
+    pub limits: ClientLimits,
+}
+
+/// `[server.limits]`: how large a request head may be.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientLimits {
+    pub headers: Spanned<usize>,
+    pub head_bytes: Spanned<Size>,
+    /// Bytes a second a request body must average after two seconds; 0 for any pace.
+    pub min_body_rate: Size,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        let limits = trafik_proxy::HeadLimits::default();
+        ClientLimits {
+            headers: unplaced(limits.headers),
+            head_bytes: unplaced(Size(limits.bytes as u64)),
+            min_body_rate: Size(limits.min_body_rate),
+        }
+    }
 }
 
 impl Server {
@@ -67,6 +89,7 @@ impl Default for Server {
             access_log: false,
             trace_header: None,
             timeouts: ClientTimeouts::default(),
+            limits: ClientLimits::default(),
         }
     }
 }
@@ -400,6 +423,20 @@ pub struct Pool {
     pub sni: Option<Spanned<String>>,
     /// For layer-4 pools: `v1` or `v2`, the PROXY protocol header sent to backends.
     pub proxy_protocol: Option<Spanned<String>>,
+    /// Passive health: on unless `enabled = false`.
+    pub outlier: Outlier,
+    /// Answers (5xx) that send a bodiless idempotent request to another backend.
+    pub retry_statuses: Spanned<Vec<u16>>,
+    /// The retry budget: this share of requests over ten seconds, plus `retry_budget_floor` a
+    /// second.
+    pub retry_budget: Spanned<f64>,
+    pub retry_budget_floor: u32,
+    /// The first retry's most random wait; doubled for each further retry.
+    pub retry_backoff: Spanned<Dur>,
+    /// A circuit breaker: the most requests in flight to one backend; 0 for none.
+    pub max_requests_per_backend: u32,
+    /// How long a backend that comes back takes to reach its full share; 0s for at once.
+    pub slow_start: Dur,
 }
 
 impl Pool {
@@ -424,6 +461,13 @@ impl Default for Pool {
             ca: None,
             sni: None,
             proxy_protocol: None,
+            outlier: Outlier::default(),
+            retry_statuses: unplaced(Vec::new()),
+            retry_budget: unplaced(trafik_proxy::RetryPlan::default().budget_ratio),
+            retry_budget_floor: trafik_proxy::RetryPlan::default().budget_floor,
+            retry_backoff: unplaced(Dur(trafik_proxy::RetryPlan::default().backoff)),
+            max_requests_per_backend: 0,
+            slow_start: Dur(Duration::ZERO),
         }
     }
 }
@@ -749,6 +793,38 @@ impl Default for DnsName {
             all_down: unplaced("primary".into()),
             regions: Vec::new(),
             max: unplaced(Self::DEFAULT_MAX),
+        }
+    }
+}
+
+/// `[pool.outlier]`: passive health, which takes a backend out for a while after connect
+/// failures or errors in a row, or a window of requests with too few successes. Defaults come
+/// from `trafik_balance::OutlierRules`.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Outlier {
+    pub enabled: bool,
+    pub consecutive_connect_failures: u32,
+    pub consecutive_errors: u32,
+    pub min_success_rate: Spanned<f64>,
+    pub success_rate_window: Spanned<u32>,
+    pub base_ejection: Spanned<Dur>,
+    pub max_ejection: Spanned<Dur>,
+    pub max_ejected_percent: Spanned<u32>,
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        let rules = trafik_balance::OutlierRules::default();
+        Outlier {
+            enabled: true,
+            consecutive_connect_failures: rules.consecutive_connect_failures,
+            consecutive_errors: rules.consecutive_errors,
+            min_success_rate: unplaced(rules.min_success_rate),
+            success_rate_window: unplaced(rules.success_rate_window),
+            base_ejection: unplaced(Dur(rules.base_ejection)),
+            max_ejection: unplaced(Dur(rules.max_ejection)),
+            max_ejected_percent: unplaced(rules.max_ejected_percent),
         }
     }
 }

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use http::HeaderName;
-use trafik_proxy::ClientPlan;
 use trafik_proxy::http::headers::is_hop_by_hop;
+use trafik_proxy::{ClientPlan, HeadLimits};
 
 use super::report::Report;
-use super::schema::Server;
+use super::schema::{ClientLimits, Server};
 
 /// What `[server]` resolves to.
 pub struct Instance {
@@ -48,6 +48,7 @@ pub fn check(report: &mut Report, server: Server) -> Instance {
         ),
         trust_forwarded: server.trust_forwarded,
         access_log: server.access_log,
+        limits: limits(report, &server.limits),
     };
     let trace_header = server.trace_header.and_then(|header| {
         let refuse = |report: &mut Report, message: String| {
@@ -84,4 +85,30 @@ pub fn check(report: &mut Report, server: Server) -> Instance {
 /// The data-plane threads to run when the config does not say: one per core.
 fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// At least one header (`Host`) and hyper's smallest head buffer; at most 1 MiB of head.
+fn limits(report: &mut Report, limits: &ClientLimits) -> HeadLimits {
+    let headers = *limits.headers.get_ref();
+    if headers == 0 {
+        report.error(
+            limits.headers.span(),
+            "server.limits.headers",
+            "expected at least 1 header field (Host), such as 100",
+        );
+    }
+    let bytes = limits.head_bytes.get_ref().0;
+    let range = HeadLimits::MIN_BYTES as u64..=1024 * 1024;
+    if !range.contains(&bytes) {
+        report.error(
+            limits.head_bytes.span(),
+            "server.limits.head_bytes",
+            format!("expected from 8KiB to 1MiB, found {bytes} bytes"),
+        );
+    }
+    HeadLimits {
+        headers,
+        bytes: bytes as usize,
+        min_body_rate: limits.min_body_rate.0,
+    }
 }

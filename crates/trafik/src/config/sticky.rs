@@ -32,15 +32,11 @@ pub fn check(
         "modulo" => Some(StickyPlan::Modulo),
         "consistent" => {
             let virtual_nodes = match sticky.virtual_nodes {
-                Some(nodes) if *nodes.get_ref() == 0 => {
-                    report.error(
-                        nodes.span(),
-                        &format!("{pool}.sticky.virtual_nodes"),
-                        "expected at least 1 virtual node per backend",
-                    );
-                    return None;
+                Some(nodes) => {
+                    let field = format!("{pool}.sticky.virtual_nodes");
+                    super::pool::virtual_nodes_in_range(report, &nodes, &field);
+                    nodes.into_inner()
                 }
-                Some(nodes) => nodes.into_inner(),
                 None => virtual_nodes,
             };
             Some(StickyPlan::Consistent { virtual_nodes })

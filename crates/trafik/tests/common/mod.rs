@@ -80,7 +80,12 @@ impl Upstream {
             .local_addr()
             .unwrap()
             .port();
-        let address = format!("127.0.0.1:{port}");
+        Upstream::start_at(&format!("127.0.0.1:{port}"), extra)
+    }
+
+    /// A replica on a given address (a restarted one takes its old address again).
+    pub fn start_at(address: &str, extra: &[&str]) -> Upstream {
+        let address = address.to_owned();
         let mut args = vec!["upstream", "--name", "k1", "--listen", &address];
         args.extend_from_slice(extra);
         let (trafik, _) = Trafik::start(&args, Stdio::null(), "upstream k1 on");
@@ -136,7 +141,7 @@ pub fn get_json(address: &str, path: &str) -> serde_json::Value {
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut answer = String::new();

@@ -12,6 +12,7 @@ use http::{Request, StatusCode, header};
 use super::{GateStats, Stats, access_log, refusal};
 use crate::admin::escape;
 use crate::counters::{PerWorker, add, bump, read};
+use crate::error::ProxyError;
 use crate::http::body::{BodyError, RequestBody};
 use crate::http::filter::{Exchange, Filter, Step, Waiting, declared_length};
 use crate::plan::GatePlan;
@@ -271,6 +272,11 @@ impl Filter for Gate {
                         reason: "the body did not arrive whole".into(),
                     };
                     return self.refuse(exchange, refused, 0);
+                }
+                // The listener's minimum body rate, not a gate check: its own answer (408).
+                Err(BodyError::TooSlow { .. }) => {
+                    access_log::record(exchange, Stage::Gate, "refused: body too slow");
+                    return Step::Respond(Box::new(ProxyError::BodyTooSlow.response()));
                 }
             };
             let outcome = self.rules.check_body(&body);

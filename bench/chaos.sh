@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Chaos under load (issue 13): `trafik load` at RATE req/s for 10 s through quick mode in front
+# of three replicas while one of them is killed and restarted, never answers, or fails half its
+# requests; then every backend down, for the retry budget. Prints each run's failures, latency
+# and what /status says. Usage: bench/chaos.sh [RATE]   (TRAFIK=path/to/trafik to skip the
+# release build). Stand-ins for the silent and half-failing replica are Python (python3).
+set -euo pipefail
+rate=${1:-2000}
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+TRAFIK=$trafik
+ports=(39201 39202 39203)
+proxy_port=39200
+admin=127.0.0.1:39209
+
+cat > "$work/standin.py" <<'PY'
+import socket, sys, threading
+port, mode = int(sys.argv[1]), sys.argv[2]
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", port)); s.listen(1024)
+count, lock = [0], threading.Lock()
+def serve(c):
+    buf = b""
+    while True:
+        try: d = c.recv(65536)
+        except OSError: return
+        if not d: return
+        if mode == "silent": continue
+        buf += d
+        while b"\r\n\r\n" in buf:
+            buf = buf[buf.index(b"\r\n\r\n") + 4:]
+            with lock: count[0] += 1; n = count[0]
+            c.sendall(b"HTTP/1.1 %d X\r\ncontent-length: 2\r\n\r\nok" % (500 if n % 2 else 200))
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+PY
+
+replica() { "$TRAFIK" upstream --listen "127.0.0.1:$1" --name "k$1" >/dev/null 2>&1 & pids+=($!); echo $!; }
+proxy() {
+  local args=()
+  for port in "${ports[@]}"; do args+=(--to "127.0.0.1:$port"); done
+  "$TRAFIK" proxy --listen "127.0.0.1:$proxy_port" --admin "$admin" "${args[@]}" "$@" >"$work/proxy.log" 2>&1 &
+  pids+=($!); proxy_pid=$!
+  sleep 1
+}
+load() { "$TRAFIK" load "http://127.0.0.1:$proxy_port/takip/TR-{n}" --rate "$rate" --duration 10s --json >"$work/load.json" 2>/dev/null || true; }
+report() {
+  python3 - "$1" "$work/load.json" "$(curl -s "http://$admin/status")" <<'PY'
+import json, sys
+name, load, status = sys.argv[1], json.load(open(sys.argv[2])), json.loads(sys.argv[3])
+pool = status["pools"][0]
+failed = sum(load["errors"].values())
+print(f"{name}: {load['sent']} sent at {load['achieved_rate']:.0f}/s, {failed} failed "
+      f"{ {k: v for k, v in load['errors'].items() if v} }, p50 {load['latency_ms']['p50']} ms, "
+      f"p99 {load['latency_ms']['p99']} ms, max {load['latency_ms']['max']} ms; retries {pool['retries']}, "
+      f"refused by the budget {pool['retries_refused']}")
+for b in pool["backends"]:
+    print(f"    {b['address']}: requests {b['requests']}, healthy {b['healthy']}, "
+          f"ejections {b.get('ejections')}, reason {b.get('ejection_reason')}")
+PY
+}
+stop_all() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+
+for checks in "" "--health-path /saglik --health-interval 500ms"; do
+  for port in "${ports[@]}"; do replica "$port" >/dev/null; done
+  victim=$(pgrep -f "upstream --listen 127.0.0.1:${ports[1]}" | head -1)
+  # shellcheck disable=SC2086
+  proxy $checks
+  load & loader=$!
+  sleep 3; kill -9 "$victim"
+  sleep 1.5
+  curl -s "http://$admin/status" | python3 -c "import json,sys; b=json.load(sys.stdin)['pools'][0]['backends'][1]; print('    at 4.5 s the killed replica: healthy', b['healthy'], 'ejected', b.get('ejected'), b.get('ejection_reason'))"
+  sleep 1.5; replica "${ports[1]}" >/dev/null
+  wait "$loader"
+  report "kill -9 at 3 s, restart at 6 s ${checks:+(active checks)}"
+  stop_all
+done
+
+for mode in silent half; do
+  replica "${ports[0]}" >/dev/null; replica "${ports[1]}" >/dev/null
+  python3 "$work/standin.py" "${ports[2]}" "$mode" & pids+=($!)
+  proxy --response-timeout 200ms
+  load
+  report "one replica $mode (per-try timeout 200 ms)"
+  stop_all
+done
+
+ports=(39211 39212 39213)
+proxy --retries 2
+load
+report "every backend refusing, --retries 2"
+stop_all
