@@ -329,3 +329,23 @@ async fn lesson_4_the_app_sees_21_requests_proxied_and_1_with_a_static_content_p
     assert_eq!(served["bytes"], 216_000);
     stop(split).await;
 }
+
+/// Probe finding: a suffix range on an empty file (`bytes=-1`) computed `end - 1` on zero and
+/// panicked, dropping the connection without an answer. Nothing in an empty file can satisfy a
+/// range: 416, like `bytes=0-`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suffix_range_on_an_empty_file_is_416_not_a_dropped_connection() {
+    let root = folder("empty-range");
+    std::fs::write(root.join("bos.txt"), "").unwrap();
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    for range in ["bytes=-1", "bytes=-5", "bytes=0-"] {
+        let request = format!(
+            "GET /varlik/bos.txt HTTP/1.1\r\nhost: kargo.test\r\nrange: {range}\r\nconnection: close\r\n\r\n"
+        );
+        let answer = raw_exchange(web(&running), request.as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 416") && answer.contains("content-range: bytes */0"),
+            "{range}: {answer:?}"
+        );
+    }
+}

@@ -346,7 +346,8 @@ fn byte_range(value: &HeaderValue, len: u64) -> Option<Result<(u64, u64), ()>> {
     let number = |text: &str| text.parse::<u64>().ok();
     let range = if first.is_empty() {
         let suffix = number(last)?;
-        if suffix == 0 {
+        // Nothing in an empty file satisfies a range (and `end - 1` must stay above zero).
+        if suffix == 0 || len == 0 {
             return Some(Err(()));
         }
         (len.saturating_sub(suffix), len)
@@ -424,6 +425,7 @@ mod tests {
         assert_eq!(range("bytes=50-500", 100), Some(Ok((50, 100))));
         assert_eq!(range("bytes=100-", 100), Some(Err(())));
         assert_eq!(range("bytes=-0", 100), Some(Err(())));
+        assert_eq!(range("bytes=-1", 0), Some(Err(())));
         assert_eq!(range("bytes=0-1,5-6", 100), None);
         assert_eq!(range("items=0-1", 100), None);
         assert_eq!(range("bytes=9-1", 100), None);
