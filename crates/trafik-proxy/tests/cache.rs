@@ -587,3 +587,49 @@ async fn a_reload_keeps_a_cache_whose_settings_stay_and_empties_one_that_changes
     assert_eq!(origin_requests(origin[0].address()).await, 2);
     stop(running).await;
 }
+
+/// An origin that answers every request on a connection with the same raw `answer` bytes.
+async fn raw_origin(answer: &'static [u8]) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = vec![0; 4096];
+                while let Ok(read) = stream.read(&mut buffer).await {
+                    if read == 0 || stream.write_all(answer).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// Probe finding: an origin's 204 that names a Content-Length (its body is dropped, as a 204
+/// has none) was stored and answered with that length over an empty body: hyper's length check
+/// panicked and the client waited for an answer that never came, on the miss and on every hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_204_that_names_a_length_is_answered_without_one_on_a_miss_and_a_hit() {
+    let origin = raw_origin(
+        b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\ncache-control: max-age=60\r\n\r\nbosss",
+    )
+    .await;
+    let running =
+        trafik_proxy::start(edge(&[origin], cache_plan(Duration::from_secs(60)))).unwrap();
+    for expected in ["iska", "isabet"] {
+        let answer = raw_exchange(
+            web(&running),
+            b"GET /bos HTTP/1.1\r\nhost: kargo.test\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        let head = answer.to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 204"), "{answer:?}");
+        assert!(head.contains(&format!("x-kenar: {expected}")), "{answer:?}");
+        assert!(!head.contains("content-length"), "{answer:?}");
+    }
+}

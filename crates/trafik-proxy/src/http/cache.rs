@@ -472,7 +472,7 @@ impl CachedTarget {
             let detail = format!("{forward}; fwd-status={}; detail=size", status.as_u16());
             return (response, backend, Outcome::miss(detail));
         }
-        let (parts, body) = response.into_parts();
+        let (mut parts, body) = response.into_parts();
         let Ok(collected) = body.collect().await else {
             lead.finish(None);
             return (
@@ -483,6 +483,7 @@ impl CachedTarget {
         };
         let body = collected.to_bytes();
         add(&counters.origin_bytes, body.len());
+        length_of(&mut parts.headers, parts.status, body.len());
         let mut stored_headers = parts.headers.clone();
         remove_hop_by_hop(&mut stored_headers);
         let version = self.cache.store.next_version();
@@ -591,6 +592,17 @@ impl CachedTarget {
             };
             headers.insert(custom.name.clone(), value.clone());
         }
+    }
+}
+
+/// The length the read bytes have, which the answers sent from them must say: an origin's 204
+/// (whose body hyper drops) may still name one, and hyper then panics on the mismatch (or,
+/// built without debug checks, sends a length and no body).
+fn length_of(headers: &mut HeaderMap, status: StatusCode, len: usize) {
+    if status == StatusCode::NO_CONTENT {
+        headers.remove(header::CONTENT_LENGTH);
+    } else {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     }
 }
 
