@@ -165,9 +165,83 @@ impl Rules {
         let Some(schema) = &self.body_schema else {
             return Ok(());
         };
-        let document: Value = serde_json::from_slice(body)
-            .map_err(|_| Refusal::new(Check::Body, "body is not JSON"))?;
+        let document = match serde_json::from_slice::<Unique>(body) {
+            Ok(Unique(document)) => document,
+            Err(error) if error.is_data() => {
+                return Err(Refusal::new(Check::Body, "body names a key twice"));
+            }
+            Err(_) => return Err(Refusal::new(Check::Body, "body is not JSON")),
+        };
         first_error(schema, &document, Check::Body)
+    }
+}
+
+/// A JSON document whose objects name each key once. serde_json keeps the last of a repeated
+/// key, an application behind the gate may keep the first: it would then act on a value the
+/// schema never judged.
+struct Unique(Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(value.into())
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(value.into())
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(value.into())
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<Value, A::Error> {
+        let mut array = Vec::new();
+        while let Some(Unique(item)) = items.next_element()? {
+            array.push(item);
+        }
+        Ok(Value::Array(array))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = entries.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom("a key named twice"));
+            }
+            let Unique(value) = entries.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -246,6 +320,24 @@ mod tests {
             gate.check_body(b"{").unwrap_err().reason,
             "body is not JSON"
         );
+    }
+
+    #[test]
+    fn a_body_that_names_a_key_twice_is_refused_at_any_depth() {
+        let gate = takip();
+        for body in [
+            &br#"{"takipNo":"bozuk","takipNo":"TR-4821"}"#[..],
+            br#"{"takipNo":"TR-4821","\u0074akipNo":"bozuk"}"#,
+            br#"{"takipNo":"TR-4821","x":[{"a":1,"a":2}]}"#,
+        ] {
+            let refusal = gate.check_body(body).unwrap_err();
+            assert_eq!(
+                (refusal.check, refusal.reason.as_str()),
+                (Check::Body, "body names a key twice")
+            );
+        }
+        let nested = br#"{"takipNo":"TR-4821","x":[1,2.5,null,true,{"a":{"a":"b"}}]}"#;
+        assert!(gate.check_body(nested).is_ok());
     }
 
     #[test]

@@ -895,3 +895,44 @@ backends = [{ address = "127.0.0.1:1" }]
         assert!(errors.contains(expected), "{expected}\n in:\n{errors}");
     }
 }
+
+/// Probe finding: the gate judged the last of a repeated key (serde_json's choice) and passed
+/// the body on unchanged, so an application that keeps the first key read `"bozuk"`, a value
+/// the schema never saw. A body that names a key twice is now refused before the application.
+#[test]
+fn a_body_that_names_a_key_twice_never_reaches_the_application() {
+    let app = Upstream::start(&[]);
+    let address = free_address();
+    let dir = scratch("duplicate-key");
+    let config = format!(
+        r#"
+[[listener]]
+name = "kapi"
+listen = "{address}"
+
+[[listener.route]]
+pool = "uygulama"
+
+[listener.route.gate]
+paths = ["/takip"]
+body_schema = {{ type = "object", required = ["takipNo"], properties = {{ takipNo = {{ type = "string", pattern = '^TR-\d{{4}}$' }} }} }}
+
+[[pool]]
+name = "uygulama"
+backends = [{{ address = "{app}" }}]
+"#,
+        app = app.address,
+    );
+    let _trafik = serve(&dir, &config);
+    let once = send(&address, "POST", "/takip", &[], TAKIP);
+    assert!(once.written_by_app(), "{}", once.head);
+    for body in [
+        &br#"{"takipNo":"bozuk","takipNo":"TR-4821"}"#[..],
+        br#"{"takipNo":"TR-4821","\u0074akipNo":"bozuk"}"#,
+    ] {
+        let twice = send(&address, "POST", "/takip", &[], body);
+        assert_eq!(twice.status, 400, "{}", twice.head);
+        assert!(!twice.written_by_app());
+        assert_eq!(twice.body, "body names a key twice\n");
+    }
+}
