@@ -56,7 +56,9 @@ pub async fn serve(
             let service = service_fn(move |request| {
                 let instance = instance.clone();
                 async move {
-                    Ok::<_, Infallible>(if caches::is_cache_path(request.uri().path()) {
+                    Ok::<_, Infallible>(if let Some(refusal) = refusal(&instance, &request) {
+                        refusal
+                    } else if caches::is_cache_path(request.uri().path()) {
                         caches::answer(&instance, request).await
                     } else {
                         answer(&instance, &request).await
@@ -72,24 +74,31 @@ pub async fn serve(
     }
 }
 
-async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let path = request.uri().path();
-    let method = request.method();
-    if method == Method::POST && from_a_foreign_page(request, instance.admin) {
-        return reply(
+/// The admin API's guards, before any endpoint (the cache endpoints change what every client
+/// gets): a change from another origin's page, or any request to a name that is not this
+/// machine's, is refused.
+fn refusal(instance: &Instance, request: &Request<Incoming>) -> Option<Response<Full<Bytes>>> {
+    if !request.method().is_safe() && from_a_foreign_page(request, instance.admin) {
+        return Some(reply(
             StatusCode::FORBIDDEN,
             "text/plain",
             "a web page of another origin may not change trafik; use trafik reload, curl or the admin's own origin\n".into(),
-        );
+        ));
     }
     let loopback = instance.admin.is_some_and(|admin| admin.ip().is_loopback());
     if loopback && !names_this_machine(request) {
-        return reply(
+        return Some(reply(
             StatusCode::FORBIDDEN,
             "text/plain",
             "the admin API answers only to an IP address or localhost in Host (a web page's name could be made to point here)\n".into(),
-        );
+        ));
     }
+    None
+}
+
+async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    let method = request.method();
     let snapshot = instance.snapshot();
     match path {
         "/status" | "/metrics" if method != Method::GET => {

@@ -633,3 +633,62 @@ async fn a_204_that_names_a_length_is_answered_without_one_on_a_miss_and_a_hit()
         assert!(!head.contains("content-length"), "{answer:?}");
     }
 }
+
+/// Probe finding: the cache endpoints were answered before the admin API's guards, so a page
+/// on a rebound name (`Host: evil.test`) could push an object every client then got, and a
+/// cross-site form (`Origin: http://evil.test`) could purge. Both are now refused as for
+/// `/reload`, and nothing is stored or purged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_endpoints_refuse_foreign_pages_like_the_rest_of_the_admin_api() {
+    let origin = replicas(1).await;
+    let running = trafik_proxy::start(edge(
+        &[origin[0].address()],
+        cache_plan(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    let address = running.admin_address().unwrap();
+    let foreign = |method: &str, path: &str, name: &str, value: &str| {
+        let host = if name == "host" {
+            value.to_owned()
+        } else {
+            address.to_string()
+        };
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", host);
+        if name != "host" {
+            request = request.header(name, value);
+        }
+        request
+            .body(Full::new(Bytes::from_static(b"zehir")))
+            .unwrap()
+    };
+    let rebound = Client::connect(address)
+        .await
+        .send(foreign(
+            "PUT",
+            "/caches/kenar/objects?path=/takip/TR1",
+            "host",
+            "evil.test",
+        ))
+        .await;
+    assert_eq!(rebound.status, 403, "{}", rebound.text());
+    let answer = get(web(&running), "/takip/TR1").await;
+    assert_eq!(answer.header("x-kenar"), Some("iska"));
+    assert_ne!(answer.text(), "zehir");
+    let cross_site = Client::connect(address)
+        .await
+        .send(foreign(
+            "POST",
+            "/caches/kenar/purge?prefix=/",
+            "origin",
+            "http://evil.test",
+        ))
+        .await;
+    assert_eq!(cross_site.status, 403, "{}", cross_site.text());
+    let cached = get(web(&running), "/takip/TR1").await;
+    assert_eq!(cached.header("x-kenar"), Some("isabet"));
+    assert_eq!(cache_status(&running).await["pushed"], 0);
+    stop(running).await;
+}
