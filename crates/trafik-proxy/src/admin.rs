@@ -24,6 +24,9 @@ use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
 mod caches;
+mod token;
+
+pub use token::AdminToken;
 
 /// Serves the admin API on `listener` until `shutdown` turns true.
 pub async fn serve(
@@ -56,7 +59,9 @@ pub async fn serve(
             let service = service_fn(move |request| {
                 let instance = instance.clone();
                 async move {
-                    Ok::<_, Infallible>(if caches::is_cache_path(request.uri().path()) {
+                    Ok::<_, Infallible>(if !admitted(&instance, &request) {
+                        unauthorized()
+                    } else if caches::is_cache_path(request.uri().path()) {
                         caches::answer(&instance, request).await
                     } else {
                         answer(&instance, &request).await
@@ -70,6 +75,26 @@ pub async fn serve(
                 .await;
         });
     }
+}
+
+/// Whether the request carries the admin token, when one is configured.
+fn admitted<B>(instance: &Instance, request: &Request<B>) -> bool {
+    instance
+        .admin_token
+        .as_ref()
+        .is_none_or(|token| token.admits(request))
+}
+
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut response = reply(
+        StatusCode::UNAUTHORIZED,
+        "text/plain",
+        "the admin API needs Authorization: Bearer TOKEN ([admin] token)\n".into(),
+    );
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
 }
 
 async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Response<Full<Bytes>> {

@@ -82,6 +82,7 @@ pub struct Instance {
     /// (an older file applied after a newer one).
     reloading: Mutex<()>,
     admin: Option<SocketAddr>,
+    admin_token: Option<admin::AdminToken>,
     stop: watch::Sender<bool>,
     /// The DNS server, when the plan it started from has one.
     dns: Option<dns::DnsService>,
@@ -412,6 +413,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         reloader,
         reloading: Mutex::new(()),
         admin,
+        admin_token: plan.admin_token.clone(),
         stop,
         dns,
     });

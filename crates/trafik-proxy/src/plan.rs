@@ -37,6 +37,8 @@ pub struct Plan {
     pub drain_timeout: Duration,
     /// The authoritative DNS server, when configured.
     pub dns: Option<crate::dns::DnsServicePlan>,
+    /// The bearer token the admin API requires of every request, when set.
+    pub admin_token: Option<crate::admin::AdminToken>,
 }
 
 /// How trafik treats the client side of every listener.

@@ -166,7 +166,9 @@ fn a_remote_admin_address_must_be_asked_for() {
     let (code, _, errors) = check("admin.toml", &text);
     assert_eq!(code, 2);
     assert!(
-        errors.contains("admin.listen: the admin API has no authentication"),
+        errors.contains(
+            "admin.listen: 0.0.0.0:9090 is not loopback, so it needs `allow_remote = true`"
+        ),
         "{errors}"
     );
 }
@@ -721,4 +723,27 @@ fn quick_mode_sets_the_upstream_timeouts() {
         errors.contains("--connect-timeout: expected a timeout above zero"),
         "{errors}"
     );
+}
+
+#[test]
+fn an_admin_api_beyond_loopback_is_refused_without_a_bearer_token() {
+    let admin = |extra: &str| {
+        format!("{GOOD}\n[admin]\nlisten = \"0.0.0.0:19090\"\nallow_remote = true\n{extra}\n")
+    };
+    let (code, _, errors) = check("remote-admin.toml", &admin(""));
+    assert_eq!(code, 2, "{errors}");
+    assert!(errors.contains("admin.listen"), "{errors}");
+    assert!(errors.contains("needs a bearer token"), "{errors}");
+
+    let (code, _, errors) = check("short-token.toml", &admin("token = \"short\""));
+    assert_eq!(code, 2, "{errors}");
+    assert!(
+        errors.contains("admin.token: expected a token of at least 16"),
+        "{errors}"
+    );
+
+    let token = config_file("admin-token", "0123456789abcdef0123\n");
+    let with_file = admin(&format!("token_file = \"{}\"", token.display()));
+    let (code, _, errors) = check("token-file.toml", &with_file);
+    assert_eq!(code, 0, "{errors}");
 }

@@ -116,6 +116,10 @@ pub struct Admin {
     pub listen: Option<Spanned<Addr>>,
     /// Admin on a non-loopback address must be asked for explicitly: it has no authentication.
     pub allow_remote: bool,
+    /// The bearer token every request must carry (`Authorization: Bearer TOKEN`).
+    pub token: Option<Spanned<String>>,
+    /// A file holding the token (its first line), so the config file need not.
+    pub token_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
