@@ -8,6 +8,7 @@
 //! selection is never implemented here: every pool asks its `trafik_balance::Selector`.
 
 pub mod admin;
+pub mod admission;
 pub mod connections;
 pub mod counters;
 pub mod descriptors;
@@ -36,6 +37,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 pub use error::ProxyError;
+pub use plan::ConnectionLimits;
 pub use plan::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, PathTemplate, ServiceChoice,
     UpstreamTemplate, ViewPlan, ViewsPlan,

@@ -96,6 +96,17 @@ pub struct ListenerPlan {
     pub name: String,
     pub address: SocketAddr,
     pub kind: ListenerKind,
+    /// Caps on its open connections ([`crate::admission`]); none by default.
+    pub connections: ConnectionLimits,
+}
+
+/// A listener's connection caps; 0 is no cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Open connections at once over all workers; at the cap, accepting pauses until one closes.
+    pub max_connections: u32,
+    /// Open connections from one client IP address; one more is closed at once.
+    pub max_connections_per_client: u32,
 }
 
 /// What a listener speaks on its connections. Layer-4 kinds come beside these and reuse the

@@ -148,7 +148,22 @@ pub async fn accept_loop(
         let Some(kind) = snapshot.listener(id) else {
             continue;
         };
-        let alive = (alive.clone(), slot);
+        // At the listener's cap this loop waits here, accepting nothing more, until a
+        // connection closes; a client over its own cap is closed at once.
+        let admitted = match snapshot.connection_limit(id) {
+            Some(limit) => {
+                let admitted = tokio::select! {
+                    _ = stop.wait_for(|stopping| *stopping) => return,
+                    admitted = limit.admit(peer.ip()) => admitted,
+                };
+                match admitted {
+                    Some(admitted) => Some(admitted),
+                    None => continue,
+                }
+            }
+            None => None,
+        };
+        let alive = (alive.clone(), slot, admitted);
         let (proxy, connections, scheme) = (proxy.clone(), connections.clone(), kind.scheme());
         match kind {
             Listener::Http { .. } => {

@@ -59,6 +59,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
         trace_header: None,
         workers: 2,
         listeners: vec![ListenerPlan {
+            connections: Default::default(),
             name: "web".into(),
             address: LOOPBACK_ANY_PORT.parse().unwrap(),
             kind: ListenerKind::Http {

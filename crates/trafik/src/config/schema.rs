@@ -143,6 +143,10 @@ pub struct Listener {
     /// The certificates of an `https` listener, chosen by the name the client asks for; the
     /// first is the default.
     pub tls: Vec<Spanned<ListenerTls>>,
+    /// Open connections at once; 0 is no cap.
+    pub max_connections: u32,
+    /// Open connections from one client IP address; 0 is no cap.
+    pub max_connections_per_client: u32,
 }
 
 impl Default for Listener {
@@ -154,6 +158,8 @@ impl Default for Listener {
             pool: None,
             routes: Vec::new(),
             tls: Vec::new(),
+            max_connections: 0,
+            max_connections_per_client: 0,
         }
     }
 }
