@@ -328,6 +328,15 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             entry["retries"] = pool.retrying.sent.sum(read).into();
             entry["retries_refused"] = pool.retrying.refused.sum(read).into();
             entry["at_limit"] = pool.at_limit.sum(read).into();
+            if pool.plan.max_pending > 0 {
+                let queue = &pool.pending.counters;
+                entry["queue"] = json!({
+                    "pending": pool.pending.pending(),
+                    "queued": queue.queued.load(Ordering::Relaxed),
+                    "full": queue.full.load(Ordering::Relaxed),
+                    "timed_out": queue.timed_out.load(Ordering::Relaxed),
+                });
+            }
             if let Some(sticky) = &pool.sticky {
                 let counters = &sticky.counters;
                 entry["sticky"] = json!({

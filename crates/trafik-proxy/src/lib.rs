@@ -20,6 +20,7 @@ pub mod meter;
 pub mod outlier;
 pub mod plan;
 pub mod pool;
+pub mod queue;
 mod resolve;
 pub mod snapshot;
 pub mod sticky;

@@ -385,6 +385,11 @@ pub struct PoolPlan {
     /// The most requests in flight to one backend (a circuit breaker); 0 for no limit. A
     /// backend at its limit is passed over; when all are, the client gets 503 at once.
     pub max_requests_per_backend: u32,
+    /// With `max_requests_per_backend`: how many requests may wait for a backend with room
+    /// when every one is at its limit (0: none wait, 503 at once)…
+    pub max_pending: u32,
+    /// …and for how long each may wait before its 503.
+    pub queue_timeout: Duration,
     /// A backend that comes back (from an ejection, or up again by its checks) gets its full
     /// share of picks only after this long; zero turns the ramp off.
     pub slow_start: Duration,

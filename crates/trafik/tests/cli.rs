@@ -747,3 +747,22 @@ fn an_admin_api_beyond_loopback_is_refused_without_a_bearer_token() {
     let (code, _, errors) = check("token-file.toml", &with_file);
     assert_eq!(code, 0, "{errors}");
 }
+
+#[test]
+fn a_pending_queue_needs_the_request_limit_that_fills_it() {
+    let text = GOOD.replacen(
+        "name = \"okuma\"\n",
+        "name = \"okuma\"\nmax_pending = 10\nqueue_timeout = \"0s\"\n",
+        1,
+    );
+    let (code, _, errors) = check("queue.toml", &text);
+    assert_eq!(code, 2, "{errors}");
+    assert!(
+        errors.contains("pool[0].max_pending: expected max_requests_per_backend above 0"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("pool[0].queue_timeout: expected a timeout above zero"),
+        "{errors}"
+    );
+}

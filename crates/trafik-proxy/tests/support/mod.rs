@@ -128,6 +128,8 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         outlier: None,
         retry: trafik_proxy::RetryPlan::default(),
         max_requests_per_backend: 0,
+        max_pending: 0,
+        queue_timeout: Duration::from_secs(1),
         slow_start: Duration::ZERO,
     }
 }

@@ -447,6 +447,10 @@ pub struct Pool {
     pub max_requests_per_backend: u32,
     /// How long a backend that comes back takes to reach its full share; 0s for at once.
     pub slow_start: Dur,
+    /// Requests that may wait while every backend is at `max_requests_per_backend`; 0: none.
+    pub max_pending: Spanned<u32>,
+    /// How long each of them may wait.
+    pub queue_timeout: Spanned<Dur>,
 }
 
 impl Pool {
@@ -478,6 +482,8 @@ impl Default for Pool {
             retry_backoff: unplaced(Dur(trafik_proxy::RetryPlan::default().backoff)),
             max_requests_per_backend: 0,
             slow_start: Dur(Duration::ZERO),
+            max_pending: unplaced(0),
+            queue_timeout: unplaced(Dur(Duration::from_secs(1))),
         }
     }
 }
