@@ -14,6 +14,7 @@ pub mod counters;
 pub mod descriptors;
 pub mod dns;
 pub mod error;
+pub mod handover;
 pub mod health;
 pub mod http;
 pub mod meter;
@@ -86,6 +87,8 @@ pub struct Instance {
     reloading: Mutex<()>,
     admin: Option<SocketAddr>,
     admin_token: Option<admin::AdminToken>,
+    /// A copy of the admin socket, to hand to a successor binary.
+    admin_socket: Option<std::net::TcpListener>,
     stop: watch::Sender<bool>,
     /// The DNS server, when the plan it started from has one.
     dns: Option<dns::DnsService>,
@@ -98,6 +101,8 @@ struct OpenListener {
     configured: SocketAddr,
     /// As bound.
     address: SocketAddr,
+    /// Copies of its sockets, to hand to a successor binary ([`handover`]).
+    sockets: Vec<std::net::TcpListener>,
 }
 
 impl OpenListener {
@@ -115,6 +120,24 @@ impl Running {
     /// port 0).
     pub fn listener_addresses(&self) -> Vec<SocketAddr> {
         self.instance.listener_addresses()
+    }
+
+    /// Every listening socket (the admin API's too) by address, for a successor binary to
+    /// inherit ([`handover`]); valid while this instance runs.
+    pub fn handover_sockets(&self) -> Vec<(SocketAddr, Vec<std::os::fd::RawFd>)> {
+        let open = self
+            .instance
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut sockets: Vec<_> = open
+            .iter()
+            .map(|listener| (listener.address, handover::raw(&listener.sockets)))
+            .collect();
+        if let (Some(address), Some(socket)) = (self.instance.admin, &self.instance.admin_socket) {
+            sockets.push((address, handover::raw(std::slice::from_ref(socket))));
+        }
+        sockets
     }
 
     /// The bound admin address, when the plan has an admin listener.
@@ -287,6 +310,7 @@ impl Instance {
             service.install(dns, authority);
         }
         for (id, listener, address, sockets) in added {
+            let copies = handover::copies(&sockets);
             for (worker, socket) in self.workers.iter().zip(sockets) {
                 let _ = worker.send(ListenerChange::Add(id, socket));
             }
@@ -295,6 +319,7 @@ impl Instance {
                 name: listener.name.clone(),
                 configured: listener.address,
                 address,
+                sockets: copies,
             });
             tracing::info!(%address, "listener added");
         }
@@ -348,17 +373,21 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             name: listener.name.clone(),
             configured: listener.address,
             address: bound[0].local_addr()?,
+            sockets: handover::copies(&bound),
         });
         sockets.push((id, bound));
     }
     let admin_listener = match plan.admin {
         Some(address) => {
-            let listener = std::net::TcpListener::bind(address).map_err(|error| {
-                io::Error::new(
-                    error.kind(),
-                    format!("admin cannot bind {address}: {error}"),
-                )
-            })?;
+            let inherited = handover::take(address).and_then(|mut sockets| sockets.pop());
+            let listener = inherited
+                .map_or_else(|| std::net::TcpListener::bind(address), Ok)
+                .map_err(|error| {
+                    io::Error::new(
+                        error.kind(),
+                        format!("admin cannot bind {address}: {error}"),
+                    )
+                })?;
             listener.set_nonblocking(true)?;
             Some(listener)
         }
@@ -417,6 +446,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         reloading: Mutex::new(()),
         admin,
         admin_token: plan.admin_token.clone(),
+        admin_socket: admin_listener.as_ref().and_then(|l| l.try_clone().ok()),
         stop,
         dns,
     });
@@ -452,6 +482,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             });
         })?;
     threads.push(thread);
+    handover::close_unclaimed();
     Ok(Running { instance, threads })
 }
 

@@ -28,6 +28,17 @@ use crate::tls;
 /// silently take a share of the first one's clients; an exclusive bind first makes an address
 /// in use an error.
 pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    // A predecessor's sockets: the same backlog, so no waiting connection is refused.
+    if let Some(mut inherited) = crate::handover::take(address) {
+        while inherited.len() < count {
+            let socket = socket(address)?;
+            socket.set_reuse_port(true)?;
+            socket.bind(&address.into())?;
+            socket.listen(4096)?;
+            inherited.push(socket.into());
+        }
+        return Ok(inherited);
+    }
     let address = {
         let probe = socket(address)?;
         probe.bind(&address.into())?;
