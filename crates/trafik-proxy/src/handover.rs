@@ -152,6 +152,7 @@ pub fn tell_ready() {
     let Some(fd) = std::env::var(READY_FD)
         .ok()
         .and_then(|fd| fd.parse::<RawFd>().ok())
+        // SAFETY: F_GETFD only asks whether the descriptor is open.
         .filter(|&fd| fd > 2 && unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1)
     else {
         return;

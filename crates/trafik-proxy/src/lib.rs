@@ -88,7 +88,7 @@ pub struct Instance {
     admin: Option<SocketAddr>,
     admin_token: Option<admin::AdminToken>,
     /// A copy of the admin socket, to hand to a successor binary.
-    admin_socket: Option<std::net::TcpListener>,
+    admin_socket: Mutex<Option<std::net::TcpListener>>,
     stop: watch::Sender<bool>,
     /// The DNS server, when the plan it started from has one.
     dns: Option<dns::DnsService>,
@@ -134,7 +134,12 @@ impl Running {
             .iter()
             .map(|listener| (listener.address, handover::raw(&listener.sockets)))
             .collect();
-        if let (Some(address), Some(socket)) = (self.instance.admin, &self.instance.admin_socket) {
+        let admin = self
+            .instance
+            .admin_socket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let (Some(address), Some(socket)) = (self.instance.admin, admin.as_ref()) {
             sockets.push((address, handover::raw(std::slice::from_ref(socket))));
         }
         sockets
@@ -172,6 +177,22 @@ impl Running {
 
     /// Starts draining: stop accepting, let in-flight requests finish (up to the drain timeout).
     pub fn stop(&self) {
+        // The copies kept for a successor would keep the sockets listening after the workers
+        // close theirs: new clients must be refused from now on.
+        let mut open = self
+            .instance
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for listener in open.iter_mut() {
+            listener.sockets.clear();
+        }
+        drop(open);
+        *self
+            .instance
+            .admin_socket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         let _ = self.instance.stop.send(true);
     }
 
@@ -446,7 +467,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         reloading: Mutex::new(()),
         admin,
         admin_token: plan.admin_token.clone(),
-        admin_socket: admin_listener.as_ref().and_then(|l| l.try_clone().ok()),
+        admin_socket: Mutex::new(admin_listener.as_ref().and_then(|l| l.try_clone().ok())),
         stop,
         dns,
     });
