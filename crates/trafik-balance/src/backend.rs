@@ -218,6 +218,12 @@ impl Tried {
     pub fn contains(&self, index: usize) -> bool {
         self.0 & (1 << (index % 64)) != 0
     }
+
+    /// These backends without those of `other` (a request back from the pool's queue may try
+    /// again the backends it only passed over for their request limit).
+    pub fn without(self, other: Tried) -> Tried {
+        Tried(self.0 & !other.0)
+    }
 }
 
 /// What a rule may know about the request it places.

@@ -24,6 +24,9 @@ use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
 mod caches;
+mod token;
+
+pub use token::AdminToken;
 
 /// Serves the admin API on `listener` until `shutdown` turns true.
 pub async fn serve(
@@ -56,7 +59,9 @@ pub async fn serve(
             let service = service_fn(move |request| {
                 let instance = instance.clone();
                 async move {
-                    Ok::<_, Infallible>(if let Some(refusal) = refusal(&instance, &request) {
+                    Ok::<_, Infallible>(if !admitted(&instance, &request) {
+                        unauthorized()
+                    } else if let Some(refusal) = refusal(&instance, &request) {
                         refusal
                     } else if caches::is_cache_path(request.uri().path()) {
                         caches::answer(&instance, request).await
@@ -72,6 +77,26 @@ pub async fn serve(
                 .await;
         });
     }
+}
+
+/// Whether the request carries the admin token, when one is configured.
+fn admitted<B>(instance: &Instance, request: &Request<B>) -> bool {
+    instance
+        .admin_token
+        .as_ref()
+        .is_none_or(|token| token.admits(request))
+}
+
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut response = reply(
+        StatusCode::UNAUTHORIZED,
+        "text/plain",
+        "the admin API needs Authorization: Bearer TOKEN ([admin] token)\n".into(),
+    );
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
 }
 
 /// The admin API's guards, before any endpoint (the cache endpoints change what every client
@@ -312,6 +337,15 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             entry["retries"] = pool.retrying.sent.sum(read).into();
             entry["retries_refused"] = pool.retrying.refused.sum(read).into();
             entry["at_limit"] = pool.at_limit.sum(read).into();
+            if pool.plan.max_pending > 0 {
+                let queue = &pool.pending.counters;
+                entry["queue"] = json!({
+                    "pending": pool.pending.pending(),
+                    "queued": queue.queued.load(Ordering::Relaxed),
+                    "full": queue.full.load(Ordering::Relaxed),
+                    "timed_out": queue.timed_out.load(Ordering::Relaxed),
+                });
+            }
             if let Some(sticky) = &pool.sticky {
                 let counters = &sticky.counters;
                 entry["sticky"] = json!({

@@ -56,6 +56,10 @@ pub enum ProxyError {
     BackendsAtLimit,
     /// The client sent its body slower than the minimum rate; not the backend's fault.
     BodyTooSlow,
+    /// Every backend was at its request limit and the pool's queue held `max_pending` already.
+    QueueFull,
+    /// Every backend stayed at its request limit for the pool's whole `queue_timeout`.
+    QueueTimeout,
 }
 
 impl ProxyError {
@@ -63,9 +67,10 @@ impl ProxyError {
     pub fn status(self) -> StatusCode {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::NoHealthyBackend | ProxyError::BackendsAtLimit => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ProxyError::NoHealthyBackend
+            | ProxyError::BackendsAtLimit
+            | ProxyError::QueueFull
+            | ProxyError::QueueTimeout => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectFailed
             | ProxyError::UpstreamFailed
             | ProxyError::UnexpectedUpgrade => StatusCode::BAD_GATEWAY,
@@ -128,6 +133,12 @@ impl ProxyError {
                 "every backend has as many requests in flight as the pool allows\n"
             }
             ProxyError::BodyTooSlow => "the request body came slower than this listener allows\n",
+            ProxyError::QueueFull => {
+                "every backend is at its request limit and the pool's queue is full\n"
+            }
+            ProxyError::QueueTimeout => {
+                "every backend stayed at its request limit while the request waited in the queue\n"
+            }
         }
     }
 
@@ -179,6 +190,8 @@ impl ProxyError {
             ProxyError::LoopDetected => "loop",
             ProxyError::BackendsAtLimit => "backends-at-limit",
             ProxyError::BodyTooSlow => "body-too-slow",
+            ProxyError::QueueFull => "queue-full",
+            ProxyError::QueueTimeout => "queue-timeout",
         }
     }
 
@@ -189,7 +202,9 @@ impl ProxyError {
         const CLOSE: &[(HeaderName, &str)] = &[(header::CONNECTION, "close")];
         match self {
             ProxyError::NoHealthyBackend => RETRY_SOON,
-            ProxyError::BackendsAtLimit => RETRY_SOON,
+            ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout => {
+                RETRY_SOON
+            }
             ProxyError::ClientAborted
             | ProxyError::RequestBodyTooLarge
             | ProxyError::ConnectNotSupported
@@ -238,7 +253,10 @@ impl ProxyError {
         for (name, value) in self.headers() {
             headers.insert(name.clone(), http::HeaderValue::from_static(value));
         }
-        if self == ProxyError::BackendsAtLimit {
+        if matches!(
+            self,
+            ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout
+        ) {
             // Overload, not failure: the client (or a proxy before it) learns which.
             headers.insert(
                 HeaderName::from_static("x-trafik-reason"),

@@ -8,17 +8,20 @@
 //! selection is never implemented here: every pool asks its `trafik_balance::Selector`.
 
 pub mod admin;
+pub mod admission;
 pub mod connections;
 pub mod counters;
 pub mod descriptors;
 pub mod dns;
 pub mod error;
+pub mod handover;
 pub mod health;
 pub mod http;
 pub mod meter;
 pub mod outlier;
 pub mod plan;
 pub mod pool;
+pub mod queue;
 mod resolve;
 pub mod snapshot;
 pub mod sticky;
@@ -36,6 +39,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 pub use error::ProxyError;
+pub use plan::ConnectionLimits;
 pub use plan::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, PathTemplate, ServiceChoice,
     UpstreamTemplate, ViewPlan, ViewsPlan,
@@ -82,6 +86,9 @@ pub struct Instance {
     /// (an older file applied after a newer one).
     reloading: Mutex<()>,
     admin: Option<SocketAddr>,
+    admin_token: Option<admin::AdminToken>,
+    /// A copy of the admin socket, to hand to a successor binary.
+    admin_socket: Mutex<Option<std::net::TcpListener>>,
     stop: watch::Sender<bool>,
     /// The DNS server, when the plan it started from has one.
     dns: Option<dns::DnsService>,
@@ -94,6 +101,8 @@ struct OpenListener {
     configured: SocketAddr,
     /// As bound.
     address: SocketAddr,
+    /// Copies of its sockets, to hand to a successor binary ([`handover`]).
+    sockets: Vec<std::net::TcpListener>,
 }
 
 impl OpenListener {
@@ -111,6 +120,29 @@ impl Running {
     /// port 0).
     pub fn listener_addresses(&self) -> Vec<SocketAddr> {
         self.instance.listener_addresses()
+    }
+
+    /// Every listening socket (the admin API's too) by address, for a successor binary to
+    /// inherit ([`handover`]); valid while this instance runs.
+    pub fn handover_sockets(&self) -> Vec<(SocketAddr, Vec<std::os::fd::RawFd>)> {
+        let open = self
+            .instance
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut sockets: Vec<_> = open
+            .iter()
+            .map(|listener| (listener.address, handover::raw(&listener.sockets)))
+            .collect();
+        let admin = self
+            .instance
+            .admin_socket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let (Some(address), Some(socket)) = (self.instance.admin, admin.as_ref()) {
+            sockets.push((address, handover::raw(std::slice::from_ref(socket))));
+        }
+        sockets
     }
 
     /// The bound admin address, when the plan has an admin listener.
@@ -145,6 +177,22 @@ impl Running {
 
     /// Starts draining: stop accepting, let in-flight requests finish (up to the drain timeout).
     pub fn stop(&self) {
+        // The copies kept for a successor would keep the sockets listening after the workers
+        // close theirs: new clients must be refused from now on.
+        let mut open = self
+            .instance
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for listener in open.iter_mut() {
+            listener.sockets.clear();
+        }
+        drop(open);
+        *self
+            .instance
+            .admin_socket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         let _ = self.instance.stop.send(true);
     }
 
@@ -283,6 +331,7 @@ impl Instance {
             service.install(dns, authority);
         }
         for (id, listener, address, sockets) in added {
+            let copies = handover::copies(&sockets);
             for (worker, socket) in self.workers.iter().zip(sockets) {
                 let _ = worker.send(ListenerChange::Add(id, socket));
             }
@@ -291,6 +340,7 @@ impl Instance {
                 name: listener.name.clone(),
                 configured: listener.address,
                 address,
+                sockets: copies,
             });
             tracing::info!(%address, "listener added");
         }
@@ -344,17 +394,21 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             name: listener.name.clone(),
             configured: listener.address,
             address: bound[0].local_addr()?,
+            sockets: handover::copies(&bound),
         });
         sockets.push((id, bound));
     }
     let admin_listener = match plan.admin {
         Some(address) => {
-            let listener = std::net::TcpListener::bind(address).map_err(|error| {
-                io::Error::new(
-                    error.kind(),
-                    format!("admin cannot bind {address}: {error}"),
-                )
-            })?;
+            let inherited = handover::take(address).and_then(|mut sockets| sockets.pop());
+            let listener = inherited
+                .map_or_else(|| std::net::TcpListener::bind(address), Ok)
+                .map_err(|error| {
+                    io::Error::new(
+                        error.kind(),
+                        format!("admin cannot bind {address}: {error}"),
+                    )
+                })?;
             listener.set_nonblocking(true)?;
             Some(listener)
         }
@@ -412,6 +466,8 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         reloader,
         reloading: Mutex::new(()),
         admin,
+        admin_token: plan.admin_token.clone(),
+        admin_socket: Mutex::new(admin_listener.as_ref().and_then(|l| l.try_clone().ok())),
         stop,
         dns,
     });
@@ -447,6 +503,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             });
         })?;
     threads.push(thread);
+    handover::close_unclaimed();
     Ok(Running { instance, threads })
 }
 

@@ -37,6 +37,8 @@ pub struct Plan {
     pub drain_timeout: Duration,
     /// The authoritative DNS server, when configured.
     pub dns: Option<crate::dns::DnsServicePlan>,
+    /// The bearer token the admin API requires of every request, when set.
+    pub admin_token: Option<crate::admin::AdminToken>,
 }
 
 /// How trafik treats the client side of every listener.
@@ -94,6 +96,17 @@ pub struct ListenerPlan {
     pub name: String,
     pub address: SocketAddr,
     pub kind: ListenerKind,
+    /// Caps on its open connections ([`crate::admission`]); none by default.
+    pub connections: ConnectionLimits,
+}
+
+/// A listener's connection caps; 0 is no cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Open connections at once over all workers; at the cap, accepting pauses until one closes.
+    pub max_connections: u32,
+    /// Open connections from one client IP address; one more is closed at once.
+    pub max_connections_per_client: u32,
 }
 
 /// What a listener speaks on its connections. Layer-4 kinds come beside these and reuse the
@@ -372,6 +385,11 @@ pub struct PoolPlan {
     /// The most requests in flight to one backend (a circuit breaker); 0 for no limit. A
     /// backend at its limit is passed over; when all are, the client gets 503 at once.
     pub max_requests_per_backend: u32,
+    /// With `max_requests_per_backend`: how many requests may wait for a backend with room
+    /// when every one is at its limit (0: none wait, 503 at once)…
+    pub max_pending: u32,
+    /// …and for how long each may wait before its 503.
+    pub queue_timeout: Duration,
     /// A backend that comes back (from an ejection, or up again by its checks) gets its full
     /// share of picks only after this long; zero turns the ramp off.
     pub slow_start: Duration,

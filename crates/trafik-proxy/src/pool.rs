@@ -91,6 +91,8 @@ pub struct Pool {
     pub at_limit: Arc<PerWorker<AtomicU64>>,
     /// Backends ramping up after coming back.
     pub slow_start: SlowStart,
+    /// Requests waiting for a backend below its request limit.
+    pub pending: crate::queue::PendingQueue,
 }
 
 impl Pool {
@@ -164,7 +166,13 @@ impl Pool {
         );
         let at_limit =
             previous.map_or_else(|| Arc::new(PerWorker::new(workers)), |p| p.at_limit.clone());
+        let pending = crate::queue::PendingQueue::new(
+            plan.max_pending,
+            plan.queue_timeout,
+            previous.map(|p| &p.pending),
+        );
         Pool {
+            pending,
             tracks_in_flight: plan.algorithm.reads_in_flight(),
             plan,
             backends,
@@ -214,6 +222,17 @@ impl Pool {
                 .counters
                 .sum(|c| crate::counters::read_gauge(&c.in_flight))
                 >= i64::from(limit)
+    }
+
+    /// Whether every backend a request could go to is at the request limit: the queue waits
+    /// for this to end.
+    pub fn saturated(&self, context: &PickContext) -> bool {
+        let mut available = (0..self.members.len())
+            .filter(|&index| self.backends.is_available(index, context))
+            .peekable();
+        self.plan.max_requests_per_backend > 0
+            && available.peek().is_some()
+            && available.all(|index| self.at_request_limit(index))
     }
 
     /// The backend to send to after the rule picked `index`: another one (not tried) now and

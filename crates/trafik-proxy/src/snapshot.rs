@@ -62,6 +62,8 @@ pub struct Snapshot {
     /// The counters of every route's gate, for `/status` and `/metrics` (they start again at
     /// zero with each reload).
     pub gates: Vec<GateStats>,
+    /// The connection caps of the listeners that have any, by listener.
+    connection_limits: Vec<(ListenerId, Arc<crate::admission::ConnectionLimit>)>,
 }
 
 /// What a listener does with its connections, resolved.
@@ -224,6 +226,21 @@ impl Snapshot {
         if !errors.is_empty() {
             return Err(errors);
         }
+        let connection_limits = plan
+            .listeners
+            .iter()
+            .zip(listeners)
+            .filter_map(|(listener, &id)| {
+                let kept = previous
+                    .and_then(|p| p.connection_limit(id))
+                    .filter(|limit| limit.limits == listener.connections);
+                let limit = match kept {
+                    Some(limit) => limit.clone(),
+                    None => crate::admission::ConnectionLimit::new(listener.connections)?,
+                };
+                Some((id, limit))
+            })
+            .collect();
         Ok(Snapshot {
             generation,
             loaded_at: SystemTime::now(),
@@ -239,7 +256,19 @@ impl Snapshot {
             stateful,
             jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
             gates,
+            connection_limits,
         })
+    }
+
+    /// The connection caps of listener `id`, when it has any.
+    pub fn connection_limit(
+        &self,
+        id: ListenerId,
+    ) -> Option<&Arc<crate::admission::ConnectionLimit>> {
+        self.connection_limits
+            .iter()
+            .find(|(known, _)| *known == id)
+            .map(|(_, limit)| limit)
     }
 
     pub fn listener(&self, id: ListenerId) -> Option<&Listener> {

@@ -28,6 +28,17 @@ use crate::tls;
 /// silently take a share of the first one's clients; an exclusive bind first makes an address
 /// in use an error.
 pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    // A predecessor's sockets: the same backlog, so no waiting connection is refused.
+    if let Some(mut inherited) = crate::handover::take(address) {
+        while inherited.len() < count {
+            let socket = socket(address)?;
+            socket.set_reuse_port(true)?;
+            socket.bind(&address.into())?;
+            socket.listen(4096)?;
+            inherited.push(socket.into());
+        }
+        return Ok(inherited);
+    }
     let address = {
         let probe = socket(address)?;
         probe.bind(&address.into())?;
@@ -148,7 +159,22 @@ pub async fn accept_loop(
         let Some(kind) = snapshot.listener(id) else {
             continue;
         };
-        let alive = (alive.clone(), slot);
+        // At the listener's cap this loop waits here, accepting nothing more, until a
+        // connection closes; a client over its own cap is closed at once.
+        let admitted = match snapshot.connection_limit(id) {
+            Some(limit) => {
+                let admitted = tokio::select! {
+                    _ = stop.wait_for(|stopping| *stopping) => return,
+                    admitted = limit.admit(peer.ip()) => admitted,
+                };
+                match admitted {
+                    Some(admitted) => Some(admitted),
+                    None => continue,
+                }
+            }
+            None => None,
+        };
+        let alive = (alive.clone(), slot, admitted);
         let (proxy, connections, scheme) = (proxy.clone(), connections.clone(), kind.scheme());
         match kind {
             Listener::Http { .. } => {

@@ -452,6 +452,55 @@ async fn a_backend_at_its_request_limit_is_passed_over_and_then_503() {
     stop(running).await;
 }
 
+/// The pending queue: with one request in flight allowed and one waiting place, the second
+/// request waits for the first and is served; a third while both are held gets 503 at once, and
+/// one that waits longer than `queue_timeout` gets 503 too, each with its reason.
+#[tokio::test]
+async fn requests_wait_in_the_pool_queue_for_a_backend_below_its_limit() {
+    let slow = echo_server(Duration::from_millis(600)).await;
+    let mut plan = plan(&[slow]);
+    plan.pools[0].max_requests_per_backend = 1;
+    plan.pools[0].max_pending = 1;
+    plan.pools[0].queue_timeout = Duration::from_secs(20);
+    let running = trafik_proxy::start(plan).unwrap();
+    let address = web(&running);
+    let first = tokio::spawn(async move { get(address, "/takip/1").await.status });
+    wait_for_status(&running, |s| {
+        s["pools"][0]["backends"][0]["active_connections"] == 1
+    })
+    .await;
+    let second = tokio::spawn(async move { get(address, "/takip/2").await.status });
+    wait_for_status(&running, |s| s["pools"][0]["queue"]["pending"] == 1).await;
+    let third = get(address, "/takip/3").await;
+    assert_eq!(third.status, 503);
+    assert_eq!(third.header("x-trafik-reason"), Some("queue-full"));
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(second.await.unwrap(), 200, "the queued request is served");
+    let queue = &status(&running).await["pools"][0]["queue"];
+    assert_eq!(queue["queued"], 1, "{queue}");
+    assert_eq!(queue["full"], 1, "{queue}");
+    assert_eq!(queue["timed_out"], 0, "{queue}");
+    stop(running).await;
+
+    let mut plan = support::plan(&[slow]);
+    plan.pools[0].max_requests_per_backend = 1;
+    plan.pools[0].max_pending = 4;
+    plan.pools[0].queue_timeout = Duration::from_millis(50);
+    let running = trafik_proxy::start(plan).unwrap();
+    let address = web(&running);
+    let first = tokio::spawn(async move { get(address, "/takip/1").await.status });
+    wait_for_status(&running, |s| {
+        s["pools"][0]["backends"][0]["active_connections"] == 1
+    })
+    .await;
+    let late = get(address, "/takip/2").await;
+    assert_eq!(late.status, 503);
+    assert_eq!(late.header("x-trafik-reason"), Some("queue-timeout"));
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(status(&running).await["pools"][0]["queue"]["timed_out"], 1);
+    stop(running).await;
+}
+
 /// A body trickled slower than the listener's minimum rate (slowloris on the body) is cut off
 /// with 408 after the grace period, and the backend is not blamed.
 #[tokio::test]

@@ -213,3 +213,47 @@ async fn kept_alive_upstream_connections_close_after_the_idle_timeout() {
     }
     stop(running).await;
 }
+
+#[tokio::test]
+async fn an_admin_api_beyond_loopback_answers_only_with_its_bearer_token() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    plan.admin = Some("0.0.0.0:0".parse().unwrap());
+    plan.admin_token = Some(trafik_proxy::admin::AdminToken::new("0123456789abcdef"));
+    let running = trafik_proxy::start(plan).unwrap();
+    let port = running.admin_address().unwrap().port();
+    let admin: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let ask = |authorization: &str| {
+        format!("GET /status HTTP/1.1\r\nHost: {admin}\r\n{authorization}Connection: close\r\n\r\n")
+    };
+    for refused in [
+        "",
+        "Authorization: Bearer 0123456789abcdeX\r\n",
+        "Authorization: Basic 0123456789abcdef\r\n",
+    ] {
+        let answer = raw_exchange(admin, ask(refused).as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{refused:?}: {answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("www-authenticate: bearer"),
+            "{answer}"
+        );
+    }
+    let drain = format!(
+        "POST /pools/takip/backends/{echo}/drain HTTP/1.1\r\nHost: {admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    assert!(
+        raw_exchange(admin, drain.as_bytes())
+            .await
+            .starts_with("HTTP/1.1 401")
+    );
+    let answer = raw_exchange(
+        admin,
+        ask("Authorization: Bearer 0123456789abcdef\r\n").as_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"draining\":false"), "{answer}");
+    stop(running).await;
+}

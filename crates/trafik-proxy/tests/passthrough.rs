@@ -144,6 +144,7 @@ async fn setup() -> Setup {
     plan.client.header_read_timeout = Duration::from_millis(500);
     plan.listeners = vec![
         ListenerPlan {
+            connections: Default::default(),
             name: "sni".into(),
             address: LOOPBACK_ANY_PORT.parse().unwrap(),
             kind: ListenerKind::TlsPassthrough {
@@ -155,6 +156,7 @@ async fn setup() -> Setup {
             },
         },
         ListenerPlan {
+            connections: Default::default(),
             name: "strict".into(),
             address: LOOPBACK_ANY_PORT.parse().unwrap(),
             kind: ListenerKind::TlsPassthrough {

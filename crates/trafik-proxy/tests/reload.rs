@@ -58,6 +58,7 @@ async fn a_reload_keeps_counters_health_and_sessions_of_what_stays() {
     second.pools[0].backends[2].weight = 3;
     routes(&mut second).push(route("/olay", "takip"));
     second.listeners.push(ListenerPlan {
+        connections: Default::default(),
         name: "ikinci".into(),
         address: LOOPBACK_ANY_PORT.parse().unwrap(),
         kind: ListenerKind::Http {
@@ -118,6 +119,7 @@ async fn a_plan_that_cannot_run_changes_nothing() {
     let taken = std::net::TcpListener::bind(LOOPBACK_ANY_PORT).unwrap();
     let mut clashing = first.clone();
     clashing.listeners.push(ListenerPlan {
+        connections: Default::default(),
         name: "carpisan".into(),
         address: taken.local_addr().unwrap(),
         kind: ListenerKind::Http {

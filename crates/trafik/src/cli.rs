@@ -192,6 +192,9 @@ pub struct ProxyArgs {
     /// Allow a non-loopback --admin address (the admin API has no authentication).
     #[arg(long, requires = "admin")]
     pub admin_allow_remote: bool,
+    /// A file whose first line is the admin API's bearer token (required beyond loopback).
+    #[arg(long, value_name = "PATH", requires = "admin")]
+    pub admin_token_file: Option<String>,
     /// The instance name written in Via headers and in the hop chain.
     #[arg(long, default_value = schema::Server::DEFAULT_NAME)]
     pub name: String,

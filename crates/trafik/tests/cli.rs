@@ -166,7 +166,9 @@ fn a_remote_admin_address_must_be_asked_for() {
     let (code, _, errors) = check("admin.toml", &text);
     assert_eq!(code, 2);
     assert!(
-        errors.contains("admin.listen: the admin API has no authentication"),
+        errors.contains(
+            "admin.listen: 0.0.0.0:9090 is not loopback, so it needs `allow_remote = true`"
+        ),
         "{errors}"
     );
 }
@@ -719,6 +721,48 @@ fn quick_mode_sets_the_upstream_timeouts() {
     let errors = String::from_utf8_lossy(&output.stderr);
     assert!(
         errors.contains("--connect-timeout: expected a timeout above zero"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn an_admin_api_beyond_loopback_is_refused_without_a_bearer_token() {
+    let admin = |extra: &str| {
+        format!("{GOOD}\n[admin]\nlisten = \"0.0.0.0:19090\"\nallow_remote = true\n{extra}\n")
+    };
+    let (code, _, errors) = check("remote-admin.toml", &admin(""));
+    assert_eq!(code, 2, "{errors}");
+    assert!(errors.contains("admin.listen"), "{errors}");
+    assert!(errors.contains("needs a bearer token"), "{errors}");
+
+    let (code, _, errors) = check("short-token.toml", &admin("token = \"short\""));
+    assert_eq!(code, 2, "{errors}");
+    assert!(
+        errors.contains("admin.token: expected a token of at least 16"),
+        "{errors}"
+    );
+
+    let token = config_file("admin-token", "0123456789abcdef0123\n");
+    let with_file = admin(&format!("token_file = \"{}\"", token.display()));
+    let (code, _, errors) = check("token-file.toml", &with_file);
+    assert_eq!(code, 0, "{errors}");
+}
+
+#[test]
+fn a_pending_queue_needs_the_request_limit_that_fills_it() {
+    let text = GOOD.replacen(
+        "name = \"okuma\"\n",
+        "name = \"okuma\"\nmax_pending = 10\nqueue_timeout = \"0s\"\n",
+        1,
+    );
+    let (code, _, errors) = check("queue.toml", &text);
+    assert_eq!(code, 2, "{errors}");
+    assert!(
+        errors.contains("pool[0].max_pending: expected max_requests_per_backend above 0"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("pool[0].queue_timeout: expected a timeout above zero"),
         "{errors}"
     );
 }

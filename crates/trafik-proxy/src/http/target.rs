@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use trafik_balance::{Outcome, PickContext};
+use trafik_balance::{Outcome, PickContext, Tried};
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::gateway::aggregate::AggregateTarget;
@@ -117,126 +117,167 @@ impl PoolTarget {
         // Set aside before sending: the request carries only what the next hop reads.
         let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
         let mut failure = ProxyError::NoHealthyBackend;
-        for attempt in 0..=retries {
-            if timed {
-                context.now = worker.now();
-            }
-            let picked = match bound.take() {
-                Some(index) => Some(index),
-                None => match pool
-                    .sticky
-                    .as_ref()
-                    .and_then(|s| s.pick_by_key(&pool.backends, &context))
-                {
-                    Some(by_key) => by_key,
-                    None => pool.selector.pick(&pool.backends, &context),
-                },
-            };
-            let Some(index) = picked.map(|index| pool.warmed(index, &context)) else {
-                break;
-            };
-            if pool.at_request_limit(index) {
-                // A circuit breaker: passed over like a failed backend, nothing charged to it.
-                context.tried.insert(index);
-                failure = ProxyError::BackendsAtLimit;
-                continue;
-            }
-            let counters = pool.members[index].counters.mine(me);
-            bump(&counters.decisions);
-            let in_flight = InFlight::start(snapshot, self.pool, index, me);
-            let address = pool.address(index);
-            let sent_at = timed.then(Instant::now);
-            match send(worker, pool, index, request, upload.as_ref()).await {
-                Ok((answer, checkout)) => {
-                    let status = answer.status().as_u16();
-                    pool.report(index, Outcome::of_status(status));
-                    if let Some(replay) = &replay
-                        && pool.retrying.retries_answer(status, answer.headers())
-                        && others_left(pool, &context, index)
-                        && pool.retrying.another(attempt, retries, me, worker.now())
-                    {
-                        tracing::debug!(pool = %pool.plan.name, backend = %address, status, "answer retried elsewhere");
-                        drop((answer, checkout, in_flight));
-                        context.tried.insert(index);
-                        failure = ProxyError::UpstreamFailed;
-                        request = replay.request();
-                        pool.retrying.back_off(attempt + 1).await;
-                        continue;
-                    }
-                    let relayed = relay(
-                        answer,
-                        checkout,
-                        in_flight,
-                        upload.clone(),
-                        client_upgrade.take(),
-                        connection,
-                        counters,
-                    );
-                    let mut response = match relayed {
-                        Ok(response) => response,
-                        Err(error) => {
-                            bump(&counters.failures);
-                            return (error.response(), Some(address));
-                        }
-                    };
-                    if let Some(sent_at) = sent_at {
-                        pool.selector
-                            .observe(index, sent_at.elapsed(), worker.now());
-                    }
-                    if let Some(sticky) = &pool.sticky {
-                        if let Some(reason) = rebinding
-                            && let Some(cookie) = sticky.bind_cookie(index, reason)
-                        {
-                            response.headers_mut().append(header::SET_COOKIE, cookie);
-                        }
-                        if let Some(key) = context.key {
-                            sticky.settle_key(key, index, &pool.backends);
-                        }
-                    }
-                    return (response, Some(address));
+        // Backends passed over only for their request limit, and the queue's deadline once the
+        // request waits there.
+        let mut limited = Tried::default();
+        let mut queue_deadline = None;
+        loop {
+            for attempt in 0..=retries {
+                if timed {
+                    context.now = worker.now();
                 }
-                Err(Failure::Connect(returned)) => {
-                    if rebinding.is_none() && pool.sticky.as_ref().is_some_and(|s| s.uses_cookie())
+                let picked = match bound.take() {
+                    Some(index) => Some(index),
+                    None => match pool
+                        .sticky
+                        .as_ref()
+                        .and_then(|s| s.pick_by_key(&pool.backends, &context))
                     {
-                        // The bound backend cannot be reached: its session is lost.
-                        rebinding = Some(Rebinding::Lost);
-                    }
-                    bump(&counters.failures);
-                    pool.report(index, Outcome::ConnectFailure);
-                    tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
+                        Some(by_key) => by_key,
+                        None => pool.selector.pick(&pool.backends, &context),
+                    },
+                };
+                let Some(index) = picked.map(|index| pool.warmed(index, &context)) else {
+                    break;
+                };
+                if pool.at_request_limit(index) {
+                    // A circuit breaker: passed over like a failed backend, nothing charged to it.
                     context.tried.insert(index);
-                    failure = ProxyError::ConnectFailed;
-                    request = *returned;
-                    if !pool.retrying.another(attempt, retries, me, worker.now()) {
-                        break;
-                    }
+                    limited.insert(index);
+                    failure = ProxyError::BackendsAtLimit;
+                    continue;
                 }
-                Err(Failure::Answered(error)) => {
-                    if error.is_backend_fault() {
-                        bump(&counters.failures);
-                        pool.report(index, Outcome::Error);
-                    }
-                    match replay.as_ref() {
-                        Some(replay)
-                            if error.is_lost_request()
-                                && others_left(pool, &context, index)
-                                && pool.retrying.another(attempt, retries, me, worker.now()) =>
+                let counters = pool.members[index].counters.mine(me);
+                bump(&counters.decisions);
+                let in_flight = InFlight::start(snapshot, self.pool, index, me);
+                let address = pool.address(index);
+                let sent_at = timed.then(Instant::now);
+                match send(worker, pool, index, request, upload.as_ref()).await {
+                    Ok((answer, checkout)) => {
+                        let status = answer.status().as_u16();
+                        pool.report(index, Outcome::of_status(status));
+                        if let Some(replay) = &replay
+                            && pool.retrying.retries_answer(status, answer.headers())
+                            && others_left(pool, &context, index)
+                            && pool.retrying.another(attempt, retries, me, worker.now())
                         {
-                            tracing::debug!(pool = %pool.plan.name, backend = %address, %error, "sending again elsewhere");
+                            tracing::debug!(pool = %pool.plan.name, backend = %address, status, "answer retried elsewhere");
+                            drop((answer, checkout, in_flight));
                             context.tried.insert(index);
-                            failure = error;
+                            failure = ProxyError::UpstreamFailed;
                             request = replay.request();
                             pool.retrying.back_off(attempt + 1).await;
+                            continue;
                         }
-                        _ => return (error.response(), Some(address)),
+                        let relayed = relay(
+                            answer,
+                            checkout,
+                            in_flight,
+                            upload.clone(),
+                            client_upgrade.take(),
+                            connection,
+                            counters,
+                        );
+                        let mut response = match relayed {
+                            Ok(response) => response,
+                            Err(error) => {
+                                bump(&counters.failures);
+                                return (error.response(), Some(address));
+                            }
+                        };
+                        if let Some(sent_at) = sent_at {
+                            pool.selector
+                                .observe(index, sent_at.elapsed(), worker.now());
+                        }
+                        if let Some(sticky) = &pool.sticky {
+                            if let Some(reason) = rebinding
+                                && let Some(cookie) = sticky.bind_cookie(index, reason)
+                            {
+                                response.headers_mut().append(header::SET_COOKIE, cookie);
+                            }
+                            if let Some(key) = context.key {
+                                sticky.settle_key(key, index, &pool.backends);
+                            }
+                        }
+                        return (response, Some(address));
                     }
+                    Err(Failure::Connect(returned)) => {
+                        if rebinding.is_none()
+                            && pool.sticky.as_ref().is_some_and(|s| s.uses_cookie())
+                        {
+                            // The bound backend cannot be reached: its session is lost.
+                            rebinding = Some(Rebinding::Lost);
+                        }
+                        bump(&counters.failures);
+                        pool.report(index, Outcome::ConnectFailure);
+                        tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
+                        context.tried.insert(index);
+                        failure = ProxyError::ConnectFailed;
+                        request = *returned;
+                        if !pool.retrying.another(attempt, retries, me, worker.now()) {
+                            break;
+                        }
+                    }
+                    Err(Failure::Answered(error)) => {
+                        if error.is_backend_fault() {
+                            bump(&counters.failures);
+                            pool.report(index, Outcome::Error);
+                        }
+                        match replay.as_ref() {
+                            Some(replay)
+                                if error.is_lost_request()
+                                    && others_left(pool, &context, index)
+                                    && pool.retrying.another(
+                                        attempt,
+                                        retries,
+                                        me,
+                                        worker.now(),
+                                    ) =>
+                            {
+                                tracing::debug!(pool = %pool.plan.name, backend = %address, %error, "sending again elsewhere");
+                                context.tried.insert(index);
+                                failure = error;
+                                request = replay.request();
+                                pool.retrying.back_off(attempt + 1).await;
+                            }
+                            _ => return (error.response(), Some(address)),
+                        }
+                    }
+                }
+            }
+            if failure != ProxyError::BackendsAtLimit || pool.plan.max_pending == 0 {
+                break;
+            }
+            // Every backend at its limit: wait in the pool's queue for one to finish, then
+            // pick again among them.
+            let waiting = PickContext {
+                tried: context.tried.without(limited),
+                ..context
+            };
+            let deadline = *queue_deadline.get_or_insert_with(|| pool.pending.deadline());
+            match pool
+                .pending
+                .wait(|| pool.saturated(&waiting), deadline)
+                .await
+            {
+                Ok(()) => {
+                    context = waiting;
+                    limited = Tried::default();
+                    failure = ProxyError::NoHealthyBackend;
+                }
+                Err(error) => {
+                    failure = error;
+                    break;
                 }
             }
         }
         if failure.is_unreachable() {
             bump(pool.unreachable.mine(me));
         }
-        if failure == ProxyError::BackendsAtLimit {
+        if matches!(
+            failure,
+            ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout
+        ) {
             bump(pool.at_limit.mine(me));
         }
         (failure.response(), None)

@@ -93,6 +93,7 @@ impl Drop for InFlight {
         if pool.tracks_in_flight {
             pool.backends.finish(self.backend);
         }
+        pool.pending.released();
     }
 }
 

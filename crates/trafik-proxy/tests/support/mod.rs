@@ -59,6 +59,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
         trace_header: None,
         workers: 2,
         listeners: vec![ListenerPlan {
+            connections: Default::default(),
             name: "web".into(),
             address: LOOPBACK_ANY_PORT.parse().unwrap(),
             kind: ListenerKind::Http {
@@ -76,6 +77,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
         },
         drain_timeout: Duration::from_secs(5),
         dns: None,
+        admin_token: None,
     }
 }
 
@@ -126,6 +128,8 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         outlier: None,
         retry: trafik_proxy::RetryPlan::default(),
         max_requests_per_backend: 0,
+        max_pending: 0,
+        queue_timeout: Duration::from_secs(1),
         slow_start: Duration::ZERO,
     }
 }

@@ -5,6 +5,7 @@ pub mod proxy;
 pub mod reload;
 pub mod serve;
 pub mod sim;
+pub mod upgrade;
 pub mod upstream;
 
 use std::path::Path;

@@ -91,6 +91,8 @@ impl From<ProxyArgs> for File {
             unplaced(Admin {
                 listen: Some(unplaced(listen)),
                 allow_remote: args.admin_allow_remote,
+                token: None,
+                token_file: args.admin_token_file.map(unplaced),
             })
         });
         File {
@@ -138,6 +140,7 @@ fn flag(field: &str) -> Option<&'static str> {
         "server.trace_header" => "--trace-header",
         "admin.listen" => "--admin",
         "admin.allow_remote" => "--admin-allow-remote",
+        "admin.token_file" => "--admin-token-file",
         "listener[0].listen" => "--listen",
         "pool[0].algorithm" => "--algorithm",
         "pool[0].hash_key" => "--hash-key",

@@ -21,9 +21,14 @@ pub fn run(args: ReloadArgs) -> Result<ExitCode, String> {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(unreachable)?;
+    // An admin API beyond loopback requires its bearer token; it comes from the environment so
+    // it shows in no process listing.
+    let authorization = std::env::var("TRAFIK_ADMIN_TOKEN")
+        .map(|token| format!("Authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
     write!(
         stream,
-        "POST /reload HTTP/1.1\r\nHost: {admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST /reload HTTP/1.1\r\nHost: {admin}\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .map_err(unreachable)?;
     let mut answer = Vec::new();

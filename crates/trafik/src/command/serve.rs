@@ -46,13 +46,24 @@ pub fn serve(loaded: Loaded, reloader: Option<Reloader>) -> Result<(), String> {
         let mut stop_signal = StopSignal::install()?;
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .map_err(|e| format!("cannot catch signals: {e}"))?;
+        let mut upgrade =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())
+                .map_err(|e| format!("cannot catch signals: {e}"))?;
         let replicas = start_replicas(loaded.upstreams).await?;
         let running =
             trafik_proxy::start_with(loaded.plan.clone(), reloader).map_err(|e| e.to_string())?;
         say(&describe::running(&loaded.plan, &running));
+        trafik_proxy::handover::tell_ready();
         loop {
             tokio::select! {
                 () = stop_signal.wait() => break,
+                _ = upgrade.recv() => match super::upgrade::replace(&running).await {
+                    Ok(pid) => {
+                        say(&format!("upgrade: process {pid} serves now; draining"));
+                        break;
+                    }
+                    Err(error) => tracing::error!("upgrade failed, this process serves on: {error}"),
+                },
                 _ = hangup.recv() => {
                     let instance = running.instance();
                     match tokio::task::spawn_blocking(move || instance.reload()).await {

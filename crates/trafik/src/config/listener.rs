@@ -86,6 +86,10 @@ fn check(
         "listen = \"127.0.0.1:8080\", where clients connect",
     );
     let protocol = listener.protocol.clone();
+    let connections = trafik_proxy::ConnectionLimits {
+        max_connections: listener.max_connections,
+        max_connections_per_client: listener.max_connections_per_client,
+    };
     let kind = match protocol.get_ref() {
         Protocol::Http | Protocol::Https => {
             http(report, field, span, listener, pools, layer4_pools, caches)
@@ -97,6 +101,7 @@ fn check(
         name: name?.into_inner(),
         address: listen?.get_ref().0,
         kind: kind?,
+        connections,
     })
 }
 

@@ -65,7 +65,7 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
     let mut report = report::Report::new(source);
     loops::check(&mut report, &file);
     let instance = server::check(&mut report, file.server);
-    let admin = admin::check(&mut report, file.admin);
+    let (admin, admin_token) = admin::check(&mut report, file.admin);
     let upstreams = upstream::check(&mut report, file.upstreams);
     let pool_names = pool::names(&file.pools);
     let layer4_pools = layer4::pools(&file.listeners);
@@ -102,6 +102,7 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
                 client: instance.client,
                 drain_timeout: instance.drain_timeout,
                 dns,
+                admin_token,
             },
             upstreams,
         }),

@@ -1,5 +1,7 @@
 //! `[[pool]]`: a set of interchangeable backends, how one is chosen, and how long to wait for it.
 
+use std::time::Duration;
+
 use toml::Spanned;
 use trafik_balance::{Algorithm, SelectorOptions};
 use trafik_proxy::{BackendPlan, HashKey, PoolPlan, RetryPlan};
@@ -109,6 +111,13 @@ pub fn check(
         "a timeout",
         "every request would end in 504",
     );
+    let queue_timeout = queue(
+        report,
+        &field,
+        &pool.max_pending,
+        pool.max_requests_per_backend,
+        &pool.queue_timeout,
+    );
     let outlier = outlier::check(report, &field, pool.outlier);
     let sticky = match sticky {
         Some(plan) => Some(plan?),
@@ -131,7 +140,32 @@ pub fn check(
         retry,
         max_requests_per_backend: pool.max_requests_per_backend,
         slow_start: pool.slow_start.0,
+        max_pending: *pool.max_pending.get_ref(),
+        queue_timeout,
     })
+}
+
+/// The pending queue's timeout; a queue needs the request limit that fills it.
+fn queue(
+    report: &mut Report,
+    field: &str,
+    max_pending: &Spanned<u32>,
+    max_requests_per_backend: u32,
+    queue_timeout: &Spanned<super::values::Dur>,
+) -> Duration {
+    if *max_pending.get_ref() > 0 && max_requests_per_backend == 0 {
+        report.error(
+            max_pending.span(),
+            &format!("{field}.max_pending"),
+            "expected max_requests_per_backend above 0 too: requests queue only while every backend is at that limit",
+        );
+    }
+    report.above_zero(
+        queue_timeout,
+        &format!("{field}.queue_timeout"),
+        "a timeout",
+        "a queued request would be refused at once",
+    )
 }
 
 /// The retried statuses (5xx only: a 4xx is the request's fault and would fail anywhere), the

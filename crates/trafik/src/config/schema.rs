@@ -116,6 +116,10 @@ pub struct Admin {
     pub listen: Option<Spanned<Addr>>,
     /// Admin on a non-loopback address must be asked for explicitly: it has no authentication.
     pub allow_remote: bool,
+    /// The bearer token every request must carry (`Authorization: Bearer TOKEN`).
+    pub token: Option<Spanned<String>>,
+    /// A file holding the token (its first line), so the config file need not.
+    pub token_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -139,6 +143,10 @@ pub struct Listener {
     /// The certificates of an `https` listener, chosen by the name the client asks for; the
     /// first is the default.
     pub tls: Vec<Spanned<ListenerTls>>,
+    /// Open connections at once; 0 is no cap.
+    pub max_connections: u32,
+    /// Open connections from one client IP address; 0 is no cap.
+    pub max_connections_per_client: u32,
 }
 
 impl Default for Listener {
@@ -150,6 +158,8 @@ impl Default for Listener {
             pool: None,
             routes: Vec::new(),
             tls: Vec::new(),
+            max_connections: 0,
+            max_connections_per_client: 0,
         }
     }
 }
@@ -437,6 +447,10 @@ pub struct Pool {
     pub max_requests_per_backend: u32,
     /// How long a backend that comes back takes to reach its full share; 0s for at once.
     pub slow_start: Dur,
+    /// Requests that may wait while every backend is at `max_requests_per_backend`; 0: none.
+    pub max_pending: Spanned<u32>,
+    /// How long each of them may wait.
+    pub queue_timeout: Spanned<Dur>,
 }
 
 impl Pool {
@@ -468,6 +482,8 @@ impl Default for Pool {
             retry_backoff: unplaced(Dur(trafik_proxy::RetryPlan::default().backoff)),
             max_requests_per_backend: 0,
             slow_start: Dur(Duration::ZERO),
+            max_pending: unplaced(0),
+            queue_timeout: unplaced(Dur(Duration::from_secs(1))),
         }
     }
 }
