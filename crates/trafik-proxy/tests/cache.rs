@@ -15,6 +15,7 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use support::*;
 use trafik_proxy::{CacheHeader, CachePlan, Plan, Running, TargetPlan};
+use trafik_upstream::RunningReplica;
 
 /// The course's edge: x-kenar says isabet or iska.
 fn cache_plan(default_ttl: Duration) -> CachePlan {
@@ -46,6 +47,18 @@ fn edge(backends: &[SocketAddr], cache: CachePlan) -> Plan {
 }
 
 /// Requests the replica answered (its own counter).
+/// The course's edge with a minute of freshness in front of one replica, which runs as long as
+/// the returned handle.
+async fn edge_before_one_replica() -> (Vec<RunningReplica>, Running) {
+    let origin = replicas(1).await;
+    let running = trafik_proxy::start(edge(
+        &[origin[0].address()],
+        cache_plan(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    (origin, running)
+}
+
 async fn origin_requests(replica: SocketAddr) -> u64 {
     get(replica, "/sayac").await.json()["istek"]
         .as_u64()
@@ -71,12 +84,7 @@ async fn admin(running: &Running, method: &str, path: &str, body: &str) -> Answe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_a_miss_then_hits_and_six_requests_for_two_numbers_reach_the_origin_twice() {
-    let origin = replicas(1).await;
-    let running = trafik_proxy::start(edge(
-        &[origin[0].address()],
-        cache_plan(Duration::from_secs(60)),
-    ))
-    .unwrap();
+    let (origin, running) = edge_before_one_replica().await;
     let mut seen = Vec::new();
     for _round in 0..3 {
         for number in ["TR900011", "TR900012"] {
@@ -147,12 +155,7 @@ async fn a_hundred_concurrent_misses_for_one_key_reach_the_origin_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_makes_the_next_request_a_miss() {
-    let origin = replicas(1).await;
-    let running = trafik_proxy::start(edge(
-        &[origin[0].address()],
-        cache_plan(Duration::from_secs(60)),
-    ))
-    .unwrap();
+    let (_origin, running) = edge_before_one_replica().await;
     for path in ["/takip/TR-1", "/takip/TR-2", "/takip/TR-1", "/olay"] {
         get(web(&running), path).await;
     }
@@ -203,12 +206,7 @@ async fn a_purge_makes_the_next_request_a_miss() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pushed_object_is_a_hit_that_never_reaches_the_origin() {
-    let origin = replicas(1).await;
-    let running = trafik_proxy::start(edge(
-        &[origin[0].address()],
-        cache_plan(Duration::from_secs(60)),
-    ))
-    .unwrap();
+    let (origin, running) = edge_before_one_replica().await;
     let pushed = admin(
         &running,
         "PUT",
@@ -246,12 +244,7 @@ async fn a_pushed_object_is_a_hit_that_never_reaches_the_origin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preloading_twenty_paths_makes_the_next_twenty_requests_hits() {
-    let origin = replicas(1).await;
-    let running = trafik_proxy::start(edge(
-        &[origin[0].address()],
-        cache_plan(Duration::from_secs(60)),
-    ))
-    .unwrap();
+    let (origin, running) = edge_before_one_replica().await;
     let paths: Vec<String> = (1..=20).map(|n| format!("/takip/TR9000{n:02}")).collect();
     let preloaded = admin(
         &running,
@@ -340,12 +333,7 @@ async fn stale_while_revalidate_answers_at_once_and_refreshes_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_the_cache_may_not_answer_go_to_the_origin_and_say_why() {
-    let origin = replicas(1).await;
-    let running = trafik_proxy::start(edge(
-        &[origin[0].address()],
-        cache_plan(Duration::from_secs(60)),
-    ))
-    .unwrap();
+    let (origin, running) = edge_before_one_replica().await;
     let mut client = Client::connect(web(&running)).await;
     let post = client
         .send(
@@ -640,12 +628,7 @@ async fn a_204_that_names_a_length_is_answered_without_one_on_a_miss_and_a_hit()
 /// `/reload`, and nothing is stored or purged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_endpoints_refuse_foreign_pages_like_the_rest_of_the_admin_api() {
-    let origin = replicas(1).await;
-    let running = trafik_proxy::start(edge(
-        &[origin[0].address()],
-        cache_plan(Duration::from_secs(60)),
-    ))
-    .unwrap();
+    let (_origin, running) = edge_before_one_replica().await;
     let address = running.admin_address().unwrap();
     let foreign = |method: &str, path: &str, name: &str, value: &str| {
         let host = if name == "host" {
