@@ -16,6 +16,7 @@
 //!
 //! Time is never read here: a rule that needs it (peak-EWMA) is given `now` by its caller.
 
+mod adaptive_limit;
 mod algorithm;
 mod backend;
 mod bounded_load;
@@ -40,6 +41,7 @@ mod conformance;
 
 use std::time::Duration;
 
+pub use adaptive_limit::{AdaptiveLimit, ConcurrencyRules};
 pub use algorithm::{Algorithm, SelectorOptions, UnknownAlgorithm};
 pub use backend::{BackendSet, BackendSpec, PickContext, Tried};
 pub use bounded_load::BoundedLoadRing;

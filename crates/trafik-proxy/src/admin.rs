@@ -141,6 +141,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 + &caches::metrics(&snapshot)
                 + &crate::http::gateway::metrics(&snapshot)
                 + &gate::metrics(&snapshot.gates)
+                + &crate::concurrency::metrics(&snapshot.pools)
                 + &instance.dns_metrics();
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
@@ -345,6 +346,9 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                     "full": queue.full.load(Ordering::Relaxed),
                     "timed_out": queue.timed_out.load(Ordering::Relaxed),
                 });
+            }
+            if let Some(concurrency) = crate::concurrency::status(pool) {
+                entry["adaptive_concurrency"] = concurrency;
             }
             if let Some(sticky) = &pool.sticky {
                 let counters = &sticky.counters;

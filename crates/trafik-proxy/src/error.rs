@@ -60,6 +60,8 @@ pub enum ProxyError {
     QueueFull,
     /// Every backend stayed at its request limit for the pool's whole `queue_timeout`.
     QueueTimeout,
+    /// The pool had as many requests in flight as its adaptive concurrency limit allows.
+    ConcurrencyLimited,
 }
 
 impl ProxyError {
@@ -70,7 +72,8 @@ impl ProxyError {
             ProxyError::NoHealthyBackend
             | ProxyError::BackendsAtLimit
             | ProxyError::QueueFull
-            | ProxyError::QueueTimeout => StatusCode::SERVICE_UNAVAILABLE,
+            | ProxyError::QueueTimeout
+            | ProxyError::ConcurrencyLimited => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectFailed
             | ProxyError::UpstreamFailed
             | ProxyError::UnexpectedUpgrade => StatusCode::BAD_GATEWAY,
@@ -139,6 +142,9 @@ impl ProxyError {
             ProxyError::QueueTimeout => {
                 "every backend stayed at its request limit while the request waited in the queue\n"
             }
+            ProxyError::ConcurrencyLimited => {
+                "the pool has as many requests in flight as its latency allows\n"
+            }
         }
     }
 
@@ -192,6 +198,7 @@ impl ProxyError {
             ProxyError::BodyTooSlow => "body-too-slow",
             ProxyError::QueueFull => "queue-full",
             ProxyError::QueueTimeout => "queue-timeout",
+            ProxyError::ConcurrencyLimited => "concurrency-limit",
         }
     }
 
@@ -202,9 +209,10 @@ impl ProxyError {
         const CLOSE: &[(HeaderName, &str)] = &[(header::CONNECTION, "close")];
         match self {
             ProxyError::NoHealthyBackend => RETRY_SOON,
-            ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout => {
-                RETRY_SOON
-            }
+            ProxyError::BackendsAtLimit
+            | ProxyError::QueueFull
+            | ProxyError::QueueTimeout
+            | ProxyError::ConcurrencyLimited => RETRY_SOON,
             ProxyError::ClientAborted
             | ProxyError::RequestBodyTooLarge
             | ProxyError::ConnectNotSupported
@@ -255,7 +263,10 @@ impl ProxyError {
         }
         if matches!(
             self,
-            ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout
+            ProxyError::BackendsAtLimit
+                | ProxyError::QueueFull
+                | ProxyError::QueueTimeout
+                | ProxyError::ConcurrencyLimited
         ) {
             // Overload, not failure: the client (or a proxy before it) learns which.
             headers.insert(

@@ -29,6 +29,7 @@ pub mod tcp;
 pub mod tls;
 pub mod transport;
 pub mod worker;
+pub mod concurrency;
 
 use std::io;
 use std::net::SocketAddr;

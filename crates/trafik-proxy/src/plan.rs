@@ -393,6 +393,9 @@ pub struct PoolPlan {
     /// A backend that comes back (from an ejection, or up again by its checks) gets its full
     /// share of picks only after this long; zero turns the ramp off.
     pub slow_start: Duration,
+    /// A limit on requests in flight to the whole pool that follows their latency; `None`
+    /// (the default) for none.
+    pub adaptive_concurrency: Option<trafik_balance::ConcurrencyRules>,
 }
 
 /// What else makes a pool send a request to another backend, and what bounds it.

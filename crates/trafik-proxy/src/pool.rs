@@ -93,6 +93,8 @@ pub struct Pool {
     pub slow_start: SlowStart,
     /// Requests waiting for a backend below its request limit.
     pub pending: crate::queue::PendingQueue,
+    /// The adaptive concurrency limit, when the pool has one.
+    pub concurrency: Option<crate::concurrency::Concurrency>,
 }
 
 impl Pool {
@@ -171,7 +173,14 @@ impl Pool {
             plan.queue_timeout,
             previous.map(|p| &p.pending),
         );
+        let concurrency = plan.adaptive_concurrency.clone().map(|rules| {
+            crate::concurrency::Concurrency::new(
+                rules,
+                previous.and_then(|p| p.concurrency.as_ref()),
+            )
+        });
         Pool {
+            concurrency,
             pending,
             tracks_in_flight: plan.algorithm.reads_in_flight(),
             plan,

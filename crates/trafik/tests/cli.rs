@@ -766,3 +766,30 @@ fn a_pending_queue_needs_the_request_limit_that_fills_it() {
         "{errors}"
     );
 }
+
+#[test]
+fn adaptive_concurrency_settings_are_checked_all_at_once() {
+    let text = GOOD.replacen(
+        "name = \"okuma\"\n",
+        "name = \"okuma\"\nadaptive_concurrency = { min_limit = 0, max_limit = 3, initial_limit = 5, tolerance = 0.5, baseline_window = \"0s\" }\n",
+        1,
+    );
+    let (code, _, errors) = check("adaptive.toml", &text);
+    assert_eq!(code, 2, "{errors}");
+    for expected in [
+        "pool[0].adaptive_concurrency.min_limit: expected at least 1",
+        "pool[0].adaptive_concurrency.initial_limit: expected a limit from min_limit (0) to max_limit (3), found 5",
+        "pool[0].adaptive_concurrency.tolerance: expected a factor from 1.0",
+        "pool[0].adaptive_concurrency.baseline_window: expected a duration above zero",
+    ] {
+        assert!(errors.contains(expected), "{expected} in {errors}");
+    }
+    assert!(errors.contains("adaptive.toml:"), "file:line:column in {errors}");
+    let good = GOOD.replacen(
+        "name = \"okuma\"\n",
+        "name = \"okuma\"\nadaptive_concurrency = { max_limit = 200 }\n",
+        1,
+    );
+    let (code, _, errors) = check("adaptive-good.toml", &good);
+    assert_eq!(code, 0, "{errors}");
+}

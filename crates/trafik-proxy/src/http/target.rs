@@ -91,6 +91,10 @@ impl PoolTarget {
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let pool = &snapshot.pools[self.pool];
         let me = worker.id;
+        let admission = match pool.concurrency.as_ref().map(|c| c.admit()) {
+            Some(None) => return (ProxyError::ConcurrencyLimited.response(), None),
+            admitted => admitted.flatten(),
+        };
         // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
         // after receiving it only if it may be repeated.
         let retries = pool.plan.retries;
@@ -154,6 +158,9 @@ impl PoolTarget {
                 let sent_at = timed.then(Instant::now);
                 match send(worker, pool, index, request, upload.as_ref()).await {
                     Ok((answer, checkout)) => {
+                        if let Some(admission) = &admission {
+                            admission.answered(worker.now());
+                        }
                         let status = answer.status().as_u16();
                         pool.report(index, Outcome::of_status(status));
                         if let Some(replay) = &replay
@@ -219,6 +226,11 @@ impl PoolTarget {
                         }
                     }
                     Err(Failure::Answered(error)) => {
+                        if let Some(admission) = &admission
+                            && error == ProxyError::UpstreamTimeout
+                        {
+                            admission.answered(worker.now());
+                        }
                         if error.is_backend_fault() {
                             bump(&counters.failures);
                             pool.report(index, Outcome::Error);

@@ -131,6 +131,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         max_pending: 0,
         queue_timeout: Duration::from_secs(1),
         slow_start: Duration::ZERO,
+        adaptive_concurrency: None,
     }
 }
 

@@ -30,6 +30,7 @@ mod sticky;
 mod tls;
 mod upstream;
 pub mod values;
+mod adaptive_concurrency;
 
 use std::net::SocketAddr;
 

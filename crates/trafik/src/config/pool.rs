@@ -8,7 +8,7 @@ use trafik_proxy::{BackendPlan, HashKey, PoolPlan, RetryPlan};
 
 use super::report::Report;
 use super::schema::{Backend, Pool};
-use super::{health, layer4, outlier, sticky, tls};
+use super::{adaptive_concurrency, health, layer4, outlier, sticky, tls};
 use crate::suggest::did_you_mean;
 
 /// Each pool's name as written, by position; routes refer to pools by it.
@@ -119,6 +119,9 @@ pub fn check(
         &pool.queue_timeout,
     );
     let outlier = outlier::check(report, &field, pool.outlier);
+    let adaptive_concurrency = pool
+        .adaptive_concurrency
+        .map(|settings| adaptive_concurrency::check(report, &field, settings));
     let sticky = match sticky {
         Some(plan) => Some(plan?),
         None => None,
@@ -142,6 +145,7 @@ pub fn check(
         slow_start: pool.slow_start.0,
         max_pending: *pool.max_pending.get_ref(),
         queue_timeout,
+        adaptive_concurrency,
     })
 }
 

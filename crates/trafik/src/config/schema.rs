@@ -451,6 +451,8 @@ pub struct Pool {
     pub max_pending: Spanned<u32>,
     /// How long each of them may wait.
     pub queue_timeout: Spanned<Dur>,
+    /// A limit on requests in flight to the pool that follows their latency; absent: none.
+    pub adaptive_concurrency: Option<Spanned<AdaptiveConcurrency>>,
 }
 
 impl Pool {
@@ -484,6 +486,31 @@ impl Default for Pool {
             slow_start: Dur(Duration::ZERO),
             max_pending: unplaced(0),
             queue_timeout: unplaced(Dur(Duration::from_secs(1))),
+            adaptive_concurrency: None,
+        }
+    }
+}
+
+/// `[pool.adaptive_concurrency]`: defaults come from `trafik_balance::ConcurrencyRules`.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdaptiveConcurrency {
+    pub min_limit: Spanned<u32>,
+    pub max_limit: Spanned<u32>,
+    pub initial_limit: Spanned<u32>,
+    pub tolerance: Spanned<f64>,
+    pub baseline_window: Spanned<Dur>,
+}
+
+impl Default for AdaptiveConcurrency {
+    fn default() -> Self {
+        let rules = trafik_balance::ConcurrencyRules::default();
+        AdaptiveConcurrency {
+            min_limit: unplaced(rules.min_limit),
+            max_limit: unplaced(rules.max_limit),
+            initial_limit: unplaced(rules.initial_limit),
+            tolerance: unplaced(rules.tolerance),
+            baseline_window: unplaced(Dur(rules.baseline_window)),
         }
     }
 }

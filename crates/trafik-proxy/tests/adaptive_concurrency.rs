@@ -1,0 +1,143 @@
+//! A pool's adaptive concurrency limit through a real proxy in front of a real upstream whose
+//! latency the test turns up and down: the limit falls when the answers slow down (requests
+//! over it get the fast 503 with `x-trafik-reason: concurrency-limit`) and comes back when they
+//! speed up again. `/status` and `/metrics` show it.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use support::{Client, LOOPBACK_ANY_PORT, admin_get, plan, status, stop, web};
+use trafik_balance::ConcurrencyRules;
+
+/// An upstream that waits `delay` milliseconds (changed while it runs) before each answer.
+async fn slow_server(delay: Arc<AtomicU64>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let delay = delay.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_request| {
+                    let wait = Duration::from_millis(delay.load(Ordering::Relaxed));
+                    async move {
+                        tokio::time::sleep(wait).await;
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(
+                            Bytes::from_static(b"ok"),
+                        )))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+/// The upstream's usual wait: well above the noise of a loaded machine, so only the test's
+/// slowdown moves the limit down.
+const FAST_MS: u64 = 5;
+
+/// The pool's limit as `/status` shows it.
+async fn limit(running: &trafik_proxy::Running) -> u64 {
+    status(running).await["pools"][0]["adaptive_concurrency"]["limit"]
+        .as_u64()
+        .expect("the pool shows its limit")
+}
+
+/// `clients` kept-alive clients each send up to `each` GETs, until `done` holds for the
+/// limit; returns the 503 reasons seen and whether `done` held.
+async fn load_until(
+    running: &trafik_proxy::Running,
+    clients: usize,
+    each: usize,
+    done: impl Fn(u64) -> bool,
+) -> (Vec<String>, bool) {
+    let address = web(running);
+    let mut reasons = Vec::new();
+    for _round in 0..each / 5 {
+        let tasks: Vec<_> = (0..clients)
+            .map(|_| {
+                tokio::spawn(async move {
+                    let mut client = Client::connect(address).await;
+                    let mut reasons = Vec::new();
+                    for _ in 0..5 {
+                        let answer = client.get("/adaptive").await;
+                        match answer.status {
+                            200 => {}
+                            503 => reasons.push(
+                                answer.header("x-trafik-reason").unwrap_or("none").to_owned(),
+                            ),
+                            other => panic!("unexpected {other}: {}", answer.text()),
+                        }
+                    }
+                    reasons
+                })
+            })
+            .collect();
+        for task in tasks {
+            reasons.extend(task.await.unwrap());
+        }
+        if done(limit(running).await) {
+            return (reasons, true);
+        }
+    }
+    (reasons, false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limit_falls_when_latency_grows_and_recovers_when_it_falls_back() {
+    let delay = Arc::new(AtomicU64::new(FAST_MS));
+    let backend = slow_server(delay.clone()).await;
+    let mut plan = plan(&[backend]);
+    plan.pools[0].adaptive_concurrency = Some(ConcurrencyRules {
+        min_limit: 2,
+        initial_limit: 16,
+        ..ConcurrencyRules::default()
+    });
+    let running = trafik_proxy::start(plan).unwrap();
+
+    // Fast answers with the limit in use: it holds or grows.
+    let (_, _) = load_until(&running, 16, 20, |_| false).await;
+    let fast = limit(&running).await;
+    assert!(fast >= 16, "fast answers shrank the limit to {fast}");
+
+    // Answers twenty times slower: the limit falls, and the clients over it are turned away.
+    delay.store(FAST_MS * 20, Ordering::Relaxed);
+    let (reasons, fell) = load_until(&running, 16, 200, |now| now * 2 < fast).await;
+    let slow = limit(&running).await;
+    assert!(fell, "the limit stayed at {slow} (from {fast})");
+    assert!(!reasons.is_empty(), "nobody was over the limit");
+    assert!(
+        reasons.iter().all(|r| r == "concurrency-limit"),
+        "{reasons:?}"
+    );
+    let pool = &status(&running).await["pools"][0]["adaptive_concurrency"];
+    assert!(pool["rejected"].as_u64().unwrap() >= reasons.len() as u64, "{pool}");
+    assert_eq!(pool["in_flight"], 0, "{pool}");
+
+    // Fast again: it recovers.
+    delay.store(FAST_MS, Ordering::Relaxed);
+    let (_, recovered) = load_until(&running, 16, 400, |now| now >= fast).await;
+    let after = limit(&running).await;
+    assert!(recovered, "the limit came back only to {after} (from {slow}, was {fast})");
+
+    let metrics = admin_get(&running, "/metrics").await.text();
+    assert!(
+        metrics.contains(&format!("trafik_pool_concurrency_limit{{pool=\"takip\"}} {after}")),
+        "{metrics}"
+    );
+    assert!(metrics.contains("trafik_pool_concurrency_rejected_total{pool=\"takip\"}"));
+    stop(running).await;
+}
