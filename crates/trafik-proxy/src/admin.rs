@@ -142,6 +142,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 + &crate::http::gateway::metrics(&snapshot)
                 + &gate::metrics(&snapshot.gates)
                 + &crate::concurrency::metrics(&snapshot.pools)
+                + &crate::admission::metrics(&snapshot)
                 + &instance.dns_metrics();
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
@@ -373,6 +374,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "static": caches::sites(snapshot),
         "gateway": crate::http::gateway::status(snapshot),
         "gates": gate::status(&snapshot.gates),
+        "listeners": crate::admission::status(snapshot),
     })
 }
 

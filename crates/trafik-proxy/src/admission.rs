@@ -16,11 +16,17 @@ use crate::plan::ConnectionLimits;
 /// The live state of a listener's caps; carried across reloads that keep the listener and its
 /// caps, so connections opened before a reload still count.
 pub struct ConnectionLimit {
+    /// The listener's name, for `/status` and `/metrics`.
+    pub listener: String,
     pub limits: ConnectionLimits,
     slots: Option<Arc<Semaphore>>,
     by_client: Mutex<HashMap<IpAddr, u32>>,
     /// Connections closed at once because their client had `max_connections_per_client` open.
     pub refused_per_client: AtomicU64,
+    /// Connections admitted.
+    pub accepted: AtomicU64,
+    /// Connections that found `max_connections` open and waited for one to close.
+    pub waited: AtomicU64,
 }
 
 /// One admitted connection: its slot and its count for its client, given back on drop.
@@ -31,9 +37,12 @@ pub struct Admitted {
 
 impl ConnectionLimit {
     /// `None` when the listener has no cap.
-    pub fn new(limits: ConnectionLimits) -> Option<Arc<Self>> {
+    pub fn new(listener: &str, limits: ConnectionLimits) -> Option<Arc<Self>> {
         (limits.max_connections > 0 || limits.max_connections_per_client > 0).then(|| {
             Arc::new(ConnectionLimit {
+                listener: listener.to_owned(),
+                accepted: AtomicU64::new(0),
+                waited: AtomicU64::new(0),
                 limits,
                 slots: (limits.max_connections > 0)
                     .then(|| Arc::new(Semaphore::new(limits.max_connections as usize))),
@@ -72,8 +81,16 @@ impl ConnectionLimit {
             client: counted,
         };
         if let Some(slots) = &self.slots {
-            admitted._slot = Some(slots.clone().acquire_owned().await.ok()?);
+            let slot = match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    self.waited.fetch_add(1, Ordering::Relaxed);
+                    slots.clone().acquire_owned().await.ok()?
+                }
+            };
+            admitted._slot = Some(slot);
         }
+        self.accepted.fetch_add(1, Ordering::Relaxed);
         Some(admitted)
     }
 }
@@ -93,16 +110,85 @@ impl Drop for Admitted {
     }
 }
 
+/// The listeners with caps, in `/status`: what the caps are and what they did.
+pub fn status(snapshot: &crate::snapshot::Snapshot) -> serde_json::Value {
+    snapshot
+        .connection_limits()
+        .map(|limit| {
+            serde_json::json!({
+                "name": limit.listener,
+                "max_connections": limit.limits.max_connections,
+                "max_connections_per_client": limit.limits.max_connections_per_client,
+                "open": limit.open(),
+                "accepted": limit.accepted.load(Ordering::Relaxed),
+                "waited": limit.waited.load(Ordering::Relaxed),
+                "refused_per_client": limit.refused_per_client.load(Ordering::Relaxed),
+            })
+        })
+        .collect()
+}
+
+/// The same in the Prometheus text format.
+pub fn metrics(snapshot: &crate::snapshot::Snapshot) -> String {
+    use std::fmt::Write as _;
+    type Read = fn(&ConnectionLimit) -> u64;
+    let families: [(&str, &str, &str, Read); 4] = [
+        (
+            "trafik_listener_open_connections",
+            "gauge",
+            "Connections open on a listener with a connection cap.",
+            |l| l.open() as u64,
+        ),
+        (
+            "trafik_listener_accepted_total",
+            "counter",
+            "Connections a capped listener admitted.",
+            |l| l.accepted.load(Ordering::Relaxed),
+        ),
+        (
+            "trafik_listener_waited_total",
+            "counter",
+            "Connections that found max_connections open and waited for one to close.",
+            |l| l.waited.load(Ordering::Relaxed),
+        ),
+        (
+            "trafik_listener_refused_per_client_total",
+            "counter",
+            "Connections closed at once: their client had max_connections_per_client open.",
+            |l| l.refused_per_client.load(Ordering::Relaxed),
+        ),
+    ];
+    let mut out = String::new();
+    if snapshot.connection_limits().next().is_none() {
+        return out;
+    }
+    for (name, kind, help, read) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for limit in snapshot.connection_limits() {
+            let _ = writeln!(
+                out,
+                "{name}{{listener=\"{}\"}} {}",
+                crate::admin::escape(&limit.listener),
+                read(limit)
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test]
     async fn a_client_at_its_cap_is_refused_until_one_of_its_connections_closes() {
-        let limit = ConnectionLimit::new(ConnectionLimits {
+        let limit = ConnectionLimit::new(
+            "web",
+            ConnectionLimits {
             max_connections: 0,
-            max_connections_per_client: 2,
-        })
+                max_connections_per_client: 2,
+            },
+        )
         .unwrap();
         let (one, other) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let first = limit.admit(one).await.unwrap();
@@ -112,6 +198,7 @@ mod tests {
         drop(first);
         assert!(limit.admit(one).await.is_some());
         assert_eq!(limit.refused_per_client.load(Ordering::Relaxed), 1);
-        assert!(ConnectionLimit::new(ConnectionLimits::default()).is_none());
+        assert_eq!(limit.accepted.load(Ordering::Relaxed), 4);
+        assert!(ConnectionLimit::new("web", ConnectionLimits::default()).is_none());
     }
 }

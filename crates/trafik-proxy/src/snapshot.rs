@@ -233,10 +233,14 @@ impl Snapshot {
             .filter_map(|(listener, &id)| {
                 let kept = previous
                     .and_then(|p| p.connection_limit(id))
-                    .filter(|limit| limit.limits == listener.connections);
+                    .filter(|limit| limit.limits == listener.connections)
+                    .filter(|limit| limit.listener == listener.name);
                 let limit = match kept {
                     Some(limit) => limit.clone(),
-                    None => crate::admission::ConnectionLimit::new(listener.connections)?,
+                    None => crate::admission::ConnectionLimit::new(
+                        &listener.name,
+                        listener.connections,
+                    )?,
                 };
                 Some((id, limit))
             })
@@ -269,6 +273,13 @@ impl Snapshot {
             .iter()
             .find(|(known, _)| *known == id)
             .map(|(_, limit)| limit)
+    }
+
+    /// Every listener's connection caps, for the admin API.
+    pub fn connection_limits(
+        &self,
+    ) -> impl Iterator<Item = &Arc<crate::admission::ConnectionLimit>> {
+        self.connection_limits.iter().map(|(_, limit)| limit)
     }
 
     pub fn listener(&self, id: ListenerId) -> Option<&Listener> {

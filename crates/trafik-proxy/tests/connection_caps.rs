@@ -7,7 +7,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::{LOOPBACK_ANY_PORT, echo_server, plan, stop};
+use support::{LOOPBACK_ANY_PORT, admin_get, echo_server, plan, status, stop};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trafik_proxy::ConnectionLimits;
@@ -72,6 +72,16 @@ async fn the_connection_past_the_listener_cap_waits_until_one_closes() {
         .await
         .expect("served once a connection closed");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let listener = &status(&running).await["listeners"][0];
+    assert_eq!(listener["name"], "web", "{listener}");
+    assert_eq!(listener["open"], 2, "{listener}");
+    assert_eq!(listener["accepted"], 3, "{listener}");
+    assert_eq!(listener["waited"], 1, "{listener}");
+    let metrics = admin_get(&running, "/metrics").await.text();
+    assert!(
+        metrics.contains("trafik_listener_waited_total{listener=\"web\"} 1"),
+        "{metrics}"
+    );
     stop(running).await;
 }
 
@@ -110,5 +120,12 @@ async fn a_client_over_its_own_cap_is_closed_while_its_other_connections_go_on()
         again.is_some(),
         "a closed connection frees the client's slot"
     );
+    let listener = &status(&running).await["listeners"][0];
+    let refused = listener["refused_per_client"].as_u64().unwrap();
+    let accepted = listener["accepted"].as_u64().unwrap();
+    assert!(refused >= 1, "{listener}");
+    // Every connection opened was either admitted or refused.
+    assert!(accepted >= 3, "{listener}");
+    assert_eq!(listener["waited"], 0, "no listener-wide cap: {listener}");
     stop(running).await;
 }
