@@ -5,7 +5,8 @@
 # README "Fuzzing"). Each target logs to LOGS/TARGET.log its cases, seed and time, or the input
 # that failed; `fuzz/run.sh` prints where and returns at once, `fuzz/run.sh --wait` waits and
 # prints the summary. Usage: fuzz/run.sh [CASES] [--wait]   (default 100000; LOGS defaults to
-# /tmp/trafik-fuzz, TRAFIK_FUZZ_SEED fixes the seed, else each run takes one from the clock).
+# /tmp/trafik-fuzz, TRAFIK_FUZZ_SEED fixes the seed, else each run takes one from the clock;
+# TARGETS="admin dns" runs only those).
 set -euo pipefail
 cases=${1:-100000}
 wait_for_all=false
@@ -17,13 +18,19 @@ mkdir -p "$logs"
 cd "$root"
 # Build once, in the foreground, and run the test executables themselves: a later edit of the
 # sources does not make a running target rebuild.
-binary() { # cargo test arguments selecting one test executable
-  nice cargo test -q "$@" --no-run --message-format=json |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+binary() { # the test target's name, then cargo test arguments selecting it
+  local name=$1
+  shift
+  nice cargo test -q "$@" --no-run --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    artifact = json.loads(line)
+    if artifact.get("profile", {}).get("test") and artifact["target"]["name"] == sys.argv[1]:
+        print(artifact["executable"])' "$name" | tail -1
 }
-heads=$(binary -p trafik-proxy --test fuzz_heads)
-network=$(binary -p trafik --test fuzz)
-config=$(binary -p trafik --bin trafik)
+heads=$(binary fuzz_heads -p trafik-proxy --test fuzz_heads)
+network=$(binary fuzz -p trafik --test fuzz)
+config=$(binary trafik -p trafik --bin trafik)
 
 # target name, executable, the long test's name.
 targets=(
@@ -37,6 +44,7 @@ targets=(
 pids=()
 for entry in "${targets[@]}"; do
   read -r name executable test <<<"$entry"
+  [[ -n ${TARGETS:-} && " $TARGETS " != *" $name "* ]] && continue
   log="$logs/$name.log"
   {
     echo "started $(date -u +%FT%TZ), $cases cases"
@@ -56,6 +64,7 @@ if $wait_for_all; then
   echo
   for entry in "${targets[@]}"; do
     name=${entry%% *}
+    [[ -n ${TARGETS:-} && " $TARGETS " != *" $name "* ]] && continue
     printf '%-13s %s | %s\n' "$name" "$(grep -hE 'cases|heads|mutated' "$logs/$name.log" | grep -E '[0-9]+ ' | tail -1)" \
       "$(tail -1 "$logs/$name.log")"
   done
