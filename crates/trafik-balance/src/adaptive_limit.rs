@@ -166,7 +166,11 @@ mod tests {
         let before = limit.limit();
         // Ten times the baseline: far beyond a tolerance of two.
         let now = answers(&mut limit, now, 100, 20 * MS);
-        assert!(limit.limit() < 10, "{before} shrank only to {}", limit.limit());
+        assert!(
+            limit.limit() < 10,
+            "{before} shrank only to {}",
+            limit.limit()
+        );
         assert!(limit.limit() >= 4, "never below min_limit");
         answers(&mut limit, now, 200, 2 * MS);
         assert!(limit.limit() > 50, "recovered only to {}", limit.limit());
@@ -179,7 +183,11 @@ mod tests {
         let before = limit.limit();
         // 1.9 times the baseline, under the tolerance of 2.
         answers(&mut limit, now, 50, 19 * MS);
-        assert!(limit.limit() >= before, "{before} fell to {}", limit.limit());
+        assert!(
+            limit.limit() >= before,
+            "{before} fell to {}",
+            limit.limit()
+        );
     }
 
     #[test]
@@ -194,7 +202,11 @@ mod tests {
         for n in 0..100 {
             limit.sample(SECOND + n, 2 * MS, 3);
         }
-        assert_eq!(limit.limit(), 20, "3 in flight of 20: the limit is not what holds");
+        assert_eq!(
+            limit.limit(),
+            20,
+            "3 in flight of 20: the limit is not what holds"
+        );
         answers(&mut limit, 2 * SECOND, 100, 2 * MS);
         assert_eq!(limit.limit(), 30);
         answers(&mut limit, 3 * SECOND, 200, 500 * MS);
@@ -221,6 +233,10 @@ mod tests {
         answers(&mut limit, 22 * SECOND, 200, 20 * MS);
         let baseline = limit.baseline(22 * SECOND + 1).unwrap();
         assert!(baseline > 19 * MS && baseline <= 20 * MS, "{baseline:?}");
-        assert!(limit.limit() > low * 3, "stayed at {} from {low}", limit.limit());
+        assert!(
+            limit.limit() > low * 3,
+            "stayed at {} from {low}",
+            limit.limit()
+        );
     }
 }

@@ -185,7 +185,7 @@ mod tests {
         let limit = ConnectionLimit::new(
             "web",
             ConnectionLimits {
-            max_connections: 0,
+                max_connections: 0,
                 max_connections_per_client: 2,
             },
         )

@@ -138,7 +138,9 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
     ];
     let mut out = String::new();
     for (name, kind, help, read) in families {
-        let limited = pools.iter().filter_map(|p| Some((p, p.concurrency.as_ref()?)));
+        let limited = pools
+            .iter()
+            .filter_map(|p| Some((p, p.concurrency.as_ref()?)));
         let mut header = false;
         for (pool, concurrency) in limited {
             if !std::mem::replace(&mut header, true) {

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod concurrency;
 pub mod connections;
 pub mod counters;
 pub mod descriptors;
@@ -29,7 +30,6 @@ pub mod tcp;
 pub mod tls;
 pub mod transport;
 pub mod worker;
-pub mod concurrency;
 
 use std::io;
 use std::net::SocketAddr;

@@ -77,7 +77,10 @@ async fn load_until(
                         match answer.status {
                             200 => {}
                             503 => reasons.push(
-                                answer.header("x-trafik-reason").unwrap_or("none").to_owned(),
+                                answer
+                                    .header("x-trafik-reason")
+                                    .unwrap_or("none")
+                                    .to_owned(),
                             ),
                             other => panic!("unexpected {other}: {}", answer.text()),
                         }
@@ -124,18 +127,26 @@ async fn the_limit_falls_when_latency_grows_and_recovers_when_it_falls_back() {
         "{reasons:?}"
     );
     let pool = &status(&running).await["pools"][0]["adaptive_concurrency"];
-    assert!(pool["rejected"].as_u64().unwrap() >= reasons.len() as u64, "{pool}");
+    assert!(
+        pool["rejected"].as_u64().unwrap() >= reasons.len() as u64,
+        "{pool}"
+    );
     assert_eq!(pool["in_flight"], 0, "{pool}");
 
     // Fast again: it recovers.
     delay.store(FAST_MS, Ordering::Relaxed);
     let (_, recovered) = load_until(&running, 16, 400, |now| now >= fast).await;
     let after = limit(&running).await;
-    assert!(recovered, "the limit came back only to {after} (from {slow}, was {fast})");
+    assert!(
+        recovered,
+        "the limit came back only to {after} (from {slow}, was {fast})"
+    );
 
     let metrics = admin_get(&running, "/metrics").await.text();
     assert!(
-        metrics.contains(&format!("trafik_pool_concurrency_limit{{pool=\"takip\"}} {after}")),
+        metrics.contains(&format!(
+            "trafik_pool_concurrency_limit{{pool=\"takip\"}} {after}"
+        )),
         "{metrics}"
     );
     assert!(metrics.contains("trafik_pool_concurrency_rejected_total{pool=\"takip\"}"));

@@ -784,7 +784,10 @@ fn adaptive_concurrency_settings_are_checked_all_at_once() {
     ] {
         assert!(errors.contains(expected), "{expected} in {errors}");
     }
-    assert!(errors.contains("adaptive.toml:"), "file:line:column in {errors}");
+    assert!(
+        errors.contains("adaptive.toml:"),
+        "file:line:column in {errors}"
+    );
     let good = GOOD.replacen(
         "name = \"okuma\"\n",
         "name = \"okuma\"\nadaptive_concurrency = { max_limit = 200 }\n",

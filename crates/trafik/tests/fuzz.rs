@@ -250,8 +250,20 @@ fn admin_cases(instance: &Instance, cases: u64, random: &SharedRng) {
     .map(|seed| seed.replace("{host}", &host))
     .collect();
     let pieces: [&[u8]; 14] = [
-        b"\r\n", b"/", b"%", b"%2f", b"..", b"drain", b"backends/", b"Host: ", b"Origin: ",
-        b"Authorization: Bearer ", b"Content-Length: ", b"\0", b"?", b"\xff",
+        b"\r\n",
+        b"/",
+        b"%",
+        b"%2f",
+        b"..",
+        b"drain",
+        b"backends/",
+        b"Host: ",
+        b"Origin: ",
+        b"Authorization: Bearer ",
+        b"Content-Length: ",
+        b"\0",
+        b"?",
+        b"\xff",
     ];
     for _ in 0..cases {
         let request = mutate(seeds[random.below(seeds.len())].as_bytes(), &pieces, random);
@@ -321,7 +333,14 @@ fn dns_cases(instance: &Instance, cases: u64, random: &SharedRng) {
         dns_query(2, "yok.kargo.test"),
         dns_query(3, "kargo.test"),
     ];
-    let pieces: [&[u8]; 6] = [&[0xc0, 0x0c], &[0], &[63], &[0xff, 0xff], &[0, 41], &[0, 252]];
+    let pieces: [&[u8]; 6] = [
+        &[0xc0, 0x0c],
+        &[0],
+        &[63],
+        &[0xff, 0xff],
+        &[0, 41],
+        &[0, 252],
+    ];
     for n in 0..cases {
         let packet = mutate(&seeds[random.below(seeds.len())], &pieces, random);
         if n % 2 == 0 {
@@ -359,8 +378,18 @@ fn load_client_cases(cases: u64, seed: u64) {
         b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\nConnection: close\r\n\r\n",
     ];
     let pieces: [&[u8]; 12] = [
-        b"\r\n", b"\n", b":", b" ", b"chunked", b"Content-Length: ", b"Transfer-Encoding: ",
-        b"ffffffffffffffffff", b"-1", b"0\r\n\r\n", b"HTTP/1.1 100 Continue\r\n\r\n", b";x=y",
+        b"\r\n",
+        b"\n",
+        b":",
+        b" ",
+        b"chunked",
+        b"Content-Length: ",
+        b"Transfer-Encoding: ",
+        b"ffffffffffffffffff",
+        b"-1",
+        b"0\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        b";x=y",
     ];
     let random = SharedRng::new(seed);
     let responses: Vec<Vec<u8>> = (0..cases)
@@ -406,10 +435,7 @@ fn load_client_cases(cases: u64, seed: u64) {
             match tokio::time::timeout(BOUND, exchange).await {
                 Ok(Ok(_)) => answered += 1,
                 Ok(Err(_)) => {}
-                Err(_) => panic!(
-                    "the client hung on {:?}",
-                    String::from_utf8_lossy(response)
-                ),
+                Err(_) => panic!("the client hung on {:?}", String::from_utf8_lossy(response)),
             }
         }
     });
@@ -418,7 +444,10 @@ fn load_client_cases(cases: u64, seed: u64) {
         "fuzz load-client: {cases} cases (seed {seed}) in {:.1} s, {answered} read as answers",
         started.elapsed().as_secs_f64()
     );
-    assert!(answered > 0, "no seed survived as an answer: the parser refuses everything");
+    assert!(
+        answered > 0,
+        "no seed survived as an answer: the parser refuses everything"
+    );
 }
 
 #[test]

@@ -38,7 +38,9 @@ pub fn check(
         report.error(
             settings.initial_limit.span(),
             &field("initial_limit"),
-            format!("expected a limit from min_limit ({min}) to max_limit ({max}), found {initial}"),
+            format!(
+                "expected a limit from min_limit ({min}) to max_limit ({max}), found {initial}"
+            ),
         );
     }
     let tolerance = *settings.tolerance.get_ref();

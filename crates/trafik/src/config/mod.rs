@@ -4,6 +4,7 @@
 //! TOML syntax, then unknown keys and wrong types ([`read`]), then what the values mean (one
 //! module per section).
 
+mod adaptive_concurrency;
 mod admin;
 mod cache;
 mod dns;
@@ -30,7 +31,6 @@ mod sticky;
 mod tls;
 mod upstream;
 pub mod values;
-mod adaptive_concurrency;
 
 use std::net::SocketAddr;
 
