@@ -62,8 +62,11 @@ PY
 stop_all() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
 
 for checks in "" "--health-path /saglik --health-interval 500ms"; do
-  for port in "${ports[@]}"; do replica "$port" >/dev/null; done
-  victim=$(pgrep -f "upstream --listen 127.0.0.1:${ports[1]}" | head -1)
+  # The victim's pid as started (a pgrep right after the start can run before its exec).
+  for port in "${ports[@]}"; do
+    replica "$port" >/dev/null
+    [[ $port == "${ports[1]}" ]] && victim=${pids[-1]}
+  done
   # shellcheck disable=SC2086
   proxy $checks
   load & loader=$!

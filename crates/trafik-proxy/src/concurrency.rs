@@ -32,7 +32,7 @@ struct Shared {
 }
 
 /// One request let in: counted in flight until dropped.
-pub struct Admission {
+pub struct Slot {
     shared: Arc<Shared>,
     in_flight: u32,
     since: Instant,
@@ -58,7 +58,7 @@ impl Concurrency {
     }
 
     /// Lets a request in, or `None` (counted) when the pool has its limit in flight.
-    pub fn admit(&self) -> Option<Admission> {
+    pub fn admit(&self) -> Option<Slot> {
         let shared = &self.shared;
         let before = shared.in_flight.fetch_add(1, Ordering::Relaxed);
         if before >= shared.current.load(Ordering::Relaxed) {
@@ -66,7 +66,7 @@ impl Concurrency {
             shared.rejected.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        Some(Admission {
+        Some(Slot {
             shared: shared.clone(),
             in_flight: before + 1,
             since: Instant::now(),
@@ -86,7 +86,7 @@ impl Concurrency {
     }
 }
 
-impl Admission {
+impl Slot {
     /// An answer (or a timeout) arrived at `now`: its latency since admission moves the limit.
     pub fn answered(&self, now: Nanos) {
         let mut limit = self.shared.limit.lock().unwrap_or_else(|e| e.into_inner());
@@ -95,7 +95,7 @@ impl Admission {
     }
 }
 
-impl Drop for Admission {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
     }

@@ -795,4 +795,11 @@ fn adaptive_concurrency_settings_are_checked_all_at_once() {
     );
     let (code, _, errors) = check("adaptive-good.toml", &good);
     assert_eq!(code, 0, "{errors}");
+    let layer4 = "[[listener]]\nname = \"ham\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\npool = \"ham\"\n\n[[pool]]\nname = \"ham\"\nbackends = [{ address = \"127.0.0.1:9001\" }]\nadaptive_concurrency = {}\n";
+    let (code, _, errors) = check("adaptive-layer4.toml", layer4);
+    assert_eq!(code, 2, "{errors}");
+    assert!(
+        errors.contains("pool[0].adaptive_concurrency: the adaptive concurrency limit follows the latency of HTTP answers"),
+        "{errors}"
+    );
 }

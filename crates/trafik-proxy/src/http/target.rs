@@ -91,7 +91,7 @@ impl PoolTarget {
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let pool = &snapshot.pools[self.pool];
         let me = worker.id;
-        let admission = match pool.concurrency.as_ref().map(|c| c.admit()) {
+        let slot = match pool.concurrency.as_ref().map(|c| c.admit()) {
             Some(None) => return (ProxyError::ConcurrencyLimited.response(), None),
             admitted => admitted.flatten(),
         };
@@ -158,8 +158,8 @@ impl PoolTarget {
                 let sent_at = timed.then(Instant::now);
                 match send(worker, pool, index, request, upload.as_ref()).await {
                     Ok((answer, checkout)) => {
-                        if let Some(admission) = &admission {
-                            admission.answered(worker.now());
+                        if let Some(slot) = &slot {
+                            slot.answered(worker.now());
                         }
                         let status = answer.status().as_u16();
                         pool.report(index, Outcome::of_status(status));
@@ -226,10 +226,10 @@ impl PoolTarget {
                         }
                     }
                     Err(Failure::Answered(error)) => {
-                        if let Some(admission) = &admission
+                        if let Some(slot) = &slot
                             && error == ProxyError::UpstreamTimeout
                         {
-                            admission.answered(worker.now());
+                            slot.answered(worker.now());
                         }
                         if error.is_backend_fault() {
                             bump(&counters.failures);

@@ -225,5 +225,12 @@ pub fn check_pool(
             "cookie stickiness needs HTTP; a pool of a tcp or tls-passthrough listener can stick by hash_key = \"client-ip\" with mode = \"modulo\" or \"consistent\"",
         );
     }
+    if let Some(adaptive) = &pool.adaptive_concurrency {
+        report.error(
+            adaptive.span(),
+            &format!("{field}.adaptive_concurrency"),
+            "the adaptive concurrency limit follows the latency of HTTP answers; a pool of a tcp or tls-passthrough listener sees none (name it from an http listener's route)",
+        );
+    }
     proxy_protocol
 }
