@@ -73,6 +73,9 @@ pub async fn serve(
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)
+                // A client may close its sending side after the request and still read the
+                // answer (the fuzz target found the answer dropped when the close came first).
+                .half_close(true)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

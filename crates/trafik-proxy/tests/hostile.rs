@@ -257,3 +257,27 @@ async fn an_admin_api_beyond_loopback_answers_only_with_its_bearer_token() {
     assert!(answer.contains("\"draining\":false"), "{answer}");
     stop(running).await;
 }
+
+/// Found by the admin fuzz target: the admin API dropped the answer of a client that half-closed
+/// after its request, when the close was read before the answer was written.
+#[tokio::test]
+async fn an_admin_client_that_half_closes_after_its_request_still_gets_the_answer() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let admin = running.admin_address().unwrap();
+    for n in 0..50 {
+        let mut stream = tokio::net::TcpStream::connect(admin).await.unwrap();
+        let request = format!("GET /status HTTP/1.1\r\nHost: {admin}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "request {n}: {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    stop(running).await;
+}
