@@ -134,6 +134,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             if let Some(dns) = instance.dns_status() {
                 document["dns"] = dns;
             }
+            crate::metrics::summary::add(&snapshot, &mut document);
             reply(StatusCode::OK, "application/json", document.to_string())
         }
         "/metrics" => {
@@ -141,7 +142,8 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 + &caches::metrics(&snapshot)
                 + &crate::http::gateway::metrics(&snapshot)
                 + &gate::metrics(&snapshot.gates)
-                + &instance.dns_metrics();
+                + &instance.dns_metrics()
+                + &crate::metrics::export::text(&snapshot);
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/reload" if method != Method::POST => {

@@ -18,6 +18,7 @@ pub mod handover;
 pub mod health;
 pub mod http;
 pub mod meter;
+pub mod metrics;
 pub mod outlier;
 pub mod plan;
 pub mod pool;

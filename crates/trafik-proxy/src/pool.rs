@@ -93,6 +93,9 @@ pub struct Pool {
     pub slow_start: SlowStart,
     /// Requests waiting for a backend below its request limit.
     pub pending: crate::queue::PendingQueue,
+    /// The pool's answers (retries and trafik's own 502/503 included): durations, status
+    /// classes and the last minute.
+    pub served: Arc<PerWorker<crate::metrics::Served>>,
 }
 
 impl Pool {
@@ -171,7 +174,10 @@ impl Pool {
             plan.queue_timeout,
             previous.map(|p| &p.pending),
         );
+        let served =
+            previous.map_or_else(|| Arc::new(PerWorker::new(workers)), |p| p.served.clone());
         Pool {
+            served,
             pending,
             tracks_in_flight: plan.algorithm.reads_in_flight(),
             plan,

@@ -64,6 +64,8 @@ pub struct Snapshot {
     pub gates: Vec<GateStats>,
     /// The connection caps of the listeners that have any, by listener.
     connection_limits: Vec<(ListenerId, Arc<crate::admission::ConnectionLimit>)>,
+    /// The listeners and routes with their golden metrics.
+    pub metrics: crate::metrics::Registry,
 }
 
 /// What a listener does with its connections, resolved.
@@ -147,7 +149,14 @@ impl Snapshot {
         };
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         let mut gates = Vec::new();
+        let mut metrics = crate::metrics::Registry::default();
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
+            metrics.add_listener(
+                id,
+                &listener.name,
+                previous.map(|p| &p.metrics),
+                plan.workers.max(1),
+            );
             let routes = match &listener.kind {
                 ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
                 ListenerKind::Tcp { pool } => {
@@ -199,7 +208,19 @@ impl Snapshot {
                         Err(error) => errors.push(format!("route {label}: {error}")),
                     }
                 }
+                let matched = format!(
+                    "{}{}",
+                    route.host.as_deref().unwrap_or(""),
+                    route.path_prefix
+                );
+                let traffic = metrics.add_route(
+                    &listener.name,
+                    matched,
+                    previous.map(|p| &p.metrics),
+                    plan.workers.max(1),
+                );
                 table.push(Route {
+                    traffic,
                     host: route.host.clone(),
                     path_prefix: route.path_prefix.clone(),
                     path_template: route.path_template.clone(),
@@ -257,6 +278,7 @@ impl Snapshot {
             jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
             gates,
             connection_limits,
+            metrics,
         })
     }
 

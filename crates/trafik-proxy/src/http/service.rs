@@ -84,9 +84,15 @@ impl WorkerProxy {
         request: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let snapshot = self.snapshot();
-        let started = snapshot.client.access_log.then(Instant::now);
+        let began = Instant::now();
+        let started = snapshot.client.access_log.then_some(began);
         let method = started.map(|_| (request.method().clone(), request.uri().clone()));
-        let (response, backend) = self.pipeline(&snapshot, &connection, request).await;
+        let (response, backend) = self.pipeline(&snapshot, &connection, request, began).await;
+        if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
+            let micros = crate::metrics::micros_since(began);
+            let status = response.status().as_u16();
+            stats.mine(self.id).traffic.record(status, micros);
+        }
         if let (Some(started), Some((method, uri))) = (started, method) {
             tracing::info!(
                 target: "trafik::access",
@@ -106,6 +112,7 @@ impl WorkerProxy {
         snapshot: &Rc<WorkerSnapshot>,
         connection: &ClientConnection,
         mut request: Request<Incoming>,
+        began: Instant,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
         let Some(routes) = snapshot.http_routes(connection.listener) else {
             return (no_route(snapshot, &request), None);
@@ -163,6 +170,11 @@ impl WorkerProxy {
         for filter in route.filters[..ran].iter().rev() {
             filter.on_response(&mut response, &exchange);
         }
+        let micros = crate::metrics::micros_since(began);
+        route
+            .traffic
+            .mine(self.id)
+            .record(response.status().as_u16(), micros);
         (response, backend)
     }
 }

@@ -81,8 +81,28 @@ enum Failure {
 }
 
 impl PoolTarget {
-    /// Also the way the gateway's targets call a pool ([`super::gateway::fetch`]).
+    /// Also the way the gateway's targets call a pool ([`super::gateway::fetch`]). The pool's
+    /// golden metrics count every answer, trafik's own 502/503 included.
     pub(crate) async fn serve(
+        &self,
+        worker: &WorkerProxy,
+        snapshot: &Rc<WorkerSnapshot>,
+        connection: &ClientConnection,
+        request: Request<RequestBody>,
+    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        let began = Instant::now();
+        let answer = self
+            .pick_and_send(worker, snapshot, connection, request)
+            .await;
+        let micros = crate::metrics::micros_since(began);
+        snapshot.pools[self.pool]
+            .served
+            .mine(worker.id)
+            .answered(answer.0.status().as_u16(), micros);
+        answer
+    }
+
+    async fn pick_and_send(
         &self,
         worker: &WorkerProxy,
         snapshot: &Rc<WorkerSnapshot>,
@@ -151,10 +171,12 @@ impl PoolTarget {
                 bump(&counters.decisions);
                 let in_flight = InFlight::start(snapshot, self.pool, index, me);
                 let address = pool.address(index);
-                let sent_at = timed.then(Instant::now);
+                let sent_at = Instant::now();
                 match send(worker, pool, index, request, upload.as_ref()).await {
                     Ok((answer, checkout)) => {
                         let status = answer.status().as_u16();
+                        let micros = crate::metrics::micros_since(sent_at);
+                        counters.served.answered(status, micros);
                         pool.report(index, Outcome::of_status(status));
                         if let Some(replay) = &replay
                             && pool.retrying.retries_answer(status, answer.headers())
@@ -185,7 +207,7 @@ impl PoolTarget {
                                 return (error.response(), Some(address));
                             }
                         };
-                        if let Some(sent_at) = sent_at {
+                        if timed {
                             pool.selector
                                 .observe(index, sent_at.elapsed(), worker.now());
                         }
@@ -209,6 +231,7 @@ impl PoolTarget {
                             rebinding = Some(Rebinding::Lost);
                         }
                         bump(&counters.failures);
+                        counters.served.unanswered();
                         pool.report(index, Outcome::ConnectFailure);
                         tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
                         context.tried.insert(index);
@@ -219,6 +242,7 @@ impl PoolTarget {
                         }
                     }
                     Err(Failure::Answered(error)) => {
+                        counters.served.unanswered();
                         if error.is_backend_fault() {
                             bump(&counters.failures);
                             pool.report(index, Outcome::Error);
