@@ -66,6 +66,8 @@ pub struct Snapshot {
     connection_limits: Vec<(ListenerId, Arc<crate::admission::ConnectionLimit>)>,
     /// The listeners and routes with their golden metrics.
     pub metrics: crate::metrics::Registry,
+    /// The trace-context step every route runs.
+    pub trace_context: crate::http::trace::TraceContext,
 }
 
 /// What a listener does with its connections, resolved.
@@ -150,6 +152,14 @@ impl Snapshot {
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         let mut gates = Vec::new();
         let mut metrics = crate::metrics::Registry::default();
+        let trace_context = crate::http::trace::TraceContext::new(
+            &plan.tracing,
+            previous.map(|p| &p.trace_context),
+        )
+        .unwrap_or_else(|error| {
+            errors.push(error);
+            crate::http::trace::TraceContext::default()
+        });
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
             metrics.add_listener(
                 id,
@@ -196,6 +206,7 @@ impl Snapshot {
                     ));
                 }
                 let mut filters = filter::built_in(trace.as_ref());
+                filters.push(Box::new(trace_context.clone()));
                 let label = format!("{} {}", listener.name, route.path_prefix);
                 let mut stats = policy::Stats {
                     route: &label,
@@ -279,6 +290,7 @@ impl Snapshot {
             gates,
             connection_limits,
             metrics,
+            trace_context,
         })
     }
 

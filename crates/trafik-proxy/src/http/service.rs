@@ -101,6 +101,11 @@ impl WorkerProxy {
                 uri = %uri,
                 status = response.status().as_u16(),
                 backend = backend.map(|b| b.to_string()).unwrap_or_default(),
+                trace_id = response
+                    .extensions()
+                    .get::<super::trace::TraceId>()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
                 micros = started.elapsed().as_micros() as u64,
             );
         }
