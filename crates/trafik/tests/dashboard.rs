@@ -40,7 +40,18 @@ fn config(web: u16, admin: u16, backends: &[u16]) -> String {
     text
 }
 
-/// Sends GETs on new connections until `stop`, at most 30 s and 50,000 requests.
+/// `GET /takip/TR-n` on a new connection, read to its end.
+fn request(web: u16, n: u64) {
+    if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", web)) {
+        let _ = write!(
+            stream,
+            "GET /takip/TR-{n} HTTP/1.1\r\nHost: kargo\r\nConnection: close\r\n\r\n"
+        );
+        let _ = stream.read_to_end(&mut Vec::new());
+    }
+}
+
+/// Sends requests until `stop`, at most 30 s and 50,000 requests.
 fn load(web: u16, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let started = Instant::now();
@@ -48,14 +59,7 @@ fn load(web: u16, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) -> std::thread::J
             && started.elapsed() < Duration::from_secs(30)
             && sent.load(Ordering::Relaxed) < 50_000
         {
-            if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", web)) {
-                let n = sent.fetch_add(1, Ordering::Relaxed);
-                let _ = write!(
-                    stream,
-                    "GET /takip/TR-{n} HTTP/1.1\r\nHost: kargo\r\nConnection: close\r\n\r\n"
-                );
-                let _ = stream.read_to_end(&mut Vec::new());
-            }
+            request(web, sent.fetch_add(1, Ordering::Relaxed));
             std::thread::sleep(Duration::from_millis(2));
         }
     })
@@ -74,35 +78,60 @@ fn errors(console: &[Value]) -> Vec<&Value> {
     console.iter().filter(|e| e["level"] == "SEVERE").collect()
 }
 
+/// Three `trafik upstream` processes k1..k3 behind `trafik serve`, with a short health-check
+/// interval.
+struct Demo {
+    replicas: Vec<Option<Trafik>>,
+    server: Trafik,
+    ports: [u16; 3],
+    web: u16,
+    admin: String,
+    directory: std::path::PathBuf,
+}
+
+impl Demo {
+    fn start(tag: &str) -> Demo {
+        let [web, admin, ports @ ..] = free_ports::<5>();
+        let replicas = ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let address = format!("127.0.0.1:{port}");
+                let name = format!("k{}", i + 1);
+                let args = ["upstream", "--name", &name, "--listen", &address];
+                Some(Trafik::start(&args, Stdio::null(), "upstream").0)
+            })
+            .collect();
+        let directory = std::env::temp_dir().join(format!("trafik-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let file = directory.join("trafik.toml");
+        std::fs::write(&file, config(web, admin, &ports)).unwrap();
+        let (server, _) = Trafik::start(
+            &["serve", "--config", file.to_str().unwrap()],
+            Stdio::null(),
+            "listening on",
+        );
+        Demo {
+            replicas,
+            server,
+            ports,
+            web,
+            admin: format!("127.0.0.1:{admin}"),
+            directory,
+        }
+    }
+
+    fn stop(self) {
+        self.server.stop();
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
 #[test]
 fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
-    let [web, admin, ports @ ..] = free_ports::<5>();
-    let mut replicas: Vec<Option<Trafik>> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| {
-            let address = format!("127.0.0.1:{port}");
-            let name = format!("k{}", i + 1);
-            Some(
-                Trafik::start(
-                    &["upstream", "--name", &name, "--listen", &address],
-                    Stdio::null(),
-                    "upstream",
-                )
-                .0,
-            )
-        })
-        .collect();
-    let directory = std::env::temp_dir().join(format!("trafik-dashboard-{}", std::process::id()));
-    std::fs::create_dir_all(&directory).unwrap();
-    let file = directory.join("trafik.toml");
-    std::fs::write(&file, config(web, admin, &ports)).unwrap();
-    let (server, _) = Trafik::start(
-        &["serve", "--config", file.to_str().unwrap()],
-        Stdio::null(),
-        "listening on",
-    );
-    let admin_address = format!("127.0.0.1:{admin}");
+    let mut demo = Demo::start("dashboard");
+    let (ports, web) = (demo.ports, demo.web);
+    let admin_address = demo.admin.clone();
     let (stop, sent) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
@@ -136,7 +165,7 @@ fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
 
     // One replica stops: the page says DOWN for it, as a word.
     let stopped = format!("127.0.0.1:{}", ports[1]);
-    replicas[1].take().unwrap().stop();
+    demo.replicas[1].take().unwrap().stop();
     let down = format!(
         "const row = document.querySelector('tr.backend[data-backend=\"{stopped}\"]'); \
          return row !== null && row.dataset.state === 'down' && row.querySelector('.state').textContent === 'DOWN';"
@@ -195,6 +224,57 @@ fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
     assert!(sent.load(Ordering::Relaxed) > 0);
     drop(browser);
     drop(driver);
-    server.stop();
-    let _ = std::fs::remove_dir_all(&directory);
+    demo.stop();
+}
+
+#[test]
+fn trafik_top_shows_the_pools_and_backends_of_a_running_instance() {
+    let mut demo = Demo::start("top");
+    let status = || get_json(&demo.admin, "/status");
+    let all_up = |s: &Value| {
+        s["pools"][0]["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["healthy"] == true)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !all_up(&status()) {
+        assert!(Instant::now() < deadline, "backends never all up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let requests = 30;
+    for n in 0..requests {
+        request(demo.web, n);
+    }
+    demo.replicas[2].take().unwrap().stop();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while all_up(&status()) {
+        assert!(Instant::now() < deadline, "k3 never went down");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["top", "--once", "--admin", &demo.admin])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let frame = String::from_utf8(output.stdout).unwrap();
+    assert!(frame.contains("POOL takip (round-robin)"), "{frame}");
+    let row = |name: &str| {
+        frame
+            .lines()
+            .find(|line| line.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {frame}"))
+            .to_owned()
+    };
+    assert!(row("k1").trim_start().starts_with("UP"), "{frame}");
+    assert!(row("k2").trim_start().starts_with("UP"), "{frame}");
+    assert!(row("k3").trim_start().starts_with("DOWN"), "{frame}");
+    assert!(row("k1").contains(&format!("127.0.0.1:{}", demo.ports[0])));
+    assert!(frame.contains(&format!("accepted {requests}")), "{frame}");
+    assert!(
+        frame.contains(&format!("ROUTE web /takip  2xx {requests}")),
+        "{frame}"
+    );
+    demo.stop();
 }
