@@ -165,10 +165,14 @@ async fn without_start_a_request_without_context_gets_none() {
     let web = web(&running);
     let seen = upstream_sees(web, &[("tracestate", "rojo=1")]).await;
     assert!(seen.get("traceparent").is_none(), "{seen}");
-    assert!(
-        seen.get("tracestate").is_none(),
-        "a state without a parent is dropped"
+    assert_eq!(
+        seen["tracestate"], "rojo=1",
+        "no context: trafik is a plain hop"
     );
+    // A malformed parent is dropped, with its state.
+    let seen = upstream_sees(web, &[("traceparent", "00-zz"), ("tracestate", "rojo=1")]).await;
+    assert!(seen.get("traceparent").is_none(), "{seen}");
+    assert!(seen.get("tracestate").is_none(), "{seen}");
     // Propagation itself needs no setting.
     let passed = fields(&upstream_sees(web, &[("traceparent", PARENT)]).await["traceparent"]);
     assert_eq!(passed[1], "4bf92f3577b34da6a3ce929d0e0e4736");

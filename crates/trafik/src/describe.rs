@@ -22,7 +22,10 @@ pub fn plan(loaded: &Loaded) -> String {
         let _ = writeln!(out, "hop trace in {header}");
     }
     if plan.tracing.start {
-        let _ = writeln!(out, "trace context: a trace starts for requests without one");
+        let _ = writeln!(
+            out,
+            "trace context: a trace starts for requests without one"
+        );
     }
     if let Some(otlp) = &plan.tracing.otlp {
         let _ = writeln!(

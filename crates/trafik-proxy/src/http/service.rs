@@ -85,15 +85,21 @@ impl WorkerProxy {
     ) -> Response<ProxyBody> {
         let snapshot = self.snapshot();
         let began = Instant::now();
-        let started = snapshot.client.access_log.then_some(began);
-        let method = started.map(|_| (request.method().clone(), request.uri().clone()));
-        let (response, backend) = self.pipeline(&snapshot, &connection, request, began).await;
+        let method = snapshot
+            .client
+            .access_log
+            .then(|| (request.method().clone(), request.uri().clone()));
+        let (response, backend, route) = self.pipeline(&snapshot, &connection, request).await;
+        // One clock reading for the listener's and the route's metrics and the access log.
+        let micros = crate::metrics::micros_since(began);
+        let status = response.status().as_u16();
+        if let Some(route) = route {
+            route.mine(self.id).record(status, micros);
+        }
         if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
-            let micros = crate::metrics::micros_since(began);
-            let status = response.status().as_u16();
             stats.mine(self.id).traffic.record(status, micros);
         }
-        if let (Some(started), Some((method, uri))) = (started, method) {
+        if let Some((method, uri)) = method {
             tracing::info!(
                 target: "trafik::access",
                 client = %connection.peer,
@@ -106,37 +112,49 @@ impl WorkerProxy {
                     .get::<super::trace::TraceId>()
                     .map(ToString::to_string)
                     .unwrap_or_default(),
-                micros = started.elapsed().as_micros() as u64,
+                micros,
             );
         }
         response
     }
 
-    async fn pipeline(
+    /// The answer, the backend that gave it, and the route's metrics when a route took it.
+    async fn pipeline<'s>(
         &self,
-        snapshot: &Rc<WorkerSnapshot>,
+        snapshot: &'s Rc<WorkerSnapshot>,
         connection: &ClientConnection,
         mut request: Request<Incoming>,
-        began: Instant,
-    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+    ) -> (
+        Response<ProxyBody>,
+        Option<SocketAddr>,
+        Option<&'s crate::metrics::RouteTraffic>,
+    ) {
         let Some(routes) = snapshot.http_routes(connection.listener) else {
-            return (no_route(snapshot, &request), None);
+            return (no_route(snapshot, &request), None, None);
         };
         if let Some(refusal) = validate::refusal(&request) {
-            return (refuse(refusal, snapshot, &request), None);
+            return (refuse(refusal, snapshot, &request), None, None);
         }
         if validate::loops_back(request.headers(), &snapshot.name) {
-            return (refuse(ProxyError::LoopDetected, snapshot, &request), None);
+            return (
+                refuse(ProxyError::LoopDetected, snapshot, &request),
+                None,
+                None,
+            );
         }
         match path::normalize(request.uri().path()) {
             Ok(None) => {}
             Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),
             Err(path::Ambiguous) => {
-                return (refuse(ProxyError::AmbiguousPath, snapshot, &request), None);
+                return (
+                    refuse(ProxyError::AmbiguousPath, snapshot, &request),
+                    None,
+                    None,
+                );
             }
         }
         let Some((route, captures)) = routes.find(&request) else {
-            return (no_route(snapshot, &request), None);
+            return (no_route(snapshot, &request), None, None);
         };
         let mut request = request.map(RequestBody::streaming);
         if let Some(captures) = captures {
@@ -175,12 +193,7 @@ impl WorkerProxy {
         for filter in route.filters[..ran].iter().rev() {
             filter.on_response(&mut response, &exchange);
         }
-        let micros = crate::metrics::micros_since(began);
-        route
-            .traffic
-            .mine(self.id)
-            .record(response.status().as_u16(), micros);
-        (response, backend)
+        (response, backend, Some(&route.traffic))
     }
 }
 

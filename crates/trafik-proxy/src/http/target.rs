@@ -88,28 +88,18 @@ impl PoolTarget {
         worker: &WorkerProxy,
         snapshot: &Rc<WorkerSnapshot>,
         connection: &ClientConnection,
-        request: Request<RequestBody>,
-    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
-        let began = Instant::now();
-        let answer = self
-            .pick_and_send(worker, snapshot, connection, request)
-            .await;
-        let micros = crate::metrics::micros_since(began);
-        snapshot.pools[self.pool]
-            .served
-            .mine(worker.id)
-            .answered(answer.0.status().as_u16(), micros);
-        answer
-    }
-
-    async fn pick_and_send(
-        &self,
-        worker: &WorkerProxy,
-        snapshot: &Rc<WorkerSnapshot>,
-        connection: &ClientConnection,
         mut request: Request<RequestBody>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        let began = Instant::now();
         let pool = &snapshot.pools[self.pool];
+        // Every return goes through this: the pool's metrics (an inner async fn would cost a
+        // move of its whole future per request).
+        let answered = |response: Response<ProxyBody>, backend| {
+            let status = response.status().as_u16();
+            let served = pool.served.mine(worker.id);
+            served.answered(status, began, Instant::now());
+            (response, backend)
+        };
         let me = worker.id;
         // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
         // after receiving it only if it may be repeated.
@@ -175,8 +165,8 @@ impl PoolTarget {
                 match send(worker, pool, index, request, upload.as_ref()).await {
                     Ok((answer, checkout)) => {
                         let status = answer.status().as_u16();
-                        let micros = crate::metrics::micros_since(sent_at);
-                        counters.served.answered(status, micros);
+                        let answered_at = Instant::now();
+                        counters.served.answered(status, sent_at, answered_at);
                         pool.report(index, Outcome::of_status(status));
                         if let Some(replay) = &replay
                             && pool.retrying.retries_answer(status, answer.headers())
@@ -204,12 +194,12 @@ impl PoolTarget {
                             Ok(response) => response,
                             Err(error) => {
                                 bump(&counters.failures);
-                                return (error.response(), Some(address));
+                                return answered(error.response(), Some(address));
                             }
                         };
                         if timed {
-                            pool.selector
-                                .observe(index, sent_at.elapsed(), worker.now());
+                            let latency = answered_at.duration_since(sent_at);
+                            pool.selector.observe(index, latency, worker.now());
                         }
                         if let Some(sticky) = &pool.sticky {
                             if let Some(reason) = rebinding
@@ -221,7 +211,7 @@ impl PoolTarget {
                                 sticky.settle_key(key, index, &pool.backends);
                             }
                         }
-                        return (response, Some(address));
+                        return answered(response, Some(address));
                     }
                     Err(Failure::Connect(returned)) => {
                         if rebinding.is_none()
@@ -264,7 +254,7 @@ impl PoolTarget {
                                 request = replay.request();
                                 pool.retrying.back_off(attempt + 1).await;
                             }
-                            _ => return (error.response(), Some(address)),
+                            _ => return answered(error.response(), Some(address)),
                         }
                     }
                 }
@@ -304,7 +294,7 @@ impl PoolTarget {
         ) {
             bump(pool.at_limit.mine(me));
         }
-        (failure.response(), None)
+        answered(failure.response(), None)
     }
 }
 

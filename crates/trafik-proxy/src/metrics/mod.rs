@@ -21,10 +21,15 @@ use crate::snapshot::ListenerId;
 /// The status classes counted, in order: 1xx to 5xx.
 pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
-/// Time since the metrics clock started (the first time anything asked).
-pub fn clock() -> Duration {
+/// When the metrics clock started (the first time anything asked).
+fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed()
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Time on the metrics clock now.
+pub fn clock() -> Duration {
+    epoch().elapsed()
 }
 
 /// The second of the metrics clock `at` falls in, counted from 1.
@@ -33,10 +38,24 @@ pub fn second(at: Duration) -> u64 {
     at.as_secs() + 1
 }
 
+/// The second of the metrics clock instant `at` falls in: no further clock reading.
+#[inline]
+pub fn second_of(at: Instant) -> u64 {
+    second(at.saturating_duration_since(epoch()))
+}
+
 /// Microseconds since `started`, saturating.
 #[inline]
 pub fn micros_since(started: Instant) -> u64 {
-    started.elapsed().as_micros().min(u64::MAX as u128) as u64
+    micros_between(started, Instant::now())
+}
+
+/// Microseconds from `start` to `end`, saturating.
+#[inline]
+pub fn micros_between(start: Instant, end: Instant) -> u64 {
+    end.saturating_duration_since(start)
+        .as_micros()
+        .min(u64::MAX as u128) as u64
 }
 
 /// Requests answered by one listener, route, pool or backend: durations and status classes.
@@ -63,11 +82,12 @@ pub struct Served {
 }
 
 impl Served {
-    /// Counts an answer with `status` that took `micros`.
+    /// Counts an answer with `status` that took from `start` to `end`.
     #[inline]
-    pub fn answered(&self, status: u16, micros: u64) {
+    pub fn answered(&self, status: u16, start: Instant, end: Instant) {
+        let micros = micros_between(start, end);
         self.traffic.record(status, micros);
-        self.recent.answered(second(clock()), micros, status >= 500);
+        self.recent.answered(second_of(end), micros, status >= 500);
     }
 
     /// Counts an attempt that got no answer from the backend.

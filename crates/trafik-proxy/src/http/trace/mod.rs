@@ -55,6 +55,8 @@ impl Filter for TraceContext {
         let headers = request.headers_mut();
         let mut values = headers.get_all(&TRACEPARENT).iter();
         let incoming = match (values.next(), values.next()) {
+            // No context and none to start: a plain hop, one header lookup.
+            (None, _) if !self.start => return Step::Continue,
             (None, _) => None,
             // Two traceparent headers are as good as a malformed one.
             (Some(value), None) => context::parse_traceparent(value.as_bytes()),
