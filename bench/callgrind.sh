@@ -40,8 +40,9 @@ measure() {
   local requests=0
   if [[ $load == loaded ]]; then
     wrk -t1 -c8 -d"${SECONDS_LOADED}s" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" >/dev/null
-    requests=$(exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT"; printf 'GET /status HTTP/1.0\r\n\r\n' >&3; cat <&3 |
-      grep -o '"requests":[0-9]*' | head -1 | cut -d: -f2)
+    # From /metrics: /status has other "requests" (the last seconds) before the backend's total.
+    requests=$(exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT"; printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3 |
+      grep '^trafik_backend_requests_total' | head -1 | awk '{print $2}')
   fi
   kill -TERM "$pid"; wait "$pid" || true
   local total

@@ -24,6 +24,7 @@ use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
 mod caches;
+mod dashboard;
 mod token;
 
 pub use token::AdminToken;
@@ -59,10 +60,13 @@ pub async fn serve(
             let service = service_fn(move |request| {
                 let instance = instance.clone();
                 async move {
-                    Ok::<_, Infallible>(if !admitted(&instance, &request) {
+                    let page = dashboard::is_page(&request);
+                    Ok::<_, Infallible>(if !admitted(&instance, &request) && !page {
                         unauthorized()
                     } else if let Some(refusal) = refusal(&instance, &request) {
                         refusal
+                    } else if page {
+                        dashboard::page()
                     } else if caches::is_cache_path(request.uri().path()) {
                         caches::answer(&instance, request).await
                     } else {
@@ -137,6 +141,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             if let Some(dns) = instance.dns_status() {
                 document["dns"] = dns;
             }
+            crate::metrics::summary::add(&snapshot, &mut document);
             reply(StatusCode::OK, "application/json", document.to_string())
         }
         "/metrics" => {
@@ -146,7 +151,8 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 + &gate::metrics(&snapshot.gates)
                 + &crate::concurrency::metrics(&snapshot.pools)
                 + &crate::admission::metrics(&snapshot)
-                + &instance.dns_metrics();
+                + &instance.dns_metrics()
+                + &crate::metrics::export::text(&snapshot);
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/reload" if method != Method::POST => {
@@ -178,7 +184,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             None => reply(
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                "unknown admin path; try /status, /metrics, POST /reload or POST /pools/{pool}/backends/{address}/drain\n".into(),
+                "unknown admin path; try / (the dashboard), /status, /metrics, POST /reload or POST /pools/{pool}/backends/{address}/drain\n".into(),
             ),
         },
     }

@@ -28,6 +28,11 @@ impl<T> PerWorker<T> {
         &self.shards[worker % self.shards.len()]
     }
 
+    /// Every worker's shard, for merging more than one number (histograms).
+    pub fn shards(&self) -> impl Iterator<Item = &T> {
+        self.shards.iter().map(|shard| &**shard)
+    }
+
     /// The sum over all workers of what `read` reads from a shard.
     pub fn sum(&self, read: impl Fn(&T) -> i64) -> i64 {
         self.shards.iter().map(|shard| read(shard)).sum()
@@ -54,6 +59,11 @@ pub struct BackendCounters {
     pub bytes_in: AtomicU64,
     /// Bytes written to it, counted on the socket.
     pub bytes_out: AtomicU64,
+    /// Its answers' durations (request sent to response headers) and status classes, and the
+    /// last minute of attempts.
+    pub served: crate::metrics::Served,
+    /// How long opening a TCP connection to it took.
+    pub connect: crate::metrics::histogram::Histogram,
 }
 
 /// Adds one to a counter only its own worker writes.

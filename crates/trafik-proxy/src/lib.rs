@@ -19,6 +19,7 @@ pub mod handover;
 pub mod health;
 pub mod http;
 pub mod meter;
+pub mod metrics;
 pub mod outlier;
 pub mod plan;
 pub mod pool;
@@ -40,7 +41,9 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 pub use error::ProxyError;
+pub use http::trace::otlp::OtlpPlan;
 pub use plan::ConnectionLimits;
+pub use plan::TracingPlan;
 pub use plan::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, PathTemplate, ServiceChoice,
     UpstreamTemplate, ViewPlan, ViewsPlan,

@@ -44,6 +44,12 @@ impl Meter {
         bump(&self.charged.load().mine(self.worker).connections);
     }
 
+    /// Counts how long opening a connection took.
+    pub fn connected(&self, took: std::time::Duration) {
+        let micros = took.as_micros().min(u64::MAX as u128) as u64;
+        self.charged.load().mine(self.worker).connect.record(micros);
+    }
+
     fn received(&self, bytes: usize) {
         if bytes > 0 {
             add(&self.charged.load().mine(self.worker).bytes_in, bytes);

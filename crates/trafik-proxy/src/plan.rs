@@ -39,6 +39,17 @@ pub struct Plan {
     pub dns: Option<crate::dns::DnsServicePlan>,
     /// The bearer token the admin API requires of every request, when set.
     pub admin_token: Option<crate::admin::AdminToken>,
+    /// W3C trace context and span export.
+    pub tracing: TracingPlan,
+}
+
+/// `[tracing]`: what trafik does with W3C trace context.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TracingPlan {
+    /// Start a trace for a request that arrives without a valid `traceparent`.
+    pub start: bool,
+    /// Export sampled spans to this OTLP/HTTP collector.
+    pub otlp: Option<crate::http::trace::otlp::OtlpPlan>,
 }
 
 /// How trafik treats the client side of every listener.

@@ -95,6 +95,9 @@ pub struct Pool {
     pub pending: crate::queue::PendingQueue,
     /// The adaptive concurrency limit, when the pool has one.
     pub concurrency: Option<crate::concurrency::Concurrency>,
+    /// The pool's answers (retries and trafik's own 502/503 included): durations, status
+    /// classes and the last minute.
+    pub served: Arc<PerWorker<crate::metrics::Served>>,
 }
 
 impl Pool {
@@ -179,8 +182,11 @@ impl Pool {
                 previous.and_then(|p| p.concurrency.as_ref()),
             )
         });
+        let served =
+            previous.map_or_else(|| Arc::new(PerWorker::new(workers)), |p| p.served.clone());
         Pool {
             concurrency,
+            served,
             pending,
             tracks_in_flight: plan.algorithm.reads_in_flight(),
             plan,

@@ -64,6 +64,10 @@ pub struct Snapshot {
     pub gates: Vec<GateStats>,
     /// The connection caps of the listeners that have any, by listener.
     connection_limits: Vec<(ListenerId, Arc<crate::admission::ConnectionLimit>)>,
+    /// The listeners and routes with their golden metrics.
+    pub metrics: crate::metrics::Registry,
+    /// The trace-context step every route runs.
+    pub trace_context: crate::http::trace::TraceContext,
 }
 
 /// What a listener does with its connections, resolved.
@@ -147,7 +151,22 @@ impl Snapshot {
         };
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         let mut gates = Vec::new();
+        let mut metrics = crate::metrics::Registry::default();
+        let trace_context = crate::http::trace::TraceContext::new(
+            &plan.tracing,
+            previous.map(|p| &p.trace_context),
+        )
+        .unwrap_or_else(|error| {
+            errors.push(error);
+            crate::http::trace::TraceContext::default()
+        });
         for (listener, &id) in plan.listeners.iter().zip(listeners) {
+            metrics.add_listener(
+                id,
+                &listener.name,
+                previous.map(|p| &p.metrics),
+                plan.workers.max(1),
+            );
             let routes = match &listener.kind {
                 ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
                 ListenerKind::Tcp { pool } => {
@@ -187,6 +206,7 @@ impl Snapshot {
                     ));
                 }
                 let mut filters = filter::built_in(trace.as_ref());
+                filters.push(Box::new(trace_context.clone()));
                 let label = format!("{} {}", listener.name, route.path_prefix);
                 let mut stats = policy::Stats {
                     route: &label,
@@ -199,7 +219,19 @@ impl Snapshot {
                         Err(error) => errors.push(format!("route {label}: {error}")),
                     }
                 }
+                let matched = format!(
+                    "{}{}",
+                    route.host.as_deref().unwrap_or(""),
+                    route.path_prefix
+                );
+                let traffic = metrics.add_route(
+                    &listener.name,
+                    matched,
+                    previous.map(|p| &p.metrics),
+                    plan.workers.max(1),
+                );
                 table.push(Route {
+                    traffic,
                     host: route.host.clone(),
                     path_prefix: route.path_prefix.clone(),
                     path_template: route.path_template.clone(),
@@ -261,6 +293,8 @@ impl Snapshot {
             jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
             gates,
             connection_limits,
+            metrics,
+            trace_context,
         })
     }
 

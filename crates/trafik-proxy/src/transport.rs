@@ -79,9 +79,11 @@ pub async fn connect(
     timeout: Duration,
     worker: usize,
 ) -> io::Result<Metered<TcpStream>> {
+    let started = std::time::Instant::now();
     let stream = tokio::time::timeout(timeout, TcpStream::connect(endpoint.address))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    meter.connected(started.elapsed());
     stream.set_nodelay(true)?;
     meter.opened();
     let open = OpenConnection::new(endpoint, worker);
@@ -174,7 +176,11 @@ pub async fn accept_loop(
             }
             None => None,
         };
-        let alive = (alive.clone(), slot, admitted);
+        let open = snapshot
+            .metrics
+            .listener_stats(id)
+            .map(|stats| crate::metrics::OpenClient::new(stats, proxy.id));
+        let alive = (alive.clone(), slot, admitted, open);
         let (proxy, connections, scheme) = (proxy.clone(), connections.clone(), kind.scheme());
         match kind {
             Listener::Http { .. } => {
@@ -199,7 +205,11 @@ pub async fn accept_loop(
                 let timeout = snapshot.client.header_read_timeout;
                 let handshake = tls::server::handshake(tls.clone(), stream, timeout);
                 tokio::task::spawn_local(async move {
-                    match handshake.await {
+                    let handshake = handshake.await;
+                    if let Some(open) = &alive.3 {
+                        open.handshake(handshake.is_ok());
+                    }
+                    match handshake {
                         Ok((stream, protocol)) => {
                             http::server::serve(
                                 proxy,

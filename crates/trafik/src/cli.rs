@@ -53,6 +53,22 @@ pub enum Command {
     /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
     /// breached or too many requests failed, 98 the target rate could not be held, 2 bad usage.
     Load(Box<LoadArgs>),
+    /// The dashboard's view in a terminal, from a running instance's admin API: pools with
+    /// rate, p50/p99, errors and skews, backends with their state, listeners and routes.
+    Top(TopArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TopArgs {
+    /// The running instance's admin API.
+    #[arg(long, default_value = "127.0.0.1:9090", value_parser = parse_addr)]
+    pub admin: SocketAddr,
+    /// Print one frame and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// How often the view is redrawn.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: std::time::Duration,
 }
 
 #[derive(Debug, clap::Args)]

@@ -21,6 +21,19 @@ pub fn plan(loaded: &Loaded) -> String {
     if let Some(header) = &plan.trace_header {
         let _ = writeln!(out, "hop trace in {header}");
     }
+    if plan.tracing.start {
+        let _ = writeln!(
+            out,
+            "trace context: a trace starts for requests without one"
+        );
+    }
+    if let Some(otlp) = &plan.tracing.otlp {
+        let _ = writeln!(
+            out,
+            "spans to {} as service {}",
+            otlp.endpoint, otlp.service_name
+        );
+    }
     for (address, replica) in &loaded.upstreams {
         let _ = writeln!(out, "upstream {} (built in) on {address}", replica.name);
     }

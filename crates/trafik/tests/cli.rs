@@ -416,6 +416,21 @@ fn the_access_log_writes_one_json_line_per_request() {
         curl(&proxy.address, "/yok").contains("HTTP/1.1 404"),
         "the replica's own 404 passes through"
     );
+    // A request in a trace: the access line names the trace.
+    let traced = {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&proxy.address).unwrap();
+        write!(
+            stream,
+            "GET /takip/TR-8 HTTP/1.1\r\nHost: kargo.test\r\nConnection: close\r\n\
+             traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(traced.contains("HTTP/1.1 200"), "{traced}");
 
     let output = proxy.stop();
     let logs = String::from_utf8_lossy(&output.stderr);
@@ -424,11 +439,19 @@ fn the_access_log_writes_one_json_line_per_request() {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["target"] == "trafik::access")
         .collect();
-    assert_eq!(access.len(), 2, "{logs}");
+    assert_eq!(access.len(), 3, "{logs}");
     assert_eq!(access[0]["fields"]["uri"], "/takip/TR-7");
     assert_eq!(access[0]["fields"]["status"], 200);
     assert_eq!(access[0]["fields"]["backend"], upstream.address.as_str());
     assert_eq!(access[1]["fields"]["status"], 404);
+    assert_eq!(
+        access[0]["fields"]["trace_id"], "",
+        "no trace context, none started"
+    );
+    assert_eq!(
+        access[2]["fields"]["trace_id"],
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
 }
 
 /// The README's first command as written: `trafik serve` with no config binds the course's fixed
@@ -801,5 +824,29 @@ fn adaptive_concurrency_settings_are_checked_all_at_once() {
     assert!(
         errors.contains("pool[0].adaptive_concurrency: the adaptive concurrency limit follows the latency of HTTP answers"),
         "{errors}"
+    );
+}
+
+#[test]
+fn tracing_settings_are_checked_and_described() {
+    let bad = format!(
+        "{GOOD}\n[tracing]\nstart = true\notlp_endpoint = \"https://collector:4318/v1/traces\"\n"
+    );
+    let (code, _, errors) = check("tracing.toml", &bad);
+    assert_eq!(code, 2);
+    assert!(
+        errors.contains("tracing.otlp_endpoint: expected an http:// URL of an OTLP/HTTP collector"),
+        "{errors}"
+    );
+    let good = bad.replace("https://", "http://");
+    let (code, plan, errors) = check("tracing.toml", &good);
+    assert_eq!(code, 0, "{errors}");
+    assert!(
+        plan.contains("trace context: a trace starts for requests without one"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("spans to http://collector:4318/v1/traces as service"),
+        "{plan}"
     );
 }

@@ -19,6 +19,7 @@ pub mod route;
 pub mod server;
 pub mod service;
 pub mod target;
+pub mod trace;
 pub mod upgrade;
 pub mod upstream;
 pub mod validate;

@@ -20,6 +20,8 @@ pub struct Route {
     /// The built-in steps, then the configured ones.
     pub filters: Vec<Box<dyn Filter>>,
     pub target: Target,
+    /// Its requests' durations and status classes, kept across reloads while the route is.
+    pub traffic: crate::metrics::RouteTraffic,
 }
 
 /// A listener's routes, most specific first: routes with a host before routes without, then
@@ -117,6 +119,7 @@ mod tests {
                 pool,
                 retry_non_idempotent: false,
             }),
+            traffic: std::sync::Arc::new(crate::counters::PerWorker::new(1)),
         }
     }
 

@@ -84,10 +84,22 @@ impl WorkerProxy {
         request: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let snapshot = self.snapshot();
-        let started = snapshot.client.access_log.then(Instant::now);
-        let method = started.map(|_| (request.method().clone(), request.uri().clone()));
-        let (response, backend) = self.pipeline(&snapshot, &connection, request).await;
-        if let (Some(started), Some((method, uri))) = (started, method) {
+        let began = Instant::now();
+        let method = snapshot
+            .client
+            .access_log
+            .then(|| (request.method().clone(), request.uri().clone()));
+        let (response, backend, route) = self.pipeline(&snapshot, &connection, request).await;
+        // One clock reading for the listener's and the route's metrics and the access log.
+        let micros = crate::metrics::micros_since(began);
+        let status = response.status().as_u16();
+        if let Some(route) = route {
+            route.mine(self.id).record(status, micros);
+        }
+        if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
+            stats.mine(self.id).traffic.record(status, micros);
+        }
+        if let Some((method, uri)) = method {
             tracing::info!(
                 target: "trafik::access",
                 client = %connection.peer,
@@ -95,36 +107,54 @@ impl WorkerProxy {
                 uri = %uri,
                 status = response.status().as_u16(),
                 backend = backend.map(|b| b.to_string()).unwrap_or_default(),
-                micros = started.elapsed().as_micros() as u64,
+                trace_id = response
+                    .extensions()
+                    .get::<super::trace::TraceId>()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                micros,
             );
         }
         response
     }
 
-    async fn pipeline(
+    /// The answer, the backend that gave it, and the route's metrics when a route took it.
+    async fn pipeline<'s>(
         &self,
-        snapshot: &Rc<WorkerSnapshot>,
+        snapshot: &'s Rc<WorkerSnapshot>,
         connection: &ClientConnection,
         mut request: Request<Incoming>,
-    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+    ) -> (
+        Response<ProxyBody>,
+        Option<SocketAddr>,
+        Option<&'s crate::metrics::RouteTraffic>,
+    ) {
         let Some(routes) = snapshot.http_routes(connection.listener) else {
-            return (no_route(snapshot, &request), None);
+            return (no_route(snapshot, &request), None, None);
         };
         if let Some(refusal) = validate::refusal(&request) {
-            return (refuse(refusal, snapshot, &request), None);
+            return (refuse(refusal, snapshot, &request), None, None);
         }
         if validate::loops_back(request.headers(), &snapshot.name) {
-            return (refuse(ProxyError::LoopDetected, snapshot, &request), None);
+            return (
+                refuse(ProxyError::LoopDetected, snapshot, &request),
+                None,
+                None,
+            );
         }
         match path::normalize(request.uri().path()) {
             Ok(None) => {}
             Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),
             Err(path::Ambiguous) => {
-                return (refuse(ProxyError::AmbiguousPath, snapshot, &request), None);
+                return (
+                    refuse(ProxyError::AmbiguousPath, snapshot, &request),
+                    None,
+                    None,
+                );
             }
         }
         let Some((route, captures)) = routes.find(&request) else {
-            return (no_route(snapshot, &request), None);
+            return (no_route(snapshot, &request), None, None);
         };
         let mut request = request.map(RequestBody::streaming);
         if let Some(captures) = captures {
@@ -163,7 +193,7 @@ impl WorkerProxy {
         for filter in route.filters[..ran].iter().rev() {
             filter.on_response(&mut response, &exchange);
         }
-        (response, backend)
+        (response, backend, Some(&route.traffic))
     }
 }
 

@@ -81,7 +81,8 @@ enum Failure {
 }
 
 impl PoolTarget {
-    /// Also the way the gateway's targets call a pool ([`super::gateway::fetch`]).
+    /// Also the way the gateway's targets call a pool ([`super::gateway::fetch`]). The pool's
+    /// golden metrics count every answer, trafik's own 502/503 included.
     pub(crate) async fn serve(
         &self,
         worker: &WorkerProxy,
@@ -89,10 +90,19 @@ impl PoolTarget {
         connection: &ClientConnection,
         mut request: Request<RequestBody>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        let began = Instant::now();
         let pool = &snapshot.pools[self.pool];
+        // Every return goes through this: the pool's metrics (an inner async fn would cost a
+        // move of its whole future per request).
+        let answered = |response: Response<ProxyBody>, backend| {
+            let status = response.status().as_u16();
+            let served = pool.served.mine(worker.id);
+            served.answered(status, began, Instant::now());
+            (response, backend)
+        };
         let me = worker.id;
         let slot = match pool.concurrency.as_ref().map(|c| c.admit()) {
-            Some(None) => return (ProxyError::ConcurrencyLimited.response(), None),
+            Some(None) => return answered(ProxyError::ConcurrencyLimited.response(), None),
             admitted => admitted.flatten(),
         };
         // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
@@ -155,13 +165,15 @@ impl PoolTarget {
                 bump(&counters.decisions);
                 let in_flight = InFlight::start(snapshot, self.pool, index, me);
                 let address = pool.address(index);
-                let sent_at = timed.then(Instant::now);
+                let sent_at = Instant::now();
                 match send(worker, pool, index, request, upload.as_ref()).await {
                     Ok((answer, checkout)) => {
                         if let Some(slot) = &slot {
                             slot.answered(worker.now());
                         }
                         let status = answer.status().as_u16();
+                        let answered_at = Instant::now();
+                        counters.served.answered(status, sent_at, answered_at);
                         pool.report(index, Outcome::of_status(status));
                         if let Some(replay) = &replay
                             && pool.retrying.retries_answer(status, answer.headers())
@@ -189,12 +201,12 @@ impl PoolTarget {
                             Ok(response) => response,
                             Err(error) => {
                                 bump(&counters.failures);
-                                return (error.response(), Some(address));
+                                return answered(error.response(), Some(address));
                             }
                         };
-                        if let Some(sent_at) = sent_at {
-                            pool.selector
-                                .observe(index, sent_at.elapsed(), worker.now());
+                        if timed {
+                            let latency = answered_at.duration_since(sent_at);
+                            pool.selector.observe(index, latency, worker.now());
                         }
                         if let Some(sticky) = &pool.sticky {
                             if let Some(reason) = rebinding
@@ -206,7 +218,7 @@ impl PoolTarget {
                                 sticky.settle_key(key, index, &pool.backends);
                             }
                         }
-                        return (response, Some(address));
+                        return answered(response, Some(address));
                     }
                     Err(Failure::Connect(returned)) => {
                         if rebinding.is_none()
@@ -216,6 +228,7 @@ impl PoolTarget {
                             rebinding = Some(Rebinding::Lost);
                         }
                         bump(&counters.failures);
+                        counters.served.unanswered();
                         pool.report(index, Outcome::ConnectFailure);
                         tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
                         context.tried.insert(index);
@@ -231,6 +244,7 @@ impl PoolTarget {
                         {
                             slot.answered(worker.now());
                         }
+                        counters.served.unanswered();
                         if error.is_backend_fault() {
                             bump(&counters.failures);
                             pool.report(index, Outcome::Error);
@@ -252,7 +266,7 @@ impl PoolTarget {
                                 request = replay.request();
                                 pool.retrying.back_off(attempt + 1).await;
                             }
-                            _ => return (error.response(), Some(address)),
+                            _ => return answered(error.response(), Some(address)),
                         }
                     }
                 }
@@ -292,7 +306,7 @@ impl PoolTarget {
         ) {
             bump(pool.at_limit.mine(me));
         }
-        (failure.response(), None)
+        answered(failure.response(), None)
     }
 }
 

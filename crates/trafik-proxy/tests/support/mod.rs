@@ -78,6 +78,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
         drain_timeout: Duration::from_secs(5),
         dns: None,
         admin_token: None,
+        tracing: Default::default(),
     }
 }
 

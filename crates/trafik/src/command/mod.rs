@@ -1,10 +1,12 @@
 //! One module per `trafik` command; each turns its parsed flags into a run.
 
+pub mod admin_client;
 pub mod check;
 pub mod proxy;
 pub mod reload;
 pub mod serve;
 pub mod sim;
+pub mod top;
 pub mod upgrade;
 pub mod upstream;
 

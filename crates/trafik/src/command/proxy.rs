@@ -109,6 +109,7 @@ impl From<ProxyArgs> for File {
             pools: vec![unplaced(pool)],
             caches: Vec::new(),
             dns: None,
+            tracing: Default::default(),
         }
     }
 }

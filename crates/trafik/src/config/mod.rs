@@ -29,6 +29,7 @@ mod server;
 mod static_files;
 mod sticky;
 mod tls;
+mod tracing;
 mod upstream;
 pub mod values;
 
@@ -67,6 +68,7 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
     loops::check(&mut report, &file);
     let instance = server::check(&mut report, file.server);
     let (admin, admin_token) = admin::check(&mut report, file.admin);
+    let tracing = tracing::check(&mut report, file.tracing, &instance.name);
     let upstreams = upstream::check(&mut report, file.upstreams);
     let pool_names = pool::names(&file.pools);
     let layer4_pools = layer4::pools(&file.listeners);
@@ -104,6 +106,7 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
                 drain_timeout: instance.drain_timeout,
                 dns,
                 admin_token,
+                tracing,
             },
             upstreams,
         }),

@@ -37,6 +37,20 @@ pub struct File {
     pub caches: Vec<Spanned<Cache>>,
     /// The authoritative DNS server.
     pub dns: Option<Spanned<Dns>>,
+    /// W3C trace context and span export.
+    pub tracing: Tracing,
+}
+
+/// `[tracing]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tracing {
+    /// Start a trace for a request that arrives without a valid `traceparent`.
+    pub start: bool,
+    /// An OTLP/HTTP collector's URL; sampled spans are exported there when set.
+    pub otlp_endpoint: Option<Spanned<String>>,
+    /// The spans' `service.name`; the server's name when absent.
+    pub service_name: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

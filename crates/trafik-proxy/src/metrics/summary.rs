@@ -1,0 +1,99 @@
+//! What `/status` adds for a person: per pool and backend, the request rate, p50 and p99 and
+//! the error rate over the last 10 and 60 seconds; per listener, its connections and requests.
+
+use serde_json::{Value, json};
+
+use super::export::classes;
+use super::window::Window;
+use super::{CLASSES, clock, second};
+use crate::counters::{PerWorker, read, read_gauge};
+use crate::snapshot::Snapshot;
+
+/// The windows shown, in seconds.
+const SPANS: [u64; 2] = [10, 60];
+
+/// Adds `recent` to every pool and backend of `document` (the status document of `snapshot`),
+/// and the listeners and routes.
+pub fn add(snapshot: &Snapshot, document: &mut Value) {
+    let now = clock();
+    for (pool, entry) in snapshot.pools.iter().zip(pool_entries(document)) {
+        entry["recent"] = recent(&pool.served, |s| &s.recent, now);
+        let backends = entry["backends"].as_array_mut();
+        for (member, backend) in pool.members.iter().zip(backends.into_iter().flatten()) {
+            backend["recent"] = recent(&member.counters, |c| &c.served.recent, now);
+        }
+    }
+    let by_class = |counts: [u64; 5]| -> Value {
+        CLASSES
+            .iter()
+            .zip(counts)
+            .map(|(class, count)| (class.to_string(), Value::from(count)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    document["listeners"] = snapshot
+        .metrics
+        .listeners
+        .iter()
+        .map(|entry| {
+            json!({
+                "name": entry.name,
+                "accepted": entry.stats.sum(|s| read(&s.accepted)),
+                "open": entry.stats.sum(|s| read_gauge(&s.open)),
+                "tls_handshakes": entry.stats.sum(|s| read(&s.tls_handshakes)),
+                "tls_failures": entry.stats.sum(|s| read(&s.tls_failures)),
+                "responses": by_class(classes(&entry.stats, |s| &s.traffic)),
+            })
+        })
+        .collect();
+    document["routes"] = snapshot
+        .metrics
+        .routes
+        .iter()
+        .map(|entry| {
+            json!({
+                "listener": entry.listener,
+                "route": entry.route,
+                "responses": by_class(classes(&entry.traffic, |t| t)),
+            })
+        })
+        .collect();
+}
+
+fn pool_entries(document: &mut Value) -> impl Iterator<Item = &mut Value> {
+    document["pools"].as_array_mut().into_iter().flatten()
+}
+
+/// `{"10s": {...}, "60s": {...}}` for one pool or backend.
+fn recent<T>(
+    shards: &PerWorker<T>,
+    ring: impl Fn(&T) -> &super::window::Recent,
+    now: std::time::Duration,
+) -> Value {
+    let current = second(now);
+    SPANS
+        .iter()
+        .map(|&span| {
+            let mut window = Window::default();
+            for shard in shards.shards() {
+                ring(shard).add_to(current, span, &mut window);
+            }
+            // The current second has only begun, and the process may be younger than the span.
+            let covered = (span - 1).min(current - 1) as f64 + now.subsec_nanos() as f64 / 1e9;
+            (format!("{span}s"), summarize(&window, covered))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+fn summarize(window: &Window, covered_seconds: f64) -> Value {
+    let millis = |q| window.answered.quantile(q).map(|micros| micros / 1000.0);
+    let attempts = window.attempts();
+    json!({
+        "requests": attempts,
+        "rate": if covered_seconds > 0.0 { attempts as f64 / covered_seconds } else { 0.0 },
+        "p50_ms": millis(0.5),
+        "p99_ms": millis(0.99),
+        "error_rate": window.error_rate(),
+    })
+}

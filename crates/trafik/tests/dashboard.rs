@@ -1,0 +1,280 @@
+//! The dashboard in a real browser: headless chromium over WebDriver against `trafik serve` in
+//! front of three `trafik upstream` processes, under load. The page loads without console
+//! errors, shows the three backends up, shows one down soon after its process stops, and its
+//! Drain button (confirmed) changes `/status`. Screenshots go to `$TRAFIK_SCREENSHOTS` when set.
+
+mod common;
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use std::io::{Read, Write};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Trafik, get_json};
+use serde_json::Value;
+
+/// `N` distinct free ports: all bound at once, so none is handed out twice.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<_> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
+}
+
+fn config(web: u16, admin: u16, backends: &[u16]) -> String {
+    let mut text = format!(
+        "[server]\nname = \"pano\"\nworkers = 2\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\n\n\
+         [[listener.route]]\npath_prefix = \"/takip\"\npool = \"takip\"\n\n\
+         [[pool]]\nname = \"takip\"\n\n[pool.health]\npath = \"/saglik\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nfall = 1\nrise = 1\n"
+    );
+    for (i, port) in backends.iter().enumerate() {
+        text.push_str(&format!(
+            "\n[[pool.backends]]\naddress = \"127.0.0.1:{port}\"\nname = \"k{}\"\n",
+            i + 1
+        ));
+    }
+    text
+}
+
+/// `GET /takip/TR-n` on a new connection, read to its end.
+fn request(web: u16, n: u64) {
+    if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", web)) {
+        let _ = write!(
+            stream,
+            "GET /takip/TR-{n} HTTP/1.1\r\nHost: kargo\r\nConnection: close\r\n\r\n"
+        );
+        let _ = stream.read_to_end(&mut Vec::new());
+    }
+}
+
+/// Sends requests until `stop`, at most 30 s and 50,000 requests.
+fn load(web: u16, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        while !stop.load(Ordering::Relaxed)
+            && started.elapsed() < Duration::from_secs(30)
+            && sent.load(Ordering::Relaxed) < 50_000
+        {
+            request(web, sent.fetch_add(1, Ordering::Relaxed));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    })
+}
+
+fn save(name: &str, png: &[u8]) {
+    if let Some(directory) = std::env::var_os("TRAFIK_SCREENSHOTS") {
+        let path = std::path::Path::new(&directory).join(name);
+        std::fs::write(&path, png).unwrap();
+        eprintln!("screenshot: {}", path.display());
+    }
+}
+
+/// Console entries at level SEVERE (errors), which must be none.
+fn errors(console: &[Value]) -> Vec<&Value> {
+    console.iter().filter(|e| e["level"] == "SEVERE").collect()
+}
+
+/// Three `trafik upstream` processes k1..k3 behind `trafik serve`, with a short health-check
+/// interval.
+struct Demo {
+    replicas: Vec<Option<Trafik>>,
+    server: Trafik,
+    ports: [u16; 3],
+    web: u16,
+    admin: String,
+    directory: std::path::PathBuf,
+}
+
+impl Demo {
+    fn start(tag: &str) -> Demo {
+        let [web, admin, ports @ ..] = free_ports::<5>();
+        let replicas = ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let address = format!("127.0.0.1:{port}");
+                let name = format!("k{}", i + 1);
+                let args = ["upstream", "--name", &name, "--listen", &address];
+                Some(Trafik::start(&args, Stdio::null(), "upstream").0)
+            })
+            .collect();
+        let directory = std::env::temp_dir().join(format!("trafik-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let file = directory.join("trafik.toml");
+        std::fs::write(&file, config(web, admin, &ports)).unwrap();
+        let (server, _) = Trafik::start(
+            &["serve", "--config", file.to_str().unwrap()],
+            Stdio::null(),
+            "listening on",
+        );
+        Demo {
+            replicas,
+            server,
+            ports,
+            web,
+            admin: format!("127.0.0.1:{admin}"),
+            directory,
+        }
+    }
+
+    fn stop(self) {
+        self.server.stop();
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+#[test]
+fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
+    let mut demo = Demo::start("dashboard");
+    let (ports, web) = (demo.ports, demo.web);
+    let admin_address = demo.admin.clone();
+    let (stop, sent) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let loader = load(web, stop.clone(), sent.clone());
+
+    let driver = webdriver::Driver::start();
+    let browser = driver.session(1280, 1000);
+    browser.go(&format!("http://{admin_address}/?interval=200"));
+    let all_up = "return document.querySelectorAll('tr.backend[data-state=up]').length === 3 \
+                  && [...document.querySelectorAll('tr.backend .state')].every(s => s.textContent === 'UP');";
+    assert!(
+        browser
+            .wait_until(all_up, Duration::from_secs(10))
+            .is_some(),
+        "three backends UP: {}",
+        browser.run("return document.body.innerText;")
+    );
+    let console = browser.console();
+    assert!(errors(&console).is_empty(), "console errors: {console:?}");
+    // Some seconds of load, so the figures and charts have something to show.
+    let figures = "return [...document.querySelectorAll('.figure b')][0].textContent !== '–' \
+                   && Number([...document.querySelectorAll('.figure b')][0].textContent) > 0;";
+    assert!(
+        browser
+            .wait_until(figures, Duration::from_secs(10))
+            .is_some()
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    save("dashboard-under-load.png", &browser.screenshot());
+
+    // One replica stops: the page says DOWN for it, as a word.
+    let stopped = format!("127.0.0.1:{}", ports[1]);
+    demo.replicas[1].take().unwrap().stop();
+    let down = format!(
+        "const row = document.querySelector('tr.backend[data-backend=\"{stopped}\"]'); \
+         return row !== null && row.dataset.state === 'down' && row.querySelector('.state').textContent === 'DOWN';"
+    );
+    let took = browser
+        .wait_until(&down, Duration::from_secs(10))
+        .expect("the stopped backend shown DOWN");
+    eprintln!(
+        "shown DOWN {} ms after its replica stopped",
+        took.as_millis()
+    );
+    assert!(took <= Duration::from_secs(2), "DOWN after {took:?}");
+    save("dashboard-backend-down.png", &browser.screenshot());
+
+    // Drain k1 with its button and the confirmation: /status says draining.
+    let drained = format!("127.0.0.1:{}", ports[0]);
+    browser.click(&format!(
+        "tr.backend[data-backend=\"{drained}\"] button[data-action=drain]"
+    ));
+    let asked = browser.accept_dialog();
+    assert!(asked.contains("Drain k1"), "{asked}");
+    let draining = |status: &Value| {
+        status["pools"][0]["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["address"] == drained.as_str() && b["draining"] == true)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !draining(&get_json(&admin_address, "/status")) {
+        assert!(Instant::now() < deadline, "the drain click changed nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let shown = format!(
+        "return document.querySelector('tr.backend[data-backend=\"{drained}\"]').dataset.state === 'draining';"
+    );
+    assert!(
+        browser
+            .wait_until(&shown, Duration::from_secs(10))
+            .is_some()
+    );
+
+    // A phone-size window: the same page, readable.
+    browser.command(
+        "POST",
+        "/window/rect",
+        Some(serde_json::json!({"width": 390, "height": 844})),
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    save("dashboard-phone.png", &browser.screenshot());
+    let console = browser.console();
+    assert!(errors(&console).is_empty(), "console errors: {console:?}");
+
+    stop.store(true, Ordering::Relaxed);
+    loader.join().unwrap();
+    assert!(sent.load(Ordering::Relaxed) > 0);
+    drop(browser);
+    drop(driver);
+    demo.stop();
+}
+
+#[test]
+fn trafik_top_shows_the_pools_and_backends_of_a_running_instance() {
+    let mut demo = Demo::start("top");
+    let status = || get_json(&demo.admin, "/status");
+    let all_up = |s: &Value| {
+        s["pools"][0]["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["healthy"] == true)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !all_up(&status()) {
+        assert!(Instant::now() < deadline, "backends never all up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let requests = 30;
+    for n in 0..requests {
+        request(demo.web, n);
+    }
+    demo.replicas[2].take().unwrap().stop();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while all_up(&status()) {
+        assert!(Instant::now() < deadline, "k3 never went down");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["top", "--once", "--admin", &demo.admin])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let frame = String::from_utf8(output.stdout).unwrap();
+    assert!(frame.contains("POOL takip (round-robin)"), "{frame}");
+    let row = |name: &str| {
+        frame
+            .lines()
+            .find(|line| line.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {frame}"))
+            .to_owned()
+    };
+    assert!(row("k1").trim_start().starts_with("UP"), "{frame}");
+    assert!(row("k2").trim_start().starts_with("UP"), "{frame}");
+    assert!(row("k3").trim_start().starts_with("DOWN"), "{frame}");
+    assert!(row("k1").contains(&format!("127.0.0.1:{}", demo.ports[0])));
+    assert!(frame.contains(&format!("accepted {requests}")), "{frame}");
+    assert!(
+        frame.contains(&format!("ROUTE web /takip  2xx {requests}")),
+        "{frame}"
+    );
+    demo.stop();
+}
