@@ -142,6 +142,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 document["dns"] = dns;
             }
             crate::metrics::summary::add(&snapshot, &mut document);
+            crate::admission::add_to_status(&snapshot, &mut document["listeners"]);
             reply(StatusCode::OK, "application/json", document.to_string())
         }
         "/metrics" => {
@@ -383,7 +384,6 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "static": caches::sites(snapshot),
         "gateway": crate::http::gateway::status(snapshot),
         "gates": gate::status(&snapshot.gates),
-        "listeners": crate::admission::status(snapshot),
     })
 }
 

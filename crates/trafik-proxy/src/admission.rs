@@ -23,8 +23,6 @@ pub struct ConnectionLimit {
     by_client: Mutex<HashMap<IpAddr, u32>>,
     /// Connections closed at once because their client had `max_connections_per_client` open.
     pub refused_per_client: AtomicU64,
-    /// Connections admitted.
-    pub accepted: AtomicU64,
     /// Connections that found `max_connections` open and waited for one to close.
     pub waited: AtomicU64,
 }
@@ -41,7 +39,6 @@ impl ConnectionLimit {
         (limits.max_connections > 0 || limits.max_connections_per_client > 0).then(|| {
             Arc::new(ConnectionLimit {
                 listener: listener.to_owned(),
-                accepted: AtomicU64::new(0),
                 waited: AtomicU64::new(0),
                 limits,
                 slots: (limits.max_connections > 0)
@@ -49,13 +46,6 @@ impl ConnectionLimit {
                 by_client: Mutex::new(HashMap::new()),
                 refused_per_client: AtomicU64::new(0),
             })
-        })
-    }
-
-    /// Open connections counted against `max_connections`.
-    pub fn open(&self) -> usize {
-        self.slots.as_ref().map_or(0, |slots| {
-            self.limits.max_connections as usize - slots.available_permits()
         })
     }
 
@@ -90,7 +80,6 @@ impl ConnectionLimit {
             };
             admitted._slot = Some(slot);
         }
-        self.accepted.fetch_add(1, Ordering::Relaxed);
         Some(admitted)
     }
 }
@@ -110,41 +99,28 @@ impl Drop for Admitted {
     }
 }
 
-/// The listeners with caps, in `/status`: what the caps are and what they did.
-pub fn status(snapshot: &crate::snapshot::Snapshot) -> serde_json::Value {
-    snapshot
-        .connection_limits()
-        .map(|limit| {
-            serde_json::json!({
-                "name": limit.listener,
-                "max_connections": limit.limits.max_connections,
-                "max_connections_per_client": limit.limits.max_connections_per_client,
-                "open": limit.open(),
-                "accepted": limit.accepted.load(Ordering::Relaxed),
-                "waited": limit.waited.load(Ordering::Relaxed),
-                "refused_per_client": limit.refused_per_client.load(Ordering::Relaxed),
-            })
-        })
-        .collect()
+/// Adds what the caps are and what they did to the capped listeners' entries of `/status`
+/// (`listeners`, which already counts every listener's open and accepted connections).
+pub fn add_to_status(snapshot: &crate::snapshot::Snapshot, listeners: &mut serde_json::Value) {
+    let Some(entries) = listeners.as_array_mut() else {
+        return;
+    };
+    for limit in snapshot.connection_limits() {
+        let Some(entry) = entries.iter_mut().find(|e| e["name"] == *limit.listener) else {
+            continue;
+        };
+        entry["max_connections"] = limit.limits.max_connections.into();
+        entry["max_connections_per_client"] = limit.limits.max_connections_per_client.into();
+        entry["waited"] = limit.waited.load(Ordering::Relaxed).into();
+        entry["refused_per_client"] = limit.refused_per_client.load(Ordering::Relaxed).into();
+    }
 }
 
 /// The same in the Prometheus text format.
 pub fn metrics(snapshot: &crate::snapshot::Snapshot) -> String {
     use std::fmt::Write as _;
     type Read = fn(&ConnectionLimit) -> u64;
-    let families: [(&str, &str, &str, Read); 4] = [
-        (
-            "trafik_listener_open_connections",
-            "gauge",
-            "Connections open on a listener with a connection cap.",
-            |l| l.open() as u64,
-        ),
-        (
-            "trafik_listener_accepted_total",
-            "counter",
-            "Connections a capped listener admitted.",
-            |l| l.accepted.load(Ordering::Relaxed),
-        ),
+    let families: [(&str, &str, &str, Read); 2] = [
         (
             "trafik_listener_waited_total",
             "counter",
@@ -198,7 +174,6 @@ mod tests {
         drop(first);
         assert!(limit.admit(one).await.is_some());
         assert_eq!(limit.refused_per_client.load(Ordering::Relaxed), 1);
-        assert_eq!(limit.accepted.load(Ordering::Relaxed), 4);
         assert!(ConnectionLimit::new("web", ConnectionLimits::default()).is_none());
     }
 }

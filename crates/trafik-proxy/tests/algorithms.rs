@@ -13,13 +13,14 @@ use support::*;
 use trafik_balance::Algorithm;
 use trafik_proxy::{HashKey, StickyPlan};
 
-/// Three replicas, the first three times slower than the others.
+/// Three replicas, the first three times slower than the others. The delays are long enough
+/// that a busy machine's scheduling noise (a few milliseconds) does not blur the ratio.
 async fn one_slow_replica() -> Vec<trafik_upstream::RunningReplica> {
     let any = LOOPBACK_ANY_PORT.parse().unwrap();
     vec![
-        replica("k1", any, Duration::from_millis(30)).await,
-        replica("k2", any, Duration::from_millis(10)).await,
-        replica("k3", any, Duration::from_millis(10)).await,
+        replica("k1", any, Duration::from_millis(60)).await,
+        replica("k2", any, Duration::from_millis(20)).await,
+        replica("k3", any, Duration::from_millis(20)).await,
     ]
 }
 
