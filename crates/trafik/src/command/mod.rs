@@ -1,6 +1,8 @@
 //! One module per `trafik` command; each turns its parsed flags into a run.
 
 pub mod check;
+pub mod fleet;
+pub mod plan;
 pub mod proxy;
 pub mod reload;
 pub mod serve;
