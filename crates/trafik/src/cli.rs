@@ -67,10 +67,12 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
-    /// The configuration in force.
-    pub old: PathBuf,
-    /// The configuration about to ship.
-    pub new: PathBuf,
+    /// OLD NEW: the configuration in force and the one about to ship; with --etcd, only NEW
+    /// (the configuration in force is the fleet's in etcd).
+    #[arg(required = true, num_args = 1..=2, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
     /// How many sample keys to place.
     #[arg(long, default_value_t = 10_000)]
     pub keys: usize,

@@ -424,6 +424,21 @@ fn three_instances_follow_one_configuration_in_etcd() {
         assert_eq!(get(web, "/takip/TR-1", "").2, "v7");
     }
 
+    // `trafik plan --etcd` compares the fleet's configuration with a file about to ship.
+    let next = dir.join("sonraki.toml");
+    std::fs::write(&next, config(&ports[..3], "v8")).unwrap();
+    let plan = trafik(&[
+        "plan", "--json", "--etcd", &url, "--etcd-prefix", PREFIX, next.to_str().unwrap(),
+    ]);
+    assert!(plan.status.success(), "{plan:?}");
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["pools"][0]["name"], "takip");
+    assert_eq!(
+        plan["pools"][0]["added"],
+        serde_json::json!([format!("k{}", ports[2])])
+    );
+    assert!(plan["pools"][0]["moved_share"].as_f64().unwrap() > 0.0);
+
     drop(instances);
     drop(etcd);
     drop(replicas);

@@ -279,6 +279,17 @@ impl Agent {
     }
 }
 
+/// The fleet's configuration in force, checked (for `trafik plan --etcd`).
+pub fn current(args: &EtcdArgs) -> Result<Loaded, String> {
+    let (etcd, keys) = connect(args)?;
+    let value = block_on(etcd.get(&keys.config()))?
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("etcd at {} has no {}", etcd.url(), keys.config()))?;
+    let name = format!("{}{}", etcd.url(), keys.config());
+    config::load(&name, &String::from_utf8_lossy(&value.value))
+        .map_err(|errors| config::render_errors(&errors))
+}
+
 /// `trafik config push FILE`: checks the file as `trafik check` does and publishes it only when
 /// it is clean.
 pub fn push(args: ConfigPushArgs) -> Result<ExitCode, String> {

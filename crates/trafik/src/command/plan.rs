@@ -1,7 +1,6 @@
 //! `trafik plan OLD NEW`: both configurations checked as `trafik check` would, their pools
 //! compared on the proxy's selection code (`trafik_sim::change`).
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use trafik_balance::Algorithm;
@@ -10,10 +9,22 @@ use trafik_sim::change::{self, KeySample, PoolShape};
 
 use super::{load_config, say};
 use crate::cli::PlanArgs;
+use crate::config::Loaded;
 
 pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
-    let before = pools(&args.old)?;
-    let after = pools(&args.new)?;
+    let (before, after) = match (args.files.as_slice(), args.etcd.etcd.is_some()) {
+        ([old, new], false) => (pools(&load_config(Some(old))?), pools(&load_config(Some(new))?)),
+        ([new], true) => (
+            pools(&super::fleet::current(&args.etcd)?),
+            pools(&load_config(Some(new))?),
+        ),
+        _ => {
+            return Err(
+                "give OLD and NEW files, or --etcd URL and the NEW file to compare with the fleet's configuration"
+                    .into(),
+            );
+        }
+    };
     let sample = KeySample {
         prefix: args.key_prefix,
         count: args.keys,
@@ -27,13 +38,8 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn pools(path: &Path) -> Result<Vec<PoolShape>, String> {
-    Ok(load_config(Some(path))?
-        .plan
-        .pools
-        .iter()
-        .map(shape)
-        .collect())
+fn pools(loaded: &Loaded) -> Vec<PoolShape> {
+    loaded.plan.pools.iter().map(shape).collect()
 }
 
 /// What placement depends on in a pool, as the proxy builds it: key stickiness places by its
