@@ -267,7 +267,7 @@ impl ChangeReport {
                     r.backend, r.before, r.after
                 ));
             }
-            let mut table = Table::new(&["backend", "share before", "share after"]);
+            let mut table = Table::new(&["  backend", "share before", "share after"]);
             let labels: std::collections::BTreeSet<&String> = pool
                 .share_before
                 .keys()
