@@ -428,7 +428,13 @@ fn three_instances_follow_one_configuration_in_etcd() {
     let next = dir.join("sonraki.toml");
     std::fs::write(&next, config(&ports[..3], "v8")).unwrap();
     let plan = trafik(&[
-        "plan", "--json", "--etcd", &url, "--etcd-prefix", PREFIX, next.to_str().unwrap(),
+        "plan",
+        "--json",
+        "--etcd",
+        &url,
+        "--etcd-prefix",
+        PREFIX,
+        next.to_str().unwrap(),
     ]);
     assert!(plan.status.success(), "{plan:?}");
     let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();

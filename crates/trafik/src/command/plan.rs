@@ -13,7 +13,10 @@ use crate::config::Loaded;
 
 pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
     let (before, after) = match (args.files.as_slice(), args.etcd.etcd.is_some()) {
-        ([old, new], false) => (pools(&load_config(Some(old))?), pools(&load_config(Some(new))?)),
+        ([old, new], false) => (
+            pools(&load_config(Some(old))?),
+            pools(&load_config(Some(new))?),
+        ),
         ([new], true) => (
             pools(&super::fleet::current(&args.etcd)?),
             pools(&load_config(Some(new))?),
