@@ -517,3 +517,14 @@ impl std::fmt::Display for HashKey {
         }
     }
 }
+
+impl PoolPlan {
+    /// The identities selection places backends by (the address as written, weight at least 1):
+    /// the pool and `trafik plan` build their `BackendSet` from these, so both place alike.
+    pub fn backend_specs(&self) -> impl Iterator<Item = trafik_balance::BackendSpec> + '_ {
+        self.backends.iter().map(|b| trafik_balance::BackendSpec {
+            id: b.address.to_string(),
+            weight: b.weight.max(1),
+        })
+    }
+}

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use trafik_balance::{BackendSet, BackendSpec, PickContext, Selector};
+use trafik_balance::{BackendSet, PickContext, Selector};
 
 use crate::counters::{BackendCounters, PerWorker};
 use crate::http::retry::Retrying;
@@ -106,10 +106,7 @@ impl Pool {
     /// health (while the pool is health-checked) and sessions. Requests in flight stay counted in
     /// the previous pool, where they finish.
     pub fn new(plan: PoolPlan, previous: Option<&Pool>, endpoints: &Endpoints) -> Self {
-        let backends = BackendSet::new(plan.backends.iter().map(|b| BackendSpec {
-            id: b.address.to_string(),
-            weight: b.weight.max(1),
-        }));
+        let backends = BackendSet::new(plan.backend_specs());
         let workers = endpoints.workers;
         let members: Box<[Backend]> = plan
             .backends

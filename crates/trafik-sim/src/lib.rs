@@ -8,6 +8,7 @@
 //! No model does I/O; each returns a report that serializes to JSON and renders as text.
 
 pub mod cache;
+pub mod change;
 pub mod course;
 pub mod distribution;
 pub mod dns;

@@ -56,6 +56,16 @@ pub enum Command {
     /// The dashboard's view in a terminal, from a running instance's admin API: pools with
     /// rate, p50/p99, errors and skews, backends with their state, listeners and routes.
     Top(TopArgs),
+    /// Predict what a configuration change does before it ships, on the proxy's own selection
+    /// code: per pool the share of hash keys (or sticky clients) that move and where to, the
+    /// load imbalance before and after, backends added, removed and reweighted.
+    Plan(PlanArgs),
+    /// The fleet that shares a configuration in etcd: each instance's generation and health,
+    /// and the verdict on the latest configuration.
+    Status(StatusArgs),
+    /// A fleet's configuration in etcd.
+    #[command(subcommand)]
+    Config(ConfigCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -69,6 +79,26 @@ pub struct TopArgs {
     /// How often the view is redrawn.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: std::time::Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// OLD NEW: the configuration in force and the one about to ship; with --etcd, only NEW
+    /// (the configuration in force is the fleet's in etcd).
+    #[arg(required = true, num_args = 1..=2, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// How many sample keys to place.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: usize,
+    /// The sample keys are this prefix followed by 0, 1, 2, … (the key's bytes as the pool's
+    /// hash key reads them: a header, cookie or query value, a path).
+    #[arg(long, default_value = "key-")]
+    pub key_prefix: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -135,14 +165,70 @@ fn parse_millis(text: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| "expected a number of milliseconds of at least 0, such as 0.85".into())
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct ServeArgs {
     /// The TOML config file.
-    #[arg(long, short)]
+    #[arg(long, short, conflicts_with = "etcd")]
     pub config: Option<PathBuf>,
     /// Log one line per request.
     #[arg(long)]
     pub access_log: bool,
+    /// Put the listener NAME on ADDR instead of its configured address (`dns` for the DNS
+    /// server); repeat for more. Several instances of one configuration on one machine.
+    #[arg(long = "listen", value_name = "NAME=ADDR", value_parser = parse_listen_override)]
+    pub listen: Vec<(String, SocketAddr)>,
+    /// Serve the admin API on ADDR instead of the configured `[admin] listen`.
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub admin: Option<SocketAddr>,
+    /// With --etcd: this instance's name under `<prefix>instances/` (default: host name and
+    /// process id).
+    #[arg(long, requires = "etcd")]
+    pub instance: Option<String>,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+}
+
+/// Where a fleet's configuration lives in etcd.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EtcdArgs {
+    /// etcd's client URL (http://HOST:PORT): read the configuration from `<prefix>config` and
+    /// watch it.
+    #[arg(long, value_name = "URL")]
+    pub etcd: Option<String>,
+    /// The prefix of the fleet's keys: `config`, `status`, `instances/<id>`.
+    #[arg(long, value_name = "PREFIX", default_value = "/trafik/")]
+    pub etcd_prefix: String,
+}
+
+fn parse_listen_override(text: &str) -> Result<(String, SocketAddr), String> {
+    let (name, address) = text
+        .split_once('=')
+        .ok_or("expected NAME=ADDR, such as web=127.0.0.1:8081")?;
+    Ok((name.to_owned(), parse_addr(address)?))
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a config file as `trafik check` does and publish it to etcd only when it is clean
+    /// (exit 2 and nothing published otherwise).
+    Push(ConfigPushArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ConfigPushArgs {
+    /// The TOML config file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
 }
 
 #[derive(Debug, clap::Args)]

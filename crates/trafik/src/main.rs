@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cli::{Cli, Command, LogFormat};
-use command::{check, proxy, reload, say, serve, sim, top, upstream};
+use command::{check, fleet, plan, proxy, reload, say, serve, sim, top, upstream};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -43,6 +43,9 @@ fn run(command: Command) -> Result<ExitCode, String> {
         Command::Upstream(args) => upstream::run(args),
         Command::Load(args) => load::run(*args),
         Command::Top(args) => top::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Status(args) => fleet::status(args),
+        Command::Config(cli::ConfigCommand::Push(args)) => fleet::push(args),
     }
 }
 

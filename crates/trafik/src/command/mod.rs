@@ -2,6 +2,8 @@
 
 pub mod admin_client;
 pub mod check;
+pub mod fleet;
+pub mod plan;
 pub mod proxy;
 pub mod reload;
 pub mod serve;

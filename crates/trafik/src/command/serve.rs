@@ -14,33 +14,83 @@ use crate::config::{self, Loaded};
 use crate::describe;
 
 pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
+    if args.etcd.etcd.is_some() {
+        return super::fleet::run(args);
+    }
     let mut loaded = load_config(args.config.as_deref())?;
     loaded.plan.client.access_log |= args.access_log;
-    let reloader = args.config.map(|path| reloader(path, args.access_log));
+    override_addresses(&mut loaded, &args).map_err(|errors| errors.join("\n"))?;
+    let reloader = args.config.clone().map(|path| reloader(path, args));
     serve(loaded, reloader)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Reads and checks `path` again for a reload, with the same messages `trafik check` prints.
 /// Built-in replicas (`[[upstream]]`) are started once; a reload does not change them.
-fn reloader(path: PathBuf, access_log: bool) -> Reloader {
+fn reloader(path: PathBuf, args: ServeArgs) -> Reloader {
     Reloader {
         file: path.display().to_string(),
         load: Box::new(move || {
             let name = path.display().to_string();
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| vec![format!("cannot read config file {name}: {e}")])?;
-            let mut loaded = config::load(&name, &text)
-                .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
-            loaded.plan.client.access_log |= access_log;
-            Ok(loaded.plan)
+            load_text(&name, &text, &args).map(|loaded| loaded.plan)
         }),
+    }
+}
+
+/// Checks a configuration's text as `trafik check` does, then applies this instance's flags.
+pub fn load_text(name: &str, text: &str, args: &ServeArgs) -> Result<Loaded, Vec<String>> {
+    let mut loaded = config::load(name, text)
+        .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    loaded.plan.client.access_log |= args.access_log;
+    override_addresses(&mut loaded, args)?;
+    Ok(loaded)
+}
+
+/// `--listen NAME=ADDR` and `--admin ADDR`: one configuration, several instances on one
+/// machine. `dns` names the DNS server when no listener has that name.
+fn override_addresses(loaded: &mut Loaded, args: &ServeArgs) -> Result<(), Vec<String>> {
+    let plan = &mut loaded.plan;
+    let mut errors = Vec::new();
+    for (name, address) in &args.listen {
+        if let Some(listener) = plan.listeners.iter_mut().find(|l| &l.name == name) {
+            listener.address = *address;
+        } else if let (Some(dns), "dns") = (plan.dns.as_mut(), name.as_str()) {
+            dns.listen = *address;
+        } else {
+            let known: Vec<&str> = plan.listeners.iter().map(|l| l.name.as_str()).collect();
+            errors.push(format!(
+                "--listen {name}={address}: the configuration has no listener {name:?} (it has {known:?})"
+            ));
+        }
+    }
+    if let Some(admin) = args.admin {
+        plan.admin = Some(admin);
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
     }
 }
 
 /// Starts the built-in replicas, then the proxy; reloads on SIGHUP; drains on Ctrl-C or
 /// SIGTERM.
 pub fn serve(loaded: Loaded, reloader: Option<Reloader>) -> Result<(), String> {
+    serve_with(loaded, reloader, None)
+}
+
+/// Work that runs beside a serving instance on the control runtime (the etcd watch); it is
+/// started once the proxy runs and ends with the runtime.
+pub type Companion = Box<dyn FnOnce(&trafik_proxy::Running) + Send>;
+
+/// [`serve`], with a companion started once the proxy runs.
+pub fn serve_with(
+    loaded: Loaded,
+    reloader: Option<Reloader>,
+    companion: Option<Companion>,
+) -> Result<(), String> {
     let runtime = control_runtime()?;
     runtime.block_on(async move {
         let mut stop_signal = StopSignal::install()?;
@@ -53,6 +103,9 @@ pub fn serve(loaded: Loaded, reloader: Option<Reloader>) -> Result<(), String> {
         let running =
             trafik_proxy::start_with(loaded.plan.clone(), reloader).map_err(|e| e.to_string())?;
         say(&describe::running(&loaded.plan, &running));
+        if let Some(companion) = companion {
+            companion(&running);
+        }
         trafik_proxy::handover::tell_ready();
         loop {
             tokio::select! {
