@@ -25,6 +25,7 @@ pub mod plan;
 pub mod pool;
 pub mod queue;
 mod resolve;
+pub mod route_change;
 pub mod snapshot;
 pub mod sticky;
 pub mod tcp;

@@ -12,6 +12,7 @@ pub mod change;
 pub mod course;
 pub mod distribution;
 pub mod dns;
+pub mod dns_change;
 pub mod queue;
 pub mod remap;
 pub mod sticky;

@@ -24,24 +24,61 @@ pub struct Route {
     pub traffic: crate::metrics::RouteTraffic,
 }
 
+/// What a route matches. The run-time [`Route`] and the configuration's
+/// [`RoutePlan`](crate::plan::RoutePlan) both answer it, so `trafik plan` chooses routes with the
+/// very table the proxy uses.
+pub trait Matching {
+    fn host(&self) -> Option<&str>;
+    fn path_prefix(&self) -> &str;
+    fn path_template(&self) -> Option<&PathTemplate>;
+    fn methods(&self) -> &[Method];
+}
+
+impl Matching for Route {
+    fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+    fn path_prefix(&self) -> &str {
+        &self.path_prefix
+    }
+    fn path_template(&self) -> Option<&PathTemplate> {
+        self.path_template.as_ref()
+    }
+    fn methods(&self) -> &[Method] {
+        &self.methods
+    }
+}
+
+impl Matching for crate::plan::RoutePlan {
+    fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+    fn path_prefix(&self) -> &str {
+        &self.path_prefix
+    }
+    fn path_template(&self) -> Option<&PathTemplate> {
+        self.path_template.as_ref()
+    }
+    fn methods(&self) -> &[Method] {
+        &self.methods
+    }
+}
+
 /// A listener's routes, most specific first: routes with a host before routes without, then
 /// path templates (more segments first) before prefixes, then longer path prefixes before
 /// shorter ones; among equals, the order of the configuration.
-pub struct RouteTable {
-    routes: Vec<Route>,
+pub struct RouteTable<R = Route> {
+    routes: Vec<R>,
 }
 
-impl RouteTable {
-    pub fn new(mut routes: Vec<Route>) -> Self {
+impl<R: Matching> RouteTable<R> {
+    pub fn new(mut routes: Vec<R>) -> Self {
         // A stable sort keeps configuration order among equally specific routes.
         routes.sort_by_key(|r| {
-            let length = r
-                .path_template
-                .as_ref()
-                .map_or(r.path_prefix.len(), |t| t.len());
+            let length = r.path_template().map_or(r.path_prefix().len(), |t| t.len());
             (
-                r.host.is_none(),
-                r.path_template.is_none(),
+                r.host().is_none(),
+                r.path_template().is_none(),
                 std::cmp::Reverse(length),
             )
         });
@@ -50,21 +87,33 @@ impl RouteTable {
 
     /// The first route that matches the request's host, path and method, with what its path
     /// template captured.
-    pub fn find<B>(&self, request: &Request<B>) -> Option<(&Route, Option<Captures>)> {
-        let path = request.uri().path();
-        let host = request_host(request);
+    pub fn find<B>(&self, request: &Request<B>) -> Option<(&R, Option<Captures>)> {
+        self.find_parts(
+            request_host(request),
+            request.uri().path(),
+            request.method(),
+        )
+    }
+
+    /// [`RouteTable::find`] for a request given by its host (without port), normalized path
+    /// and method.
+    pub fn find_parts(
+        &self,
+        host: Option<&str>,
+        path: &str,
+        method: &Method,
+    ) -> Option<(&R, Option<Captures>)> {
         self.routes.iter().find_map(|route| {
-            let wanted = method_matches(&route.methods, request.method())
+            let wanted = method_matches(route.methods(), method)
                 && route
-                    .host
-                    .as_deref()
+                    .host()
                     .is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)));
             if !wanted {
                 return None;
             }
-            match &route.path_template {
+            match route.path_template() {
                 Some(template) => template.matches(path).map(|c| (route, Some(c))),
-                None => path_matches(&route.path_prefix, path).then_some((route, None)),
+                None => path_matches(route.path_prefix(), path).then_some((route, None)),
             }
         })
     }

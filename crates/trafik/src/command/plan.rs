@@ -1,11 +1,16 @@
 //! `trafik plan OLD NEW`: both configurations checked as `trafik check` would, their pools
-//! compared on the proxy's selection code (`trafik_sim::change`).
+//! compared on the proxy's selection code (`trafik_sim::change`), their DNS names on the
+//! policies' own decisions (`trafik_sim::dns_change`), their routes on the proxy's route table
+//! (`trafik_proxy::route_change`).
 
 use std::process::ExitCode;
 
 use trafik_balance::Algorithm;
-use trafik_proxy::plan::{PoolPlan, StickyPlan};
+use trafik_proxy::dns::RegionHealth;
+use trafik_proxy::plan::{HealthPlan, PoolPlan, StickyPlan};
+use trafik_proxy::route_change::{self, RouteChange};
 use trafik_sim::change::{self, KeySample, PoolShape};
+use trafik_sim::dns_change::{self, DnsShape};
 
 use super::{load_config, say};
 use crate::cli::PlanArgs;
@@ -13,14 +18,8 @@ use crate::config::Loaded;
 
 pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
     let (before, after) = match (args.files.as_slice(), args.etcd.etcd.is_some()) {
-        ([old, new], false) => (
-            pools(&load_config(Some(old))?),
-            pools(&load_config(Some(new))?),
-        ),
-        ([new], true) => (
-            pools(&super::fleet::current(&args.etcd)?),
-            pools(&load_config(Some(new))?),
-        ),
+        ([old, new], false) => (load_config(Some(old))?, load_config(Some(new))?),
+        ([new], true) => (super::fleet::current(&args.etcd)?, load_config(Some(new))?),
         _ => {
             return Err(
                 "give OLD and NEW files, or --etcd URL and the NEW file to compare with the fleet's configuration"
@@ -32,13 +31,85 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
         prefix: args.key_prefix,
         count: args.keys,
     };
-    let report = change::compare(&before, &after, &sample);
+    let report = change::compare(&pools(&before), &pools(&after), &sample);
+    let dns = dns_change::compare(&dns(&before), &dns(&after), DNS_QUERIES)?;
+    let routes = route_change::changed_targets(&before.plan.listeners, &after.plan.listeners);
     if args.json {
-        say(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        let mut json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        json["dns"] = serde_json::to_value(&dns).map_err(|e| e.to_string())?;
+        json["routes"] = routes.iter().map(route_json).collect();
+        say(&serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?);
     } else {
-        say(report.render().trim_end());
+        let mut text = report.render();
+        text.push_str(&dns_change::render(&dns));
+        text.push_str(&render_routes(&routes));
+        say(text.trim_end());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sample queries per DNS name.
+const DNS_QUERIES: usize = 10_000;
+
+/// A configuration's DNS, each region's detection time from its health source: its own checks
+/// or its pool's (`interval × fall`); none when it is always live.
+fn dns(loaded: &Loaded) -> DnsShape<'_> {
+    let Some(service) = &loaded.plan.dns else {
+        return DnsShape {
+            plan: None,
+            detection: Vec::new(),
+        };
+    };
+    let detection_of = |health: &HealthPlan| Some((health.interval * health.fall).as_secs_f64());
+    let detection = service
+        .health
+        .iter()
+        .map(|source| match source {
+            RegionHealth::Always => None,
+            RegionHealth::Check { plan, .. } => detection_of(plan),
+            RegionHealth::Pool(name) => loaded
+                .plan
+                .pools
+                .iter()
+                .find(|p| &p.name == name)
+                .and_then(|p| p.health.as_ref())
+                .and_then(detection_of),
+        })
+        .collect();
+    DnsShape {
+        plan: Some(&service.zones),
+        detection,
+    }
+}
+
+fn route_json(change: &RouteChange) -> serde_json::Value {
+    serde_json::json!({
+        "listener": change.listener,
+        "method": change.method,
+        "host": change.host,
+        "path": change.path,
+        "before": change.before,
+        "after": change.after,
+    })
+}
+
+fn render_routes(changes: &[RouteChange]) -> String {
+    if changes.is_empty() {
+        return "\nroutes: no example request changes target\n".to_owned();
+    }
+    let mut out = "\nroutes: example requests that change target\n".to_owned();
+    for c in changes {
+        out.push_str(&format!(
+            "  {} {} {}{}: {} → {}\n",
+            c.listener,
+            c.method,
+            c.host.as_deref().unwrap_or("*"),
+            c.path,
+            c.before,
+            c.after
+        ));
+    }
+    out
 }
 
 fn pools(loaded: &Loaded) -> Vec<PoolShape> {

@@ -1,0 +1,198 @@
+//! `trafik plan` for DNS names and routes: a weighted name reweighted with a shorter TTL and a
+//! retargeted route, read from `--json`; then the predicted shares against what a live
+//! `trafik serve` answers to `dig`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::Trafik;
+
+/// A DNS-and-HTTP configuration: name `api` weighted by `weights` (b34, b35, b06) with `ttl`,
+/// route `/takip` to pool `takip_pool`.
+fn config(weights: [u32; 3], ttl: u32, takip_pool: &str) -> String {
+    format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+[[listener.route]]
+pool = "genel"
+[[listener.route]]
+path_prefix = "/takip"
+pool = "{takip_pool}"
+
+[[pool]]
+name = "genel"
+backends = [{{ address = "127.0.0.1:9" }}]
+
+[[pool]]
+name = "takip"
+backends = [{{ address = "127.0.0.1:9" }}]
+
+[[pool]]
+name = "takip2"
+backends = [{{ address = "127.0.0.1:9" }}]
+
+[dns]
+listen = "127.0.0.1:0"
+
+[[dns.region]]
+name = "b34"
+addresses = ["127.0.0.34"]
+check = "127.0.0.1:9"
+health = {{ path = "/saglik", interval = "1s", fall = 3, rise = 2 }}
+
+[[dns.region]]
+name = "b35"
+addresses = ["127.0.0.35"]
+check = "127.0.0.1:9"
+health = {{ path = "/saglik", interval = "1s", fall = 3, rise = 2 }}
+
+[[dns.region]]
+name = "b06"
+addresses = ["127.0.0.6"]
+check = "127.0.0.1:9"
+health = {{ path = "/saglik", interval = "2s", fall = 2, rise = 2 }}
+
+[[dns.zone]]
+origin = "kargo.test."
+ttl = 300
+name_servers = ["ns1"]
+
+[[dns.zone.record]]
+name = "ns1"
+type = "A"
+value = "127.0.0.1"
+
+[[dns.zone.name]]
+name = "api"
+policy = "weighted"
+ttl = {ttl}
+weights = {{ b34 = {}, b35 = {}, b06 = {} }}
+"#,
+        weights[0], weights[1], weights[2]
+    )
+}
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let directory = std::env::temp_dir().join(format!("trafik-plan-dns-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let file = directory.join(name);
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn plan(old: &PathBuf, new: &PathBuf) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args([
+            "plan",
+            old.to_str().unwrap(),
+            new.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn share(entry: &serde_json::Value, key: &str, region: &str) -> f64 {
+    entry[key][region].as_f64().unwrap_or(0.0)
+}
+
+#[test]
+fn a_reweighted_name_and_a_retargeted_route_show_in_the_json() {
+    let old = write("a.toml", &config([5, 3, 2], 60, "takip"));
+    let new = write("b.toml", &config([6, 4, 0], 20, "takip2"));
+    let report = plan(&old, &new);
+
+    let dns = report["dns"].as_array().unwrap();
+    assert_eq!(dns.len(), 1, "{report:#}");
+    let api = &dns[0];
+    assert_eq!(api["name"], "api.kargo.test.");
+    assert_eq!(api["change"], "changed");
+    for (region, before, after) in [("b34", 0.5, 0.6), ("b35", 0.3, 0.4), ("b06", 0.2, 0.0)] {
+        assert!(
+            (share(api, "share_before", region) - before).abs() < 1e-9,
+            "{api:#}"
+        );
+        assert!(
+            (share(api, "share_after", region) - after).abs() < 1e-9,
+            "{api:#}"
+        );
+    }
+    assert!((api["share_deviation"].as_f64().unwrap() - 0.2).abs() < 1e-9);
+    assert_eq!(api["removed"], serde_json::json!(["b06"]));
+    assert_eq!(api["added"], serde_json::json!([]));
+    assert_eq!(
+        (api["ttl_before"].as_u64(), api["ttl_after"].as_u64()),
+        (Some(60), Some(20))
+    );
+    // Before: b06's 2 s × 2 is the slowest detection; after, b06 answers no more: 1 s × 3.
+    assert_eq!(api["failover_window_before"].as_f64(), Some(64.0));
+    assert_eq!(api["failover_window_after"].as_f64(), Some(23.0));
+
+    let routes = report["routes"].as_array().unwrap();
+    assert_eq!(routes.len(), 1, "{report:#}");
+    assert_eq!(routes[0]["path"], "/takip");
+    assert_eq!(routes[0]["before"], "pool takip");
+    assert_eq!(routes[0]["after"], "pool takip2");
+    assert!(report["pools"].is_array());
+}
+
+#[test]
+fn predicted_shares_agree_with_a_live_server_within_two_percent() {
+    let old = write("live-a.toml", &config([5, 3, 2], 60, "takip"));
+    let new = write("live-b.toml", &config([7, 2, 1], 20, "takip"));
+    let predicted = plan(&old, &new)["dns"][0].clone();
+
+    let (_trafik, printed) = Trafik::start(
+        &["serve", "--config", new.to_str().unwrap()],
+        Stdio::null(),
+        "admin on",
+    );
+    let dns = printed
+        .lines()
+        .find_map(|line| line.strip_prefix("dns on "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no dns address in {printed}"));
+    let (host, port) = dns.rsplit_once(':').unwrap();
+    // One dig, many questions: each `api.kargo.test A` is a query of its own.
+    let queries = 1000;
+    let mut command = Command::new("dig");
+    command.args([
+        &format!("@{host}"),
+        "-p",
+        port,
+        "+short",
+        "+tries=1",
+        "+time=2",
+    ]);
+    for _ in 0..queries {
+        command.args(["api.kargo.test", "A"]);
+    }
+    let output = command.output().expect("dig runs (install dnsutils)");
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        *counts.entry(line.to_owned()).or_default() += 1;
+    }
+    assert_eq!(counts.values().sum::<usize>(), queries, "{counts:?}");
+    for (region, address) in [
+        ("b34", "127.0.0.34"),
+        ("b35", "127.0.0.35"),
+        ("b06", "127.0.0.6"),
+    ] {
+        let measured = counts.get(address).copied().unwrap_or(0) as f64 / queries as f64;
+        let expected = share(&predicted, "share_after", region);
+        assert!(
+            (measured - expected).abs() <= 0.02,
+            "{region}: predicted {expected}, measured {measured} ({counts:?})"
+        );
+    }
+}
