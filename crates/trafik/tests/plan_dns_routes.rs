@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::Trafik;
@@ -88,7 +88,7 @@ fn write(name: &str, text: &str) -> PathBuf {
     file
 }
 
-fn plan(old: &PathBuf, new: &PathBuf) -> serde_json::Value {
+fn plan(old: &Path, new: &Path) -> serde_json::Value {
     let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
         .args([
             "plan",
