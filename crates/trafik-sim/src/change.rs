@@ -15,7 +15,7 @@ use trafik_balance::{Algorithm, BackendSet, BackendSpec, PickContext, SelectorOp
 use crate::table::Table;
 
 /// One pool as a configuration describes it, reduced to what placement depends on.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PoolShape {
     pub name: String,
     pub algorithm: Algorithm,
@@ -46,7 +46,8 @@ pub struct ChangeReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct PoolChange {
     pub name: String,
-    /// `changed`, `added` (only in the new configuration) or `removed` (only in the old).
+    /// `same` (placement is unchanged), `changed`, `added` (only in the new configuration) or
+    /// `removed` (only in the old).
     pub change: &'static str,
     pub algorithm_before: Option<&'static str>,
     pub algorithm_after: Option<&'static str>,
@@ -161,6 +162,7 @@ fn compare_pool(old: Option<&PoolShape>, new: Option<&PoolShape>, keys: &[u64]) 
     let mut change = PoolChange {
         name: old.or(new).map(|p| p.name.clone()).unwrap_or_default(),
         change: match (old, new) {
+            (Some(old), Some(new)) if old == new => "same",
             (Some(_), Some(_)) => "changed",
             (None, _) => "added",
             (_, None) => "removed",
@@ -368,6 +370,7 @@ mod tests {
             &sample(),
         );
         assert_eq!(same.pools[0].moved_share, Some(0.0));
+        assert_eq!(same.pools[0].change, "same");
         let weighted = compare(
             &[pool(Algorithm::WeightedRoundRobin, &before)],
             &[pool(Algorithm::WeightedRoundRobin, &after)],
