@@ -150,6 +150,12 @@ pub struct Watched<S> {
 }
 
 impl<S> Watched<S> {
+    /// The stream, for a serving loop that hands the connection on (the own HTTP/1 engine to
+    /// hyper).
+    pub fn into_inner(self) -> S {
+        self.stream
+    }
+
     pub fn new(stream: S, control: Rc<Control>, clock: Rc<Connections>) -> Self {
         Watched {
             stream,

@@ -49,10 +49,18 @@ impl RouteTable {
     /// The first route that matches the request's host, path and method, with what its path
     /// template captured.
     pub fn find<B>(&self, request: &Request<B>) -> Option<(&Route, Option<Captures>)> {
-        let path = request.uri().path();
-        let host = request_host(request);
+        self.find_parts(request_host(request), request.uri().path(), request.method())
+    }
+
+    /// [`RouteTable::find`] by the parts it reads: a host without port, a path, a method.
+    pub fn find_parts(
+        &self,
+        host: Option<&str>,
+        path: &str,
+        method: &Method,
+    ) -> Option<(&Route, Option<Captures>)> {
         self.routes.iter().find_map(|route| {
-            let wanted = method_matches(&route.methods, request.method())
+            let wanted = method_matches(&route.methods, method)
                 && route
                     .host
                     .as_deref()
