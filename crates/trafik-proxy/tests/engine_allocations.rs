@@ -115,8 +115,14 @@ async fn a_warm_plain_get_allocates_nothing_per_request() {
     const MEASURED: usize = 2_000;
     let own = allocations(Engine::Trafik, backend, MEASURED).await;
     // Background work (the once-a-second sweeps) may allocate a little; a request must not.
-    assert!(own < (MEASURED / 20) as u64, "{own} allocations in {MEASURED} requests");
+    assert!(
+        own < (MEASURED / 20) as u64,
+        "{own} allocations in {MEASURED} requests"
+    );
     // The same count on hyper's engine shows the count sees per-request allocations.
     let hyper = allocations(Engine::Hyper, backend, MEASURED).await;
-    assert!(hyper >= MEASURED as u64, "{hyper} allocations in {MEASURED} requests");
+    assert!(
+        hyper >= MEASURED as u64,
+        "{hyper} allocations in {MEASURED} requests"
+    );
 }

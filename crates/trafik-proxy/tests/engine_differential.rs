@@ -98,7 +98,12 @@ fn seen(answer: &[u8]) -> Seen {
     let text = String::from_utf8_lossy(answer);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap_or("").get(..12).unwrap_or("").to_owned();
+    let status = lines
+        .next()
+        .unwrap_or("")
+        .get(..12)
+        .unwrap_or("")
+        .to_owned();
     let mut headers = BTreeSet::new();
     let mut chunked = false;
     let mut length = None;
@@ -114,7 +119,11 @@ fn seen(answer: &[u8]) -> Seen {
             }
         }
     }
-    let mut body = if chunked { dechunk(body) } else { body.to_owned() };
+    let mut body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
     // A pipelined answer after a framed one: its status (which engine's words it carries
     // after a hand-over may differ: hyper's bare 400 mid-connection, trafik's with a line).
     if let Some(length) = length.filter(|&n| n < body.len()) {
@@ -137,7 +146,8 @@ fn seen(answer: &[u8]) -> Seen {
 fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        let size =
+            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
         if size == 0 || rest.len() < size {
             break;
         }
@@ -181,7 +191,9 @@ const RESPONSES: [&str; 5] = [
 
 /// A backend that answers every connection's first request with `answer` and closes.
 async fn answering(answer: Vec<u8>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {

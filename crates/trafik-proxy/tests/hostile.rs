@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trafik_proxy::Engine;
 
 /// A raw backend: reads a request head, then writes `answer` and keeps the connection open
 /// (reading whatever comes) — the way a server that refuses an upload early behaves.
@@ -73,8 +74,14 @@ async fn a_connection_still_carrying_an_upload_never_serves_another_client() {
 
 #[tokio::test]
 async fn requests_a_proxy_must_not_pass_on_are_answered_with_their_status() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        requests_a_proxy_must_not_pass_on_are_answered_with_their_status_on(engine).await;
+    }
+}
+
+async fn requests_a_proxy_must_not_pass_on_are_answered_with_their_status_on(engine: Engine) {
     let echo = echo_server(Duration::ZERO).await;
-    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let running = trafik_proxy::start(plan_on(engine, &[echo])).unwrap();
     let cases: [(&[u8], &str); 9] = [
         (
             b"CONNECT kargo.test:443 HTTP/1.1\r\nHost: kargo.test:443\r\n\r\n",

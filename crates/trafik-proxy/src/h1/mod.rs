@@ -48,7 +48,9 @@ const RELAY_BUFFER: usize = 16 * 1024;
 enum End {
     Close,
     /// hyper serves the rest; `first` when nothing was served yet (HTTP/2 may still start).
-    HandOver { first: bool },
+    HandOver {
+        first: bool,
+    },
 }
 
 /// How one exchange ended.
@@ -245,7 +247,16 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 break;
             }
         };
-        let answered = ask(proxy, pool, index, &mut upstream, connection, request, snapshot).await;
+        let answered = ask(
+            proxy,
+            pool,
+            index,
+            &mut upstream,
+            connection,
+            request,
+            snapshot,
+        )
+        .await;
         let answer = match answered {
             Ok(answer) => answer,
             Err(error) => {
@@ -492,7 +503,9 @@ async fn relay<C: AsyncWrite + Unpin>(
                 let end = chunks
                     .feed(buffer)
                     .map_err(|_| io::ErrorKind::InvalidData)?;
-                client.write_all(&buffer[..end.unwrap_or(buffer.len())]).await?;
+                client
+                    .write_all(&buffer[..end.unwrap_or(buffer.len())])
+                    .await?;
                 if let Some(end) = end {
                     return Ok(end == buffer.len());
                 }

@@ -51,8 +51,8 @@ impl Streams {
             }
         }
         let meter = Meter::new(&member.counters, worker);
-        let stream = transport::connect(&member.endpoint, meter, pool.plan.connect_timeout, worker)
-            .await?;
+        let stream =
+            transport::connect(&member.endpoint, meter, pool.plan.connect_timeout, worker).await?;
         Ok((stream, false))
     }
 

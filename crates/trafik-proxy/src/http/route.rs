@@ -49,7 +49,11 @@ impl RouteTable {
     /// The first route that matches the request's host, path and method, with what its path
     /// template captured.
     pub fn find<B>(&self, request: &Request<B>) -> Option<(&Route, Option<Captures>)> {
-        self.find_parts(request_host(request), request.uri().path(), request.method())
+        self.find_parts(
+            request_host(request),
+            request.uri().path(),
+            request.method(),
+        )
     }
 
     /// [`RouteTable::find`] by the parts it reads: a host without port, a path, a method.

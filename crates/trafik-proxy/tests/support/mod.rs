@@ -82,6 +82,13 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
     }
 }
 
+/// [`plan`] served by `engine`'s HTTP/1.1 server, for tables run on both engines.
+pub fn plan_on(engine: trafik_proxy::Engine, backends: &[SocketAddr]) -> Plan {
+    let mut plan = plan(backends);
+    plan.client.engine = engine;
+    plan
+}
+
 pub fn route(prefix: &str, pool: &str) -> RoutePlan {
     RoutePlan {
         host: None,

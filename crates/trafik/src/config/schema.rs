@@ -57,7 +57,7 @@ pub struct Server {
 }
 
 /// `[server] engine`: trafik's own HTTP/1.1 engine, or hyper's.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     #[default]
