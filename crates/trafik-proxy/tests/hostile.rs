@@ -288,3 +288,28 @@ async fn an_admin_client_that_half_closes_after_its_request_still_gets_the_answe
     }
     stop(running).await;
 }
+
+/// A kept-alive client that sends no next request is closed after the header timeout, well
+/// before the idle timeout, on either engine (the own engine's wait is kept by the sweeper).
+#[tokio::test]
+async fn a_silent_kept_alive_client_is_closed_after_the_header_timeout() {
+    let echo = echo_server(Duration::ZERO).await;
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let mut plan = plan_on(engine, &[echo]);
+        plan.client.header_read_timeout = Duration::from_secs(1);
+        plan.client.idle_timeout = Duration::from_secs(60);
+        let running = trafik_proxy::start(plan).unwrap();
+        let mut client = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+        client
+            .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = vec![0u8; 4096];
+        let n = client.read(&mut answer).await.unwrap();
+        assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "{engine:?}");
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(20), client.read_to_end(&mut rest));
+        assert!(closed.await.is_ok(), "{engine:?}: still open after 20 s");
+        stop(running).await;
+    }
+}

@@ -14,7 +14,6 @@ pub mod head;
 mod rewind;
 pub mod upstream;
 
-use std::cell::Cell;
 use std::future::Future;
 use std::io::{self, IoSlice, Write};
 use std::net::SocketAddr;
@@ -30,7 +29,7 @@ use trafik_balance::{Outcome, PickContext};
 use self::head::{Chunks, Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
 use self::rewind::Rewind;
 use self::upstream::Stream;
-use crate::connections::{Connections, Watched};
+use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::ProxyError;
 use crate::http::server::{self, Protocol};
@@ -90,17 +89,20 @@ pub async fn serve(
         relay: Vec::with_capacity(RELAY_BUFFER),
         forwarding: Forwarding::new(peer, scheme),
     };
-    let waiting = Cell::new(true);
     let end = {
-        let run = run(&proxy, listener, &mut connection, &waiting);
+        let run = run(&proxy, listener, &mut connection, &control);
         tokio::pin!(run);
         std::future::poll_fn(|cx| {
             control.remember(cx.waker());
-            // Idle past the limit, or draining between requests: close.
-            if control.is_idle() || (control.should_drain() && waiting.get()) {
+            // Idle past the limit (or the header timeout), or draining between requests.
+            let over = || control.is_idle() || (control.should_drain() && control.awaits_head());
+            if over() {
                 return Poll::Ready(End::Close);
             }
-            run.as_mut().poll(cx)
+            match run.as_mut().poll(cx) {
+                Poll::Pending if over() => Poll::Ready(End::Close),
+                polled => polled,
+            }
         })
         .await
     };
@@ -120,18 +122,19 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     proxy: &WorkerProxy,
     listener: ListenerId,
     connection: &mut Connection<S>,
-    waiting: &Cell<bool>,
+    control: &Control,
 ) -> End {
     let mut first = true;
     loop {
-        waiting.set(true);
         if connection.input.is_empty() {
-            match connection.client.read_buf(&mut connection.input).await {
+            control.await_head(proxy.snapshot().client.header_read_timeout);
+            let read = connection.client.read_buf(&mut connection.input).await;
+            control.head_arrived();
+            match read {
                 Ok(0) | Err(_) => return End::Close,
                 Ok(_) => {}
             }
         }
-        waiting.set(false);
         let snapshot = proxy.snapshot();
         let parsed = head::request(
             &connection.input,
