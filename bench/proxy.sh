@@ -63,6 +63,7 @@ events { worker_connections 4096; }
 http {
   access_log off;
   client_body_temp_path $work/nginx/tmp/body;
+  client_body_buffer_size 64k;  # the post16k bodies stay in memory (the workers cannot write $work)
   proxy_temp_path $work/nginx/tmp/proxy;
   fastcgi_temp_path $work/nginx/tmp/fastcgi;
   uwsgi_temp_path $work/nginx/tmp/uwsgi;

@@ -319,7 +319,7 @@ fn pick(pool: &Pool, context: &PickContext) -> Option<usize> {
 
 /// Sends the request on `upstream` (a checked-out stream, and whether it was reused) and
 /// reads the response head, within the pool's response timeout. A reused stream the backend
-/// closed as the request went out gets one more try on a new stream, as hyper's pool does.
+/// closed while it was idle gets one more try on a new stream.
 async fn ask<S>(
     proxy: &WorkerProxy,
     pool: &Pool,
@@ -353,11 +353,17 @@ async fn ask<S>(
                     Ok(answered) => answered,
                 }
             }
-            Err(_) => Err(Lost::Closed),
+            Err(_) => Err(Lost::Unsent),
         };
         match answered {
             Ok(answer) => return Ok(answer),
-            Err(Lost::Closed) if *reused => {
+            // A backend may have acted on a request it closed on without answering: only one
+            // that may be repeated is sent again (hyper's pool finds such streams before sending).
+            Err(Lost::Unsent) if *reused => {
+                let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
+                *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
+            }
+            Err(Lost::Closed) if *reused && request.method.is_idempotent() => {
                 let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
@@ -417,6 +423,8 @@ async fn send<W: AsyncWrite + Unpin>(out: &mut W, head: &[u8], body: &[u8]) -> i
 
 /// Why no response head came.
 enum Lost {
+    /// The request could not be written: the stream was closed.
+    Unsent,
     /// The backend closed before sending a byte.
     Closed,
     /// It closed mid-head, or sent one no peer could agree on.

@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
@@ -17,6 +17,15 @@ use crate::transport;
 const MAX_IDLE_PER_ENDPOINT: usize = 512;
 
 pub type Stream = Metered<TcpStream>;
+
+/// Idle longer than this, a stream is checked for a close before it is used.
+const PROBE_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether the backend has neither closed `stream` nor sent anything unasked on it.
+fn open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
+}
 
 /// One worker's idle streams, indexed by [`crate::pool::Endpoint::id`].
 #[derive(Default)]
@@ -38,12 +47,12 @@ impl Streams {
         if !fresh {
             let mut idle = self.idle.borrow_mut();
             if let Some(stack) = idle.get_mut(member.endpoint.id) {
-                while let Some((stream, _)) = stack.pop() {
-                    // Closed by the backend while idle (or sending unasked bytes): not reusable.
-                    let mut probe = [0u8; 1];
-                    if let Err(error) = stream.get_ref().try_read(&mut probe)
-                        && error.kind() == io::ErrorKind::WouldBlock
-                    {
+                while let Some((stream, since)) = stack.pop() {
+                    // One idle for a while may have been closed by the backend: a peek finds
+                    // out before a request is lost on it. One back within the second is taken
+                    // as it is (a system call a request saved under load); should it be closed
+                    // after all, the request is sent again if it may be.
+                    if since.elapsed() < PROBE_AFTER || open(stream.get_ref()) {
                         stream.meter().charge(&member.counters);
                         return Ok((stream, true));
                     }
