@@ -107,6 +107,10 @@ wrk.method = "POST"
 wrk.body = string.rep("x", 16384)
 wrk.headers["Content-Type"] = "application/octet-stream"
 LUA
+# A new connection per request, for the close shape (wrk's -H would need a space in a word).
+cat >"$work/close.lua" <<'LUA'
+wrk.headers["Connection"] = "close"
+LUA
 
 # --- measuring --------------------------------------------------------------------------------
 declare -A RPS P50 P99 CPU
@@ -115,7 +119,7 @@ wrk_args() { # shape port: the wrk arguments after -t/-c/-d
   case $1 in
     get) echo "http://127.0.0.1:$2$PATH_UNDER_TEST" ;;
     post16k) echo "-s $work/post16k.lua http://127.0.0.1:$2/olay" ;;
-    close) echo "-H Connection:close http://127.0.0.1:$2$PATH_UNDER_TEST" ;;
+    close) echo "-s $work/close.lua http://127.0.0.1:$2$PATH_UNDER_TEST" ;;
   esac
 }
 
