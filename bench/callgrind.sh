@@ -8,6 +8,7 @@
 #
 #   bench/callgrind.sh                          # this checkout's release build
 #   bench/callgrind.sh OLD_BINARY NEW_BINARY    # compare builds, side by side
+#   ENGINES="trafik hyper" bench/callgrind.sh    # this build on each HTTP/1 engine
 #
 # Needs: valgrind wrk (apt-get install valgrind wrk) and cargo.
 set -euo pipefail
@@ -30,10 +31,11 @@ pids+=($!)
 wait_for_port "$UPSTREAM_PORT"
 
 # Total instructions of one run of BINARY: idle (no requests) or loaded.
-measure() {
-  local binary=$1 load=$2 out="$work/callgrind.$RANDOM"
+measure() { # binary idle|loaded [engine]
+  local binary=$1 load=$2 out="$work/callgrind.$RANDOM" engine=()
+  [[ -n ${3:-} ]] && engine=(--engine "$3")
   RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" proxy \
-    --listen "127.0.0.1:$PROXY_PORT" --to "127.0.0.1:$UPSTREAM_PORT" --workers 1 \
+    --listen "127.0.0.1:$PROXY_PORT" --to "127.0.0.1:$UPSTREAM_PORT" --workers 1 "${engine[@]}" \
     --admin "127.0.0.1:$ADMIN_PORT" >/dev/null 2>"$work/valgrind.log" &
   local pid=$!
   for _ in $(seq 400); do (exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT") 2>/dev/null && break; sleep 0.05; done
@@ -51,8 +53,12 @@ measure() {
 }
 
 printf '%-60s %12s %14s\n' binary requests instr/request
+read -r -a engines <<<"${ENGINES:-}"
+((${#engines[@]})) || engines=("")
 for binary in "${binaries[@]}"; do
-  read -r idle _ < <(measure "$binary" idle)
-  read -r loaded requests < <(measure "$binary" loaded)
-  printf '%-60s %12s %14.0f\n' "$binary" "$requests" "$(echo "($loaded - $idle) / $requests" | bc -l)"
+  for engine in "${engines[@]}"; do
+    read -r idle _ < <(measure "$binary" idle "$engine")
+    read -r loaded requests < <(measure "$binary" loaded "$engine")
+    printf '%-60s %12s %14.0f\n' "$binary${engine:+ ($engine)}" "$requests" "$(echo "($loaded - $idle) / $requests" | bc -l)"
+  done
 done

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# trafik vs nginx vs haproxy as HTTP/1.1 reverse proxies, in one run on loopback.
+# trafik (on both HTTP/1 engines) vs nginx vs haproxy as HTTP/1.1 reverse proxies, in one run on
+# loopback, for three shapes: `get` (a small GET on kept-alive connections, the ~480-byte answer
+# of /takip/TR-4821), `post16k` (16 KiB request bodies to POST /olay) and `close` (a new
+# connection per request: `Connection: close`).
 #
-# Starts one `trafik upstream` replica, then trafik, nginx and haproxy (Debian packages, in the
-# foreground with generated configs) proxying to it, and drives each — and the upstream directly —
-# with the same wrk command. Prints req/s, p50, p99 and the proxy's CPU microseconds per request
-# (utime+stime from /proc over the run, all of the proxy's processes and threads), then the ratios
-# trafik/nginx and trafik/haproxy. Every process it starts is stopped by its PID on exit.
+# Starts one `trafik upstream` replica, then trafik with `engine = "hyper"`, trafik with its own
+# engine, nginx and haproxy (Debian packages, in the foreground with generated configs) proxying
+# to it, and drives each — and the upstream directly — with the same wrk command, the targets
+# interleaved within each round. Prints, per shape, the medians over the rounds of req/s, p50,
+# p99 and the proxy's CPU microseconds per request (utime+stime from /proc over the run, all of
+# the proxy's processes and threads), then each trafik's ratios to nginx and haproxy. Every
+# process it starts is stopped by its PID on exit.
 #
 #   bench/proxy.sh                      # 10 s per target, 2 wrk threads, 64 connections
-#   DURATION=5 CONNECTIONS=128 ROUNDS=3 bench/proxy.sh
+#   DURATION=5 ROUNDS=5 SHAPES="get close" bench/proxy.sh
 #
 # Needs: wrk nginx haproxy (apt-get install wrk nginx haproxy) and cargo.
 set -euo pipefail
@@ -18,6 +23,7 @@ CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-1}
 WORKERS=${WORKERS:-2}
+SHAPES=${SHAPES:-get post16k close}
 PATH_UNDER_TEST=${PATH_UNDER_TEST:-/takip/TR-4821}
 BASE_PORT=${BASE_PORT:-18300}
 
@@ -25,6 +31,7 @@ UPSTREAM_PORT=$BASE_PORT
 TRAFIK_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
 HAPROXY_PORT=$((BASE_PORT + 3))
+TRAFIK_HYPER_PORT=$((BASE_PORT + 4))
 
 for tool in wrk nginx haproxy cargo; do
   command -v "$tool" >/dev/null || { echo "bench/proxy.sh needs $tool (apt-get install wrk nginx haproxy)" >&2; exit 2; }
@@ -38,9 +45,13 @@ pids+=($!)
 wait_for_port "$UPSTREAM_PORT"
 
 RUST_LOG=warn "$trafik" proxy --listen "127.0.0.1:$TRAFIK_PORT" --to "127.0.0.1:$UPSTREAM_PORT" \
-  --workers "$WORKERS" >/dev/null &
+  --workers "$WORKERS" --engine trafik >/dev/null &
 trafik_pid=$!
 pids+=("$trafik_pid")
+RUST_LOG=warn "$trafik" proxy --listen "127.0.0.1:$TRAFIK_HYPER_PORT" --to "127.0.0.1:$UPSTREAM_PORT" \
+  --workers "$WORKERS" --engine hyper >/dev/null &
+trafik_hyper_pid=$!
+pids+=("$trafik_hyper_pid")
 
 mkdir -p "$work/nginx/logs" "$work/nginx/tmp"
 cat >"$work/nginx/nginx.conf" <<CONF
@@ -52,6 +63,7 @@ events { worker_connections 4096; }
 http {
   access_log off;
   client_body_temp_path $work/nginx/tmp/body;
+  client_body_buffer_size 64k;  # the post16k bodies stay in memory (the workers cannot write $work)
   proxy_temp_path $work/nginx/tmp/proxy;
   fastcgi_temp_path $work/nginx/tmp/fastcgi;
   uwsgi_temp_path $work/nginx/tmp/uwsgi;
@@ -87,16 +99,37 @@ haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.out" 2>&1 &
 haproxy_pid=$!
 pids+=("$haproxy_pid")
 
-for port in "$TRAFIK_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do wait_for_port "$port"; done
+for port in "$TRAFIK_PORT" "$TRAFIK_HYPER_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do wait_for_port "$port"; done
+
+# 16 KiB request bodies, for the post16k shape.
+cat >"$work/post16k.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = string.rep("x", 16384)
+wrk.headers["Content-Type"] = "application/octet-stream"
+LUA
+# A new connection per request, for the close shape (wrk's -H would need a space in a word).
+cat >"$work/close.lua" <<'LUA'
+wrk.headers["Connection"] = "close"
+LUA
 
 # --- measuring --------------------------------------------------------------------------------
 declare -A RPS P50 P99 CPU
 
-run() { # name port pid-to-charge (empty: none)
-  local name=$1 port=$2 pid=${3:-} before after out
-  wrk -t"$THREADS" -c"$CONNECTIONS" -d1s "http://127.0.0.1:$port$PATH_UNDER_TEST" >/dev/null # warm-up
+wrk_args() { # shape port: the wrk arguments after -t/-c/-d
+  case $1 in
+    get) echo "http://127.0.0.1:$2$PATH_UNDER_TEST" ;;
+    post16k) echo "-s $work/post16k.lua http://127.0.0.1:$2/olay" ;;
+    close) echo "-s $work/close.lua http://127.0.0.1:$2$PATH_UNDER_TEST" ;;
+  esac
+}
+
+run() { # shape name port pid-to-charge (empty: none)
+  local shape=$1 name=$2 port=$3 pid=${4:-} before after out key="$1/$2"
+  # shellcheck disable=SC2046
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d1s $(wrk_args "$shape" "$port") >/dev/null # warm-up
   [[ -n $pid ]] && before=$(ticks "$pid")
-  out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "http://127.0.0.1:$port$PATH_UNDER_TEST")
+  # shellcheck disable=SC2046
+  out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency $(wrk_args "$shape" "$port"))
   [[ -n $pid ]] && after=$(ticks "$pid")
   local rps requests p50 p99 errors
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
@@ -104,30 +137,39 @@ run() { # name port pid-to-charge (empty: none)
   p50=$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")
   p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")
   errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out")
-  [[ -n $errors ]] && echo "warning: $name: $errors" >&2
+  [[ -n $errors ]] && echo "warning: $key: $errors" >&2
   local cpu="-"
   if [[ -n $pid ]]; then
     cpu=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')
   fi
-  RPS[$name]="${RPS[$name]:-} $rps"; P50[$name]="${P50[$name]:-} $p50"; P99[$name]="${P99[$name]:-} $p99"; CPU[$name]="${CPU[$name]:-} $cpu"
+  RPS[$key]="${RPS[$key]:-} $rps"; P50[$key]="${P50[$key]:-} $p50"; P99[$key]="${P99[$key]:-} $p99"; CPU[$key]="${CPU[$key]:-} $cpu"
 }
 
-echo "trafik bench: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s $PATH_UNDER_TEST, $ROUNDS round(s), $WORKERS proxy workers, $(nproc) cores"
+names=(direct trafik-hyper trafik-own nginx haproxy)
+echo "trafik bench: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, shapes: $SHAPES; $ROUNDS round(s), $WORKERS proxy workers, $(nproc) cores"
 for round in $(seq "$ROUNDS"); do
-  run direct "$UPSTREAM_PORT"
-  run trafik "$TRAFIK_PORT" "$trafik_pid"
-  run nginx "$NGINX_PORT" "$nginx_pid"
-  run haproxy "$HAPROXY_PORT" "$haproxy_pid"
+  for shape in $SHAPES; do
+    run "$shape" direct "$UPSTREAM_PORT"
+    run "$shape" trafik-hyper "$TRAFIK_HYPER_PORT" "$trafik_hyper_pid"
+    run "$shape" trafik-own "$TRAFIK_PORT" "$trafik_pid"
+    run "$shape" nginx "$NGINX_PORT" "$nginx_pid"
+    run "$shape" haproxy "$HAPROXY_PORT" "$haproxy_pid"
+  done
 done
 
-printf '\n%-8s %12s %9s %9s %14s\n' target "req/s" "p50 ms" "p99 ms" "CPU µs/req"
-for name in direct trafik nginx haproxy; do
-  printf '%-8s %12s %9s %9s %14s\n' "$name" "$(median "${RPS[$name]}")" "$(median "${P50[$name]}")" "$(median "${P99[$name]}")" "$(median "${CPU[$name]}")"
-done
-t_rps=$(median "${RPS[trafik]}"); t_cpu=$(median "${CPU[trafik]}")
-for peer in nginx haproxy; do
-  printf '\ntrafik/%-7s req/s %s×   CPU per request %s×' "$peer" \
-    "$(ratio "$t_rps" "$(median "${RPS[$peer]}")")" "$(ratio "$t_cpu" "$(median "${CPU[$peer]}")")"
+for shape in $SHAPES; do
+  printf '\n[%s]\n%-13s %12s %9s %9s %14s\n' "$shape" target "req/s" "p50 ms" "p99 ms" "CPU µs/req"
+  for name in "${names[@]}"; do
+    key="$shape/$name"
+    printf '%-13s %12s %9s %9s %14s\n' "$name" "$(median "${RPS[$key]}")" "$(median "${P50[$key]}")" "$(median "${P99[$key]}")" "$(median "${CPU[$key]}")"
+  done
+  for engine in trafik-hyper trafik-own; do
+    t_rps=$(median "${RPS[$shape/$engine]}"); t_cpu=$(median "${CPU[$shape/$engine]}")
+    for peer in nginx haproxy; do
+      printf '%-13s /%-8s req/s %s×   CPU per request %s×\n' "$engine" "$peer" \
+        "$(ratio "$t_rps" "$(median "${RPS[$shape/$peer]}")")" "$(ratio "$t_cpu" "$(median "${CPU[$shape/$peer]}")")"
+    done
+  done
 done
 echo
-echo "goal: req/s ≥ 1.10× nginx and CPU per request ≤ 0.80× nginx"
+echo "goal (get): trafik-own req/s ≥ 1.10× nginx and CPU per request ≤ 0.80× nginx; no shape below 1.0×"

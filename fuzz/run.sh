@@ -29,6 +29,7 @@ for line in sys.stdin:
         print(artifact["executable"])' "$name" | tail -1
 }
 heads=$(binary fuzz_heads -p trafik-proxy --test fuzz_heads)
+engines=$(binary engine_differential -p trafik-proxy --test engine_differential)
 network=$(binary fuzz -p trafik --test fuzz)
 config=$(binary trafik -p trafik --bin trafik)
 
@@ -40,6 +41,7 @@ targets=(
   "client-hello $network long_client_hello"
   "dns $network long_dns"
   "load-client $network long_load_client"
+  "engine $engines engine_differential_long_run"
 )
 pids=()
 for entry in "${targets[@]}"; do

@@ -37,12 +37,31 @@ pub struct Control {
     idle: Cell<bool>,
     drain: Cell<bool>,
     waker: RefCell<Option<Waker>>,
+    /// While the connection waits for a request head, the whole seconds it may wait (the own
+    /// HTTP/1 engine's header timeout, kept by this sweeper instead of a timer per request);
+    /// 0 otherwise.
+    head_ticks: Cell<u64>,
 }
 
 impl Control {
     /// Whether the connection has been idle too long and must close now.
     pub fn is_idle(&self) -> bool {
         self.idle.get()
+    }
+
+    /// Marks the connection as waiting for a request head, for at most `limit`.
+    pub fn await_head(&self, limit: Duration) {
+        self.head_ticks.set(whole_seconds(limit));
+    }
+
+    /// Marks the wait for a head as over.
+    pub fn head_arrived(&self) {
+        self.head_ticks.set(0);
+    }
+
+    /// Whether the connection waits for a request head now.
+    pub fn awaits_head(&self) -> bool {
+        self.head_ticks.get() > 0
     }
 
     /// Whether the connection should finish what it is doing and close.
@@ -82,6 +101,7 @@ impl Connections {
             idle: Cell::new(false),
             drain: Cell::new(self.draining.get()),
             waker: RefCell::new(None),
+            head_ticks: Cell::new(0),
         });
         self.list.borrow_mut().push(Rc::downgrade(&control));
         control
@@ -124,7 +144,11 @@ impl Connections {
                 // The stamp says only in which second the last byte moved: waiting for strictly
                 // more ticks than the limit guarantees at least the limit has passed.
                 let active_at = control.active_at.load(Ordering::Relaxed);
-                let idle = tick.saturating_sub(active_at) > self.idle_ticks.get();
+                let limit = match control.head_ticks.get() {
+                    0 => self.idle_ticks.get(),
+                    head => head.min(self.idle_ticks.get()),
+                };
+                let idle = tick.saturating_sub(active_at) > limit;
                 if idle || (draining && !control.drain.get()) {
                     control.idle.set(control.idle.get() || idle);
                     control.drain.set(draining);
@@ -150,6 +174,12 @@ pub struct Watched<S> {
 }
 
 impl<S> Watched<S> {
+    /// The stream, for a serving loop that hands the connection on (the own HTTP/1 engine to
+    /// hyper).
+    pub fn into_inner(self) -> S {
+        self.stream
+    }
+
     pub fn new(stream: S, control: Rc<Control>, clock: Rc<Connections>) -> Self {
         Watched {
             stream,

@@ -15,6 +15,7 @@ pub mod counters;
 pub mod descriptors;
 pub mod dns;
 pub mod error;
+pub mod h1;
 pub mod handover;
 pub mod health;
 pub mod http;
@@ -45,6 +46,7 @@ pub use error::ProxyError;
 pub use http::trace::otlp::OtlpPlan;
 pub use plan::ConnectionLimits;
 pub use plan::TracingPlan;
+pub use plan::Engine;
 pub use plan::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, PathTemplate, ServiceChoice,
     UpstreamTemplate, ViewPlan, ViewsPlan,

@@ -81,6 +81,10 @@ impl<S> Metered<S> {
     pub fn meter(&self) -> &Meter {
         &self.meter
     }
+
+    pub fn get_ref(&self) -> &S {
+        &self.stream
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {

@@ -71,6 +71,19 @@ pub struct ClientPlan {
     /// included); past either the client gets 431. Bounds what one slow or hostile client can
     /// make trafik hold.
     pub limits: HeadLimits,
+    /// Which HTTP/1.1 server runs plain-HTTP listeners.
+    pub engine: Engine,
+}
+
+/// The HTTP/1.1 server of plain-HTTP listeners. HTTPS listeners and HTTP/2 always use hyper.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// trafik's own ([`crate::h1`]): plain pool routes on a lean loop, everything else handed
+    /// to hyper for the rest of the connection.
+    #[default]
+    Trafik,
+    /// hyper for every request, as before the own engine.
+    Hyper,
 }
 
 /// Limits on one request head (HTTP/1.1; HTTP/2 heads are bounded by the h2 settings).

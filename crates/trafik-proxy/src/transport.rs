@@ -183,6 +183,13 @@ pub async fn accept_loop(
         let alive = (alive.clone(), slot, admitted, open);
         let (proxy, connections, scheme) = (proxy.clone(), connections.clone(), kind.scheme());
         match kind {
+            Listener::Http { .. } if snapshot.client.engine == crate::plan::Engine::Trafik => {
+                let serving = crate::h1::serve(proxy, id, scheme, stream, peer, connections);
+                tokio::task::spawn_local(async move {
+                    serving.await;
+                    drop(alive);
+                });
+            }
             Listener::Http { .. } => {
                 // h2c with prior knowledge is told from HTTP/1.1 by the connection's first 24
                 // bytes; measured, that costs HTTP/1.1 about 0.5 % of its instructions and no

@@ -92,6 +92,7 @@ pub async fn run(start: WorkerStart) {
                 let idle_timeout = proxy.snapshot().client.idle_timeout;
                 if let Some(cutoff) = Instant::now().checked_sub(idle_timeout) {
                     proxy.upstreams.close_idle_since(cutoff);
+                    proxy.raw.close_idle_since(cutoff);
                 }
             }
             changed = snapshots.changed() => {
@@ -101,6 +102,7 @@ pub async fn run(start: WorkerStart) {
                 let snapshot = snapshots.borrow_and_update().clone();
                 connections.set_idle_timeout(snapshot.client.idle_timeout);
                 proxy.upstreams.keep_only(&snapshot);
+                proxy.raw.keep_only(&snapshot);
                 proxy.publish(snapshot);
             }
             Some(change) = changes.recv() => match change {

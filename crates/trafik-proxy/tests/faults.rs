@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trafik_proxy::Engine;
 
 /// What a [`recording_backend`] does once it has a request head.
 #[derive(Clone, Copy)]
@@ -69,8 +70,14 @@ fn text(bytes: &Mutex<Vec<u8>>) -> String {
 /// never reach the backend as a request of its own.
 #[tokio::test]
 async fn the_smuggling_table() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        the_smuggling_table_on(engine).await;
+    }
+}
+
+async fn the_smuggling_table_on(engine: Engine) {
     let (backend, received) = recording_backend(Behaviour::Answer).await;
-    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
     const SMUGGLED: &str = "GET /kacak HTTP/1.1\r\nHost: a\r\n\r\n";
     // Content-Length beside Transfer-Encoding is not in the table: hyper drops the length and
     // closes after the answer (RFC 9112 §6.3), see the test below.
@@ -401,8 +408,14 @@ async fn the_retry_budget_holds_while_every_backend_fails() {
 /// is asked.
 #[tokio::test]
 async fn a_request_head_past_the_limits_gets_431() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        a_request_head_past_the_limits_gets_431_on(engine).await;
+    }
+}
+
+async fn a_request_head_past_the_limits_gets_431_on(engine: Engine) {
     let (backend, received) = recording_backend(Behaviour::Answer).await;
-    let mut plan = plan(&[backend]);
+    let mut plan = plan_on(engine, &[backend]);
     plan.client.limits = trafik_proxy::HeadLimits {
         headers: 10,
         bytes: 8 * 1024,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trafik_proxy::Engine;
 
 /// A raw backend: reads a request head, then writes `answer` and keeps the connection open
 /// (reading whatever comes) — the way a server that refuses an upload early behaves.
@@ -73,8 +74,14 @@ async fn a_connection_still_carrying_an_upload_never_serves_another_client() {
 
 #[tokio::test]
 async fn requests_a_proxy_must_not_pass_on_are_answered_with_their_status() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        requests_a_proxy_must_not_pass_on_are_answered_with_their_status_on(engine).await;
+    }
+}
+
+async fn requests_a_proxy_must_not_pass_on_are_answered_with_their_status_on(engine: Engine) {
     let echo = echo_server(Duration::ZERO).await;
-    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let running = trafik_proxy::start(plan_on(engine, &[echo])).unwrap();
     let cases: [(&[u8], &str); 9] = [
         (
             b"CONNECT kargo.test:443 HTTP/1.1\r\nHost: kargo.test:443\r\n\r\n",
@@ -280,4 +287,29 @@ async fn an_admin_client_that_half_closes_after_its_request_still_gets_the_answe
         );
     }
     stop(running).await;
+}
+
+/// A kept-alive client that sends no next request is closed after the header timeout, well
+/// before the idle timeout, on either engine (the own engine's wait is kept by the sweeper).
+#[tokio::test]
+async fn a_silent_kept_alive_client_is_closed_after_the_header_timeout() {
+    let echo = echo_server(Duration::ZERO).await;
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let mut plan = plan_on(engine, &[echo]);
+        plan.client.header_read_timeout = Duration::from_secs(1);
+        plan.client.idle_timeout = Duration::from_secs(60);
+        let running = trafik_proxy::start(plan).unwrap();
+        let mut client = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+        client
+            .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = vec![0u8; 4096];
+        let n = client.read(&mut answer).await.unwrap();
+        assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "{engine:?}");
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(20), client.read_to_end(&mut rest));
+        assert!(closed.await.is_ok(), "{engine:?}: still open after 20 s");
+        stop(running).await;
+    }
 }

@@ -318,6 +318,9 @@ pub struct ProxyArgs {
     /// The private key (PEM) of the --tls-cert at the same position.
     #[arg(long, value_name = "FILE")]
     pub tls_key: Vec<String>,
+    /// The HTTP/1.1 server of a plain-HTTP listener: trafik's own (the default) or hyper.
+    #[arg(long, value_enum)]
+    pub engine: Option<schema::Engine>,
 }
 
 /// What quick mode's listener speaks (a config file's `protocol`).

@@ -71,6 +71,12 @@ pub trait Filter: Send + Sync {
     }
 
     fn on_response(&self, _response: &mut Response<ProxyBody>, _exchange: &Exchange<'_>) {}
+
+    /// Whether the own HTTP/1 engine ([`crate::h1`]) applies this step to head bytes itself, so
+    /// a route made only of such steps needs no parsed request.
+    fn head_only(&self) -> bool {
+        false
+    }
 }
 
 /// The steps every route runs before its configured filters; [`Trace`] only when configured,
@@ -127,6 +133,10 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
 pub struct UpstreamForm;
 
 impl Filter for UpstreamForm {
+    fn head_only(&self) -> bool {
+        true
+    }
+
     fn on_request(&self, request: &mut Request<RequestBody>, _: &Exchange<'_>) -> Step {
         if request.uri().scheme().is_some() {
             let authority = request.uri().authority().map(|a| a.as_str().to_owned());
@@ -166,6 +176,10 @@ impl Filter for UpstreamForm {
 pub struct Forwarding;
 
 impl Filter for Forwarding {
+    fn head_only(&self) -> bool {
+        true
+    }
+
     fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
         let via = match request.version() {
             Version::HTTP_2 => &exchange.snapshot.via_http2,

@@ -47,6 +47,8 @@ pub struct WorkerProxy {
     /// Which shard of every per-worker counter this worker writes.
     pub id: usize,
     pub upstreams: Upstreams,
+    /// The own HTTP/1 engine's kept-alive upstream streams.
+    pub raw: crate::h1::upstream::Streams,
     /// The snapshot new requests use; requests in flight keep the one they started with.
     current: RefCell<Rc<WorkerSnapshot>>,
     /// Time zero of the clock given to latency-aware rules.
@@ -58,6 +60,7 @@ impl WorkerProxy {
         WorkerProxy {
             id,
             upstreams: Upstreams::new(id),
+            raw: Default::default(),
             current: RefCell::new(Rc::new(WorkerSnapshot(snapshot))),
             epoch,
         }

@@ -311,7 +311,7 @@ impl PoolTarget {
 }
 
 /// Whether a backend other than `index` and those tried could take a retry.
-fn others_left(pool: &Pool, context: &PickContext, index: usize) -> bool {
+pub(crate) fn others_left(pool: &Pool, context: &PickContext, index: usize) -> bool {
     let mut next = *context;
     next.tried.insert(index);
     pool.backends.available_count(&next) > 0

@@ -68,7 +68,7 @@ fn host_is_valid(
 /// `name[:port]` or `[v6]:port` in the characters of DNS names and addresses: the reg-name
 /// grammar also allows `,;=!$&'()*+`, which no real host has and which would pass unchecked
 /// into `Forwarded` and `X-Forwarded-Host`.
-fn is_host(host: &[u8]) -> bool {
+pub(crate) fn is_host(host: &[u8]) -> bool {
     let (name, port) = match host.iter().rposition(|&b| b == b':') {
         Some(colon) if !host.ends_with(b"]") => (&host[..colon], &host[colon + 1..]),
         _ => (host, &b""[..]),

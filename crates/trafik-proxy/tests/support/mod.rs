@@ -74,12 +74,20 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
             trust_forwarded: false,
             access_log: false,
             limits: trafik_proxy::HeadLimits::default(),
+            engine: trafik_proxy::Engine::default(),
         },
         drain_timeout: Duration::from_secs(5),
         dns: None,
         admin_token: None,
         tracing: Default::default(),
     }
+}
+
+/// [`plan`] served by `engine`'s HTTP/1.1 server, for tables run on both engines.
+pub fn plan_on(engine: trafik_proxy::Engine, backends: &[SocketAddr]) -> Plan {
+    let mut plan = plan(backends);
+    plan.client.engine = engine;
+    plan
 }
 
 pub fn route(prefix: &str, pool: &str) -> RoutePlan {

@@ -101,6 +101,7 @@ impl From<ProxyArgs> for File {
                 trace_header: args.trace_header.map(unplaced),
                 workers: args.workers.map(unplaced),
                 access_log: args.access_log,
+                engine: args.engine.unwrap_or_default(),
                 ..Server::default()
             },
             admin,

@@ -66,6 +66,17 @@ pub struct Server {
     pub trace_header: Option<Spanned<String>>,
     pub timeouts: ClientTimeouts,
     pub limits: ClientLimits,
+    /// The HTTP/1.1 server of plain-HTTP listeners.
+    pub engine: Engine,
+}
+
+/// `[server] engine`: trafik's own HTTP/1.1 engine, or hyper's.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    #[default]
+    Trafik,
+    Hyper,
 }
 
 /// `[server.limits]`: how large a request head may be.
@@ -104,6 +115,7 @@ impl Default for Server {
             trace_header: None,
             timeouts: ClientTimeouts::default(),
             limits: ClientLimits::default(),
+            engine: Engine::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use trafik_proxy::http::headers::is_hop_by_hop;
 use trafik_proxy::{ClientPlan, HeadLimits};
 
 use super::report::Report;
-use super::schema::{ClientLimits, Server};
+use super::schema::{ClientLimits, Engine, Server};
 
 /// What `[server]` resolves to.
 pub struct Instance {
@@ -49,6 +49,10 @@ pub fn check(report: &mut Report, server: Server) -> Instance {
         trust_forwarded: server.trust_forwarded,
         access_log: server.access_log,
         limits: limits(report, &server.limits),
+        engine: match server.engine {
+            Engine::Trafik => trafik_proxy::Engine::Trafik,
+            Engine::Hyper => trafik_proxy::Engine::Hyper,
+        },
     };
     let trace_header = server.trace_header.and_then(|header| {
         let refuse = |report: &mut Report, message: String| {

@@ -1,0 +1,663 @@
+//! Request and response heads for the own engine: parsed by `httparse` into a stack array and
+//! rewritten for the next hop by copying their bytes into one reused buffer. Pure: no I/O.
+//!
+//! A request head is taken only when it is plainly valid; anything doubtful (a parse error, a
+//! second `Content-Length`, a transfer coding, an upgrade, `Expect`, forwarding headers to
+//! keep, an unusual target) is [`Request::Defer`]red to hyper and `http/validate.rs`, so the
+//! verdicts on hostile input stay exactly theirs.
+
+use std::ops::Range;
+
+use http::Method;
+
+use crate::http::path;
+use crate::http::validate::is_host;
+use crate::plan::HeadLimits;
+
+/// The most header fields the fast path parses; a longer head goes to hyper, which applies the
+/// configured limit.
+pub const MAX_HEADERS: usize = 64;
+
+/// What the start of a client's buffer holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request {
+    /// A head not complete yet.
+    Partial,
+    /// One for the full pipeline (hyper), whatever it turns out to be.
+    Defer,
+    /// A plain request, its rewritten head written out.
+    Ready(RequestHead),
+}
+
+/// A request head fit for the fast path; ranges index the client's buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RequestHead {
+    /// Bytes of the head, blank line included.
+    pub length: usize,
+    pub method: Method,
+    /// The path without its query.
+    pub path: Range<usize>,
+    /// The `Host` value without its port.
+    pub host: Range<usize>,
+    /// Bytes of body that follow the head.
+    pub body: u64,
+    /// The client asked to close after this exchange.
+    pub close: bool,
+}
+
+/// What a connection adds to every request it forwards: its client's address in the
+/// forwarding headers, and this instance in `Via`.
+pub struct Forwarding {
+    /// `for=…` of `Forwarded`.
+    for_parameter: String,
+    client_ip: String,
+    scheme: &'static str,
+}
+
+impl Forwarding {
+    pub fn new(client: std::net::SocketAddr, scheme: &'static str) -> Self {
+        let for_parameter = match client.ip() {
+            std::net::IpAddr::V4(v4) => format!("for={v4}"),
+            std::net::IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+        };
+        Forwarding {
+            for_parameter,
+            client_ip: client.ip().to_string(),
+            scheme,
+        }
+    }
+}
+
+/// Headers no hop passes on (RFC 9110 §7.6.1); `Transfer-Encoding` and `Upgrade` never reach
+/// here in a request (deferred). Told by length first: most names are none of them.
+fn is_hop_by_hop(name: &str) -> bool {
+    let is = |hop: &str| name.eq_ignore_ascii_case(hop);
+    match name.len() {
+        2 => is("te"),
+        7 => is("trailer") || is("upgrade"),
+        10 => is("connection") || is("keep-alive"),
+        16 => is("proxy-connection"),
+        17 => is("transfer-encoding"),
+        18 => is("proxy-authenticate"),
+        19 => is("proxy-authorization"),
+        _ => false,
+    }
+}
+
+/// Headers through which a client claims where a request came from.
+fn is_forwarding(name: &str) -> bool {
+    let is = |forwarding: &str| name.eq_ignore_ascii_case(forwarding);
+    match name.len() {
+        9 => is("forwarded"),
+        15 => is("x-forwarded-for"),
+        16 => is("x-forwarded-host"),
+        17 => is("x-forwarded-proto"),
+        _ => false,
+    }
+}
+
+/// Whether a `Connection` value only says keep-alive or close (and which): one naming other
+/// headers to drop goes to the full pipeline.
+fn connection_tokens(value: &[u8]) -> Option<bool> {
+    let mut close = false;
+    for token in value.split(|&b| b == b',') {
+        let token = token.trim_ascii();
+        if token.eq_ignore_ascii_case(b"close") {
+            close = true;
+        } else if !(token.eq_ignore_ascii_case(b"keep-alive") || token.is_empty()) {
+            return None;
+        }
+    }
+    Some(close)
+}
+
+/// Bytes a request target may hold on the fast path: RFC 3986's unreserved, sub-delims, `:@/?%`.
+fn is_target_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(&b)
+}
+
+/// A `Content-Length` value: 1 to 15 decimal digits, nothing else.
+fn decimal(value: &[u8]) -> Option<u64> {
+    let digits = !value.is_empty() && value.len() <= 15 && value.iter().all(u8::is_ascii_digit);
+    digits.then(|| value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+/// Offset of `part` (a slice of `buffer`) in `buffer`.
+fn range_in(buffer: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - buffer.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// Parses the request head at the start of `buffer` and, when it is one for the fast path,
+/// writes it into `out` as the next hop gets it: hop-by-hop headers and untrusted forwarding
+/// headers dropped; `Forwarded`, `X-Forwarded-For/-Proto/-Host` and `via` added.
+pub fn request(
+    buffer: &[u8],
+    limits: HeadLimits,
+    forwarding: &Forwarding,
+    trust_forwarded: bool,
+    via: &[u8],
+    out: &mut Vec<u8>,
+) -> Request {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut fields);
+    let length = match parsed.parse(buffer) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Request::Partial,
+        Err(_) => return Request::Defer,
+    };
+    // Near a limit, hyper decides (431).
+    if parsed.headers.len() >= limits.headers || length >= limits.bytes {
+        return Request::Defer;
+    }
+    let (Some(method), Some(target), Some(1)) = (parsed.method, parsed.path, parsed.version) else {
+        return Request::Defer;
+    };
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+        return Request::Defer;
+    };
+    if method == Method::CONNECT
+        || !target.starts_with('/')
+        || !target.bytes().all(is_target_byte)
+        || target.len() > 8 * 1024
+    {
+        return Request::Defer;
+    }
+    let path = target.split_once('?').map_or(target, |(path, _)| path);
+    if !matches!(path::normalize(path), Ok(None)) {
+        return Request::Defer;
+    }
+    let (mut host, mut body, mut close) = (None, None, false);
+    for field in parsed.headers.iter() {
+        let name = field.name;
+        if name.eq_ignore_ascii_case("host") {
+            if host.is_some() || !is_host(field.value) {
+                return Request::Defer;
+            }
+            host = Some(field.value);
+        } else if name.eq_ignore_ascii_case("content-length") {
+            match decimal(field.value) {
+                Some(length) if body.is_none() => body = Some(length),
+                _ => return Request::Defer,
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            match connection_tokens(field.value) {
+                Some(closing) => close |= closing,
+                None => return Request::Defer,
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("upgrade")
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("via")
+            || (trust_forwarded && is_forwarding(name))
+        {
+            return Request::Defer;
+        }
+    }
+    let Some(host) = host else {
+        return Request::Defer;
+    };
+    out.clear();
+    out.extend_from_slice(parsed.method.unwrap_or("GET").as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for field in parsed.headers.iter() {
+        if is_hop_by_hop(field.name) || is_forwarding(field.name) {
+            continue;
+        }
+        out.extend_from_slice(field.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(field.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    let scheme = forwarding.scheme.as_bytes();
+    for part in [
+        b"forwarded: ",
+        forwarding.for_parameter.as_bytes(),
+        b";proto=",
+        scheme,
+        b";host=\"",
+        host,
+        b"\"\r\nx-forwarded-for: ",
+        forwarding.client_ip.as_bytes(),
+        b"\r\nx-forwarded-proto: ",
+        scheme,
+        b"\r\nx-forwarded-host: ",
+        host,
+        b"\r\nvia: ",
+        via,
+        b"\r\n\r\n",
+    ] {
+        out.extend_from_slice(part);
+    }
+    let name = match host.first() {
+        // An IPv6 literal: up to and including the closing bracket.
+        Some(b'[') => host
+            .iter()
+            .position(|&b| b == b']')
+            .map_or(host.len(), |end| end + 1),
+        _ => host.iter().rposition(|&b| b == b':').unwrap_or(host.len()),
+    };
+    let host = range_in(buffer, &host[..name]);
+    Request::Ready(RequestHead {
+        length,
+        method,
+        path: range_in(buffer, path.as_bytes()),
+        host,
+        body: body.unwrap_or(0),
+        close,
+    })
+}
+
+/// How a response body ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// No body (HEAD, 204, 304).
+    Empty,
+    Length(u64),
+    Chunked,
+    /// At the backend's close; the client connection closes after it too.
+    Close,
+}
+
+/// What the start of an upstream's buffer holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Response {
+    Partial,
+    /// An informational (1xx) head of this length, to skip.
+    Interim(usize),
+    /// A head with framing no peer agrees on (two lengths, a coding other than chunked alone
+    /// or twice), or not HTTP at all: 502.
+    Bad,
+    /// `101 Switching Protocols`, which the fast path never asks for: 502.
+    Switched,
+    Ready(ResponseHead),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub length: usize,
+    pub status: u16,
+    pub framing: Framing,
+    /// The upstream connection may carry another request after this one.
+    pub reusable: bool,
+}
+
+/// Parses the response head at the start of `buffer` and writes the client's version into
+/// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, relayed as it came),
+/// `via` added, `Connection: close` when `closing` or the body ends at the close.
+pub fn response(
+    buffer: &[u8],
+    head_request: bool,
+    closing: bool,
+    via: &[u8],
+    out: &mut Vec<u8>,
+) -> Response {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut fields);
+    let length = match parsed.parse(buffer) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Response::Partial,
+        Err(_) => return Response::Bad,
+    };
+    let (Some(version), Some(status)) = (parsed.version, parsed.code) else {
+        return Response::Bad;
+    };
+    if (100..200).contains(&status) {
+        return if status == 101 {
+            Response::Switched
+        } else {
+            Response::Interim(length)
+        };
+    }
+    let (mut content_length, mut chunked, mut coded) = (None, false, false);
+    let mut reusable = version == 1;
+    let mut existing_via = None;
+    // Headers `Connection` names are hop-by-hop too (framing ones excepted).
+    let mut named: [&[u8]; 16] = [b""; 16];
+    let mut named_count = 0;
+    for field in parsed.headers.iter() {
+        let (name, value) = (field.name, field.value);
+        if name.eq_ignore_ascii_case("content-length") {
+            let Some(n) = decimal(value) else {
+                return Response::Bad;
+            };
+            if content_length.is_some_and(|before| before != n) {
+                return Response::Bad;
+            }
+            content_length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // Only a final `chunked` frames the body; otherwise it runs to the close
+            // (RFC 9112 §6.3).
+            let last = value
+                .rsplit(|&b| b == b',')
+                .next()
+                .unwrap_or(b"")
+                .trim_ascii();
+            chunked = last.eq_ignore_ascii_case(b"chunked");
+            coded = true;
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    reusable = false;
+                } else if !token.is_empty()
+                    && !token.eq_ignore_ascii_case(b"keep-alive")
+                    && !token.eq_ignore_ascii_case(b"content-length")
+                    && !token.eq_ignore_ascii_case(b"transfer-encoding")
+                {
+                    let Some(slot) = named.get_mut(named_count) else {
+                        return Response::Bad;
+                    };
+                    *slot = token;
+                    named_count += 1;
+                }
+            }
+        } else if name.eq_ignore_ascii_case("via") {
+            existing_via = Some(value);
+        }
+    }
+    let framing = if head_request || status == 204 || status == 304 {
+        Framing::Empty
+    } else if chunked {
+        Framing::Chunked
+    } else if let (Some(n), false) = (content_length, coded) {
+        Framing::Length(n)
+    } else {
+        reusable = false;
+        Framing::Close
+    };
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    let status_line_end = buffer.iter().position(|&b| b == b'\n').unwrap_or(0);
+    let status_line = buffer[..status_line_end].trim_ascii_end();
+    out.extend_from_slice(status_line.get(9..).unwrap_or(b"502"));
+    out.extend_from_slice(b"\r\n");
+    for field in parsed.headers.iter() {
+        let keep_coding = chunked && field.name.eq_ignore_ascii_case("transfer-encoding");
+        // A length beside a coding is the coding's (RFC 9112 §6.3): it goes.
+        let stale_length = coded && field.name.eq_ignore_ascii_case("content-length");
+        let withdrawn = named[..named_count]
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(field.name.as_bytes()));
+        if (is_hop_by_hop(field.name) && !keep_coding)
+            || withdrawn
+            || stale_length
+            || field.name.eq_ignore_ascii_case("via")
+        {
+            continue;
+        }
+        out.extend_from_slice(field.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(field.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"via: ");
+    if let Some(existing) = existing_via {
+        out.extend_from_slice(existing);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(via);
+    if closing || framing == Framing::Close {
+        out.extend_from_slice(b"\r\nconnection: close");
+    }
+    out.extend_from_slice(b"\r\n\r\n");
+    Response::Ready(ResponseHead {
+        length,
+        status,
+        framing,
+        reusable,
+    })
+}
+
+/// Follows a chunked body as it streams past, to find where it ends (after the last chunk and
+/// the trailer section). The bytes are relayed as they came.
+#[derive(Debug, Default)]
+pub struct Chunks {
+    state: ChunkState,
+    size: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    #[default]
+    Size,
+    /// A chunk extension, up to the line's end.
+    Extension,
+    SizeLf,
+    Data,
+    DataCr,
+    DataLf,
+    /// At the start of a trailer line (or the final blank line).
+    TrailerStart,
+    Trailer,
+    TrailerLf,
+    EndLf,
+    Done,
+}
+
+/// A chunk-size line that is not hex, or framing bytes out of place.
+#[derive(Debug, PartialEq, Eq)]
+pub struct InvalidChunk;
+
+impl Chunks {
+    /// Consumes `bytes`; the offset just past the body's end once it is in them.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<usize>, InvalidChunk> {
+        use ChunkState::*;
+        let mut at = 0;
+        while at < bytes.len() {
+            let b = bytes[at];
+            match self.state {
+                Size => match b {
+                    b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
+                        let digit = (b as char).to_digit(16).unwrap_or(0) as u64;
+                        self.size = self
+                            .size
+                            .checked_mul(16)
+                            .and_then(|s| s.checked_add(digit))
+                            .ok_or(InvalidChunk)?;
+                    }
+                    b';' | b' ' | b'\t' => self.state = Extension,
+                    b'\r' => self.state = SizeLf,
+                    _ => return Err(InvalidChunk),
+                },
+                Extension => match b {
+                    b'\r' => self.state = SizeLf,
+                    b'\n' => return Err(InvalidChunk),
+                    _ => {}
+                },
+                SizeLf => {
+                    if b != b'\n' {
+                        return Err(InvalidChunk);
+                    }
+                    self.state = if self.size == 0 { TrailerStart } else { Data };
+                }
+                Data => {
+                    let take = (bytes.len() - at).min(self.size as usize);
+                    self.size -= take as u64;
+                    at += take;
+                    if self.size == 0 {
+                        self.state = DataCr;
+                    }
+                    continue;
+                }
+                DataCr => {
+                    if b != b'\r' {
+                        return Err(InvalidChunk);
+                    }
+                    self.state = DataLf;
+                }
+                DataLf => {
+                    if b != b'\n' {
+                        return Err(InvalidChunk);
+                    }
+                    self.state = Size;
+                }
+                TrailerStart => {
+                    self.state = if b == b'\r' { EndLf } else { Trailer };
+                }
+                Trailer => {
+                    if b == b'\r' {
+                        self.state = TrailerLf;
+                    }
+                }
+                TrailerLf => {
+                    if b != b'\n' {
+                        return Err(InvalidChunk);
+                    }
+                    self.state = TrailerStart;
+                }
+                EndLf => {
+                    if b != b'\n' {
+                        return Err(InvalidChunk);
+                    }
+                    self.state = Done;
+                    return Ok(Some(at + 1));
+                }
+                Done => return Ok(Some(at)),
+            }
+            at += 1;
+        }
+        Ok((self.state == Done).then_some(at))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forwarding() -> Forwarding {
+        Forwarding::new("127.0.0.9:4000".parse().unwrap(), "http")
+    }
+
+    fn head(raw: &str) -> (Request, String) {
+        let mut out = Vec::new();
+        let parsed = request(
+            raw.as_bytes(),
+            HeadLimits::default(),
+            &forwarding(),
+            false,
+            b"1.1 trafik",
+            &mut out,
+        );
+        (parsed, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn a_plain_get_is_rewritten_for_the_next_hop() {
+        let (parsed, out) = head(
+            "GET /takip?no=1 HTTP/1.1\r\nHost: kargo.test:8080\r\nConnection: keep-alive\r\nX-Forwarded-For: 6.6.6.6\r\nAccept: */*\r\n\r\n",
+        );
+        let Request::Ready(head) = parsed else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(head.method, Method::GET);
+        assert_eq!(head.path, 4..10);
+        assert!(!head.close);
+        assert_eq!(
+            out,
+            "GET /takip?no=1 HTTP/1.1\r\nHost: kargo.test:8080\r\nAccept: */*\r\nforwarded: for=127.0.0.9;proto=http;host=\"kargo.test:8080\"\r\nx-forwarded-for: 127.0.0.9\r\nx-forwarded-proto: http\r\nx-forwarded-host: kargo.test:8080\r\nvia: 1.1 trafik\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn doubtful_requests_go_to_the_full_pipeline() {
+        for raw in [
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\rX: 1\r\n\r\n",
+            "GET http://a/ HTTP/1.1\r\nHost: b\r\n\r\n",
+            "GET /a/../b HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\n\r\n",
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: x-secret\r\n\r\n",
+        ] {
+            assert_eq!(head(raw).0, Request::Defer, "{raw:?}");
+        }
+        assert_eq!(head("GET / HTTP/1.1\r\nHost: a\r\n").0, Request::Partial);
+    }
+
+    fn answer(raw: &str, head_request: bool) -> (Response, String) {
+        let mut out = Vec::new();
+        let parsed = response(raw.as_bytes(), head_request, false, b"1.1 trafik", &mut out);
+        (parsed, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn response_framing_and_rewriting() {
+        let (parsed, out) = answer(
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout=5\r\nVia: 1.0 edge\r\n\r\nhi",
+            false,
+        );
+        assert_eq!(
+            parsed,
+            Response::Ready(ResponseHead {
+                length: 76,
+                status: 200,
+                framing: Framing::Length(2),
+                reusable: true
+            })
+        );
+        assert_eq!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nvia: 1.0 edge, 1.1 trafik\r\n\r\n"
+        );
+        let chunked = answer(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        );
+        assert!(chunked.1.contains("Transfer-Encoding: chunked\r\n"));
+        assert!(matches!(
+            chunked.0,
+            Response::Ready(ResponseHead {
+                framing: Framing::Chunked,
+                ..
+            })
+        ));
+        let closed = answer("HTTP/1.0 200 OK\r\n\r\n", false);
+        assert!(closed.1.ends_with("connection: close\r\n\r\n"));
+        assert!(matches!(
+            closed.0,
+            Response::Ready(ResponseHead {
+                framing: Framing::Close,
+                reusable: false,
+                ..
+            })
+        ));
+        let two_lengths = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(answer(two_lengths, false).0, Response::Bad);
+        let unknown_coding = answer(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\n",
+            false,
+        );
+        assert!(matches!(
+            unknown_coding.0,
+            Response::Ready(ResponseHead {
+                framing: Framing::Close,
+                ..
+            })
+        ));
+        assert_eq!(
+            answer("HTTP/1.1 100 Continue\r\n\r\n", false).0,
+            Response::Interim(25)
+        );
+    }
+
+    #[test]
+    fn a_chunked_body_ends_after_its_trailers() {
+        let body = b"4\r\nwiki\r\n5;x=1\r\npedia\r\n0\r\nExpires: never\r\n\r\nNEXT";
+        for split in 0..body.len() - 4 {
+            let mut chunks = Chunks::default();
+            let first = chunks.feed(&body[..split]).unwrap();
+            assert_eq!(first, None, "split at {split}");
+            let end = chunks.feed(&body[split..]).unwrap();
+            assert_eq!(end.map(|e| e + split), Some(body.len() - 4));
+        }
+        assert_eq!(Chunks::default().feed(b"zz\r\n"), Err(InvalidChunk));
+        assert_eq!(Chunks::default().feed(b"4\r\nwikiXX"), Err(InvalidChunk));
+    }
+}

@@ -1,0 +1,100 @@
+//! The own engine's upstream connections: plain TCP streams kept alive per endpoint in every
+//! worker, as [`crate::http::upstream`] keeps hyper's. A client connection's task checks one
+//! out and runs its exchange on it inline: no channel, no driver task.
+
+use std::cell::RefCell;
+use std::io;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use crate::meter::{Meter, Metered};
+use crate::pool::Pool;
+use crate::snapshot::Snapshot;
+use crate::transport;
+
+/// Idle connections kept per endpoint in one worker; more are closed when they come back.
+const MAX_IDLE_PER_ENDPOINT: usize = 512;
+
+pub type Stream = Metered<TcpStream>;
+
+/// Idle longer than this, a stream is checked for a close before it is used.
+const PROBE_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether the backend has neither closed `stream` nor sent anything unasked on it.
+fn open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
+}
+
+/// One worker's idle streams, indexed by [`crate::pool::Endpoint::id`].
+#[derive(Default)]
+pub struct Streams {
+    idle: RefCell<Vec<Vec<(Stream, Instant)>>>,
+}
+
+impl Streams {
+    /// An idle stream to backend `index` of `pool` that is still open, or else a new one
+    /// (always new when `fresh`); whether it was reused.
+    pub async fn checkout(
+        &self,
+        pool: &Pool,
+        index: usize,
+        worker: usize,
+        fresh: bool,
+    ) -> io::Result<(Stream, bool)> {
+        let member = &pool.members[index];
+        if !fresh {
+            let mut idle = self.idle.borrow_mut();
+            if let Some(stack) = idle.get_mut(member.endpoint.id) {
+                while let Some((stream, since)) = stack.pop() {
+                    // One idle for a while may have been closed by the backend: a peek finds
+                    // out before a request is lost on it. One back within the second is taken
+                    // as it is (a system call a request saved under load); should it be closed
+                    // after all, the request is sent again if it may be.
+                    if since.elapsed() < PROBE_AFTER || open(stream.get_ref()) {
+                        stream.meter().charge(&member.counters);
+                        return Ok((stream, true));
+                    }
+                }
+            }
+        }
+        let meter = Meter::new(&member.counters, worker);
+        let stream =
+            transport::connect(&member.endpoint, meter, pool.plan.connect_timeout, worker).await?;
+        Ok((stream, false))
+    }
+
+    /// Keeps a stream whose exchange ended cleanly for the next request to its endpoint.
+    pub fn release(&self, pool: &Pool, index: usize, stream: Stream) {
+        let id = pool.members[index].endpoint.id;
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() <= id {
+            idle.resize_with(id + 1, Vec::new);
+        }
+        if idle[id].len() < MAX_IDLE_PER_ENDPOINT {
+            idle[id].push((stream, Instant::now()));
+        }
+    }
+
+    /// Closes streams idle since before `cutoff`.
+    pub fn close_idle_since(&self, cutoff: Instant) {
+        for stack in self.idle.borrow_mut().iter_mut() {
+            stack.retain(|(_, since)| *since >= cutoff);
+        }
+    }
+
+    /// Closes the idle streams to endpoints no pool of `snapshot` names any more.
+    pub fn keep_only(&self, snapshot: &Snapshot) {
+        let mut idle = self.idle.borrow_mut();
+        for (id, stack) in idle.iter_mut().enumerate() {
+            let named = snapshot
+                .pools
+                .iter()
+                .any(|pool| pool.members.iter().any(|m| m.endpoint.id == id));
+            if !named {
+                stack.clear();
+            }
+        }
+    }
+}

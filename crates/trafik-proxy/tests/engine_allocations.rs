@@ -1,0 +1,128 @@
+//! The own engine's plain GET keep-alive path allocates nothing per request once warm: a
+//! counting global allocator (this binary's alone) counts allocations made on every thread but
+//! the test's own (where the client and the backend run), while one client sends requests on
+//! one kept-alive connection through a one-worker proxy.
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trafik_proxy::Engine;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Set on the test's thread: its client and backend are not the proxy.
+    static EXEMPT: Cell<bool> = const { Cell::new(false) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !EXEMPT.try_with(Cell::get).unwrap_or(true) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !EXEMPT.try_with(Cell::get).unwrap_or(true) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+/// A backend answering every request head on a connection with [`ANSWER`].
+async fn backend() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::with_capacity(4096);
+                loop {
+                    match stream.read_buf(&mut seen).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        if stream.write_all(ANSWER).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// Sends `count` GETs on `stream`, one at a time, reading each answer whole.
+async fn requests(stream: &mut tokio::net::TcpStream, count: usize) {
+    let request = b"GET /takip/TR-1 HTTP/1.1\r\nHost: kargo.test\r\nUser-Agent: wrk\r\n\r\n";
+    let mut answer = Vec::with_capacity(4096);
+    for _ in 0..count {
+        stream.write_all(request).await.unwrap();
+        answer.clear();
+        while !(answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"ok")) {
+            assert_ne!(stream.read_buf(&mut answer).await.unwrap(), 0, "closed");
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
+    }
+}
+
+/// Allocations counted while `count` requests pass a warm one-worker proxy on `engine`.
+async fn allocations(engine: Engine, backend: SocketAddr, count: usize) -> u64 {
+    let mut plan = plan(&[backend]);
+    plan.workers = 1;
+    plan.client.engine = engine;
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    requests(&mut client, 200).await;
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    requests(&mut client, count).await;
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    eprintln!("{engine:?}: {allocations} allocations in {count} requests");
+    drop(client);
+    stop(running).await;
+    allocations
+}
+
+/// One test, so no other test's proxy allocates meanwhile.
+#[tokio::test]
+async fn a_warm_plain_get_allocates_nothing_per_request() {
+    EXEMPT.with(|exempt| exempt.set(true));
+    let backend = backend().await;
+    const MEASURED: usize = 2_000;
+    let own = allocations(Engine::Trafik, backend, MEASURED).await;
+    // Background work (the once-a-second sweeps) may allocate a little; a request must not.
+    assert!(
+        own < (MEASURED / 20) as u64,
+        "{own} allocations in {MEASURED} requests"
+    );
+    // The same count on hyper's engine shows the count sees per-request allocations.
+    let hyper = allocations(Engine::Hyper, backend, MEASURED).await;
+    assert!(
+        hyper >= MEASURED as u64,
+        "{hyper} allocations in {MEASURED} requests"
+    );
+}
