@@ -45,8 +45,8 @@ use tokio::sync::{mpsc, watch};
 pub use error::ProxyError;
 pub use http::trace::otlp::OtlpPlan;
 pub use plan::ConnectionLimits;
-pub use plan::TracingPlan;
 pub use plan::Engine;
+pub use plan::TracingPlan;
 pub use plan::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, PathTemplate, ServiceChoice,
     UpstreamTemplate, ViewPlan, ViewsPlan,

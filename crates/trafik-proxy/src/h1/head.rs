@@ -189,6 +189,8 @@ pub fn request(
             || name.eq_ignore_ascii_case("upgrade")
             || name.eq_ignore_ascii_case("expect")
             || name.eq_ignore_ascii_case("via")
+            // Trace context gets its span from the trace-context step of the full pipeline.
+            || name.eq_ignore_ascii_case("traceparent")
             || (trust_forwarded && is_forwarding(name))
         {
             return Request::Defer;

@@ -51,6 +51,12 @@ struct Hop {
 }
 
 impl Filter for TraceContext {
+    /// Without `start`, a request with no `traceparent` passes untouched, and the own engine
+    /// hands every request that has one to the full pipeline.
+    fn head_only(&self) -> bool {
+        !self.start
+    }
+
     fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
         let headers = request.headers_mut();
         let mut values = headers.get_all(&TRACEPARENT).iter();
