@@ -79,11 +79,10 @@ pub struct ClientPlan {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
     /// trafik's own ([`crate::h1`]): plain pool routes on a lean loop, everything else handed
-    /// to hyper for the rest of the connection. Not the default yet: its fast path does not
-    /// record the latency histograms and status classes of `/metrics` and `/status`.
-    Trafik,
-    /// hyper for every request.
+    /// to hyper for the rest of the connection.
     #[default]
+    Trafik,
+    /// hyper for every request, kept to compare the two in one run.
     Hyper,
 }
 

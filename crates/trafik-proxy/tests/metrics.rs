@@ -12,10 +12,19 @@ use support::*;
 const LOAD: usize = 90;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn histograms_and_classes_add_up_to_the_requests_sent() {
+async fn histograms_and_classes_add_up_to_the_requests_sent_on_the_own_engine() {
+    histograms_and_classes_add_up(trafik_proxy::Engine::Trafik).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histograms_and_classes_add_up_to_the_requests_sent_on_hyper() {
+    histograms_and_classes_add_up(trafik_proxy::Engine::Hyper).await;
+}
+
+async fn histograms_and_classes_add_up(engine: trafik_proxy::Engine) {
     let replicas = replicas(3).await;
     let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
-    let mut plan = plan(&addresses);
+    let mut plan = plan_on(engine, &addresses);
     routes(&mut plan).push(route("/none", "empty"));
     plan.pools.push(pool("empty", &[]));
     let running = trafik_proxy::start(plan).expect("starts");

@@ -215,6 +215,15 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         return Exchanged::Defer;
     };
     let me = proxy.id;
+    let metrics = Answers {
+        began: Instant::now(),
+        pool: pool.served.mine(me),
+        route: route.traffic.mine(me),
+        listener: snapshot
+            .metrics
+            .listener_stats(listener)
+            .map(|stats| &stats.mine(me).traffic),
+    };
     let retries = pool.plan.retries;
     let replayable = retries > 0
         && request.body == 0
@@ -236,11 +245,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         let counters = pool.members[index].counters.mine(me);
         bump(&counters.decisions);
         let in_flight = InFlight::start(snapshot, target.pool, index, me);
-        let sent_at = timed.then(Instant::now);
+        let sent_at = Instant::now();
         let mut upstream = match proxy.raw.checkout(pool, index, me, false).await {
             Ok(checked_out) => checked_out,
             Err(_) => {
                 bump(&counters.failures);
+                counters.served.unanswered();
                 pool.report(index, Outcome::ConnectFailure);
                 context.tried.insert(index);
                 failure = ProxyError::ConnectFailed;
@@ -264,6 +274,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(answer) => answer,
             Err(error) => {
                 bump(&counters.failures);
+                counters.served.unanswered();
                 pool.report(index, Outcome::Error);
                 drop(in_flight);
                 if replayable
@@ -276,13 +287,20 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     pool.retrying.back_off(attempt + 1).await;
                     continue;
                 }
+                metrics.answered(error.status().as_u16());
                 return refuse(connection, error, consumed, keep).await;
             }
         };
+        let answered_at = Instant::now();
         bump(&counters.requests);
+        counters
+            .served
+            .answered(answer.status, sent_at, answered_at);
+        metrics.answered(answer.status);
         pool.report(index, Outcome::of_status(answer.status));
-        if let Some(sent_at) = sent_at {
-            pool.selector.observe(index, sent_at.elapsed(), proxy.now());
+        if timed {
+            let latency = answered_at.duration_since(sent_at);
+            pool.selector.observe(index, latency, proxy.now());
         }
         connection.input.drain(..consumed);
         let relayed = relay(
@@ -308,7 +326,29 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     if failure.is_unreachable() {
         bump(pool.unreachable.mine(me));
     }
+    metrics.answered(failure.status().as_u16());
     refuse(connection, failure, consumed, keep).await
+}
+
+/// Where one fast-path answer is counted: the same golden metrics the full pipeline keeps for
+/// its pool, route and listener.
+struct Answers<'s> {
+    began: Instant,
+    pool: &'s crate::metrics::Served,
+    route: &'s crate::metrics::Traffic,
+    listener: Option<&'s crate::metrics::Traffic>,
+}
+
+impl Answers<'_> {
+    fn answered(&self, status: u16) {
+        let now = Instant::now();
+        self.pool.answered(status, self.began, now);
+        let micros = crate::metrics::micros_between(self.began, now);
+        self.route.record(status, micros);
+        if let Some(listener) = self.listener {
+            listener.record(status, micros);
+        }
+    }
 }
 
 /// The pool's rule, then its slow start.

@@ -74,8 +74,8 @@ pub struct Server {
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
-    Trafik,
     #[default]
+    Trafik,
     Hyper,
 }
 
