@@ -37,6 +37,8 @@ pub struct RequestHead {
     pub method: Method,
     /// The path without its query.
     pub path: Range<usize>,
+    /// The request target as sent, query included (for the access log).
+    pub target: Range<usize>,
     /// The `Host` value without its port.
     pub host: Range<usize>,
     /// Bytes of body that follow the head.
@@ -246,6 +248,7 @@ pub fn request(
         length,
         method,
         path: range_in(buffer, path.as_bytes()),
+        target: range_in(buffer, target.as_bytes()),
         host,
         body: body.unwrap_or(0),
         close,

@@ -33,7 +33,7 @@ use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::ProxyError;
 use crate::http::server::{self, Protocol};
-use crate::http::service::WorkerProxy;
+use crate::http::service::{WorkerProxy, log_access};
 use crate::http::target::{Target, others_left};
 use crate::http::upstream::InFlight;
 use crate::pool::Pool;
@@ -70,6 +70,7 @@ struct Connection<S> {
     /// Bytes from the upstream, or request body bytes on their way to it.
     relay: Vec<u8>,
     forwarding: Forwarding,
+    peer: SocketAddr,
 }
 
 /// Serves HTTP/1.1 on a plain-TCP client connection with the own engine.
@@ -88,6 +89,7 @@ pub async fn serve(
         head: Vec::with_capacity(2048),
         relay: Vec::with_capacity(RELAY_BUFFER),
         forwarding: Forwarding::new(peer, scheme),
+        peer,
     };
     let end = {
         let run = run(&proxy, listener, &mut connection, &control);
@@ -181,9 +183,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     };
     // A body still on its way streams through hyper, which reads an early answer while the
     // upload goes on.
-    if ((connection.input.len() - request.length) as u64) < request.body
-        || snapshot.client.access_log
-        || snapshot.trace.is_some()
+    if ((connection.input.len() - request.length) as u64) < request.body || snapshot.trace.is_some()
     {
         return Exchanged::Defer;
     }
@@ -223,6 +223,10 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             .metrics
             .listener_stats(listener)
             .map(|stats| &stats.mine(me).traffic),
+        logged: snapshot
+            .client
+            .access_log
+            .then_some((connection.peer, request)),
     };
     let retries = pool.plan.retries;
     let replayable = retries > 0
@@ -287,7 +291,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     pool.retrying.back_off(attempt + 1).await;
                     continue;
                 }
-                metrics.answered(error.status().as_u16());
+                let backend = Some(pool.address(index));
+                metrics.answered(error.status().as_u16(), backend, &connection.input);
                 return refuse(connection, error, consumed, keep).await;
             }
         };
@@ -296,7 +301,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         counters
             .served
             .answered(answer.status, sent_at, answered_at);
-        metrics.answered(answer.status);
+        metrics.answered(answer.status, Some(pool.address(index)), &connection.input);
         pool.report(index, Outcome::of_status(answer.status));
         if timed {
             let latency = answered_at.duration_since(sent_at);
@@ -326,27 +331,35 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     if failure.is_unreachable() {
         bump(pool.unreachable.mine(me));
     }
-    metrics.answered(failure.status().as_u16());
+    metrics.answered(failure.status().as_u16(), None, &connection.input);
     refuse(connection, failure, consumed, keep).await
 }
 
 /// Where one fast-path answer is counted: the same golden metrics the full pipeline keeps for
-/// its pool, route and listener.
+/// its pool, route and listener, and its access-log line when the log is on.
 struct Answers<'s> {
     began: Instant,
     pool: &'s crate::metrics::Served,
     route: &'s crate::metrics::Traffic,
     listener: Option<&'s crate::metrics::Traffic>,
+    /// The client and its request, when every request is logged.
+    logged: Option<(SocketAddr, &'s RequestHead)>,
 }
 
 impl Answers<'_> {
-    fn answered(&self, status: u16) {
+    /// Counts an answer with `status` from `backend`; `input` holds the request's head.
+    fn answered(&self, status: u16, backend: Option<SocketAddr>, input: &[u8]) {
         let now = Instant::now();
         self.pool.answered(status, self.began, now);
         let micros = crate::metrics::micros_between(self.began, now);
         self.route.record(status, micros);
         if let Some(listener) = self.listener {
             listener.record(status, micros);
+        }
+        if let Some((client, request)) = self.logged {
+            let uri = String::from_utf8_lossy(&input[request.target.clone()]);
+            let method = &request.method;
+            log_access(client, method, &uri, status, backend, None, micros);
         }
     }
 }

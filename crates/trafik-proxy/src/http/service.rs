@@ -103,18 +103,14 @@ impl WorkerProxy {
             stats.mine(self.id).traffic.record(status, micros);
         }
         if let Some((method, uri)) = method {
-            tracing::info!(
-                target: "trafik::access",
-                client = %connection.peer,
-                method = %method,
-                uri = %uri,
-                status = response.status().as_u16(),
-                backend = backend.map(|b| b.to_string()).unwrap_or_default(),
-                trace_id = response
-                    .extensions()
-                    .get::<super::trace::TraceId>()
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
+            let trace_id = response.extensions().get::<super::trace::TraceId>();
+            log_access(
+                connection.peer,
+                &method,
+                &uri,
+                status,
+                backend,
+                trace_id,
                 micros,
             );
         }
@@ -230,4 +226,26 @@ fn normalize_uri(uri: &mut Uri, normal: &str) {
     if let Ok(rebuilt) = Uri::from_parts(parts) {
         *uri = rebuilt;
     }
+}
+
+/// One access-log line (target `trafik::access`), the same from either HTTP/1 engine.
+pub(crate) fn log_access(
+    client: SocketAddr,
+    method: &dyn std::fmt::Display,
+    uri: &dyn std::fmt::Display,
+    status: u16,
+    backend: Option<SocketAddr>,
+    trace_id: Option<&super::trace::TraceId>,
+    micros: u64,
+) {
+    tracing::info!(
+        target: "trafik::access",
+        client = %client,
+        method = %method,
+        uri = %uri,
+        status,
+        backend = backend.map(|b| b.to_string()).unwrap_or_default(),
+        trace_id = trace_id.map(ToString::to_string).unwrap_or_default(),
+        micros,
+    );
 }
