@@ -249,7 +249,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         let counters = pool.members[index].counters.mine(me);
         bump(&counters.decisions);
         let in_flight = InFlight::start(snapshot, target.pool, index, me);
-        let sent_at = Instant::now();
+        // One clock reading fewer on the first try: it starts when the answer's clock does.
+        let sent_at = if attempt == 0 {
+            metrics.began
+        } else {
+            Instant::now()
+        };
         let mut upstream = match proxy.raw.checkout(pool, index, me, false).await {
             Ok(checked_out) => checked_out,
             Err(_) => {
@@ -292,7 +297,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     continue;
                 }
                 let backend = Some(pool.address(index));
-                metrics.answered(error.status().as_u16(), backend, &connection.input);
+                let status = error.status().as_u16();
+                metrics.answered(status, backend, &connection.input, Instant::now());
                 return refuse(connection, error, consumed, keep).await;
             }
         };
@@ -301,7 +307,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         counters
             .served
             .answered(answer.status, sent_at, answered_at);
-        metrics.answered(answer.status, Some(pool.address(index)), &connection.input);
+        let backend = Some(pool.address(index));
+        metrics.answered(answer.status, backend, &connection.input, answered_at);
         pool.report(index, Outcome::of_status(answer.status));
         if timed {
             let latency = answered_at.duration_since(sent_at);
@@ -331,7 +338,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     if failure.is_unreachable() {
         bump(pool.unreachable.mine(me));
     }
-    metrics.answered(failure.status().as_u16(), None, &connection.input);
+    let status = failure.status().as_u16();
+    metrics.answered(status, None, &connection.input, Instant::now());
     refuse(connection, failure, consumed, keep).await
 }
 
@@ -347,9 +355,8 @@ struct Answers<'s> {
 }
 
 impl Answers<'_> {
-    /// Counts an answer with `status` from `backend`; `input` holds the request's head.
-    fn answered(&self, status: u16, backend: Option<SocketAddr>, input: &[u8]) {
-        let now = Instant::now();
+    /// Counts an answer with `status` from `backend` at `now`; `input` holds the request's head.
+    fn answered(&self, status: u16, backend: Option<SocketAddr>, input: &[u8], now: Instant) {
         self.pool.answered(status, self.began, now);
         let micros = crate::metrics::micros_between(self.began, now);
         self.route.record(status, micros);
