@@ -2,9 +2,10 @@
 //! rewritten for the next hop by copying their bytes into one reused buffer. Pure: no I/O.
 //!
 //! A request head is taken only when it is plainly valid; anything doubtful (a parse error, a
-//! second `Content-Length`, a transfer coding, an upgrade, `Expect`, forwarding headers to
-//! keep, an unusual target) is [`Request::Defer`]red to hyper and `http/validate.rs`, so the
-//! verdicts on hostile input stay exactly theirs.
+//! second `Content-Length`, a transfer coding other than `chunked` alone, an upgrade, an
+//! `Expect` other than `100-continue`, forwarding headers to keep, an unusual target) is
+//! [`Request::Defer`]red to hyper and `http/validate.rs`, so the verdicts on hostile input stay
+//! exactly theirs.
 
 use std::ops::Range;
 
@@ -39,8 +40,12 @@ pub struct RequestHead {
     pub path: Range<usize>,
     /// The `Host` value without its port.
     pub host: Range<usize>,
-    /// Bytes of body that follow the head.
+    /// Bytes of body that follow the head (0 when chunked).
     pub body: u64,
+    /// The body is chunked ([`super::body`] decodes it and frames it anew).
+    pub chunked: bool,
+    /// The client waits for `100 Continue` before it sends its body.
+    pub expect_continue: bool,
     /// The client asked to close after this exchange.
     pub close: bool,
 }
@@ -168,6 +173,7 @@ pub fn request(
         return Request::Defer;
     }
     let (mut host, mut body, mut close) = (None, None, false);
+    let (mut chunked, mut expect_continue) = (false, false);
     for field in parsed.headers.iter() {
         let name = field.name;
         if name.eq_ignore_ascii_case("host") {
@@ -186,6 +192,16 @@ pub fn request(
                 None => return Request::Defer,
             }
         } else if name.eq_ignore_ascii_case("transfer-encoding")
+            && !chunked
+            && field.value.eq_ignore_ascii_case(b"chunked")
+        {
+            chunked = true;
+        } else if name.eq_ignore_ascii_case("expect")
+            && !expect_continue
+            && field.value.eq_ignore_ascii_case(b"100-continue")
+        {
+            expect_continue = true;
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
             || name.eq_ignore_ascii_case("upgrade")
             || name.eq_ignore_ascii_case("expect")
             || name.eq_ignore_ascii_case("via")
@@ -196,7 +212,8 @@ pub fn request(
             return Request::Defer;
         }
     }
-    let Some(host) = host else {
+    // A length beside a coding: hyper reads by the chunks and closes after (RFC 9112 §6.3).
+    let (Some(host), false) = (host, chunked && body.is_some()) else {
         return Request::Defer;
     };
     out.clear();
@@ -229,10 +246,14 @@ pub fn request(
         host,
         b"\r\nvia: ",
         via,
-        b"\r\n\r\n",
+        b"\r\n",
     ] {
         out.extend_from_slice(part);
     }
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
     let name = match host.first() {
         // An IPv6 literal: up to and including the closing bracket.
         Some(b'[') => host
@@ -248,6 +269,8 @@ pub fn request(
         path: range_in(buffer, path.as_bytes()),
         host,
         body: body.unwrap_or(0),
+        chunked,
+        expect_continue,
         close,
     })
 }
@@ -259,7 +282,8 @@ pub enum Framing {
     Empty,
     Length(u64),
     Chunked,
-    /// At the backend's close; the client connection closes after it too.
+    /// At the backend's close: relayed as chunks to a client that stays, else as it comes,
+    /// the client connection closing after it.
     Close,
 }
 
@@ -284,11 +308,14 @@ pub struct ResponseHead {
     pub framing: Framing,
     /// The upstream connection may carry another request after this one.
     pub reusable: bool,
+    /// It has a `Date` field (else [`super::date`] adds one).
+    pub dated: bool,
 }
 
 /// Parses the response head at the start of `buffer` and writes the client's version into
 /// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, relayed as it came),
-/// `via` added, `Connection: close` when `closing` or the body ends at the close.
+/// `via` added, `Connection: close` when `closing`, else `Transfer-Encoding: chunked` when the
+/// body ends at the close.
 pub fn response(
     buffer: &[u8],
     head_request: bool,
@@ -316,6 +343,7 @@ pub fn response(
     let (mut content_length, mut chunked, mut coded) = (None, false, false);
     let mut reusable = version == 1;
     let mut existing_via = None;
+    let mut dated = false;
     // Headers `Connection` names are hop-by-hop too (framing ones excepted).
     let mut named: [&[u8]; 16] = [b""; 16];
     let mut named_count = 0;
@@ -357,6 +385,8 @@ pub fn response(
             }
         } else if name.eq_ignore_ascii_case("via") {
             existing_via = Some(value);
+        } else if name.eq_ignore_ascii_case("date") {
+            dated = true;
         }
     }
     let framing = if head_request || status == 204 || status == 304 {
@@ -400,8 +430,10 @@ pub fn response(
         out.extend_from_slice(b", ");
     }
     out.extend_from_slice(via);
-    if closing || framing == Framing::Close {
+    if closing {
         out.extend_from_slice(b"\r\nconnection: close");
+    } else if framing == Framing::Close {
+        out.extend_from_slice(b"\r\ntransfer-encoding: chunked");
     }
     out.extend_from_slice(b"\r\n\r\n");
     Response::Ready(ResponseHead {
@@ -409,6 +441,7 @@ pub fn response(
         status,
         framing,
         reusable,
+        dated,
     })
 }
 
@@ -583,6 +616,31 @@ mod tests {
         assert_eq!(head("GET / HTTP/1.1\r\nHost: a\r\n").0, Request::Partial);
     }
 
+    #[test]
+    fn a_chunked_body_and_a_wait_for_100_continue_stay_on_the_fast_path() {
+        let (parsed, out) = head(
+            "POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
+        );
+        let Request::Ready(ready) = parsed else {
+            panic!("{parsed:?}")
+        };
+        assert!(ready.chunked && ready.expect_continue);
+        assert_eq!(ready.body, 0);
+        assert!(out.contains("Expect: 100-continue\r\n"), "{out}");
+        assert!(!out.contains("Transfer-Encoding"), "{out}");
+        assert!(out.ends_with("transfer-encoding: chunked\r\n\r\n"), "{out}");
+        for doubtful in [
+            "Transfer-Encoding: gzip\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n",
+            "Expect: 100-continue\r\nExpect: 100-continue\r\n",
+            "Expect: something-else\r\n",
+        ] {
+            let raw = format!("POST / HTTP/1.1\r\nHost: a\r\n{doubtful}\r\n");
+            assert_eq!(head(&raw).0, Request::Defer, "{raw:?}");
+        }
+    }
+
     fn answer(raw: &str, head_request: bool) -> (Response, String) {
         let mut out = Vec::new();
         let parsed = response(raw.as_bytes(), head_request, false, b"1.1 trafik", &mut out);
@@ -601,7 +659,8 @@ mod tests {
                 length: 76,
                 status: 200,
                 framing: Framing::Length(2),
-                reusable: true
+                reusable: true,
+                dated: false,
             })
         );
         assert_eq!(
@@ -621,7 +680,7 @@ mod tests {
             })
         ));
         let closed = answer("HTTP/1.0 200 OK\r\n\r\n", false);
-        assert!(closed.1.ends_with("connection: close\r\n\r\n"));
+        assert!(closed.1.ends_with("transfer-encoding: chunked\r\n\r\n"));
         assert!(matches!(
             closed.0,
             Response::Ready(ResponseHead {

@@ -4,12 +4,15 @@
 //! `httparse` ([`head`]). A plainly valid request whose route is a pool target with only the
 //! built-in head steps takes the fast path: the pool's own rule picks the backend, a
 //! worker-local kept-alive stream is checked out ([`upstream`]) and the exchange runs inline —
-//! the rewritten head and the body in one `writev`, the response head parsed and rewritten the
-//! same way, the body relayed by its framing. Anything else (filters, other targets, upgrades,
-//! `Expect`, chunked uploads, a head in pieces, anything doubtful) hands the connection to
-//! hyper for the rest of its life over a [`rewind::Rewind`] stream, which replays the bytes
+//! the rewritten head and the body in one `writev` (a body still on its way, a chunked one, or
+//! one held back for `100 Continue` streams through [`body`]), the response head parsed and
+//! rewritten the same way (with a [`date`] when it has none), the body relayed by its framing.
+//! Anything else (filters, other targets, upgrades, a head in pieces, anything doubtful) hands
+//! the connection to hyper for the rest of its life over a [`rewind::Rewind`] stream, which replays the bytes
 //! already read: such requests are served exactly as with `engine = "hyper"`.
 
+pub mod body;
+mod date;
 pub mod head;
 mod rewind;
 pub mod upstream;
@@ -26,6 +29,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trafik_balance::{Outcome, PickContext};
 
+use self::body::{Failed, Upload};
 use self::head::{Chunks, Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
 use self::rewind::Rewind;
 use self::upstream::Stream;
@@ -179,14 +183,10 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let Some(routes) = snapshot.http_routes(listener) else {
         return Exchanged::Defer;
     };
-    // A body still on its way streams through hyper, which reads an early answer while the
-    // upload goes on.
-    if ((connection.input.len() - request.length) as u64) < request.body
-        || snapshot.client.access_log
-        || snapshot.trace.is_some()
-    {
+    if snapshot.client.access_log || snapshot.trace.is_some() {
         return Exchanged::Defer;
     }
+    let streamed = body::streams(request, connection.input.len() - request.length);
     let text = |range: &std::ops::Range<usize>| {
         std::str::from_utf8(&connection.input[range.clone()]).unwrap_or("")
     };
@@ -218,9 +218,19 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let retries = pool.plan.retries;
     let replayable = retries > 0
         && request.body == 0
+        && !streamed
         && (request.method.is_idempotent() || target.retry_non_idempotent);
     let consumed = request.length + request.body as usize;
-    let keep = !request.close;
+    // A streamed body may be left unread by a refusal: the connection closes after it.
+    let keep = !request.close && !streamed;
+    let mut upload = match streamed {
+        false => None,
+        true => match Upload::new(&connection.input, request, snapshot.client.limits.min_body_rate)
+        {
+            Ok(upload) => Some(upload),
+            Err(error) => return refuse(connection, error, consumed, false).await,
+        },
+    };
     pool.retrying.first_try(proxy.now());
     let mut failure = ProxyError::NoHealthyBackend;
     for attempt in 0..=retries {
@@ -257,14 +267,18 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             &mut upstream,
             connection,
             request,
+            upload.as_mut(),
             snapshot,
         )
         .await;
         let answer = match answered {
             Ok(answer) => answer,
             Err(error) => {
-                bump(&counters.failures);
-                pool.report(index, Outcome::Error);
+                // A body the client broke is not the backend's fault.
+                if error.is_backend_fault() {
+                    bump(&counters.failures);
+                    pool.report(index, Outcome::Error);
+                }
                 drop(in_flight);
                 if replayable
                     && error.is_lost_request()
@@ -284,13 +298,21 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         if let Some(sent_at) = sent_at {
             pool.selector.observe(index, sent_at.elapsed(), proxy.now());
         }
-        connection.input.drain(..consumed);
+        // A streamed body left only what followed it in the buffer.
+        if upload.is_none() {
+            connection.input.drain(..consumed);
+        }
+        if !answer.dated {
+            date::add(&mut connection.head);
+        }
+        let closing = request.close || upload.as_ref().is_some_and(|u| !u.whole());
         let relayed = relay(
             &mut upstream.0,
             &mut connection.client,
             &connection.head,
             &mut connection.relay,
             &answer,
+            closing,
         )
         .await;
         drop(in_flight);
@@ -299,7 +321,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(_) => {}
             Err(_) => return Exchanged::Close,
         }
-        if request.close || answer.framing == Framing::Close {
+        if closing {
             let _ = connection.client.shutdown().await;
             return Exchanged::Close;
         }
@@ -318,31 +340,50 @@ fn pick(pool: &Pool, context: &PickContext) -> Option<usize> {
 }
 
 /// Sends the request on `upstream` (a checked-out stream, and whether it was reused) and
-/// reads the response head, within the pool's response timeout. A reused stream the backend
-/// closed while it was idle gets one more try on a new stream.
-async fn ask<S>(
+/// reads the response head, within the pool's response timeout (from when the body is out).
+/// A reused stream the backend closed while it was idle gets one more try on a new stream.
+#[allow(clippy::too_many_arguments)]
+async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     proxy: &WorkerProxy,
     pool: &Pool,
     index: usize,
     upstream: &mut (Stream, bool),
     connection: &mut Connection<S>,
     request: &RequestHead,
+    mut upload: Option<&mut Upload>,
     snapshot: &WorkerSnapshot,
 ) -> Result<ResponseHead, ProxyError> {
-    let body = &connection.input[request.length..request.length + request.body as usize];
     loop {
         let (stream, reused) = upstream;
-        let sent = send(stream, &connection.head, body).await;
+        connection.relay.clear();
+        let sent = match upload.as_deref_mut() {
+            None => {
+                let body =
+                    &connection.input[request.length..request.length + request.body as usize];
+                send(stream, &connection.head, body).await.map_err(|_| Failed::Unsent)
+            }
+            Some(upload) => {
+                let Connection {
+                    client,
+                    input,
+                    head,
+                    relay,
+                    ..
+                } = connection;
+                upload.send(stream, head, input, client, relay).await
+            }
+        };
         let answered = match sent {
             Ok(()) => {
-                connection.relay.clear();
+                let closing =
+                    request.close || upload.as_deref().is_some_and(|upload| !upload.whole());
                 let waited = tokio::time::timeout(
                     pool.plan.response_timeout,
                     response_head(
                         stream,
                         &mut connection.relay,
                         request.method == Method::HEAD,
-                        request.close,
+                        closing,
                         snapshot.via.as_bytes(),
                         &mut connection.head,
                     ),
@@ -353,7 +394,9 @@ async fn ask<S>(
                     Ok(answered) => answered,
                 }
             }
-            Err(_) => Err(Lost::Unsent),
+            Err(Failed::Unsent) => Err(Lost::Unsent),
+            Err(Failed::Client(error)) => return Err(error),
+            Err(Failed::Upstream) => return Err(ProxyError::UpstreamFailed),
         };
         match answered {
             Ok(answer) => return Ok(answer),
@@ -363,7 +406,7 @@ async fn ask<S>(
                 let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
-            Err(Lost::Closed) if *reused && request.method.is_idempotent() => {
+            Err(Lost::Closed) if *reused && request.method.is_idempotent() && upload.is_none() => {
                 let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
@@ -466,12 +509,15 @@ async fn response_head(
 
 /// Relays the response: its head and the body bytes read with it in one `writev`, then the
 /// rest as it comes. True when the body ended where its framing says, with nothing after it.
+/// A body that ends at the backend's close goes as chunks to a client that stays (not
+/// `closing`), as hyper's server sends a body of unknown length.
 async fn relay<C: AsyncWrite + Unpin>(
     upstream: &mut Stream,
     client: &mut C,
     head: &[u8],
     buffer: &mut Vec<u8>,
     answer: &ResponseHead,
+    closing: bool,
 ) -> io::Result<bool> {
     let after = &buffer[answer.length..];
     match answer.framing {
@@ -520,6 +566,17 @@ async fn relay<C: AsyncWrite + Unpin>(
                 if let Some(end) = end {
                     return Ok(end == buffer.len());
                 }
+            }
+        }
+        Framing::Close if !closing => {
+            body::send_chunk(client, head, after).await?;
+            loop {
+                buffer.clear();
+                if upstream.read_buf(buffer).await? == 0 {
+                    client.write_all(body::LAST_CHUNK).await?;
+                    return Ok(false);
+                }
+                body::send_chunk(client, &[], buffer).await?;
             }
         }
         Framing::Close => {
