@@ -194,6 +194,8 @@ pub struct Upload {
     min_rate: u64,
     started: Instant,
     passed: u64,
+    /// Whether the backend still takes the body (after an early answer it may stop).
+    passing: bool,
 }
 
 /// Why an upload failed.
@@ -231,12 +233,12 @@ impl Upload {
             min_rate,
             started: Instant::now(),
             passed: taken as u64,
+            passing: true,
         })
     }
 
-    /// Whether all of the body has gone out. An upload that stopped short (the backend
-    /// answered first) leaves the rest of it unread: the client connection closes after the
-    /// answer.
+    /// Whether all of the body has been read: not when the backend answered first (see
+    /// [`Upload::finish`]).
     pub fn whole(&self) -> bool {
         match &self.rest {
             Rest::Length(rest) => *rest == 0,
@@ -269,16 +271,55 @@ impl Upload {
             return Err(Failed::Unsent);
         }
         input.drain(..self.first.end);
+        self.out.clear();
         if self.expect_continue && client.write_all(CONTINUE).await.is_err() {
             return Err(Failed::Client(ProxyError::ClientAborted));
         }
-        loop {
-            if self.whole() {
-                return Ok(());
-            }
+        self.pump(upstream, input, client, Some(answer)).await
+    }
+
+    /// Reads the rest of a body whose backend answered early, as hyper does, so the client
+    /// connection can carry its next request: passed on while the backend takes it (what an
+    /// early answer cut short first), dropped after.
+    pub async fn finish<U, C>(
+        &mut self,
+        upstream: &mut U,
+        input: &mut Vec<u8>,
+        client: &mut C,
+    ) -> Result<(), ProxyError>
+    where
+        U: AsyncRead + AsyncWrite + Unpin,
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        if !self.out.is_empty() && upstream.write_all(&self.out).await.is_err() {
+            self.passing = false;
+        }
+        self.out.clear();
+        match self.pump(upstream, input, client, None).await {
+            Ok(()) => Ok(()),
+            Err(Failed::Client(error)) => Err(error),
+            Err(_) => Err(ProxyError::ClientAborted),
+        }
+    }
+
+    /// Moves the body from the client to the backend until it ends, or, when `answer` is
+    /// given, until the backend has something to say (read into it). The unsent rest of a
+    /// piece an answer cut short is kept in `out`.
+    async fn pump<U, C>(
+        &mut self,
+        upstream: &mut U,
+        input: &mut Vec<u8>,
+        client: &mut C,
+        mut answer: Option<&mut Vec<u8>>,
+    ) -> Result<(), Failed>
+    where
+        U: AsyncRead + AsyncWrite + Unpin,
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        while !self.whole() {
             // Nothing is left in the buffer while the body goes on: all of it went out.
             input.clear();
-            let read = watching(upstream, answer, |_, cx| {
+            let read = watching(upstream, answer.as_deref_mut(), |_, cx| {
                 pin!(client.read_buf(&mut *input)).poll(cx)
             })
             .await;
@@ -296,6 +337,7 @@ impl Upload {
             {
                 return Err(Failed::Client(ProxyError::BodyTooSlow));
             }
+            let chunked = matches!(self.rest, Rest::Chunked(_));
             let (mut out, used): (&[u8], usize) = match &mut self.rest {
                 Rest::Length(rest) => {
                     let take = (input.len() as u64).min(*rest) as usize;
@@ -303,15 +345,15 @@ impl Upload {
                     (&input[..take], take)
                 }
                 Rest::Chunked(dechunker) => {
-                    self.out.clear();
                     let end = dechunker
                         .decode(input, &mut self.out)
                         .map_err(|BadChunk| Failed::Client(ProxyError::ClientAborted))?;
                     (&self.out[..], end.unwrap_or(input.len()))
                 }
             };
-            let written = watching(upstream, answer, |upstream, cx| {
-                while !out.is_empty() {
+            let passing = self.passing;
+            let written = watching(upstream, answer.as_deref_mut(), |upstream, cx| {
+                while passing && !out.is_empty() {
                     match ready!(Pin::new(&mut *upstream).poll_write(cx, out)) {
                         Ok(0) | Err(_) => return Poll::Ready(false),
                         Ok(written) => out = &out[written..],
@@ -320,13 +362,24 @@ impl Upload {
                 Poll::Ready(true)
             })
             .await;
+            let unsent = out.len();
             match written {
-                Watch::Answered => return Ok(()),
-                Watch::Done(false) => return Err(Failed::Upstream),
+                Watch::Answered if chunked => {
+                    let sent = self.out.len() - unsent;
+                    self.out.drain(..sent);
+                }
+                Watch::Answered => self.out.extend_from_slice(&input[used - unsent..used]),
+                Watch::Done(false) if answer.is_some() => return Err(Failed::Upstream),
+                Watch::Done(false) => self.passing = false,
                 Watch::Done(true) => {}
             }
             input.drain(..used);
+            if let Watch::Answered = written {
+                return Ok(());
+            }
+            self.out.clear();
         }
+        Ok(())
     }
 }
 
@@ -337,17 +390,19 @@ enum Watch<T> {
 }
 
 /// Runs `work` (given the upstream stream, to write on) unless the upstream has something to
-/// say first: then its bytes are read into `answer`.
+/// say first: then its bytes are read into `answer` (when one is given).
 async fn watching<U, T>(
     upstream: &mut U,
-    answer: &mut Vec<u8>,
+    mut answer: Option<&mut Vec<u8>>,
     mut work: impl FnMut(&mut U, &mut Context<'_>) -> Poll<T>,
 ) -> Watch<T>
 where
     U: AsyncRead + Unpin,
 {
     poll_fn(|cx| {
-        if pin!(upstream.read_buf(&mut *answer)).poll(cx).is_ready() {
+        if let Some(answer) = answer.as_deref_mut()
+            && pin!(upstream.read_buf(&mut *answer)).poll(cx).is_ready()
+        {
             return Poll::Ready(Watch::Answered);
         }
         work(upstream, cx).map(Watch::Done)

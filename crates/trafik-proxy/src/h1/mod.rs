@@ -305,23 +305,33 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         if !answer.dated {
             date::add(&mut connection.head);
         }
-        let closing = request.close || upload.as_ref().is_some_and(|u| !u.whole());
+        let early = upload.as_ref().is_some_and(|upload| !upload.whole());
         let relayed = relay(
             &mut upstream.0,
             &mut connection.client,
             &connection.head,
             &mut connection.relay,
             &answer,
-            closing,
+            request.close,
         )
         .await;
         drop(in_flight);
+        if early
+            && relayed.is_ok()
+            && let Some(upload) = upload.as_mut()
+            && upload
+                .finish(&mut upstream.0, &mut connection.input, &mut connection.client)
+                .await
+                .is_err()
+        {
+            return Exchanged::Close;
+        }
         match relayed {
-            Ok(true) if answer.reusable => proxy.raw.release(pool, index, upstream.0),
+            Ok(true) if answer.reusable && !early => proxy.raw.release(pool, index, upstream.0),
             Ok(_) => {}
             Err(_) => return Exchanged::Close,
         }
-        if closing {
+        if request.close {
             let _ = connection.client.shutdown().await;
             return Exchanged::Close;
         }
@@ -375,15 +385,13 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
         };
         let answered = match sent {
             Ok(()) => {
-                let closing =
-                    request.close || upload.as_deref().is_some_and(|upload| !upload.whole());
                 let waited = tokio::time::timeout(
                     pool.plan.response_timeout,
                     response_head(
                         stream,
                         &mut connection.relay,
                         request.method == Method::HEAD,
-                        closing,
+                        request.close,
                         snapshot.via.as_bytes(),
                         &mut connection.head,
                     ),
