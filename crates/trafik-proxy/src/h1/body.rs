@@ -196,6 +196,8 @@ pub struct Upload {
     passed: u64,
     /// Whether the backend still takes the body (after an early answer it may stop).
     passing: bool,
+    /// The whole body came with the head (the client waited for nothing but `100 Continue`).
+    came_whole: bool,
 }
 
 /// Why an upload failed.
@@ -234,7 +236,25 @@ impl Upload {
             started: Instant::now(),
             passed: taken as u64,
             passing: true,
-        })
+            came_whole: false,
+        }
+        .settled())
+    }
+
+    fn settled(mut self) -> Self {
+        self.came_whole = self.whole();
+        self
+    }
+
+    /// Whether the request may be sent again as it is: all of it came with the head.
+    pub fn replayable(&self) -> bool {
+        self.came_whole
+    }
+
+    /// The bytes of the client's buffer this request still holds after its exchange (its head
+    /// and body, when they came whole; a streamed body left only what followed it).
+    pub fn consumed(&self) -> usize {
+        if self.came_whole { self.first.end } else { 0 }
     }
 
     /// Whether all of the body has been read: not when the backend answered first (see
@@ -270,11 +290,19 @@ impl Upload {
         if super::send(upstream, head, first).await.is_err() {
             return Err(Failed::Unsent);
         }
-        input.drain(..self.first.end);
-        self.out.clear();
-        if self.expect_continue && client.write_all(CONTINUE).await.is_err() {
-            return Err(Failed::Client(ProxyError::ClientAborted));
+        if self.expect_continue {
+            self.expect_continue = false;
+            if client.write_all(CONTINUE).await.is_err() {
+                return Err(Failed::Client(ProxyError::ClientAborted));
+            }
         }
+        if self.came_whole {
+            // Kept as they are, to be sent again should a reused stream turn out closed.
+            return Ok(());
+        }
+        // All of the buffer was body.
+        input.clear();
+        self.out.clear();
         self.pump(upstream, input, client, Some(answer)).await
     }
 

@@ -298,10 +298,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         if let Some(sent_at) = sent_at {
             pool.selector.observe(index, sent_at.elapsed(), proxy.now());
         }
-        // A streamed body left only what followed it in the buffer.
-        if upload.is_none() {
-            connection.input.drain(..consumed);
-        }
+        connection
+            .input
+            .drain(..upload.as_ref().map_or(consumed, Upload::consumed));
         if !answer.dated {
             date::add(&mut connection.head);
         }
@@ -363,8 +362,16 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     mut upload: Option<&mut Upload>,
     snapshot: &WorkerSnapshot,
 ) -> Result<ResponseHead, ProxyError> {
+    // One that could not be sent again if the stream turned out closed goes on one seen open
+    // just now (a backend may close after an answer that left a body unread).
+    let once = !request.method.is_idempotent() || upload.as_deref().is_some_and(|u| !u.replayable());
     loop {
         let (stream, reused) = upstream;
+        if *reused && once && !upstream::open(stream.get_ref()) {
+            let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
+            *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
+            continue;
+        }
         connection.relay.clear();
         let sent = match upload.as_deref_mut() {
             None => {
@@ -414,7 +421,11 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                 let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
-            Err(Lost::Closed) if *reused && request.method.is_idempotent() && upload.is_none() => {
+            Err(Lost::Closed)
+                if *reused
+                    && request.method.is_idempotent()
+                    && upload.as_deref().is_none_or(Upload::replayable) =>
+            {
                 let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
