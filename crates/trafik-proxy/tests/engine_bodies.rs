@@ -57,7 +57,9 @@ fn complete(mut bytes: &[u8]) -> usize {
                 None => return count,
             }
         } else {
-            let n: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+            let n: usize = header("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
             if rest.len() < n {
                 return count;
             }
@@ -78,7 +80,10 @@ fn bodies(text: &str) -> Vec<String> {
             continue;
         }
         let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
-        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
             let mut data = String::new();
             let mut rest = body;
             while let Some((size, after)) = rest.split_once("\r\n") {
@@ -93,7 +98,11 @@ fn bodies(text: &str) -> Vec<String> {
         } else {
             let length = head
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                })
                 .unwrap_or(0);
             found.push(body.get(..length).unwrap_or(body).to_owned());
         }
@@ -193,7 +202,10 @@ async fn a_body_in_pieces_streams_whole_and_the_next_request_follows() {
         // A megabyte, written in 64 KiB pieces: relayed through bounded buffers.
         let megabyte = 1024 * 1024;
         stream
-            .write_all(format!("PUT /buyuk HTTP/1.1\r\nHost: a\r\nContent-Length: {megabyte}\r\n\r\n").as_bytes())
+            .write_all(
+                format!("PUT /buyuk HTTP/1.1\r\nHost: a\r\nContent-Length: {megabyte}\r\n\r\n")
+                    .as_bytes(),
+            )
             .await
             .unwrap();
         for _ in 0..16 {
@@ -211,23 +223,32 @@ async fn a_body_in_pieces_streams_whole_and_the_next_request_follows() {
 #[tokio::test]
 async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
     for engine in ENGINES {
-        let (backend, received) = recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
+        let (backend, received) =
+            recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
         stream
-            .write_all(b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n4;x=1\r\nwi")
+            .write_all(
+                b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n4;x=1\r\nwi",
+            )
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
         stream
-            .write_all(b"ki\r\n5\r\npedia\r\n0\r\nX-Son: 1\r\n\r\nGET /sonra HTTP/1.1\r\nHost: a\r\n\r\n")
+            .write_all(
+                b"ki\r\n5\r\npedia\r\n0\r\nX-Son: 1\r\n\r\nGET /sonra HTTP/1.1\r\nHost: a\r\n\r\n",
+            )
             .await
             .unwrap();
         let got = answers(&mut stream, 2).await;
         assert_eq!(bodies(&got), ["ok", "ok"], "{engine:?}: {got}");
         let sent = text(&received);
         let (head, rest) = sent.split_once("\r\n\r\n").unwrap();
-        assert!(head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{engine:?}: {sent}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
+            "{engine:?}: {sent}"
+        );
         let (body, next) = rest.split_once("0\r\n\r\n").unwrap();
         let data: String = body
             .split("\r\n")
@@ -236,7 +257,10 @@ async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
             .map(|(_, d)| d)
             .collect();
         assert_eq!(data, "wikipedia", "{engine:?}: {sent}");
-        assert!(!sent.contains("x=1") && !sent.contains("X-Son"), "{engine:?}: {sent}");
+        assert!(
+            !sent.contains("x=1") && !sent.contains("X-Son"),
+            "{engine:?}: {sent}"
+        );
         assert!(next.starts_with("GET /sonra"), "{engine:?}: {sent}");
         stop(running).await;
     }
@@ -247,11 +271,14 @@ async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
 #[tokio::test]
 async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
     for engine in ENGINES {
-        let (backend, received) = recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
+        let (backend, received) =
+            recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
         stream
-            .write_all(b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+            .write_all(
+                b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
+            )
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -365,7 +392,8 @@ async fn an_answer_before_the_upload_ends_is_relayed() {
 #[tokio::test]
 async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
     for engine in ENGINES {
-        let (backend, _) = recording("HTTP/1.1 200 OK\r\nx-a: 1\r\n\r\nuntil the close", true).await;
+        let (backend, _) =
+            recording("HTTP/1.1 200 OK\r\nx-a: 1\r\n\r\nuntil the close", true).await;
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
         for path in ["/bir", "/iki"] {
@@ -375,7 +403,10 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
                 .unwrap();
             let got = answers(&mut stream, 1).await;
             let head = got.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
-            assert!(head.contains("transfer-encoding: chunked"), "{engine:?}: {got}");
+            assert!(
+                head.contains("transfer-encoding: chunked"),
+                "{engine:?}: {got}"
+            );
             assert!(!head.contains("connection: close"), "{engine:?}: {got}");
             assert_eq!(head.matches("date: ").count(), 1, "{engine:?}: {got}");
             assert_eq!(bodies(&got), ["until the close"], "{engine:?}: {got}");
@@ -394,7 +425,10 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
             .unwrap();
         let got = answers(&mut stream, 1).await.to_ascii_lowercase();
         assert_eq!(got.matches("date: ").count(), 1, "{engine:?}: {got}");
-        assert!(got.contains("date: sun, 06 nov 1994 08:49:37 gmt"), "{engine:?}: {got}");
+        assert!(
+            got.contains("date: sun, 06 nov 1994 08:49:37 gmt"),
+            "{engine:?}: {got}"
+        );
         stop(running).await;
     }
 }

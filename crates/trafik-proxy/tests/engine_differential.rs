@@ -144,7 +144,7 @@ fn seen(answer: &[u8]) -> Seen {
     let text = text
         .strip_prefix("HTTP/1.1 100 Continue\r\n\r\n")
         .unwrap_or(&text);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
     let mut lines = head.split("\r\n");
     let status = lines
         .next()

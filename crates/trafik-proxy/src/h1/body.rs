@@ -114,7 +114,8 @@ impl Dechunker {
                 }
                 Data => {
                     at -= 1;
-                    let take = (input.len() - at).min(usize::try_from(self.size).unwrap_or(usize::MAX));
+                    let take =
+                        (input.len() - at).min(usize::try_from(self.size).unwrap_or(usize::MAX));
                     out.extend_from_slice(&input[at..at + take]);
                     at += take;
                     self.size -= take as u64;
@@ -512,7 +513,11 @@ mod tests {
         for split in 0..body.len() {
             let (out, end) = decoded(body, split).unwrap();
             assert_eq!(end, Some(body.len() - 4), "split at {split}");
-            assert_eq!(data(&out), b"wikipedia in\r\n\r\nchunks", "split at {split}");
+            assert_eq!(
+                data(&out),
+                b"wikipedia in\r\n\r\nchunks",
+                "split at {split}"
+            );
         }
     }
 
@@ -533,7 +538,11 @@ mod tests {
             b"0\r\n\r\r",
         ] {
             for split in 0..bad.len() {
-                assert_eq!(decoded(bad, split), Err(BadChunk), "{bad:?} split at {split}");
+                assert_eq!(
+                    decoded(bad, split),
+                    Err(BadChunk),
+                    "{bad:?} split at {split}"
+                );
             }
         }
         let long_extension = [b"1;".to_vec(), vec![b'x'; 17 * 1024]].concat();
@@ -543,12 +552,19 @@ mod tests {
     #[tokio::test]
     async fn a_chunk_goes_out_with_the_head_in_one_piece() {
         let mut out = Vec::new();
-        send_chunk(&mut out, b"HEAD\r\n\r\n", b"hello").await.unwrap();
+        send_chunk(&mut out, b"HEAD\r\n\r\n", b"hello")
+            .await
+            .unwrap();
         send_chunk(&mut out, b"", b"").await.unwrap();
         send_chunk(&mut out, b"", &[b'x'; 26]).await.unwrap();
         assert_eq!(
             out,
-            [&b"HEAD\r\n\r\n5\r\nhello\r\n1a\r\n"[..], &[b'x'; 26], b"\r\n"].concat()
+            [
+                &b"HEAD\r\n\r\n5\r\nhello\r\n1a\r\n"[..],
+                &[b'x'; 26],
+                b"\r\n"
+            ]
+            .concat()
         );
     }
 }

@@ -225,8 +225,11 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let keep = !request.close && !streamed;
     let mut upload = match streamed {
         false => None,
-        true => match Upload::new(&connection.input, request, snapshot.client.limits.min_body_rate)
-        {
+        true => match Upload::new(
+            &connection.input,
+            request,
+            snapshot.client.limits.min_body_rate,
+        ) {
             Ok(upload) => Some(upload),
             Err(error) => return refuse(connection, error, consumed, false).await,
         },
@@ -319,7 +322,11 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             && relayed.is_ok()
             && let Some(upload) = upload.as_mut()
             && upload
-                .finish(&mut upstream.0, &mut connection.input, &mut connection.client)
+                .finish(
+                    &mut upstream.0,
+                    &mut connection.input,
+                    &mut connection.client,
+                )
                 .await
                 .is_err()
         {
@@ -364,7 +371,8 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<ResponseHead, ProxyError> {
     // One that could not be sent again if the stream turned out closed goes on one seen open
     // just now (a backend may close after an answer that left a body unread).
-    let once = !request.method.is_idempotent() || upload.as_deref().is_some_and(|u| !u.replayable());
+    let once =
+        !request.method.is_idempotent() || upload.as_deref().is_some_and(|u| !u.replayable());
     loop {
         let (stream, reused) = upstream;
         if *reused && once && !upstream::open(stream.get_ref()) {
@@ -377,7 +385,9 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
             None => {
                 let body =
                     &connection.input[request.length..request.length + request.body as usize];
-                send(stream, &connection.head, body).await.map_err(|_| Failed::Unsent)
+                send(stream, &connection.head, body)
+                    .await
+                    .map_err(|_| Failed::Unsent)
             }
             Some(upload) => {
                 let Connection {
@@ -565,7 +575,11 @@ async fn relay<C: AsyncWrite + Unpin>(
         }
         Framing::Chunked => {
             let mut chunks = Chunks::default();
-            let end = chunks.feed(after).map_err(|_| io::ErrorKind::InvalidData)?;
+            let Ok(end) = chunks.feed(after) else {
+                // As hyper: the head goes out, the broken body does not, the connection closes.
+                send(client, head, &[]).await?;
+                return Err(io::ErrorKind::InvalidData.into());
+            };
             let take = end.unwrap_or(after.len());
             send(client, head, &after[..take]).await?;
             if let Some(end) = end {
