@@ -17,7 +17,7 @@ use trafik_balance::random::SharedRng;
 use trafik_proxy::Engine;
 
 /// Request heads, each with the body that follows it.
-const REQUESTS: [(&str, &str); 9] = [
+const REQUESTS: [(&str, &str); 10] = [
     (
         "GET /takip/TR-1?x=1 HTTP/1.1\r\nHost: kargo.test\r\nAccept: */*\r\n",
         "hello",
@@ -53,6 +53,10 @@ const REQUESTS: [(&str, &str); 9] = [
     (
         "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 300\r\n",
         "0123456789",
+    ),
+    (
+        "GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n",
+        "hello",
     ),
 ];
 

@@ -46,6 +46,9 @@ pub struct RequestHead {
     pub chunked: bool,
     /// The client waits for `100 Continue` before it sends its body.
     pub expect_continue: bool,
+    /// A bodiless `GET` with `Upgrade` and `Connection: upgrade`: a 101 may switch protocols
+    /// ([`super::tunnel`]), as `http/upgrade.rs` decides on hyper's path.
+    pub upgrade: bool,
     /// The client asked to close after this exchange.
     pub close: bool,
 }
@@ -101,19 +104,21 @@ fn is_forwarding(name: &str) -> bool {
     }
 }
 
-/// Whether a `Connection` value only says keep-alive or close (and which): one naming other
-/// headers to drop goes to the full pipeline.
-fn connection_tokens(value: &[u8]) -> Option<bool> {
-    let mut close = false;
+/// Whether a `Connection` value only says keep-alive, close or upgrade (and whether close and
+/// upgrade): one naming other headers to drop goes to the full pipeline.
+fn connection_tokens(value: &[u8]) -> Option<(bool, bool)> {
+    let (mut close, mut upgrade) = (false, false);
     for token in value.split(|&b| b == b',') {
         let token = token.trim_ascii();
         if token.eq_ignore_ascii_case(b"close") {
             close = true;
+        } else if token.eq_ignore_ascii_case(b"upgrade") {
+            upgrade = true;
         } else if !(token.eq_ignore_ascii_case(b"keep-alive") || token.is_empty()) {
             return None;
         }
     }
-    Some(close)
+    Some((close, upgrade))
 }
 
 /// Bytes a request target may hold on the fast path: RFC 3986's unreserved, sub-delims, `:@/?%`.
@@ -174,6 +179,7 @@ pub fn request(
     }
     let (mut host, mut body, mut close) = (None, None, false);
     let (mut chunked, mut expect_continue) = (false, false);
+    let (mut upgrade, mut connection_upgrade) = (None, false);
     for field in parsed.headers.iter() {
         let name = field.name;
         if name.eq_ignore_ascii_case("host") {
@@ -188,9 +194,14 @@ pub fn request(
             }
         } else if name.eq_ignore_ascii_case("connection") {
             match connection_tokens(field.value) {
-                Some(closing) => close |= closing,
+                Some((closing, upgrading)) => {
+                    close |= closing;
+                    connection_upgrade |= upgrading;
+                }
                 None => return Request::Defer,
             }
+        } else if name.eq_ignore_ascii_case("upgrade") && upgrade.is_none() {
+            upgrade = Some(field.value);
         } else if name.eq_ignore_ascii_case("transfer-encoding")
             && !chunked
             && field.value.eq_ignore_ascii_case(b"chunked")
@@ -216,6 +227,18 @@ pub fn request(
     let (Some(host), false) = (host, chunked && body.is_some()) else {
         return Request::Defer;
     };
+    // Anything short of a plain upgrade request is hyper's to judge.
+    let upgrading = upgrade.is_some() || connection_upgrade;
+    if upgrading
+        && (upgrade.is_none()
+            || !connection_upgrade
+            || method != Method::GET
+            || chunked
+            || expect_continue
+            || body.is_some_and(|length| length > 0))
+    {
+        return Request::Defer;
+    }
     out.clear();
     out.extend_from_slice(parsed.method.unwrap_or("GET").as_bytes());
     out.push(b' ');
@@ -253,6 +276,11 @@ pub fn request(
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
+    if let Some(protocols) = upgrade {
+        out.extend_from_slice(b"upgrade: ");
+        out.extend_from_slice(protocols);
+        out.extend_from_slice(b"\r\nconnection: upgrade\r\n");
+    }
     out.extend_from_slice(b"\r\n");
     let name = match host.first() {
         // An IPv6 literal: up to and including the closing bracket.
@@ -271,6 +299,7 @@ pub fn request(
         body: body.unwrap_or(0),
         chunked,
         expect_continue,
+        upgrade: upgrading,
         close,
     })
 }
@@ -285,6 +314,8 @@ pub enum Framing {
     /// At the backend's close: relayed as chunks to a client that stays, else as it comes,
     /// the client connection closing after it.
     Close,
+    /// A 101 to a request that asked for it: the bytes after it are the new protocol's.
+    Switched,
 }
 
 /// What the start of an upstream's buffer holds.
@@ -296,7 +327,7 @@ pub enum Response {
     /// A head with framing no peer agrees on (two lengths, a coding other than chunked alone
     /// or twice), or not HTTP at all: 502.
     Bad,
-    /// `101 Switching Protocols`, which the fast path never asks for: 502.
+    /// `101 Switching Protocols` to a request that did not ask for it: 502.
     Switched,
     Ready(ResponseHead),
 }
@@ -320,6 +351,7 @@ pub fn response(
     buffer: &[u8],
     head_request: bool,
     closing: bool,
+    upgrading: bool,
     via: &[u8],
     out: &mut Vec<u8>,
 ) -> Response {
@@ -333,7 +365,8 @@ pub fn response(
     let (Some(version), Some(status)) = (parsed.version, parsed.code) else {
         return Response::Bad;
     };
-    if (100..200).contains(&status) {
+    let switched = status == 101 && upgrading;
+    if (100..200).contains(&status) && !switched {
         return if status == 101 {
             Response::Switched
         } else {
@@ -344,6 +377,7 @@ pub fn response(
     let mut reusable = version == 1;
     let mut existing_via = None;
     let mut dated = false;
+    let mut protocols = None;
     // Headers `Connection` names are hop-by-hop too (framing ones excepted).
     let mut named: [&[u8]; 16] = [b""; 16];
     let mut named_count = 0;
@@ -387,9 +421,14 @@ pub fn response(
             existing_via = Some(value);
         } else if name.eq_ignore_ascii_case("date") {
             dated = true;
+        } else if name.eq_ignore_ascii_case("upgrade") {
+            protocols = Some(value);
         }
     }
-    let framing = if head_request || status == 204 || status == 304 {
+    let framing = if switched {
+        reusable = false;
+        Framing::Switched
+    } else if head_request || status == 204 || status == 304 {
         Framing::Empty
     } else if chunked {
         Framing::Chunked
@@ -430,7 +469,11 @@ pub fn response(
         out.extend_from_slice(b", ");
     }
     out.extend_from_slice(via);
-    if closing {
+    if let (true, Some(protocols)) = (switched, protocols) {
+        out.extend_from_slice(b"\r\nupgrade: ");
+        out.extend_from_slice(protocols);
+        out.extend_from_slice(b"\r\nconnection: upgrade");
+    } else if closing {
         out.extend_from_slice(b"\r\nconnection: close");
     } else if framing == Framing::Close {
         out.extend_from_slice(b"\r\ntransfer-encoding: chunked");
@@ -608,7 +651,11 @@ mod tests {
             "GET /a/../b HTTP/1.1\r\nHost: a\r\n\r\n",
             "GET / HTTP/1.0\r\nHost: a\r\n\r\n",
             "GET / HTTP/1.1\r\n\r\n",
-            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: a\r\nUpgrade: b\r\nConnection: upgrade\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: a\r\nConnection: upgrade\r\nContent-Length: 1\r\n\r\nx",
             "GET / HTTP/1.1\r\nHost: a\r\nConnection: x-secret\r\n\r\n",
         ] {
             assert_eq!(head(raw).0, Request::Defer, "{raw:?}");
@@ -643,7 +690,14 @@ mod tests {
 
     fn answer(raw: &str, head_request: bool) -> (Response, String) {
         let mut out = Vec::new();
-        let parsed = response(raw.as_bytes(), head_request, false, b"1.1 trafik", &mut out);
+        let parsed = response(
+            raw.as_bytes(),
+            head_request,
+            false,
+            false,
+            b"1.1 trafik",
+            &mut out,
+        );
         (parsed, String::from_utf8(out).unwrap())
     }
 

@@ -7,14 +7,16 @@
 //! the rewritten head and the body in one `writev` (a body still on its way, a chunked one, or
 //! one held back for `100 Continue` streams through [`body`]), the response head parsed and
 //! rewritten the same way (with a [`date`] when it has none), the body relayed by its framing.
-//! Anything else (filters, other targets, upgrades, a head in pieces, anything doubtful) hands
-//! the connection to hyper for the rest of its life over a [`rewind::Rewind`] stream, which replays the bytes
+//! A 101 to a request that asked for it opens a [`tunnel`]. Anything else (filters, other
+//! targets, a head in pieces, anything doubtful) hands the connection to hyper for the rest of
+//! its life over a [`rewind::Rewind`] stream, which replays the bytes
 //! already read: such requests are served exactly as with `engine = "hyper"`.
 
 pub mod body;
 mod date;
 pub mod head;
 mod rewind;
+mod tunnel;
 pub mod upstream;
 
 use std::future::Future;
@@ -317,6 +319,13 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             request.close,
         )
         .await;
+        if answer.framing == Framing::Switched {
+            if relayed.is_ok() {
+                bump(&counters.upgrades);
+                tunnel::run(&mut connection.client, &mut upstream.0, &connection.input).await;
+            }
+            return Exchanged::Close;
+        }
         drop(in_flight);
         if early
             && relayed.is_ok()
@@ -409,6 +418,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                         &mut connection.relay,
                         request.method == Method::HEAD,
                         request.close,
+                        request.upgrade,
                         snapshot.via.as_bytes(),
                         &mut connection.head,
                     ),
@@ -512,12 +522,13 @@ async fn response_head(
     buffer: &mut Vec<u8>,
     head_request: bool,
     closing: bool,
+    upgrading: bool,
     via: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<ResponseHead, Lost> {
     loop {
         if !buffer.is_empty() {
-            match head::response(buffer, head_request, closing, via, out) {
+            match head::response(buffer, head_request, closing, upgrading, via, out) {
                 Response::Ready(head) => return Ok(head),
                 Response::Interim(length) => {
                     buffer.drain(..length);
@@ -553,6 +564,11 @@ async fn relay<C: AsyncWrite + Unpin>(
         Framing::Empty => {
             send(client, head, &[]).await?;
             Ok(after.is_empty())
+        }
+        // The bytes after a 101 are the new protocol's.
+        Framing::Switched => {
+            send(client, head, after).await?;
+            Ok(false)
         }
         Framing::Length(length) => {
             let take = (after.len() as u64).min(length) as usize;
