@@ -224,7 +224,9 @@ pub fn request(
         }
     }
     // A length beside a coding: hyper reads by the chunks and closes after (RFC 9112 §6.3).
-    let (Some(host), false) = (host, chunked && body.is_some()) else {
+    // A chunked GET or HEAD: hyper's client sends it without its body.
+    let odd_chunks = chunked && (body.is_some() || method == Method::GET || method == Method::HEAD);
+    let (Some(host), false) = (host, odd_chunks) else {
         return Request::Defer;
     };
     // Anything short of a plain upgrade request is hyper's to judge.
@@ -490,7 +492,7 @@ pub fn response(
 
 /// Follows a chunked body as it streams past, to find where it ends (after the last chunk and
 /// the trailer section). The bytes are relayed as they came.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Chunks {
     state: ChunkState,
     size: u64,
@@ -686,6 +688,8 @@ mod tests {
             let raw = format!("POST / HTTP/1.1\r\nHost: a\r\n{doubtful}\r\n");
             assert_eq!(head(&raw).0, Request::Defer, "{raw:?}");
         }
+        let chunked_get = "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(head(chunked_get).0, Request::Defer);
     }
 
     fn answer(raw: &str, head_request: bool) -> (Response, String) {

@@ -591,10 +591,14 @@ async fn relay<C: AsyncWrite + Unpin>(
         }
         Framing::Chunked => {
             let mut chunks = Chunks::default();
-            let Ok(end) = chunks.feed(after) else {
-                // As hyper: the head goes out, the broken body does not, the connection closes.
-                send(client, head, &[]).await?;
-                return Err(io::ErrorKind::InvalidData.into());
+            // As hyper: what came before a break in the framing goes out, then the connection
+            // closes.
+            let end = match follow(&mut chunks, after) {
+                Ok(end) => end,
+                Err(valid) => {
+                    send(client, head, &after[..valid]).await?;
+                    return Err(io::ErrorKind::InvalidData.into());
+                }
             };
             let take = end.unwrap_or(after.len());
             send(client, head, &after[..take]).await?;
@@ -606,9 +610,13 @@ async fn relay<C: AsyncWrite + Unpin>(
                 if upstream.read_buf(buffer).await? == 0 {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
-                let end = chunks
-                    .feed(buffer)
-                    .map_err(|_| io::ErrorKind::InvalidData)?;
+                let end = match follow(&mut chunks, buffer) {
+                    Ok(end) => end,
+                    Err(valid) => {
+                        client.write_all(&buffer[..valid]).await?;
+                        return Err(io::ErrorKind::InvalidData.into());
+                    }
+                };
                 client
                     .write_all(&buffer[..end.unwrap_or(buffer.len())])
                     .await?;
@@ -639,4 +647,16 @@ async fn relay<C: AsyncWrite + Unpin>(
             }
         }
     }
+}
+
+/// Follows a chunked body over `bytes`: where it ends, if in them, or else, when they break
+/// its framing, how many of them came before the break.
+fn follow(chunks: &mut Chunks, bytes: &[u8]) -> Result<Option<usize>, usize> {
+    let before = chunks.clone();
+    chunks.feed(bytes).map_err(|_| {
+        let mut probe = before;
+        (0..bytes.len())
+            .find(|&at| probe.feed(&bytes[at..=at]).is_err())
+            .unwrap_or(0)
+    })
 }
