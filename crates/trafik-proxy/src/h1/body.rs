@@ -71,6 +71,8 @@ pub struct Dechunker {
     extension: u64,
     trailer_bytes: usize,
     trailer_lines: usize,
+    /// Data bytes found so far.
+    data: u64,
 }
 
 impl Dechunker {
@@ -118,6 +120,7 @@ impl Dechunker {
                         (input.len() - at).min(usize::try_from(self.size).unwrap_or(usize::MAX));
                     out.extend_from_slice(&input[at..at + take]);
                     at += take;
+                    self.data += take as u64;
                     self.size -= take as u64;
                     if self.size > 0 {
                         continue;
@@ -168,6 +171,14 @@ impl Dechunker {
         }
         Ok(next)
     }
+}
+
+/// Whether the start of a chunked body holds any data: hyper's server sends an answer's head
+/// with its first data, so a body broken before any sends nothing. Only on that error path.
+pub fn carries_data(chunked: &[u8]) -> bool {
+    let mut dechunker = Dechunker::default();
+    let _ = dechunker.decode(chunked, &mut Vec::new());
+    dechunker.data > 0
 }
 
 /// RFC 9110's `tchar`: what a field name is made of.

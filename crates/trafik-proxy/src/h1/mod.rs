@@ -591,12 +591,14 @@ async fn relay<C: AsyncWrite + Unpin>(
         }
         Framing::Chunked => {
             let mut chunks = Chunks::default();
-            // As hyper: what came before a break in the framing goes out, then the connection
-            // closes.
+            // As hyper: what came before a break in the framing goes out (the head with the
+            // first data, if any), then the connection closes.
             let end = match follow(&mut chunks, after) {
                 Ok(end) => end,
                 Err(valid) => {
-                    send(client, head, &after[..valid]).await?;
+                    if body::carries_data(&after[..valid]) {
+                        send(client, head, &after[..valid]).await?;
+                    }
                     return Err(io::ErrorKind::InvalidData.into());
                 }
             };
