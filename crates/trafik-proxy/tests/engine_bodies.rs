@@ -177,6 +177,21 @@ async fn connect(running: &trafik_proxy::Running) -> TcpStream {
     TcpStream::connect(web(running)).await.unwrap()
 }
 
+/// Writes `pieces` 200 ms apart: a request whose parts arrive one by one.
+async fn pieces(stream: &mut TcpStream, pieces: &[&[u8]]) {
+    for (n, piece) in pieces.iter().enumerate() {
+        if n > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        stream.write_all(piece).await.unwrap();
+    }
+}
+
+/// The failures counted against the only backend.
+async fn failures(running: &trafik_proxy::Running) -> serde_json::Value {
+    status(running).await["pools"][0]["backends"][0]["failures"].clone()
+}
+
 /// A body in pieces, sent well after its head, a large one, and a request pipelined after
 /// each: every byte reaches the backend, the answers come in order on one connection.
 #[tokio::test]
@@ -185,29 +200,25 @@ async fn a_body_in_pieces_streams_whole_and_the_next_request_follows() {
         let backend = body_reading_server().await;
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
-        stream
-            .write_all(b"POST /parca HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc")
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        stream.write_all(b"defg").await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
         // The body's end and the next request in one write.
-        stream
-            .write_all(b"hijGET /sonra HTTP/1.1\r\nHost: a\r\n\r\n")
-            .await
-            .unwrap();
+        let parts: [&[u8]; 3] = [
+            b"POST /parca HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc",
+            b"defg",
+            b"hijGET /sonra HTTP/1.1\r\nHost: a\r\n\r\n",
+        ];
+        pieces(&mut stream, &parts).await;
         let got = answers(&mut stream, 2).await;
         assert_eq!(bodies(&got), ["/parca 10", "/sonra 0"], "{engine:?}: {got}");
         // A megabyte, written in 64 KiB pieces: relayed through bounded buffers.
         let megabyte = 1024 * 1024;
-        stream
-            .write_all(
+        pieces(
+            &mut stream,
+            &[
                 format!("PUT /buyuk HTTP/1.1\r\nHost: a\r\nContent-Length: {megabyte}\r\n\r\n")
                     .as_bytes(),
-            )
-            .await
-            .unwrap();
+            ],
+        )
+        .await;
         for _ in 0..16 {
             stream.write_all(&[b'x'; 64 * 1024]).await.unwrap();
         }
@@ -227,19 +238,14 @@ async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
             recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
-        stream
-            .write_all(
+        pieces(
+            &mut stream,
+            &[
                 b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n4;x=1\r\nwi",
-            )
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        stream
-            .write_all(
                 b"ki\r\n5\r\npedia\r\n0\r\nX-Son: 1\r\n\r\nGET /sonra HTTP/1.1\r\nHost: a\r\n\r\n",
-            )
-            .await
-            .unwrap();
+            ],
+        )
+        .await;
         let got = answers(&mut stream, 2).await;
         assert_eq!(bodies(&got), ["ok", "ok"], "{engine:?}: {got}");
         let sent = text(&received);
@@ -275,25 +281,21 @@ async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
             recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
-        stream
-            .write_all(
+        pieces(
+            &mut stream,
+            &[
                 b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
-            )
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        stream
-            .write_all(b"zz\r\nGET /kacak HTTP/1.1\r\nHost: a\r\n\r\n")
-            .await
-            .unwrap();
+                b"zz\r\nGET /kacak HTTP/1.1\r\nHost: a\r\n\r\n",
+            ],
+        )
+        .await;
         let mut got = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
         let got = String::from_utf8_lossy(&got);
         assert!(got.starts_with("HTTP/1.1 400"), "{engine:?}: {got}");
         assert_eq!(got.matches("HTTP/1.1").count(), 1, "{engine:?}: {got}");
         assert!(!text(&received).contains("kacak"), "{engine:?}");
-        let backend = &status(&running).await["pools"][0]["backends"][0];
-        assert_eq!(backend["failures"], 0, "{engine:?}: {backend}");
+        assert_eq!(failures(&running).await, 0, "{engine:?}");
         stop(running).await;
     }
 }
@@ -306,26 +308,20 @@ async fn a_client_waiting_for_100_continue_gets_it() {
         let backend = echo_server(Duration::ZERO).await;
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
-        stream
-            .write_all(b"POST /olay HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
-            .await
-            .unwrap();
+        pieces(&mut stream, &[b"POST /olay HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"]).await;
         let mut first = [0u8; 64];
         let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut first))
             .await
             .expect("100 Continue before the body")
             .unwrap();
         assert_eq!(&first[..n], b"HTTP/1.1 100 Continue\r\n\r\n", "{engine:?}");
-        stream.write_all(b"hello").await.unwrap();
+        pieces(&mut stream, &[b"hello"]).await;
         let got = answers(&mut stream, 1).await;
         let echoed: serde_json::Value = serde_json::from_str(&bodies(&got)[0]).unwrap();
         assert_eq!(echoed["headers"]["expect"], "100-continue", "{engine:?}");
         assert_eq!(echoed["headers"]["content-length"], "5", "{engine:?}");
         // No body, no 100.
-        stream
-            .write_all(b"POST /bos HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n")
-            .await
-            .unwrap();
+        pieces(&mut stream, &[b"POST /bos HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n"]).await;
         let got = answers(&mut stream, 1).await;
         assert!(got.starts_with("HTTP/1.1 200"), "{engine:?}: {got}");
         stop(running).await;
@@ -353,9 +349,8 @@ async fn an_answer_before_the_upload_ends_is_relayed() {
                             Ok(n) => head.extend_from_slice(&buffer[..n]),
                         }
                     }
-                    let _ = stream
-                        .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 3\r\nconnection: close\r\n\r\nbig")
-                        .await;
+                    let answer = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 3\r\nconnection: close\r\n\r\nbig";
+                    let _ = stream.write_all(answer).await;
                     // Read on, as a backend that drains before it closes.
                     while let Ok(n) = stream.read(&mut buffer).await {
                         if n == 0 {
@@ -367,22 +362,16 @@ async fn an_answer_before_the_upload_ends_is_relayed() {
         });
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
-        stream
-            .write_all(b"POST /buyuk HTTP/1.1\r\nHost: a\r\nContent-Length: 200005\r\n\r\nstart")
-            .await
-            .unwrap();
+        let head = b"POST /buyuk HTTP/1.1\r\nHost: a\r\nContent-Length: 200005\r\n\r\nstart";
+        pieces(&mut stream, &[head]).await;
         let got = answers(&mut stream, 1).await;
         assert!(got.starts_with("HTTP/1.1 413"), "{engine:?}: {got}");
         assert_eq!(bodies(&got), ["big"], "{engine:?}");
         stream.write_all(&[b'x'; 200_000]).await.unwrap();
-        stream
-            .write_all(b"GET /sonra HTTP/1.1\r\nHost: a\r\n\r\n")
-            .await
-            .unwrap();
+        pieces(&mut stream, &[b"GET /sonra HTTP/1.1\r\nHost: a\r\n\r\n"]).await;
         let got = answers(&mut stream, 1).await;
         assert!(got.starts_with("HTTP/1.1 413"), "{engine:?}: {got}");
-        let backend = &status(&running).await["pools"][0]["backends"][0];
-        assert_eq!(backend["failures"], 0, "{engine:?}: {backend}");
+        assert_eq!(failures(&running).await, 0, "{engine:?}");
         stop(running).await;
     }
 }
@@ -397,10 +386,11 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
         let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
         let mut stream = connect(&running).await;
         for path in ["/bir", "/iki"] {
-            stream
-                .write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
+            pieces(
+                &mut stream,
+                &[format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes()],
+            )
+            .await;
             let got = answers(&mut stream, 1).await;
             let head = got.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
             assert!(
@@ -419,10 +409,7 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
         .await;
         let running = trafik_proxy::start(plan_on(engine, &[dated])).unwrap();
         let mut stream = connect(&running).await;
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-            .await
-            .unwrap();
+        pieces(&mut stream, &[b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"]).await;
         let got = answers(&mut stream, 1).await.to_ascii_lowercase();
         assert_eq!(got.matches("date: ").count(), 1, "{engine:?}: {got}");
         assert!(

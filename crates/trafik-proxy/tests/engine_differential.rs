@@ -229,16 +229,7 @@ async fn reading_echo() -> SocketAddr {
             tokio::spawn(async move {
                 let service =
                     service_fn(|request: http::Request<hyper::body::Incoming>| async move {
-                        let headers: serde_json::Map<String, serde_json::Value> = request
-                            .headers()
-                            .iter()
-                            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").into()))
-                            .collect();
-                        let answer = serde_json::json!({
-                            "method": request.method().as_str(),
-                            "uri": request.uri().to_string(),
-                            "headers": headers,
-                        });
+                        let answer = echo_json(&request);
                         let body = request.into_body().collect();
                         let read = tokio::time::timeout(Duration::from_millis(200), body).await;
                         let mut response = http::Response::builder()
