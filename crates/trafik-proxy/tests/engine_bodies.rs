@@ -173,8 +173,11 @@ fn text(bytes: &Mutex<Vec<u8>>) -> String {
     String::from_utf8_lossy(&bytes.lock().unwrap()).into_owned()
 }
 
-async fn connect(running: &trafik_proxy::Running) -> TcpStream {
-    TcpStream::connect(web(running)).await.unwrap()
+/// A proxy on `engine` in front of `backend`, and a client connection to it.
+async fn proxy(engine: Engine, backend: SocketAddr) -> (trafik_proxy::Running, TcpStream) {
+    let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
+    let stream = TcpStream::connect(web(&running)).await.unwrap();
+    (running, stream)
 }
 
 /// Writes `pieces` 200 ms apart: a request whose parts arrive one by one.
@@ -198,8 +201,7 @@ async fn failures(running: &trafik_proxy::Running) -> serde_json::Value {
 async fn a_body_in_pieces_streams_whole_and_the_next_request_follows() {
     for engine in ENGINES {
         let backend = body_reading_server().await;
-        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
-        let mut stream = connect(&running).await;
+        let (running, mut stream) = proxy(engine, backend).await;
         // The body's end and the next request in one write.
         let parts: [&[u8]; 3] = [
             b"POST /parca HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc",
@@ -236,8 +238,7 @@ async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
     for engine in ENGINES {
         let (backend, received) =
             recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
-        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
-        let mut stream = connect(&running).await;
+        let (running, mut stream) = proxy(engine, backend).await;
         pieces(
             &mut stream,
             &[
@@ -279,8 +280,7 @@ async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
     for engine in ENGINES {
         let (backend, received) =
             recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
-        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
-        let mut stream = connect(&running).await;
+        let (running, mut stream) = proxy(engine, backend).await;
         pieces(
             &mut stream,
             &[
@@ -306,8 +306,7 @@ async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
 async fn a_client_waiting_for_100_continue_gets_it() {
     for engine in ENGINES {
         let backend = echo_server(Duration::ZERO).await;
-        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
-        let mut stream = connect(&running).await;
+        let (running, mut stream) = proxy(engine, backend).await;
         pieces(&mut stream, &[b"POST /olay HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"]).await;
         let mut first = [0u8; 64];
         let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut first))
@@ -360,8 +359,7 @@ async fn an_answer_before_the_upload_ends_is_relayed() {
                 });
             }
         });
-        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
-        let mut stream = connect(&running).await;
+        let (running, mut stream) = proxy(engine, backend).await;
         let head = b"POST /buyuk HTTP/1.1\r\nHost: a\r\nContent-Length: 200005\r\n\r\nstart";
         pieces(&mut stream, &[head]).await;
         let got = answers(&mut stream, 1).await;
@@ -383,8 +381,7 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
     for engine in ENGINES {
         let (backend, _) =
             recording("HTTP/1.1 200 OK\r\nx-a: 1\r\n\r\nuntil the close", true).await;
-        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
-        let mut stream = connect(&running).await;
+        let (running, mut stream) = proxy(engine, backend).await;
         for path in ["/bir", "/iki"] {
             pieces(
                 &mut stream,
@@ -407,8 +404,7 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
             false,
         )
         .await;
-        let running = trafik_proxy::start(plan_on(engine, &[dated])).unwrap();
-        let mut stream = connect(&running).await;
+        let (running, mut stream) = proxy(engine, dated).await;
         pieces(&mut stream, &[b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"]).await;
         let got = answers(&mut stream, 1).await.to_ascii_lowercase();
         assert_eq!(got.matches("date: ").count(), 1, "{engine:?}: {got}");
