@@ -273,8 +273,8 @@ async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
     }
 }
 
-/// A chunk that breaks the framing after the upload began: the client gets 400, the connection
-/// closes, the backend is not blamed, and nothing after the broken chunk reaches it.
+/// A chunk that breaks the framing after the upload began: the client gets 400 (dated), the
+/// connection closes, the backend is not blamed, and nothing after the broken chunk reaches it.
 #[tokio::test]
 async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
     for engine in ENGINES {
@@ -294,6 +294,10 @@ async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
         let got = String::from_utf8_lossy(&got);
         assert!(got.starts_with("HTTP/1.1 400"), "{engine:?}: {got}");
         assert_eq!(got.matches("HTTP/1.1").count(), 1, "{engine:?}: {got}");
+        assert!(
+            got.contains("date: "),
+            "trafik's own answers are dated too: {got}"
+        );
         assert!(!text(&received).contains("kacak"), "{engine:?}");
         assert_eq!(failures(&running).await, 0, "{engine:?}");
         stop(running).await;

@@ -34,10 +34,16 @@ fn now() -> [u8; LENGTH] {
 pub fn add(head: &mut Vec<u8>) {
     if head.ends_with(b"\r\n\r\n") {
         head.truncate(head.len() - 2);
-        head.extend_from_slice(b"date: ");
-        head.extend_from_slice(&now());
-        head.extend_from_slice(b"\r\n\r\n");
+        field(head);
+        head.extend_from_slice(b"\r\n");
     }
+}
+
+/// Writes the `date` field line.
+pub fn field(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"date: ");
+    out.extend_from_slice(&now());
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -500,7 +500,9 @@ pub struct Chunks {
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum ChunkState {
+    /// Before a chunk size's first digit (there must be one).
     #[default]
+    SizeStart,
     Size,
     /// A chunk extension, up to the line's end.
     Extension,
@@ -528,7 +530,7 @@ impl Chunks {
         while at < bytes.len() {
             let b = bytes[at];
             match self.state {
-                Size => match b {
+                SizeStart | Size => match b {
                     b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
                         let digit = (b as char).to_digit(16).unwrap_or(0) as u64;
                         self.size = self
@@ -536,7 +538,9 @@ impl Chunks {
                             .checked_mul(16)
                             .and_then(|s| s.checked_add(digit))
                             .ok_or(InvalidChunk)?;
+                        self.state = Size;
                     }
+                    _ if self.state == SizeStart => return Err(InvalidChunk),
                     b';' | b' ' | b'\t' => self.state = Extension,
                     b'\r' => self.state = SizeLf,
                     _ => return Err(InvalidChunk),
@@ -571,7 +575,7 @@ impl Chunks {
                     if b != b'\n' {
                         return Err(InvalidChunk);
                     }
-                    self.state = Size;
+                    self.state = SizeStart;
                 }
                 TrailerStart => {
                     self.state = if b == b'\r' { EndLf } else { Trailer };
@@ -777,6 +781,11 @@ mod tests {
             assert_eq!(end.map(|e| e + split), Some(body.len() - 4));
         }
         assert_eq!(Chunks::default().feed(b"zz\r\n"), Err(InvalidChunk));
+        assert_eq!(Chunks::default().feed(b"\r\nabc\r\n"), Err(InvalidChunk));
+        assert_eq!(
+            Chunks::default().feed(b"3\r\nabc\r\n;x\r\n"),
+            Err(InvalidChunk)
+        );
         assert_eq!(Chunks::default().feed(b"4\r\nwikiXX"), Err(InvalidChunk));
     }
 }

@@ -480,6 +480,7 @@ async fn refuse<S: AsyncWrite + Unpin>(
     if !keep {
         answer.extend_from_slice(b"connection: close\r\n");
     }
+    date::field(answer);
     answer.extend_from_slice(b"\r\n");
     answer.extend_from_slice(body.as_bytes());
     if connection.client.write_all(answer).await.is_err() || !keep {
