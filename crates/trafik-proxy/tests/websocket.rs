@@ -282,3 +282,72 @@ async fn an_idle_tunnel_is_closed_by_the_idle_timeout_on(engine: Engine) {
     .await;
     stop(running).await;
 }
+
+/// A backend that switches protocols when asked, then echoes every byte back.
+async fn switching_echo() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut read = Vec::new();
+                let mut buffer = [0u8; 1024];
+                let head_end = loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read.extend_from_slice(&buffer[..n]),
+                    }
+                    if let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break end + 4;
+                    }
+                };
+                let switch = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: yanki\r\nconnection: upgrade\r\n\r\n";
+                if stream.write_all(switch).await.is_err()
+                    || stream.write_all(&read[head_end..]).await.is_err()
+                {
+                    return;
+                }
+                let (mut from, mut to) = stream.split();
+                let _ = tokio::io::copy(&mut from, &mut to).await;
+            });
+        }
+    });
+    address
+}
+
+/// The new protocol's first bytes, sent with the upgrade request in one write, reach the
+/// backend after the switch; what follows crosses both ways until the client closes.
+#[tokio::test]
+async fn bytes_sent_with_the_upgrade_request_cross_after_the_switch() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let backend = switching_echo().await;
+        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
+        let mut stream = TcpStream::connect(web(&running)).await.unwrap();
+        stream
+            .write_all(b"GET /yanki HTTP/1.1\r\nHost: a\r\nUpgrade: yanki\r\nConnection: Upgrade\r\n\r\nilk")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buffer = [0u8; 1024];
+        while !got.ends_with(b"ilk") {
+            let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer))
+                .await
+                .expect("the echo in time")
+                .unwrap();
+            assert!(n > 0, "{engine:?}: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buffer[..n]);
+        }
+        let got = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        assert!(got.starts_with("http/1.1 101"), "{engine:?}: {got}");
+        assert!(got.contains("upgrade: yanki\r\n"), "{engine:?}: {got}");
+        assert!(got.contains("connection: upgrade\r\n"), "{engine:?}: {got}");
+        stream.write_all(b"sonra").await.unwrap();
+        let mut echoed = [0u8; 5];
+        stream.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"sonra", "{engine:?}");
+        drop(stream);
+        stop(running).await;
+    }
+}
