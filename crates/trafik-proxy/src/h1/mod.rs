@@ -329,6 +329,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         drop(in_flight);
         if early
             && relayed.is_ok()
+            && !request.close
             && let Some(upload) = upload.as_mut()
             && upload
                 .finish(
