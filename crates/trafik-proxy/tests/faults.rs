@@ -180,8 +180,14 @@ async fn a_request_framed_twice_is_read_by_its_chunks_and_its_connection_closed(
 /// chunk) is the client's fault: 400, and the backend's failure count does not move.
 #[tokio::test]
 async fn a_body_the_client_broke_is_a_400_not_charged_to_the_backend() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        a_body_the_client_broke_is_a_400_not_charged_to_the_backend_on(engine).await;
+    }
+}
+
+async fn a_body_the_client_broke_is_a_400_not_charged_to_the_backend_on(engine: Engine) {
     let (backend, _) = recording_backend(Behaviour::Answer).await;
-    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
     let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
     stream
         .write_all(b"POST /olay HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc")
@@ -518,8 +524,14 @@ async fn requests_wait_in_the_pool_queue_for_a_backend_below_its_limit() {
 /// with 408 after the grace period, and the backend is not blamed.
 #[tokio::test]
 async fn a_body_slower_than_the_minimum_rate_gets_408() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        a_body_slower_than_the_minimum_rate_gets_408_on(engine).await;
+    }
+}
+
+async fn a_body_slower_than_the_minimum_rate_gets_408_on(engine: Engine) {
     let backend = body_reading_server().await;
-    let mut plan = plan(&[backend]);
+    let mut plan = plan_on(engine, &[backend]);
     plan.client.limits.min_body_rate = 1000;
     let running = trafik_proxy::start(plan).unwrap();
     let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();

@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::client::Response;
+use trafik_proxy::Engine;
 
 type Socket = WebSocketStream<TcpStream>;
 
@@ -42,8 +43,16 @@ fn first_backend(status: &serde_json::Value) -> &serde_json::Value {
 
 #[tokio::test]
 async fn messages_pings_and_the_close_cross_the_proxy_and_the_upgrade_is_counted() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        messages_pings_and_the_close_cross_the_proxy_and_the_upgrade_is_counted_on(engine).await;
+    }
+}
+
+async fn messages_pings_and_the_close_cross_the_proxy_and_the_upgrade_is_counted_on(
+    engine: Engine,
+) {
     let replicas = replicas(1).await;
-    let running = trafik_proxy::start(plan(&[replicas[0].address()])).unwrap();
+    let running = trafik_proxy::start(plan_on(engine, &[replicas[0].address()])).unwrap();
 
     let (mut socket, handshake) = open(web(&running)).await;
     assert_eq!(handshake.status(), 101);
@@ -97,8 +106,14 @@ async fn messages_pings_and_the_close_cross_the_proxy_and_the_upgrade_is_counted
 
 #[tokio::test]
 async fn an_upgrade_the_backend_refuses_is_relayed_as_an_ordinary_answer() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        an_upgrade_the_backend_refuses_is_relayed_as_an_ordinary_answer_on(engine).await;
+    }
+}
+
+async fn an_upgrade_the_backend_refuses_is_relayed_as_an_ordinary_answer_on(engine: Engine) {
     let replicas = replicas(1).await;
-    let running = trafik_proxy::start(plan(&[replicas[0].address()])).unwrap();
+    let running = trafik_proxy::start(plan_on(engine, &[replicas[0].address()])).unwrap();
     let mut client = Client::connect(web(&running)).await;
     let handshake = |path: &str, version: &str| {
         Request::get(path)
@@ -131,8 +146,14 @@ async fn an_upgrade_the_backend_refuses_is_relayed_as_an_ordinary_answer() {
 
 #[tokio::test]
 async fn only_a_get_with_connection_upgrade_keeps_its_upgrade_headers() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        only_a_get_with_connection_upgrade_keeps_its_upgrade_headers_on(engine).await;
+    }
+}
+
+async fn only_a_get_with_connection_upgrade_keeps_its_upgrade_headers_on(engine: Engine) {
     let echo = echo_server(Duration::ZERO).await;
-    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let running = trafik_proxy::start(plan_on(engine, &[echo])).unwrap();
     let mut client = Client::connect(web(&running)).await;
 
     // The echo server answers 200, so every one of these is an ordinary exchange upstream.
@@ -185,8 +206,14 @@ async fn switching_server() -> SocketAddr {
 
 #[tokio::test]
 async fn a_backend_that_switches_protocols_unasked_gets_502() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        a_backend_that_switches_protocols_unasked_gets_502_on(engine).await;
+    }
+}
+
+async fn a_backend_that_switches_protocols_unasked_gets_502_on(engine: Engine) {
     let backend = switching_server().await;
-    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
     let answer = get(web(&running), "/takip/TR-1").await;
     assert_eq!(answer.status, 502);
     assert_eq!(answer.text(), "the backend switched protocols unasked\n");
@@ -228,8 +255,14 @@ async fn a_websocket_stays_open_across_a_reload() {
 
 #[tokio::test]
 async fn an_idle_tunnel_is_closed_by_the_idle_timeout() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        an_idle_tunnel_is_closed_by_the_idle_timeout_on(engine).await;
+    }
+}
+
+async fn an_idle_tunnel_is_closed_by_the_idle_timeout_on(engine: Engine) {
     let replicas = replicas(1).await;
-    let mut plan = plan(&[replicas[0].address()]);
+    let mut plan = plan_on(engine, &[replicas[0].address()]);
     plan.client.idle_timeout = Duration::from_secs(1);
     let running = trafik_proxy::start(plan).unwrap();
     let (mut socket, _) = open(web(&running)).await;
@@ -248,4 +281,73 @@ async fn an_idle_tunnel_is_closed_by_the_idle_timeout() {
     })
     .await;
     stop(running).await;
+}
+
+/// A backend that switches protocols when asked, then echoes every byte back.
+async fn switching_echo() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut read = Vec::new();
+                let mut buffer = [0u8; 1024];
+                let head_end = loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read.extend_from_slice(&buffer[..n]),
+                    }
+                    if let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break end + 4;
+                    }
+                };
+                let switch = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: yanki\r\nconnection: upgrade\r\n\r\n";
+                if stream.write_all(switch).await.is_err()
+                    || stream.write_all(&read[head_end..]).await.is_err()
+                {
+                    return;
+                }
+                let (mut from, mut to) = stream.split();
+                let _ = tokio::io::copy(&mut from, &mut to).await;
+            });
+        }
+    });
+    address
+}
+
+/// The new protocol's first bytes, sent with the upgrade request in one write, reach the
+/// backend after the switch; what follows crosses both ways until the client closes.
+#[tokio::test]
+async fn bytes_sent_with_the_upgrade_request_cross_after_the_switch() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let backend = switching_echo().await;
+        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
+        let mut stream = TcpStream::connect(web(&running)).await.unwrap();
+        stream
+            .write_all(b"GET /yanki HTTP/1.1\r\nHost: a\r\nUpgrade: yanki\r\nConnection: Upgrade\r\n\r\nilk")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buffer = [0u8; 1024];
+        while !got.ends_with(b"ilk") {
+            let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer))
+                .await
+                .expect("the echo in time")
+                .unwrap();
+            assert!(n > 0, "{engine:?}: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buffer[..n]);
+        }
+        let got = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        assert!(got.starts_with("http/1.1 101"), "{engine:?}: {got}");
+        assert!(got.contains("upgrade: yanki\r\n"), "{engine:?}: {got}");
+        assert!(got.contains("connection: upgrade\r\n"), "{engine:?}: {got}");
+        stream.write_all(b"sonra").await.unwrap();
+        let mut echoed = [0u8; 5];
+        stream.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"sonra", "{engine:?}");
+        drop(stream);
+        stop(running).await;
+    }
 }

@@ -2,9 +2,10 @@
 //! rewritten for the next hop by copying their bytes into one reused buffer. Pure: no I/O.
 //!
 //! A request head is taken only when it is plainly valid; anything doubtful (a parse error, a
-//! second `Content-Length`, a transfer coding, an upgrade, `Expect`, forwarding headers to
-//! keep, an unusual target) is [`Request::Defer`]red to hyper and `http/validate.rs`, so the
-//! verdicts on hostile input stay exactly theirs.
+//! second `Content-Length`, a transfer coding other than `chunked` alone, an upgrade, an
+//! `Expect` other than `100-continue`, forwarding headers to keep, an unusual target) is
+//! [`Request::Defer`]red to hyper and `http/validate.rs`, so the verdicts on hostile input stay
+//! exactly theirs.
 
 use std::ops::Range;
 
@@ -41,8 +42,15 @@ pub struct RequestHead {
     pub target: Range<usize>,
     /// The `Host` value without its port.
     pub host: Range<usize>,
-    /// Bytes of body that follow the head.
+    /// Bytes of body that follow the head (0 when chunked).
     pub body: u64,
+    /// The body is chunked ([`super::body`] decodes it and frames it anew).
+    pub chunked: bool,
+    /// The client waits for `100 Continue` before it sends its body.
+    pub expect_continue: bool,
+    /// A bodiless `GET` with `Upgrade` and `Connection: upgrade`: a 101 may switch protocols
+    /// ([`super::tunnel`]), as `http/upgrade.rs` decides on hyper's path.
+    pub upgrade: bool,
     /// The client asked to close after this exchange.
     pub close: bool,
 }
@@ -98,19 +106,21 @@ fn is_forwarding(name: &str) -> bool {
     }
 }
 
-/// Whether a `Connection` value only says keep-alive or close (and which): one naming other
-/// headers to drop goes to the full pipeline.
-fn connection_tokens(value: &[u8]) -> Option<bool> {
-    let mut close = false;
+/// Whether a `Connection` value only says keep-alive, close or upgrade (and whether close and
+/// upgrade): one naming other headers to drop goes to the full pipeline.
+fn connection_tokens(value: &[u8]) -> Option<(bool, bool)> {
+    let (mut close, mut upgrade) = (false, false);
     for token in value.split(|&b| b == b',') {
         let token = token.trim_ascii();
         if token.eq_ignore_ascii_case(b"close") {
             close = true;
+        } else if token.eq_ignore_ascii_case(b"upgrade") {
+            upgrade = true;
         } else if !(token.eq_ignore_ascii_case(b"keep-alive") || token.is_empty()) {
             return None;
         }
     }
-    Some(close)
+    Some((close, upgrade))
 }
 
 /// Bytes a request target may hold on the fast path: RFC 3986's unreserved, sub-delims, `:@/?%`.
@@ -170,6 +180,8 @@ pub fn request(
         return Request::Defer;
     }
     let (mut host, mut body, mut close) = (None, None, false);
+    let (mut chunked, mut expect_continue) = (false, false);
+    let (mut upgrade, mut connection_upgrade) = (None, false);
     for field in parsed.headers.iter() {
         let name = field.name;
         if name.eq_ignore_ascii_case("host") {
@@ -184,9 +196,24 @@ pub fn request(
             }
         } else if name.eq_ignore_ascii_case("connection") {
             match connection_tokens(field.value) {
-                Some(closing) => close |= closing,
+                Some((closing, upgrading)) => {
+                    close |= closing;
+                    connection_upgrade |= upgrading;
+                }
                 None => return Request::Defer,
             }
+        } else if name.eq_ignore_ascii_case("upgrade") && upgrade.is_none() {
+            upgrade = Some(field.value);
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            && !chunked
+            && field.value.eq_ignore_ascii_case(b"chunked")
+        {
+            chunked = true;
+        } else if name.eq_ignore_ascii_case("expect")
+            && !expect_continue
+            && field.value.eq_ignore_ascii_case(b"100-continue")
+        {
+            expect_continue = true;
         } else if name.eq_ignore_ascii_case("transfer-encoding")
             || name.eq_ignore_ascii_case("upgrade")
             || name.eq_ignore_ascii_case("expect")
@@ -198,9 +225,24 @@ pub fn request(
             return Request::Defer;
         }
     }
-    let Some(host) = host else {
+    // A length beside a coding: hyper reads by the chunks and closes after (RFC 9112 §6.3).
+    // A chunked GET or HEAD: hyper's client sends it without its body.
+    let odd_chunks = chunked && (body.is_some() || method == Method::GET || method == Method::HEAD);
+    let (Some(host), false) = (host, odd_chunks) else {
         return Request::Defer;
     };
+    // Anything short of a plain upgrade request is hyper's to judge.
+    let upgrading = upgrade.is_some() || connection_upgrade;
+    if upgrading
+        && (upgrade.is_none()
+            || !connection_upgrade
+            || method != Method::GET
+            || chunked
+            || expect_continue
+            || body.is_some_and(|length| length > 0))
+    {
+        return Request::Defer;
+    }
     out.clear();
     out.extend_from_slice(parsed.method.unwrap_or("GET").as_bytes());
     out.push(b' ');
@@ -231,10 +273,19 @@ pub fn request(
         host,
         b"\r\nvia: ",
         via,
-        b"\r\n\r\n",
+        b"\r\n",
     ] {
         out.extend_from_slice(part);
     }
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    if let Some(protocols) = upgrade {
+        out.extend_from_slice(b"upgrade: ");
+        out.extend_from_slice(protocols);
+        out.extend_from_slice(b"\r\nconnection: upgrade\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
     let name = match host.first() {
         // An IPv6 literal: up to and including the closing bracket.
         Some(b'[') => host
@@ -251,6 +302,9 @@ pub fn request(
         target: range_in(buffer, target.as_bytes()),
         host,
         body: body.unwrap_or(0),
+        chunked,
+        expect_continue,
+        upgrade: upgrading,
         close,
     })
 }
@@ -262,8 +316,11 @@ pub enum Framing {
     Empty,
     Length(u64),
     Chunked,
-    /// At the backend's close; the client connection closes after it too.
+    /// At the backend's close: relayed as chunks to a client that stays, else as it comes,
+    /// the client connection closing after it.
     Close,
+    /// A 101 to a request that asked for it: the bytes after it are the new protocol's.
+    Switched,
 }
 
 /// What the start of an upstream's buffer holds.
@@ -275,7 +332,7 @@ pub enum Response {
     /// A head with framing no peer agrees on (two lengths, a coding other than chunked alone
     /// or twice), or not HTTP at all: 502.
     Bad,
-    /// `101 Switching Protocols`, which the fast path never asks for: 502.
+    /// `101 Switching Protocols` to a request that did not ask for it: 502.
     Switched,
     Ready(ResponseHead),
 }
@@ -287,15 +344,19 @@ pub struct ResponseHead {
     pub framing: Framing,
     /// The upstream connection may carry another request after this one.
     pub reusable: bool,
+    /// It has a `Date` field (else [`super::date`] adds one).
+    pub dated: bool,
 }
 
 /// Parses the response head at the start of `buffer` and writes the client's version into
 /// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, relayed as it came),
-/// `via` added, `Connection: close` when `closing` or the body ends at the close.
+/// `via` added, `Connection: close` when `closing`, else `Transfer-Encoding: chunked` when the
+/// body ends at the close.
 pub fn response(
     buffer: &[u8],
     head_request: bool,
     closing: bool,
+    upgrading: bool,
     via: &[u8],
     out: &mut Vec<u8>,
 ) -> Response {
@@ -309,7 +370,8 @@ pub fn response(
     let (Some(version), Some(status)) = (parsed.version, parsed.code) else {
         return Response::Bad;
     };
-    if (100..200).contains(&status) {
+    let switched = status == 101 && upgrading;
+    if (100..200).contains(&status) && !switched {
         return if status == 101 {
             Response::Switched
         } else {
@@ -319,6 +381,8 @@ pub fn response(
     let (mut content_length, mut chunked, mut coded) = (None, false, false);
     let mut reusable = version == 1;
     let mut existing_via = None;
+    let mut dated = false;
+    let mut protocols = None;
     // Headers `Connection` names are hop-by-hop too (framing ones excepted).
     let mut named: [&[u8]; 16] = [b""; 16];
     let mut named_count = 0;
@@ -360,9 +424,16 @@ pub fn response(
             }
         } else if name.eq_ignore_ascii_case("via") {
             existing_via = Some(value);
+        } else if name.eq_ignore_ascii_case("date") {
+            dated = true;
+        } else if name.eq_ignore_ascii_case("upgrade") {
+            protocols = Some(value);
         }
     }
-    let framing = if head_request || status == 204 || status == 304 {
+    let framing = if switched {
+        reusable = false;
+        Framing::Switched
+    } else if head_request || status == 204 || status == 304 {
         Framing::Empty
     } else if chunked {
         Framing::Chunked
@@ -403,8 +474,14 @@ pub fn response(
         out.extend_from_slice(b", ");
     }
     out.extend_from_slice(via);
-    if closing || framing == Framing::Close {
+    if let (true, Some(protocols)) = (switched, protocols) {
+        out.extend_from_slice(b"\r\nupgrade: ");
+        out.extend_from_slice(protocols);
+        out.extend_from_slice(b"\r\nconnection: upgrade");
+    } else if closing {
         out.extend_from_slice(b"\r\nconnection: close");
+    } else if framing == Framing::Close {
+        out.extend_from_slice(b"\r\ntransfer-encoding: chunked");
     }
     out.extend_from_slice(b"\r\n\r\n");
     Response::Ready(ResponseHead {
@@ -412,12 +489,13 @@ pub fn response(
         status,
         framing,
         reusable,
+        dated,
     })
 }
 
 /// Follows a chunked body as it streams past, to find where it ends (after the last chunk and
 /// the trailer section). The bytes are relayed as they came.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Chunks {
     state: ChunkState,
     size: u64,
@@ -425,7 +503,9 @@ pub struct Chunks {
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum ChunkState {
+    /// Before a chunk size's first digit (there must be one).
     #[default]
+    SizeStart,
     Size,
     /// A chunk extension, up to the line's end.
     Extension,
@@ -453,7 +533,7 @@ impl Chunks {
         while at < bytes.len() {
             let b = bytes[at];
             match self.state {
-                Size => match b {
+                SizeStart | Size => match b {
                     b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
                         let digit = (b as char).to_digit(16).unwrap_or(0) as u64;
                         self.size = self
@@ -461,7 +541,9 @@ impl Chunks {
                             .checked_mul(16)
                             .and_then(|s| s.checked_add(digit))
                             .ok_or(InvalidChunk)?;
+                        self.state = Size;
                     }
+                    _ if self.state == SizeStart => return Err(InvalidChunk),
                     b';' | b' ' | b'\t' => self.state = Extension,
                     b'\r' => self.state = SizeLf,
                     _ => return Err(InvalidChunk),
@@ -496,7 +578,7 @@ impl Chunks {
                     if b != b'\n' {
                         return Err(InvalidChunk);
                     }
-                    self.state = Size;
+                    self.state = SizeStart;
                 }
                 TrailerStart => {
                     self.state = if b == b'\r' { EndLf } else { Trailer };
@@ -578,7 +660,11 @@ mod tests {
             "GET /a/../b HTTP/1.1\r\nHost: a\r\n\r\n",
             "GET / HTTP/1.0\r\nHost: a\r\n\r\n",
             "GET / HTTP/1.1\r\n\r\n",
-            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: a\r\nUpgrade: b\r\nConnection: upgrade\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: a\r\nConnection: upgrade\r\nContent-Length: 1\r\n\r\nx",
             "GET / HTTP/1.1\r\nHost: a\r\nConnection: x-secret\r\n\r\n",
         ] {
             assert_eq!(head(raw).0, Request::Defer, "{raw:?}");
@@ -586,9 +672,43 @@ mod tests {
         assert_eq!(head("GET / HTTP/1.1\r\nHost: a\r\n").0, Request::Partial);
     }
 
+    #[test]
+    fn a_chunked_body_and_a_wait_for_100_continue_stay_on_the_fast_path() {
+        let (parsed, out) = head(
+            "POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
+        );
+        let Request::Ready(ready) = parsed else {
+            panic!("{parsed:?}")
+        };
+        assert!(ready.chunked && ready.expect_continue);
+        assert_eq!(ready.body, 0);
+        assert!(out.contains("Expect: 100-continue\r\n"), "{out}");
+        assert!(!out.contains("Transfer-Encoding"), "{out}");
+        assert!(out.ends_with("transfer-encoding: chunked\r\n\r\n"), "{out}");
+        for doubtful in [
+            "Transfer-Encoding: gzip\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n",
+            "Expect: 100-continue\r\nExpect: 100-continue\r\n",
+            "Expect: something-else\r\n",
+        ] {
+            let raw = format!("POST / HTTP/1.1\r\nHost: a\r\n{doubtful}\r\n");
+            assert_eq!(head(&raw).0, Request::Defer, "{raw:?}");
+        }
+        let chunked_get = "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(head(chunked_get).0, Request::Defer);
+    }
+
     fn answer(raw: &str, head_request: bool) -> (Response, String) {
         let mut out = Vec::new();
-        let parsed = response(raw.as_bytes(), head_request, false, b"1.1 trafik", &mut out);
+        let parsed = response(
+            raw.as_bytes(),
+            head_request,
+            false,
+            false,
+            b"1.1 trafik",
+            &mut out,
+        );
         (parsed, String::from_utf8(out).unwrap())
     }
 
@@ -604,7 +724,8 @@ mod tests {
                 length: 76,
                 status: 200,
                 framing: Framing::Length(2),
-                reusable: true
+                reusable: true,
+                dated: false,
             })
         );
         assert_eq!(
@@ -624,7 +745,7 @@ mod tests {
             })
         ));
         let closed = answer("HTTP/1.0 200 OK\r\n\r\n", false);
-        assert!(closed.1.ends_with("connection: close\r\n\r\n"));
+        assert!(closed.1.ends_with("transfer-encoding: chunked\r\n\r\n"));
         assert!(matches!(
             closed.0,
             Response::Ready(ResponseHead {
@@ -663,6 +784,11 @@ mod tests {
             assert_eq!(end.map(|e| e + split), Some(body.len() - 4));
         }
         assert_eq!(Chunks::default().feed(b"zz\r\n"), Err(InvalidChunk));
+        assert_eq!(Chunks::default().feed(b"\r\nabc\r\n"), Err(InvalidChunk));
+        assert_eq!(
+            Chunks::default().feed(b"3\r\nabc\r\n;x\r\n"),
+            Err(InvalidChunk)
+        );
         assert_eq!(Chunks::default().feed(b"4\r\nwikiXX"), Err(InvalidChunk));
     }
 }

@@ -4,14 +4,19 @@
 //! `httparse` ([`head`]). A plainly valid request whose route is a pool target with only the
 //! built-in head steps takes the fast path: the pool's own rule picks the backend, a
 //! worker-local kept-alive stream is checked out ([`upstream`]) and the exchange runs inline —
-//! the rewritten head and the body in one `writev`, the response head parsed and rewritten the
-//! same way, the body relayed by its framing. Anything else (filters, other targets, upgrades,
-//! `Expect`, chunked uploads, a head in pieces, anything doubtful) hands the connection to
-//! hyper for the rest of its life over a [`rewind::Rewind`] stream, which replays the bytes
+//! the rewritten head and the body in one `writev` (a body still on its way, a chunked one, or
+//! one held back for `100 Continue` streams through [`body`]), the response head parsed and
+//! rewritten the same way (with a [`date`] when it has none), the body relayed by its framing.
+//! A 101 to a request that asked for it opens a [`tunnel`]. Anything else (filters, other
+//! targets, a head in pieces, anything doubtful) hands the connection to hyper for the rest of
+//! its life over a [`rewind::Rewind`] stream, which replays the bytes
 //! already read: such requests are served exactly as with `engine = "hyper"`.
 
+pub mod body;
+mod date;
 pub mod head;
 mod rewind;
+mod tunnel;
 pub mod upstream;
 
 use std::future::Future;
@@ -26,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trafik_balance::{Outcome, PickContext};
 
+use self::body::{Failed, Upload};
 use self::head::{Chunks, Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
 use self::rewind::Rewind;
 use self::upstream::Stream;
@@ -181,12 +187,10 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let Some(routes) = snapshot.http_routes(listener) else {
         return Exchanged::Defer;
     };
-    // A body still on its way streams through hyper, which reads an early answer while the
-    // upload goes on.
-    if ((connection.input.len() - request.length) as u64) < request.body || snapshot.trace.is_some()
-    {
+    if snapshot.trace.is_some() {
         return Exchanged::Defer;
     }
+    let streamed = body::streams(request, connection.input.len() - request.length);
     let text = |range: &std::ops::Range<usize>| {
         std::str::from_utf8(&connection.input[range.clone()]).unwrap_or("")
     };
@@ -223,17 +227,31 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             .metrics
             .listener_stats(listener)
             .map(|stats| &stats.mine(me).traffic),
-        logged: snapshot
-            .client
-            .access_log
-            .then_some((connection.peer, request)),
+        // Copied now: a streamed body reuses the buffer the head is in.
+        logged: snapshot.client.access_log.then(|| {
+            let uri = String::from_utf8_lossy(&connection.input[request.target.clone()]);
+            (connection.peer, &request.method, uri.into_owned())
+        }),
     };
     let retries = pool.plan.retries;
     let replayable = retries > 0
         && request.body == 0
+        && !streamed
         && (request.method.is_idempotent() || target.retry_non_idempotent);
     let consumed = request.length + request.body as usize;
-    let keep = !request.close;
+    // A streamed body may be left unread by a refusal: the connection closes after it.
+    let keep = !request.close && !streamed;
+    let mut upload = match streamed {
+        false => None,
+        true => match Upload::new(
+            &connection.input,
+            request,
+            snapshot.client.limits.min_body_rate,
+        ) {
+            Ok(upload) => Some(upload),
+            Err(error) => return refuse(connection, error, consumed, false).await,
+        },
+    };
     pool.retrying.first_try(proxy.now());
     let mut failure = ProxyError::NoHealthyBackend;
     for attempt in 0..=retries {
@@ -276,15 +294,19 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             &mut upstream,
             connection,
             request,
+            upload.as_mut(),
             snapshot,
         )
         .await;
         let answer = match answered {
             Ok(answer) => answer,
             Err(error) => {
-                bump(&counters.failures);
                 counters.served.unanswered();
-                pool.report(index, Outcome::Error);
+                // A body the client broke is not the backend's fault.
+                if error.is_backend_fault() {
+                    bump(&counters.failures);
+                    pool.report(index, Outcome::Error);
+                }
                 drop(in_flight);
                 if replayable
                     && error.is_lost_request()
@@ -298,7 +320,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 let backend = Some(pool.address(index));
                 let status = error.status().as_u16();
-                metrics.answered(status, backend, &connection.input, Instant::now());
+                metrics.answered(status, backend, Instant::now());
                 return refuse(connection, error, consumed, keep).await;
             }
         };
@@ -308,28 +330,57 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             .served
             .answered(answer.status, sent_at, answered_at);
         let backend = Some(pool.address(index));
-        metrics.answered(answer.status, backend, &connection.input, answered_at);
+        metrics.answered(answer.status, backend, answered_at);
         pool.report(index, Outcome::of_status(answer.status));
         if timed {
             let latency = answered_at.duration_since(sent_at);
             pool.selector.observe(index, latency, proxy.now());
         }
-        connection.input.drain(..consumed);
+        connection
+            .input
+            .drain(..upload.as_ref().map_or(consumed, Upload::consumed));
+        if !answer.dated {
+            date::add(&mut connection.head);
+        }
+        let early = upload.as_ref().is_some_and(|upload| !upload.whole());
         let relayed = relay(
             &mut upstream.0,
             &mut connection.client,
             &connection.head,
             &mut connection.relay,
             &answer,
+            request.close,
         )
         .await;
+        if answer.framing == Framing::Switched {
+            if relayed.is_ok() {
+                bump(&counters.upgrades);
+                tunnel::run(&mut connection.client, &mut upstream.0, &connection.input).await;
+            }
+            return Exchanged::Close;
+        }
         drop(in_flight);
+        if early
+            && relayed.is_ok()
+            && !request.close
+            && let Some(upload) = upload.as_mut()
+            && upload
+                .finish(
+                    &mut upstream.0,
+                    &mut connection.input,
+                    &mut connection.client,
+                )
+                .await
+                .is_err()
+        {
+            return Exchanged::Close;
+        }
         match relayed {
-            Ok(true) if answer.reusable => proxy.raw.release(pool, index, upstream.0),
+            Ok(true) if answer.reusable && !early => proxy.raw.release(pool, index, upstream.0),
             Ok(_) => {}
             Err(_) => return Exchanged::Close,
         }
-        if request.close || answer.framing == Framing::Close {
+        if request.close {
             let _ = connection.client.shutdown().await;
             return Exchanged::Close;
         }
@@ -339,7 +390,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         bump(pool.unreachable.mine(me));
     }
     let status = failure.status().as_u16();
-    metrics.answered(status, None, &connection.input, Instant::now());
+    metrics.answered(status, None, Instant::now());
     refuse(connection, failure, consumed, keep).await
 }
 
@@ -350,23 +401,21 @@ struct Answers<'s> {
     pool: &'s crate::metrics::Served,
     route: &'s crate::metrics::Traffic,
     listener: Option<&'s crate::metrics::Traffic>,
-    /// The client and its request, when every request is logged.
-    logged: Option<(SocketAddr, &'s RequestHead)>,
+    /// The client, method and target, when every request is logged.
+    logged: Option<(SocketAddr, &'s Method, String)>,
 }
 
 impl Answers<'_> {
-    /// Counts an answer with `status` from `backend` at `now`; `input` holds the request's head.
-    fn answered(&self, status: u16, backend: Option<SocketAddr>, input: &[u8], now: Instant) {
+    /// Counts an answer with `status` from `backend` at `now`.
+    fn answered(&self, status: u16, backend: Option<SocketAddr>, now: Instant) {
         self.pool.answered(status, self.began, now);
         let micros = crate::metrics::micros_between(self.began, now);
         self.route.record(status, micros);
         if let Some(listener) = self.listener {
             listener.record(status, micros);
         }
-        if let Some((client, request)) = self.logged {
-            let uri = String::from_utf8_lossy(&input[request.target.clone()]);
-            let method = &request.method;
-            log_access(client, method, &uri, status, backend, None, micros);
+        if let Some((client, method, uri)) = &self.logged {
+            log_access(*client, method, uri, status, backend, None, micros);
         }
     }
 }
@@ -378,24 +427,52 @@ fn pick(pool: &Pool, context: &PickContext) -> Option<usize> {
 }
 
 /// Sends the request on `upstream` (a checked-out stream, and whether it was reused) and
-/// reads the response head, within the pool's response timeout. A reused stream the backend
-/// closed while it was idle gets one more try on a new stream.
-async fn ask<S>(
+/// reads the response head, within the pool's response timeout (from when the body is out).
+/// A reused stream the backend closed while it was idle gets one more try on a new stream.
+#[allow(clippy::too_many_arguments)]
+async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     proxy: &WorkerProxy,
     pool: &Pool,
     index: usize,
     upstream: &mut (Stream, bool),
     connection: &mut Connection<S>,
     request: &RequestHead,
+    mut upload: Option<&mut Upload>,
     snapshot: &WorkerSnapshot,
 ) -> Result<ResponseHead, ProxyError> {
-    let body = &connection.input[request.length..request.length + request.body as usize];
+    // One that could not be sent again if the stream turned out closed goes on one seen open
+    // just now (a backend may close after an answer that left a body unread).
+    let once =
+        !request.method.is_idempotent() || upload.as_deref().is_some_and(|u| !u.replayable());
     loop {
         let (stream, reused) = upstream;
-        let sent = send(stream, &connection.head, body).await;
+        if *reused && once && !upstream::open(stream.get_ref()) {
+            let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
+            *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
+            continue;
+        }
+        connection.relay.clear();
+        let sent = match upload.as_deref_mut() {
+            None => {
+                let body =
+                    &connection.input[request.length..request.length + request.body as usize];
+                send(stream, &connection.head, body)
+                    .await
+                    .map_err(|_| Failed::Unsent)
+            }
+            Some(upload) => {
+                let Connection {
+                    client,
+                    input,
+                    head,
+                    relay,
+                    ..
+                } = connection;
+                upload.send(stream, head, input, client, relay).await
+            }
+        };
         let answered = match sent {
             Ok(()) => {
-                connection.relay.clear();
                 let waited = tokio::time::timeout(
                     pool.plan.response_timeout,
                     response_head(
@@ -403,6 +480,7 @@ async fn ask<S>(
                         &mut connection.relay,
                         request.method == Method::HEAD,
                         request.close,
+                        request.upgrade,
                         snapshot.via.as_bytes(),
                         &mut connection.head,
                     ),
@@ -413,7 +491,9 @@ async fn ask<S>(
                     Ok(answered) => answered,
                 }
             }
-            Err(_) => Err(Lost::Unsent),
+            Err(Failed::Unsent) => Err(Lost::Unsent),
+            Err(Failed::Client(error)) => return Err(error),
+            Err(Failed::Upstream) => return Err(ProxyError::UpstreamFailed),
         };
         match answered {
             Ok(answer) => return Ok(answer),
@@ -423,7 +503,11 @@ async fn ask<S>(
                 let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
-            Err(Lost::Closed) if *reused && request.method.is_idempotent() => {
+            Err(Lost::Closed)
+                if *reused
+                    && request.method.is_idempotent()
+                    && upload.as_deref().is_none_or(Upload::replayable) =>
+            {
                 let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
@@ -458,6 +542,7 @@ async fn refuse<S: AsyncWrite + Unpin>(
     if !keep {
         answer.extend_from_slice(b"connection: close\r\n");
     }
+    date::field(answer);
     answer.extend_from_slice(b"\r\n");
     answer.extend_from_slice(body.as_bytes());
     if connection.client.write_all(answer).await.is_err() || !keep {
@@ -500,12 +585,13 @@ async fn response_head(
     buffer: &mut Vec<u8>,
     head_request: bool,
     closing: bool,
+    upgrading: bool,
     via: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<ResponseHead, Lost> {
     loop {
         if !buffer.is_empty() {
-            match head::response(buffer, head_request, closing, via, out) {
+            match head::response(buffer, head_request, closing, upgrading, via, out) {
                 Response::Ready(head) => return Ok(head),
                 Response::Interim(length) => {
                     buffer.drain(..length);
@@ -526,18 +612,26 @@ async fn response_head(
 
 /// Relays the response: its head and the body bytes read with it in one `writev`, then the
 /// rest as it comes. True when the body ended where its framing says, with nothing after it.
+/// A body that ends at the backend's close goes as chunks to a client that stays (not
+/// `closing`), as hyper's server sends a body of unknown length.
 async fn relay<C: AsyncWrite + Unpin>(
     upstream: &mut Stream,
     client: &mut C,
     head: &[u8],
     buffer: &mut Vec<u8>,
     answer: &ResponseHead,
+    closing: bool,
 ) -> io::Result<bool> {
     let after = &buffer[answer.length..];
     match answer.framing {
         Framing::Empty => {
             send(client, head, &[]).await?;
             Ok(after.is_empty())
+        }
+        // The bytes after a 101 are the new protocol's.
+        Framing::Switched => {
+            send(client, head, after).await?;
+            Ok(false)
         }
         Framing::Length(length) => {
             let take = (after.len() as u64).min(length) as usize;
@@ -560,7 +654,17 @@ async fn relay<C: AsyncWrite + Unpin>(
         }
         Framing::Chunked => {
             let mut chunks = Chunks::default();
-            let end = chunks.feed(after).map_err(|_| io::ErrorKind::InvalidData)?;
+            // As hyper: what came before a break in the framing goes out (the head with the
+            // first data, if any), then the connection closes.
+            let end = match follow(&mut chunks, after) {
+                Ok(end) => end,
+                Err(valid) => {
+                    if body::carries_data(&after[..valid]) {
+                        send(client, head, &after[..valid]).await?;
+                    }
+                    return Err(io::ErrorKind::InvalidData.into());
+                }
+            };
             let take = end.unwrap_or(after.len());
             send(client, head, &after[..take]).await?;
             if let Some(end) = end {
@@ -571,15 +675,30 @@ async fn relay<C: AsyncWrite + Unpin>(
                 if upstream.read_buf(buffer).await? == 0 {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
-                let end = chunks
-                    .feed(buffer)
-                    .map_err(|_| io::ErrorKind::InvalidData)?;
+                let end = match follow(&mut chunks, buffer) {
+                    Ok(end) => end,
+                    Err(valid) => {
+                        client.write_all(&buffer[..valid]).await?;
+                        return Err(io::ErrorKind::InvalidData.into());
+                    }
+                };
                 client
                     .write_all(&buffer[..end.unwrap_or(buffer.len())])
                     .await?;
                 if let Some(end) = end {
                     return Ok(end == buffer.len());
                 }
+            }
+        }
+        Framing::Close if !closing => {
+            body::send_chunk(client, head, after).await?;
+            loop {
+                buffer.clear();
+                if upstream.read_buf(buffer).await? == 0 {
+                    client.write_all(body::LAST_CHUNK).await?;
+                    return Ok(false);
+                }
+                body::send_chunk(client, &[], buffer).await?;
             }
         }
         Framing::Close => {
@@ -593,4 +712,16 @@ async fn relay<C: AsyncWrite + Unpin>(
             }
         }
     }
+}
+
+/// Follows a chunked body over `bytes`: where it ends, if in them, or else, when they break
+/// its framing, how many of them came before the break.
+fn follow(chunks: &mut Chunks, bytes: &[u8]) -> Result<Option<usize>, usize> {
+    let before = chunks.clone();
+    chunks.feed(bytes).map_err(|_| {
+        let mut probe = before;
+        (0..bytes.len())
+            .find(|&at| probe.feed(&bytes[at..=at]).is_err())
+            .unwrap_or(0)
+    })
 }

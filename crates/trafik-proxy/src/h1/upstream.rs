@@ -22,7 +22,7 @@ pub type Stream = Metered<TcpStream>;
 const PROBE_AFTER: Duration = Duration::from_secs(1);
 
 /// Whether the backend has neither closed `stream` nor sent anything unasked on it.
-fn open(stream: &TcpStream) -> bool {
+pub fn open(stream: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
 }

@@ -22,7 +22,7 @@ use http::{Method, Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::body::RequestBody;
 use super::headers::remove_hop_by_hop;
@@ -100,10 +100,7 @@ impl Tunnel {
         }
     }
 
-    /// Copies bytes both ways until either side closes or breaks: its close is passed on to
-    /// the other side (a shutdown of writing, so what was sent before still arrives), then both
-    /// connections are closed. A WebSocket ends so after its close handshake, with no half-open
-    /// connection left waiting for a peer that has finished.
+    /// Splices the two connections once hyper has let go of both (see [`splice`]).
     pub async fn splice(self) {
         let (client, upstream) = match tokio::try_join!(self.client, self.upstream) {
             Ok(both) => both,
@@ -113,26 +110,38 @@ impl Tunnel {
             }
         };
         drop(self.sender);
-        let (mut from_client, mut to_client) = tokio::io::split(TokioIo::new(client));
-        let (mut from_upstream, mut to_upstream) = tokio::io::split(TokioIo::new(upstream));
-        let up = async {
-            let copied = tokio::io::copy(&mut from_client, &mut to_upstream).await;
-            let _ = to_upstream.shutdown().await;
-            copied
-        };
-        let down = async {
-            let copied = tokio::io::copy(&mut from_upstream, &mut to_client).await;
-            let _ = to_client.shutdown().await;
-            copied
-        };
-        let (side, ended) = tokio::select! {
-            copied = up => ("client", copied),
-            copied = down => ("backend", copied),
-        };
-        match ended {
-            Ok(bytes) => tracing::debug!(side, bytes, "tunnel closed"),
-            Err(error) => tracing::debug!(side, %error, "tunnel broke"),
-        }
+        splice(TokioIo::new(client), TokioIo::new(upstream)).await;
+    }
+}
+
+/// Copies bytes both ways until either side closes or breaks: its close is passed on to the
+/// other side (a shutdown of writing, so what was sent before still arrives), then both
+/// connections are closed. A WebSocket ends so after its close handshake, with no half-open
+/// connection left waiting for a peer that has finished. Also the own engine's tunnel.
+pub async fn splice<C, U>(client: C, upstream: U)
+where
+    C: AsyncRead + AsyncWrite,
+    U: AsyncRead + AsyncWrite,
+{
+    let (mut from_client, mut to_client) = tokio::io::split(client);
+    let (mut from_upstream, mut to_upstream) = tokio::io::split(upstream);
+    let up = async {
+        let copied = tokio::io::copy(&mut from_client, &mut to_upstream).await;
+        let _ = to_upstream.shutdown().await;
+        copied
+    };
+    let down = async {
+        let copied = tokio::io::copy(&mut from_upstream, &mut to_client).await;
+        let _ = to_client.shutdown().await;
+        copied
+    };
+    let (side, ended) = tokio::select! {
+        copied = up => ("client", copied),
+        copied = down => ("backend", copied),
+    };
+    match ended {
+        Ok(bytes) => tracing::debug!(side, bytes, "tunnel closed"),
+        Err(error) => tracing::debug!(side, %error, "tunnel broke"),
     }
 }
 

@@ -335,6 +335,20 @@ pub async fn stop(running: Running) {
         .unwrap();
 }
 
+/// What [`echo_server`] answers: the request's method, target and headers as JSON.
+pub fn echo_json<B>(request: &Request<B>) -> serde_json::Value {
+    let headers: serde_json::Map<String, serde_json::Value> = request
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").into()))
+        .collect();
+    serde_json::json!({
+        "method": request.method().as_str(),
+        "uri": request.uri().to_string(),
+        "headers": headers,
+    })
+}
+
 /// A real upstream that answers every request with its request line and headers as JSON,
 /// and adds hop-by-hop headers of its own that the proxy must not pass on. `delay` holds the
 /// answer back (for timeouts and draining).
@@ -353,16 +367,7 @@ pub async fn echo_server(delay: Duration) -> SocketAddr {
                 let service =
                     service_fn(move |request: Request<hyper::body::Incoming>| async move {
                         tokio::time::sleep(delay).await;
-                        let headers: serde_json::Map<String, serde_json::Value> = request
-                            .headers()
-                            .iter()
-                            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").into()))
-                            .collect();
-                        let body = serde_json::json!({
-                            "method": request.method().as_str(),
-                            "uri": request.uri().to_string(),
-                            "headers": headers,
-                        });
+                        let body = echo_json(&request);
                         Response::builder()
                             .header("connection", "x-upstream-secret")
                             .header("x-upstream-secret", "1")

@@ -1,0 +1,421 @@
+//! Request bodies and response framings on both HTTP/1 engines, over real sockets: a body in
+//! pieces, a chunked upload, a client that waits for `100 Continue`, a backend that answers
+//! before the upload ends, a close-delimited answer to a client that stays, the `Date` field.
+//! Every case runs on `engine = "trafik"` and on `engine = "hyper"` and must come out the same.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use trafik_proxy::Engine;
+
+const ENGINES: [Engine; 2] = [Engine::Trafik, Engine::Hyper];
+
+/// Reads from `stream` until `answers` complete answers (by their framing) are in, or the
+/// stream ends, or 10 s pass.
+async fn answers(stream: &mut TcpStream, answers: usize) -> String {
+    let mut read = Vec::new();
+    let mut buffer = [0u8; 16 * 1024];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while complete(&read) < answers {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
+            Ok(Ok(n)) if n > 0 => read.extend_from_slice(&buffer[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&read).into_owned()
+}
+
+/// How many whole final answers `bytes` holds.
+fn complete(mut bytes: &[u8]) -> usize {
+    let mut count = 0;
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut fields);
+        let Ok(httparse::Status::Complete(length)) = response.parse(bytes) else {
+            return count;
+        };
+        let informational = response.code.is_some_and(|c| c < 200);
+        let header = |name: &str| {
+            response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .map(|h| String::from_utf8_lossy(h.value).into_owned())
+        };
+        let rest = &bytes[length..];
+        let body = if informational {
+            0
+        } else if header("transfer-encoding").is_some() {
+            match rest.windows(5).position(|w| w == b"0\r\n\r\n") {
+                Some(end) => end + 5,
+                None => return count,
+            }
+        } else {
+            let n: usize = header("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if rest.len() < n {
+                return count;
+            }
+            n
+        };
+        if !informational {
+            count += 1;
+        }
+        bytes = &rest[body..];
+    }
+}
+
+/// The bodies of the final answers in `text`, unchunked.
+fn bodies(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for answer in text.split("HTTP/1.1 ").skip(1) {
+        if answer.starts_with("100") {
+            continue;
+        }
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            let mut data = String::new();
+            let mut rest = body;
+            while let Some((size, after)) = rest.split_once("\r\n") {
+                let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                if size == 0 {
+                    break;
+                }
+                data.push_str(&after[..size]);
+                rest = &after[size + 2..];
+            }
+            found.push(data);
+        } else {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            found.push(body.get(..length).unwrap_or(body).to_owned());
+        }
+    }
+    found
+}
+
+/// A backend that keeps every byte it received and answers each request (read by its framing,
+/// chunked bodies too) with `answer`, then closes when `close` (the answer is close-delimited).
+async fn recording(answer: &'static str, close: bool) -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let recording = received.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let recording = recording.clone();
+            tokio::spawn(async move {
+                let mut pending = Vec::new();
+                let mut buffer = [0u8; 16 * 1024];
+                loop {
+                    while let Some(length) = request_length(&pending) {
+                        pending.drain(..length);
+                        if stream.write_all(answer.as_bytes()).await.is_err() || close {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            recording.lock().unwrap().extend_from_slice(&buffer[..n]);
+                            pending.extend_from_slice(&buffer[..n]);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (address, received)
+}
+
+/// The length of the whole request at the start of `bytes`, once it is all there.
+fn request_length(bytes: &[u8]) -> Option<usize> {
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut request = httparse::Request::new(&mut fields);
+    let httparse::Status::Complete(head) = request.parse(bytes).ok()? else {
+        return None;
+    };
+    let header = |name: &str| {
+        request
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).into_owned())
+    };
+    let rest = &bytes[head..];
+    if header("transfer-encoding").is_some() {
+        let end = rest.windows(5).position(|w| w == b"0\r\n\r\n")?;
+        return Some(head + end + 5);
+    }
+    let length: usize = header("content-length").map_or(0, |v| v.parse().unwrap_or(0));
+    (rest.len() >= length).then_some(head + length)
+}
+
+fn text(bytes: &Mutex<Vec<u8>>) -> String {
+    String::from_utf8_lossy(&bytes.lock().unwrap()).into_owned()
+}
+
+/// A proxy on `engine` in front of `backend`, and a client connection to it.
+async fn proxy(engine: Engine, backend: SocketAddr) -> (trafik_proxy::Running, TcpStream) {
+    let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
+    let stream = TcpStream::connect(web(&running)).await.unwrap();
+    (running, stream)
+}
+
+/// Writes `pieces` 200 ms apart: a request whose parts arrive one by one.
+async fn pieces(stream: &mut TcpStream, pieces: &[&[u8]]) {
+    for (n, piece) in pieces.iter().enumerate() {
+        if n > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        stream.write_all(piece).await.unwrap();
+    }
+}
+
+/// The failures counted against the only backend.
+async fn failures(running: &trafik_proxy::Running) -> serde_json::Value {
+    status(running).await["pools"][0]["backends"][0]["failures"].clone()
+}
+
+/// A body in pieces, sent well after its head, a large one, and a request pipelined after
+/// each: every byte reaches the backend, the answers come in order on one connection.
+#[tokio::test]
+async fn a_body_in_pieces_streams_whole_and_the_next_request_follows() {
+    for engine in ENGINES {
+        let backend = body_reading_server().await;
+        let (running, mut stream) = proxy(engine, backend).await;
+        // The body's end and the next request in one write.
+        let parts: [&[u8]; 3] = [
+            b"POST /parca HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc",
+            b"defg",
+            b"hijGET /sonra HTTP/1.1\r\nHost: a\r\n\r\n",
+        ];
+        pieces(&mut stream, &parts).await;
+        let got = answers(&mut stream, 2).await;
+        assert_eq!(bodies(&got), ["/parca 10", "/sonra 0"], "{engine:?}: {got}");
+        // A megabyte, written in 64 KiB pieces: relayed through bounded buffers.
+        let megabyte = 1024 * 1024;
+        pieces(
+            &mut stream,
+            &[
+                format!("PUT /buyuk HTTP/1.1\r\nHost: a\r\nContent-Length: {megabyte}\r\n\r\n")
+                    .as_bytes(),
+            ],
+        )
+        .await;
+        for _ in 0..16 {
+            stream.write_all(&[b'x'; 64 * 1024]).await.unwrap();
+        }
+        let got = answers(&mut stream, 1).await;
+        assert_eq!(bodies(&got), [format!("/buyuk {megabyte}")], "{engine:?}");
+        assert!(got.contains("date: "), "{engine:?}: {got}");
+        stop(running).await;
+    }
+}
+
+/// A chunked upload in pieces, with an extension and a trailer: it reaches the backend chunked,
+/// its data whole, without either; the request pipelined after it is answered next.
+#[tokio::test]
+async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
+    for engine in ENGINES {
+        let (backend, received) =
+            recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
+        let (running, mut stream) = proxy(engine, backend).await;
+        pieces(
+            &mut stream,
+            &[
+                b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n4;x=1\r\nwi",
+                b"ki\r\n5\r\npedia\r\n0\r\nX-Son: 1\r\n\r\nGET /sonra HTTP/1.1\r\nHost: a\r\n\r\n",
+            ],
+        )
+        .await;
+        let got = answers(&mut stream, 2).await;
+        assert_eq!(bodies(&got), ["ok", "ok"], "{engine:?}: {got}");
+        let sent = text(&received);
+        let (head, rest) = sent.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
+            "{engine:?}: {sent}"
+        );
+        let (body, next) = rest.split_once("0\r\n\r\n").unwrap();
+        let data: String = body
+            .split("\r\n")
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, d)| d)
+            .collect();
+        assert_eq!(data, "wikipedia", "{engine:?}: {sent}");
+        assert!(
+            !sent.contains("x=1") && !sent.contains("X-Son"),
+            "{engine:?}: {sent}"
+        );
+        assert!(next.starts_with("GET /sonra"), "{engine:?}: {sent}");
+        stop(running).await;
+    }
+}
+
+/// A chunk that breaks the framing after the upload began: the client gets 400 (dated), the
+/// connection closes, the backend is not blamed, and nothing after the broken chunk reaches it.
+#[tokio::test]
+async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
+    for engine in ENGINES {
+        let (backend, received) =
+            recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
+        let (running, mut stream) = proxy(engine, backend).await;
+        pieces(
+            &mut stream,
+            &[
+                b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
+                b"zz\r\nGET /kacak HTTP/1.1\r\nHost: a\r\n\r\n",
+            ],
+        )
+        .await;
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("HTTP/1.1 400"), "{engine:?}: {got}");
+        assert_eq!(got.matches("HTTP/1.1").count(), 1, "{engine:?}: {got}");
+        assert!(
+            got.contains("date: "),
+            "trafik's own answers are dated too: {got}"
+        );
+        assert!(!text(&received).contains("kacak"), "{engine:?}");
+        assert_eq!(failures(&running).await, 0, "{engine:?}");
+        stop(running).await;
+    }
+}
+
+/// A client that waits for `100 Continue` gets it from trafik once the request is on its way,
+/// and `Expect` reaches the backend; a bodiless request with `Expect` gets no `100`.
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_gets_it() {
+    for engine in ENGINES {
+        let backend = echo_server(Duration::ZERO).await;
+        let (running, mut stream) = proxy(engine, backend).await;
+        pieces(&mut stream, &[b"POST /olay HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"]).await;
+        let mut first = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut first))
+            .await
+            .expect("100 Continue before the body")
+            .unwrap();
+        assert_eq!(&first[..n], b"HTTP/1.1 100 Continue\r\n\r\n", "{engine:?}");
+        pieces(&mut stream, &[b"hello"]).await;
+        let got = answers(&mut stream, 1).await;
+        let echoed: serde_json::Value = serde_json::from_str(&bodies(&got)[0]).unwrap();
+        assert_eq!(echoed["headers"]["expect"], "100-continue", "{engine:?}");
+        assert_eq!(echoed["headers"]["content-length"], "5", "{engine:?}");
+        // No body, no 100.
+        pieces(&mut stream, &[b"POST /bos HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n"]).await;
+        let got = answers(&mut stream, 1).await;
+        assert!(got.starts_with("HTTP/1.1 200"), "{engine:?}: {got}");
+        stop(running).await;
+    }
+}
+
+/// A backend that answers before the upload ends (a 413 after the head): the client gets that
+/// answer at once, the rest of the body is still read (as hyper does), the connection carries
+/// the next request, and the backend is not blamed.
+#[tokio::test]
+async fn an_answer_before_the_upload_ends_is_relayed() {
+    for engine in ENGINES {
+        let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+            .await
+            .unwrap();
+        let backend = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buffer = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buffer[..n]),
+                        }
+                    }
+                    let answer = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 3\r\nconnection: close\r\n\r\nbig";
+                    let _ = stream.write_all(answer).await;
+                    // Read on, as a backend that drains before it closes.
+                    while let Ok(n) = stream.read(&mut buffer).await {
+                        if n == 0 {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let (running, mut stream) = proxy(engine, backend).await;
+        let head = b"POST /buyuk HTTP/1.1\r\nHost: a\r\nContent-Length: 200005\r\n\r\nstart";
+        pieces(&mut stream, &[head]).await;
+        let got = answers(&mut stream, 1).await;
+        assert!(got.starts_with("HTTP/1.1 413"), "{engine:?}: {got}");
+        assert_eq!(bodies(&got), ["big"], "{engine:?}");
+        stream.write_all(&[b'x'; 200_000]).await.unwrap();
+        pieces(&mut stream, &[b"GET /sonra HTTP/1.1\r\nHost: a\r\n\r\n"]).await;
+        let got = answers(&mut stream, 1).await;
+        assert!(got.starts_with("HTTP/1.1 413"), "{engine:?}: {got}");
+        assert_eq!(failures(&running).await, 0, "{engine:?}");
+        stop(running).await;
+    }
+}
+
+/// A close-delimited answer reaches a client that stays as chunks, and the connection carries
+/// the next request; `Date` is added when the backend sent none and kept when it sent one.
+#[tokio::test]
+async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
+    for engine in ENGINES {
+        let (backend, _) =
+            recording("HTTP/1.1 200 OK\r\nx-a: 1\r\n\r\nuntil the close", true).await;
+        let (running, mut stream) = proxy(engine, backend).await;
+        for path in ["/bir", "/iki"] {
+            pieces(
+                &mut stream,
+                &[format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes()],
+            )
+            .await;
+            let got = answers(&mut stream, 1).await;
+            let head = got.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+            assert!(
+                head.contains("transfer-encoding: chunked"),
+                "{engine:?}: {got}"
+            );
+            assert!(!head.contains("connection: close"), "{engine:?}: {got}");
+            assert_eq!(head.matches("date: ").count(), 1, "{engine:?}: {got}");
+            assert_eq!(bodies(&got), ["until the close"], "{engine:?}: {got}");
+        }
+        stop(running).await;
+        let (dated, _) = recording(
+            "HTTP/1.1 200 OK\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\ncontent-length: 2\r\n\r\nok",
+            false,
+        )
+        .await;
+        let (running, mut stream) = proxy(engine, dated).await;
+        pieces(&mut stream, &[b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"]).await;
+        let got = answers(&mut stream, 1).await.to_ascii_lowercase();
+        assert_eq!(got.matches("date: ").count(), 1, "{engine:?}: {got}");
+        assert!(
+            got.contains("date: sun, 06 nov 1994 08:49:37 gmt"),
+            "{engine:?}: {got}"
+        );
+        stop(running).await;
+    }
+}
