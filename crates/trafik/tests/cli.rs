@@ -431,6 +431,21 @@ fn the_access_log_writes_one_json_line_per_request() {
         answer
     };
     assert!(traced.contains("HTTP/1.1 200"), "{traced}");
+    // A chunked upload streams through the buffer its head came in: the line keeps the target.
+    let uploaded = {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&proxy.address).unwrap();
+        write!(
+            stream,
+            "POST /olay?kaynak=test HTTP/1.1\r\nHost: kargo.test\r\nConnection: close\r\n\
+             Transfer-Encoding: chunked\r\n\r\n5\r\nmerha\r\n2\r\nba\r\n0\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(uploaded.starts_with("HTTP/1.1 2"), "{uploaded}");
 
     let output = proxy.stop();
     let logs = String::from_utf8_lossy(&output.stderr);
@@ -439,7 +454,9 @@ fn the_access_log_writes_one_json_line_per_request() {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["target"] == "trafik::access")
         .collect();
-    assert_eq!(access.len(), 3, "{logs}");
+    assert_eq!(access.len(), 4, "{logs}");
+    assert_eq!(access[3]["fields"]["uri"], "/olay?kaynak=test");
+    assert_eq!(access[3]["fields"]["method"], "POST");
     assert_eq!(access[0]["fields"]["uri"], "/takip/TR-7");
     assert_eq!(access[0]["fields"]["status"], 200);
     assert_eq!(access[0]["fields"]["backend"], upstream.address.as_str());
