@@ -6,6 +6,7 @@
 //! keep, an unusual target) is [`Request::Defer`]red to hyper and `http/validate.rs`, so the
 //! verdicts on hostile input stay exactly theirs.
 
+use std::fmt::Write;
 use std::ops::Range;
 
 use http::Method;
@@ -46,25 +47,85 @@ pub struct RequestHead {
 }
 
 /// What a connection adds to every request it forwards: its client's address in the
-/// forwarding headers, and this instance in `Via`.
+/// forwarding headers, and this instance in `Via`. Kept inline: a connection that serves one
+/// request pays no allocation for it.
 pub struct Forwarding {
     /// `for=…` of `Forwarded`.
-    for_parameter: String,
-    client_ip: String,
+    for_parameter: Inline,
+    client_ip: Inline,
     scheme: &'static str,
 }
 
 impl Forwarding {
     pub fn new(client: std::net::SocketAddr, scheme: &'static str) -> Self {
-        let for_parameter = match client.ip() {
-            std::net::IpAddr::V4(v4) => format!("for={v4}"),
-            std::net::IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
-        };
+        let mut client_ip = Inline::default();
+        let mut for_parameter = Inline::default();
+        match client.ip() {
+            std::net::IpAddr::V4(v4) => {
+                // By hand: the formatting machinery costs more than the rest of this.
+                for (at, octet) in v4.octets().into_iter().enumerate() {
+                    if at > 0 {
+                        client_ip.push(b'.');
+                    }
+                    if octet >= 100 {
+                        client_ip.push(b'0' + octet / 100);
+                    }
+                    if octet >= 10 {
+                        client_ip.push(b'0' + octet / 10 % 10);
+                    }
+                    client_ip.push(b'0' + octet % 10);
+                }
+                for_parameter.extend(b"for=");
+                for_parameter.extend(client_ip.as_bytes());
+            }
+            std::net::IpAddr::V6(v6) => {
+                let _ = write!(client_ip, "{v6}");
+                let _ = write!(for_parameter, "for=\"[{v6}]\"");
+            }
+        }
         Forwarding {
             for_parameter,
-            client_ip: client.ip().to_string(),
+            client_ip,
             scheme,
         }
+    }
+}
+
+/// Text short enough for the stack: the longest held is `for="[` an IPv6 address `]"`.
+struct Inline {
+    bytes: [u8; 64],
+    length: usize,
+}
+
+impl Default for Inline {
+    fn default() -> Self {
+        Inline {
+            bytes: [0; 64],
+            length: 0,
+        }
+    }
+}
+
+impl Inline {
+    fn push(&mut self, byte: u8) {
+        self.extend(&[byte]);
+    }
+
+    fn extend(&mut self, bytes: &[u8]) {
+        let end = (self.length + bytes.len()).min(self.bytes.len());
+        self.bytes[self.length..end].copy_from_slice(&bytes[..end - self.length]);
+        self.length = end;
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.length]
+    }
+}
+
+impl std::fmt::Write for Inline {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        self.extend(text.as_bytes());
+        Ok(())
     }
 }
 
@@ -112,8 +173,47 @@ fn connection_tokens(value: &[u8]) -> Option<bool> {
 }
 
 /// Bytes a request target may hold on the fast path: RFC 3986's unreserved, sub-delims, `:@/?%`.
-fn is_target_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(&b)
+const TARGET_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let b = byte as u8;
+        table[byte] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+                    | b'/'
+                    | b'?'
+                    | b'%'
+            );
+        byte += 1;
+    }
+    table
+};
+
+/// Text the fast path found to be ASCII (a target, a `Host`); empty should it not be.
+pub fn ascii(bytes: &[u8]) -> &str {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII is UTF-8. (`from_utf8` costs a request ~2 % of its instructions.)
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    } else {
+        ""
+    }
 }
 
 /// A `Content-Length` value: 1 to 15 decimal digits, nothing else.
@@ -158,12 +258,15 @@ pub fn request(
     };
     if method == Method::CONNECT
         || !target.starts_with('/')
-        || !target.bytes().all(is_target_byte)
         || target.len() > 8 * 1024
+        || !target.bytes().all(|b| TARGET_BYTES[usize::from(b)])
     {
         return Request::Defer;
     }
-    let path = target.split_once('?').map_or(target, |(path, _)| path);
+    let path = match target.bytes().position(|b| b == b'?') {
+        Some(query) => &target[..query],
+        None => target,
+    };
     if !matches!(path::normalize(path), Ok(None)) {
         return Request::Defer;
     }

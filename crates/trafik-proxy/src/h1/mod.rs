@@ -10,6 +10,7 @@
 //! hyper for the rest of its life over a [`rewind::Rewind`] stream, which replays the bytes
 //! already read: such requests are served exactly as with `engine = "hyper"`.
 
+mod buffers;
 pub mod head;
 mod rewind;
 pub mod upstream;
@@ -26,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trafik_balance::{Outcome, PickContext};
 
+use self::buffers::Buffers;
 use self::head::{Chunks, Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
 use self::rewind::Rewind;
 use self::upstream::Stream;
@@ -38,10 +40,6 @@ use crate::http::target::{Target, others_left};
 use crate::http::upstream::InFlight;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
-
-/// Buffer sizes of one connection, kept for its life.
-const CLIENT_BUFFER: usize = 32 * 1024;
-const RELAY_BUFFER: usize = 16 * 1024;
 
 /// How serving a connection on the own engine ended.
 enum End {
@@ -82,11 +80,12 @@ pub async fn serve(
     connections: Rc<Connections>,
 ) {
     let control = connections.register(listener);
+    let Buffers { input, head, relay } = Buffers::take();
     let mut connection = Connection {
         client: Watched::new(stream, control.clone(), connections.clone()),
-        input: Vec::with_capacity(CLIENT_BUFFER),
-        head: Vec::with_capacity(2048),
-        relay: Vec::with_capacity(RELAY_BUFFER),
+        input,
+        head,
+        relay,
         forwarding: Forwarding::new(peer, scheme),
     };
     let end = {
@@ -106,16 +105,32 @@ pub async fn serve(
         })
         .await
     };
-    if let End::HandOver { first } = end {
-        drop(control);
-        let protocol = if first {
-            Protocol::Detect
-        } else {
-            Protocol::Http1
-        };
-        let stream = Rewind::new(connection.input, connection.client.into_inner());
-        server::serve(proxy, listener, scheme, protocol, stream, peer, connections).await;
-    }
+    let End::HandOver { first } = end else {
+        let Connection {
+            input, head, relay, ..
+        } = connection;
+        Buffers { input, head, relay }.give_back();
+        return;
+    };
+    drop(control);
+    let protocol = if first {
+        Protocol::Detect
+    } else {
+        Protocol::Http1
+    };
+    let stream = Rewind::new(connection.input, connection.client.into_inner());
+    // Boxed: the rare handover would otherwise make every connection's task as big as hyper's,
+    // a size copied several times as a task is spawned and finished.
+    Box::pin(server::serve(
+        proxy,
+        listener,
+        scheme,
+        protocol,
+        stream,
+        peer,
+        connections,
+    ))
+    .await;
 }
 
 async fn run<S: AsyncRead + AsyncWrite + Unpin>(
@@ -187,9 +202,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     {
         return Exchanged::Defer;
     }
-    let text = |range: &std::ops::Range<usize>| {
-        std::str::from_utf8(&connection.input[range.clone()]).unwrap_or("")
-    };
+    let text = |range: &std::ops::Range<usize>| head::ascii(&connection.input[range.clone()]);
     let found = routes.find_parts(
         Some(text(&request.host)),
         text(&request.path),
@@ -299,8 +312,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(_) => {}
             Err(_) => return Exchanged::Close,
         }
+        // The connection closes as its task ends, sending the FIN then.
         if request.close || answer.framing == Framing::Close {
-            let _ = connection.client.shutdown().await;
             return Exchanged::Close;
         }
         return Exchanged::KeepAlive;
