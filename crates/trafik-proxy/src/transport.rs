@@ -191,7 +191,15 @@ pub async fn accept_loop(
         let (proxy, connections, scheme) = (proxy.clone(), connections.clone(), kind.scheme());
         match kind {
             Listener::Http { .. } if snapshot.client.engine == crate::plan::Engine::Trafik => {
-                let serving = crate::h1::serve(proxy, id, scheme, stream, peer, connections);
+                // Boxed, as hyper's below: copied whole as the task is spawned and finished.
+                let serving = Box::pin(crate::h1::serve(
+                    proxy,
+                    id,
+                    scheme,
+                    stream,
+                    peer,
+                    connections,
+                ));
                 tokio::task::spawn_local(async move {
                     serving.await;
                     drop(alive);
@@ -202,7 +210,7 @@ pub async fn accept_loop(
                 // bytes; measured, that costs HTTP/1.1 about 0.5 % of its instructions and no
                 // CPU time that could be told from noise (README, "HTTPS and HTTP/2").
                 // Boxed: a task's future is copied several times as it is spawned and
-                // finished, and hyper's is kilobytes.
+                // finished, and hyper's is kilobytes (the box costs less than the copies).
                 let serving = Box::pin(http::server::serve(
                     proxy,
                     id,

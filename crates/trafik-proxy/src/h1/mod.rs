@@ -11,6 +11,7 @@
 //! already read: such requests are served exactly as with `engine = "hyper"`.
 
 mod buffers;
+mod deadline;
 pub mod head;
 mod rewind;
 pub mod upstream;
@@ -28,6 +29,7 @@ use tokio::net::TcpStream;
 use trafik_balance::{Outcome, PickContext};
 
 use self::buffers::Buffers;
+use self::deadline::Deadline;
 use self::head::{Chunks, Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
 use self::rewind::Rewind;
 use self::upstream::Stream;
@@ -68,6 +70,8 @@ struct Connection<S> {
     /// Bytes from the upstream, or request body bytes on their way to it.
     relay: Vec<u8>,
     forwarding: Forwarding,
+    /// The response timeout.
+    deadline: Deadline,
 }
 
 /// Serves HTTP/1.1 on a plain-TCP client connection with the own engine.
@@ -87,6 +91,7 @@ pub async fn serve(
         head,
         relay,
         forwarding: Forwarding::new(peer, scheme),
+        deadline: Deadline::default(),
     };
     let end = {
         let run = run(&proxy, listener, &mut connection, &control);
@@ -349,21 +354,23 @@ async fn ask<S>(
         let answered = match sent {
             Ok(()) => {
                 connection.relay.clear();
-                let waited = tokio::time::timeout(
-                    pool.plan.response_timeout,
-                    response_head(
-                        stream,
-                        &mut connection.relay,
-                        request.method == Method::HEAD,
-                        request.close,
-                        snapshot.via.as_bytes(),
-                        &mut connection.head,
-                    ),
-                )
-                .await;
+                let waited = connection
+                    .deadline
+                    .within(
+                        pool.plan.response_timeout,
+                        response_head(
+                            stream,
+                            &mut connection.relay,
+                            request.method == Method::HEAD,
+                            request.close,
+                            snapshot.via.as_bytes(),
+                            &mut connection.head,
+                        ),
+                    )
+                    .await;
                 match waited {
-                    Err(_elapsed) => return Err(ProxyError::UpstreamTimeout),
-                    Ok(answered) => answered,
+                    None => return Err(ProxyError::UpstreamTimeout),
+                    Some(answered) => answered,
                 }
             }
             Err(_) => Err(Lost::Unsent),
