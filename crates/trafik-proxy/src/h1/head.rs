@@ -396,13 +396,15 @@ impl<'a> Lines<'a> {
         }
     }
 
+    #[inline]
     fn push(&mut self, name: &str, value: &[u8]) {
         let name_at = range_in(self.source, name.as_bytes());
         let value_at = range_in(self.source, value);
         let line = name_at.start..value_at.end + 2;
+        let byte = |at: usize| self.source.get(at).copied();
         let plain = value_at.start == name_at.end + 2
-            && self.source.get(name_at.end..value_at.start) == Some(b": ")
-            && self.source.get(value_at.end..line.end) == Some(b"\r\n");
+            && (byte(name_at.end), byte(name_at.end + 1)) == (Some(b':'), Some(b' '))
+            && (byte(value_at.end), byte(value_at.end + 1)) == (Some(b'\r'), Some(b'\n'));
         if plain && self.run.end == line.start {
             self.run.end = line.end;
             return;
