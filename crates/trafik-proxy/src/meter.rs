@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
+use arc_swap::cache::Cache;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::counters::{BackendCounters, PerWorker, add, bump};
@@ -49,16 +50,6 @@ impl Meter {
         let micros = took.as_micros().min(u64::MAX as u128) as u64;
         self.charged.load().mine(self.worker).connect.record(micros);
     }
-
-    fn received(&self, bytes: usize) {
-        if bytes > 0 {
-            add(&self.charged.load().mine(self.worker).bytes_in, bytes);
-        }
-    }
-
-    fn sent(&self, bytes: usize) {
-        add(&self.charged.load().mine(self.worker).bytes_out, bytes);
-    }
 }
 
 /// An upstream stream and its accounting: it counts the bytes read from it and written to it,
@@ -66,6 +57,9 @@ impl Meter {
 pub struct Metered<S> {
     stream: S,
     meter: Meter,
+    /// The meter's counters, checked for a change of charge with one atomic load (a plain
+    /// `ArcSwap` load on every read and write cost a request ~2 % of its instructions).
+    charged: Cache<Arc<ArcSwap<PerWorker<BackendCounters>>>, Arc<PerWorker<BackendCounters>>>,
     _open: OpenConnection,
 }
 
@@ -73,9 +67,14 @@ impl<S> Metered<S> {
     pub fn new(stream: S, meter: Meter, open: OpenConnection) -> Self {
         Metered {
             stream,
+            charged: Cache::new(meter.charged.clone()),
             meter,
             _open: open,
         }
+    }
+
+    fn counters(&mut self) -> &BackendCounters {
+        self.charged.load().mine(self.meter.worker)
     }
 
     pub fn meter(&self) -> &Meter {
@@ -96,8 +95,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled {
-            this.meter.received(buf.filled().len() - before);
+        let received = buf.filled().len() - before;
+        if let (Poll::Ready(Ok(())), 1..) = (&polled, received) {
+            add(&this.counters().bytes_in, received);
         }
         polled
     }
@@ -112,7 +112,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
         if let Poll::Ready(Ok(written)) = polled {
-            this.meter.sent(written);
+            add(&this.counters().bytes_out, written);
         }
         polled
     }
@@ -125,7 +125,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(written)) = polled {
-            this.meter.sent(written);
+            add(&this.counters().bytes_out, written);
         }
         polled
     }

@@ -37,6 +37,9 @@ pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net
             socket.listen(4096)?;
             inherited.push(socket.into());
         }
+        for listener in &inherited {
+            socket2::SockRef::from(listener).set_tcp_nodelay(true)?;
+        }
         return Ok(inherited);
     }
     let address = {
@@ -66,6 +69,8 @@ fn socket(address: SocketAddr) -> io::Result<socket2::Socket> {
     )?;
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
+    // Accepted connections inherit it (on Linux): a system call per connection saved.
+    socket.set_tcp_nodelay(true)?;
     Ok(socket)
 }
 
@@ -156,6 +161,8 @@ pub async fn accept_loop(
                 continue;
             }
         };
+        // Inherited from the listening socket on Linux (see `socket`).
+        #[cfg(not(target_os = "linux"))]
         let _ = stream.set_nodelay(true);
         let snapshot = proxy.snapshot();
         let Some(kind) = snapshot.listener(id) else {
@@ -184,7 +191,15 @@ pub async fn accept_loop(
         let (proxy, connections, scheme) = (proxy.clone(), connections.clone(), kind.scheme());
         match kind {
             Listener::Http { .. } if snapshot.client.engine == crate::plan::Engine::Trafik => {
-                let serving = crate::h1::serve(proxy, id, scheme, stream, peer, connections);
+                // Boxed, as hyper's below: copied whole as the task is spawned and finished.
+                let serving = Box::pin(crate::h1::serve(
+                    proxy,
+                    id,
+                    scheme,
+                    stream,
+                    peer,
+                    connections,
+                ));
                 tokio::task::spawn_local(async move {
                     serving.await;
                     drop(alive);
@@ -194,7 +209,9 @@ pub async fn accept_loop(
                 // h2c with prior knowledge is told from HTTP/1.1 by the connection's first 24
                 // bytes; measured, that costs HTTP/1.1 about 0.5 % of its instructions and no
                 // CPU time that could be told from noise (README, "HTTPS and HTTP/2").
-                let serving = http::server::serve(
+                // Boxed: a task's future is copied several times as it is spawned and
+                // finished, and hyper's is kilobytes (the box costs less than the copies).
+                let serving = Box::pin(http::server::serve(
                     proxy,
                     id,
                     scheme,
@@ -202,7 +219,7 @@ pub async fn accept_loop(
                     stream,
                     peer,
                     connections,
-                );
+                ));
                 tokio::task::spawn_local(async move {
                     serving.await;
                     drop(alive);

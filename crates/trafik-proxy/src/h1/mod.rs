@@ -13,7 +13,9 @@
 //! already read: such requests are served exactly as with `engine = "hyper"`.
 
 pub mod body;
+mod buffers;
 mod date;
+mod deadline;
 pub mod head;
 mod rewind;
 mod tunnel;
@@ -32,6 +34,8 @@ use tokio::net::TcpStream;
 use trafik_balance::{Outcome, PickContext};
 
 use self::body::{Failed, Upload};
+use self::buffers::Buffers;
+use self::deadline::Deadline;
 use self::head::{Chunks, Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
 use self::rewind::Rewind;
 use self::upstream::Stream;
@@ -44,10 +48,6 @@ use crate::http::target::{Target, others_left};
 use crate::http::upstream::InFlight;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
-
-/// Buffer sizes of one connection, kept for its life.
-const CLIENT_BUFFER: usize = 32 * 1024;
-const RELAY_BUFFER: usize = 16 * 1024;
 
 /// How serving a connection on the own engine ended.
 enum End {
@@ -77,6 +77,8 @@ struct Connection<S> {
     relay: Vec<u8>,
     forwarding: Forwarding,
     peer: SocketAddr,
+    /// The response timeout.
+    deadline: Deadline,
 }
 
 /// Serves HTTP/1.1 on a plain-TCP client connection with the own engine.
@@ -89,13 +91,15 @@ pub async fn serve(
     connections: Rc<Connections>,
 ) {
     let control = connections.register(listener);
+    let Buffers { input, head, relay } = Buffers::take();
     let mut connection = Connection {
         client: Watched::new(stream, control.clone(), connections.clone()),
-        input: Vec::with_capacity(CLIENT_BUFFER),
-        head: Vec::with_capacity(2048),
-        relay: Vec::with_capacity(RELAY_BUFFER),
+        input,
+        head,
+        relay,
         forwarding: Forwarding::new(peer, scheme),
         peer,
+        deadline: Deadline::default(),
     };
     let end = {
         let run = run(&proxy, listener, &mut connection, &control);
@@ -114,16 +118,32 @@ pub async fn serve(
         })
         .await
     };
-    if let End::HandOver { first } = end {
-        drop(control);
-        let protocol = if first {
-            Protocol::Detect
-        } else {
-            Protocol::Http1
-        };
-        let stream = Rewind::new(connection.input, connection.client.into_inner());
-        server::serve(proxy, listener, scheme, protocol, stream, peer, connections).await;
-    }
+    let End::HandOver { first } = end else {
+        let Connection {
+            input, head, relay, ..
+        } = connection;
+        Buffers { input, head, relay }.give_back();
+        return;
+    };
+    drop(control);
+    let protocol = if first {
+        Protocol::Detect
+    } else {
+        Protocol::Http1
+    };
+    let stream = Rewind::new(connection.input, connection.client.into_inner());
+    // Boxed: the rare handover would otherwise make every connection's task as big as hyper's,
+    // a size copied several times as a task is spawned and finished.
+    Box::pin(server::serve(
+        proxy,
+        listener,
+        scheme,
+        protocol,
+        stream,
+        peer,
+        connections,
+    ))
+    .await;
 }
 
 async fn run<S: AsyncRead + AsyncWrite + Unpin>(
@@ -191,9 +211,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         return Exchanged::Defer;
     }
     let streamed = body::streams(request, connection.input.len() - request.length);
-    let text = |range: &std::ops::Range<usize>| {
-        std::str::from_utf8(&connection.input[range.clone()]).unwrap_or("")
-    };
+    let text = |range: &std::ops::Range<usize>| head::ascii(&connection.input[range.clone()]);
     let found = routes.find_parts(
         Some(text(&request.host)),
         text(&request.path),
@@ -380,8 +398,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(_) => {}
             Err(_) => return Exchanged::Close,
         }
+        // The connection closes as its task ends, sending the FIN then.
         if request.close {
-            let _ = connection.client.shutdown().await;
             return Exchanged::Close;
         }
         return Exchanged::KeepAlive;
@@ -473,22 +491,24 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
         };
         let answered = match sent {
             Ok(()) => {
-                let waited = tokio::time::timeout(
-                    pool.plan.response_timeout,
-                    response_head(
-                        stream,
-                        &mut connection.relay,
-                        request.method == Method::HEAD,
-                        request.close,
-                        request.upgrade,
-                        snapshot.via.as_bytes(),
-                        &mut connection.head,
-                    ),
-                )
-                .await;
+                let waited = connection
+                    .deadline
+                    .within(
+                        pool.plan.response_timeout,
+                        response_head(
+                            stream,
+                            &mut connection.relay,
+                            request.method == Method::HEAD,
+                            request.close,
+                            request.upgrade,
+                            snapshot.via.as_bytes(),
+                            &mut connection.head,
+                        ),
+                    )
+                    .await;
                 match waited {
-                    Err(_elapsed) => return Err(ProxyError::UpstreamTimeout),
-                    Ok(answered) => answered,
+                    None => return Err(ProxyError::UpstreamTimeout),
+                    Some(answered) => answered,
                 }
             }
             Err(Failed::Unsent) => Err(Lost::Unsent),
