@@ -1,8 +1,8 @@
 //! Request heads, mutated, through a real proxy: cut, spliced and sprinkled with the bytes
 //! HTTP/1.1 framing turns on. Every one gets an answer or a close within seconds (no hang), and
-//! the proxy goes on serving (no panic took a worker down). A short pass runs with the tests;
-//! `TRAFIK_FUZZ_CASES=100000 cargo test -p trafik-proxy --test fuzz_heads -- --ignored` a long
-//! one.
+//! the proxy goes on serving (no panic took a worker down), on both engines. A short pass runs
+//! with the tests; `TRAFIK_FUZZ_CASES=100000 cargo test -p trafik-proxy --test fuzz_heads --
+//! --ignored` a long one.
 
 mod support;
 
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_balance::random::SharedRng;
+use trafik_proxy::Engine;
 
 const SEEDS: [&str; 5] = [
     "GET /takip/TR-1 HTTP/1.1\r\nHost: kargo.test\r\n\r\n",
@@ -75,9 +76,9 @@ async fn exchange(address: SocketAddr, bytes: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
-async fn run(cases: u64, seed: u64) {
+async fn run(engine: Engine, cases: u64, seed: u64) {
     let echo = echo_server(Duration::ZERO).await;
-    let mut plan = plan(&[echo]);
+    let mut plan = plan_on(engine, &[echo]);
     plan.client.header_read_timeout = Duration::from_secs(2);
     let running = trafik_proxy::start(plan).unwrap();
     let random = SharedRng::new(seed);
@@ -99,7 +100,7 @@ async fn run(cases: u64, seed: u64) {
         assert_eq!(get(web(&running), &format!("/takip/{n}")).await.status, 200);
     }
     eprintln!(
-        "{cases} mutated request heads (seed {seed}) in {:.1} s",
+        "{cases} mutated request heads (seed {seed}, {engine:?}) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     stop(running).await;
@@ -107,7 +108,9 @@ async fn run(cases: u64, seed: u64) {
 
 #[tokio::test]
 async fn mutated_request_heads_get_an_answer_or_a_close() {
-    run(2_000, 13).await;
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        run(engine, 2_000, 13).await;
+    }
 }
 
 #[tokio::test]
@@ -120,5 +123,7 @@ async fn mutated_request_heads_long_run() {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(13, |d| d.as_nanos() as u64);
-    run(cases, seed).await;
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        run(engine, cases, seed).await;
+    }
 }

@@ -1,10 +1,10 @@
 //! Request bodies the own engine streams: a `Content-Length` body that did not come whole with
 //! its head, any chunked body, and any body whose client waits for `100 Continue`. The bytes
 //! pass through the connection's own bounded buffers (never the whole body), the backend is
-//! watched all the while so an early answer stops the upload (and closes the client connection
-//! after it, as the rest of the body is never read), and a chunked body is decoded strictly (as
-//! hyper's decoder does) and framed anew: extensions and trailers do not cross, and a broken
-//! chunk is never passed on.
+//! watched all the while so an early answer is relayed at once (the rest of the body is read
+//! after it, as hyper does), and a chunked body is decoded strictly (as hyper's decoder does)
+//! and framed anew: extensions and trailers do not cross, and a broken chunk is never passed
+//! on.
 
 use std::future::{Future, poll_fn};
 use std::io::{self, IoSlice, Write};
@@ -281,8 +281,8 @@ impl Upload {
     /// Sends `head` and the body to `upstream`: first what came with the head (`input` holds
     /// it after the head), then the rest as the client sends it, read into `input`, which
     /// afterwards holds only what followed the body. `100 Continue` goes to the client once
-    /// the head is out, when it asked for it. An early answer (or close) stops it, its first bytes
-    /// in `answer`.
+    /// the head is out, when it asked for it. An early answer (or close) stops it, its first
+    /// bytes in `answer`.
     pub async fn send<U, C>(
         &mut self,
         upstream: &mut U,
