@@ -180,6 +180,27 @@ async fn proxy(engine: Engine, backend: SocketAddr) -> (trafik_proxy::Running, T
     (running, stream)
 }
 
+/// Stops `running`; on the own engine, first checks that it served every connection itself,
+/// none handed to hyper's server.
+async fn finish(engine: Engine, running: trafik_proxy::Running) {
+    if engine == Engine::Trafik {
+        assert_eq!(
+            handed_to_hyper(&running).await,
+            0,
+            "the own engine served it"
+        );
+    }
+    stop(running).await;
+}
+
+/// Connections the web listener's own engine handed to hyper, from `/status`.
+async fn handed_to_hyper(running: &trafik_proxy::Running) -> u64 {
+    let status = status(running).await;
+    let listeners = status["listeners"].as_array().expect("listeners");
+    let web = listeners.iter().find(|l| l["name"] == "web").expect("web");
+    web["handed_to_hyper"].as_u64().expect("a count")
+}
+
 /// Writes `pieces` 200 ms apart: a request whose parts arrive one by one.
 async fn pieces(stream: &mut TcpStream, pieces: &[&[u8]]) {
     for (n, piece) in pieces.iter().enumerate() {
@@ -227,7 +248,7 @@ async fn a_body_in_pieces_streams_whole_and_the_next_request_follows() {
         let got = answers(&mut stream, 1).await;
         assert_eq!(bodies(&got), [format!("/buyuk {megabyte}")], "{engine:?}");
         assert!(got.contains("date: "), "{engine:?}: {got}");
-        stop(running).await;
+        finish(engine, running).await;
     }
 }
 
@@ -269,7 +290,7 @@ async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
             "{engine:?}: {sent}"
         );
         assert!(next.starts_with("GET /sonra"), "{engine:?}: {sent}");
-        stop(running).await;
+        finish(engine, running).await;
     }
 }
 
@@ -300,7 +321,7 @@ async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
         );
         assert!(!text(&received).contains("kacak"), "{engine:?}");
         assert_eq!(failures(&running).await, 0, "{engine:?}");
-        stop(running).await;
+        finish(engine, running).await;
     }
 }
 
@@ -327,7 +348,7 @@ async fn a_client_waiting_for_100_continue_gets_it() {
         pieces(&mut stream, &[b"POST /bos HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n"]).await;
         let got = answers(&mut stream, 1).await;
         assert!(got.starts_with("HTTP/1.1 200"), "{engine:?}: {got}");
-        stop(running).await;
+        finish(engine, running).await;
     }
 }
 
@@ -374,7 +395,7 @@ async fn an_answer_before_the_upload_ends_is_relayed() {
         let got = answers(&mut stream, 1).await;
         assert!(got.starts_with("HTTP/1.1 413"), "{engine:?}: {got}");
         assert_eq!(failures(&running).await, 0, "{engine:?}");
-        stop(running).await;
+        finish(engine, running).await;
     }
 }
 
@@ -402,7 +423,7 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
             assert_eq!(head.matches("date: ").count(), 1, "{engine:?}: {got}");
             assert_eq!(bodies(&got), ["until the close"], "{engine:?}: {got}");
         }
-        stop(running).await;
+        finish(engine, running).await;
         let (dated, _) = recording(
             "HTTP/1.1 200 OK\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\ncontent-length: 2\r\n\r\nok",
             false,
@@ -416,6 +437,22 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
             got.contains("date: sun, 06 nov 1994 08:49:37 gmt"),
             "{engine:?}: {got}"
         );
-        stop(running).await;
+        finish(engine, running).await;
     }
+}
+
+/// The control for [`finish`]: a request the fast path leaves to hyper (a chunked `GET`, whose
+/// body hyper's client would drop) is counted as a connection handed over, and still answered.
+#[tokio::test]
+async fn a_connection_the_fast_path_leaves_to_hyper_is_counted() {
+    let (backend, _) = recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
+    let (running, mut stream) = proxy(Engine::Trafik, backend).await;
+    stream
+        .write_all(b"GET /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        .await
+        .unwrap();
+    let got = answers(&mut stream, 1).await;
+    assert!(got.starts_with("HTTP/1.1 "), "{got}");
+    assert_eq!(handed_to_hyper(&running).await, 1);
+    stop(running).await;
 }

@@ -101,6 +101,13 @@ async fn messages_pings_and_the_close_cross_the_proxy_and_the_upgrade_is_counted
         replicas[0].address()
     );
     assert!(metrics.contains(&line), "{metrics}");
+    if engine == Engine::Trafik {
+        let none_handed_over = "trafik_listener_handed_to_hyper_total{listener=\"web\"} 0";
+        assert!(
+            metrics.contains(none_handed_over),
+            "the own engine tunnels: {metrics}"
+        );
+    }
     stop(running).await;
 }
 

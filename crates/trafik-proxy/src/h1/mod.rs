@@ -126,6 +126,9 @@ pub async fn serve(
         return;
     };
     drop(control);
+    if let Some(stats) = proxy.snapshot().metrics.listener_stats(listener) {
+        bump(&stats.mine(proxy.id).handed_to_hyper);
+    }
     let protocol = if first {
         Protocol::Detect
     } else {

@@ -141,7 +141,7 @@ pub fn text(snapshot: &Snapshot) -> String {
         connects.iter().map(|(l, m)| (l, m)),
     );
     type Read = fn(&super::ListenerStats) -> i64;
-    let counters: [(&str, &str, &str, Read); 4] = [
+    let counters: [(&str, &str, &str, Read); 5] = [
         (
             "trafik_listener_connections_accepted_total",
             "counter",
@@ -165,6 +165,12 @@ pub fn text(snapshot: &Snapshot) -> String {
             "counter",
             "TLS handshakes with clients that failed or timed out.",
             |s| read(&s.tls_failures),
+        ),
+        (
+            "trafik_listener_handed_to_hyper_total",
+            "counter",
+            "Connections the own HTTP/1 engine handed to hyper's server.",
+            |s| read(&s.handed_to_hyper),
         ),
     ];
     for (name, kind, help, value) in counters {

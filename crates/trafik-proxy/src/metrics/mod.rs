@@ -105,6 +105,9 @@ pub struct ListenerStats {
     pub open: AtomicI64,
     pub tls_handshakes: AtomicU64,
     pub tls_failures: AtomicU64,
+    /// Connections the own HTTP/1 engine handed to hyper's server for the rest of their life,
+    /// at a request its fast path does not take.
+    pub handed_to_hyper: AtomicU64,
     pub traffic: Traffic,
 }
 

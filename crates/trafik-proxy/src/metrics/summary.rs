@@ -42,6 +42,7 @@ pub fn add(snapshot: &Snapshot, document: &mut Value) {
                 "open": entry.stats.sum(|s| read_gauge(&s.open)),
                 "tls_handshakes": entry.stats.sum(|s| read(&s.tls_handshakes)),
                 "tls_failures": entry.stats.sum(|s| read(&s.tls_failures)),
+                "handed_to_hyper": entry.stats.sum(|s| read(&s.handed_to_hyper)),
                 "responses": by_class(classes(&entry.stats, |s| &s.traffic)),
             })
         })
