@@ -325,6 +325,32 @@ async fn a_chunk_broken_mid_upload_is_a_400_not_charged_to_the_backend() {
     }
 }
 
+/// A chunked body already broken in its first read is refused before any backend is asked,
+/// and that 400 is counted at the listener like every other answer.
+#[tokio::test]
+async fn a_chunk_broken_in_the_first_read_is_a_counted_400() {
+    for engine in ENGINES {
+        let (backend, received) =
+            recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
+        let (running, mut stream) = proxy(engine, backend).await;
+        stream
+            .write_all(
+                b"POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            )
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("HTTP/1.1 400"), "{engine:?}: {got}");
+        assert!(text(&received).is_empty(), "{engine:?}");
+        let status = status(&running).await;
+        let web = &status["listeners"][0];
+        assert_eq!(web["responses"]["4xx"], 1, "{engine:?}: {web}");
+        finish(engine, running).await;
+    }
+}
+
 /// A client that waits for `100 Continue` gets it from trafik once the request is on its way,
 /// and `Expect` reaches the backend; a bodiless request with `Expect` gets no `100`.
 #[tokio::test]

@@ -270,7 +270,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             snapshot.client.limits.min_body_rate,
         ) {
             Ok(upload) => Some(upload),
-            Err(error) => return refuse(connection, error, consumed, false).await,
+            Err(error) => return refuse(connection, &metrics, None, error, consumed, false).await,
         },
     };
     pool.retrying.first_try(proxy.now());
@@ -340,9 +340,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     continue;
                 }
                 let backend = Some(pool.address(index));
-                let status = error.status().as_u16();
-                metrics.answered(status, backend, Instant::now());
-                return refuse(connection, error, consumed, keep).await;
+                return refuse(connection, &metrics, backend, error, consumed, keep).await;
             }
         };
         let answered_at = Instant::now();
@@ -410,9 +408,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     if failure.is_unreachable() {
         bump(pool.unreachable.mine(me));
     }
-    let status = failure.status().as_u16();
-    metrics.answered(status, None, Instant::now());
-    refuse(connection, failure, consumed, keep).await
+    refuse(connection, &metrics, None, failure, consumed, keep).await
 }
 
 /// Where one fast-path answer is counted: the same golden metrics the full pipeline keeps for
@@ -540,17 +536,21 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Answers with trafik's own error; the connection goes on when `keep` (the request's bytes,
-/// `consumed` of the input, are all read).
+/// Answers with trafik's own error, counted in `metrics` like every answer (against `backend`
+/// when one was asked); the connection goes on when `keep` (the request's bytes, `consumed` of
+/// the input, are all read).
 async fn refuse<S: AsyncWrite + Unpin>(
     connection: &mut Connection<S>,
+    metrics: &Answers<'_>,
+    backend: Option<SocketAddr>,
     error: ProxyError,
     consumed: usize,
     keep: bool,
 ) -> Exchanged {
+    let status = error.status();
+    metrics.answered(status.as_u16(), backend, Instant::now());
     let answer = &mut connection.relay;
     answer.clear();
-    let status = error.status();
     let body = error.body();
     let _ = write!(
         answer,
