@@ -202,17 +202,29 @@ impl ProxyError {
         }
     }
 
-    /// Headers the answer carries beside its body: when to try again, and whether the
-    /// connection can go on (not after a request body that was left unread).
+    /// Headers the answer carries beside its body, the same on every engine: when to try
+    /// again, which overload turned the request away, and whether the connection can go on
+    /// (not after a request body that was left unread).
     pub fn headers(self) -> &'static [(HeaderName, &'static str)] {
         const RETRY_SOON: &[(HeaderName, &str)] = &[(header::RETRY_AFTER, "1")];
         const CLOSE: &[(HeaderName, &str)] = &[(header::CONNECTION, "close")];
+        /// Overload, not failure: the client (or a proxy before it) learns which.
+        const fn overloaded(reason: &'static str) -> [(HeaderName, &'static str); 2] {
+            [
+                (header::RETRY_AFTER, "1"),
+                (HeaderName::from_static("x-trafik-reason"), reason),
+            ]
+        }
+        static AT_LIMIT: [(HeaderName, &str); 2] = overloaded("backends-at-limit");
+        static QUEUE_FULL: [(HeaderName, &str); 2] = overloaded("queue-full");
+        static QUEUE_TIMEOUT: [(HeaderName, &str); 2] = overloaded("queue-timeout");
+        static CONCURRENCY: [(HeaderName, &str); 2] = overloaded("concurrency-limit");
         match self {
             ProxyError::NoHealthyBackend => RETRY_SOON,
-            ProxyError::BackendsAtLimit
-            | ProxyError::QueueFull
-            | ProxyError::QueueTimeout
-            | ProxyError::ConcurrencyLimited => RETRY_SOON,
+            ProxyError::BackendsAtLimit => &AT_LIMIT,
+            ProxyError::QueueFull => &QUEUE_FULL,
+            ProxyError::QueueTimeout => &QUEUE_TIMEOUT,
+            ProxyError::ConcurrencyLimited => &CONCURRENCY,
             ProxyError::ClientAborted
             | ProxyError::RequestBodyTooLarge
             | ProxyError::ConnectNotSupported
@@ -260,19 +272,6 @@ impl ProxyError {
         );
         for (name, value) in self.headers() {
             headers.insert(name.clone(), http::HeaderValue::from_static(value));
-        }
-        if matches!(
-            self,
-            ProxyError::BackendsAtLimit
-                | ProxyError::QueueFull
-                | ProxyError::QueueTimeout
-                | ProxyError::ConcurrencyLimited
-        ) {
-            // Overload, not failure: the client (or a proxy before it) learns which.
-            headers.insert(
-                HeaderName::from_static("x-trafik-reason"),
-                http::HeaderValue::from_static(self.trace_reason()),
-            );
         }
         response.extensions_mut().insert(self);
         response

@@ -469,3 +469,111 @@ async fn the_proxy_protocol_tells_the_backend_who_the_client_is() {
         stop(running).await;
     }
 }
+
+// A layer-4 pool runs the same pool call as an HTTP one (`trafik_proxy::pool::Call`): what the
+// pool promises about backends holds for connections too.
+
+#[tokio::test]
+async fn passive_health_ejects_a_backend_that_refuses_connections() {
+    let replicas = replicas(1).await;
+    let dead = closed_port().await;
+    let mut plan = tcp_plan(&[dead, replicas[0].address()]);
+    plan.pools[0].outlier = Some(trafik_balance::OutlierRules::default());
+    let running = trafik_proxy::start(plan).unwrap();
+    let (by_replica, failures) = tally(web(&running), 12).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(by_replica.get("k1"), Some(&12));
+    let status = status(&running).await;
+    let refusing = &pool_status(&status)["backends"][0];
+    assert_eq!(refusing["ejected"], true, "{refusing}");
+    // Ejected after its consecutive connect failures, then passed over.
+    let failed = refusing["failures"].as_u64().unwrap();
+    assert!((1..12).contains(&failed), "{refusing}");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn a_backend_back_from_a_failed_health_check_ramps_up_over_its_slow_start() {
+    let mut replicas = replicas(2).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut plan = tcp_plan(&addresses);
+    plan.pools[0].health = Some(course_health_check());
+    plan.pools[0].slow_start = Duration::from_secs(3600);
+    let running = trafik_proxy::start(plan).unwrap();
+
+    replicas.remove(1).stop().await;
+    wait_for_status(&running, |s| {
+        pool_status(s)["backends"][1]["healthy"] == false
+    })
+    .await;
+    let _back = replica("k2", addresses[1], Duration::ZERO).await;
+    wait_for_status(&running, |s| {
+        pool_status(s)["backends"][1]["healthy"] == true
+    })
+    .await;
+    // An hour's ramp has barely begun: k2 keeps the ramp's floor, a tenth of its picks (two
+    // of its twenty, on average; nine or more once in ten thousand runs), instead of all.
+    let (by_replica, failures) = tally(web(&running), 40).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let to_k2 = by_replica.get("k2").copied().unwrap_or(0);
+    assert!(to_k2 <= 8, "{by_replica:?}");
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn the_circuit_breaker_limits_connections_to_a_backend() {
+    let backend = counting_backend().await;
+    let mut plan = tcp_plan(&[backend]);
+    plan.pools[0].max_requests_per_backend = 1;
+    let running = trafik_proxy::start(plan).unwrap();
+    // The first connection holds the backend's one place while it sends.
+    let mut first = TcpStream::connect(web(&running)).await.unwrap();
+    first.write_all(b"ilk").await.unwrap();
+    wait_for_status(&running, |s| sum(s, "connections") == 1).await;
+    let mut second = TcpStream::connect(web(&running)).await.unwrap();
+    let mut buffer = [0u8; 16];
+    let read = bounded("the refusal", second.read(&mut buffer)).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    first.shutdown().await.unwrap();
+    let mut answer = String::new();
+    bounded("the answer", first.read_to_string(&mut answer))
+        .await
+        .unwrap();
+    assert_eq!(answer, "got 3");
+    let status = status(&running).await;
+    assert_eq!(pool_status(&status)["at_limit"], 1);
+    assert_eq!(sum(&status, "decisions"), 1);
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn retries_of_failed_connects_stay_within_the_budget() {
+    let replicas = replicas(1).await;
+    let mut backends = Vec::new();
+    for _ in 0..3 {
+        backends.push(closed_port().await);
+    }
+    backends.push(replicas[0].address());
+    let mut plan = tcp_plan(&backends);
+    plan.pools[0].retries = 3;
+    // No budget at all: a failed connect is the client's failure.
+    plan.pools[0].retry.budget_ratio = 0.0;
+    plan.pools[0].retry.budget_floor = 0;
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = TcpStream::connect(web(&running)).await.unwrap();
+    let _ = client
+        .write_all(b"GET /takip/TR-1 HTTP/1.1\r\nHost: k\r\nConnection: close\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let read = bounded("the close", client.read_to_end(&mut answer)).await;
+    assert!(
+        answer.is_empty(),
+        "{read:?}: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    let status = status(&running).await;
+    assert_eq!(pool_status(&status)["retries_refused"], 1, "{status}");
+    assert_eq!(pool_status(&status)["unreachable"], 1);
+    assert_eq!(sum(&status, "decisions"), 1);
+    stop(running).await;
+}

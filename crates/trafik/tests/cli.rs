@@ -469,6 +469,13 @@ fn the_access_log_writes_one_json_line_per_request() {
         access[2]["fields"]["trace_id"],
         "4bf92f3577b34da6a3ce929d0e0e4736"
     );
+    // Each line has the time to the answer's head and, later or equal, to its last byte.
+    for line in &access {
+        let fields = &line["fields"];
+        let head = fields["micros"].as_u64().unwrap();
+        let last_byte = fields["micros_to_last_byte"].as_u64();
+        assert!(last_byte.is_some_and(|last| last >= head), "{line}");
+    }
 }
 
 /// The README's first command as written: `trafik serve` with no config binds the course's fixed
@@ -847,6 +854,38 @@ fn adaptive_concurrency_settings_are_checked_all_at_once() {
         errors.contains("pool[0].adaptive_concurrency: the adaptive concurrency limit follows the latency of HTTP answers"),
         "{errors}"
     );
+}
+
+/// A layer-4 pool runs every pool rule that works on connections; what only an answer could
+/// drive is refused, each where it is written, rather than accepted and ignored.
+#[test]
+fn a_layer4_pool_refuses_what_only_answers_drive() {
+    let pool = "[[listener]]\nname = \"ham\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\npool = \"ham\"\n\n[[pool]]\nname = \"ham\"\nbackends = [{ address = \"127.0.0.1:9001\" }]\n";
+    let working = format!(
+        "{pool}retries = 2\nretry_budget = 0.5\nslow_start = \"30s\"\nmax_requests_per_backend = 10\nmax_pending = 5\ntimeouts = {{ connect = \"1s\" }}\n"
+    );
+    let (code, _, errors) = check("layer4-good.toml", &working);
+    assert_eq!(code, 0, "{errors}");
+    let answers = format!(
+        "{pool}retry_statuses = [502]\nretry_backoff = \"50ms\"\ntls = true\ntimeouts = {{ response = \"5s\" }}\n"
+    );
+    let (code, _, errors) = check("layer4-answers.toml", &answers);
+    assert_eq!(code, 2, "{errors}");
+    for (line, field) in [
+        (10, "retry_statuses"),
+        (11, "retry_backoff"),
+        (12, "tls"),
+        (13, "timeouts.response"),
+    ] {
+        let expected = format!("layer4-answers.toml:{line}:");
+        let named = format!("pool[0].{field}: ");
+        assert!(
+            errors
+                .lines()
+                .any(|error| error.contains(&expected) && error.contains(&named)),
+            "{named} at {expected} in {errors}"
+        );
+    }
 }
 
 #[test]

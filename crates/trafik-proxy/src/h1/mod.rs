@@ -31,7 +31,7 @@ use std::time::Instant;
 use http::Method;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use trafik_balance::{Outcome, PickContext};
+use trafik_balance::PickContext;
 
 use self::body::{Failed, Upload};
 use self::buffers::Buffers;
@@ -43,9 +43,8 @@ use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::ProxyError;
 use crate::http::server::{self, Protocol};
-use crate::http::service::{WorkerProxy, log_access};
-use crate::http::target::{Target, others_left};
-use crate::http::upstream::InFlight;
+use crate::http::service::{AccessLine, WorkerProxy};
+use crate::http::target::Target;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
 
@@ -187,14 +186,11 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Whether a pool's requests can go the fast path: nothing of it needs the parsed request
-/// (stickiness, hash keys, answer retries with a replay, limits that queue) or another
-/// transport (TLS).
+/// (stickiness, hash keys, answer retries) or another transport (TLS).
 fn plain(pool: &Pool) -> bool {
     pool.sticky.is_none()
         && !pool.needs_key()
-        && pool.concurrency.is_none()
         && pool.plan.tls.is_none()
-        && pool.plan.max_requests_per_backend == 0
         && !pool.retrying.retries_any_answer()
 }
 
@@ -230,17 +226,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     if !route.filters.iter().all(|filter| filter.head_only()) || !plain(pool) {
         return Exchanged::Defer;
     }
-    let timed = pool.plan.algorithm.uses_latency();
-    let mut context = PickContext::default();
-    if timed {
-        context.now = proxy.now();
-    }
-    // No backend at all: the full pipeline gives the answer, with nothing yet charged.
-    let Some(mut index) = pick(pool, &context) else {
-        return Exchanged::Defer;
-    };
     let me = proxy.id;
-    let metrics = Answers {
+    let mut metrics = Answers {
         began: Instant::now(),
         pool: pool.served.mine(me),
         route: route.traffic.mine(me),
@@ -254,11 +241,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             (connection.peer, &request.method, uri.into_owned())
         }),
     };
-    let retries = pool.plan.retries;
-    let replayable = retries > 0
-        && request.body == 0
+    // A bodiless request is its head, kept in the connection's buffer: sending it again needs
+    // no copy, so its replay is nothing.
+    let replay = (request.body == 0
         && !streamed
-        && (request.method.is_idempotent() || target.retry_non_idempotent);
+        && (request.method.is_idempotent() || target.retry_non_idempotent))
+        .then_some(());
     let consumed = request.length + request.body as usize;
     // A streamed body may be left unread by a refusal: the connection closes after it.
     let keep = !request.close && !streamed;
@@ -270,42 +258,25 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             snapshot.client.limits.min_body_rate,
         ) {
             Ok(upload) => Some(upload),
-            Err(error) => return refuse(connection, &metrics, None, error, consumed, false).await,
+            Err(error) => {
+                return refuse(connection, &mut metrics, None, error, consumed, false).await;
+            }
         },
     };
-    pool.retrying.first_try(proxy.now());
-    let mut failure = ProxyError::NoHealthyBackend;
-    for attempt in 0..=retries {
-        if attempt > 0 {
-            if timed {
-                context.now = proxy.now();
-            }
-            match pick(pool, &context) {
-                Some(next) => index = next,
-                None => break,
-            }
+    let context = PickContext::default();
+    let mut call = match proxy.call(snapshot, target.pool, metrics.began, context, None) {
+        Ok(call) => call,
+        Err(refused) => {
+            return refuse(connection, &mut metrics, None, refused, consumed, keep).await;
         }
-        let counters = pool.members[index].counters.mine(me);
-        bump(&counters.decisions);
-        let in_flight = InFlight::start(snapshot, target.pool, index, me);
-        // One clock reading fewer on the first try: it starts when the answer's clock does.
-        let sent_at = if attempt == 0 {
-            metrics.began
-        } else {
-            Instant::now()
-        };
+    };
+    while let Some(attempt) = call.next().await {
+        let index = attempt.index;
         let mut upstream = match proxy.raw.checkout(pool, index, me, false).await {
             Ok(checked_out) => checked_out,
             Err(_) => {
-                bump(&counters.failures);
-                counters.served.unanswered();
-                pool.report(index, Outcome::ConnectFailure);
-                context.tried.insert(index);
-                failure = ProxyError::ConnectFailed;
-                if pool.retrying.another(attempt, retries, me, proxy.now()) {
-                    continue;
-                }
-                break;
+                call.connect_failed(attempt);
+                continue;
             }
         };
         let answered = ask(
@@ -321,40 +292,19 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         .await;
         let answer = match answered {
             Ok(answer) => answer,
-            Err(error) => {
-                counters.served.unanswered();
-                // A body the client broke is not the backend's fault.
-                if error.is_backend_fault() {
-                    bump(&counters.failures);
-                    pool.report(index, Outcome::Error);
+            Err(error) => match call.lost(attempt, error, replay).await {
+                Ok(()) => continue,
+                Err(error) => {
+                    let backend = Some(pool.address(index));
+                    return refuse(connection, &mut metrics, backend, error, consumed, keep).await;
                 }
-                drop(in_flight);
-                if replayable
-                    && error.is_lost_request()
-                    && others_left(pool, &context, index)
-                    && pool.retrying.another(attempt, retries, me, proxy.now())
-                {
-                    context.tried.insert(index);
-                    failure = error;
-                    pool.retrying.back_off(attempt + 1).await;
-                    continue;
-                }
-                let backend = Some(pool.address(index));
-                return refuse(connection, &metrics, backend, error, consumed, keep).await;
-            }
+            },
         };
         let answered_at = Instant::now();
-        bump(&counters.requests);
-        counters
-            .served
-            .answered(answer.status, sent_at, answered_at);
+        call.answered(&attempt, answer.status, answered_at);
+        call.settled(&attempt, answered_at);
         let backend = Some(pool.address(index));
-        metrics.answered(answer.status, backend, answered_at);
-        pool.report(index, Outcome::of_status(answer.status));
-        if timed {
-            let latency = answered_at.duration_since(sent_at);
-            pool.selector.observe(index, latency, proxy.now());
-        }
+        let logged = metrics.answered(answer.status, backend, answered_at);
         connection
             .input
             .drain(..upload.as_ref().map_or(consumed, Upload::consumed));
@@ -371,14 +321,17 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             request.close,
         )
         .await;
+        if let Some(line) = logged {
+            line.write(relayed.is_ok().then(Instant::now));
+        }
         if answer.framing == Framing::Switched {
             if relayed.is_ok() {
-                bump(&counters.upgrades);
+                bump(&attempt.counters.upgrades);
                 tunnel::run(&mut connection.client, &mut upstream.0, &connection.input).await;
             }
             return Exchanged::Close;
         }
-        drop(in_flight);
+        drop(attempt);
         if early
             && relayed.is_ok()
             && !request.close
@@ -405,10 +358,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         }
         return Exchanged::KeepAlive;
     }
-    if failure.is_unreachable() {
-        bump(pool.unreachable.mine(me));
-    }
-    refuse(connection, &metrics, None, failure, consumed, keep).await
+    let failure = call.failure();
+    refuse(connection, &mut metrics, None, failure, consumed, keep).await
 }
 
 /// Where one fast-path answer is counted: the same golden metrics the full pipeline keeps for
@@ -423,24 +374,32 @@ struct Answers<'s> {
 }
 
 impl Answers<'_> {
-    /// Counts an answer with `status` from `backend` at `now`.
-    fn answered(&self, status: u16, backend: Option<SocketAddr>, now: Instant) {
+    /// Counts an answer with `status` from `backend` at `now`; its access-log line comes back,
+    /// to be written when the answer's last byte is out.
+    fn answered(
+        &mut self,
+        status: u16,
+        backend: Option<SocketAddr>,
+        now: Instant,
+    ) -> Option<AccessLine> {
         self.pool.answered(status, self.began, now);
         let micros = crate::metrics::micros_between(self.began, now);
         self.route.record(status, micros);
         if let Some(listener) = self.listener {
             listener.record(status, micros);
         }
-        if let Some((client, method, uri)) = &self.logged {
-            log_access(*client, method, uri, status, backend, None, micros);
-        }
+        let (client, method, uri) = self.logged.take()?;
+        Some(AccessLine {
+            client,
+            method: method.clone(),
+            uri,
+            status,
+            backend,
+            trace_id: None,
+            began: self.began,
+            micros,
+        })
     }
-}
-
-/// The pool's rule, then its slow start.
-fn pick(pool: &Pool, context: &PickContext) -> Option<usize> {
-    let picked = pool.selector.pick(&pool.backends, context);
-    picked.map(|index| pool.warmed(index, context))
 }
 
 /// Sends the request on `upstream` (a checked-out stream, and whether it was reused) and
@@ -541,14 +500,14 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
 /// the input, are all read).
 async fn refuse<S: AsyncWrite + Unpin>(
     connection: &mut Connection<S>,
-    metrics: &Answers<'_>,
+    metrics: &mut Answers<'_>,
     backend: Option<SocketAddr>,
     error: ProxyError,
     consumed: usize,
     keep: bool,
 ) -> Exchanged {
     let status = error.status();
-    metrics.answered(status.as_u16(), backend, Instant::now());
+    let logged = metrics.answered(status.as_u16(), backend, Instant::now());
     let answer = &mut connection.relay;
     answer.clear();
     let body = error.body();
@@ -568,7 +527,11 @@ async fn refuse<S: AsyncWrite + Unpin>(
     date::field(answer);
     answer.extend_from_slice(b"\r\n");
     answer.extend_from_slice(body.as_bytes());
-    if connection.client.write_all(answer).await.is_err() || !keep {
+    let written = connection.client.write_all(answer).await;
+    if let Some(line) = logged {
+        line.write(written.is_ok().then(Instant::now));
+    }
+    if written.is_err() || !keep {
         return Exchanged::Close;
     }
     connection.input.drain(..consumed);

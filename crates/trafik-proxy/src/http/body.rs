@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use super::service::AccessLine;
 use super::upstream::Lease;
 
 /// A request body on its way upstream. It reports through [`Upload`] when it has been sent in
@@ -264,6 +265,24 @@ pub enum ProxyBody {
     /// A body read in chunks by another task (a large static file); it ends when the sender
     /// does.
     Chunks(tokio::sync::mpsc::Receiver<Bytes>),
+    /// Another body whose request is logged when it ends.
+    Logged(Box<Logged>),
+}
+
+/// A body and the access-log line of its request, written when the body has ended (or is
+/// dropped unfinished).
+pub struct Logged {
+    body: ProxyBody,
+    line: Option<AccessLine>,
+    ended: Option<Instant>,
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        if let Some(line) = self.line.take() {
+            line.write(self.ended);
+        }
+    }
 }
 
 impl ProxyBody {
@@ -280,6 +299,16 @@ impl ProxyBody {
 
     pub fn local(text: impl Into<Bytes>) -> Self {
         ProxyBody::Local(Some(text.into()))
+    }
+
+    /// `body`, with `line` written to the access log once it has ended.
+    pub(crate) fn logged(body: ProxyBody, line: AccessLine) -> Self {
+        let ended = body.is_end_stream().then(Instant::now);
+        ProxyBody::Logged(Box::new(Logged {
+            body,
+            line: Some(line),
+            ended,
+        }))
     }
 }
 
@@ -310,6 +339,18 @@ impl Body for ProxyBody {
             ProxyBody::Chunks(chunks) => {
                 chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d))))
             }
+            ProxyBody::Logged(logged) => {
+                let polled = Pin::new(&mut logged.body).poll_frame(cx);
+                let finished = match &polled {
+                    Poll::Ready(None) => true,
+                    Poll::Ready(Some(Ok(_))) => logged.body.is_end_stream(),
+                    Poll::Ready(Some(Err(_))) | Poll::Pending => false,
+                };
+                if finished {
+                    logged.ended.get_or_insert_with(Instant::now);
+                }
+                polled
+            }
         }
     }
 
@@ -318,6 +359,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { body, .. } => body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
             ProxyBody::Chunks(chunks) => chunks.is_closed() && chunks.is_empty(),
+            ProxyBody::Logged(logged) => logged.body.is_end_stream(),
         }
     }
 
@@ -327,6 +369,7 @@ impl Body for ProxyBody {
             ProxyBody::Local(Some(data)) => SizeHint::with_exact(data.len() as u64),
             ProxyBody::Local(None) => SizeHint::with_exact(0),
             ProxyBody::Chunks(_) => SizeHint::default(),
+            ProxyBody::Logged(logged) => logged.body.size_hint(),
         }
     }
 }

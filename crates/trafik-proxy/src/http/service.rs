@@ -18,6 +18,7 @@ use super::upgrade::Handover;
 use super::upstream::Upstreams;
 use super::{path, validate};
 use crate::error::ProxyError;
+use crate::pool::Call;
 use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
 
 /// What the proxy knows of one client connection.
@@ -80,6 +81,19 @@ impl WorkerProxy {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// Starts a request's way through the pool at `pool` of `snapshot` ([`Call`]), its clock
+    /// started at `began`, with what the request gives the rules and the backend it is bound to.
+    pub fn call<'s>(
+        &self,
+        snapshot: &'s Rc<WorkerSnapshot>,
+        pool: usize,
+        began: Instant,
+        context: trafik_balance::PickContext,
+        bound: Option<usize>,
+    ) -> Result<Call<'s>, ProxyError> {
+        Call::start(snapshot, pool, self.id, self.epoch, began, context, bound)
+    }
+
     /// Answers one client request.
     pub async fn handle(
         self: Rc<Self>,
@@ -102,19 +116,25 @@ impl WorkerProxy {
         if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
             stats.mine(self.id).traffic.record(status, micros);
         }
-        if let Some((method, uri)) = method {
-            let trace_id = response.extensions().get::<super::trace::TraceId>();
-            log_access(
-                connection.peer,
-                &method,
-                &uri,
-                status,
-                backend,
-                trace_id,
-                micros,
-            );
+        match method {
+            Some((method, uri)) => {
+                let line = AccessLine {
+                    client: connection.peer,
+                    method,
+                    uri: uri.to_string(),
+                    status,
+                    backend,
+                    trace_id: response
+                        .extensions()
+                        .get::<super::trace::TraceId>()
+                        .copied(),
+                    began,
+                    micros,
+                };
+                response.map(|body| ProxyBody::logged(body, line))
+            }
+            None => response,
         }
-        response
     }
 
     /// The answer, the backend that gave it, and the route's metrics when a route took it.
@@ -228,24 +248,36 @@ fn normalize_uri(uri: &mut Uri, normal: &str) {
     }
 }
 
-/// One access-log line (target `trafik::access`), the same from either HTTP/1 engine.
-pub(crate) fn log_access(
-    client: SocketAddr,
-    method: &dyn std::fmt::Display,
-    uri: &dyn std::fmt::Display,
-    status: u16,
-    backend: Option<SocketAddr>,
-    trace_id: Option<&super::trace::TraceId>,
-    micros: u64,
-) {
-    tracing::info!(
-        target: "trafik::access",
-        client = %client,
-        method = %method,
-        uri = %uri,
-        status,
-        backend = backend.map(|b| b.to_string()).unwrap_or_default(),
-        trace_id = trace_id.map(ToString::to_string).unwrap_or_default(),
-        micros,
-    );
+/// One request's access-log line (target `trafik::access`), the same on every engine. It is
+/// written when the answer's body has ended, or was dropped unfinished, so it carries both
+/// durations: `micros` to the answer's head, `micros_to_last_byte` to its last byte (absent when
+/// the body never finished: the client went away, or the backend broke it).
+pub(crate) struct AccessLine {
+    pub client: SocketAddr,
+    pub method: http::Method,
+    pub uri: String,
+    pub status: u16,
+    pub backend: Option<SocketAddr>,
+    pub trace_id: Option<super::trace::TraceId>,
+    pub began: Instant,
+    pub micros: u64,
+}
+
+impl AccessLine {
+    /// Writes the line; `ended` is when the body's last byte went out, if it did.
+    pub fn write(self, ended: Option<Instant>) {
+        let micros_to_last_byte =
+            ended.map(|ended| crate::metrics::micros_between(self.began, ended));
+        tracing::info!(
+            target: "trafik::access",
+            client = %self.client,
+            method = %self.method,
+            uri = %self.uri,
+            status = self.status,
+            backend = self.backend.map(|b| b.to_string()).unwrap_or_default(),
+            trace_id = self.trace_id.map(|t| t.to_string()).unwrap_or_default(),
+            micros = self.micros,
+            micros_to_last_byte,
+        );
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use trafik_balance::{Outcome, PickContext, Tried};
+use trafik_balance::PickContext;
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::gateway::aggregate::AggregateTarget;
@@ -18,9 +18,10 @@ use super::key::request_key;
 use super::retry::Replay;
 use super::service::{ClientConnection, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
-use super::upstream::{Checkout, InFlight};
+use super::upstream::Checkout;
 use crate::counters::{BackendCounters, bump};
 use crate::error::ProxyError;
+use crate::pool::InFlight;
 use crate::pool::Pool;
 use crate::snapshot::WorkerSnapshot;
 use crate::sticky::{Decision, Rebinding};
@@ -82,7 +83,8 @@ enum Failure {
 
 impl PoolTarget {
     /// Also the way the gateway's targets call a pool ([`super::gateway::fetch`]). The pool's
-    /// golden metrics count every answer, trafik's own 502/503 included.
+    /// rules run in its [`Call`]; the pool's golden metrics count every answer, trafik's own
+    /// 502/503 included.
     pub(crate) async fn serve(
         &self,
         worker: &WorkerProxy,
@@ -100,25 +102,14 @@ impl PoolTarget {
             served.answered(status, began, Instant::now());
             (response, backend)
         };
-        let me = worker.id;
-        let slot = match pool.concurrency.as_ref().map(|c| c.admit()) {
-            Some(None) => return answered(ProxyError::ConcurrencyLimited.response(), None),
-            admitted => admitted.flatten(),
-        };
-        // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
-        // after receiving it only if it may be repeated.
-        let retries = pool.plan.retries;
-        let replay = Replay::of(&request, retries, self.retry_non_idempotent);
-        pool.retrying.first_try(worker.now());
         let mut context = PickContext::default();
         if pool.needs_key()
             && let Some(key) = &pool.plan.hash_key
         {
             context.key = request_key(key, &request, connection.peer);
         }
-        let timed = pool.plan.algorithm.uses_latency();
         // Cookie stickiness: a bound client skips the rule; another gets a cookie if answered.
-        let (mut bound, mut rebinding) = match &pool.sticky {
+        let (bound, mut rebinding) = match &pool.sticky {
             Some(sticky) if sticky.uses_cookie() => {
                 match sticky.decide(request.headers(), &pool.backends, &context) {
                     Decision::Bound(index) => (Some(index), None),
@@ -127,194 +118,75 @@ impl PoolTarget {
             }
             _ => (None, None),
         };
+        let mut call = match worker.call(snapshot, self.pool, began, context, bound) {
+            Ok(call) => call,
+            Err(refused) => return answered(refused.response(), None),
+        };
+        // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
+        // after receiving it only if it may be repeated.
+        let replay = Replay::of(&request, pool.plan.retries, self.retry_non_idempotent);
         let upload = request.body().upload();
         // Set aside before sending: the request carries only what the next hop reads.
         let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
-        let mut failure = ProxyError::NoHealthyBackend;
-        // Backends passed over only for their request limit, and the queue's deadline once the
-        // request waits there.
-        let mut limited = Tried::default();
-        let mut queue_deadline = None;
-        loop {
-            for attempt in 0..=retries {
-                if timed {
-                    context.now = worker.now();
-                }
-                let picked = match bound.take() {
-                    Some(index) => Some(index),
-                    None => match pool
-                        .sticky
-                        .as_ref()
-                        .and_then(|s| s.pick_by_key(&pool.backends, &context))
-                    {
-                        Some(by_key) => by_key,
-                        None => pool.selector.pick(&pool.backends, &context),
-                    },
-                };
-                let Some(index) = picked.map(|index| pool.warmed(index, &context)) else {
-                    break;
-                };
-                if pool.at_request_limit(index) {
-                    // A circuit breaker: passed over like a failed backend, nothing charged to it.
-                    context.tried.insert(index);
-                    limited.insert(index);
-                    failure = ProxyError::BackendsAtLimit;
-                    continue;
-                }
-                let counters = pool.members[index].counters.mine(me);
-                bump(&counters.decisions);
-                let in_flight = InFlight::start(snapshot, self.pool, index, me);
-                let address = pool.address(index);
-                let sent_at = Instant::now();
-                match send(worker, pool, index, request, upload.as_ref()).await {
-                    Ok((answer, checkout)) => {
-                        if let Some(slot) = &slot {
-                            slot.answered(worker.now());
-                        }
-                        let status = answer.status().as_u16();
-                        let answered_at = Instant::now();
-                        counters.served.answered(status, sent_at, answered_at);
-                        pool.report(index, Outcome::of_status(status));
-                        if let Some(replay) = &replay
-                            && pool.retrying.retries_answer(status, answer.headers())
-                            && others_left(pool, &context, index)
-                            && pool.retrying.another(attempt, retries, me, worker.now())
-                        {
-                            tracing::debug!(pool = %pool.plan.name, backend = %address, status, "answer retried elsewhere");
-                            drop((answer, checkout, in_flight));
-                            context.tried.insert(index);
-                            failure = ProxyError::UpstreamFailed;
-                            request = replay.request();
-                            pool.retrying.back_off(attempt + 1).await;
-                            continue;
-                        }
-                        let relayed = relay(
-                            answer,
-                            checkout,
-                            in_flight,
-                            upload.clone(),
-                            client_upgrade.take(),
-                            connection,
-                            counters,
-                        );
-                        let mut response = match relayed {
-                            Ok(response) => response,
-                            Err(error) => {
-                                bump(&counters.failures);
-                                return answered(error.response(), Some(address));
-                            }
-                        };
-                        if timed {
-                            let latency = answered_at.duration_since(sent_at);
-                            pool.selector.observe(index, latency, worker.now());
-                        }
-                        if let Some(sticky) = &pool.sticky {
-                            if let Some(reason) = rebinding
-                                && let Some(cookie) = sticky.bind_cookie(index, reason)
-                            {
-                                response.headers_mut().append(header::SET_COOKIE, cookie);
-                            }
-                            if let Some(key) = context.key {
-                                sticky.settle_key(key, index, &pool.backends);
-                            }
-                        }
-                        return answered(response, Some(address));
+        while let Some(attempt) = call.next().await {
+            let address = pool.address(attempt.index);
+            match send(worker, pool, attempt.index, request, upload.as_ref()).await {
+                Ok((answer, checkout)) => {
+                    let status = answer.status().as_u16();
+                    let answered_at = Instant::now();
+                    call.answered(&attempt, status, answered_at);
+                    let retried =
+                        call.retry_answer(&attempt, status, answer.headers(), replay.as_ref());
+                    if let Some(replay) = retried.await {
+                        drop((answer, checkout, attempt));
+                        request = replay.request();
+                        continue;
                     }
-                    Err(Failure::Connect(returned)) => {
-                        if rebinding.is_none()
-                            && pool.sticky.as_ref().is_some_and(|s| s.uses_cookie())
-                        {
-                            // The bound backend cannot be reached: its session is lost.
-                            rebinding = Some(Rebinding::Lost);
-                        }
-                        bump(&counters.failures);
-                        counters.served.unanswered();
-                        pool.report(index, Outcome::ConnectFailure);
-                        tracing::debug!(pool = %pool.plan.name, backend = %address, "connect failed");
-                        context.tried.insert(index);
-                        failure = ProxyError::ConnectFailed;
-                        request = *returned;
-                        if !pool.retrying.another(attempt, retries, me, worker.now()) {
-                            break;
-                        }
-                    }
-                    Err(Failure::Answered(error)) => {
-                        if let Some(slot) = &slot
-                            && error == ProxyError::UpstreamTimeout
-                        {
-                            slot.answered(worker.now());
-                        }
-                        counters.served.unanswered();
-                        if error.is_backend_fault() {
+                    call.settled(&attempt, answered_at);
+                    let (index, counters) = (attempt.index, attempt.counters);
+                    let relayed = relay(
+                        answer,
+                        checkout,
+                        attempt.in_flight,
+                        upload.clone(),
+                        client_upgrade.take(),
+                        connection,
+                        counters,
+                    );
+                    let mut response = match relayed {
+                        Ok(response) => response,
+                        Err(error) => {
                             bump(&counters.failures);
-                            pool.report(index, Outcome::Error);
+                            return answered(error.response(), Some(address));
                         }
-                        match replay.as_ref() {
-                            Some(replay)
-                                if error.is_lost_request()
-                                    && others_left(pool, &context, index)
-                                    && pool.retrying.another(
-                                        attempt,
-                                        retries,
-                                        me,
-                                        worker.now(),
-                                    ) =>
-                            {
-                                tracing::debug!(pool = %pool.plan.name, backend = %address, %error, "sending again elsewhere");
-                                context.tried.insert(index);
-                                failure = error;
-                                request = replay.request();
-                                pool.retrying.back_off(attempt + 1).await;
-                            }
-                            _ => return answered(error.response(), Some(address)),
-                        }
+                    };
+                    if let Some(sticky) = &pool.sticky
+                        && let Some(reason) = rebinding
+                        && let Some(cookie) = sticky.bind_cookie(index, reason)
+                    {
+                        response.headers_mut().append(header::SET_COOKIE, cookie);
+                    }
+                    return answered(response, Some(address));
+                }
+                Err(Failure::Connect(returned)) => {
+                    if rebinding.is_none() && pool.sticky.as_ref().is_some_and(|s| s.uses_cookie())
+                    {
+                        // The bound backend cannot be reached: its session is lost.
+                        rebinding = Some(Rebinding::Lost);
+                    }
+                    call.connect_failed(attempt);
+                    request = *returned;
+                }
+                Err(Failure::Answered(error)) => {
+                    match call.lost(attempt, error, replay.as_ref()).await {
+                        Ok(replay) => request = replay.request(),
+                        Err(error) => return answered(error.response(), Some(address)),
                     }
                 }
             }
-            if failure != ProxyError::BackendsAtLimit || pool.plan.max_pending == 0 {
-                break;
-            }
-            // Every backend at its limit: wait in the pool's queue for one to finish, then
-            // pick again among them.
-            let waiting = PickContext {
-                tried: context.tried.without(limited),
-                ..context
-            };
-            let deadline = *queue_deadline.get_or_insert_with(|| pool.pending.deadline());
-            match pool
-                .pending
-                .wait(|| pool.saturated(&waiting), deadline)
-                .await
-            {
-                Ok(()) => {
-                    context = waiting;
-                    limited = Tried::default();
-                    failure = ProxyError::NoHealthyBackend;
-                }
-                Err(error) => {
-                    failure = error;
-                    break;
-                }
-            }
         }
-        if failure.is_unreachable() {
-            bump(pool.unreachable.mine(me));
-        }
-        if matches!(
-            failure,
-            ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout
-        ) {
-            bump(pool.at_limit.mine(me));
-        }
-        answered(failure.response(), None)
+        answered(call.failure().response(), None)
     }
-}
-
-/// Whether a backend other than `index` and those tried could take a retry.
-pub(crate) fn others_left(pool: &Pool, context: &PickContext, index: usize) -> bool {
-    let mut next = *context;
-    next.tried.insert(index);
-    pool.backends.available_count(&next) > 0
 }
 
 /// Turns a backend's answer into the client's: its body streams back on the connection, which
@@ -374,10 +246,7 @@ async fn send(
         };
         match answered {
             Err(_elapsed) => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
-            Ok(Ok(response)) => {
-                bump(&pool.members[index].counters.mine(worker.id).requests);
-                return Ok((response, checkout));
-            }
+            Ok(Ok(response)) => return Ok((response, checkout)),
             Ok(Err(mut error)) => match error.take_message() {
                 Some(unsent) if !fresh => {
                     fresh = true;

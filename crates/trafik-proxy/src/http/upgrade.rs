@@ -26,7 +26,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::body::RequestBody;
 use super::headers::remove_hop_by_hop;
-use super::upstream::{Checkout, InFlight};
+use super::upstream::Checkout;
+use crate::pool::InFlight;
 
 /// The client side of a request that may switch protocols, set aside before the request is
 /// sent so that the 101 can be joined to it.

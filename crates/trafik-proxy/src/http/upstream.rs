@@ -11,7 +11,6 @@ use std::collections::HashSet;
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use hyper::client::conn::http1::{self, SendRequest};
@@ -20,8 +19,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::{RequestBody, Upload, UploadState};
 use crate::meter::Meter;
-use crate::pool::{Endpoint, Pool};
-use crate::snapshot::{Snapshot, WorkerSnapshot};
+use crate::pool::{Endpoint, InFlight, Pool};
+use crate::snapshot::Snapshot;
 use crate::transport;
 
 /// Idle connections kept per endpoint in one worker; more are closed when they come back.
@@ -47,54 +46,6 @@ struct Idle {
 pub struct Upstreams {
     worker: usize,
     idle: RefCell<Vec<Option<Rc<IdleList>>>>,
-}
-
-/// Marks a request in flight to one backend of one pool for as long as it lives.
-pub struct InFlight {
-    snapshot: Rc<WorkerSnapshot>,
-    pool: usize,
-    backend: usize,
-    worker: usize,
-}
-
-impl InFlight {
-    pub fn start(
-        snapshot: &Rc<WorkerSnapshot>,
-        pool: usize,
-        backend: usize,
-        worker: usize,
-    ) -> Self {
-        let target = &snapshot.pools[pool];
-        target.members[backend]
-            .counters
-            .mine(worker)
-            .in_flight
-            .fetch_add(1, Ordering::Relaxed);
-        if target.tracks_in_flight {
-            target.backends.start(backend);
-        }
-        InFlight {
-            snapshot: snapshot.clone(),
-            pool,
-            backend,
-            worker,
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let pool = &self.snapshot.pools[self.pool];
-        pool.members[self.backend]
-            .counters
-            .mine(self.worker)
-            .in_flight
-            .fetch_sub(1, Ordering::Relaxed);
-        if pool.tracks_in_flight {
-            pool.backends.finish(self.backend);
-        }
-        pool.pending.released();
-    }
 }
 
 /// A connection lent to one request. [`Lease::release`] returns it for reuse; dropping the

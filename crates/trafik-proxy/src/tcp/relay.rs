@@ -9,16 +9,16 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use trafik_balance::PickContext;
+use trafik_balance::{Outcome, PickContext};
 
 use super::copy::copy_both_ways;
 use crate::connections::{Control, Watched};
 use crate::counters::bump;
 use crate::http::key::client_ip_key;
 use crate::http::service::WorkerProxy;
-use crate::http::upstream::InFlight;
 use crate::meter::{Meter, Metered};
 use crate::plan::HashKey;
+use crate::pool::InFlight;
 use crate::snapshot::WorkerSnapshot;
 use crate::transport;
 
@@ -108,8 +108,9 @@ pub async fn relay(
     }
 }
 
-/// Chooses a backend and connects to it, trying up to `retries` others when a connect fails.
-/// `None` when no backend could be reached: the client's connection is closed.
+/// Chooses a backend and connects to it through the pool's [`Call`], which tries others as
+/// its retries and budget allow when a connect fails. `None` when no backend could be reached:
+/// the client's connection is closed.
 async fn connect(
     worker: &WorkerProxy,
     snapshot: &Rc<WorkerSnapshot>,
@@ -122,50 +123,33 @@ async fn connect(
     if pool.needs_key() && pool.plan.hash_key == Some(HashKey::ClientIp) {
         context.key = Some(client_ip_key(peer.ip()));
     }
-    let timed = pool.plan.algorithm.uses_latency();
-    for _attempt in 0..=pool.plan.retries {
-        if timed {
-            context.now = worker.now();
-        }
-        let picked = match pool
-            .sticky
-            .as_ref()
-            .and_then(|s| s.pick_by_key(&pool.backends, &context))
-        {
-            Some(by_key) => by_key,
-            None => pool.selector.pick(&pool.backends, &context),
-        };
-        let index = picked?;
-        let member = &pool.members[index];
-        let counters = member.counters.mine(me);
-        bump(&counters.decisions);
-        let in_flight = InFlight::start(snapshot, pool_index, index, me);
-        let connect_started = Instant::now();
+    // A layer-4 pool has no adaptive limit (refused by the configuration's check).
+    let mut call = worker
+        .call(snapshot, pool_index, Instant::now(), context, None)
+        .ok()?;
+    while let Some(attempt) = call.next().await {
+        let member = &pool.members[attempt.index];
         let meter = Meter::new(&member.counters, me);
         match transport::connect(&member.endpoint, meter, pool.plan.connect_timeout, me).await {
             Ok(stream) => {
-                // Latency-aware rules learn each backend's connect time, as Sozu's do.
-                if timed {
-                    pool.selector
-                        .observe(index, connect_started.elapsed(), worker.now());
-                }
-                if let (Some(sticky), Some(key)) = (&pool.sticky, context.key) {
-                    sticky.settle_key(key, index, &pool.backends);
-                }
+                // A connection made is a success to passive health; latency-aware rules learn
+                // each backend's connect time, as Sozu's do.
+                let connected_at = Instant::now();
+                call.settled(&attempt, connected_at);
+                pool.report(attempt.index, Outcome::Success);
                 return Some(Connected {
                     stream,
-                    index,
-                    _in_flight: in_flight,
+                    index: attempt.index,
+                    _in_flight: attempt.in_flight,
                 });
             }
             Err(error) => {
-                bump(&counters.failures);
                 tracing::debug!(pool = %pool.plan.name, backend = %member.endpoint.address, %error, "connect failed");
-                context.tried.insert(index);
+                call.connect_failed(attempt);
             }
         }
     }
-    bump(pool.unreachable.mine(me));
+    call.failure();
     None
 }
 

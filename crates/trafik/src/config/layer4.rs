@@ -232,5 +232,35 @@ pub fn check_pool(
             "the adaptive concurrency limit follows the latency of HTTP answers; a pool of a tcp or tls-passthrough listener sees none (name it from an http listener's route)",
         );
     }
+    // Settings about answers mean nothing to a relay that never reads one: refused rather than
+    // accepted and ignored. (Retries, their budget, passive health, slow start, the circuit
+    // breaker and its queue all work on connections.)
+    let about_answers = [
+        (
+            "retry_statuses",
+            is_written(&pool.retry_statuses).then(|| pool.retry_statuses.span()),
+            "statuses are in HTTP answers; a layer-4 pool retries failed connects only (remove it)",
+        ),
+        (
+            "retry_backoff",
+            is_written(&pool.retry_backoff).then(|| pool.retry_backoff.span()),
+            "a failed connect is retried at once, as on HTTP pools; the backoff is for requests a backend lost, which a layer-4 relay cannot send again (remove it)",
+        ),
+        (
+            "timeouts.response",
+            is_written(&pool.timeouts.response).then(|| pool.timeouts.response.span()),
+            "a layer-4 relay waits for no answer; the listener's idle timeout ends a silent connection (remove it, or set [server.timeouts] idle)",
+        ),
+        (
+            "tls",
+            (*pool.tls.get_ref()).then(|| pool.tls.span()),
+            "a layer-4 relay passes the client's bytes as they are and cannot speak TLS to the backends (serve the route from an http or https listener, or use tls-passthrough)",
+        ),
+    ];
+    for (key, span, message) in about_answers {
+        if let Some(span) = span {
+            report.error(span, &format!("{field}.{key}"), message);
+        }
+    }
     proxy_protocol
 }

@@ -3,6 +3,10 @@
 //! A pool is rebuilt on every reload; what must survive (health, drain state, counters,
 //! sticky sessions) is matched by pool name and backend address and carried into the new one.
 
+mod call;
+
+pub use call::{Attempt, Call, InFlight};
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64};

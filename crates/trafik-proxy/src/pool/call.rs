@@ -1,0 +1,381 @@
+//! One request's (or one layer-4 connection's) way through a pool, whatever carries it: the
+//! pool's rules decide here, and the transport only reports what happened.
+//!
+//! The caller asks [`Call::next`] for a backend, tries it (a connect, a send, an answer), and
+//! says how that went: [`Call::connect_failed`], [`Call::lost`], [`Call::answered`] (then perhaps
+//! [`Call::retry_answer`]) and [`Call::settled`]. Everything a pool promises follows from these
+//! calls alone, the same on trafik's own HTTP/1 engine, on hyper's pipeline and at layer 4:
+//! stickiness by key, the rule's pick and slow start, the circuit breaker and its queue, the
+//! adaptive limit, the decision, failure and request counters, passive health, latency for the
+//! latency-aware rules, and retries within the budget. When [`Call::next`] has nothing more to
+//! offer, [`Call::failure`] says what the client gets.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use trafik_balance::{Nanos, Outcome, PickContext, Tried};
+
+use super::Pool;
+use crate::concurrency::Slot;
+use crate::counters::{BackendCounters, bump};
+use crate::error::ProxyError;
+use crate::snapshot::WorkerSnapshot;
+
+/// A request in the hands of one pool, from its first pick to its answer or failure.
+pub struct Call<'s> {
+    snapshot: &'s Rc<WorkerSnapshot>,
+    pool_index: usize,
+    pool: &'s Pool,
+    worker: usize,
+    /// The worker's clock origin: the rules' `Nanos` count from it.
+    epoch: Instant,
+    /// What the rules pick with: the request's key, the backends tried.
+    pub context: PickContext,
+    /// A backend chosen before the rule (a cookie's), tried first.
+    bound: Option<usize>,
+    /// Tries of this round, passes over a backend at its request limit included.
+    attempt: u32,
+    /// No try may follow (the budget said no).
+    stopped: bool,
+    /// When the first try starts: when the caller's clock for the answer started.
+    first_sent_at: Option<Instant>,
+    /// Why no backend answered, if none does.
+    failure: ProxyError,
+    /// Backends passed over only for their request limit, and the queue's deadline once the
+    /// request waits there.
+    limited: Tried,
+    queue_deadline: Option<tokio::time::Instant>,
+    /// The adaptive limit's admission, when the pool has one.
+    slot: Option<Slot>,
+    timed: bool,
+}
+
+/// One try on one backend: counted in flight to it while this lives (or the [`InFlight`] taken
+/// from it does).
+pub struct Attempt<'s> {
+    pub index: usize,
+    pub counters: &'s BackendCounters,
+    pub in_flight: InFlight,
+    pub sent_at: Instant,
+}
+
+impl<'s> Call<'s> {
+    /// Starts a call to the pool at `pool_index` of `snapshot`, for a request whose clock
+    /// started at `began`; `bound` is a backend the request is bound to. `Err` when the pool's
+    /// adaptive limit lets nothing more in.
+    pub fn start(
+        snapshot: &'s Rc<WorkerSnapshot>,
+        pool_index: usize,
+        worker: usize,
+        epoch: Instant,
+        began: Instant,
+        context: PickContext,
+        bound: Option<usize>,
+    ) -> Result<Self, ProxyError> {
+        let pool: &'s Pool = &snapshot.pools[pool_index];
+        let slot = match pool.concurrency.as_ref().map(|c| c.admit()) {
+            Some(None) => return Err(ProxyError::ConcurrencyLimited),
+            admitted => admitted.flatten(),
+        };
+        let now = nanos_since(epoch);
+        pool.retrying.first_try(now);
+        let timed = pool.plan.algorithm.uses_latency();
+        Ok(Call {
+            snapshot,
+            pool_index,
+            pool,
+            worker,
+            epoch,
+            context: PickContext { now, ..context },
+            bound,
+            attempt: 0,
+            stopped: false,
+            first_sent_at: Some(began),
+            failure: ProxyError::NoHealthyBackend,
+            limited: Tried::default(),
+            queue_deadline: None,
+            slot,
+            timed,
+        })
+    }
+
+    /// The next backend to try, counted as a decision and in flight; `None` when the pool has
+    /// none left for this request (see [`Call::failure`]). Waits in the pool's queue while
+    /// every backend is at its request limit and the pool lets requests wait.
+    pub async fn next(&mut self) -> Option<Attempt<'s>> {
+        let pool = self.pool;
+        loop {
+            while !self.stopped && self.attempt <= pool.plan.retries {
+                if self.timed {
+                    self.context.now = self.now();
+                }
+                let Some(index) = self.pick() else { break };
+                if pool.at_request_limit(index) {
+                    // A circuit breaker: passed over like a failed backend, nothing charged.
+                    self.context.tried.insert(index);
+                    self.limited.insert(index);
+                    self.failure = ProxyError::BackendsAtLimit;
+                    self.attempt += 1;
+                    continue;
+                }
+                let counters = pool.members[index].counters.mine(self.worker);
+                bump(&counters.decisions);
+                let in_flight = InFlight::start(self.snapshot, self.pool_index, index, self.worker);
+                let sent_at = self.first_sent_at.take().unwrap_or_else(Instant::now);
+                return Some(Attempt {
+                    index,
+                    counters,
+                    in_flight,
+                    sent_at,
+                });
+            }
+            self.wait_in_queue().await.ok()?;
+        }
+    }
+
+    /// The backend for the next try: the bound one, a key's home, else the rule's pick, then
+    /// slow start; `None` when no backend is left.
+    fn pick(&mut self) -> Option<usize> {
+        let pool = self.pool;
+        let picked = match self.bound.take() {
+            Some(index) => Some(index),
+            None => match pool
+                .sticky
+                .as_ref()
+                .and_then(|s| s.pick_by_key(&pool.backends, &self.context))
+            {
+                Some(by_key) => by_key,
+                None => pool.selector.pick(&pool.backends, &self.context),
+            },
+        };
+        picked.map(|index| pool.warmed(index, &self.context))
+    }
+
+    /// After a round that ended with every backend at its limit: waits in the queue for one to
+    /// have room, then starts a new round among them. `Err` (with the failure set) otherwise.
+    async fn wait_in_queue(&mut self) -> Result<(), ()> {
+        let pool = self.pool;
+        if self.failure != ProxyError::BackendsAtLimit || pool.plan.max_pending == 0 {
+            return Err(());
+        }
+        let waiting = PickContext {
+            tried: self.context.tried.without(self.limited),
+            ..self.context
+        };
+        let deadline = *self
+            .queue_deadline
+            .get_or_insert_with(|| pool.pending.deadline());
+        match pool
+            .pending
+            .wait(|| pool.saturated(&waiting), deadline)
+            .await
+        {
+            Ok(()) => {
+                self.context = waiting;
+                self.limited = Tried::default();
+                self.failure = ProxyError::NoHealthyBackend;
+                self.attempt = 0;
+                self.stopped = false;
+                Ok(())
+            }
+            Err(error) => {
+                self.failure = error;
+                Err(())
+            }
+        }
+    }
+
+    /// No connection could be made to the attempt's backend: counted against it, and another
+    /// may be tried while retries and the budget allow.
+    pub fn connect_failed(&mut self, attempt: Attempt<'s>) {
+        let Attempt {
+            index, counters, ..
+        } = attempt;
+        bump(&counters.failures);
+        counters.served.unanswered();
+        self.pool.report(index, Outcome::ConnectFailure);
+        tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(index), "connect failed");
+        self.context.tried.insert(index);
+        self.failure = ProxyError::ConnectFailed;
+        self.stopped = !self.another();
+    }
+
+    /// The attempt reached its backend but got no answer (`error`). `Ok` with `replay` (what
+    /// sends the request again, if it may be) when it goes to another backend: retries and the
+    /// budget allow, after the backoff. Else the error the client gets.
+    pub async fn lost<R>(
+        &mut self,
+        attempt: Attempt<'s>,
+        error: ProxyError,
+        replay: Option<R>,
+    ) -> Result<R, ProxyError> {
+        let Attempt {
+            index, counters, ..
+        } = attempt;
+        if error == ProxyError::UpstreamTimeout {
+            self.adapt();
+        }
+        counters.served.unanswered();
+        // A body the client broke is not the backend's fault.
+        if error.is_backend_fault() {
+            bump(&counters.failures);
+            self.pool.report(index, Outcome::Error);
+        }
+        match replay {
+            Some(replay)
+                if error.is_lost_request() && self.others_left(index) && self.another() =>
+            {
+                tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(index), %error, "sending again elsewhere");
+                self.retry_elsewhere(index, error).await;
+                Ok(replay)
+            }
+            _ => Err(error),
+        }
+    }
+
+    /// The attempt's backend answered with `status` at `answered_at`: counted, and told to
+    /// passive health and the adaptive limit.
+    pub fn answered(&mut self, attempt: &Attempt<'s>, status: u16, answered_at: Instant) {
+        self.adapt();
+        bump(&attempt.counters.requests);
+        attempt
+            .counters
+            .served
+            .answered(status, attempt.sent_at, answered_at);
+        self.pool.report(attempt.index, Outcome::of_status(status));
+    }
+
+    /// Whether an answer with `status` (and `headers`) goes to another backend instead of the
+    /// client: a status the pool retries, for a request that may be sent again (`replay`),
+    /// while others are left and the budget allows. Then `replay` comes back, after the
+    /// backoff, and the attempt ends here.
+    pub async fn retry_answer<R>(
+        &mut self,
+        attempt: &Attempt<'s>,
+        status: u16,
+        headers: &http::HeaderMap,
+        replay: Option<R>,
+    ) -> Option<R> {
+        let replay = replay.filter(|_| {
+            self.pool.retrying.retries_answer(status, headers)
+                && self.others_left(attempt.index)
+                && self.another()
+        })?;
+        tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(attempt.index), status, "answer retried elsewhere");
+        self.retry_elsewhere(attempt.index, ProxyError::UpstreamFailed)
+            .await;
+        Some(replay)
+    }
+
+    /// The attempt's answer (or, at layer 4, its connection) is the one the client gets: the
+    /// latency-aware rules learn its latency, a key's session settles on its backend.
+    pub fn settled(&self, attempt: &Attempt<'s>, answered_at: Instant) {
+        let pool = self.pool;
+        if self.timed {
+            let latency = answered_at.duration_since(attempt.sent_at);
+            pool.selector.observe(attempt.index, latency, self.now());
+        }
+        if let (Some(sticky), Some(key)) = (&pool.sticky, self.context.key) {
+            sticky.settle_key(key, attempt.index, &pool.backends);
+        }
+    }
+
+    /// What the client gets when no backend answered, counted where the pool keeps it.
+    pub fn failure(self) -> ProxyError {
+        let me = self.worker;
+        if self.failure.is_unreachable() {
+            bump(self.pool.unreachable.mine(me));
+        }
+        if matches!(
+            self.failure,
+            ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout
+        ) {
+            bump(self.pool.at_limit.mine(me));
+        }
+        self.failure
+    }
+
+    /// Whether a backend other than `index` and those tried could take a retry.
+    fn others_left(&self, index: usize) -> bool {
+        let mut next = self.context;
+        next.tried.insert(index);
+        self.pool.backends.available_count(&next) > 0
+    }
+
+    /// Whether this try may be followed by another: retries and the budget allow (counted).
+    fn another(&mut self) -> bool {
+        let granted = self.pool.retrying.another(
+            self.attempt,
+            self.pool.plan.retries,
+            self.worker,
+            self.now(),
+        );
+        self.attempt += 1;
+        granted
+    }
+
+    async fn retry_elsewhere(&mut self, index: usize, failure: ProxyError) {
+        self.context.tried.insert(index);
+        self.failure = failure;
+        self.pool.retrying.back_off(self.attempt).await;
+    }
+
+    /// The adaptive limit learns the latency of an answer (or a timeout).
+    fn adapt(&self) {
+        if let Some(slot) = &self.slot {
+            slot.answered(self.now());
+        }
+    }
+
+    fn now(&self) -> Nanos {
+        nanos_since(self.epoch)
+    }
+}
+
+fn nanos_since(epoch: Instant) -> Nanos {
+    epoch.elapsed().as_nanos() as u64
+}
+
+/// Marks a request in flight to one backend of one pool for as long as it lives.
+pub struct InFlight {
+    snapshot: Rc<WorkerSnapshot>,
+    pool: usize,
+    backend: usize,
+    worker: usize,
+}
+
+impl InFlight {
+    fn start(snapshot: &Rc<WorkerSnapshot>, pool: usize, backend: usize, worker: usize) -> Self {
+        let target = &snapshot.pools[pool];
+        target.members[backend]
+            .counters
+            .mine(worker)
+            .in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        if target.tracks_in_flight {
+            target.backends.start(backend);
+        }
+        InFlight {
+            snapshot: snapshot.clone(),
+            pool,
+            backend,
+            worker,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let pool = &self.snapshot.pools[self.pool];
+        pool.members[self.backend]
+            .counters
+            .mine(self.worker)
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+        if pool.tracks_in_flight {
+            pool.backends.finish(self.backend);
+        }
+        pool.pending.released();
+    }
+}
