@@ -542,6 +542,32 @@ fn every_unknown_key_and_type_error_is_reported_at_once() {
     }
 }
 
+/// The README's promise: every error at once, in three groups. A key that cannot be read is
+/// reported once: not again as missing.
+#[test]
+fn reading_errors_and_errors_in_what_did_read_are_reported_together() {
+    let bad = GOOD
+        .replace("name = \"web\"", "name = 7")
+        .replace("pool = \"okuma\"", "pool = \"okma\"")
+        .replace("retries = 0", "retrys = 0");
+    let (code, _, errors) = check("both.toml", &bad);
+    assert_eq!(code, 2, "{errors}");
+    let lines: Vec<&str> = errors.lines().collect();
+    let expected = [
+        "both.toml:3:8: listener[0].name: invalid type: integer `7`, expected a string",
+        "both.toml:28:1: pool[1].retrys: unknown field `retrys`, expected one of",
+        "both.toml:8:8: listener[0].route[0].pool: no pool is named \"okma\"; did you mean \"okuma\"?",
+        "error: 3 errors in the configuration; nothing was started",
+    ];
+    assert_eq!(lines.len(), expected.len(), "{errors}");
+    for (line, expected) in lines.iter().zip(expected) {
+        assert!(
+            line.contains(expected),
+            "expected {expected:?} in\n{errors}"
+        );
+    }
+}
+
 #[test]
 fn every_line_of_an_error_report_starts_with_error() {
     let bad = GOOD
