@@ -229,6 +229,43 @@ fn quick_mode_with_an_upstream_child_serves_and_stops_on_sigterm() {
     assert!(exit.success(), "the upstream exits 0 on SIGTERM: {exit}");
 }
 
+/// The course's lesson 5 without checks: round robin over three replicas, one of them dead, no
+/// retries. With `--outlier off` the dead one keeps its third of the requests, each a 502; by
+/// default passive health takes it out after a few failed connects.
+#[test]
+fn quick_mode_turns_passive_health_off_with_outlier_off() {
+    let replicas = [Upstream::start(&[]), Upstream::start(&[])];
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let bad_gateways = |extra: &[&str]| {
+        let mut args = vec!["--retries", "0", "--algorithm", "round-robin"];
+        for backend in [&replicas[0].address, &dead, &replicas[1].address] {
+            args.extend(["--to", backend.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        let proxy = Proxy::start(&[], &args);
+        let answers: Vec<String> = (0..60)
+            .map(|i| curl(&proxy.address, &format!("/takip/G{i}")))
+            .collect();
+        proxy.stop();
+        let count = |status: &str| answers.iter().filter(|a| a.starts_with(status)).count();
+        (count("HTTP/1.1 200"), count("HTTP/1.1 502"))
+    };
+    assert_eq!(
+        bad_gateways(&["--outlier", "off"]),
+        (40, 20),
+        "with passive health off, the dead backend's third are 502s"
+    );
+    let (ok, failed) = bad_gateways(&[]);
+    assert_eq!(ok + failed, 60);
+    assert!(
+        failed <= 4,
+        "passive health takes the dead backend out after 3 failed connects: {failed} × 502"
+    );
+}
+
 /// A raw HTTP/1.1 GET over a std socket: the answer's head and body as text.
 fn curl(address: &str, path: &str) -> String {
     use std::io::{Read, Write};
