@@ -12,10 +12,12 @@ pub mod admission;
 pub mod concurrency;
 pub mod connections;
 pub mod counters;
+#[allow(unsafe_code)] // raises the descriptor limit through libc
 pub mod descriptors;
 pub mod dns;
 pub mod error;
 pub mod h1;
+#[allow(unsafe_code)] // adopts inherited listening sockets by descriptor number
 pub mod handover;
 pub mod health;
 pub mod http;

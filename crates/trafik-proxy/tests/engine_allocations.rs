@@ -2,6 +2,7 @@
 //! counting global allocator (this binary's alone) counts allocations made on every thread but
 //! the test's own (where the client and the backend run), while one client sends requests on
 //! one kept-alive connection through a one-worker proxy.
+#![allow(unsafe_code)] // a global allocator is an unsafe trait
 
 mod support;
 
@@ -23,15 +24,18 @@ thread_local! {
     static EXEMPT: Cell<bool> = const { Cell::new(false) };
 }
 
+// SAFETY: every call is passed on to the system allocator unchanged; counting allocates nothing.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if !EXEMPT.try_with(Cell::get).unwrap_or(true) {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
+        // SAFETY: the caller upholds GlobalAlloc's contract, which System needs too.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller upholds GlobalAlloc's contract, which System needs too.
         unsafe { System.dealloc(ptr, layout) }
     }
 
@@ -39,6 +43,7 @@ unsafe impl GlobalAlloc for Counting {
         if !EXEMPT.try_with(Cell::get).unwrap_or(true) {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
+        // SAFETY: the caller upholds GlobalAlloc's contract, which System needs too.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }

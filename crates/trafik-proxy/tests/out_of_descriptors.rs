@@ -2,6 +2,7 @@
 //! wait between attempts instead of spinning a core, and health probes that cannot open a
 //! socket must not mark backends down. In a test binary of its own, since it lowers the whole
 //! process's descriptor limit; its tests take turns.
+#![allow(unsafe_code)] // getrlimit and setrlimit through libc
 
 mod support;
 
@@ -33,10 +34,12 @@ fn set_descriptor_limit(limit: u64) {
         rlim_max: 0,
     };
     assert_eq!(
+        // SAFETY: getrlimit only writes the struct passed.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut current) },
         0
     );
     current.rlim_cur = limit;
+    // SAFETY: setrlimit only reads the struct passed.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &current) }, 0);
 }
 
@@ -61,6 +64,7 @@ async fn the_admin_api_backs_off_when_out_of_descriptors() {
             rlim_cur: 0,
             rlim_max: 0,
         };
+        // SAFETY: getrlimit only writes the struct passed.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
         (limit.rlim_cur, limit.rlim_max)
     };
@@ -115,6 +119,7 @@ async fn probes_that_find_no_descriptor_leave_backends_up() {
             rlim_cur: 0,
             rlim_max: 0,
         };
+        // SAFETY: getrlimit only writes the struct passed.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
         (limit.rlim_cur, limit.rlim_max)
     };

@@ -41,7 +41,7 @@ pub enum Command {
     /// with errors changes nothing, and its errors are printed.
     Reload(ReloadArgs),
     /// Quick mode: proxy one listen address to a list of backends, no file needed.
-    Proxy(ProxyArgs),
+    Proxy(Box<ProxyArgs>),
     /// Run the course's models on trafik's own selection code and print their tables.
     #[command(subcommand)]
     Sim(SimModel),
@@ -276,6 +276,10 @@ pub struct ProxyArgs {
     /// Time between health checks.
     #[arg(long, default_value_t = Dur(schema::Health::DEFAULT_INTERVAL))]
     pub health_interval: Dur,
+    /// Passive health (a config file's `[pool.outlier]`): take a backend out of selection after
+    /// failed connects or 5xx answers in a row; `off` keeps sending it its share.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub outlier: Switch,
     /// Other backends tried after a failed connect, or after a backend lost a GET (its
     /// connection broke or the response timeout passed); 0 turns retries off.
     #[arg(long, default_value_t = schema::Pool::DEFAULT_RETRIES)]
@@ -321,6 +325,13 @@ pub struct ProxyArgs {
     /// The HTTP/1.1 server of a plain-HTTP listener: trafik's own (the default) or hyper.
     #[arg(long, value_enum)]
     pub engine: Option<schema::Engine>,
+}
+
+/// A quick-mode setting that is on by default (a config file's `enabled = true|false`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// What quick mode's listener speaks (a config file's `protocol`).

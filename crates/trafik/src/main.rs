@@ -38,7 +38,7 @@ fn run(command: Command) -> Result<ExitCode, String> {
         Command::Serve(args) => serve::run(args),
         Command::Check(args) => check::run(args),
         Command::Reload(args) => reload::run(args),
-        Command::Proxy(args) => proxy::run(args),
+        Command::Proxy(args) => proxy::run(*args),
         Command::Sim(model) => sim::run(model),
         Command::Upstream(args) => upstream::run(args),
         Command::Load(args) => load::run(*args),

@@ -229,6 +229,43 @@ fn quick_mode_with_an_upstream_child_serves_and_stops_on_sigterm() {
     assert!(exit.success(), "the upstream exits 0 on SIGTERM: {exit}");
 }
 
+/// The course's lesson 5 without checks: round robin over three replicas, one of them dead, no
+/// retries. With `--outlier off` the dead one keeps its third of the requests, each a 502; by
+/// default passive health takes it out after a few failed connects.
+#[test]
+fn quick_mode_turns_passive_health_off_with_outlier_off() {
+    let replicas = [Upstream::start(&[]), Upstream::start(&[])];
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let bad_gateways = |extra: &[&str]| {
+        let mut args = vec!["--retries", "0", "--algorithm", "round-robin"];
+        for backend in [&replicas[0].address, &dead, &replicas[1].address] {
+            args.extend(["--to", backend.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        let proxy = Proxy::start(&[], &args);
+        let answers: Vec<String> = (0..60)
+            .map(|i| curl(&proxy.address, &format!("/takip/G{i}")))
+            .collect();
+        proxy.stop();
+        let count = |status: &str| answers.iter().filter(|a| a.starts_with(status)).count();
+        (count("HTTP/1.1 200"), count("HTTP/1.1 502"))
+    };
+    assert_eq!(
+        bad_gateways(&["--outlier", "off"]),
+        (40, 20),
+        "with passive health off, the dead backend's third are 502s"
+    );
+    let (ok, failed) = bad_gateways(&[]);
+    assert_eq!(ok + failed, 60);
+    assert!(
+        failed <= 4,
+        "passive health takes the dead backend out after 3 failed connects: {failed} × 502"
+    );
+}
+
 /// A raw HTTP/1.1 GET over a std socket: the answer's head and body as text.
 fn curl(address: &str, path: &str) -> String {
     use std::io::{Read, Write};
@@ -545,6 +582,32 @@ fn every_unknown_key_and_type_error_is_reported_at_once() {
         assert!(
             errors.contains(expected),
             "missing {expected:?} in\n{errors}"
+        );
+    }
+}
+
+/// The README's promise: every error at once, in three groups. A key that cannot be read is
+/// reported once: not again as missing.
+#[test]
+fn reading_errors_and_errors_in_what_did_read_are_reported_together() {
+    let bad = GOOD
+        .replace("name = \"web\"", "name = 7")
+        .replace("pool = \"okuma\"", "pool = \"okma\"")
+        .replace("retries = 0", "retrys = 0");
+    let (code, _, errors) = check("both.toml", &bad);
+    assert_eq!(code, 2, "{errors}");
+    let lines: Vec<&str> = errors.lines().collect();
+    let expected = [
+        "both.toml:3:8: listener[0].name: invalid type: integer `7`, expected a string",
+        "both.toml:28:1: pool[1].retrys: unknown field `retrys`, expected one of",
+        "both.toml:8:8: listener[0].route[0].pool: no pool is named \"okma\"; did you mean \"okuma\"?",
+        "error: 3 errors in the configuration; nothing was started",
+    ];
+    assert_eq!(lines.len(), expected.len(), "{errors}");
+    for (line, expected) in lines.iter().zip(expected) {
+        assert!(
+            line.contains(expected),
+            "expected {expected:?} in\n{errors}"
         );
     }
 }

@@ -239,6 +239,7 @@ const TARGET_BYTES: [bool; 256] = {
 };
 
 /// Text the fast path found to be ASCII (a target, a `Host`); empty should it not be.
+#[allow(unsafe_code)]
 pub fn ascii(bytes: &[u8]) -> &str {
     if bytes.is_ascii() {
         // SAFETY: ASCII is UTF-8. (`from_utf8` costs a request ~2 % of its instructions.)

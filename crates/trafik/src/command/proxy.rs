@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use trafik_balance::Algorithm;
 
 use super::serve::serve;
-use crate::cli::{ProxyArgs, ProxyMode};
+use crate::cli::{ProxyArgs, ProxyMode, Switch};
 use crate::config::schema::{
-    Admin, Backend, File, Health, Listener, ListenerTls, Pool, Protocol, Route, Server,
+    Admin, Backend, File, Health, Listener, ListenerTls, Outlier, Pool, Protocol, Route, Server,
     UpstreamTimeouts, unplaced,
 };
 use crate::config::values::Dur;
@@ -63,6 +63,10 @@ impl From<ProxyArgs> for File {
             },
             hash_key: hash_key.map(unplaced),
             proxy_protocol: args.proxy_protocol.map(unplaced),
+            outlier: Outlier {
+                enabled: args.outlier == Switch::On,
+                ..Outlier::default()
+            },
             ..Pool::default()
         };
         // An http listener reaches the pool through one route for every path; a tcp listener

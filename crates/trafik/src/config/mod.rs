@@ -1,8 +1,8 @@
 //! The configuration: a TOML file, or quick-mode flags, in the sections of [`schema`], checked
 //! with every problem reported where the user can fix it, then turned into the data plane's
-//! [`Plan`]. A file goes through three stages, each reporting all it finds before stopping:
-//! TOML syntax, then unknown keys and wrong types ([`read`]), then what the values mean (one
-//! module per section).
+//! [`Plan`]. A file goes through three stages, and its errors are reported all at once in their
+//! order: TOML syntax (which stops there: nothing can be read), then unknown keys and wrong types
+//! ([`read`]), then what the values that did read mean (one module per section).
 
 mod adaptive_concurrency;
 mod admin;
@@ -56,9 +56,18 @@ pub struct Loaded {
 pub fn load(name: &str, text: &str) -> Result<Loaded, Vec<ConfigError>> {
     let source = Source::File { name, text };
     let mut report = report::Report::new(source);
-    match read::file(text, &mut report) {
-        Some(file) => check(file, source),
-        None => Err(report.into_errors()),
+    let (file, reading) = read::file(text, &mut report);
+    let mut errors = report.into_errors();
+    let Some(file) = file else {
+        return Err(errors);
+    };
+    match check(file, source) {
+        Ok(loaded) if errors.is_empty() => Ok(loaded),
+        Ok(_) => Err(errors),
+        Err(checked) => {
+            errors.extend(reading.as_written(checked));
+            Err(errors)
+        }
     }
 }
 
@@ -123,5 +132,35 @@ mod tests {
         let loaded = load("<embedded>", EMBEDDED_DEFAULT).unwrap();
         assert_eq!(loaded.upstreams.len(), 3);
         assert_eq!(loaded.plan.pools[0].backends.len(), 3);
+    }
+
+    fn error_fields(text: &str) -> Vec<String> {
+        let errors = load("t.toml", text).unwrap_err();
+        errors.into_iter().map(|e| e.field).collect()
+    }
+
+    const ONE_ROUTE: &str = "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\n\
+        [[listener.route]]\npool = \"p\"\n[[pool]]\nname = \"p\"\n";
+
+    #[test]
+    fn a_value_that_did_not_read_is_not_reported_missing_too() {
+        let text = format!("{ONE_ROUTE}backends = [{{ address = 8081 }}]\n");
+        assert_eq!(error_fields(&text), ["pool[0].backends[0].address"]);
+    }
+
+    #[test]
+    fn errors_after_an_array_element_that_did_not_read_keep_the_file_s_indices() {
+        let backends = "backends = [\"127.0.0.1:2\", { address = \"127.0.0.1:3\", weight = 0 }]";
+        let text = format!("{ONE_ROUTE}{backends}\n");
+        assert_eq!(
+            error_fields(&text),
+            ["pool[0].backends[0]", "pool[0].backends[1].weight"]
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_alone_starts_nothing() {
+        let text = format!("{ONE_ROUTE}backends = [{{ address = \"127.0.0.1:2\" }}]\nretrys = 1\n");
+        assert_eq!(error_fields(&text), ["pool[0].retrys"]);
     }
 }
