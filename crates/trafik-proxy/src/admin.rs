@@ -13,12 +13,14 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use percent_encoding::percent_decode_str;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::Instance;
 use crate::counters::{BackendCounters, read, read_gauge};
+use crate::http::path::escapes_are_well_formed;
 use crate::http::policy::gate;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
@@ -273,22 +275,14 @@ fn drain(pools: &[Arc<Pool>], pool: &str, backend: &str, draining: bool) -> Resp
     reply(StatusCode::OK, "application/json", body.to_string())
 }
 
-/// Decodes `%XX` escapes (for `[`, `]` and `:` in IPv6 addresses); `None` if malformed.
+/// Decodes `%XX` escapes (for `[`, `]` and `:` in IPv6 addresses); `None` if malformed or
+/// not UTF-8.
 fn percent_decode(segment: &str) -> Option<String> {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    if !escapes_are_well_formed(segment.as_bytes()) {
+        return None;
     }
-    String::from_utf8(out).ok()
+    let decoded = percent_decode_str(segment).decode_utf8().ok()?;
+    Some(decoded.into_owned())
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
