@@ -20,6 +20,7 @@ use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseI
 use hickory_server::zone_handler::MessageResponseBuilder;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, UdpSocket};
+use trafik_metrics_text::{Exposition, Kind};
 
 use crate::policy::{Client, Live, mask};
 use crate::zone::{Authority, Code, DnsPlan};
@@ -241,83 +242,76 @@ impl DnsControl {
         })
     }
 
-    /// The Prometheus lines of the DNS counters.
-    pub fn metrics(&self) -> String {
-        use std::fmt::Write;
+    /// The DNS counters' families, written to `exposition`.
+    pub fn metrics(&self, exposition: &mut Exposition) {
         let current = self.handler.current.load();
         let live = current.liveness.live();
         let authority = &current.authority;
-        let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let policy_names = || {
+            authority.zones.iter().flat_map(|zone| {
+                zone.policy_names().map(|name| {
+                    let labels = [
+                        ("name", name.name.to_string()),
+                        ("policy", name.policy.kind().to_owned()),
+                    ];
+                    (labels, &name.counters)
+                })
+            })
         };
-        family(
+        let mut queries = exposition.family(
             "trafik_dns_queries_total",
-            "counter",
+            Kind::Counter,
             "DNS queries per policy name.",
         );
-        family(
+        for (labels, counters) in policy_names() {
+            queries.sample(&labels, counters.queries.load(Ordering::Relaxed));
+        }
+        let mut answers = exposition.family(
             "trafik_dns_answers_total",
-            "counter",
+            Kind::Counter,
             "DNS answers per policy name and region.",
         );
-        family(
-            "trafik_dns_failovers_total",
-            "counter",
-            "DNS answers that health moved off the policy's first choice.",
-        );
-        family(
-            "trafik_dns_nxdomain_total",
-            "counter",
-            "NXDOMAIN answers per zone.",
-        );
-        family(
-            "trafik_dns_region_live",
-            "gauge",
-            "1 while a region is live.",
-        );
-        for zone in &authority.zones {
-            let origin = zone.origin.to_string();
-            let _ = writeln!(
-                out,
-                "trafik_dns_nxdomain_total{{zone=\"{origin}\"}} {}",
-                zone.counters.nxdomain.load(Ordering::Relaxed)
-            );
-            for name in zone.policy_names() {
-                let labels = format!("name=\"{}\",policy=\"{}\"", name.name, name.policy.kind());
-                let c = &name.counters;
-                let _ = writeln!(
-                    out,
-                    "trafik_dns_queries_total{{{labels}}} {}",
-                    c.queries.load(Ordering::Relaxed)
-                );
-                let _ = writeln!(
-                    out,
-                    "trafik_dns_failovers_total{{{labels}}} {}",
-                    c.failovers.load(Ordering::Relaxed)
-                );
-                for region in &authority.regions {
-                    let count = c
-                        .answers
-                        .get(&region.name)
-                        .map_or(0, |n| n.load(Ordering::Relaxed));
-                    let _ = writeln!(
-                        out,
-                        "trafik_dns_answers_total{{{labels},region=\"{}\"}} {count}",
-                        region.name
-                    );
-                }
+        for ([name, policy], counters) in policy_names() {
+            for region in &authority.regions {
+                let count = counters
+                    .answers
+                    .get(&region.name)
+                    .map_or(0, |n| n.load(Ordering::Relaxed));
+                let labels = [
+                    name.clone(),
+                    policy.clone(),
+                    ("region", region.name.clone()),
+                ];
+                answers.sample(&labels, count);
             }
         }
-        for (index, region) in authority.regions.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "trafik_dns_region_live{{region=\"{}\"}} {}",
-                region.name,
-                u8::from(live.contains(index))
+        let mut failovers = exposition.family(
+            "trafik_dns_failovers_total",
+            Kind::Counter,
+            "DNS answers that health moved off the policy's first choice.",
+        );
+        for (labels, counters) in policy_names() {
+            failovers.sample(&labels, counters.failovers.load(Ordering::Relaxed));
+        }
+        let mut nxdomain = exposition.family(
+            "trafik_dns_nxdomain_total",
+            Kind::Counter,
+            "NXDOMAIN answers per zone.",
+        );
+        for zone in &authority.zones {
+            nxdomain.sample(
+                &[("zone", zone.origin.to_string())],
+                zone.counters.nxdomain.load(Ordering::Relaxed),
             );
         }
-        out
+        let mut region_live = exposition.family(
+            "trafik_dns_region_live",
+            Kind::Gauge,
+            "1 while a region is live.",
+        );
+        for (index, region) in authority.regions.iter().enumerate() {
+            region_live.sample(&[("region", &region.name)], u8::from(live.contains(index)));
+        }
     }
 }
 

@@ -2,7 +2,6 @@
 //! same counters the data plane updates; `POST /reload`; drain and undrain.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,12 +12,15 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use percent_encoding::percent_decode_str;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use trafik_metrics_text::{Exposition, Kind};
 
 use crate::Instance;
 use crate::counters::{BackendCounters, read, read_gauge};
+use crate::http::path::escapes_are_well_formed;
 use crate::http::policy::gate;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
@@ -146,14 +148,16 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             reply(StatusCode::OK, "application/json", document.to_string())
         }
         "/metrics" => {
-            let text = metrics(&snapshot.pools)
-                + &caches::metrics(&snapshot)
-                + &crate::http::gateway::metrics(&snapshot)
-                + &gate::metrics(&snapshot.gates)
-                + &crate::concurrency::metrics(&snapshot.pools)
-                + &crate::admission::metrics(&snapshot)
-                + &instance.dns_metrics()
-                + &crate::metrics::export::text(&snapshot);
+            let mut exposition = Exposition::default();
+            metrics(&snapshot.pools, &mut exposition);
+            caches::metrics(&snapshot, &mut exposition);
+            crate::http::gateway::metrics(&snapshot, &mut exposition);
+            gate::metrics(&snapshot.gates, &mut exposition);
+            crate::concurrency::metrics(&snapshot.pools, &mut exposition);
+            crate::admission::metrics(&snapshot, &mut exposition);
+            instance.dns_metrics(&mut exposition);
+            crate::metrics::export::write(&snapshot, &mut exposition);
+            let text = exposition.into_text();
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/reload" if method != Method::POST => {
@@ -273,22 +277,14 @@ fn drain(pools: &[Arc<Pool>], pool: &str, backend: &str, draining: bool) -> Resp
     reply(StatusCode::OK, "application/json", body.to_string())
 }
 
-/// Decodes `%XX` escapes (for `[`, `]` and `:` in IPv6 addresses); `None` if malformed.
+/// Decodes `%XX` escapes (for `[`, `]` and `:` in IPv6 addresses); `None` if malformed or
+/// not UTF-8.
 fn percent_decode(segment: &str) -> Option<String> {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    if !escapes_are_well_formed(segment.as_bytes()) {
+        return None;
     }
-    String::from_utf8(out).ok()
+    let decoded = percent_decode_str(segment).decode_utf8().ok()?;
+    Some(decoded.into_owned())
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
@@ -388,78 +384,78 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
 }
 
 /// The same counters in the Prometheus text exposition format.
-pub fn metrics(pools: &[Arc<Pool>]) -> String {
+pub fn metrics(pools: &[Arc<Pool>], exposition: &mut Exposition) {
     type Read = fn(&Pool, usize) -> i64;
-    let families: [(&str, &str, &str, Read); 12] = [
+    let families: [(&str, Kind, &str, Read); 12] = [
         (
             "trafik_backend_decisions_total",
-            "counter",
+            Kind::Counter,
             "Times the selection rule chose the backend.",
             |p, i| p.members[i].counters.sum(|c| read(&c.decisions)),
         ),
         (
             "trafik_backend_requests_total",
-            "counter",
+            Kind::Counter,
             "Responses the backend sent.",
             |p, i| p.members[i].counters.sum(|c| read(&c.requests)),
         ),
         (
             "trafik_backend_failures_total",
-            "counter",
+            Kind::Counter,
             "Failed connects, timeouts and broken connections.",
             |p, i| p.members[i].counters.sum(|c| read(&c.failures)),
         ),
         (
             "trafik_backend_upgrades_total",
-            "counter",
+            Kind::Counter,
             "Connections the backend switched to another protocol (101), such as WebSockets.",
             |p, i| p.members[i].counters.sum(|c| read(&c.upgrades)),
         ),
         (
             "trafik_backend_connections_total",
-            "counter",
+            Kind::Counter,
             "TCP connections opened to the backend (upstream connections of HTTP pools, relayed client connections of tcp pools).",
             |p, i| p.members[i].counters.sum(|c| read(&c.connections)),
         ),
         (
             "trafik_backend_bytes_in_total",
-            "counter",
+            Kind::Counter,
             "Bytes read from the backend, counted on the socket.",
             |p, i| p.members[i].counters.sum(|c| read(&c.bytes_in)),
         ),
         (
             "trafik_backend_bytes_out_total",
-            "counter",
+            Kind::Counter,
             "Bytes written to the backend, counted on the socket.",
             |p, i| p.members[i].counters.sum(|c| read(&c.bytes_out)),
         ),
         (
             "trafik_backend_active_connections",
-            "gauge",
+            Kind::Gauge,
             "Requests in flight to the backend.",
             |p, i| p.members[i].counters.sum(|c| read_gauge(&c.in_flight)),
         ),
         (
             "trafik_backend_open_connections",
-            "gauge",
+            Kind::Gauge,
             "Upstream TCP connections open to the backend's address.",
             |p, i| p.members[i].endpoint.open_connections.sum(read_gauge),
         ),
         (
             "trafik_backend_healthy",
-            "gauge",
+            Kind::Gauge,
             "1 when health checks consider the backend up.",
             |p, i| i64::from(p.backends.is_up(i)),
         ),
         (
             "trafik_backend_ejected",
-            "gauge",
+            Kind::Gauge,
             "1 while passive health has ejected the backend.",
             |p, i| i64::from(p.backends.is_ejected(i)),
         ),
         (
             "trafik_backend_ejections_total",
-            "counter",
+            Kind::Counter,
             "Times passive health ejected the backend.",
             |p, i| {
                 p.passive
@@ -468,37 +464,21 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
             },
         ),
     ];
-    let mut out = String::with_capacity(1024);
     for (name, kind, help, read) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let mut family = exposition.family(name, kind, help);
         for pool in pools {
             for i in 0..pool.backends.len() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{pool=\"{}\",backend=\"{}\",name=\"{}\"}} {}",
-                    escape(&pool.plan.name),
-                    pool.address(i),
-                    escape(&pool.display_name(i)),
-                    read(pool, i)
-                );
+                family.sample(&backend_labels(pool, i), read(pool, i));
             }
         }
     }
-    let name = "trafik_pool_unreachable_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Requests answered 502/503 because no backend could be reached.\n# TYPE {name} counter"
-    );
-    for pool in pools {
-        let _ = writeln!(
-            out,
-            "{name}{{pool=\"{}\"}} {}",
-            escape(&pool.plan.name),
-            pool.unreachable.sum(read)
-        );
-    }
     type PoolTotal = fn(&Pool) -> i64;
-    let pool_totals: [(&str, &str, PoolTotal); 2] = [
+    let pool_totals: [(&str, &str, PoolTotal); 3] = [
+        (
+            "trafik_pool_unreachable_total",
+            "Requests answered 502/503 because no backend could be reached.",
+            |p| p.unreachable.sum(read),
+        ),
         (
             "trafik_pool_retries_total",
             "Requests sent again to another backend.",
@@ -511,14 +491,9 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
         ),
     ];
     for (name, help, total) in pool_totals {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        let mut family = exposition.family(name, Kind::Counter, help);
         for pool in pools {
-            let _ = writeln!(
-                out,
-                "{name}{{pool=\"{}\"}} {}",
-                escape(&pool.plan.name),
-                total(pool)
-            );
+            family.sample(&[("pool", &pool.plan.name)], total(pool));
         }
     }
     type Total = fn(&BackendCounters) -> i64;
@@ -535,10 +510,10 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
         ),
     ];
     for (name, help, total) in skews {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let mut family = exposition.family(name, Kind::Gauge, help);
         for pool in pools {
             if let Some(skew) = skew(pool, total) {
-                let _ = writeln!(out, "{name}{{pool=\"{}\"}} {skew}", escape(&pool.plan.name));
+                family.sample(&[("pool", &pool.plan.name)], skew);
             }
         }
     }
@@ -561,20 +536,23 @@ pub fn metrics(pools: &[Arc<Pool>]) -> String {
         ),
     ];
     for (name, help, read) in sticky {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        let mut family = exposition.family(name, Kind::Counter, help);
         for pool in pools {
             if let Some(s) = &pool.sticky {
-                let _ = writeln!(
-                    out,
-                    "{name}{{pool=\"{}\",mode=\"{}\"}} {}",
-                    escape(&pool.plan.name),
-                    s.mode(),
-                    read(&s.counters)
-                );
+                let labels = [("pool", pool.plan.name.as_str()), ("mode", s.mode())];
+                family.sample(&labels, read(&s.counters));
             }
         }
     }
-    out
+}
+
+/// A backend's labels in every family about it: its pool, address and name.
+pub(crate) fn backend_labels(pool: &Pool, index: usize) -> [(&'static str, String); 3] {
+    [
+        ("pool", pool.plan.name.clone()),
+        ("backend", pool.address(index).to_string()),
+        ("name", pool.display_name(index)),
+    ]
 }
 
 /// How unevenly a pool spreads what `total` counts: the largest backend total divided by the
@@ -583,14 +561,6 @@ fn skew(pool: &Pool, total: fn(&BackendCounters) -> i64) -> Option<f64> {
     let totals = pool.members.iter().map(|m| m.counters.sum(total));
     let (min, max) = totals.fold((i64::MAX, 0), |(min, max), t| (min.min(t), max.max(t)));
     (!pool.members.is_empty() && min > 0).then(|| max as f64 / min as f64)
-}
-
-/// Escapes a Prometheus label value.
-pub(crate) fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use trafik_metrics_text::{Exposition, Kind};
 
 use crate::plan::ConnectionLimits;
 
@@ -116,40 +117,30 @@ pub fn add_to_status(snapshot: &crate::snapshot::Snapshot, listeners: &mut serde
     }
 }
 
-/// The same in the Prometheus text format.
-pub fn metrics(snapshot: &crate::snapshot::Snapshot) -> String {
-    use std::fmt::Write as _;
+/// The same in the Prometheus text format; nothing without a limited listener.
+pub fn metrics(snapshot: &crate::snapshot::Snapshot, exposition: &mut Exposition) {
     type Read = fn(&ConnectionLimit) -> u64;
-    let families: [(&str, &str, &str, Read); 2] = [
+    let families: [(&str, &str, Read); 2] = [
         (
             "trafik_listener_waited_total",
-            "counter",
             "Connections that found max_connections open and waited for one to close.",
             |l| l.waited.load(Ordering::Relaxed),
         ),
         (
             "trafik_listener_refused_per_client_total",
-            "counter",
             "Connections closed at once: their client had max_connections_per_client open.",
             |l| l.refused_per_client.load(Ordering::Relaxed),
         ),
     ];
-    let mut out = String::new();
     if snapshot.connection_limits().next().is_none() {
-        return out;
+        return;
     }
-    for (name, kind, help, read) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (name, help, read) in families {
+        let mut family = exposition.family(name, Kind::Counter, help);
         for limit in snapshot.connection_limits() {
-            let _ = writeln!(
-                out,
-                "{name}{{listener=\"{}\"}} {}",
-                crate::admin::escape(&limit.listener),
-                read(limit)
-            );
+            family.sample(&[("listener", &limit.listener)], read(limit));
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -4,13 +4,13 @@
 //! with `x-trafik-reason: concurrency-limit`. A request counts from its admission until its
 //! response head arrives (or it fails).
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Value, json};
 use trafik_balance::{AdaptiveLimit, ConcurrencyRules, Nanos};
+use trafik_metrics_text::{Exposition, Kind};
 
 use crate::pool::Pool;
 
@@ -113,46 +113,41 @@ pub fn status(pool: &Pool) -> Option<Value> {
     }))
 }
 
-/// The limits in the Prometheus text format.
-pub fn metrics(pools: &[Arc<Pool>]) -> String {
+/// The limits in the Prometheus text format; nothing while no pool has one.
+pub fn metrics(pools: &[Arc<Pool>], exposition: &mut Exposition) {
     type Read = fn(&Concurrency) -> u64;
-    let families: [(&str, &str, &str, Read); 3] = [
+    let families: [(&str, Kind, &str, Read); 3] = [
         (
             "trafik_pool_concurrency_limit",
-            "gauge",
+            Kind::Gauge,
             "The pool's adaptive concurrency limit now.",
             |c| u64::from(c.limit()),
         ),
         (
             "trafik_pool_concurrency_in_flight",
-            "gauge",
+            Kind::Gauge,
             "Requests counted against the pool's adaptive concurrency limit.",
             |c| u64::from(c.in_flight()),
         ),
         (
             "trafik_pool_concurrency_rejected_total",
-            "counter",
+            Kind::Counter,
             "Requests answered 503 because the pool was at its adaptive concurrency limit.",
             Concurrency::rejected,
         ),
     ];
-    let mut out = String::new();
-    for (name, kind, help, read) in families {
-        let limited = pools
+    let limited = || {
+        pools
             .iter()
-            .filter_map(|p| Some((p, p.concurrency.as_ref()?)));
-        let mut header = false;
-        for (pool, concurrency) in limited {
-            if !std::mem::replace(&mut header, true) {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            }
-            let _ = writeln!(
-                out,
-                "{name}{{pool=\"{}\"}} {}",
-                crate::admin::escape(&pool.plan.name),
-                read(concurrency)
-            );
+            .filter_map(|p| Some((p, p.concurrency.as_ref()?)))
+    };
+    if limited().next().is_none() {
+        return;
+    }
+    for (name, kind, help, read) in families {
+        let mut family = exposition.family(name, kind, help);
+        for (pool, concurrency) in limited() {
+            family.sample(&[("pool", &pool.plan.name)], read(concurrency));
         }
     }
-    out
 }

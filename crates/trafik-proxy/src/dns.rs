@@ -185,8 +185,8 @@ impl DnsService {
         self.control.status()
     }
 
-    pub fn metrics(&self) -> String {
-        self.control.metrics()
+    pub fn metrics(&self, exposition: &mut trafik_metrics_text::Exposition) {
+        self.control.metrics(exposition);
     }
 
     /// The regions' liveness for `plan`, starting the checks it needs and retiring the ones

@@ -36,7 +36,7 @@ pub enum ProxyError {
     /// A transfer coding other than `chunked`, which trafik could not pass on intact.
     UnsupportedTransferCoding,
     /// The path is spelled so that a backend may resolve it across a segment boundary trafik
-    /// cannot see (an encoded slash or backslash, `..;`).
+    /// cannot see (an encoded slash or backslash, `..;`), or with a malformed escape.
     AmbiguousPath,
     /// The request target is longer than hyper accepts.
     UriTooLong,
@@ -118,7 +118,7 @@ impl ProxyError {
                 "only the chunked transfer coding is supported\n"
             }
             ProxyError::AmbiguousPath => {
-                "the path has an encoded slash or backslash, or a dot segment with parameters\n"
+                "the path has a malformed escape, an encoded slash or backslash, or a dot segment with parameters\n"
             }
             ProxyError::UriTooLong => "the request target is too long\n",
             ProxyError::HeadTooLarge => "the request head is too large\n",

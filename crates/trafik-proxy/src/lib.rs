@@ -228,12 +228,11 @@ impl Instance {
         self.dns.as_ref().map(dns::DnsService::status)
     }
 
-    /// The DNS server's Prometheus lines; empty without one.
-    pub fn dns_metrics(&self) -> String {
-        self.dns
-            .as_ref()
-            .map(dns::DnsService::metrics)
-            .unwrap_or_default()
+    /// The DNS server's families, written to `exposition`; none without one.
+    pub fn dns_metrics(&self, exposition: &mut trafik_metrics_text::Exposition) {
+        if let Some(dns) = &self.dns {
+            dns.metrics(exposition);
+        }
     }
 
     fn listener_addresses(&self) -> Vec<SocketAddr> {

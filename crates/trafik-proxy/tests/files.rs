@@ -236,6 +236,31 @@ async fn paths_that_leave_the_root_are_refused_and_never_read() {
     stop(running).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_escape_is_refused_not_read_as_a_byte() {
+    let root = folder("malformed");
+    // What a decoder that lets `u8::from_str_radix` read `%+f` as 0x0f would serve.
+    std::fs::write(root.join("a\u{f}"), "control").unwrap();
+    std::fs::write(root.join("a%4"), "literal").unwrap();
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    let address = web(&running);
+    for path in [
+        "/varlik/a%+f",
+        "/varlik/a%+F",
+        "/varlik/a%4",
+        "/varlik/a%zz",
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(address, request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
+        assert!(
+            !answer.contains("control") && !answer.contains("literal"),
+            "{answer}"
+        );
+    }
+    stop(running).await;
+}
+
 /// The lesson's app process: `/takip/<no>` answers the 480-byte tracking body, `/varlik/<name>`
 /// a file of `assets`; it counts requests and body bytes it sent.
 async fn app(assets: PathBuf) -> (SocketAddr, Arc<[AtomicU64; 2]>) {

@@ -202,6 +202,32 @@ async fn a_page_of_another_origin_cannot_drain_through_the_admin_api() {
 }
 
 #[tokio::test]
+async fn the_admin_api_refuses_a_malformed_escape_instead_of_reading_it_as_a_byte() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let admin = running.admin_address().unwrap();
+    let ask = |path: String| async move {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        raw_exchange(admin, request.as_bytes()).await
+    };
+    for path in [
+        "/pools/takip%+f/backends/x/drain".to_owned(),
+        format!("/pools/takip/backends/{echo}%+f/drain"),
+        "/pools/takip%4/backends/x/drain".to_owned(),
+    ] {
+        let answer = ask(path.clone()).await;
+        assert!(answer.starts_with("HTTP/1.1 404"), "{path}: {answer}");
+        assert!(answer.contains("unknown admin path"), "{path}: {answer}");
+    }
+    let answer = ask("/caches/%+f/purge?prefix=/".to_owned()).await;
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(answer.contains("not valid percent-encoding"), "{answer}");
+    stop(running).await;
+}
+
+#[tokio::test]
 async fn kept_alive_upstream_connections_close_after_the_idle_timeout() {
     let (backend, _) = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let mut plan = plan(&[backend]);

@@ -2,11 +2,10 @@
 //! after a known load the histograms and status classes of every level add up to it; `/status`
 //! summarizes the last seconds per pool and backend.
 
-#[path = "support/prometheus.rs"]
-mod prometheus;
 mod support;
 
 use support::*;
+use trafik_metrics_text::strict_reader;
 
 /// Requests sent, each on its own connection.
 const LOAD: usize = 90;
@@ -37,7 +36,7 @@ async fn histograms_and_classes_add_up(engine: trafik_proxy::Engine) {
         assert_eq!(get(web, "/none").await.status, 503);
     }
     let text = admin_get(&running, "/metrics").await.text();
-    let metrics = prometheus::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let metrics = strict_reader::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let load = LOAD as f64;
     let total = load + 3.0;
 

@@ -166,6 +166,27 @@ async fn spellings_a_backend_could_resolve_outside_the_prefix_are_refused() {
 }
 
 #[tokio::test]
+async fn malformed_escapes_are_refused_before_routing() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    *routes(&mut plan) = vec![route("/public", "takip")];
+    let running = trafik_proxy::start(plan).unwrap();
+    for path in [
+        "/public/%+f",
+        "/public/a%zz",
+        "/public/a%4",
+        // Decoding `%32` and `%65` after a stray `%` would hand the backend `%2e%2e`.
+        "/public/%%32%65%%32%65/admin",
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(web(&running), request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
+        assert!(answer.contains("malformed escape"), "{path}: {answer}");
+    }
+    stop(running).await;
+}
+
+#[tokio::test]
 async fn an_absolute_form_request_reaches_the_backend_with_the_host_it_was_routed_by() {
     let echo = echo_server(Duration::ZERO).await;
     let mut plan = plan(&[echo]);

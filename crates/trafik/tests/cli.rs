@@ -734,7 +734,7 @@ fn route_prefixes_and_listener_addresses_are_checked_the_way_requests_are_matche
     assert_eq!(code, 2, "{stderr}");
     for expected in [
         "listener[0].route[0].path_prefix: requests are matched in normal form, so \"/takip//ozel\" would never match: write \"/takip/ozel\"",
-        "listener[0].route[1].path_prefix: \"/olay/..;/x\" has an encoded slash or backslash",
+        "listener[0].route[1].path_prefix: \"/olay/..;/x\" has a malformed escape, an encoded slash or backslash",
         "listener[1].listen: another listener already listens on 127.0.0.1:18080",
         "listener[1].route[0].request_headers: expected \"Name: value\"",
     ] {

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Trafik, Upstream, get_json};
+use common::{Trafik, Upstream, get_json, get_text};
+use trafik_metrics_text::strict_reader;
 
 /// A `trafik upstream` on a given address (to bring a stopped health target back).
 fn upstream_at(address: &str) -> Trafik {
@@ -213,18 +214,7 @@ fn regions_leave_the_answers_when_their_checks_fail_and_return_after_rise() {
         devralma["answers"]["b35"].as_u64().unwrap() >= 1,
         "{devralma}"
     );
-    let metrics = {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&dns.admin).unwrap();
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).unwrap();
-        text
-    };
+    let metrics = get_text(&dns.admin, "/metrics");
     assert!(
         metrics.contains("trafik_dns_region_live{region=\"b34\"} 1"),
         "{metrics}"
@@ -234,6 +224,33 @@ fn regions_leave_the_answers_when_their_checks_fail_and_return_after_rise() {
             "trafik_dns_failovers_total{name=\"devralma.kargo.test.\",policy=\"failover\"}"
         )
     );
+}
+
+#[test]
+fn metrics_with_dns_on_read_as_strict_prometheus_text() {
+    let k34 = Upstream::start(&[]);
+    let k35 = Upstream::start(&[]);
+    let k06 = Upstream::start(&[]);
+    let dns = Dns::start(
+        "metrics",
+        &config(&k34.address, &k35.address, &k06.address, "b34"),
+    );
+    assert_eq!(dns.ask("devralma.kargo.test", None), ["127.0.0.34"]);
+    dns.ask("yok.kargo.test", None);
+    let text = get_text(&dns.admin, "/metrics");
+    let metrics = strict_reader::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let devralma = [("name", "devralma.kargo.test."), ("policy", "failover")];
+    assert_eq!(metrics.value("trafik_dns_queries_total", &devralma), 1.0);
+    let answers = [devralma[0], ("region", "b34")];
+    assert_eq!(metrics.value("trafik_dns_answers_total", &answers), 1.0);
+    let zone = [("zone", "kargo.test.")];
+    assert_eq!(metrics.value("trafik_dns_nxdomain_total", &zone), 1.0);
+    assert_eq!(
+        metrics.value("trafik_dns_region_live", &[("region", "b34")]),
+        1.0
+    );
+    // The proxy's own families are in the same exposition.
+    assert_eq!(metrics.types["trafik_backend_healthy"], "gauge");
 }
 
 #[test]

@@ -3,7 +3,6 @@
 //! route's own target, concurrently on the workers), purge (`POST /caches/NAME/purge?prefix=` or
 //! `?path=`); and the caches' and static sites' counters for `/status` and `/metrics`.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -12,8 +11,9 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde_json::json;
+use trafik_metrics_text::{Exposition, Kind};
 
-use super::{escape, from_a_foreign_page, percent_decode, reply};
+use super::{from_a_foreign_page, percent_decode, reply};
 use crate::Instance;
 use crate::http::cache::{CacheCounters, EdgeCache, Job};
 use crate::http::files::SiteCounters;
@@ -333,12 +333,8 @@ pub fn sites(snapshot: &Snapshot) -> serde_json::Value {
 }
 
 /// The same counters in Prometheus text.
-pub fn metrics(snapshot: &Snapshot) -> String {
-    let mut out = String::new();
+pub fn metrics(snapshot: &Snapshot, exposition: &mut Exposition) {
     let caches = &snapshot.stateful.caches;
-    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    };
     let gauges: [(&str, &str, AdminCounter); 2] = [
         (
             "trafik_cache_entries",
@@ -350,52 +346,34 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         }),
     ];
     for (name, help, read) in gauges {
-        family(&mut out, name, "gauge", help);
+        let mut family = exposition.family(name, Kind::Gauge, help);
         for cache in caches {
-            let _ = writeln!(
-                out,
-                "{name}{{cache=\"{}\"}} {}",
-                escape(&cache.plan.name),
-                read(cache)
-            );
+            family.sample(&[("cache", &cache.plan.name)], read(cache));
         }
     }
     for (counter, help, read) in CACHE_COUNTERS {
         let name = format!("trafik_cache_{counter}_total");
-        family(&mut out, &name, "counter", help);
+        let mut family = exposition.family(&name, Kind::Counter, help);
         for cache in caches {
-            let _ = writeln!(
-                out,
-                "{name}{{cache=\"{}\"}} {}",
-                escape(&cache.plan.name),
-                cache.total(read)
-            );
+            family.sample(&[("cache", &cache.plan.name)], cache.total(read));
         }
     }
     for (counter, help, read) in ADMIN_COUNTERS {
         let name = format!("trafik_cache_{counter}_total");
-        family(&mut out, &name, "counter", help);
+        let mut family = exposition.family(&name, Kind::Counter, help);
         for cache in caches {
-            let _ = writeln!(
-                out,
-                "{name}{{cache=\"{}\"}} {}",
-                escape(&cache.plan.name),
-                read(cache)
-            );
+            family.sample(&[("cache", &cache.plan.name)], read(cache));
         }
     }
     for (counter, help, read) in SITE_COUNTERS {
         let name = format!("trafik_static_{counter}_total");
-        family(&mut out, &name, "counter", help);
+        let mut family = exposition.family(&name, Kind::Counter, help);
         for site in &snapshot.stateful.sites {
-            let _ = writeln!(
-                out,
-                "{name}{{root=\"{}\",prefix=\"{}\"}} {}",
-                escape(&site.root.display().to_string()),
-                escape(&site.prefix),
-                site.total(read)
-            );
+            let labels = [
+                ("root", site.root.display().to_string()),
+                ("prefix", site.prefix.clone()),
+            ];
+            family.sample(&labels, site.total(read));
         }
     }
-    out
 }

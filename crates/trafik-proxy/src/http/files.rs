@@ -9,6 +9,7 @@
 //! memory (a `trafik-cache` store shared by the workers), checked against the disk at most once
 //! a second, and sent as one shared buffer; larger ones are read in chunks as they are sent.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
@@ -19,10 +20,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use percent_encoding::percent_decode_str;
 use trafik_cache::{Limits, Policy, Store, Weigh};
 
 use super::body::{ProxyBody, RequestBody};
 use super::conditional::{not_modified, range_applies};
+use super::path::escapes_are_well_formed;
 use crate::counters::{PerWorker, add, bump, read};
 
 /// Files up to this size are kept in memory and sent from there.
@@ -183,7 +186,10 @@ impl Site {
 /// request paths are normalized before routing; they are refused again all the same.
 fn relative_path(path: &str, prefix: &str) -> Result<PathBuf, Refusal> {
     let rest = path.strip_prefix(prefix).ok_or(Refusal::NotFound)?;
-    let decoded = percent_decode(rest.as_bytes()).ok_or(Refusal::BadPath)?;
+    if !escapes_are_well_formed(rest.as_bytes()) {
+        return Err(Refusal::BadPath);
+    }
+    let decoded: Cow<[u8]> = percent_decode_str(rest).into();
     if decoded.contains(&0) {
         return Err(Refusal::BadPath);
     }
@@ -196,22 +202,6 @@ fn relative_path(path: &str, prefix: &str) -> Result<PathBuf, Refusal> {
         }
     }
     Ok(relative)
-}
-
-fn percent_decode(bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    Some(out)
 }
 
 /// Resolves `relative` under `root` (symlinks included) and reads what a response needs. Runs
@@ -448,9 +438,11 @@ mod tests {
             relative_path("/varlik/%2e%2e/x", "/varlik"),
             Err(Refusal::NotFound)
         ));
-        assert!(matches!(
-            relative_path("/varlik/%zz", "/varlik"),
-            Err(Refusal::BadPath)
-        ));
+        for malformed in ["/varlik/%zz", "/varlik/a%+f", "/varlik/a%4"] {
+            assert!(
+                matches!(relative_path(malformed, "/varlik"), Err(Refusal::BadPath)),
+                "{malformed}"
+            );
+        }
     }
 }

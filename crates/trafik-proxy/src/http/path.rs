@@ -2,9 +2,12 @@
 //! (or bypassed) by spelling its path another way: `/public/../admin`, `/admin//x` and
 //! `/%61dmin` are all `/admin…` here, and the backend receives the same form.
 
+use percent_encoding::{percent_decode_str, percent_encode_byte};
+
 /// A path trafik refuses (400): a spelling that some backends resolve across a segment
 /// boundary it cannot see — an encoded `/` or `\`, a backslash, or a dot segment carrying
-/// `;` parameters (`..;/`, which Java servers read as `..`).
+/// `;` parameters (`..;/`, which Java servers read as `..`) — or a malformed escape, which
+/// backends read each their own way.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Ambiguous;
 
@@ -18,6 +21,9 @@ pub struct Ambiguous;
 pub fn normalize(path: &str) -> Result<Option<String>, Ambiguous> {
     if !path.starts_with('/') || is_plain(path.as_bytes()) {
         return Ok(None);
+    }
+    if !escapes_are_well_formed(path.as_bytes()) {
+        return Err(Ambiguous);
     }
     let decoded = decode_unreserved(path);
     let upper = decoded.to_ascii_uppercase();
@@ -68,31 +74,42 @@ fn is_plain(path: &[u8]) -> bool {
     true
 }
 
-fn decode_unreserved(path: &str) -> String {
-    let bytes = path.as_bytes();
-    let mut out = String::with_capacity(path.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = bytes.get(i + 1..i + 3)
-            && let Ok(hex) = std::str::from_utf8(hex)
-            && let Ok(byte) = u8::from_str_radix(hex, 16)
-        {
-            if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-                out.push(byte as char);
-            } else {
-                out.push('%');
-                out.push_str(&hex.to_ascii_uppercase());
+/// Whether every `%` in `text` starts an escape of two hex digits. The `percent-encoding`
+/// decoder passes anything else through unchanged, so each caller that must not guess at a
+/// malformed escape (`%zz`, a cut `%4`, or `%+f`, which `u8::from_str_radix` reads as 0x0f)
+/// checks with this first.
+pub(crate) fn escapes_are_well_formed(text: &[u8]) -> bool {
+    let mut rest = text;
+    while let Some(at) = rest.iter().position(|&byte| byte == b'%') {
+        match rest.get(at + 1..at + 3) {
+            Some([high, low]) if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
+                rest = &rest[at + 3..];
             }
-            i += 3;
-            continue;
+            _ => return false,
         }
-        // Not an escape: copy the character as it is (paths from hyper are ASCII, but a
-        // multi-byte character must not be split).
-        let width = path[i..].chars().next().map_or(1, char::len_utf8);
-        out.push_str(&path[i..i + width]);
-        i += width;
     }
+    true
+}
+
+/// `path` with escapes of unreserved characters decoded and the others in upper-case hex;
+/// its escapes are well formed.
+fn decode_unreserved(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let (escape, after) = rest[at..].split_at(3);
+        let byte = percent_decode_str(escape)
+            .next()
+            .expect("normalize let only escapes of two hex digits through");
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(percent_encode_byte(byte));
+        }
+        rest = after;
+    }
+    out.push_str(rest);
     out
 }
 
@@ -151,8 +168,23 @@ mod tests {
     fn reserved_escapes_stay_escaped_with_upper_case_hex() {
         assert_eq!(normal("/a%3bb"), "/a%3Bb");
         assert_eq!(normal("/a%20b"), "/a%20b");
-        assert_eq!(normal("/bad%zz"), "/bad%zz");
-        assert_eq!(normal("/cut%2"), "/cut%2");
+    }
+
+    #[test]
+    fn malformed_escapes_are_refused_not_guessed_at() {
+        for path in [
+            // `u8::from_str_radix` reads a sign: `%+f` is not the byte 0x0f.
+            "/%+f",
+            "/a%-1b",
+            "/bad%zz",
+            "/cut%2",
+            "/cut%",
+            // A stray `%` before escapes of hex digits would become a new escape (`%2e`) once
+            // they are decoded, for the backend to decode into `..`.
+            "/public/%%32%65%%32%65/admin",
+        ] {
+            assert_eq!(normalize(path), Err(Ambiguous), "{path}");
+        }
     }
 
     #[test]

@@ -2,11 +2,11 @@
 //! listener, route, pool and backend (cumulative `le` buckets in seconds, `_sum`, `_count`),
 //! responses by status class, upstream connect time and listener connections.
 
-use std::fmt::Write as _;
+use trafik_metrics_text::{Exposition, Kind};
 
 use super::histogram::{BOUNDS_MICROS, Histogram, Merged};
 use super::{CLASSES, Traffic};
-use crate::admin::escape;
+use crate::admin::backend_labels;
 use crate::counters::{PerWorker, read, read_gauge};
 use crate::snapshot::Snapshot;
 
@@ -30,19 +30,21 @@ pub fn classes<T>(shards: &PerWorker<T>, traffic: impl Fn(&T) -> &Traffic) -> [u
     totals
 }
 
-/// One series: its labels (already escaped, without braces) and its shards.
-type Series = (String, Merged, [u64; 5]);
+/// A series' labels: (name, value) pairs.
+type Labels = Vec<(&'static str, String)>;
 
-/// The text for `snapshot`'s listeners, routes, pools and backends.
-pub fn text(snapshot: &Snapshot) -> String {
-    let mut out = String::with_capacity(8192);
+/// One series: its labels, its request durations and its responses by status class.
+type Series = (Labels, Merged, [u64; 5]);
+
+/// The families of `snapshot`'s listeners, routes, pools and backends.
+pub fn write(snapshot: &Snapshot, exposition: &mut Exposition) {
     let listeners: Vec<Series> = snapshot
         .metrics
         .listeners
         .iter()
         .map(|entry| {
             (
-                format!("listener=\"{}\"", escape(&entry.name)),
+                vec![("listener", entry.name.clone())],
                 merged(&entry.stats, |s| &s.traffic.duration),
                 classes(&entry.stats, |s| &s.traffic),
             )
@@ -54,11 +56,10 @@ pub fn text(snapshot: &Snapshot) -> String {
         .iter()
         .map(|entry| {
             (
-                format!(
-                    "listener=\"{}\",route=\"{}\"",
-                    escape(&entry.listener),
-                    escape(&entry.route)
-                ),
+                vec![
+                    ("listener", entry.listener.clone()),
+                    ("route", entry.route.clone()),
+                ],
                 merged(&entry.traffic, |t| &t.duration),
                 classes(&entry.traffic, |t| t),
             )
@@ -69,22 +70,17 @@ pub fn text(snapshot: &Snapshot) -> String {
         .iter()
         .map(|pool| {
             (
-                format!("pool=\"{}\"", escape(&pool.plan.name)),
+                vec![("pool", pool.plan.name.clone())],
                 merged(&pool.served, |s| &s.traffic.duration),
                 classes(&pool.served, |s| &s.traffic),
             )
         })
         .collect();
     let mut backends: Vec<Series> = Vec::new();
-    let mut connects: Vec<(String, Merged)> = Vec::new();
+    let mut connects: Vec<(Labels, Merged)> = Vec::new();
     for pool in &snapshot.pools {
         for (index, member) in pool.members.iter().enumerate() {
-            let labels = format!(
-                "pool=\"{}\",backend=\"{}\",name=\"{}\"",
-                escape(&pool.plan.name),
-                pool.address(index),
-                escape(&pool.display_name(index))
-            );
+            let labels = backend_labels(pool, index).to_vec();
             connects.push((labels.clone(), merged(&member.counters, |c| &c.connect)));
             backends.push((
                 labels,
@@ -118,100 +114,87 @@ pub fn text(snapshot: &Snapshot) -> String {
         let name = format!("trafik_{level}_request_duration_seconds");
         let help = format!("Request duration per {level}, {what}.");
         histogram(
-            &mut out,
+            exposition,
             &name,
             &help,
-            series.iter().map(|(l, m, _)| (l, m)),
+            series.iter().map(|(labels, merged, _)| (labels, merged)),
         );
         let name = format!("trafik_{level}_responses_total");
-        let _ = writeln!(
-            out,
-            "# HELP {name} Responses per {level} by status class.\n# TYPE {name} counter"
-        );
+        let help = format!("Responses per {level} by status class.");
+        let mut family = exposition.family(&name, Kind::Counter, &help);
         for (labels, _, counts) in series.iter() {
             for (class, count) in CLASSES.iter().zip(counts) {
-                let _ = writeln!(out, "{name}{{{labels},class=\"{class}\"}} {count}");
+                let mut labels = labels.clone();
+                labels.push(("class", (*class).to_owned()));
+                family.sample(&labels, count);
             }
         }
     }
     histogram(
-        &mut out,
+        exposition,
         "trafik_backend_connect_duration_seconds",
         "Time to open a TCP connection to the backend.",
-        connects.iter().map(|(l, m)| (l, m)),
+        connects.iter().map(|(labels, merged)| (labels, merged)),
     );
     type Read = fn(&super::ListenerStats) -> i64;
-    let counters: [(&str, &str, &str, Read); 5] = [
+    let counters: [(&str, Kind, &str, Read); 5] = [
         (
             "trafik_listener_connections_accepted_total",
-            "counter",
+            Kind::Counter,
             "Client connections accepted.",
             |s| read(&s.accepted),
         ),
         (
             "trafik_listener_connections_open",
-            "gauge",
+            Kind::Gauge,
             "Client connections open now.",
             |s| read_gauge(&s.open),
         ),
         (
             "trafik_listener_tls_handshakes_total",
-            "counter",
+            Kind::Counter,
             "TLS handshakes completed with clients.",
             |s| read(&s.tls_handshakes),
         ),
         (
             "trafik_listener_tls_handshake_failures_total",
-            "counter",
+            Kind::Counter,
             "TLS handshakes with clients that failed or timed out.",
             |s| read(&s.tls_failures),
         ),
         (
             "trafik_listener_handed_to_hyper_total",
-            "counter",
+            Kind::Counter,
             "Connections the own HTTP/1 engine handed to hyper's server.",
             |s| read(&s.handed_to_hyper),
         ),
     ];
     for (name, kind, help, value) in counters {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let mut family = exposition.family(name, kind, help);
         for entry in &snapshot.metrics.listeners {
-            let _ = writeln!(
-                out,
-                "{name}{{listener=\"{}\"}} {}",
-                escape(&entry.name),
-                entry.stats.sum(value)
-            );
+            family.sample(&[("listener", &entry.name)], entry.stats.sum(value));
         }
     }
-    out
 }
 
-/// One histogram family: cumulative buckets, `_sum` and `_count` per series.
+/// One histogram family in seconds: a series per labels, from its merged shards.
 fn histogram<'a>(
-    out: &mut String,
+    exposition: &mut Exposition,
     name: &str,
     help: &str,
-    series: impl Iterator<Item = (&'a String, &'a Merged)>,
+    series: impl Iterator<Item = (&'a Labels, &'a Merged)>,
 ) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    let mut family = exposition.family(name, Kind::Histogram, help);
     for (labels, merged) in series {
-        let mut cumulative = 0;
-        for (index, count) in merged.counts.iter().enumerate() {
-            cumulative += count;
-            let le = BOUNDS_MICROS
-                .get(index)
-                .map_or_else(|| "+Inf".to_owned(), |&micros| seconds(micros));
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-        }
-        let _ = writeln!(
-            out,
-            "{name}_sum{{{labels}}} {}\n{name}_count{{{labels}}} {cumulative}",
-            seconds(merged.sum_micros)
-        );
+        let bounds = BOUNDS_MICROS
+            .iter()
+            .map(|&micros| seconds(micros))
+            .chain([f64::INFINITY]);
+        let buckets = bounds.zip(merged.counts.iter().copied());
+        family.histogram(labels, buckets, seconds(merged.sum_micros));
     }
 }
 
-fn seconds(micros: u64) -> String {
-    (micros as f64 / 1e6).to_string()
+fn seconds(micros: u64) -> f64 {
+    micros as f64 / 1e6
 }

@@ -228,7 +228,7 @@ fn check_route(
             Err(_) => report.error(
                 route.path_prefix.span(),
                 &format!("{field}.path_prefix"),
-                format!("{prefix:?} has an encoded slash or backslash, or a dot segment with parameters; such paths are refused"),
+                format!("{prefix:?} has a malformed escape, an encoded slash or backslash, or a dot segment with parameters; such paths are refused"),
             ),
         }
     }

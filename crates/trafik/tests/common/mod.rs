@@ -135,8 +135,8 @@ impl Proxy {
     }
 }
 
-/// A GET over a plain socket, its body parsed as JSON.
-pub fn get_json(address: &str, path: &str) -> serde_json::Value {
+/// A GET over a plain socket: the answer's body.
+pub fn get_text(address: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     write!(
@@ -146,8 +146,13 @@ pub fn get_json(address: &str, path: &str) -> serde_json::Value {
     .unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
-    let body = answer.split("\r\n\r\n").nth(1).unwrap();
-    serde_json::from_str(body).unwrap()
+    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+    body.to_owned()
+}
+
+/// A GET over a plain socket, its body parsed as JSON.
+pub fn get_json(address: &str, path: &str) -> serde_json::Value {
+    serde_json::from_str(&get_text(address, path)).unwrap()
 }
 
 pub fn load(args: &[&str]) -> Output {

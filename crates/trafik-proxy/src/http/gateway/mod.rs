@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
+use trafik_metrics_text::{Exposition, Kind};
 
 use self::aggregate::{AggregateTarget, Part};
 use self::ambassador::AmbassadorTarget;
@@ -188,15 +189,12 @@ pub fn status(snapshot: &Snapshot) -> Json {
     routes.into()
 }
 
-/// The same counters in the Prometheus text format, appended to the pools' families: per route
-/// (`part=""`) and per part, then per jq filter.
-pub fn metrics(snapshot: &Snapshot) -> String {
-    use std::fmt::Write;
-    let mut text = String::new();
+/// The same counters in the Prometheus text format: per route (`part=""`) and per part, then
+/// per jq filter; nothing without a gateway route.
+pub fn metrics(snapshot: &Snapshot, exposition: &mut Exposition) {
     if snapshot.stateful.gateway.is_empty() {
-        return text;
+        return;
     }
-    let label = |text: &str| text.replace('\\', "\\\\").replace('"', "\\\"");
     let families = [
         (
             "calls",
@@ -220,17 +218,13 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         ),
     ];
     for (index, (name, help)) in families.into_iter().enumerate() {
-        let _ = writeln!(text, "# HELP trafik_gateway_{name}_total {help}");
-        let _ = writeln!(text, "# TYPE trafik_gateway_{name}_total counter");
+        let name = format!("trafik_gateway_{name}_total");
+        let mut family = exposition.family(&name, Kind::Counter, help);
         for route in &snapshot.stateful.gateway {
             let parts = route.parts.iter().map(|(n, s)| (n.as_str(), s));
             for (part, shards) in std::iter::once(("", &route.total)).chain(parts) {
-                let value = totals(shards)[index].1;
-                let (route, part) = (label(&route.route), label(part));
-                let _ = writeln!(
-                    text,
-                    "trafik_gateway_{name}_total{{route=\"{route}\",part=\"{part}\"}} {value}"
-                );
+                let labels = [("route", route.route.as_str()), ("part", part)];
+                family.sample(&labels, totals(shards)[index].1);
             }
         }
     }
@@ -244,18 +238,13 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         (4, "nanos", "Time in the jq filter, in nanoseconds."),
     ];
     for (index, name, help) in filter_families {
-        let _ = writeln!(text, "# HELP trafik_gateway_filter_{name}_total {help}");
-        let _ = writeln!(text, "# TYPE trafik_gateway_filter_{name}_total counter");
+        let name = format!("trafik_gateway_filter_{name}_total");
+        let mut family = exposition.family(&name, Kind::Counter, help);
         for route in &snapshot.stateful.gateway {
             for (filter, shards) in &route.filters {
-                let value = totals(shards)[index].1;
-                let (route, filter) = (label(&route.route), label(filter));
-                let _ = writeln!(
-                    text,
-                    "trafik_gateway_filter_{name}_total{{route=\"{route}\",filter=\"{filter}\"}} {value}"
-                );
+                let labels = [("route", route.route.as_str()), ("filter", filter)];
+                family.sample(&labels, totals(shards)[index].1);
             }
         }
     }
-    text
 }

@@ -10,12 +10,12 @@ use std::sync::atomic::AtomicU64;
 use http::{Request, StatusCode, header};
 
 use super::{GateStats, Stats, access_log, refusal};
-use crate::admin::escape;
 use crate::counters::{PerWorker, add, bump, read};
 use crate::error::ProxyError;
 use crate::http::body::{BodyError, RequestBody};
 use crate::http::filter::{Exchange, Filter, Step, Waiting, declared_length};
 use crate::plan::GatePlan;
+use trafik_metrics_text::{Exposition, Kind};
 use trafik_policy::gate::{self, Check, HeaderRule, Refusal, Rules};
 use trafik_policy::stage::Stage;
 
@@ -80,39 +80,37 @@ pub fn status(gates: &[GateStats]) -> serde_json::Value {
     serde_json::Value::Array(gates)
 }
 
-/// The same counters in Prometheus text.
-pub fn metrics(gates: &[GateStats]) -> String {
-    use std::fmt::Write as _;
+/// The same counters in Prometheus text; nothing without a gate.
+pub fn metrics(gates: &[GateStats], exposition: &mut Exposition) {
     if gates.is_empty() {
-        return String::new();
+        return;
     }
-    let mut out = String::from(
-        "# HELP trafik_gate_checks_total Requests a gate check passed or refused.\n# TYPE trafik_gate_checks_total counter\n",
-    );
     let totals: Vec<_> = gates.iter().map(|g| (g, g.totals())).collect();
+    let mut checks = exposition.family(
+        "trafik_gate_checks_total",
+        Kind::Counter,
+        "Requests a gate check passed or refused.",
+    );
     for (gate, total) in &totals {
         for (check, passed, refused) in &total.checks {
-            let route = escape(&gate.route);
-            let _ = writeln!(
-                out,
-                "trafik_gate_checks_total{{route=\"{route}\",check=\"{check}\",verdict=\"passed\"}} {passed}"
-            );
-            let _ = writeln!(
-                out,
-                "trafik_gate_checks_total{{route=\"{route}\",check=\"{check}\",verdict=\"refused\"}} {refused}"
-            );
+            for (verdict, count) in [("passed", passed), ("refused", refused)] {
+                let labels = [
+                    ("route", gate.route.as_str()),
+                    ("check", check),
+                    ("verdict", verdict),
+                ];
+                checks.sample(&labels, count);
+            }
         }
     }
-    out.push_str("# HELP trafik_gate_held_back_bytes_total Body bytes of requests a gate refused.\n# TYPE trafik_gate_held_back_bytes_total counter\n");
+    let mut held_back = exposition.family(
+        "trafik_gate_held_back_bytes_total",
+        Kind::Counter,
+        "Body bytes of requests a gate refused.",
+    );
     for (gate, total) in &totals {
-        let route = escape(&gate.route);
-        let _ = writeln!(
-            out,
-            "trafik_gate_held_back_bytes_total{{route=\"{route}\"}} {}",
-            total.held_back
-        );
+        held_back.sample(&[("route", &gate.route)], total.held_back);
     }
-    out
 }
 
 pub struct Gate {
