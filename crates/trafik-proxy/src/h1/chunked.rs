@@ -31,10 +31,9 @@ pub struct BadChunk {
     pub at: usize,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Before a chunk size's first digit.
-    #[default]
     Start,
     Size,
     /// Blanks after the size.
@@ -98,8 +97,9 @@ impl Chunked {
         self.state == State::Done
     }
 
-    /// Whether chunk data came before the end, or the break: hyper's server sends an answer's
-    /// head with its first data, so an answer broken before any sends nothing.
+    /// Whether chunk data came before the end, or the break: hyper's server has not flushed an
+    /// answer's head yet when its body breaks before any data in the read that brought the
+    /// head, so that answer sends nothing.
     pub fn carried_data(&self) -> bool {
         self.carried_data
     }
@@ -244,7 +244,8 @@ pub async fn send_chunk<W: AsyncWrite + Unpin>(
 }
 
 /// RFC 9112 §7.1, clause by clause. Every body is read in both modes and fed in two pieces
-/// split at every offset: the verdict must not depend on either.
+/// split at every offset (a spread of them for a long body): the verdict must not depend on
+/// either.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +266,7 @@ mod tests {
         whole
     }
 
+    /// `body` given to `read` in two pieces split at `split`: the verdict, in offsets of `body`.
     fn fed(
         body: &[u8],
         split: usize,

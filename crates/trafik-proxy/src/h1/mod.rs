@@ -676,8 +676,8 @@ async fn relay<C: AsyncWrite + Unpin>(
         }
         Framing::Chunked => {
             let mut chunked = Chunked::new(ANSWER_TRAILER_LINES);
-            // As hyper: what came before a break in the framing goes out (the head with the
-            // first data, if any), then the connection closes.
+            // As hyper: what came before a break in the framing goes out, then the connection
+            // closes; the head too, unless the body broke before any data in this first read.
             let end = match chunked.relay(after) {
                 Ok(end) => end,
                 Err(BadChunk { at }) => {
