@@ -294,6 +294,32 @@ async fn a_chunked_upload_is_framed_anew_and_the_next_request_follows() {
     }
 }
 
+/// A chunked upload may end with as many trailer lines as a head may have fields (hyper's
+/// server takes as many), and no more: one past them is a 400 on both engines.
+#[tokio::test]
+async fn a_chunked_upload_ends_with_as_many_trailer_lines_as_a_head_has_fields() {
+    let fields = plan_on(Engine::Trafik, &[]).client.limits.headers;
+    for engine in ENGINES {
+        for (lines, status) in [(fields, "200"), (fields + 1, "400")] {
+            let (backend, _) =
+                recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
+            let (running, mut stream) = proxy(engine, backend).await;
+            let request = format!(
+                "POST /olay HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n{}\r\n",
+                "t: 1\r\n".repeat(lines)
+            );
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let (got, _) = until_closed(&mut stream).await;
+            let expected = format!("HTTP/1.1 {status}");
+            assert!(
+                got.starts_with(&expected),
+                "{engine:?}, {lines} lines: {got}"
+            );
+            finish(engine, running).await;
+        }
+    }
+}
+
 /// A chunk that breaks the framing after the upload began: the client gets 400 (dated), the
 /// connection closes, the backend is not blamed, and nothing after the broken chunk reaches it.
 #[tokio::test]
@@ -464,6 +490,83 @@ async fn a_close_delimited_answer_is_chunked_to_a_client_that_stays() {
             "{engine:?}: {got}"
         );
         finish(engine, running).await;
+    }
+}
+
+/// Reads from `stream` until the proxy closes it (or 5 s pass): what came, and whether it closed.
+async fn until_closed(stream: &mut TcpStream) -> (String, bool) {
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut got)).await;
+    (String::from_utf8_lossy(&got).into_owned(), read.is_ok())
+}
+
+/// The end of `text`, for messages about long answers.
+fn tail(text: &str) -> &str {
+    let start = text.len().saturating_sub(120);
+    text.get(start..).unwrap_or(text)
+}
+
+/// A chunked answer whose framing breaks after its first data (a size line with a word after
+/// it, an extension or a trailer section past hyper's 16 KiB, more trailer lines than hyper's
+/// 100, a trailer line that is no field) is broken on both engines, as hyper's client finds
+/// it: the data before the break reaches the client, the body never ends, the connection
+/// closes.
+#[tokio::test]
+async fn a_chunked_answer_that_breaks_its_framing_is_cut_after_the_data_before_the_break() {
+    let long = "x".repeat(16 * 1024);
+    let breaks = [
+        "4 x\r\nwiki\r\n0\r\n\r\n".to_owned(),
+        format!("4;{long}\r\nwiki\r\n0\r\n\r\n"),
+        format!("0\r\nx-long: {long}\r\n\r\n"),
+        format!("0\r\n{}\r\n", "t: 1\r\n".repeat(101)),
+        "0\r\nno colon\r\n\r\n".to_owned(),
+    ];
+    for engine in ENGINES {
+        for broken in &breaks {
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n{broken}"
+            );
+            let (backend, _) = recording(answer.leak(), true).await;
+            let (running, mut stream) = proxy(engine, backend).await;
+            stream
+                .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+                .await
+                .unwrap();
+            let (got, closed) = until_closed(&mut stream).await;
+            let case = format!("{engine:?}, {:?}", &broken[..broken.len().min(24)]);
+            assert!(
+                closed,
+                "{case}: the connection stayed open after {}",
+                tail(&got)
+            );
+            assert!(got.starts_with("HTTP/1.1 200"), "{case}: {}", tail(&got));
+            assert_eq!(bodies(&got), ["abc"], "{case}");
+            assert!(
+                !got.ends_with("\r\n\r\n"),
+                "{case}: the body ended: {}",
+                tail(&got)
+            );
+            finish(engine, running).await;
+        }
+        // Broken before any data, in the read that brought the head: nothing reaches the
+        // client, as with hyper, whose server has not flushed the head when the body fails at
+        // once.
+        for broken in ["4 x\r\nwiki\r\n0\r\n\r\n", "0\r\nno colon\r\n\r\n"] {
+            let answer = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{broken}");
+            let (backend, _) = recording(answer.leak(), true).await;
+            let (running, mut stream) = proxy(engine, backend).await;
+            stream
+                .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+                .await
+                .unwrap();
+            let (got, closed) = until_closed(&mut stream).await;
+            assert!(
+                closed,
+                "{engine:?}, {broken:?}: the connection stayed open after {got}"
+            );
+            assert_eq!(got, "", "{engine:?}, {broken:?}");
+            finish(engine, running).await;
+        }
     }
 }
 

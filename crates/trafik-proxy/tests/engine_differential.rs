@@ -88,6 +88,42 @@ const PIECES: [&str; 24] = [
     "\u{e9}",
 ];
 
+/// A chunked message body, its first data ahead of each way it may break or run to a limit:
+/// blanks and an extension after a size, a word after it, an extension and a trailer section
+/// at hyper's 16 KiB limits and one byte past them, 100 trailer lines and 101, a trailer line
+/// that is no field.
+fn chunked_bodies() -> Vec<String> {
+    let long = |bytes: usize| "x".repeat(bytes);
+    [
+        "4 \t;a=b\r\nwiki\r\n0\r\nT: 1\r\nU:\r\n\r\n".to_owned(),
+        "4 x\r\nwiki\r\n0\r\n\r\n".to_owned(),
+        format!("4;{}\r\nwiki\r\n0\r\n\r\n", long(16383)),
+        format!("4;{}\r\nwiki\r\n0\r\n\r\n", long(16384)),
+        format!("0\r\nx: {}\r\n\r\n", long(16376)),
+        format!("0\r\nx: {}\r\n\r\n", long(16377)),
+        format!("0\r\n{}\r\n", "t: 1\r\n".repeat(100)),
+        format!("0\r\n{}\r\n", "t: 1\r\n".repeat(101)),
+        "0\r\nno colon\r\n\r\n".to_owned(),
+    ]
+    .into_iter()
+    .map(|rest| format!("3\r\nabc\r\n{rest}"))
+    .collect()
+}
+
+/// Request seeds: [`REQUESTS`], and a chunked upload of each of [`chunked_bodies`].
+fn request_seeds() -> Vec<(String, String)> {
+    let upload = "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n";
+    REQUESTS
+        .iter()
+        .map(|&(head, body)| (head.to_owned(), body.to_owned()))
+        .chain(
+            chunked_bodies()
+                .into_iter()
+                .map(|body| (upload.to_owned(), body)),
+        )
+        .collect()
+}
+
 fn mutate(seed: &str, random: &SharedRng, edits: usize) -> Vec<u8> {
     let mut bytes = seed.as_bytes().to_vec();
     for _ in 0..edits {
@@ -105,8 +141,8 @@ fn mutate(seed: &str, random: &SharedRng, edits: usize) -> Vec<u8> {
 
 /// A request head, mutated or not, closed with `Connection: close` and its seed's body; and
 /// where to split it in two writes (a body that comes after its head), if anywhere.
-fn request_case(random: &SharedRng) -> (Vec<u8>, Option<usize>) {
-    let (seed, body) = REQUESTS[random.below(REQUESTS.len())];
+fn request_case(seeds: &[(String, String)], random: &SharedRng) -> (Vec<u8>, Option<usize>) {
+    let (seed, body) = &seeds[random.below(seeds.len())];
     let mut bytes = mutate(seed, random, random.below(3));
     bytes.extend_from_slice(b"Connection: close\r\n\r\n");
     let split = (random.below(4) == 0).then(|| bytes.len() + random.below(body.len()));
@@ -263,8 +299,9 @@ async fn requests(cases: u64, seed: u64) {
     let echo = reading_echo().await;
     let [hyper, own] = both(echo).await;
     let random = SharedRng::new(seed);
+    let seeds = request_seeds();
     for _ in 0..cases {
-        let (request, split) = request_case(&random);
+        let (request, split) = request_case(&seeds, &random);
         let shown = String::from_utf8_lossy(&request).into_owned();
         let by_hyper = seen(&exchange(web(&hyper), &request, split).await);
         let by_own = seen(&exchange(web(&own), &request, split).await);
@@ -301,10 +338,25 @@ async fn answering(answer: Vec<u8>) -> SocketAddr {
     address
 }
 
+/// Response seeds: [`RESPONSES`], and a chunked answer with each of [`chunked_bodies`].
+fn response_seeds() -> Vec<String> {
+    let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    RESPONSES
+        .iter()
+        .map(|&answer| answer.to_owned())
+        .chain(
+            chunked_bodies()
+                .into_iter()
+                .map(|body| format!("{head}{body}")),
+        )
+        .collect()
+}
+
 async fn responses(cases: u64, seed: u64) {
     let random = SharedRng::new(seed);
+    let seeds = response_seeds();
     for _ in 0..cases {
-        let seed = RESPONSES[random.below(RESPONSES.len())];
+        let seed = &seeds[random.below(seeds.len())];
         // Mutations after the status line only: a broken status line is a 502 either way.
         let line = seed.find("\r\n").unwrap() + 2;
         let mut answer = seed.as_bytes()[..line].to_vec();

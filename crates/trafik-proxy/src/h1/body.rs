@@ -2,33 +2,25 @@
 //! its head, any chunked body, and any body whose client waits for `100 Continue`. The bytes
 //! pass through the connection's own bounded buffers (never the whole body), the backend is
 //! watched all the while so an early answer is relayed at once (the rest of the body is read
-//! after it, as hyper does), and a chunked body is decoded strictly (as hyper's decoder does)
-//! and framed anew: extensions and trailers do not cross, and a broken chunk is never passed
-//! on.
+//! after it, as hyper does), and a chunked body is decoded strictly by [`super::chunked`] (as
+//! hyper's decoder does) and framed anew: extensions and trailers do not cross, and a broken
+//! chunk is never passed on.
 
 use std::future::{Future, poll_fn};
-use std::io::{self, IoSlice, Write};
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::chunked::{BadChunk, Chunked};
 use super::head::RequestHead;
 use crate::error::ProxyError;
 use crate::http::body::BODY_RATE_GRACE;
+use crate::plan::HeadLimits;
 
 /// What hyper's server writes before it reads a body a client holds back.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-
-/// The chunk that ends a chunked body.
-pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
-
-/// Chunk-extension bytes a body may carry in all (hyper's limit).
-const EXTENSION_LIMIT: u64 = 16 * 1024;
-/// Trailer bytes and lines a body may end with.
-const TRAILER_BYTES: usize = 16 * 1024;
-const TRAILER_LINES: usize = 64;
 
 /// Whether a request's body streams through [`Upload`] rather than going out with its head.
 pub fn streams(request: &RequestHead, arrived: usize) -> bool {
@@ -37,159 +29,10 @@ pub fn streams(request: &RequestHead, arrived: usize) -> bool {
         || (request.expect_continue && request.body > 0)
 }
 
-/// A chunked body that breaks its framing.
-#[derive(Debug, PartialEq, Eq)]
-pub struct BadChunk;
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Before a chunk size's first digit.
-    #[default]
-    Start,
-    Size,
-    /// Blanks after the size.
-    SizeBlank,
-    Extension,
-    SizeLf,
-    Data,
-    DataCr,
-    DataLf,
-    /// After the last chunk, or a trailer line: a blank line ends the body.
-    EndCr,
-    TrailerName,
-    TrailerValue,
-    TrailerLf,
-    EndLf,
-    Done,
-}
-
-/// A strict chunked decoder that writes the data it finds as chunks of its own.
-#[derive(Debug, Default)]
-pub struct Dechunker {
-    state: State,
-    size: u64,
-    extension: u64,
-    trailer_bytes: usize,
-    trailer_lines: usize,
-    /// Data bytes found so far.
-    data: u64,
-}
-
-impl Dechunker {
-    /// Decodes `input`, appending its data, framed anew, to `out` (and the last chunk once the
-    /// body ends). The offset just past the body's end once it is in `input`.
-    pub fn decode(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, BadChunk> {
-        use State::*;
-        let mut at = 0;
-        while at < input.len() {
-            let b = input[at];
-            at += 1;
-            self.state = match self.state {
-                Start | Size => match (b as char).to_digit(16) {
-                    Some(digit) => {
-                        self.size = self
-                            .size
-                            .checked_mul(16)
-                            .and_then(|size| size.checked_add(u64::from(digit)))
-                            .ok_or(BadChunk)?;
-                        Size
-                    }
-                    None if self.state == Start => return Err(BadChunk),
-                    None => self.after_size(b)?,
-                },
-                SizeBlank => self.after_size(b)?,
-                Extension => match b {
-                    b'\r' => SizeLf,
-                    b'\n' => return Err(BadChunk),
-                    _ => {
-                        self.extension += 1;
-                        if self.extension >= EXTENSION_LIMIT {
-                            return Err(BadChunk);
-                        }
-                        Extension
-                    }
-                },
-                SizeLf if b == b'\n' && self.size == 0 => EndCr,
-                SizeLf if b == b'\n' => {
-                    let _ = write!(out, "{:x}\r\n", self.size);
-                    Data
-                }
-                Data => {
-                    at -= 1;
-                    let take =
-                        (input.len() - at).min(usize::try_from(self.size).unwrap_or(usize::MAX));
-                    out.extend_from_slice(&input[at..at + take]);
-                    at += take;
-                    self.data += take as u64;
-                    self.size -= take as u64;
-                    if self.size > 0 {
-                        continue;
-                    }
-                    out.extend_from_slice(b"\r\n");
-                    DataCr
-                }
-                DataCr if b == b'\r' => DataLf,
-                DataLf if b == b'\n' => Start,
-                EndCr if b == b'\r' => EndLf,
-                EndCr | TrailerName if is_token(b) => self.trailer(TrailerName)?,
-                TrailerName if b == b':' => self.trailer(TrailerValue)?,
-                TrailerValue if b == b'\r' => TrailerLf,
-                TrailerValue if b == b'\t' || b >= b' ' && b != 0x7f => {
-                    self.trailer(TrailerValue)?
-                }
-                TrailerLf if b == b'\n' => {
-                    self.trailer_lines += 1;
-                    if self.trailer_lines > TRAILER_LINES {
-                        return Err(BadChunk);
-                    }
-                    EndCr
-                }
-                EndLf if b == b'\n' => {
-                    self.state = Done;
-                    out.extend_from_slice(LAST_CHUNK);
-                    return Ok(Some(at));
-                }
-                _ => return Err(BadChunk),
-            };
-        }
-        Ok(None)
-    }
-
-    fn after_size(&self, b: u8) -> Result<State, BadChunk> {
-        match b {
-            b' ' | b'\t' => Ok(State::SizeBlank),
-            b';' => Ok(State::Extension),
-            b'\r' => Ok(State::SizeLf),
-            _ => Err(BadChunk),
-        }
-    }
-
-    fn trailer(&mut self, next: State) -> Result<State, BadChunk> {
-        self.trailer_bytes += 1;
-        if self.trailer_bytes > TRAILER_BYTES {
-            return Err(BadChunk);
-        }
-        Ok(next)
-    }
-}
-
-/// Whether the start of a chunked body holds any data: hyper's server sends an answer's head
-/// with its first data, so a body broken before any sends nothing. Only on that error path.
-pub fn carries_data(chunked: &[u8]) -> bool {
-    let mut dechunker = Dechunker::default();
-    let _ = dechunker.decode(chunked, &mut Vec::new());
-    dechunker.data > 0
-}
-
-/// RFC 9110's `tchar`: what a field name is made of.
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 /// How much of the body is still to come from the client.
 enum Rest {
     Length(u64),
-    Chunked(Dechunker),
+    Chunked(Chunked),
 }
 
 /// One request body on its way to the backend.
@@ -225,16 +68,22 @@ pub enum Failed {
 
 impl Upload {
     /// Readies the body of `request`, whose head and first bytes are in `input`; a chunked body
-    /// whose first bytes already break the framing is refused before any backend is asked.
-    pub fn new(input: &[u8], request: &RequestHead, min_rate: u64) -> Result<Upload, ProxyError> {
+    /// whose first bytes already break the framing is refused before any backend is asked. A
+    /// chunked body may end with as many trailer lines as a head may have fields: hyper's
+    /// server takes as many.
+    pub fn new(
+        input: &[u8],
+        request: &RequestHead,
+        limits: HeadLimits,
+    ) -> Result<Upload, ProxyError> {
         let arrived = &input[request.length..];
         let (rest, out, taken) = if request.chunked {
-            let mut dechunker = Dechunker::default();
+            let mut chunked = Chunked::new(limits.headers);
             let mut out = Vec::with_capacity(arrived.len().max(1024) + 32);
-            let end = dechunker
+            let end = chunked
                 .decode(arrived, &mut out)
-                .map_err(|BadChunk| ProxyError::ClientAborted)?;
-            (Rest::Chunked(dechunker), out, end.unwrap_or(arrived.len()))
+                .map_err(|BadChunk { .. }| ProxyError::ClientAborted)?;
+            (Rest::Chunked(chunked), out, end.unwrap_or(arrived.len()))
         } else {
             let take = (arrived.len() as u64).min(request.body);
             (Rest::Length(request.body - take), Vec::new(), take as usize)
@@ -244,7 +93,7 @@ impl Upload {
             out,
             first: request.length..request.length + taken,
             expect_continue: request.expect_continue,
-            min_rate,
+            min_rate: limits.min_body_rate,
             started: Instant::now(),
             passed: taken as u64,
             passing: true,
@@ -274,7 +123,7 @@ impl Upload {
     pub fn whole(&self) -> bool {
         match &self.rest {
             Rest::Length(rest) => *rest == 0,
-            Rest::Chunked(dechunker) => dechunker.state == State::Done,
+            Rest::Chunked(chunked) => chunked.ended(),
         }
     }
 
@@ -384,10 +233,10 @@ impl Upload {
                     *rest -= take as u64;
                     (&input[..take], take)
                 }
-                Rest::Chunked(dechunker) => {
-                    let end = dechunker
+                Rest::Chunked(chunked) => {
+                    let end = chunked
                         .decode(input, &mut self.out)
-                        .map_err(|BadChunk| Failed::Client(ProxyError::ClientAborted))?;
+                        .map_err(|BadChunk { .. }| Failed::Client(ProxyError::ClientAborted))?;
                     (&self.out[..], end.unwrap_or(input.len()))
                 }
             };
@@ -448,134 +297,4 @@ where
         work(upstream, cx).map(Watch::Done)
     })
     .await
-}
-
-/// Writes `head` (if any) and `data` as one chunk (none when `data` is empty) in one `writev`
-/// where the socket takes it all.
-pub async fn send_chunk<W: AsyncWrite + Unpin>(
-    out: &mut W,
-    head: &[u8],
-    data: &[u8],
-) -> io::Result<()> {
-    let mut size = [0u8; 18];
-    let size = if data.is_empty() {
-        &[][..]
-    } else {
-        let mut cursor = &mut size[..];
-        let _ = write!(cursor, "{:x}\r\n", data.len());
-        let left = cursor.len();
-        &size[..18 - left]
-    };
-    let end: &[u8] = if data.is_empty() { b"" } else { b"\r\n" };
-    let mut slices = [
-        IoSlice::new(head),
-        IoSlice::new(size),
-        IoSlice::new(data),
-        IoSlice::new(end),
-    ];
-    let mut slices = &mut slices[..];
-    IoSlice::advance_slices(&mut slices, 0);
-    while !slices.is_empty() {
-        let written = out.write_vectored(slices).await?;
-        if written == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        IoSlice::advance_slices(&mut slices, written);
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Decodes `body` fed in two pieces split at `split`: the re-framed data and where it ended.
-    fn decoded(body: &[u8], split: usize) -> Result<(Vec<u8>, Option<usize>), BadChunk> {
-        let mut dechunker = Dechunker::default();
-        let mut out = Vec::new();
-        if let Some(end) = dechunker.decode(&body[..split], &mut out)? {
-            return Ok((out, Some(end)));
-        }
-        let end = dechunker.decode(&body[split..], &mut out)?;
-        Ok((out, end.map(|end| end + split)))
-    }
-
-    /// The data of a chunked body, framing removed.
-    fn data(mut chunked: &[u8]) -> Vec<u8> {
-        let mut data = Vec::new();
-        loop {
-            let line = chunked.iter().position(|&b| b == b'\n').unwrap();
-            let size = std::str::from_utf8(&chunked[..line - 1]).unwrap();
-            let size = usize::from_str_radix(size, 16).unwrap();
-            chunked = &chunked[line + 1..];
-            if size == 0 {
-                assert_eq!(chunked, b"\r\n");
-                return data;
-            }
-            data.extend_from_slice(&chunked[..size]);
-            assert_eq!(&chunked[size..size + 2], b"\r\n");
-            chunked = &chunked[size + 2..];
-        }
-    }
-
-    #[test]
-    fn a_body_split_anywhere_decodes_to_its_data_without_extensions_or_trailers() {
-        let body = b"4\r\nwiki\r\n5 ;x=1\r\npedia\r\nD\r\n in\r\n\r\nchunks\r\n0\r\nExpires: never\r\n\r\nNEXT";
-        for split in 0..body.len() {
-            let (out, end) = decoded(body, split).unwrap();
-            assert_eq!(end, Some(body.len() - 4), "split at {split}");
-            assert_eq!(
-                data(&out),
-                b"wikipedia in\r\n\r\nchunks",
-                "split at {split}"
-            );
-        }
-    }
-
-    #[test]
-    fn what_hyper_refuses_is_refused() {
-        for bad in [
-            &b"zz\r\n"[..],
-            b"\r\n",
-            b";x\r\n",
-            b"4\r\nwikiXX",
-            b"4 4\r\n",
-            b"4;x\nwiki",
-            b"4\n",
-            b"1ffffffffffffffff\r\n",
-            b"0\r\nno colon\r\n\r\n",
-            b"0\r\n:empty\r\n\r\n",
-            b"0\r\nX: a\rb\r\n\r\n",
-            b"0\r\n\r\r",
-        ] {
-            for split in 0..bad.len() {
-                assert_eq!(
-                    decoded(bad, split),
-                    Err(BadChunk),
-                    "{bad:?} split at {split}"
-                );
-            }
-        }
-        let long_extension = [b"1;".to_vec(), vec![b'x'; 17 * 1024]].concat();
-        assert_eq!(decoded(&long_extension, 0), Err(BadChunk));
-    }
-
-    #[tokio::test]
-    async fn a_chunk_goes_out_with_the_head_in_one_piece() {
-        let mut out = Vec::new();
-        send_chunk(&mut out, b"HEAD\r\n\r\n", b"hello")
-            .await
-            .unwrap();
-        send_chunk(&mut out, b"", b"").await.unwrap();
-        send_chunk(&mut out, b"", &[b'x'; 26]).await.unwrap();
-        assert_eq!(
-            out,
-            [
-                &b"HEAD\r\n\r\n5\r\nhello\r\n1a\r\n"[..],
-                &[b'x'; 26],
-                b"\r\n"
-            ]
-            .concat()
-        );
-    }
 }

@@ -6,7 +6,8 @@
 //! worker-local kept-alive stream is checked out ([`upstream`]) and the exchange runs inline —
 //! the rewritten head and the body in one `writev` (a body still on its way, a chunked one, or
 //! one held back for `100 Continue` streams through [`body`]), the response head parsed and
-//! rewritten the same way (with a [`date`] when it has none), the body relayed by its framing.
+//! rewritten the same way (with a [`date`] when it has none), the body relayed by its framing
+//! (a chunked one read by the same [`chunked`] decoder as a chunked request body).
 //! A 101 to a request that asked for it opens a [`tunnel`]. Anything else (filters, other
 //! targets, a head in pieces, anything doubtful) hands the connection to hyper for the rest of
 //! its life over a [`rewind::Rewind`] stream, which replays the bytes
@@ -14,6 +15,7 @@
 
 pub mod body;
 mod buffers;
+mod chunked;
 mod date;
 mod deadline;
 pub mod head;
@@ -35,8 +37,9 @@ use trafik_balance::PickContext;
 
 use self::body::{Failed, Upload};
 use self::buffers::Buffers;
+use self::chunked::{ANSWER_TRAILER_LINES, BadChunk, Chunked};
 use self::deadline::Deadline;
-use self::head::{Chunks, Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
+use self::head::{Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
 use self::rewind::Rewind;
 use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
@@ -252,11 +255,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let keep = !request.close && !streamed;
     let mut upload = match streamed {
         false => None,
-        true => match Upload::new(
-            &connection.input,
-            request,
-            snapshot.client.limits.min_body_rate,
-        ) {
+        true => match Upload::new(&connection.input, request, snapshot.client.limits) {
             Ok(upload) => Some(upload),
             Err(error) => {
                 return refuse(connection, &mut metrics, None, error, consumed, false).await;
@@ -639,14 +638,14 @@ async fn relay<C: AsyncWrite + Unpin>(
             Ok(clean)
         }
         Framing::Chunked => {
-            let mut chunks = Chunks::default();
-            // As hyper: what came before a break in the framing goes out (the head with the
-            // first data, if any), then the connection closes.
-            let end = match follow(&mut chunks, after) {
+            let mut chunked = Chunked::new(ANSWER_TRAILER_LINES);
+            // As hyper: what came before a break in the framing goes out, then the connection
+            // closes; the head too, unless the body broke before any data in this first read.
+            let end = match chunked.relay(after) {
                 Ok(end) => end,
-                Err(valid) => {
-                    if body::carries_data(&after[..valid]) {
-                        send(client, head, &after[..valid]).await?;
+                Err(BadChunk { at }) => {
+                    if chunked.carried_data() {
+                        send(client, head, &after[..at]).await?;
                     }
                     return Err(io::ErrorKind::InvalidData.into());
                 }
@@ -661,10 +660,10 @@ async fn relay<C: AsyncWrite + Unpin>(
                 if upstream.read_buf(buffer).await? == 0 {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
-                let end = match follow(&mut chunks, buffer) {
+                let end = match chunked.relay(buffer) {
                     Ok(end) => end,
-                    Err(valid) => {
-                        client.write_all(&buffer[..valid]).await?;
+                    Err(BadChunk { at }) => {
+                        client.write_all(&buffer[..at]).await?;
                         return Err(io::ErrorKind::InvalidData.into());
                     }
                 };
@@ -677,14 +676,14 @@ async fn relay<C: AsyncWrite + Unpin>(
             }
         }
         Framing::Close if !closing => {
-            body::send_chunk(client, head, after).await?;
+            chunked::send_chunk(client, head, after).await?;
             loop {
                 buffer.clear();
                 if upstream.read_buf(buffer).await? == 0 {
-                    client.write_all(body::LAST_CHUNK).await?;
+                    client.write_all(chunked::LAST_CHUNK).await?;
                     return Ok(false);
                 }
-                body::send_chunk(client, &[], buffer).await?;
+                chunked::send_chunk(client, &[], buffer).await?;
             }
         }
         Framing::Close => {
@@ -698,16 +697,4 @@ async fn relay<C: AsyncWrite + Unpin>(
             }
         }
     }
-}
-
-/// Follows a chunked body over `bytes`: where it ends, if in them, or else, when they break
-/// its framing, how many of them came before the break.
-fn follow(chunks: &mut Chunks, bytes: &[u8]) -> Result<Option<usize>, usize> {
-    let before = chunks.clone();
-    chunks.feed(bytes).map_err(|_| {
-        let mut probe = before;
-        (0..bytes.len())
-            .find(|&at| probe.feed(&bytes[at..=at]).is_err())
-            .unwrap_or(0)
-    })
 }
