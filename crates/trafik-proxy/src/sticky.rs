@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hmac::{Hmac, Mac};
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::HeaderValue;
 use sha2::Sha256;
 use trafik_balance::hash::stable_hash;
 use trafik_balance::{BackendSet, HashRing, Modulo, PickContext, Selector};
 
+use crate::http::view::RequestView;
 use crate::plan::StickyPlan;
 
 /// Bytes of HMAC-SHA256 kept in a cookie: 128 bits, beyond guessing.
@@ -150,14 +151,14 @@ impl Sticky {
     /// Decides from the request's cookie, for cookie stickiness.
     pub fn decide(
         &self,
-        headers: &HeaderMap,
+        request: &impl RequestView,
         backends: &BackendSet,
         context: &PickContext,
     ) -> Decision {
         let Binding::Cookie { name, mac } = &self.binding else {
             return Decision::Bind(Rebinding::New);
         };
-        let Some(value) = find_cookie(headers, name) else {
+        let Some(value) = find_cookie(request, name) else {
             return Decision::Bind(Rebinding::New);
         };
         match verify(mac, value) {
@@ -273,15 +274,23 @@ fn verify(mac: &Hmac<Sha256>, value: &str) -> Option<u64> {
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.
-pub fn find_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+pub fn find_cookie<'a>(request: &'a impl RequestView, name: &str) -> Option<&'a str> {
+    request
+        .header_values("cookie")
+        .filter_map(visible_ascii)
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v)
+}
+
+/// A header value as text when it is visible ASCII (as `HeaderValue::to_str` takes it).
+fn visible_ascii(value: &[u8]) -> Option<&str> {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
 }
 
 #[cfg(test)]
@@ -304,14 +313,14 @@ mod tests {
         Sticky::new(&plan, "takip", &backends(), None)
     }
 
-    fn request_with(cookie: &HeaderValue) -> HeaderMap {
+    fn request_with(cookie: &HeaderValue) -> http::Request<()> {
         let pair = cookie.to_str().unwrap().split(';').next().unwrap();
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::COOKIE,
+        let mut request = http::Request::new(());
+        request.headers_mut().insert(
+            http::header::COOKIE,
             HeaderValue::from_str(&format!("a=1; {pair}")).unwrap(),
         );
-        headers
+        request
     }
 
     #[test]
@@ -392,14 +401,14 @@ mod tests {
             "ééé",
             "0123456789abcdef0123456789abcdef0123456789abcdeg",
         ] {
-            let mut headers = HeaderMap::new();
-            headers.insert(
-                header::COOKIE,
+            let mut request = http::Request::new(());
+            request.headers_mut().insert(
+                http::header::COOKIE,
                 HeaderValue::from_str(&format!("trafik={junk}"))
                     .unwrap_or(HeaderValue::from_static("x")),
             );
             assert!(matches!(
-                sticky.decide(&headers, &set, &PickContext::default()),
+                sticky.decide(&request, &set, &PickContext::default()),
                 Decision::Bind(_)
             ));
         }

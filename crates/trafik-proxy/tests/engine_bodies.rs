@@ -193,14 +193,6 @@ async fn finish(engine: Engine, running: trafik_proxy::Running) {
     stop(running).await;
 }
 
-/// Connections the web listener's own engine handed to hyper, from `/status`.
-async fn handed_to_hyper(running: &trafik_proxy::Running) -> u64 {
-    let status = status(running).await;
-    let listeners = status["listeners"].as_array().expect("listeners");
-    let web = listeners.iter().find(|l| l["name"] == "web").expect("web");
-    web["handed_to_hyper"].as_u64().expect("a count")
-}
-
 /// Writes `pieces` 200 ms apart: a request whose parts arrive one by one.
 async fn pieces(stream: &mut TcpStream, pieces: &[&[u8]]) {
     for (n, piece) in pieces.iter().enumerate() {

@@ -14,6 +14,7 @@ use http::Method;
 
 use crate::http::path;
 use crate::http::validate::is_host;
+use crate::http::view::RequestView;
 use crate::plan::HeadLimits;
 
 /// The most header fields the fast path parses; a longer head goes to hyper, which applies the
@@ -54,6 +55,65 @@ pub struct RequestHead {
     pub upgrade: bool,
     /// The client asked to close after this exchange.
     pub close: bool,
+}
+
+/// A request's head as the pool's rules read it (hash keys, cookie stickiness): its fields
+/// parsed again, only for a pool that reads them.
+pub struct HeadView<'a> {
+    fields: &'a [httparse::Header<'a>],
+    path: &'a str,
+    query: Option<&'a str>,
+}
+
+impl<'a> HeadView<'a> {
+    /// The view of `head`, whose bytes start `input`, its fields parsed into `fields`.
+    pub fn parse(
+        input: &'a [u8],
+        head: &RequestHead,
+        fields: &'a mut [httparse::Header<'a>; MAX_HEADERS],
+    ) -> Self {
+        let mut parsed = httparse::Request::new(fields);
+        // The head parsed once already: this cannot fail, and a view without fields is the
+        // request without the key.
+        let fields = match parsed.parse(&input[..head.length]) {
+            Ok(httparse::Status::Complete(_)) => parsed.headers,
+            _ => &mut [],
+        };
+        let target = ascii(&input[head.target.clone()]);
+        HeadView {
+            fields,
+            path: ascii(&input[head.path.clone()]),
+            query: target.split_once('?').map(|(_, query)| query),
+        }
+    }
+}
+
+impl RequestView for HeadView<'_> {
+    fn header_values<'v>(&'v self, name: &'v str) -> impl Iterator<Item = &'v [u8]> {
+        self.fields
+            .iter()
+            .filter(move |field| field.name.eq_ignore_ascii_case(name))
+            .map(|field| field.value)
+    }
+
+    fn path(&self) -> &str {
+        self.path
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.query
+    }
+}
+
+/// Adds the field `name: value` to the end of a head written out.
+pub fn add_field(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    if head.ends_with(b"\r\n\r\n") {
+        head.truncate(head.len() - 2);
+        head.extend_from_slice(name);
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value);
+        head.extend_from_slice(b"\r\n\r\n");
+    }
 }
 
 /// What a connection adds to every request it forwards: its client's address in the

@@ -33,13 +33,12 @@ use std::time::Instant;
 use http::Method;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use trafik_balance::PickContext;
 
 use self::body::{Failed, Upload};
 use self::buffers::Buffers;
 use self::chunked::{ANSWER_TRAILER_LINES, BadChunk, Chunked};
 use self::deadline::Deadline;
-use self::head::{Forwarding, Framing, Request, RequestHead, Response, ResponseHead};
+use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, ResponseHead};
 use self::rewind::Rewind;
 use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
@@ -48,6 +47,7 @@ use crate::error::ProxyError;
 use crate::http::server::{self, Protocol};
 use crate::http::service::{AccessLine, WorkerProxy};
 use crate::http::target::Target;
+use crate::http::view::Selection;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
 
@@ -188,13 +188,10 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Whether a pool's requests can go the fast path: nothing of it needs the parsed request
-/// (stickiness, hash keys, answer retries) or another transport (TLS).
+/// Whether a pool's requests can go the fast path: none needs a copy of the request to send
+/// again after an answer (answer retries) or another transport (TLS).
 fn plain(pool: &Pool) -> bool {
-    pool.sticky.is_none()
-        && !pool.needs_key()
-        && pool.plan.tls.is_none()
-        && !pool.retrying.retries_any_answer()
+    pool.plan.tls.is_none() && !pool.retrying.retries_any_answer()
 }
 
 /// One request on the fast path, with the pool's retry rules: a failed connect goes to another
@@ -262,8 +259,16 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             }
         },
     };
-    let context = PickContext::default();
-    let mut call = match proxy.call(snapshot, target.pool, metrics.began, context, None) {
+    let mut selection = match Selection::reads_request(pool) {
+        false => Selection::default(),
+        true => {
+            let mut fields = [httparse::EMPTY_HEADER; head::MAX_HEADERS];
+            let view = HeadView::parse(&connection.input, request, &mut fields);
+            Selection::of(pool, &view, connection.peer)
+        }
+    };
+    let (context, bound) = (selection.context, selection.bound);
+    let mut call = match proxy.call(snapshot, target.pool, metrics.began, context, bound) {
         Ok(call) => call,
         Err(refused) => {
             return refuse(connection, &mut metrics, None, refused, consumed, keep).await;
@@ -274,6 +279,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         let mut upstream = match proxy.raw.checkout(pool, index, me, false).await {
             Ok(checked_out) => checked_out,
             Err(_) => {
+                selection.connect_failed(pool);
                 call.connect_failed(attempt);
                 continue;
             }
@@ -309,6 +315,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             .drain(..upload.as_ref().map_or(consumed, Upload::consumed));
         if !answer.dated {
             date::add(&mut connection.head);
+        }
+        if let Some(cookie) = selection.cookie(pool, index) {
+            head::add_field(&mut connection.head, b"set-cookie", cookie.as_bytes());
         }
         let early = upload.as_ref().is_some_and(|upload| !upload.whole());
         let relayed = relay(

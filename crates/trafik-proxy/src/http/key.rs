@@ -2,27 +2,26 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use http::Request;
 use trafik_balance::hash::stable_hash;
 
+use super::view::RequestView;
 use crate::plan::HashKey;
 use crate::sticky::find_cookie;
 
 /// The stable hash of the part of `request` that `key` names; `None` when the request lacks it
 /// (the rule then spreads such requests evenly).
-pub fn request_key<B>(key: &HashKey, request: &Request<B>, client: SocketAddr) -> Option<u64> {
+pub fn request_key(key: &HashKey, request: &impl RequestView, client: SocketAddr) -> Option<u64> {
     let bytes: &[u8] = match key {
-        HashKey::Header(name) => request.headers().get(name)?.as_bytes(),
-        HashKey::Cookie(name) => find_cookie(request.headers(), name)?.as_bytes(),
+        HashKey::Header(name) => request.header_values(name.as_str()).next()?,
+        HashKey::Cookie(name) => find_cookie(request, name)?.as_bytes(),
         HashKey::Query(name) => request
-            .uri()
             .query()?
             .split('&')
             .filter_map(|pair| pair.split_once('='))
             .find(|(k, _)| k == name)?
             .1
             .as_bytes(),
-        HashKey::Path => request.uri().path().as_bytes(),
+        HashKey::Path => request.path().as_bytes(),
         HashKey::ClientIp => return Some(client_ip_key(client.ip())),
     };
     Some(stable_hash(bytes))
@@ -40,7 +39,7 @@ pub fn client_ip_key(ip: IpAddr) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderName;
+    use http::{HeaderName, Request};
 
     fn request() -> Request<()> {
         Request::get("/takip/TR-1?musteri=42&x=1")

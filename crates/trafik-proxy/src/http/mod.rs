@@ -23,3 +23,4 @@ pub mod trace;
 pub mod upgrade;
 pub mod upstream;
 pub mod validate;
+pub mod view;

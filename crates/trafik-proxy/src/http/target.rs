@@ -8,23 +8,21 @@ use std::time::Instant;
 
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use trafik_balance::PickContext;
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::gateway::aggregate::AggregateTarget;
 use super::gateway::ambassador::AmbassadorTarget;
 use super::gateway::service::ServiceTarget;
-use super::key::request_key;
 use super::retry::Replay;
 use super::service::{ClientConnection, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
 use super::upstream::Checkout;
+use super::view::Selection;
 use crate::counters::{BackendCounters, bump};
 use crate::error::ProxyError;
 use crate::pool::InFlight;
 use crate::pool::Pool;
 use crate::snapshot::WorkerSnapshot;
-use crate::sticky::{Decision, Rebinding};
 
 /// A route's destination.
 pub enum Target {
@@ -102,23 +100,14 @@ impl PoolTarget {
             served.answered(status, began, Instant::now());
             (response, backend)
         };
-        let mut context = PickContext::default();
-        if pool.needs_key()
-            && let Some(key) = &pool.plan.hash_key
-        {
-            context.key = request_key(key, &request, connection.peer);
-        }
-        // Cookie stickiness: a bound client skips the rule; another gets a cookie if answered.
-        let (bound, mut rebinding) = match &pool.sticky {
-            Some(sticky) if sticky.uses_cookie() => {
-                match sticky.decide(request.headers(), &pool.backends, &context) {
-                    Decision::Bound(index) => (Some(index), None),
-                    Decision::Bind(reason) => (None, Some(reason)),
-                }
-            }
-            _ => (None, None),
-        };
-        let mut call = match worker.call(snapshot, self.pool, began, context, bound) {
+        let mut selection = Selection::of(pool, &request, connection.peer);
+        let mut call = match worker.call(
+            snapshot,
+            self.pool,
+            began,
+            selection.context,
+            selection.bound,
+        ) {
             Ok(call) => call,
             Err(refused) => return answered(refused.response(), None),
         };
@@ -160,20 +149,13 @@ impl PoolTarget {
                             return answered(error.response(), Some(address));
                         }
                     };
-                    if let Some(sticky) = &pool.sticky
-                        && let Some(reason) = rebinding
-                        && let Some(cookie) = sticky.bind_cookie(index, reason)
-                    {
+                    if let Some(cookie) = selection.cookie(pool, index) {
                         response.headers_mut().append(header::SET_COOKIE, cookie);
                     }
                     return answered(response, Some(address));
                 }
                 Err(Failure::Connect(returned)) => {
-                    if rebinding.is_none() && pool.sticky.as_ref().is_some_and(|s| s.uses_cookie())
-                    {
-                        // The bound backend cannot be reached: its session is lost.
-                        rebinding = Some(Rebinding::Lost);
-                    }
+                    selection.connect_failed(pool);
                     call.connect_failed(attempt);
                     request = *returned;
                 }

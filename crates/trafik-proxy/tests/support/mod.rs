@@ -52,6 +52,15 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
     .expect("replica binds")
 }
 
+/// Connections the web listener's own engine handed to hyper, from `/status`: 0 when it
+/// served every request itself.
+pub async fn handed_to_hyper(running: &Running) -> u64 {
+    let status = status(running).await;
+    let listeners = status["listeners"].as_array().expect("listeners");
+    let web = listeners.iter().find(|l| l["name"] == "web").expect("web");
+    web["handed_to_hyper"].as_u64().expect("a count")
+}
+
 /// A one-listener, one-pool plan in front of `backends`, with admin on a free port.
 pub fn plan(backends: &[SocketAddr]) -> Plan {
     Plan {
