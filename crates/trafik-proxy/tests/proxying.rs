@@ -251,21 +251,20 @@ async fn a_connection_with_no_bytes_moving_is_closed_after_the_idle_timeout() {
         .unwrap();
     let started = std::time::Instant::now();
     let mut received = Vec::new();
+    // No upper bound on when it closes: waiting ten times the limit, far short of the 30 s
+    // header timeout (the only other one that could close it), tells the idle timeout apart
+    // without asking a busy machine to be quick.
     let read =
-        tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut received)).await;
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await;
     assert!(
         read.is_ok(),
-        "the idle connection was not closed within 5 s"
+        "the idle connection was not closed within 10 s"
     );
     let elapsed = started.elapsed();
     assert!(String::from_utf8_lossy(&received).starts_with("HTTP/1.1 200"));
     assert!(
         elapsed >= Duration::from_millis(900),
         "closed after {elapsed:?}, before the limit"
-    );
-    assert!(
-        elapsed < Duration::from_millis(3000),
-        "closed after {elapsed:?}"
     );
     stop(running).await;
 }
