@@ -61,8 +61,18 @@ fn the_soak_profile_reproduces_the_load_lessons_server_counters() {
         report["measured"].as_u64().unwrap(),
         "every measured request falls in one quarter"
     );
-    assert!(
-        matches!(output.status.code(), Some(0 | 99)),
-        "the verdict depends on this machine's speed"
+    // The verdict depends on this machine's speed; the status must say what the report says.
+    let verdict = if report["passed"] != true {
+        99
+    } else if report["rate_held"] != true {
+        98
+    } else {
+        0
+    };
+    assert_eq!(
+        output.status.code(),
+        Some(verdict),
+        "{}",
+        report["failures"]
     );
 }
