@@ -3,12 +3,14 @@
 //! extensions), the cache key, and a bounded store. No I/O; the time is always passed in.
 
 pub mod cache;
+pub mod clock;
 pub mod control;
 pub mod freshness;
 pub mod key;
 pub mod store;
 
 pub use cache::Cache;
+pub use clock::Clock;
 pub use control::CacheControl;
 pub use freshness::{NotStored, Rules, Stored, Use, storable};
 pub use store::{Limits, Policy, Store, Weigh};

@@ -69,31 +69,50 @@ async fn a_one_second_stall_shows_in_corrected_latency_but_not_in_service_time()
     );
     assert_eq!(result.dropped, 0);
 
+    // No upper bound on a duration: a busy machine only adds latency, so it cannot break the
+    // lower bounds below (the stall is a server sleep, which never ends early), and it adds to
+    // both measures of the same run, so their comparison holds unless the machine stalls for
+    // half a second again and again.
     let corrected_max = recorder.corrected.max() as f64 / 1000.0;
-    let service_p99 = recorder.service.value_at_quantile(0.99) as f64 / 1000.0;
-    let service_p50 = recorder.service.value_at_quantile(0.50) as f64 / 1000.0;
     // The first requests of the stall were due at 1.0 s and answered at 2.0 s.
+    assert!(corrected_max > 900.0, "corrected max {corrected_max} ms");
+    // About 200 requests were due during the stall: nearly all the 180 due before 1.9 s waited
+    // more than 100 ms for their answer, and nearly all the 100 due in its first half more than
+    // 500 ms (a few are lost at its start: the server's clock started just before the run's).
+    let corrected_over = |ms: u64| trafik_load::record::count_above(&recorder.corrected, ms * 1000);
+    let service_over = |ms: u64| trafik_load::record::count_above(&recorder.service, ms * 1000);
     assert!(
-        corrected_max > 900.0 && corrected_max < 1200.0,
-        "corrected max {corrected_max} ms"
+        corrected_over(100) >= 150,
+        "{} requests over 100 ms",
+        corrected_over(100)
     );
-    // About 200 requests were due during the stall: a third of the run waited.
-    let over_100ms = trafik_load::record::count_above(&recorder.corrected, 100_000);
     assert!(
-        (150..=230).contains(&over_100ms),
-        "{over_100ms} requests over 100 ms"
+        corrected_over(500) >= 80,
+        "{} requests over 500 ms",
+        corrected_over(500)
     );
-    // Only the four requests stuck on their connections took long to serve.
-    assert!(service_p99 < 100.0, "service p99 {service_p99} ms");
-    assert!(service_p50 < 20.0, "service p50 {service_p50} ms");
+    // From the actual send, only the four requests stuck on their connections when the stall
+    // began took that long: the others were sent once a connection was free.
+    assert!(
+        service_over(500) * 4 <= corrected_over(500),
+        "{} requests over 500 ms of service time, {} from the intended send",
+        service_over(500),
+        corrected_over(500)
+    );
     assert!(
         result.late > 150,
         "sends behind schedule are counted as late: {}",
         result.late
     );
 
-    // The per-second view puts the damage in second 1.
+    // The per-second view puts the damage in second 1: second 0's slowest answers are faster
+    // than second 1's median.
     let second = |s: u32| recorder.closed[&s].0.clone();
     assert!(second(1).latency_ms.p50 > 300.0, "{:?}", second(1));
-    assert!(second(0).latency_ms.p99 < 50.0, "{:?}", second(0));
+    assert!(
+        second(0).latency_ms.p99 < second(1).latency_ms.p50,
+        "{:?} {:?}",
+        second(0),
+        second(1)
+    );
 }

@@ -254,6 +254,8 @@ pub struct CachePlan {
     pub stale_if_error: Duration,
     /// A header naming hit or miss (the course's `x-kenar: isabet|iska`).
     pub header: Option<CacheHeader>,
+    /// The time freshness is read on: the system clock, except in tests that move it.
+    pub clock: trafik_cache::Clock,
 }
 
 /// The custom header a cache writes on every answer, besides `Cache-Status`.

@@ -32,8 +32,17 @@ fn cache_plan(default_ttl: Duration) -> CachePlan {
             hit: HeaderValue::from_static("isabet"),
             miss: HeaderValue::from_static("iska"),
         }),
+        clock: trafik_cache::Clock::system(),
     }
 }
+
+/// A cache clock a minute behind the system's, which origins date their answers on: advanced by
+/// that minute, the copies stored before are a minute old, and those stored after are new.
+fn clock_a_minute_behind() -> trafik_cache::Clock {
+    trafik_cache::Clock::manual(std::time::SystemTime::now() - A_MINUTE)
+}
+
+const A_MINUTE: Duration = Duration::from_secs(60);
 
 /// One listener whose only route puts `cache` in front of pool `takip` (`backends`).
 fn edge(backends: &[SocketAddr], cache: CachePlan) -> Plan {
@@ -281,6 +290,8 @@ async fn an_origin_error_within_stale_if_error_serves_the_stale_copy() {
     let origin = replicas(1).await;
     let mut cache = cache_plan(Duration::from_secs(1));
     cache.stale_if_error = Duration::from_secs(600);
+    cache.clock = clock_a_minute_behind();
+    let clock = cache.clock.clone();
     let running = trafik_proxy::start(edge(&[origin[0].address()], cache)).unwrap();
     let fresh = get(web(&running), "/takip/TR-7").await;
     assert_eq!(fresh.header("x-kenar"), Some("iska"));
@@ -288,7 +299,7 @@ async fn an_origin_error_within_stale_if_error_serves_the_stale_copy() {
         replica.stop().await;
     }
     // Past its freshness: the copy must go to the origin, which is gone.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    clock.advance(A_MINUTE);
     let stale = get(web(&running), "/takip/TR-7").await;
     assert_eq!(stale.status, 200);
     assert_eq!(stale.body, fresh.body);
@@ -311,9 +322,12 @@ async fn stale_while_revalidate_answers_at_once_and_refreshes_behind() {
     let origin = replicas(1).await;
     let mut cache = cache_plan(Duration::from_secs(1));
     cache.stale_while_revalidate = Duration::from_secs(600);
+    cache.clock = clock_a_minute_behind();
+    let clock = cache.clock.clone();
     let running = trafik_proxy::start(edge(&[origin[0].address()], cache)).unwrap();
-    get(web(&running), "/takip/TR-3").await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let first = get(web(&running), "/takip/TR-3").await;
+    assert_eq!(first.header("x-kenar"), Some("iska"));
+    clock.advance(A_MINUTE);
     let stale = get(web(&running), "/takip/TR-3").await;
     assert_eq!(stale.header("x-kenar"), Some("isabet"));
     let said = stale.header("cache-status").unwrap();
@@ -436,10 +450,14 @@ async fn validating_origin() -> (SocketAddr, Arc<[AtomicUsize; 2]>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_304_from_the_origin_refreshes_the_stored_copy() {
     let (origin, counts) = validating_origin().await;
-    let running = trafik_proxy::start(edge(&[origin], cache_plan(Duration::ZERO))).unwrap();
+    let mut cache = cache_plan(Duration::ZERO);
+    cache.clock = clock_a_minute_behind();
+    let clock = cache.clock.clone();
+    let running = trafik_proxy::start(edge(&[origin], cache)).unwrap();
     let first = get(web(&running), "/takip/TR-5").await;
     assert_eq!(first.text(), "surum 1");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Its second of freshness (max-age=1) is long over.
+    clock.advance(A_MINUTE);
     let revalidated = get(web(&running), "/takip/TR-5").await;
     assert_eq!(revalidated.status, 200);
     assert_eq!(revalidated.text(), "surum 1");

@@ -199,16 +199,27 @@ async fn a_malformed_request_gets_400_and_the_proxy_keeps_serving() {
 
 #[tokio::test]
 async fn stopping_drains_in_flight_requests_and_refuses_new_connections() {
-    let slow = echo_server(Duration::from_millis(600)).await;
+    let slow = echo_server(Duration::from_secs(2)).await;
     let running = trafik_proxy::start(plan(&[slow])).unwrap();
     let address = web(&running);
     let in_flight = tokio::spawn(async move { get(address, "/yavas").await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Stopped once the request is with the backend, which holds it for 2 s.
+    wait_for_status(&running, |s| {
+        s["pools"][0]["backends"][0]["active_connections"] == 1
+    })
+    .await;
     running.stop();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The order, not a duration: the listener closes before the request in flight is answered.
+    while tokio::net::TcpStream::connect(address).await.is_ok() {
+        assert!(
+            !in_flight.is_finished(),
+            "the listener still accepted after the request in flight was answered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(
-        tokio::net::TcpStream::connect(address).await.is_err(),
-        "the listener is closed while draining"
+        !in_flight.is_finished(),
+        "the listener closed only after the request in flight was answered"
     );
     let answer = in_flight.await.unwrap();
     assert_eq!(answer.status, 200, "the request in flight finished");
@@ -251,21 +262,20 @@ async fn a_connection_with_no_bytes_moving_is_closed_after_the_idle_timeout() {
         .unwrap();
     let started = std::time::Instant::now();
     let mut received = Vec::new();
+    // No upper bound on when it closes: waiting ten times the limit, far short of the 30 s
+    // header timeout (the only other one that could close it), tells the idle timeout apart
+    // without asking a busy machine to be quick.
     let read =
-        tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut received)).await;
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await;
     assert!(
         read.is_ok(),
-        "the idle connection was not closed within 5 s"
+        "the idle connection was not closed within 10 s"
     );
     let elapsed = started.elapsed();
     assert!(String::from_utf8_lossy(&received).starts_with("HTTP/1.1 200"));
     assert!(
         elapsed >= Duration::from_millis(900),
         "closed after {elapsed:?}, before the limit"
-    );
-    assert!(
-        elapsed < Duration::from_millis(3000),
-        "closed after {elapsed:?}"
     );
     stop(running).await;
 }

@@ -785,13 +785,11 @@ fn two_instances_share_one_limit_through_redis() {
     let passed = statuses.iter().filter(|s| **s == 200).count();
     let limited = statuses.iter().filter(|s| **s == 429).count();
     assert_eq!(passed + limited, 100, "{statuses:?}");
-    // The burst, plus what refilled at 20/s while the requests were being sent.
+    // The burst, plus what refilled at 20/s while the requests were being sent: true however
+    // long they took. Limits of each instance's own would let 20 + 20/s through each, more
+    // than this allows at any speed (until sending 100 requests takes 4 s and all pass).
     let refilled = (took.as_secs_f64() * 20.0).ceil() as usize;
     eprintln!("100 requests over both instances in {took:?}: {passed} passed, {limited} refused");
-    assert!(
-        took < Duration::from_secs(1),
-        "the 100 requests took {took:?}"
-    );
     assert!(
         (18..=22 + refilled).contains(&passed),
         "{passed} passed in {took:?}, expected 20 ± 2 (+{refilled} refilled)"

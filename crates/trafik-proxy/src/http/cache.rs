@@ -172,7 +172,7 @@ impl EdgeCache {
         if control.no_store || control.private {
             return Err("Cache-Control forbids storing it");
         }
-        let now = SystemTime::now();
+        let now = self.plan.clock.now();
         let stored = Stored::new(
             StatusCode::OK,
             headers,
@@ -279,7 +279,7 @@ impl CachedTarget {
         }
         let path_and_query = request.uri().path_and_query().map_or("/", |p| p.as_str());
         let primary = key::primary(&self.host, path_and_query);
-        let now = SystemTime::now();
+        let now = self.cache.plan.clock.now();
         let (found, mut key) = self.cache.store.lookup(&primary, request.headers());
         let mut stale = None;
         if let Some(stored) = found {
@@ -316,7 +316,7 @@ impl CachedTarget {
                 Role::Lead(lead) => {
                     // A fetch that ended between the lookup above and now stored its copy
                     // before it let go of the key: use that copy rather than fetch again.
-                    let now = SystemTime::now();
+                    let now = self.cache.plan.clock.now();
                     if let (Some(stored), _) = self.cache.store.lookup(&primary, request.headers())
                         && let Use::Fresh { ttl } = stored.usable(now)
                         && !asked.no_cache
@@ -342,7 +342,7 @@ impl CachedTarget {
                         // The answer varies: which variant this request needs is known only
                         // now. Look again, and wait on that variant's fetch if it has one.
                         let (found, variant) = self.cache.store.lookup(&primary, request.headers());
-                        let now = SystemTime::now();
+                        let now = self.cache.plan.clock.now();
                         if let Some(stored) = found
                             && let Use::Fresh { .. } = stored.usable(now)
                         {
@@ -361,7 +361,7 @@ impl CachedTarget {
                     }
                     if let Ok(Flight::Done(Some(stored))) = done {
                         bump(&counters.coalesced);
-                        let now = SystemTime::now();
+                        let now = self.cache.plan.clock.now();
                         let response = from_store(&stored, now, request.headers());
                         return (
                             response,
@@ -420,9 +420,9 @@ impl CachedTarget {
             }
         }
         bump(&counters.origin_requests);
-        let sent = SystemTime::now();
+        let sent = self.cache.plan.clock.now();
         let (response, backend) = self.origin(worker, snapshot, connection, request).await;
-        let received = SystemTime::now();
+        let received = self.cache.plan.clock.now();
         let status = response.status();
         let answer = |stored: &Stored| from_store(stored, received, &client_headers);
         if let Some((stored, if_error)) = stale {

@@ -118,5 +118,6 @@ fn check(report: &mut Report, field: &str, cache: Spanned<Cache>) -> Option<Cach
         stale_while_revalidate: cache.stale_while_revalidate.get_ref().0,
         stale_if_error: cache.stale_if_error.get_ref().0,
         header,
+        clock: trafik_cache::Clock::system(),
     })
 }
