@@ -253,7 +253,11 @@ async fn a_sticky_cookie_holds_through_drain_and_moves_only_when_its_replica_sto
     assert_eq!(sticky["lost"], 1);
     assert_eq!(sticky["rebinds"], 1);
     assert_eq!(sticky["bound"], 11, "the first client and ten newcomers");
-    assert_eq!(handed_to_hyper(&running).await, 0, "served by the own engine");
+    assert_eq!(
+        handed_to_hyper(&running).await,
+        0,
+        "served by the own engine"
+    );
     stop(running).await;
 }
 
@@ -348,6 +352,10 @@ async fn key_stickiness_counts_requests_moved_off_their_home() {
     let sticky = &status(&running).await["pools"][0]["sticky"];
     assert_eq!(sticky["mode"], "consistent");
     assert_eq!(sticky["lost"], moved);
-    assert_eq!(handed_to_hyper(&running).await, 0, "served by the own engine");
+    assert_eq!(
+        handed_to_hyper(&running).await,
+        0,
+        "served by the own engine"
+    );
     stop(running).await;
 }
