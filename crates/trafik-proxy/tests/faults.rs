@@ -367,6 +367,11 @@ async fn answers_with_a_retried_status_go_to_another_backend() {
     assert!(failed.is_empty(), "{failed:?}");
     // The retry's pick moves round robin's turn on, so each request meets the 503 first.
     assert_eq!(status(&running).await["pools"][0]["retries"], 6);
+    assert_eq!(
+        handed_to_hyper(&running).await,
+        0,
+        "served by the own engine"
+    );
     stop(running).await;
 
     let later = answering("HTTP/1.1 503 X\r\nretry-after: 30\r\ncontent-length: 2\r\n\r\nno").await;

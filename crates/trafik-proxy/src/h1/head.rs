@@ -582,6 +582,9 @@ pub struct ResponseHead {
     pub reusable: bool,
     /// It has a `Date` field (else [`super::date`] adds one).
     pub dated: bool,
+    /// It has a `Retry-After` field: the backend says when to ask again, so the answer is not
+    /// retried elsewhere.
+    pub retry_after: bool,
 }
 
 /// Parses the response head at the start of `buffer` and writes the client's version into
@@ -618,6 +621,7 @@ pub fn response(
     let mut reusable = version == 1;
     let mut existing_via = None;
     let mut dated = false;
+    let mut retry_after = false;
     let mut protocols = None;
     // Headers `Connection` names are hop-by-hop too (framing ones excepted).
     let mut named: [&[u8]; 16] = [b""; 16];
@@ -662,6 +666,8 @@ pub fn response(
             existing_via = Some(value);
         } else if name.eq_ignore_ascii_case("date") {
             dated = true;
+        } else if name.eq_ignore_ascii_case("retry-after") {
+            retry_after = true;
         } else if name.eq_ignore_ascii_case("upgrade") {
             protocols = Some(value);
         }
@@ -731,6 +737,7 @@ pub fn response(
         framing,
         reusable,
         dated,
+        retry_after,
     })
 }
 
@@ -889,6 +896,7 @@ mod tests {
                 framing: Framing::Length(2),
                 reusable: true,
                 dated: false,
+                retry_after: false,
             })
         );
         assert_eq!(

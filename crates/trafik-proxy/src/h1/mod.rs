@@ -188,10 +188,9 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Whether a pool's requests can go the fast path: none needs a copy of the request to send
-/// again after an answer (answer retries) or another transport (TLS).
+/// Whether a pool's requests can go the fast path: it needs no other transport (TLS).
 fn plain(pool: &Pool) -> bool {
-    pool.plan.tls.is_none() && !pool.retrying.retries_any_answer()
+    pool.plan.tls.is_none()
 }
 
 /// One request on the fast path, with the pool's retry rules: a failed connect goes to another
@@ -307,6 +306,21 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         };
         let answered_at = Instant::now();
         call.answered(&attempt, answer.status, answered_at);
+        let retried = call.retry_answer(&attempt, answer.status, answer.retry_after, replay);
+        if retried.await.is_some() {
+            // The answer's body is left unread: its stream closes rather than going back, and
+            // the head buffer, which holds the answer's head now, gets the request's again.
+            drop((upstream, attempt));
+            head::request(
+                &connection.input,
+                snapshot.client.limits,
+                &connection.forwarding,
+                snapshot.client.trust_forwarded,
+                snapshot.via.as_bytes(),
+                &mut connection.head,
+            );
+            continue;
+        }
         call.settled(&attempt, answered_at);
         let backend = Some(pool.address(index));
         let logged = metrics.answered(answer.status, backend, answered_at);

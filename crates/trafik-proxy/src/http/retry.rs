@@ -103,14 +103,8 @@ impl Retrying {
     /// Whether an answer with `status` goes to another backend instead of the client: a status
     /// the pool retries, without a `Retry-After` (the backend then says when to ask again, and
     /// the client hears it).
-    /// Whether some answer status is retried elsewhere (the own engine's fast path passes such
-    /// pools on to the full pipeline, which can hold a replay of the request).
-    pub fn retries_any_answer(&self) -> bool {
-        !self.statuses.is_empty()
-    }
-
-    pub fn retries_answer(&self, status: u16, headers: &http::HeaderMap) -> bool {
-        self.statuses.contains(&status) && !headers.contains_key(http::header::RETRY_AFTER)
+    pub fn retries_answer(&self, status: u16, retry_after: bool) -> bool {
+        self.statuses.contains(&status) && !retry_after
     }
 
     /// Waits before retry number `attempt` (from 1): a random time up to the backoff doubled

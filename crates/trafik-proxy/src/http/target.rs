@@ -124,8 +124,12 @@ impl PoolTarget {
                     let status = answer.status().as_u16();
                     let answered_at = Instant::now();
                     call.answered(&attempt, status, answered_at);
-                    let retried =
-                        call.retry_answer(&attempt, status, answer.headers(), replay.as_ref());
+                    let retried = call.retry_answer(
+                        &attempt,
+                        status,
+                        answer.headers().contains_key(header::RETRY_AFTER),
+                        replay.as_ref(),
+                    );
                     if let Some(replay) = retried.await {
                         drop((answer, checkout, attempt));
                         request = replay.request();

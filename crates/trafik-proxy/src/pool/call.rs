@@ -246,19 +246,20 @@ impl<'s> Call<'s> {
         self.pool.report(attempt.index, Outcome::of_status(status));
     }
 
-    /// Whether an answer with `status` (and `headers`) goes to another backend instead of the
-    /// client: a status the pool retries, for a request that may be sent again (`replay`),
+    /// Whether an answer with `status` (and a `Retry-After` field or not) goes to another
+    /// backend instead of the client: a status the pool retries, for a request that may be sent
+    /// again (`replay`),
     /// while others are left and the budget allows. Then `replay` comes back, after the
     /// backoff, and the attempt ends here.
     pub async fn retry_answer<R>(
         &mut self,
         attempt: &Attempt<'s>,
         status: u16,
-        headers: &http::HeaderMap,
+        retry_after: bool,
         replay: Option<R>,
     ) -> Option<R> {
         let replay = replay.filter(|_| {
-            self.pool.retrying.retries_answer(status, headers)
+            self.pool.retrying.retries_answer(status, retry_after)
                 && self.others_left(attempt.index)
                 && self.another()
         })?;
