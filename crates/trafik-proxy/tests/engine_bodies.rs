@@ -498,6 +498,20 @@ fn tail(text: &str) -> &str {
     text.get(start..).unwrap_or(text)
 }
 
+/// A GET through `engine` to a backend that answers `answer`: what the client got, and whether
+/// the connection then closed.
+async fn get_through_a_backend_answering(engine: Engine, answer: String) -> (String, bool) {
+    let (backend, _) = recording(answer.leak(), true).await;
+    let (running, mut stream) = proxy(engine, backend).await;
+    stream
+        .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let got = until_closed(&mut stream).await;
+    finish(engine, running).await;
+    got
+}
+
 /// A chunked answer whose framing breaks after its first data (a size line with a word after
 /// it, an extension or a trailer section past hyper's 16 KiB, more trailer lines than hyper's
 /// 100, a trailer line that is no field) is broken on both engines, as hyper's client finds
@@ -518,13 +532,7 @@ async fn a_chunked_answer_that_breaks_its_framing_is_cut_after_the_data_before_t
             let answer = format!(
                 "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n{broken}"
             );
-            let (backend, _) = recording(answer.leak(), true).await;
-            let (running, mut stream) = proxy(engine, backend).await;
-            stream
-                .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
-                .await
-                .unwrap();
-            let (got, closed) = until_closed(&mut stream).await;
+            let (got, closed) = get_through_a_backend_answering(engine, answer).await;
             let case = format!("{engine:?}, {:?}", &broken[..broken.len().min(24)]);
             assert!(
                 closed,
@@ -538,26 +546,18 @@ async fn a_chunked_answer_that_breaks_its_framing_is_cut_after_the_data_before_t
                 "{case}: the body ended: {}",
                 tail(&got)
             );
-            finish(engine, running).await;
         }
         // Broken before any data, in the read that brought the head: nothing reaches the
         // client, as with hyper, whose server has not flushed the head when the body fails at
         // once.
         for broken in ["4 x\r\nwiki\r\n0\r\n\r\n", "0\r\nno colon\r\n\r\n"] {
             let answer = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{broken}");
-            let (backend, _) = recording(answer.leak(), true).await;
-            let (running, mut stream) = proxy(engine, backend).await;
-            stream
-                .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
-                .await
-                .unwrap();
-            let (got, closed) = until_closed(&mut stream).await;
+            let (got, closed) = get_through_a_backend_answering(engine, answer).await;
             assert!(
                 closed,
                 "{engine:?}, {broken:?}: the connection stayed open after {got}"
             );
             assert_eq!(got, "", "{engine:?}, {broken:?}");
-            finish(engine, running).await;
         }
     }
 }

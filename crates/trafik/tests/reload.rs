@@ -251,7 +251,11 @@ fn five_reloads_under_load_lose_no_request() {
     let sent = report["sent"].as_u64().unwrap();
     let dropped = report["dropped"].as_u64().unwrap();
     assert_eq!(report["planned"], 20_000, "2,000 req/s × 10 s");
-    assert_eq!(sent + dropped, 20_000, "every planned send is sent or dropped");
+    assert_eq!(
+        sent + dropped,
+        20_000,
+        "every planned send is sent or dropped"
+    );
     assert!(sent >= 10_000, "sent {sent}, dropped {dropped}");
     assert_eq!(report["completed"], report["sent"]);
 

@@ -83,6 +83,21 @@ struct Connection<S> {
     deadline: Deadline,
 }
 
+impl<S> Connection<S> {
+    /// Parses the request head at the start of the input and writes it for the next hop into
+    /// the head buffer.
+    fn rewrite_head(&mut self, snapshot: &WorkerSnapshot) -> Request {
+        head::request(
+            &self.input,
+            snapshot.client.limits,
+            &self.forwarding,
+            snapshot.client.trust_forwarded,
+            snapshot.via.as_bytes(),
+            &mut self.head,
+        )
+    }
+}
+
 /// Serves HTTP/1.1 on a plain-TCP client connection with the own engine.
 pub async fn serve(
     proxy: Rc<WorkerProxy>,
@@ -169,15 +184,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
             }
         }
         let snapshot = proxy.snapshot();
-        let parsed = head::request(
-            &connection.input,
-            snapshot.client.limits,
-            &connection.forwarding,
-            snapshot.client.trust_forwarded,
-            snapshot.via.as_bytes(),
-            &mut connection.head,
-        );
-        let Request::Ready(request) = parsed else {
+        let Request::Ready(request) = connection.rewrite_head(&snapshot) else {
             return End::HandOver { first };
         };
         match exchange(proxy, &snapshot, listener, connection, &request).await {
@@ -311,14 +318,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             // The answer's body is left unread: its stream closes rather than going back, and
             // the head buffer, which holds the answer's head now, gets the request's again.
             drop((upstream, attempt));
-            head::request(
-                &connection.input,
-                snapshot.client.limits,
-                &connection.forwarding,
-                snapshot.client.trust_forwarded,
-                snapshot.via.as_bytes(),
-                &mut connection.head,
-            );
+            connection.rewrite_head(snapshot);
             continue;
         }
         call.settled(&attempt, answered_at);
