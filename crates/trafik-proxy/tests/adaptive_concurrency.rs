@@ -167,3 +167,76 @@ async fn the_limit_falls_when_latency_grows_and_recovers_when_it_falls_back() {
     assert!(metrics.contains("trafik_pool_concurrency_rejected_total{pool=\"takip\"}"));
     stop(running).await;
 }
+
+/// An upstream whose first answer sends its head and two of its ten body bytes, then holds the
+/// rest until the test ends; every later one answers at once.
+async fn first_answer_held_open() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let held = std::mem::replace(&mut first, false);
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                if held {
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nab")
+                        .await;
+                    // Holds the rest of the body until the client goes away.
+                    let _ = stream.read(&mut buffer).await;
+                } else {
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                }
+            });
+        }
+    });
+    address
+}
+
+/// A request holds its place under the limit until its answer's head: the body is the
+/// client's to read, so a long download (or a WebSocket) does not turn others away.
+#[tokio::test]
+async fn an_answer_still_streaming_holds_no_place_under_the_limit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = first_answer_held_open().await;
+    let mut plan = plan(&[backend]);
+    plan.pools[0].adaptive_concurrency = Some(ConcurrencyRules {
+        min_limit: 1,
+        initial_limit: 1,
+        max_limit: 1,
+        ..ConcurrencyRules::default()
+    });
+    // The held answer is still open when the test stops.
+    plan.drain_timeout = Duration::from_millis(100);
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut downloading = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    downloading
+        .write_all(b"GET /indir HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\nab") {
+        let mut buffer = [0u8; 1024];
+        let n = downloading.read(&mut buffer).await.unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buffer[..n]);
+    }
+    let mut client = Client::connect(web(&running)).await;
+    let answer = client.get("/takip").await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    drop(downloading);
+    stop(running).await;
+}

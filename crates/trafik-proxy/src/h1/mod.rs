@@ -303,7 +303,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         .await;
         let answer = match answered {
             Ok(answer) => answer,
-            Err(error) => match call.lost(attempt, error, replay).await {
+            Err(error) => match call.lost(attempt, error, replay) {
                 Ok(()) => continue,
                 Err(error) => {
                     let backend = Some(pool.address(index));
@@ -314,14 +314,14 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         let answered_at = Instant::now();
         call.answered(&attempt, answer.status, answered_at);
         let retried = call.retry_answer(&attempt, answer.status, answer.retry_after, replay);
-        if retried.await.is_some() {
+        if retried.is_some() {
             // The answer's body is left unread: its stream closes rather than going back, and
             // the head buffer, which holds the answer's head now, gets the request's again.
             drop((upstream, attempt));
             connection.rewrite_head(snapshot);
             continue;
         }
-        call.settled(&attempt, answered_at);
+        call.settled(index, attempt.sent_at, answered_at);
         let backend = Some(pool.address(index));
         let logged = metrics.answered(answer.status, backend, answered_at);
         connection

@@ -130,13 +130,13 @@ impl PoolTarget {
                         answer.headers().contains_key(header::RETRY_AFTER),
                         replay.as_ref(),
                     );
-                    if let Some(replay) = retried.await {
+                    if let Some(replay) = retried {
                         drop((answer, checkout, attempt));
                         request = replay.request();
                         continue;
                     }
-                    call.settled(&attempt, answered_at);
-                    let (index, counters) = (attempt.index, attempt.counters);
+                    let (index, counters, sent_at) =
+                        (attempt.index, attempt.counters, attempt.sent_at);
                     let relayed = relay(
                         answer,
                         checkout,
@@ -153,6 +153,7 @@ impl PoolTarget {
                             return answered(error.response(), Some(address));
                         }
                     };
+                    call.settled(index, sent_at, answered_at);
                     if let Some(cookie) = selection.cookie(pool, index) {
                         response.headers_mut().append(header::SET_COOKIE, cookie);
                     }
@@ -163,12 +164,10 @@ impl PoolTarget {
                     call.connect_failed(attempt);
                     request = *returned;
                 }
-                Err(Failure::Answered(error)) => {
-                    match call.lost(attempt, error, replay.as_ref()).await {
-                        Ok(replay) => request = replay.request(),
-                        Err(error) => return answered(error.response(), Some(address)),
-                    }
-                }
+                Err(Failure::Answered(error)) => match call.lost(attempt, error, replay.as_ref()) {
+                    Ok(replay) => request = replay.request(),
+                    Err(error) => return answered(error.response(), Some(address)),
+                },
             }
         }
         answered(call.failure().response(), None)

@@ -3,7 +3,9 @@
 //!
 //! The caller asks [`Call::next`] for a backend, tries it (a connect, a send, an answer), and
 //! says how that went: [`Call::connect_failed`], [`Call::lost`], [`Call::answered`] (then perhaps
-//! [`Call::retry_answer`]) and [`Call::settled`]. Everything a pool promises follows from these
+//! [`Call::retry_answer`]) and, for the answer the client gets, [`Call::settled`], which ends the
+//! call. A retry's backoff is waited out by the next [`Call::next`], after the caller has let go
+//! of the failed try's connection and in-flight mark. Everything a pool promises follows from these
 //! calls alone, the same on trafik's own HTTP/1 engine, on hyper's pipeline and at layer 4:
 //! stickiness by key, the rule's pick and slow start, the circuit breaker and its queue, the
 //! adaptive limit, the decision, failure and request counters, passive health, latency for the
@@ -38,6 +40,11 @@ pub struct Call<'s> {
     attempt: u32,
     /// No try may follow (the budget said no).
     stopped: bool,
+    /// A retry was granted: the next pick waits out its backoff first.
+    backing_off: bool,
+    /// Whether the pool's backends answer (HTTP): a layer-4 try that fails is no unanswered
+    /// request in the backend's recent window.
+    answers: bool,
     /// When the first try starts: when the caller's clock for the answer started.
     first_sent_at: Option<Instant>,
     /// Why no backend answered, if none does.
@@ -91,6 +98,8 @@ impl<'s> Call<'s> {
             bound,
             attempt: 0,
             stopped: false,
+            backing_off: false,
+            answers: true,
             first_sent_at: Some(began),
             failure: ProxyError::NoHealthyBackend,
             limited: Tried::default(),
@@ -100,11 +109,21 @@ impl<'s> Call<'s> {
         })
     }
 
+    /// A call for a layer-4 connection, whose backends answer nothing.
+    pub fn for_connections(mut self) -> Self {
+        self.answers = false;
+        self
+    }
+
     /// The next backend to try, counted as a decision and in flight; `None` when the pool has
-    /// none left for this request (see [`Call::failure`]). Waits in the pool's queue while
-    /// every backend is at its request limit and the pool lets requests wait.
+    /// none left for this request (see [`Call::failure`]). Waits out a granted retry's backoff
+    /// first, and in the pool's queue while every backend is at its request limit and the pool
+    /// lets requests wait.
     pub async fn next(&mut self) -> Option<Attempt<'s>> {
         let pool = self.pool;
+        if std::mem::take(&mut self.backing_off) {
+            pool.retrying.back_off(self.attempt).await;
+        }
         loop {
             while !self.stopped && self.attempt <= pool.plan.retries {
                 if self.timed {
@@ -175,6 +194,8 @@ impl<'s> Call<'s> {
                 self.context = waiting;
                 self.limited = Tried::default();
                 self.failure = ProxyError::NoHealthyBackend;
+                // The backend's clock starts when it is asked, not while the request queued.
+                self.first_sent_at = None;
                 self.attempt = 0;
                 self.stopped = false;
                 Ok(())
@@ -193,7 +214,9 @@ impl<'s> Call<'s> {
             index, counters, ..
         } = attempt;
         bump(&counters.failures);
-        counters.served.unanswered();
+        if self.answers {
+            counters.served.unanswered();
+        }
         self.pool.report(index, Outcome::ConnectFailure);
         tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(index), "connect failed");
         self.context.tried.insert(index);
@@ -201,10 +224,10 @@ impl<'s> Call<'s> {
         self.stopped = !self.another();
     }
 
-    /// The attempt reached its backend but got no answer (`error`). `Ok` with `replay` (what
-    /// sends the request again, if it may be) when it goes to another backend: retries and the
-    /// budget allow, after the backoff. Else the error the client gets.
-    pub async fn lost<R>(
+    /// The attempt reached its backend but got no answer (`error`); its in-flight mark ends
+    /// here. `Ok` with `replay` (what sends the request again, if it may be) when it goes to
+    /// another backend: retries and the budget allow. Else the error the client gets.
+    pub fn lost<R>(
         &mut self,
         attempt: Attempt<'s>,
         error: ProxyError,
@@ -227,7 +250,7 @@ impl<'s> Call<'s> {
                 if error.is_lost_request() && self.others_left(index) && self.another() =>
             {
                 tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(index), %error, "sending again elsewhere");
-                self.retry_elsewhere(index, error).await;
+                self.retry_elsewhere(index, error);
                 Ok(replay)
             }
             _ => Err(error),
@@ -248,10 +271,9 @@ impl<'s> Call<'s> {
 
     /// Whether an answer with `status` (and a `Retry-After` field or not) goes to another
     /// backend instead of the client: a status the pool retries, for a request that may be sent
-    /// again (`replay`),
-    /// while others are left and the budget allows. Then `replay` comes back, after the
-    /// backoff, and the attempt ends here.
-    pub async fn retry_answer<R>(
+    /// again (`replay`), while others are left and the budget allows. Then `replay` comes back,
+    /// and the caller lets go of the attempt, its answer and connection before the next pick.
+    pub fn retry_answer<R>(
         &mut self,
         attempt: &Attempt<'s>,
         status: u16,
@@ -264,21 +286,22 @@ impl<'s> Call<'s> {
                 && self.another()
         })?;
         tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(attempt.index), status, "answer retried elsewhere");
-        self.retry_elsewhere(attempt.index, ProxyError::UpstreamFailed)
-            .await;
+        self.retry_elsewhere(attempt.index, ProxyError::UpstreamFailed);
         Some(replay)
     }
 
-    /// The attempt's answer (or, at layer 4, its connection) is the one the client gets: the
-    /// latency-aware rules learn its latency, a key's session settles on its backend.
-    pub fn settled(&self, attempt: &Attempt<'s>, answered_at: Instant) {
+    /// The answer the client gets came from backend `index`, asked at `sent_at` and answered
+    /// at `answered_at` (at layer 4: the connection made): the latency-aware rules learn its
+    /// latency, a key's session settles on its backend, and the call ends, with its place
+    /// under the adaptive limit (the rest of the answer is the client's time).
+    pub fn settled(self, index: usize, sent_at: Instant, answered_at: Instant) {
         let pool = self.pool;
         if self.timed {
-            let latency = answered_at.duration_since(attempt.sent_at);
-            pool.selector.observe(attempt.index, latency, self.now());
+            let latency = answered_at.duration_since(sent_at);
+            pool.selector.observe(index, latency, self.now());
         }
         if let (Some(sticky), Some(key)) = (&pool.sticky, self.context.key) {
-            sticky.settle_key(key, attempt.index, &pool.backends);
+            sticky.settle_key(key, index, &pool.backends);
         }
     }
 
@@ -316,10 +339,10 @@ impl<'s> Call<'s> {
         granted
     }
 
-    async fn retry_elsewhere(&mut self, index: usize, failure: ProxyError) {
+    fn retry_elsewhere(&mut self, index: usize, failure: ProxyError) {
         self.context.tried.insert(index);
         self.failure = failure;
-        self.pool.retrying.back_off(self.attempt).await;
+        self.backing_off = true;
     }
 
     /// The adaptive limit learns the latency of an answer (or a timeout).

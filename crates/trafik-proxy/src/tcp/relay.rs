@@ -126,7 +126,8 @@ async fn connect(
     // A layer-4 pool has no adaptive limit (refused by the configuration's check).
     let mut call = worker
         .call(snapshot, pool_index, Instant::now(), context, None)
-        .ok()?;
+        .ok()?
+        .for_connections();
     while let Some(attempt) = call.next().await {
         let member = &pool.members[attempt.index];
         let meter = Meter::new(&member.counters, me);
@@ -134,8 +135,7 @@ async fn connect(
             Ok(stream) => {
                 // A connection made is a success to passive health; latency-aware rules learn
                 // each backend's connect time, as Sozu's do.
-                let connected_at = Instant::now();
-                call.settled(&attempt, connected_at);
+                call.settled(attempt.index, attempt.sent_at, Instant::now());
                 pool.report(attempt.index, Outcome::Success);
                 return Some(Connected {
                     stream,
