@@ -196,6 +196,7 @@ pub async fn accept_loop(
                     proxy,
                     id,
                     scheme,
+                    Protocol::Detect,
                     stream,
                     peer,
                     connections,
@@ -227,6 +228,7 @@ pub async fn accept_loop(
             }
             Listener::Https { tls, .. } => {
                 let timeout = snapshot.client.header_read_timeout;
+                let own_engine = snapshot.client.engine == crate::plan::Engine::Trafik;
                 let handshake = tls::server::handshake(tls.clone(), stream, timeout);
                 tokio::task::spawn_local(async move {
                     let handshake = handshake.await;
@@ -234,6 +236,19 @@ pub async fn accept_loop(
                         open.handshake(handshake.is_ok());
                     }
                     match handshake {
+                        // HTTP/1.1 behind TLS takes the own engine as plain TCP does.
+                        Ok((stream, Protocol::Http1)) if own_engine => {
+                            Box::pin(crate::h1::serve(
+                                proxy,
+                                id,
+                                scheme,
+                                Protocol::Http1,
+                                stream,
+                                peer,
+                                connections,
+                            ))
+                            .await;
+                        }
                         Ok((stream, protocol)) => {
                             http::server::serve(
                                 proxy,

@@ -49,6 +49,14 @@ async fn an_https_listener_serves_http1_and_http2_as_alpn_agrees() {
         "for=127.0.0.1;proto=https;host=\"kargo.test\""
     );
     assert_eq!(seen["headers"]["via"], "1.1 trafik-test");
+    // HTTP/1.1 behind TLS is the own engine's, kept alive, as on plain TCP.
+    let (again, _) = http1.get("/takip/TR-1").await;
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        handed_to_hyper(&running).await,
+        0,
+        "served by the own engine"
+    );
 
     let mut http2 = TlsClient::connect(web(&running), "kargo.test", &ca, H2).await;
     for _ in 0..3 {

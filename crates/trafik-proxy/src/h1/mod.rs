@@ -32,7 +32,6 @@ use std::time::Instant;
 
 use http::Method;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use self::body::{Failed, Upload};
 use self::buffers::Buffers;
@@ -98,15 +97,21 @@ impl<S> Connection<S> {
     }
 }
 
-/// Serves HTTP/1.1 on a plain-TCP client connection with the own engine.
-pub async fn serve(
+/// Serves HTTP/1.1 on a client connection with the own engine: plain TCP, or the plaintext side
+/// of TLS whose client chose HTTP/1.1. `protocol` is what the connection may speak, for hyper
+/// when it takes the connection over: HTTP/2 too by its preface on plain TCP (`Detect`), only
+/// HTTP/1.1 behind TLS.
+pub async fn serve<S>(
     proxy: Rc<WorkerProxy>,
     listener: ListenerId,
     scheme: &'static str,
-    stream: TcpStream,
+    protocol: Protocol,
+    stream: S,
     peer: SocketAddr,
     connections: Rc<Connections>,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let control = connections.register(listener);
     let Buffers { input, head, relay } = Buffers::take();
     let mut connection = Connection {
@@ -146,11 +151,8 @@ pub async fn serve(
     if let Some(stats) = proxy.snapshot().metrics.listener_stats(listener) {
         bump(&stats.mine(proxy.id).handed_to_hyper);
     }
-    let protocol = if first {
-        Protocol::Detect
-    } else {
-        Protocol::Http1
-    };
+    // Once a request was served, the connection speaks HTTP/1.1 for good.
+    let protocol = if first { protocol } else { Protocol::Http1 };
     let stream = Rewind::new(connection.input, connection.client.into_inner());
     // Boxed: the rare handover would otherwise make every connection's task as big as hyper's,
     // a size copied several times as a task is spawned and finished.
