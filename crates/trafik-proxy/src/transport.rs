@@ -95,6 +95,118 @@ pub async fn connect(
     Ok(Metered::new(stream, meter, open))
 }
 
+/// A connection to a backend as an HTTP pool speaks to it: plain TCP, or TLS over it for a
+/// pool with `tls` (the handshake within the same connect timeout). Either way metered below
+/// the TLS, as the socket's bytes.
+pub enum Upstream {
+    Plain(Metered<TcpStream>),
+    Tls(Box<tokio_rustls::client::TlsStream<Metered<TcpStream>>>),
+}
+
+/// Connects to `endpoint` as [`connect`] does, then speaks `tls` over it when the pool asks.
+pub async fn connect_upstream(
+    endpoint: &Arc<Endpoint>,
+    tls: Option<&tls::backend::BackendTls>,
+    meter: Meter,
+    timeout: Duration,
+    worker: usize,
+) -> io::Result<Upstream> {
+    let started = tokio::time::Instant::now();
+    let stream = connect(endpoint, meter, timeout, worker).await?;
+    let Some(tls) = tls else {
+        return Ok(Upstream::Plain(stream));
+    };
+    let handshake = tls.connect(endpoint.address, stream);
+    let stream = tokio::time::timeout_at(started + timeout, handshake)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    Ok(Upstream::Tls(Box::new(stream)))
+}
+
+impl Upstream {
+    fn metered(&self) -> &Metered<TcpStream> {
+        match self {
+            Upstream::Plain(stream) => stream,
+            Upstream::Tls(stream) => stream.get_ref().0,
+        }
+    }
+
+    /// The socket below, to look for a close while the connection is idle.
+    pub fn socket(&self) -> &TcpStream {
+        self.metered().get_ref()
+    }
+
+    pub fn meter(&self) -> &Meter {
+        self.metered().meter()
+    }
+}
+
+impl tokio::io::AsyncRead for Upstream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(stream) => std::pin::Pin::new(stream).poll_read(cx, buf),
+            Upstream::Tls(stream) => std::pin::Pin::new(&mut **stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Upstream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Upstream::Plain(stream) => std::pin::Pin::new(stream).poll_write(cx, buf),
+            Upstream::Tls(stream) => std::pin::Pin::new(&mut **stream).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Upstream::Plain(stream) => std::pin::Pin::new(stream).poll_write_vectored(cx, bufs),
+            Upstream::Tls(stream) => {
+                std::pin::Pin::new(&mut **stream).poll_write_vectored(cx, bufs)
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Upstream::Plain(stream) => stream.is_write_vectored(),
+            Upstream::Tls(stream) => stream.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(stream) => std::pin::Pin::new(stream).poll_flush(cx),
+            Upstream::Tls(stream) => std::pin::Pin::new(&mut **stream).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(stream) => std::pin::Pin::new(stream).poll_shutdown(cx),
+            Upstream::Tls(stream) => std::pin::Pin::new(&mut **stream).poll_shutdown(cx),
+        }
+    }
+}
+
 /// One open upstream connection in its endpoint's gauge: counted from creation to drop.
 pub struct OpenConnection {
     endpoint: Arc<Endpoint>,

@@ -197,11 +197,6 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Whether a pool's requests can go the fast path: it needs no other transport (TLS).
-fn plain(pool: &Pool) -> bool {
-    pool.plan.tls.is_none()
-}
-
 /// One request on the fast path, with the pool's retry rules: a failed connect goes to another
 /// backend, and so does a bodiless request the backend lost while the budget allows.
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
@@ -231,7 +226,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         return Exchanged::Defer;
     };
     let pool = &snapshot.pools[target.pool];
-    if !route.filters.iter().all(|filter| filter.head_only()) || !plain(pool) {
+    if !route.filters.iter().all(|filter| filter.head_only()) {
         return Exchanged::Defer;
     }
     let me = proxy.id;
@@ -446,7 +441,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
         !request.method.is_idempotent() || upload.as_deref().is_some_and(|u| !u.replayable());
     loop {
         let (stream, reused) = upstream;
-        if *reused && once && !upstream::open(stream.get_ref()) {
+        if *reused && once && !upstream::open(stream.socket()) {
             let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
             *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             continue;

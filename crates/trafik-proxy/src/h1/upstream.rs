@@ -1,5 +1,5 @@
-//! The own engine's upstream connections: plain TCP streams kept alive per endpoint in every
-//! worker, as [`crate::http::upstream`] keeps hyper's. A client connection's task checks one
+//! The own engine's upstream connections: streams (plain TCP, or TLS for a TLS pool) kept alive
+//! per endpoint in every worker, as [`crate::http::upstream`] keeps hyper's. A client connection's task checks one
 //! out and runs its exchange on it inline: no channel, no driver task.
 
 use std::cell::RefCell;
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::meter::{Meter, Metered};
+use crate::meter::Meter;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 use crate::transport;
@@ -16,7 +16,7 @@ use crate::transport;
 /// Idle connections kept per endpoint in one worker; more are closed when they come back.
 const MAX_IDLE_PER_ENDPOINT: usize = 512;
 
-pub type Stream = Metered<TcpStream>;
+pub type Stream = transport::Upstream;
 
 /// Idle longer than this, a stream is checked for a close before it is used.
 const PROBE_AFTER: Duration = Duration::from_secs(1);
@@ -52,7 +52,7 @@ impl Streams {
                     // out before a request is lost on it. One back within the second is taken
                     // as it is (a system call a request saved under load); should it be closed
                     // after all, the request is sent again if it may be.
-                    if since.elapsed() < PROBE_AFTER || open(stream.get_ref()) {
+                    if since.elapsed() < PROBE_AFTER || open(stream.socket()) {
                         stream.meter().charge(&member.counters);
                         return Ok((stream, true));
                     }
@@ -60,8 +60,17 @@ impl Streams {
             }
         }
         let meter = Meter::new(&member.counters, worker);
-        let stream =
-            transport::connect(&member.endpoint, meter, pool.plan.connect_timeout, worker).await?;
+        let (tls, timeout) = (pool.plan.tls.as_ref(), pool.plan.connect_timeout);
+        // Boxed: a TLS handshake's state is large, and every exchange's future would carry its
+        // size though most find an idle stream.
+        let stream = Box::pin(transport::connect_upstream(
+            &member.endpoint,
+            tls,
+            meter,
+            timeout,
+            worker,
+        ))
+        .await?;
         Ok((stream, false))
     }
 

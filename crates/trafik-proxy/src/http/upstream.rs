@@ -191,29 +191,17 @@ impl Upstreams {
         })
     }
 
-    /// Opens a new connection (the TLS handshake too, for a TLS pool, within the same connect
-    /// timeout) and starts its driver task.
+    /// Opens a new connection ([`transport::connect_upstream`], TLS too for a TLS pool) and
+    /// starts its driver task.
     async fn connect(
         &self,
         endpoint: &Arc<Endpoint>,
         meter: Meter,
         pool: &Pool,
     ) -> io::Result<Sender> {
-        let started = tokio::time::Instant::now();
         let timeout = pool.plan.connect_timeout;
-        let stream = transport::connect(endpoint, meter, timeout, self.worker).await?;
-        match &pool.plan.tls {
-            None => start(stream).await,
-            Some(tls) => {
-                let handshake = tls.connect(endpoint.address, stream);
-                let stream = tokio::time::timeout_at(started + timeout, handshake)
-                    .await
-                    .map_err(|_| {
-                        io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
-                    })??;
-                start(stream).await
-            }
-        }
+        let tls = pool.plan.tls.as_ref();
+        start(transport::connect_upstream(endpoint, tls, meter, timeout, self.worker).await?).await
     }
 }
 
