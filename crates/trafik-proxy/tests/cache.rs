@@ -120,6 +120,11 @@ async fn first_a_miss_then_hits_and_six_requests_for_two_numbers_reach_the_origi
     let answer = get(web(&running), "/takip/TR900011").await;
     assert!(answer.header("cache-status").unwrap().contains("hit"));
     assert!(answer.header("age").is_some());
+    assert_eq!(
+        handed_to_hyper(&running).await,
+        0,
+        "served by the own engine"
+    );
     stop(running).await;
 }
 

@@ -153,6 +153,11 @@ async fn files_come_with_validators_ranges_and_their_content_type() {
     let counters = status(&running).await["static"][0].clone();
     assert_eq!(counters["requests"], 13, "{counters}");
     assert_eq!(counters["not_modified"], 2);
+    assert_eq!(
+        handed_to_hyper(&running).await,
+        0,
+        "served by the own engine"
+    );
     stop(running).await;
 }
 

@@ -70,6 +70,9 @@ async fn configured_filters_limit_bodies_and_set_headers() {
     );
     let echoed = Client::connect(web(&running)).await.get("/takip/2").await;
     assert!(echoed.json()["headers"].get("x-kaynak").is_some());
+    // The own engine ran the filters of the bodiless requests; the one with a body went to
+    // hyper with its connection.
+    assert_eq!(handed_to_hyper(&running).await, 1);
     stop(running).await;
 }
 

@@ -249,7 +249,11 @@ async fn a_tls_pool_verifies_its_backends_against_its_ca() {
         assert_eq!(answer.header("x-sni"), Some("-"), "no SNI for an address");
     }
     assert_eq!(seen.requests.load(Ordering::Relaxed), 3);
-    assert_eq!(handed_to_hyper(&running).await, 0, "served by the own engine");
+    assert_eq!(
+        handed_to_hyper(&running).await,
+        0,
+        "served by the own engine"
+    );
     stop(running).await;
 
     // With `sni`, that name is sent and the certificate must be valid for it.

@@ -1,17 +1,19 @@
-//! trafik's own HTTP/1.1 engine for plain-HTTP listeners (`[server] engine = "trafik"`).
+//! trafik's own HTTP/1.1 engine (`[server] engine = "trafik"`), on plain TCP and behind TLS.
 //!
 //! One task per client connection reads a request head into a reused buffer and parses it with
 //! `httparse` ([`head`]). A plainly valid request whose route is a pool target with only the
-//! built-in head steps takes the fast path: the pool's own rule picks the backend, a
-//! worker-local kept-alive stream is checked out ([`upstream`]) and the exchange runs inline —
-//! the rewritten head and the body in one `writev` (a body still on its way, a chunked one, or
-//! one held back for `100 Continue` streams through [`body`]), the response head parsed and
-//! rewritten the same way (with a [`date`] when it has none), the body relayed by its framing
-//! (a chunked one read by the same [`chunked`] decoder as a chunked request body).
-//! A 101 to a request that asked for it opens a [`tunnel`]. Anything else (filters, other
-//! targets, a head in pieces, anything doubtful) hands the connection to hyper for the rest of
-//! its life over a [`rewind::Rewind`] stream, which replays the bytes
-//! already read: such requests are served exactly as with `engine = "hyper"`.
+//! built-in head steps takes the fast path: the pool's call ([`crate::pool::Call`]) picks the
+//! backend, a worker-local kept-alive stream is checked out ([`upstream`]) and the exchange runs
+//! inline — the rewritten head and the body in one `writev` (a body still on its way, a chunked
+//! one, or one held back for `100 Continue` streams through [`body`]), the response head parsed
+//! and rewritten the same way (with a [`date`] when it has none), the body relayed by its
+//! framing (a chunked one read by the same [`chunked`] decoder as a chunked request body).
+//! A 101 to a request that asked for it opens a [`tunnel`]. A bodiless request for any other
+//! route (filters, caches, static files, gateway targets, the hop trace, no route) goes through
+//! the shared pipeline, its answer written here ([`pipeline`]). Anything else (such a request
+//! with a body, a head in pieces, anything doubtful) hands the connection to hyper for the rest
+//! of its life over a [`rewind::Rewind`] stream, which replays the bytes already read: such
+//! requests are served exactly as with `engine = "hyper"`.
 
 pub mod body;
 mod buffers;
@@ -19,6 +21,7 @@ mod chunked;
 mod date;
 mod deadline;
 pub mod head;
+mod pipeline;
 mod rewind;
 mod tunnel;
 pub mod upstream;
@@ -44,7 +47,7 @@ use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::ProxyError;
 use crate::http::server::{self, Protocol};
-use crate::http::service::{AccessLine, WorkerProxy};
+use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
 use crate::http::target::Target;
 use crate::http::view::Selection;
 use crate::pool::Pool;
@@ -78,6 +81,10 @@ struct Connection<S> {
     relay: Vec<u8>,
     forwarding: Forwarding,
     peer: SocketAddr,
+    /// `http`, or `https` behind TLS.
+    scheme: &'static str,
+    /// The connection as the pipeline knows it, once a request went through the pipeline.
+    pipeline_client: Option<ClientConnection>,
     /// The response timeout.
     deadline: Deadline,
 }
@@ -121,6 +128,8 @@ pub async fn serve<S>(
         relay,
         forwarding: Forwarding::new(peer, scheme),
         peer,
+        scheme,
+        pipeline_client: None,
         deadline: Deadline::default(),
     };
     let end = {
@@ -209,26 +218,34 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let Some(routes) = snapshot.http_routes(listener) else {
         return Exchanged::Defer;
     };
-    if snapshot.trace.is_some() {
-        return Exchanged::Defer;
-    }
     let streamed = body::streams(request, connection.input.len() - request.length);
     let text = |range: &std::ops::Range<usize>| head::ascii(&connection.input[range.clone()]);
-    let found = routes.find_parts(
-        Some(text(&request.host)),
-        text(&request.path),
-        &request.method,
-    );
-    let Some((route, _)) = found else {
-        return Exchanged::Defer;
+    // A pool with only the built-in head steps is served inline; anything else (filters,
+    // other targets, the hop trace, no route) goes through the pipeline.
+    let found = match snapshot.trace {
+        None => routes.find_parts(
+            Some(text(&request.host)),
+            text(&request.path),
+            &request.method,
+        ),
+        Some(_) => None,
     };
-    let Target::Pool(target) = &route.target else {
-        return Exchanged::Defer;
+    let inline = found.and_then(|(route, _)| match &route.target {
+        Target::Pool(target) if route.filters.iter().all(|filter| filter.head_only()) => {
+            Some((route, target))
+        }
+        _ => None,
+    });
+    let Some((route, target)) = inline else {
+        let client = connection
+            .pipeline_client
+            .take()
+            .unwrap_or_else(|| ClientConnection::new(listener, connection.peer, connection.scheme));
+        let exchanged = pipeline::exchange(proxy, &client, connection, request).await;
+        connection.pipeline_client = Some(client);
+        return exchanged;
     };
     let pool = &snapshot.pools[target.pool];
-    if !route.filters.iter().all(|filter| filter.head_only()) {
-        return Exchanged::Defer;
-    }
     let me = proxy.id;
     let mut metrics = Answers {
         began: Instant::now(),

@@ -69,7 +69,8 @@ pub async fn serve<S>(
     let service = service_fn(move |request| {
         served.store(true, Ordering::Relaxed);
         let (handler, connection) = (handler.clone(), serving.clone());
-        async move { Ok::<_, Infallible>(handler.handle(connection, request).await) }
+        let request = request.map(super::body::RequestBody::streaming);
+        async move { Ok::<_, Infallible>(handler.handle(&connection, request).await) }
     });
     match protocol {
         Protocol::Http1 => {

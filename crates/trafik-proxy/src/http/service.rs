@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
-use hyper::body::Incoming;
 
 use super::body::{ProxyBody, RequestBody};
 use super::filter::{Exchange, Step};
@@ -94,11 +93,11 @@ impl WorkerProxy {
         Call::start(snapshot, pool, self.id, self.epoch, began, context, bound)
     }
 
-    /// Answers one client request.
+    /// Answers one client request, whichever engine read it.
     pub async fn handle(
-        self: Rc<Self>,
-        connection: Rc<ClientConnection>,
-        request: Request<Incoming>,
+        &self,
+        connection: &ClientConnection,
+        request: Request<RequestBody>,
     ) -> Response<ProxyBody> {
         let snapshot = self.snapshot();
         let began = Instant::now();
@@ -106,7 +105,7 @@ impl WorkerProxy {
             .client
             .access_log
             .then(|| (request.method().clone(), request.uri().clone()));
-        let (response, backend, route) = self.pipeline(&snapshot, &connection, request).await;
+        let (response, backend, route) = self.pipeline(&snapshot, connection, request).await;
         // One clock reading for the listener's and the route's metrics and the access log.
         let micros = crate::metrics::micros_since(began);
         let status = response.status().as_u16();
@@ -142,7 +141,7 @@ impl WorkerProxy {
         &self,
         snapshot: &'s Rc<WorkerSnapshot>,
         connection: &ClientConnection,
-        mut request: Request<Incoming>,
+        mut request: Request<RequestBody>,
     ) -> (
         Response<ProxyBody>,
         Option<SocketAddr>,
@@ -175,7 +174,6 @@ impl WorkerProxy {
         let Some((route, captures)) = routes.find(&request) else {
             return (no_route(snapshot, &request), None, None);
         };
-        let mut request = request.map(RequestBody::streaming);
         if let Some(captures) = captures {
             request.extensions_mut().insert(captures);
         }
@@ -217,7 +215,7 @@ impl WorkerProxy {
 }
 
 /// trafik's 404. No route means no pipeline, so the hop trace, when on, is written here.
-fn no_route(snapshot: &Snapshot, request: &Request<Incoming>) -> Response<ProxyBody> {
+fn no_route(snapshot: &Snapshot, request: &Request<RequestBody>) -> Response<ProxyBody> {
     refuse(ProxyError::NoRoute, snapshot, request)
 }
 
@@ -225,7 +223,7 @@ fn no_route(snapshot: &Snapshot, request: &Request<Incoming>) -> Response<ProxyB
 fn refuse(
     error: ProxyError,
     snapshot: &Snapshot,
-    request: &Request<Incoming>,
+    request: &Request<RequestBody>,
 ) -> Response<ProxyBody> {
     let mut response = error.response();
     if let Some(trace) = &snapshot.trace {
