@@ -136,6 +136,20 @@ impl Upstream {
         self.metered().get_ref()
     }
 
+    /// Whether nothing the backend sent is waiting unread above the socket: behind TLS, the
+    /// session may hold records already received (bytes past an answer's end, or the
+    /// backend's close) that no look at the socket can see. Such a stream must not carry
+    /// another request.
+    pub fn holds_nothing_unread(&mut self) -> bool {
+        match self {
+            Upstream::Plain(_) => true,
+            Upstream::Tls(stream) => match stream.get_mut().1.process_new_packets() {
+                Ok(state) => state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed(),
+                Err(_) => false,
+            },
+        }
+    }
+
     pub fn meter(&self) -> &Meter {
         self.metered().meter()
     }

@@ -153,7 +153,7 @@ impl Upload {
         }
         if self.expect_continue {
             self.expect_continue = false;
-            if client.write_all(CONTINUE).await.is_err() {
+            if client.write_all(CONTINUE).await.is_err() || client.flush().await.is_err() {
                 return Err(Failed::Client(ProxyError::ClientAborted));
             }
         }
@@ -180,7 +180,9 @@ impl Upload {
         U: AsyncRead + AsyncWrite + Unpin,
         C: AsyncRead + AsyncWrite + Unpin,
     {
-        if !self.out.is_empty() && upstream.write_all(&self.out).await.is_err() {
+        if !self.out.is_empty()
+            && (upstream.write_all(&self.out).await.is_err() || upstream.flush().await.is_err())
+        {
             self.passing = false;
         }
         self.out.clear();
@@ -247,6 +249,10 @@ impl Upload {
                         Ok(0) | Err(_) => return Poll::Ready(false),
                         Ok(written) => out = &out[written..],
                     }
+                }
+                // Behind TLS, the piece may still sit in the session's buffer.
+                if passing && ready!(Pin::new(&mut *upstream).poll_flush(cx)).is_err() {
+                    return Poll::Ready(false);
                 }
                 Poll::Ready(true)
             })

@@ -384,7 +384,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             return Exchanged::Close;
         }
         match relayed {
-            Ok(true) if answer.reusable && !early => proxy.raw.release(pool, index, upstream.0),
+            Ok(true) if answer.reusable && !early && upstream.0.holds_nothing_unread() => {
+                proxy.raw.release(pool, index, upstream.0)
+            }
             Ok(_) => {}
             Err(_) => return Exchanged::Close,
         }
@@ -458,7 +460,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
         !request.method.is_idempotent() || upload.as_deref().is_some_and(|u| !u.replayable());
     loop {
         let (stream, reused) = upstream;
-        if *reused && once && !upstream::open(stream.socket()) {
+        if *reused && once && !upstream::open(stream) {
             let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
             *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             continue;
@@ -563,7 +565,10 @@ async fn refuse<S: AsyncWrite + Unpin>(
     date::field(answer);
     answer.extend_from_slice(b"\r\n");
     answer.extend_from_slice(body.as_bytes());
-    let written = connection.client.write_all(answer).await;
+    let written = match connection.client.write_all(answer).await {
+        Ok(()) => connection.client.flush().await,
+        failed => failed,
+    };
     if let Some(line) = logged {
         line.write(written.is_ok().then(Instant::now));
     }
@@ -582,10 +587,12 @@ async fn send<W: AsyncWrite + Unpin>(out: &mut W, head: &[u8], body: &[u8]) -> i
         .await?;
     if written < head.len() {
         out.write_all(&head[written..]).await?;
-        out.write_all(body).await
+        out.write_all(body).await?;
     } else {
-        out.write_all(&body[written - head.len()..]).await
+        out.write_all(&body[written - head.len()..]).await?;
     }
+    // Behind TLS, what was written may still sit in the session's buffer (a no-op on TCP).
+    out.flush().await
 }
 
 /// Why no response head came.
@@ -637,6 +644,21 @@ async fn response_head(
 /// A body that ends at the backend's close goes as chunks to a client that stays (not
 /// `closing`), as hyper's server sends a body of unknown length.
 async fn relay<C: AsyncWrite + Unpin>(
+    upstream: &mut Stream,
+    client: &mut C,
+    head: &[u8],
+    buffer: &mut Vec<u8>,
+    answer: &ResponseHead,
+    closing: bool,
+) -> io::Result<bool> {
+    let clean = relay_body(upstream, client, head, buffer, answer, closing).await?;
+    // Behind TLS, the answer's end may still sit in the session's buffer (a no-op on TCP).
+    client.flush().await?;
+    Ok(clean)
+}
+
+/// [`relay`]'s body, by the answer's framing.
+async fn relay_body<C: AsyncWrite + Unpin>(
     upstream: &mut Stream,
     client: &mut C,
     head: &[u8],

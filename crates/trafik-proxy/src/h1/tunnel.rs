@@ -13,7 +13,7 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
-    if upstream.write_all(early).await.is_err() {
+    if upstream.write_all(early).await.is_err() || upstream.flush().await.is_err() {
         return;
     }
     crate::http::upgrade::splice(client, upstream).await;

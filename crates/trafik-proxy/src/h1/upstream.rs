@@ -6,8 +6,6 @@ use std::cell::RefCell;
 use std::io;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
-
 use crate::meter::Meter;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
@@ -21,10 +19,12 @@ pub type Stream = transport::Upstream;
 /// Idle longer than this, a stream is checked for a close before it is used.
 const PROBE_AFTER: Duration = Duration::from_secs(1);
 
-/// Whether the backend has neither closed `stream` nor sent anything unasked on it.
-pub fn open(stream: &TcpStream) -> bool {
+/// Whether the backend has neither closed `stream` nor sent anything unasked on it (a byte
+/// found on the socket is taken: the stream is not to be used then).
+pub fn open(stream: &mut Stream) -> bool {
     let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
+    stream.holds_nothing_unread()
+        && matches!(stream.socket().try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// One worker's idle streams, indexed by [`crate::pool::Endpoint::id`].
@@ -47,12 +47,12 @@ impl Streams {
         if !fresh {
             let mut idle = self.idle.borrow_mut();
             if let Some(stack) = idle.get_mut(member.endpoint.id) {
-                while let Some((stream, since)) = stack.pop() {
+                while let Some((mut stream, since)) = stack.pop() {
                     // One idle for a while may have been closed by the backend: a peek finds
                     // out before a request is lost on it. One back within the second is taken
                     // as it is (a system call a request saved under load); should it be closed
                     // after all, the request is sent again if it may be.
-                    if since.elapsed() < PROBE_AFTER || open(stream.socket()) {
+                    if since.elapsed() < PROBE_AFTER || open(&mut stream) {
                         stream.meter().charge(&member.counters);
                         return Ok((stream, true));
                     }
