@@ -441,3 +441,85 @@ async fn an_http2_request_with_connection_specific_headers_is_reset() {
     }
     stop(running).await;
 }
+
+/// A backend that answers every request with `length` bytes of `x`.
+async fn large_answer(length: usize) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {length}\r\n\r\n");
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&vec![b'x'; length]).await;
+                let _ = stream.read(&mut buffer).await;
+            });
+        }
+    });
+    address
+}
+
+/// An answer far larger than the sockets' buffers reaches a client that starts reading late,
+/// whole, on a connection that stays open, when the own engine relays it behind TLS.
+#[tokio::test]
+async fn a_large_answer_reaches_a_late_reader_whole_over_https() {
+    const LENGTH: usize = 8 << 20;
+    let backend = large_answer(LENGTH).await;
+    let ca = TestCa::new("trafik test CA");
+    let site = ca.issue(&["kargo.test"]);
+    let running = trafik_proxy::start(https(plan(&[backend]), &[&site])).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(ca.roots())
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let stream = TcpStream::connect(web(&running)).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("kargo.test").unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, stream)
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /indir HTTP/1.1\r\nHost: kargo.test\r\n\r\n")
+        .await
+        .unwrap();
+    // The proxy writes until the sockets are full, then waits for the reader.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut received = Vec::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    let whole = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let n = stream.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "closed after {} bytes", received.len());
+            received.extend_from_slice(&buffer[..n]);
+            let Some(head) = received.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            if received.len() >= head + 4 + LENGTH {
+                return head + 4;
+            }
+        }
+    })
+    .await;
+    let head = whole.unwrap_or_else(|_| panic!("stalled after {} bytes", received.len()));
+    assert_eq!(received.len(), head + LENGTH);
+    assert_eq!(
+        handed_to_hyper(&running).await,
+        0,
+        "served by the own engine"
+    );
+    stop(running).await;
+}
