@@ -568,3 +568,42 @@ async fn a_body_slower_than_the_minimum_rate_gets_408_on(engine: Engine) {
     assert!(posted.starts_with("HTTP/1.1 200"), "{posted}");
     stop(running).await;
 }
+
+/// trafik's own answer to a `HEAD` names its length and sends no body (RFC 9110 §9.3.2), so the
+/// connection carries the next request: what follows the answer's head is the next answer.
+#[tokio::test]
+async fn an_error_answer_to_a_head_request_has_no_body() {
+    let dead = std::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut plan = plan(&[dead]);
+    plan.pools[0].retries = 0;
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    client
+        .write_all(b"HEAD /takip/1 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = client.read(&mut buffer).await.unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buffer[..n]);
+    }
+    client
+        .write_all(b"GET /takip/2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    client.read_to_end(&mut seen).await.unwrap();
+    let text = String::from_utf8_lossy(&seen);
+    let first_end = text.find("\r\n\r\n").unwrap() + 4;
+    assert!(text.starts_with("HTTP/1.1 502"), "{text}");
+    assert!(text.contains("content-length: "), "{text}");
+    assert!(
+        text[first_end..].starts_with("HTTP/1.1 502"),
+        "a body followed the HEAD answer: {text}"
+    );
+    stop(running).await;
+}

@@ -32,18 +32,12 @@ fn now() -> [u8; LENGTH] {
 
 /// Adds `date` as the last field of `head`, a complete head ending in its blank line.
 pub fn add(head: &mut Vec<u8>) {
-    if head.ends_with(b"\r\n\r\n") {
-        head.truncate(head.len() - 2);
-        field(head);
-        head.extend_from_slice(b"\r\n");
-    }
+    super::head::add_field(head, b"date", &now());
 }
 
 /// Writes the `date` field line.
 pub fn field(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"date: ");
-    out.extend_from_slice(&now());
-    out.extend_from_slice(b"\r\n");
+    super::head::write_field(out, b"date", &now());
 }
 
 #[cfg(test)]

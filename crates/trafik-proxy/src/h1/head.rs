@@ -105,15 +105,21 @@ impl RequestView for HeadView<'_> {
     }
 }
 
-/// Adds the field `name: value` to the end of a head written out.
+/// Adds the field `name: value` to the end of a head written out (ending in its blank line).
 pub fn add_field(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     if head.ends_with(b"\r\n\r\n") {
         head.truncate(head.len() - 2);
-        head.extend_from_slice(name);
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value);
-        head.extend_from_slice(b"\r\n\r\n");
+        write_field(head, name, value);
+        head.extend_from_slice(b"\r\n");
     }
+}
+
+/// Writes the field line `name: value`.
+pub fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// What a connection adds to every request it forwards: its client's address in the

@@ -27,7 +27,7 @@ mod tunnel;
 pub mod upstream;
 
 use std::future::Future;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::task::Poll;
@@ -268,6 +268,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         && (request.method.is_idempotent() || target.retry_non_idempotent))
         .then_some(());
     let consumed = request.length + request.body as usize;
+    let head_request = request.method == Method::HEAD;
     // A streamed body may be left unread by a refusal: the connection closes after it.
     let keep = !request.close && !streamed;
     let mut upload = match streamed {
@@ -275,7 +276,16 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         true => match Upload::new(&connection.input, request, snapshot.client.limits) {
             Ok(upload) => Some(upload),
             Err(error) => {
-                return refuse(connection, &mut metrics, None, error, consumed, false).await;
+                return refuse(
+                    connection,
+                    &mut metrics,
+                    None,
+                    error,
+                    consumed,
+                    false,
+                    head_request,
+                )
+                .await;
             }
         },
     };
@@ -291,7 +301,16 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let mut call = match proxy.call(snapshot, target.pool, metrics.began, context, bound) {
         Ok(call) => call,
         Err(refused) => {
-            return refuse(connection, &mut metrics, None, refused, consumed, keep).await;
+            return refuse(
+                connection,
+                &mut metrics,
+                None,
+                refused,
+                consumed,
+                keep,
+                head_request,
+            )
+            .await;
         }
     };
     while let Some(attempt) = call.next().await {
@@ -321,7 +340,16 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 Ok(()) => continue,
                 Err(error) => {
                     let backend = Some(pool.address(index));
-                    return refuse(connection, &mut metrics, backend, error, consumed, keep).await;
+                    return refuse(
+                        connection,
+                        &mut metrics,
+                        backend,
+                        error,
+                        consumed,
+                        keep,
+                        head_request,
+                    )
+                    .await;
                 }
             },
         };
@@ -357,6 +385,11 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             request.close,
         )
         .await;
+        // Behind TLS, the answer's end may still sit in the session's buffer (a no-op on TCP).
+        let relayed = match relayed {
+            Ok(clean) => connection.client.flush().await.map(|()| clean),
+            failed => failed,
+        };
         if let Some(line) = logged {
             line.write(relayed.is_ok().then(Instant::now));
         }
@@ -397,7 +430,16 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         return Exchanged::KeepAlive;
     }
     let failure = call.failure();
-    refuse(connection, &mut metrics, None, failure, consumed, keep).await
+    refuse(
+        connection,
+        &mut metrics,
+        None,
+        failure,
+        consumed,
+        keep,
+        head_request,
+    )
+    .await
 }
 
 /// Where one fast-path answer is counted: the same golden metrics the full pipeline keeps for
@@ -485,6 +527,11 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                 upload.send(stream, head, input, client, relay).await
             }
         };
+        // Behind TLS, the request's end may still sit in the session's buffer (a no-op on TCP).
+        let sent = match sent {
+            Ok(()) => stream.flush().await.map_err(|_| Failed::Upstream),
+            failed => failed,
+        };
         let answered = match sent {
             Ok(()) => {
                 let waited = connection
@@ -533,9 +580,10 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Answers with trafik's own error, counted in `metrics` like every answer (against `backend`
-/// when one was asked); the connection goes on when `keep` (the request's bytes, `consumed` of
-/// the input, are all read).
+/// Answers with trafik's own error, written as every answer of the pipeline is (no body after
+/// `HEAD`) and counted in `metrics` like every answer (against `backend` when one was asked);
+/// the connection goes on when `keep` (the request's bytes, `consumed` of the input, are all
+/// read) and the error allows it.
 async fn refuse<S: AsyncWrite + Unpin>(
     connection: &mut Connection<S>,
     metrics: &mut Answers<'_>,
@@ -543,36 +591,21 @@ async fn refuse<S: AsyncWrite + Unpin>(
     error: ProxyError,
     consumed: usize,
     keep: bool,
+    head_request: bool,
 ) -> Exchanged {
-    let status = error.status();
-    let logged = metrics.answered(status.as_u16(), backend, Instant::now());
-    let answer = &mut connection.relay;
-    answer.clear();
-    let body = error.body();
-    let _ = write!(
-        answer,
-        "HTTP/1.1 {} {}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or(""),
-        body.len()
-    );
-    for (name, value) in error.headers() {
-        let _ = write!(answer, "{name}: {value}\r\n");
-    }
-    if !keep {
-        answer.extend_from_slice(b"connection: close\r\n");
-    }
-    date::field(answer);
-    answer.extend_from_slice(b"\r\n");
-    answer.extend_from_slice(body.as_bytes());
-    let written = match connection.client.write_all(answer).await {
-        Ok(()) => connection.client.flush().await,
-        failed => failed,
-    };
+    let logged = metrics.answered(error.status().as_u16(), backend, Instant::now());
+    let written = pipeline::write_answer(
+        &mut connection.client,
+        &mut connection.relay,
+        error.response(),
+        head_request,
+        !keep,
+    )
+    .await;
     if let Some(line) = logged {
         line.write(written.is_ok().then(Instant::now));
     }
-    if written.is_err() || !keep {
+    if !matches!(written, Ok(true)) {
         return Exchanged::Close;
     }
     connection.input.drain(..consumed);
@@ -591,8 +624,7 @@ async fn send<W: AsyncWrite + Unpin>(out: &mut W, head: &[u8], body: &[u8]) -> i
     } else {
         out.write_all(&body[written - head.len()..]).await?;
     }
-    // Behind TLS, what was written may still sit in the session's buffer (a no-op on TCP).
-    out.flush().await
+    Ok(())
 }
 
 /// Why no response head came.
@@ -644,21 +676,6 @@ async fn response_head(
 /// A body that ends at the backend's close goes as chunks to a client that stays (not
 /// `closing`), as hyper's server sends a body of unknown length.
 async fn relay<C: AsyncWrite + Unpin>(
-    upstream: &mut Stream,
-    client: &mut C,
-    head: &[u8],
-    buffer: &mut Vec<u8>,
-    answer: &ResponseHead,
-    closing: bool,
-) -> io::Result<bool> {
-    let clean = relay_body(upstream, client, head, buffer, answer, closing).await?;
-    // Behind TLS, the answer's end may still sit in the session's buffer (a no-op on TCP).
-    client.flush().await?;
-    Ok(clean)
-}
-
-/// [`relay`]'s body, by the answer's framing.
-async fn relay_body<C: AsyncWrite + Unpin>(
     upstream: &mut Stream,
     client: &mut C,
     head: &[u8],

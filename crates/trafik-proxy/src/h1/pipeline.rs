@@ -79,7 +79,7 @@ fn http_request(input: &[u8], request: &RequestHead) -> Option<http::Request<Req
 /// does. `Ok(true)` when the
 /// connection may carry another request. A body that breaks, or that is longer or shorter than
 /// its length, leaves the client a cut answer (`Err`: the connection closes).
-async fn write_answer<W: AsyncWrite + Unpin>(
+pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
     client: &mut W,
     out: &mut Vec<u8>,
     answer: Response<ProxyBody>,
@@ -125,16 +125,16 @@ async fn write_answer<W: AsyncWrite + Unpin>(
         {
             continue;
         }
-        field(out, name.as_str().as_bytes(), value.as_bytes());
+        head::write_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     if let Some(length) = length {
-        field(out, b"content-length", length.to_string().as_bytes());
+        head::write_field(out, b"content-length", length.to_string().as_bytes());
     }
     if chunked {
-        field(out, b"transfer-encoding", b"chunked");
+        head::write_field(out, b"transfer-encoding", b"chunked");
     }
     if close {
-        field(out, b"connection", b"close");
+        head::write_field(out, b"connection", b"close");
     }
     if !parts.headers.contains_key(header::DATE) {
         date::field(out);
@@ -206,13 +206,6 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|&b| b == b',')
         .any(|part| part.trim_ascii().eq_ignore_ascii_case(token))
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
