@@ -312,6 +312,19 @@ impl ProxyBody {
     }
 }
 
+/// What polling a body for a frame gave.
+type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
+/// Whether `polled` ends `body`: no frame is left, or the one it gave was the last (hyper polls
+/// no further once `is_end_stream` says so).
+fn ends<B: Body>(polled: &Polled<B>, body: &B) -> bool {
+    match polled {
+        Poll::Ready(None) => true,
+        Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+        Poll::Ready(Some(Err(_))) | Poll::Pending => false,
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = hyper::Error;
@@ -325,12 +338,9 @@ impl Body for ProxyBody {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
                 // hyper stops polling once `is_end_stream` is true, so the connection is
                 // released with the last frame rather than on a poll that may never come.
-                let finished = match &polled {
-                    Poll::Ready(None) => true,
-                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
-                    Poll::Ready(Some(Err(_))) | Poll::Pending => false,
-                };
-                if finished && let Some(lease) = lease.take() {
+                if ends(&polled, &*body)
+                    && let Some(lease) = lease.take()
+                {
                     lease.release();
                 }
                 polled
@@ -341,12 +351,7 @@ impl Body for ProxyBody {
             }
             ProxyBody::Logged(logged) => {
                 let polled = Pin::new(&mut logged.body).poll_frame(cx);
-                let finished = match &polled {
-                    Poll::Ready(None) => true,
-                    Poll::Ready(Some(Ok(_))) => logged.body.is_end_stream(),
-                    Poll::Ready(Some(Err(_))) | Poll::Pending => false,
-                };
-                if finished {
+                if ends(&polled, &logged.body) {
                     logged.ended.get_or_insert_with(Instant::now);
                 }
                 polled
