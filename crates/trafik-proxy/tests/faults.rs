@@ -325,35 +325,6 @@ async fn the_admin_api_answers_only_to_its_address_or_localhost() {
     stop(running).await;
 }
 
-/// A raw backend answering every request with `answer`.
-async fn answering(answer: &'static str) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                loop {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        if stream.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    address
-}
-
 /// A status the pool retries sends a GET to another backend; one with `Retry-After` reaches
 /// the client, which is told when to ask again.
 #[tokio::test]

@@ -7,38 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_balance::OutlierRules;
-
-/// A backend that answers every request with `status` (and `ok` as body).
-async fn answering(status: u16) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                loop {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
-                        if stream.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    address
-}
 
 fn backend(status: &serde_json::Value, index: usize) -> &serde_json::Value {
     &status["pools"][0]["backends"][index]
@@ -95,7 +64,7 @@ async fn a_backend_that_refuses_connections_is_ejected_and_comes_back() {
 
 #[tokio::test]
 async fn a_backend_answering_500_is_ejected_for_its_errors() {
-    let failing = answering(500).await;
+    let failing = answering("HTTP/1.1 500 X\r\ncontent-length: 2\r\n\r\nok").await;
     let replicas = replicas(2).await;
     let mut plan = plan(&[failing, replicas[0].address(), replicas[1].address()]);
     plan.pools[0].outlier = Some(OutlierRules::default());

@@ -442,39 +442,14 @@ async fn an_http2_request_with_connection_specific_headers_is_reset() {
     stop(running).await;
 }
 
-/// A backend that answers every request with `length` bytes of `x`.
-async fn large_answer(length: usize) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut buffer = [0u8; 4096];
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
-                }
-                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {length}\r\n\r\n");
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(&vec![b'x'; length]).await;
-                let _ = stream.read(&mut buffer).await;
-            });
-        }
-    });
-    address
-}
-
 /// An answer far larger than the sockets' buffers reaches a client that starts reading late,
 /// whole, on a connection that stays open, when the own engine relays it behind TLS.
 #[tokio::test]
 async fn a_large_answer_reaches_a_late_reader_whole_over_https() {
     const LENGTH: usize = 8 << 20;
-    let backend = large_answer(LENGTH).await;
+    let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {LENGTH}\r\n\r\n").into_bytes();
+    answer.resize(answer.len() + LENGTH, b'x');
+    let backend = answering(answer).await;
     let ca = TestCa::new("trafik test CA");
     let site = ca.issue(&["kargo.test"]);
     let running = trafik_proxy::start(https(plan(&[backend]), &[&site])).unwrap();

@@ -52,6 +52,39 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
     .expect("replica binds")
 }
 
+/// A raw backend answering every request head it reads with the bytes of `answer`, on
+/// kept-alive connections.
+pub async fn answering(answer: impl Into<Bytes>) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answer: Bytes = answer.into();
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        if stream.write_all(&answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
 /// Connections the web listener's own engine handed to hyper, from `/status`: 0 when it
 /// served every request itself.
 pub async fn handed_to_hyper(running: &Running) -> u64 {
