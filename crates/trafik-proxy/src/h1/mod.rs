@@ -376,6 +376,11 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             head::add_field(&mut connection.head, b"set-cookie", cookie.as_bytes());
         }
         let early = upload.as_ref().is_some_and(|upload| !upload.whole());
+        let upgrades = &attempt.counters.upgrades;
+        // The backend is no longer busy once its answer has ended: the request leaves its
+        // in-flight count then, before the last bytes reach the client, so a client's next
+        // request never sees its previous one still counted (bounded load, least requests).
+        let mut in_flight = Some(attempt);
         let relayed = relay(
             &mut upstream.0,
             &mut connection.client,
@@ -383,6 +388,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             &mut connection.relay,
             &answer,
             request.close,
+            || drop(in_flight.take()),
         )
         .await;
         // Behind TLS, the answer's end may still sit in the session's buffer (a no-op on TCP).
@@ -395,12 +401,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         }
         if answer.framing == Framing::Switched {
             if relayed.is_ok() {
-                bump(&attempt.counters.upgrades);
+                bump(upgrades);
                 tunnel::run(&mut connection.client, &mut upstream.0, &connection.input).await;
             }
             return Exchanged::Close;
         }
-        drop(attempt);
+        drop(in_flight);
         if early
             && relayed.is_ok()
             && !request.close
@@ -674,18 +680,21 @@ async fn response_head(
 /// Relays the response: its head and the body bytes read with it in one `writev`, then the
 /// rest as it comes. True when the body ended where its framing says, with nothing after it.
 /// A body that ends at the backend's close goes as chunks to a client that stays (not
-/// `closing`), as hyper's server sends a body of unknown length.
-async fn relay<C: AsyncWrite + Unpin>(
-    upstream: &mut Stream,
+/// `closing`), as hyper's server sends a body of unknown length. `upstream_done` runs once the
+/// backend's answer has ended, before its last bytes are written (never for a switch).
+async fn relay<U: AsyncRead + Unpin, C: AsyncWrite + Unpin>(
+    upstream: &mut U,
     client: &mut C,
     head: &[u8],
     buffer: &mut Vec<u8>,
     answer: &ResponseHead,
     closing: bool,
+    upstream_done: impl FnOnce(),
 ) -> io::Result<bool> {
     let after = &buffer[answer.length..];
     match answer.framing {
         Framing::Empty => {
+            upstream_done();
             send(client, head, &[]).await?;
             Ok(after.is_empty())
         }
@@ -696,17 +705,27 @@ async fn relay<C: AsyncWrite + Unpin>(
         }
         Framing::Length(length) => {
             let take = (after.len() as u64).min(length) as usize;
+            let mut rest = length - take as u64;
+            let mut upstream_done = Some(upstream_done);
+            let mut ended = |rest: u64| {
+                if rest == 0
+                    && let Some(done) = upstream_done.take()
+                {
+                    done();
+                }
+            };
+            ended(rest);
             send(client, head, &after[..take]).await?;
             let clean = after.len() == take;
-            let mut rest = length - take as u64;
             while rest > 0 {
                 buffer.clear();
                 if upstream.read_buf(buffer).await? == 0 {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
                 let take = (buffer.len() as u64).min(rest) as usize;
-                client.write_all(&buffer[..take]).await?;
                 rest -= take as u64;
+                ended(rest);
+                client.write_all(&buffer[..take]).await?;
                 if take < buffer.len() {
                     return Ok(false);
                 }
@@ -727,10 +746,12 @@ async fn relay<C: AsyncWrite + Unpin>(
                 }
             };
             let take = end.unwrap_or(after.len());
-            send(client, head, &after[..take]).await?;
             if let Some(end) = end {
+                upstream_done();
+                send(client, head, &after[..take]).await?;
                 return Ok(end == after.len());
             }
+            send(client, head, &after[..take]).await?;
             loop {
                 buffer.clear();
                 if upstream.read_buf(buffer).await? == 0 {
@@ -743,12 +764,12 @@ async fn relay<C: AsyncWrite + Unpin>(
                         return Err(io::ErrorKind::InvalidData.into());
                     }
                 };
-                client
-                    .write_all(&buffer[..end.unwrap_or(buffer.len())])
-                    .await?;
                 if let Some(end) = end {
+                    upstream_done();
+                    client.write_all(&buffer[..end]).await?;
                     return Ok(end == buffer.len());
                 }
+                client.write_all(buffer).await?;
             }
         }
         Framing::Close if !closing => {
@@ -756,6 +777,7 @@ async fn relay<C: AsyncWrite + Unpin>(
             loop {
                 buffer.clear();
                 if upstream.read_buf(buffer).await? == 0 {
+                    upstream_done();
                     client.write_all(chunked::LAST_CHUNK).await?;
                     return Ok(false);
                 }
@@ -771,6 +793,101 @@ async fn relay<C: AsyncWrite + Unpin>(
                 }
                 client.write_all(buffer).await?;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+    use std::pin::Pin;
+    use std::rc::Rc;
+    use std::task::{Context, Poll};
+
+    use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+    use super::head::{Framing, ResponseHead};
+    use super::relay;
+
+    /// A client that records what reached it, shared with the test.
+    #[derive(Clone, Default)]
+    struct Recorded(Rc<RefCell<Vec<u8>>>);
+
+    impl AsyncWrite for Recorded {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bytes: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.0.borrow_mut().extend_from_slice(bytes);
+            Poll::Ready(Ok(bytes.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Relays an answer whose first `read` bytes came with its head and whose rest the backend
+    /// sends after; returns what the client got and how much of it it had when the backend's
+    /// part was declared done.
+    async fn relayed(framing: Framing, read: &[u8], rest: &[u8]) -> (Vec<u8>, Option<usize>) {
+        let (mut backend, mut upstream) = tokio::io::duplex(64);
+        let rest = rest.to_vec();
+        let sending = tokio::spawn(async move {
+            backend.write_all(&rest).await.unwrap();
+            backend
+        });
+        let client = Recorded::default();
+        let done_at = Cell::new(None);
+        let mut buffer = read.to_vec();
+        let answer = ResponseHead {
+            length: 0,
+            status: 200,
+            framing,
+            reusable: true,
+            dated: true,
+            retry_after: false,
+        };
+        let seen = client.clone();
+        let clean = relay(
+            &mut upstream,
+            &mut client.clone(),
+            b"HTTP/1.1 200 OK\r\n\r\n",
+            &mut buffer,
+            &answer,
+            false,
+            || done_at.set(Some(seen.0.borrow().len())),
+        )
+        .await
+        .unwrap();
+        assert!(clean);
+        drop(sending.await.unwrap());
+        (client.0.take(), done_at.get())
+    }
+
+    /// The backend leaves its in-flight count when its answer has ended, before the client
+    /// has the last byte: a client that sends its next request as soon as it has the answer
+    /// must not find the previous one still counted on that backend.
+    #[tokio::test]
+    async fn the_backend_is_done_before_the_answers_last_byte_reaches_the_client() {
+        let cases = [
+            (Framing::Length(10), &b"01234"[..], &b"56789"[..]),
+            (Framing::Length(4), b"0123", b""),
+            (Framing::Chunked, b"5\r\n01234\r\n", b"0\r\n\r\n"),
+            (Framing::Chunked, b"1\r\nx\r\n0\r\n\r\n", b""),
+            (Framing::Empty, b"", b""),
+        ];
+        for (framing, read, rest) in cases {
+            let (got, done_at) = relayed(framing, read, rest).await;
+            let done_at = done_at.unwrap_or_else(|| panic!("{framing:?}: never done"));
+            assert!(
+                done_at < got.len(),
+                "{framing:?}: done after all {} bytes reached the client",
+                got.len()
+            );
         }
     }
 }
