@@ -54,9 +54,9 @@ pub use plan::{
     UpstreamTemplate, ViewPlan, ViewsPlan,
 };
 pub use plan::{
-    BackendPlan, CacheHeader, CachePlan, ClientPlan, FilterPlan, HashKey, HeadLimits, HealthCheck,
-    HealthPlan, ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RetryPlan, RoutePlan,
-    ServerNamePattern, SniRoutePlan, StickyPlan, TargetPlan,
+    AnswerLimits, BackendPlan, CacheHeader, CachePlan, ClientPlan, FilterPlan, HashKey, HeadLimits,
+    HealthCheck, HealthPlan, ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RetryPlan,
+    RoutePlan, ServerNamePattern, SniRoutePlan, StickyPlan, TargetPlan,
 };
 pub use pool::Pool;
 pub use snapshot::Snapshot;

@@ -71,6 +71,8 @@ pub struct ClientPlan {
     /// included); past either the client gets 431. Bounds what one slow or hostile client can
     /// make trafik hold.
     pub limits: HeadLimits,
+    /// How large a backend's answer head may be.
+    pub upstream_limits: AnswerLimits,
     /// Which HTTP/1.1 server runs plain-HTTP listeners.
     pub engine: Engine,
 }
@@ -108,6 +110,26 @@ impl Default for HeadLimits {
             headers: 100,
             bytes: 32 * 1024,
             min_body_rate: 0,
+        }
+    }
+}
+
+/// Limits on a backend's answer head: past either, the answer is the backend's failure (502),
+/// so an answer head that never ends costs a bounded buffer, not memory until the timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerLimits {
+    pub headers: usize,
+    /// Bytes of head, the status line and informational (1xx) heads before it included.
+    pub bytes: usize,
+}
+
+impl Default for AnswerLimits {
+    /// The request side's: 100 fields (hyper's client default too), 32 KiB of head.
+    fn default() -> Self {
+        let request = HeadLimits::default();
+        AnswerLimits {
+            headers: request.headers,
+            bytes: request.bytes,
         }
     }
 }

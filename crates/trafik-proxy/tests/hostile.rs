@@ -339,3 +339,90 @@ async fn a_silent_kept_alive_client_is_closed_after_the_header_timeout() {
         stop(running).await;
     }
 }
+
+/// A backend that starts an answer head and never ends it: `X-E: ` then header bytes, up to
+/// 64 MiB or until the proxy stops reading, then it holds the connection open.
+async fn endless_head_backend() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                if stream.write_all(b"HTTP/1.1 200 OK\r\nX-E: ").await.is_err() {
+                    return;
+                }
+                let filler = [b'e'; 64 * 1024];
+                for _ in 0..1024 {
+                    if stream.write_all(&filler).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = stream.read(&mut buffer).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn an_answer_head_past_the_upstream_limits_is_the_backends_failure() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let backend = endless_head_backend().await;
+        let mut plan = plan_on(engine, &[backend]);
+        // Long enough that a proxy waiting for the head's end would answer 504, not 502.
+        plan.pools[0].response_timeout = Duration::from_secs(30);
+        plan.pools[0].retries = 0;
+        let running = trafik_proxy::start(plan).unwrap();
+        let answer = raw_exchange(
+            web(&running),
+            b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 502"), "{engine:?}: {answer}");
+        let status = status(&running).await;
+        let k1 = &status["pools"][0]["backends"][0];
+        assert_eq!(k1["failures"], 1, "{engine:?}: {k1}");
+        stop(running).await;
+    }
+}
+
+#[tokio::test]
+async fn an_answer_with_more_fields_than_the_upstream_limit_is_the_backends_failure() {
+    let many: String = (0..101).map(|i| format!("x-{i}: v\r\n")).collect();
+    let within: String = (0..90).map(|i| format!("x-{i}: v\r\n")).collect();
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let over = answering(format!(
+            "HTTP/1.1 200 OK\r\n{many}content-length: 2\r\n\r\nok"
+        ))
+        .await;
+        let under = answering(format!(
+            "HTTP/1.1 200 OK\r\n{within}content-length: 2\r\n\r\nok"
+        ))
+        .await;
+        let mut plan = plan_on(engine, &[over, under]);
+        plan.pools[0].retries = 0;
+        let running = trafik_proxy::start(plan).unwrap();
+        let mut statuses = Vec::new();
+        for _ in 0..2 {
+            let answer = raw_exchange(
+                web(&running),
+                b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            )
+            .await;
+            statuses.push(answer[9..12].to_owned());
+        }
+        statuses.sort();
+        assert_eq!(statuses, ["200", "502"], "{engine:?}");
+        stop(running).await;
+    }
+}

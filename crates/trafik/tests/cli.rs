@@ -787,6 +787,9 @@ interval = "1us"
 
 [server.limits]
 head_bytes = "1KiB"
+
+[server.upstream_limits]
+headers = 0
 "#;
     let (code, _, errors) = check("breaks-serve.toml", text);
     assert_eq!(code, 2, "{errors}");
@@ -796,7 +799,8 @@ head_bytes = "1KiB"
         "breaks-serve.toml:15:25: pool[0].backends[0].address: 127.0.0.1:18080 is the address of listener[0], whose routes lead into this pool",
         "breaks-serve.toml:19:12: pool[0].health.interval: expected an interval of at least 100ms",
         "breaks-serve.toml:22:14: server.limits.head_bytes: expected from 8KiB to 1MiB, found 1024 bytes",
-        "error: 5 errors in the configuration",
+        "breaks-serve.toml:25:11: server.upstream_limits.headers: expected at least 1 header field, such as 100",
+        "error: 6 errors in the configuration",
     ] {
         assert!(
             errors.contains(expected),

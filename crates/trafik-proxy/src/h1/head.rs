@@ -596,22 +596,36 @@ pub struct ResponseHead {
 /// Parses the response head at the start of `buffer` and writes the client's version into
 /// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, relayed as it came),
 /// `via` added, `Connection: close` when `closing`, else `Transfer-Encoding: chunked` when the
-/// body ends at the close.
+/// body ends at the close. More than `headers_allowed` fields make it [`Response::Bad`].
 pub fn response(
     buffer: &[u8],
     head_request: bool,
     closing: bool,
     upgrading: bool,
     via: &[u8],
+    headers_allowed: usize,
     out: &mut Vec<u8>,
 ) -> Response {
+    // Fields past the stack's room, for a limit above it: the rare answer that needs them.
+    let mut many;
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut fields);
-    let length = match parsed.parse(buffer) {
+    let parsed_length = match parsed.parse(buffer) {
+        Err(httparse::Error::TooManyHeaders) if headers_allowed > MAX_HEADERS => {
+            many = vec![httparse::EMPTY_HEADER; headers_allowed];
+            parsed = httparse::Response::new(&mut many);
+            parsed.parse(buffer)
+        }
+        parsed => parsed,
+    };
+    let length = match parsed_length {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Response::Partial,
         Err(_) => return Response::Bad,
     };
+    if parsed.headers.len() > headers_allowed {
+        return Response::Bad;
+    }
     let (Some(version), Some(status)) = (parsed.version, parsed.code) else {
         return Response::Bad;
     };
@@ -883,6 +897,7 @@ mod tests {
             false,
             false,
             b"1.1 trafik",
+            MAX_HEADERS,
             &mut out,
         );
         (parsed, String::from_utf8(out).unwrap())

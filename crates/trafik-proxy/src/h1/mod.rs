@@ -50,6 +50,7 @@ use crate::http::server::{self, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
 use crate::http::target::Target;
 use crate::http::view::Selection;
+use crate::plan::AnswerLimits;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
 
@@ -551,6 +552,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                             request.close,
                             request.upgrade,
                             snapshot.via.as_bytes(),
+                            snapshot.client.upstream_limits,
                             &mut connection.head,
                         ),
                     )
@@ -654,19 +656,34 @@ async fn response_head(
     closing: bool,
     upgrading: bool,
     via: &[u8],
+    limits: AnswerLimits,
     out: &mut Vec<u8>,
 ) -> Result<ResponseHead, Lost> {
+    // Bytes of informational heads skipped so far: they count against the limit too, so
+    // endless 1xx answers cannot hold the request either.
+    let mut interim = 0;
     loop {
         if !buffer.is_empty() {
-            match head::response(buffer, head_request, closing, upgrading, via, out) {
-                Response::Ready(head) => return Ok(head),
+            match head::response(
+                buffer,
+                head_request,
+                closing,
+                upgrading,
+                via,
+                limits.headers,
+                out,
+            ) {
+                Response::Ready(head) if interim + head.length <= limits.bytes => return Ok(head),
                 Response::Interim(length) => {
+                    interim += length;
                     buffer.drain(..length);
                     continue;
                 }
-                Response::Bad => return Err(Lost::Broken),
                 Response::Switched => return Err(Lost::Switched),
-                Response::Partial => {}
+                Response::Partial if interim + buffer.len() < limits.bytes => {}
+                Response::Ready(_) | Response::Partial | Response::Bad => {
+                    return Err(Lost::Broken);
+                }
             }
         }
         match upstream.read_buf(buffer).await {

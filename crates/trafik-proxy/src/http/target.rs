@@ -20,6 +20,7 @@ use super::upstream::Checkout;
 use super::view::Selection;
 use crate::counters::{BackendCounters, bump};
 use crate::error::ProxyError;
+use crate::plan::AnswerLimits;
 use crate::pool::InFlight;
 use crate::pool::Pool;
 use crate::snapshot::WorkerSnapshot;
@@ -119,7 +120,17 @@ impl PoolTarget {
         let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
         while let Some(attempt) = call.next().await {
             let address = pool.address(attempt.index);
-            match send(worker, pool, attempt.index, request, upload.as_ref()).await {
+            let limits = snapshot.client.upstream_limits;
+            match send(
+                worker,
+                pool,
+                attempt.index,
+                request,
+                upload.as_ref(),
+                limits,
+            )
+            .await
+            {
                 Ok((answer, checkout)) => {
                     let status = answer.status().as_u16();
                     let answered_at = Instant::now();
@@ -206,12 +217,13 @@ async fn send(
     index: usize,
     mut request: Request<RequestBody>,
     upload: Option<&Rc<Upload>>,
+    limits: AnswerLimits,
 ) -> Result<(Response<Incoming>, Checkout), Failure> {
     // A pooled connection the backend closed while idle hands the request back unsent; that is
     // no failure of the backend, so it is tried once more on a new connection.
     let mut fresh = false;
     loop {
-        let mut checkout = match worker.upstreams.checkout(pool, index, fresh).await {
+        let mut checkout = match worker.upstreams.checkout(pool, index, fresh, limits).await {
             Ok(checkout) => checkout,
             Err(_) => return Err(Failure::Connect(Box::new(request))),
         };

@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::{RequestBody, Upload, UploadState};
 use crate::meter::Meter;
+use crate::plan::AnswerLimits;
 use crate::pool::{Endpoint, InFlight, Pool};
 use crate::snapshot::Snapshot;
 use crate::transport;
@@ -153,8 +154,14 @@ impl Upstreams {
     }
 
     /// An idle connection to backend `backend` of `pool` if one is still open, or else a new
-    /// one (always a new one when `fresh`).
-    pub async fn checkout(&self, pool: &Pool, backend: usize, fresh: bool) -> io::Result<Checkout> {
+    /// one (always a new one when `fresh`, its answers' heads held to `limits`).
+    pub async fn checkout(
+        &self,
+        pool: &Pool,
+        backend: usize,
+        fresh: bool,
+        limits: AnswerLimits,
+    ) -> io::Result<Checkout> {
         let member = &pool.members[backend];
         let home = self.home(&member.endpoint);
         if !fresh {
@@ -183,7 +190,7 @@ impl Upstreams {
         let meter = Meter::new(&member.counters, self.worker);
         // Boxed: a TLS handshake's state is large, and every request's future would carry its
         // size (and copy it) though most requests find an idle connection.
-        let sender = Box::pin(self.connect(&home.endpoint, meter.clone(), pool)).await?;
+        let sender = Box::pin(self.connect(&home.endpoint, meter.clone(), pool, limits)).await?;
         Ok(Checkout {
             sender,
             meter,
@@ -198,21 +205,26 @@ impl Upstreams {
         endpoint: &Arc<Endpoint>,
         meter: Meter,
         pool: &Pool,
+        limits: AnswerLimits,
     ) -> io::Result<Sender> {
         let timeout = pool.plan.connect_timeout;
         let tls = pool.plan.tls.as_ref();
-        start(transport::connect_upstream(endpoint, tls, meter, timeout, self.worker).await?).await
+        let stream =
+            transport::connect_upstream(endpoint, tls, meter, timeout, self.worker).await?;
+        start(stream, limits).await
     }
 }
 
 /// Starts HTTP/1.1 on a new upstream connection. The driver hands the socket over when the
 /// backend switches protocols (a 101); the socket keeps its place in the endpoint's gauge
-/// until it closes, whichever of them has it then.
-async fn start<S>(stream: S) -> io::Result<Sender>
+/// until it closes, whichever of them has it then. An answer head past `limits` is an error.
+async fn start<S>(stream: S, limits: AnswerLimits) -> io::Result<Sender>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, connection) = http1::Builder::new()
+        .max_headers(limits.headers)
+        .max_buf_size(limits.bytes)
         .handshake(TokioIo::new(stream))
         .await
         .map_err(io::Error::other)?;

@@ -116,6 +116,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
             trust_forwarded: false,
             access_log: false,
             limits: trafik_proxy::HeadLimits::default(),
+            upstream_limits: trafik_proxy::AnswerLimits::default(),
             engine: trafik_proxy::Engine::default(),
         },
         drain_timeout: Duration::from_secs(5),

@@ -66,6 +66,7 @@ pub struct Server {
     pub trace_header: Option<Spanned<String>>,
     pub timeouts: ClientTimeouts,
     pub limits: ClientLimits,
+    pub upstream_limits: UpstreamLimits,
     /// The HTTP/1.1 server of plain-HTTP listeners.
     pub engine: Engine,
 }
@@ -100,6 +101,24 @@ impl Default for ClientLimits {
     }
 }
 
+/// `[server.upstream_limits]`: how large a backend's answer head may be.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamLimits {
+    pub headers: Spanned<usize>,
+    pub head_bytes: Spanned<Size>,
+}
+
+impl Default for UpstreamLimits {
+    fn default() -> Self {
+        let limits = trafik_proxy::AnswerLimits::default();
+        UpstreamLimits {
+            headers: unplaced(limits.headers),
+            head_bytes: unplaced(Size(limits.bytes as u64)),
+        }
+    }
+}
+
 impl Server {
     pub const DEFAULT_NAME: &str = "trafik";
 }
@@ -115,6 +134,7 @@ impl Default for Server {
             trace_header: None,
             timeouts: ClientTimeouts::default(),
             limits: ClientLimits::default(),
+            upstream_limits: UpstreamLimits::default(),
             engine: Engine::default(),
         }
     }

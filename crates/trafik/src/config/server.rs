@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use http::HeaderName;
+use toml::Spanned;
 use trafik_proxy::http::headers::is_hop_by_hop;
-use trafik_proxy::{ClientPlan, HeadLimits};
+use trafik_proxy::{AnswerLimits, ClientPlan, HeadLimits};
 
 use super::report::Report;
-use super::schema::{ClientLimits, Engine, Server};
+use super::schema::{ClientLimits, Engine, Server, UpstreamLimits};
+use super::values::Size;
 
 /// What `[server]` resolves to.
 pub struct Instance {
@@ -49,6 +51,7 @@ pub fn check(report: &mut Report, server: Server) -> Instance {
         trust_forwarded: server.trust_forwarded,
         access_log: server.access_log,
         limits: limits(report, &server.limits),
+        upstream_limits: upstream_limits(report, &server.upstream_limits),
         engine: match server.engine {
             Engine::Trafik => trafik_proxy::Engine::Trafik,
             Engine::Hyper => trafik_proxy::Engine::Hyper,
@@ -93,26 +96,48 @@ fn default_workers() -> usize {
 
 /// At least one header (`Host`) and hyper's smallest head buffer; at most 1 MiB of head.
 fn limits(report: &mut Report, limits: &ClientLimits) -> HeadLimits {
-    let headers = *limits.headers.get_ref();
-    if headers == 0 {
-        report.error(
-            limits.headers.span(),
-            "server.limits.headers",
-            "expected at least 1 header field (Host), such as 100",
-        );
-    }
-    let bytes = limits.head_bytes.get_ref().0;
-    let range = HeadLimits::MIN_BYTES as u64..=1024 * 1024;
-    if !range.contains(&bytes) {
-        report.error(
-            limits.head_bytes.span(),
-            "server.limits.head_bytes",
-            format!("expected from 8KiB to 1MiB, found {bytes} bytes"),
-        );
-    }
+    let (headers, bytes) = head_size(report, "server.limits", &limits.headers, &limits.head_bytes);
     HeadLimits {
         headers,
-        bytes: bytes as usize,
+        bytes,
         min_body_rate: limits.min_body_rate.0,
     }
+}
+
+/// As a request head's, so a backend's answer head is held to the same bounds.
+fn upstream_limits(report: &mut Report, limits: &UpstreamLimits) -> AnswerLimits {
+    let (headers, bytes) = head_size(
+        report,
+        "server.upstream_limits",
+        &limits.headers,
+        &limits.head_bytes,
+    );
+    AnswerLimits { headers, bytes }
+}
+
+/// The field count and byte size of a head in `section`: at least one field, from hyper's
+/// smallest head buffer to 1 MiB.
+fn head_size(
+    report: &mut Report,
+    section: &str,
+    headers: &Spanned<usize>,
+    bytes: &Spanned<Size>,
+) -> (usize, usize) {
+    if *headers.get_ref() == 0 {
+        report.error(
+            headers.span(),
+            &format!("{section}.headers"),
+            "expected at least 1 header field, such as 100",
+        );
+    }
+    let size = bytes.get_ref().0;
+    let range = HeadLimits::MIN_BYTES as u64..=1024 * 1024;
+    if !range.contains(&size) {
+        report.error(
+            bytes.span(),
+            &format!("{section}.head_bytes"),
+            format!("expected from 8KiB to 1MiB, found {size} bytes"),
+        );
+    }
+    (*headers.get_ref(), size as usize)
 }
