@@ -50,7 +50,6 @@ use crate::http::server::{self, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
 use crate::http::target::Target;
 use crate::http::view::Selection;
-use crate::plan::AnswerLimits;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
 
@@ -551,8 +550,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                             request.method == Method::HEAD,
                             request.close,
                             request.upgrade,
-                            snapshot.via.as_bytes(),
-                            snapshot.client.upstream_limits,
+                            snapshot,
                             &mut connection.head,
                         ),
                     )
@@ -655,10 +653,10 @@ async fn response_head(
     head_request: bool,
     closing: bool,
     upgrading: bool,
-    via: &[u8],
-    limits: AnswerLimits,
+    snapshot: &WorkerSnapshot,
     out: &mut Vec<u8>,
 ) -> Result<ResponseHead, Lost> {
+    let limits = snapshot.client.upstream_limits;
     // Bytes of informational heads skipped so far: they count against the limit too, so
     // endless 1xx answers cannot hold the request either.
     let mut interim = 0;
@@ -669,7 +667,7 @@ async fn response_head(
                 head_request,
                 closing,
                 upgrading,
-                via,
+                snapshot.via.as_bytes(),
                 limits.headers,
                 out,
             ) {
