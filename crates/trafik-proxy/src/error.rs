@@ -62,6 +62,8 @@ pub enum ProxyError {
     QueueTimeout,
     /// The pool had as many requests in flight as its adaptive concurrency limit allows.
     ConcurrencyLimited,
+    /// Request buffering could not keep the body: its temporary file could not be written.
+    BodyNotBuffered,
 }
 
 impl ProxyError {
@@ -94,6 +96,7 @@ impl ProxyError {
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ShapingFailed => StatusCode::BAD_GATEWAY,
             ProxyError::BadListItem => StatusCode::BAD_REQUEST,
+            ProxyError::BodyNotBuffered => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -145,6 +148,7 @@ impl ProxyError {
             ProxyError::ConcurrencyLimited => {
                 "the pool has as many requests in flight as its latency allows\n"
             }
+            ProxyError::BodyNotBuffered => "the request body could not be buffered\n",
         }
     }
 
@@ -199,6 +203,7 @@ impl ProxyError {
             ProxyError::QueueFull => "queue-full",
             ProxyError::QueueTimeout => "queue-timeout",
             ProxyError::ConcurrencyLimited => "concurrency-limit",
+            ProxyError::BodyNotBuffered => "body-not-buffered",
         }
     }
 

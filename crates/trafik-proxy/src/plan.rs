@@ -104,12 +104,14 @@ impl HeadLimits {
 }
 
 impl Default for HeadLimits {
-    /// nginx's defaults: 100 fields (hyper's too), 4 × 8 KiB of head.
+    /// nginx's defaults: 100 fields (hyper's too), 4 × 8 KiB of head; a body averaging at
+    /// least 1 KiB a second, so a client trickling its upload cannot hold a backend connection
+    /// for long (nginx has no rate, but holds no backend connection while it reads a body).
     fn default() -> Self {
         HeadLimits {
             headers: 100,
             bytes: 32 * 1024,
-            min_body_rate: 0,
+            min_body_rate: 1024,
         }
     }
 }
@@ -296,6 +298,12 @@ pub enum FilterPlan {
     /// then seen the bytes up to it, and its request is cut off).
     RequestBodyLimit {
         bytes: u64,
+    },
+    /// Read each request body whole before the target sees the request: up to `memory` bytes
+    /// in memory, the rest in a temporary file. A slow upload then holds no backend
+    /// connection, and the backend gets the body at once.
+    RequestBuffering {
+        memory: u64,
     },
     /// Set a header on the request sent upstream.
     SetRequestHeader {

@@ -265,3 +265,136 @@ async fn a_relayed_body_that_looks_like_an_error_answer_is_relayed_byte_for_byte
     assert_eq!(body.as_bytes(), BODY);
     stop(running).await;
 }
+
+/// A backend that counts the connections it accepted and answers each request with its body's
+/// length and a checksum of its bytes (FNV-1a).
+async fn checksumming_backend() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use http_body_util::BodyExt;
+    use hyper::service::service_fn;
+    use std::sync::atomic::Ordering;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counting = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counting.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
+                    let body = request.into_body().collect().await?.to_bytes();
+                    Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::from(format!(
+                        "{} {:x}",
+                        body.len(),
+                        fnv1a(&body)
+                    )))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, accepted)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Behind `request_buffering`, a client still sending its body holds no backend connection;
+/// the body reaches the backend whole, from memory or, past the memory bound, from a file.
+#[tokio::test]
+async fn a_buffered_route_holds_no_backend_connection_while_a_body_trickles_in() {
+    use std::sync::atomic::Ordering;
+    let (backend, accepted) = checksumming_backend().await;
+    let mut plan = plan(&[backend]);
+    routes(&mut plan)[0].filters = vec![FilterPlan::RequestBuffering { memory: 16 * 1024 }];
+    let running = trafik_proxy::start(plan).unwrap();
+    // Ten uploads that have sent their head and a tenth of their body.
+    let mut trickling = Vec::new();
+    for _ in 0..10 {
+        let mut client = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+        client
+            .write_all(b"POST /yukle HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789")
+            .await
+            .unwrap();
+        trickling.push(client);
+    }
+    // A whole upload past the memory bound, sent after them, is answered: it went through.
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut client = Client::connect(web(&running)).await;
+    let answer = client
+        .send(
+            Request::post("/yukle")
+                .header("host", "a")
+                .body(Full::new(Bytes::from(body.clone())))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.text(), format!("{} {:x}", body.len(), fnv1a(&body)));
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "only the finished upload reached the backend"
+    );
+    // One trickling upload finishes: its body arrives whole, from memory.
+    let mut finishing = trickling.pop().unwrap();
+    let rest: Vec<u8> = (0..90).map(|i| b'a' + (i % 26) as u8).collect();
+    finishing.write_all(&rest).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = finishing.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+    let mut whole = b"0123456789".to_vec();
+    whole.extend_from_slice(&rest);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.ends_with(&format!("100 {:x}", fnv1a(&whole))),
+        "{answer}"
+    );
+    stop(running).await;
+}
+
+/// With the default minimum body rate, a body trickling at a few bytes a second is refused with
+/// 408 once its grace has passed, instead of holding trafik and a backend for as long as the
+/// client likes.
+#[tokio::test]
+async fn a_body_trickling_below_the_default_rate_gets_408() {
+    let backend = body_reading_server().await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut client = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    client
+        .write_all(b"POST /yukle HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    // A byte every 250 ms: well under 1 KiB a second, and the answer comes within 100 bytes
+    // when the rate is enforced (after its two seconds of grace).
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if client.write_all(b"x").await.is_err() {
+            // Refused and closed: the answer is what is left to read.
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer)).await;
+            break;
+        }
+        let mut buffer = [0u8; 1024];
+        match tokio::time::timeout(Duration::from_millis(1), client.read(&mut buffer)).await {
+            Ok(Ok(n)) if n > 0 => {
+                answer.extend_from_slice(&buffer[..n]);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    stop(running).await;
+}

@@ -749,7 +749,7 @@ fn route_prefixes_and_listener_addresses_are_checked_the_way_requests_are_matche
 fn check_shows_a_route_s_filters() {
     let text = GOOD.replace(
         "pool = \"okuma\"\n",
-        "pool = \"okuma\"\nrequest_body_limit = \"64KiB\"\nresponse_headers = [\"x-cevap: 1\"]\n",
+        "pool = \"okuma\"\nrequest_body_limit = \"64KiB\"\nrequest_buffering = \"up_to:1MiB\"\nresponse_headers = [\"x-cevap: 1\"]\n",
     );
     let (code, stdout, stderr) = check("filters.toml", &text);
     assert_eq!(code, 0, "{stderr}");
@@ -758,8 +758,25 @@ fn check_shows_a_route_s_filters() {
         "{stdout}"
     );
     assert!(
+        stdout.contains(
+            "    filter request bodies read whole first (1048576 bytes in memory, then a file)"
+        ),
+        "{stdout}"
+    );
+    assert!(
         stdout.contains("    filter response header x-cevap: 1"),
         "{stdout}"
+    );
+    let text = GOOD.replace(
+        "pool = \"okuma\"\n",
+        "pool = \"okuma\"\nrequest_buffering = \"up_to:lots\"\n",
+    );
+    let (code, _, stderr) = check("buffering.toml", &text);
+    assert_eq!(code, 2, "{stderr}");
+    let expected = "buffering.toml:9:21: listener[0].route[0].request_buffering: expected \"off\", \"on\" or \"up_to:SIZE\" such as \"up_to:1MiB\", found \"up_to:lots\"";
+    assert!(
+        stderr.contains(expected),
+        "missing {expected:?} in:\n{stderr}"
     );
 }
 

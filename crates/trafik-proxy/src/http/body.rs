@@ -3,17 +3,20 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::io::{self, SeekFrom};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncSeekExt, AsyncWriteExt, ReadBuf};
 
 use super::service::AccessLine;
 use super::upstream::Lease;
+use crate::error::ProxyError;
 
 /// A request body on its way upstream. It reports through [`Upload`] when it has been sent in
 /// full (the response timeout starts then, not while a slow client uploads) and why it failed,
@@ -46,6 +49,45 @@ enum Source {
     /// Read whole by a step that had to see it (the gate's JSON Schema), sent as one frame; or
     /// `None` for a request trafik makes itself (a gateway's part, a preload), which has none.
     Read(Option<Bytes>),
+    /// Read whole by request buffering, past its memory bound: sent from a temporary file.
+    Spilled(Spilled),
+}
+
+/// A buffered body kept in a temporary file, read back a piece at a time.
+struct Spilled {
+    file: tokio::fs::File,
+    /// Bytes still to send.
+    left: u64,
+    piece: Vec<u8>,
+}
+
+/// The most of a spilled body read back into memory at once.
+const SPILLED_PIECE: u64 = 64 * 1024;
+
+impl Spilled {
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        self.piece.resize(self.left.min(SPILLED_PIECE) as usize, 0);
+        let mut read = ReadBuf::new(&mut self.piece);
+        match Pin::new(&mut self.file).poll_read(cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(error)) => Poll::Ready(Some(Err(BodyError::Spill(error)))),
+            Poll::Ready(Ok(())) if read.filled().is_empty() => {
+                let cut = io::Error::from(io::ErrorKind::UnexpectedEof);
+                Poll::Ready(Some(Err(BodyError::Spill(cut))))
+            }
+            Poll::Ready(Ok(())) => {
+                let piece = Bytes::copy_from_slice(read.filled());
+                self.left -= piece.len() as u64;
+                Poll::Ready(Some(Ok(Frame::data(piece))))
+            }
+        }
+    }
 }
 
 /// How far a request body has gone.
@@ -98,8 +140,14 @@ impl Upload {
 #[derive(Debug)]
 pub enum BodyError {
     Client(hyper::Error),
-    TooLarge { limit: u64 },
-    TooSlow { bytes_per_second: u64 },
+    TooLarge {
+        limit: u64,
+    },
+    TooSlow {
+        bytes_per_second: u64,
+    },
+    /// Request buffering's temporary file failed.
+    Spill(io::Error),
 }
 
 impl fmt::Display for BodyError {
@@ -113,11 +161,24 @@ impl fmt::Display for BodyError {
                     "request body slower than {bytes_per_second} bytes a second"
                 )
             }
+            BodyError::Spill(error) => write!(f, "request body buffer file: {error}"),
         }
     }
 }
 
 impl std::error::Error for BodyError {}
+
+impl BodyError {
+    /// trafik's answer to a request whose body stopped this way.
+    pub fn refusal(&self) -> ProxyError {
+        match self {
+            BodyError::Client(_) => ProxyError::ClientAborted,
+            BodyError::TooLarge { .. } => ProxyError::RequestBodyTooLarge,
+            BodyError::TooSlow { .. } => ProxyError::BodyTooSlow,
+            BodyError::Spill(_) => ProxyError::BodyNotBuffered,
+        }
+    }
+}
 
 impl RequestBody {
     /// The client's body, streamed as it arrives.
@@ -176,6 +237,55 @@ impl RequestBody {
         Ok(read)
     }
 
+    /// Reads the whole body before any of it goes on, so a backend gets it at once however
+    /// slowly the client sent it: up to `memory` bytes in memory, a longer body in a temporary
+    /// file. Trailers are not kept.
+    pub async fn buffer(&mut self, memory: u64) -> Result<(), BodyError> {
+        let mut held = BytesMut::new();
+        let mut spilled: Option<(tokio::fs::File, u64)> = None;
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_frame(cx)).await
+        {
+            let Ok(data) = frame?.into_data() else {
+                continue;
+            };
+            match &mut spilled {
+                None if (held.len() + data.len()) as u64 <= memory => held.extend_from_slice(&data),
+                None => {
+                    // Creating the file touches the disk: off the worker's thread.
+                    let file = tokio::task::spawn_blocking(tempfile::tempfile)
+                        .await
+                        .unwrap_or_else(|joined| Err(io::Error::other(joined)))
+                        .map_err(BodyError::Spill)?;
+                    let mut file = tokio::fs::File::from_std(file);
+                    let length = (held.len() + data.len()) as u64;
+                    file.write_all(&held).await.map_err(BodyError::Spill)?;
+                    file.write_all(&data).await.map_err(BodyError::Spill)?;
+                    held = BytesMut::new();
+                    spilled = Some((file, length));
+                }
+                Some((file, length)) => {
+                    file.write_all(&data).await.map_err(BodyError::Spill)?;
+                    *length += data.len() as u64;
+                }
+            }
+        }
+        self.source = match spilled {
+            None => Source::Read((!held.is_empty()).then(|| held.freeze())),
+            Some((mut file, left)) => {
+                file.flush().await.map_err(BodyError::Spill)?;
+                file.seek(SeekFrom::Start(0))
+                    .await
+                    .map_err(BodyError::Spill)?;
+                Source::Spilled(Spilled {
+                    file,
+                    left,
+                    piece: Vec::new(),
+                })
+            }
+        };
+        Ok(())
+    }
+
     /// What a target watches to learn how the upload went; `None` when there is no body.
     pub fn upload(&self) -> Option<Rc<Upload>> {
         self.upload.clone()
@@ -200,6 +310,7 @@ impl Body for RequestBody {
         let source = match &mut this.source {
             Source::Client(source) => source,
             Source::Read(read) => return Poll::Ready(read.take().map(|d| Ok(Frame::data(d)))),
+            Source::Spilled(spilled) => return spilled.poll_frame(cx),
         };
         let frame = match Pin::new(source).poll_frame(cx) {
             Poll::Pending => return Poll::Pending,
@@ -242,6 +353,7 @@ impl Body for RequestBody {
         match &self.source {
             Source::Client(source) => source.is_end_stream(),
             Source::Read(read) => read.is_none(),
+            Source::Spilled(spilled) => spilled.left == 0,
         }
     }
 
@@ -249,6 +361,7 @@ impl Body for RequestBody {
         match &self.source {
             Source::Client(source) => source.size_hint(),
             Source::Read(read) => SizeHint::with_exact(read.as_ref().map_or(0, |d| d.len() as u64)),
+            Source::Spilled(spilled) => SizeHint::with_exact(spilled.left),
         }
     }
 }

@@ -20,6 +20,7 @@ use std::pin::Pin;
 use bytes::{BufMut, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Extensions, Request, Response, StatusCode, Uri, Version};
+use http_body::Body;
 
 use super::body::{ProxyBody, RequestBody};
 use super::headers::{append_via, is_settable, remove_hop_by_hop};
@@ -93,6 +94,7 @@ pub fn built_in(trace: Option<&Trace>) -> Vec<Box<dyn Filter>> {
 pub fn build(plan: &FilterPlan, stats: &mut policy::Stats<'_>) -> Result<Box<dyn Filter>, String> {
     Ok(match plan {
         FilterPlan::RequestBodyLimit { bytes } => Box::new(RequestBodyLimit { bytes: *bytes }),
+        FilterPlan::RequestBuffering { memory } => Box::new(RequestBuffering { memory: *memory }),
         FilterPlan::SetRequestHeader { name, value } => Box::new(SetRequestHeader {
             name: name.clone(),
             value: value.clone(),
@@ -116,6 +118,7 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
             (!is_settable(name)).then_some(name)
         }
         FilterPlan::RequestBodyLimit { .. }
+        | FilterPlan::RequestBuffering { .. }
         | FilterPlan::Gate(_)
         | FilterPlan::Jwt(_)
         | FilterPlan::RateLimit(_)
@@ -283,6 +286,35 @@ impl Filter for RequestBodyLimit {
         policy::access_log::record(exchange, Stage::BodyLimit, "pass");
         request.body_mut().limit(self.bytes);
         Step::Continue
+    }
+}
+
+/// Reads a request's whole body before the target sees the request (request buffering), so a
+/// slow upload holds no backend connection: up to `memory` bytes in memory, the rest in a
+/// temporary file.
+pub struct RequestBuffering {
+    memory: u64,
+}
+
+impl Filter for RequestBuffering {
+    fn on_request(&self, request: &mut Request<RequestBody>, _: &Exchange<'_>) -> Step {
+        match request.body().is_end_stream() {
+            true => Step::Continue,
+            false => Step::Wait,
+        }
+    }
+
+    fn wait<'a>(
+        &'a self,
+        request: &'a mut Request<RequestBody>,
+        _: &'a Exchange<'a>,
+    ) -> Waiting<'a> {
+        Box::pin(async move {
+            match request.body_mut().buffer(self.memory).await {
+                Ok(()) => Step::Continue,
+                Err(error) => Step::Respond(Box::new(error.refusal().response())),
+            }
+        })
     }
 }
 

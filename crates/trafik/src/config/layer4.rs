@@ -120,6 +120,10 @@ fn sni_route(
             route.request_body_limit.as_ref().map(Spanned::span),
         ),
         (
+            "request_buffering",
+            route.request_buffering.as_ref().map(Spanned::span),
+        ),
+        (
             "request_headers",
             route.request_headers.first().map(Spanned::span),
         ),

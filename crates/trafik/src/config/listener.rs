@@ -9,6 +9,7 @@ use super::gateway;
 use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
+use super::values::Buffering;
 use super::{cache, gate, jwt, layer4, rate_limit, static_files};
 use crate::suggest::did_you_mean;
 
@@ -290,7 +291,8 @@ fn cache_named(
 }
 
 /// The route's configured filters, in the fixed order they run (`trafik_policy::stage`): the
-/// access log, the gate, the token, the rate limit, the body limit, then headers.
+/// access log, the gate, the token, the rate limit, the body limit, request buffering, then
+/// headers.
 fn check_filters(report: &mut Report, field: &str, route: &Route) -> Vec<FilterPlan> {
     let mut filters = Vec::new();
     if route.access_log {
@@ -316,6 +318,12 @@ fn check_filters(report: &mut Report, field: &str, route: &Route) -> Vec<FilterP
         filters.push(FilterPlan::RequestBodyLimit {
             bytes: limit.get_ref().0,
         });
+    }
+    // After the checks: a request they refuse is not waited for.
+    if let Some(Buffering::InMemoryUpTo(memory)) =
+        route.request_buffering.as_ref().map(|b| *b.get_ref())
+    {
+        filters.push(FilterPlan::RequestBuffering { memory });
     }
     let mut headers = |key: &str, lines: &[Spanned<String>]| {
         let mut parsed = Vec::new();

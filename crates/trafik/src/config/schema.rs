@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::values::{Addr, Dur, Size};
+use super::values::{Addr, Buffering, Dur, Size};
 
 /// A value with no place in a file: a default, or a quick-mode flag.
 pub fn unplaced<T>(value: T) -> Spanned<T> {
@@ -249,6 +249,8 @@ pub struct Route {
     pub retry_non_idempotent: bool,
     /// Filters, applied in this order: the body limit, then headers.
     pub request_body_limit: Option<Spanned<Size>>,
+    /// Read each body whole before the backend sees the request.
+    pub request_buffering: Option<Spanned<Buffering>>,
     pub request_headers: Vec<Spanned<String>>,
     pub response_headers: Vec<Spanned<String>>,
     /// The gateway's keys (see `gateway.rs`): a path template matched by segments instead of
@@ -429,6 +431,7 @@ impl Default for Route {
             pool: None,
             retry_non_idempotent: false,
             request_body_limit: None,
+            request_buffering: None,
             request_headers: Vec::new(),
             response_headers: Vec::new(),
             path: None,

@@ -133,6 +133,51 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// A route's `request_buffering`: `"off"`, `"on"` (64 KiB in memory, then a temporary file) or
+/// `"up_to:SIZE"` (SIZE in memory, then a temporary file).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Buffering {
+    #[default]
+    Off,
+    /// Bodies read whole first, this many bytes of each in memory.
+    InMemoryUpTo(u64),
+}
+
+impl Buffering {
+    /// What `"on"` keeps in memory before the temporary file: nginx's client body buffer is
+    /// 8–16 KiB; a little more keeps most API bodies off the disk.
+    pub const ON_MEMORY: u64 = 64 * 1024;
+}
+
+impl FromStr for Buffering {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let expected = || {
+            format!(
+                "expected \"off\", \"on\" or \"up_to:SIZE\" such as \"up_to:1MiB\", found {text:?}"
+            )
+        };
+        match text {
+            "off" => Ok(Buffering::Off),
+            "on" => Ok(Buffering::InMemoryUpTo(Self::ON_MEMORY)),
+            _ => {
+                let size = text.strip_prefix("up_to:").ok_or_else(expected)?;
+                let Size(bytes) = size.parse().map_err(|_| expected())?;
+                Ok(Buffering::InMemoryUpTo(bytes))
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Buffering {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(D::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,6 +276,9 @@ impl Filter for Gate {
                     access_log::record(exchange, Stage::Gate, "refused: body too slow");
                     return Step::Respond(Box::new(ProxyError::BodyTooSlow.response()));
                 }
+                Err(error @ BodyError::Spill(_)) => {
+                    return Step::Respond(Box::new(error.refusal().response()));
+                }
             };
             let outcome = self.rules.check_body(&body);
             if let Err(step) = self.check(exchange, Check::Body, outcome, body.len() as u64) {
