@@ -7,7 +7,8 @@
 //! inline — the rewritten head and the body in one `writev` (a body still on its way, a chunked
 //! one, or one held back for `100 Continue` streams through [`body`]), the response head parsed
 //! and rewritten the same way (with a [`date`] when it has none), the body relayed by its
-//! framing (a chunked one read by the same [`chunked`] decoder as a chunked request body).
+//! framing (a chunked one framed anew, without extensions or trailer fields, by the same
+//! [`chunked`] decoder as a chunked request body).
 //! A 101 to a request that asked for it opens a [`tunnel`]. A bodiless request for any other
 //! route (filters, caches, static files, gateway targets, the hop trace, no route) goes through
 //! the shared pipeline, its answer written here ([`pipeline`]). Anything else (such a request
@@ -678,7 +679,7 @@ async fn response_head(
 }
 
 /// Relays the response: its head and the body bytes read with it in one `writev`, then the
-/// rest as it comes. True when the body ended where its framing says, with nothing after it.
+/// rest as it comes (a chunked body framed anew in the buffer it was read into). True when the body ended where its framing says, with nothing after it.
 /// A body that ends at the backend's close goes as chunks to a client that stays (not
 /// `closing`), as hyper's server sends a body of unknown length. `upstream_done` runs once the
 /// backend's answer has ended, before its last bytes are written (never for a switch).
@@ -734,42 +735,45 @@ async fn relay<U: AsyncRead + Unpin, C: AsyncWrite + Unpin>(
         }
         Framing::Chunked => {
             let mut chunked = Chunked::new(ANSWER_TRAILER_LINES);
-            // As hyper: what came before a break in the framing goes out, then the connection
+            // Each read is framed anew where it lies (no extensions, no trailer fields). As
+            // hyper: what came before a break in the framing goes out, then the connection
             // closes; the head too, unless the body broke before any data in this first read.
-            let end = match chunked.relay(after) {
-                Ok(end) => end,
-                Err(BadChunk { at }) => {
+            let start = answer.length;
+            let relayed = chunked.relay(&mut buffer[start..]);
+            let framed = &buffer[start..start + relayed.framed];
+            match relayed.end {
+                Err(BadChunk { .. }) => {
                     if chunked.carried_data() {
-                        send(client, head, &after[..at]).await?;
+                        send(client, head, framed).await?;
                     }
                     return Err(io::ErrorKind::InvalidData.into());
                 }
-            };
-            let take = end.unwrap_or(after.len());
-            if let Some(end) = end {
-                upstream_done();
-                send(client, head, &after[..take]).await?;
-                return Ok(end == after.len());
+                Ok(Some(end)) => {
+                    upstream_done();
+                    send(client, head, framed).await?;
+                    return Ok(start + end == buffer.len());
+                }
+                Ok(None) => send(client, head, framed).await?,
             }
-            send(client, head, &after[..take]).await?;
             loop {
                 buffer.clear();
                 if upstream.read_buf(buffer).await? == 0 {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
-                let end = match chunked.relay(buffer) {
-                    Ok(end) => end,
-                    Err(BadChunk { at }) => {
-                        client.write_all(&buffer[..at]).await?;
+                let relayed = chunked.relay(buffer);
+                let framed = &buffer[..relayed.framed];
+                match relayed.end {
+                    Err(BadChunk { .. }) => {
+                        client.write_all(framed).await?;
                         return Err(io::ErrorKind::InvalidData.into());
                     }
-                };
-                if let Some(end) = end {
-                    upstream_done();
-                    client.write_all(&buffer[..end]).await?;
-                    return Ok(end == buffer.len());
+                    Ok(Some(end)) => {
+                        upstream_done();
+                        client.write_all(framed).await?;
+                        return Ok(end == buffer.len());
+                    }
+                    Ok(None) => client.write_all(framed).await?,
                 }
-                client.write_all(buffer).await?;
             }
         }
         Framing::Close if !closing => {

@@ -255,7 +255,9 @@ impl Body for RequestBody {
 
 /// A response body: streamed from a backend, or written by trafik itself.
 pub enum ProxyBody {
-    /// Relayed frame by frame; the upstream connection goes back to its pool at the end.
+    /// Relayed frame by frame, but for its trailer fields, which reach no client on any
+    /// version (as on the own engine: a `Set-Cookie` there would pass unseen by any head
+    /// step); the upstream connection goes back to its pool at the end.
     Upstream {
         body: Incoming,
         lease: Option<Lease>,
@@ -334,8 +336,13 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { body, lease } => {
+            ProxyBody::Upstream { body, lease } => loop {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
+                if let Poll::Ready(Some(Ok(frame))) = &polled
+                    && frame.is_trailers()
+                {
+                    continue;
+                }
                 // hyper stops polling once `is_end_stream` is true, so the connection is
                 // released with the last frame rather than on a poll that may never come.
                 if ends(&polled, &*body)
@@ -343,8 +350,8 @@ impl Body for ProxyBody {
                 {
                     lease.release();
                 }
-                polled
-            }
+                return polled;
+            },
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             ProxyBody::Chunks(chunks) => {
                 chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d))))

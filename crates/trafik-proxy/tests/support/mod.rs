@@ -55,22 +55,34 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
 /// A raw backend answering every request head it reads with the bytes of `answer`, on
 /// kept-alive connections.
 pub async fn answering(answer: impl Into<Bytes>) -> SocketAddr {
+    answering_recorded(answer).await.0
+}
+
+/// [`answering`], keeping every byte it received, across connections, in arrival order.
+pub async fn answering_recorded(
+    answer: impl Into<Bytes>,
+) -> (SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let answer: Bytes = answer.into();
     let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
         .await
         .unwrap();
     let address = listener.local_addr().unwrap();
+    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recording = received.clone();
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
-            let answer = answer.clone();
+            let (answer, recording) = (answer.clone(), recording.clone());
             tokio::spawn(async move {
                 let mut buffer = [0u8; 4096];
                 let mut seen = Vec::new();
                 loop {
                     match stream.read(&mut buffer).await {
                         Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                        Ok(n) => {
+                            recording.lock().unwrap().extend_from_slice(&buffer[..n]);
+                            seen.extend_from_slice(&buffer[..n]);
+                        }
                     }
                     while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
                         seen.drain(..end + 4);
@@ -82,7 +94,7 @@ pub async fn answering(answer: impl Into<Bytes>) -> SocketAddr {
             });
         }
     });
-    address
+    (address, received)
 }
 
 /// Connections the web listener's own engine handed to hyper, from `/status`: 0 when it
