@@ -518,6 +518,48 @@ async fn h2c_get_with(
     (status, body.to_bytes(), trailers)
 }
 
+/// An HTTP/2 head with more fields than `[server.limits] headers` gets 431 before any backend
+/// is asked, as an HTTP/1.1 head does; one within the limit passes.
+#[tokio::test]
+async fn an_http2_head_past_the_field_limit_gets_431() {
+    let (backend, received) =
+        answering_recorded("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let mut plan = plan(&[backend]);
+    plan.client.limits.headers = 10;
+    let running = trafik_proxy::start(plan).unwrap();
+    let fields = |count: usize| -> Vec<(&str, String)> {
+        (0..count).map(|_| ("x-alan", "1".to_owned())).collect()
+    };
+    let (within, _, _) = h2c_get_with(web(&running), &fields(10)).await;
+    assert_eq!(within, 200);
+    for count in [11, 150] {
+        let (many, _, _) = h2c_get_with(web(&running), &fields(count)).await;
+        assert_eq!(many, 431, "{count} fields");
+    }
+    let received = String::from_utf8_lossy(&received.lock().unwrap()).into_owned();
+    assert_eq!(received.matches("GET /alan").count(), 1, "{received}");
+    stop(running).await;
+}
+
+/// RFC 9113 §8.2.3: the `cookie` fields of an HTTP/2 request reach an HTTP/1.1 backend as one
+/// field, joined with "; ".
+#[tokio::test]
+async fn an_http2_requests_cookie_fields_reach_the_backend_as_one() {
+    let (backend, received) =
+        answering_recorded("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let cookies = [("cookie", "a=1".to_owned()), ("cookie", "b=2".to_owned())];
+    let (status, _, _) = h2c_get_with(web(&running), &cookies).await;
+    assert_eq!(status, 200);
+    let received = String::from_utf8_lossy(&received.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = received
+        .lines()
+        .filter(|line| line.to_ascii_lowercase().starts_with("cookie:"))
+        .collect();
+    assert_eq!(lines, ["cookie: a=1; b=2"], "{received}");
+    stop(running).await;
+}
+
 /// Over HTTP/2 as over HTTP/1.1, an answer's trailer fields do not reach the client, even one
 /// that takes trailers (`te: trailers`): a `Set-Cookie` among them must not.
 #[tokio::test]
