@@ -260,6 +260,9 @@ pub enum ProxyBody {
     /// step); the upstream connection goes back to its pool at the end.
     Upstream {
         body: Incoming,
+        /// The body's first piece, when it was read before the answer was given (to send the
+        /// request elsewhere should the backend close first).
+        first: Option<Bytes>,
         lease: Option<Lease>,
     },
     /// A body trafik wrote (errors, admin answers, cached copies, small files).
@@ -288,15 +291,16 @@ impl Drop for Logged {
 }
 
 impl ProxyBody {
-    /// Wraps a backend's body. An empty body releases its connection at once.
-    pub fn upstream(body: Incoming, lease: Lease) -> Self {
+    /// Wraps a backend's body, whose `first` piece may have been read already. A body that has
+    /// ended releases its connection at once.
+    pub fn upstream(body: Incoming, first: Option<Bytes>, lease: Lease) -> Self {
         let lease = if body.is_end_stream() {
             lease.release();
             None
         } else {
             Some(lease)
         };
-        ProxyBody::Upstream { body, lease }
+        ProxyBody::Upstream { body, first, lease }
     }
 
     pub fn local(text: impl Into<Bytes>) -> Self {
@@ -336,8 +340,11 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { body, lease } => loop {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
+            ProxyBody::Upstream { body, first, lease } => loop {
+                let polled = match first.take() {
+                    Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                    None => Pin::new(&mut *body).poll_frame(cx),
+                };
                 if let Poll::Ready(Some(Ok(frame))) = &polled
                     && frame.is_trailers()
                 {
@@ -349,6 +356,12 @@ impl Body for ProxyBody {
                     && let Some(lease) = lease.take()
                 {
                     lease.release();
+                }
+                // An upstream body fails only when the backend cuts it short.
+                if let Poll::Ready(Some(Err(_))) = &polled
+                    && let Some(lease) = lease.take()
+                {
+                    lease.cut();
                 }
                 return polled;
             },
@@ -368,7 +381,7 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ProxyBody::Upstream { body, .. } => body.is_end_stream(),
+            ProxyBody::Upstream { body, first, .. } => first.is_none() && body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
             ProxyBody::Chunks(chunks) => chunks.is_closed() && chunks.is_empty(),
             ProxyBody::Logged(logged) => logged.body.is_end_stream(),
@@ -377,7 +390,20 @@ impl Body for ProxyBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ProxyBody::Upstream { body, .. } => body.size_hint(),
+            ProxyBody::Upstream { body, first, .. } => {
+                let hint = body.size_hint();
+                let Some(first) = first else {
+                    return hint;
+                };
+                // The body counts only what it has not given yet.
+                let first = first.len() as u64;
+                let mut with_first = SizeHint::new();
+                with_first.set_lower(hint.lower() + first);
+                if let Some(upper) = hint.upper() {
+                    with_first.set_upper(upper + first);
+                }
+                with_first
+            }
             ProxyBody::Local(Some(data)) => SizeHint::with_exact(data.len() as u64),
             ProxyBody::Local(None) => SizeHint::with_exact(0),
             ProxyBody::Chunks(_) => SizeHint::default(),

@@ -97,6 +97,28 @@ pub async fn answering_recorded(
     (address, received)
 }
 
+/// A raw backend answering each connection's first request with the bytes of `answer`, then
+/// closing it: a close-delimited answer, or one whose body the close cuts short.
+pub async fn answering_then_closing(answer: impl Into<Bytes>) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answer: Bytes = answer.into();
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head).await;
+                let _ = stream.write_all(&answer).await;
+            });
+        }
+    });
+    address
+}
+
 /// Connections the web listener's own engine handed to hyper, from `/status`: 0 when it
 /// served every request itself.
 pub async fn handed_to_hyper(running: &Running) -> u64 {
