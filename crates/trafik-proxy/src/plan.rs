@@ -88,7 +88,8 @@ pub enum Engine {
     Hyper,
 }
 
-/// Limits on one request head (HTTP/1.1; HTTP/2 heads are bounded by the h2 settings).
+/// Limits on one request head: both on HTTP/1.1, `headers` on HTTP/2 too (its bytes are
+/// bounded by hyper's h2 settings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeadLimits {
     pub headers: usize,

@@ -577,3 +577,68 @@ async fn a_connection_the_fast_path_leaves_to_hyper_is_counted() {
     assert_eq!(handed_to_hyper(&running).await, 1);
     stop(running).await;
 }
+
+/// A chunked answer reaches the client framed anew on both engines: its data whole, without
+/// chunk extensions, and without its trailer fields (a `Set-Cookie` there must not reach a
+/// client), even for a client that says it takes trailers (`TE: trailers`); the connection
+/// carries the next request.
+#[tokio::test]
+async fn a_chunked_answer_reaches_the_client_without_extensions_or_trailer_fields() {
+    let answer = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: x-son\r\n\r\n\
+                  4;ad=deger\r\nwiki\r\n005 \r\npedia\r\n0;son\r\nx-son: 1\r\nSet-Cookie: oturum=ele\r\n\r\n";
+    for engine in ENGINES {
+        for te in ["", "TE: trailers\r\n"] {
+            let backend = answering(answer).await;
+            let (running, mut stream) = proxy(engine, backend).await;
+            let requests = format!(
+                "GET /a HTTP/1.1\r\nHost: a\r\n{te}\r\nGET /b HTTP/1.1\r\nHost: a\r\n{te}Connection: close\r\n\r\n"
+            );
+            stream.write_all(requests.as_bytes()).await.unwrap();
+            let (got, closed) = until_closed(&mut stream).await;
+            let case = format!("{engine:?}, {te:?}");
+            assert!(closed, "{case}: {got}");
+            assert_eq!(bodies(&got), ["wikipedia", "wikipedia"], "{case}: {got}");
+            let lower = got.to_ascii_lowercase();
+            for gone in ["ad=deger", ";son", "x-son", "set-cookie", "oturum"] {
+                assert!(
+                    !lower.contains(gone),
+                    "{case}: {gone} reached the client: {got}"
+                );
+            }
+            assert!(got.ends_with("\r\n0\r\n\r\n"), "{case}: {got}");
+            finish(engine, running).await;
+        }
+    }
+}
+
+/// A 204 or a 304 reaches the client without `Content-Length`, `Transfer-Encoding` or a body on
+/// both engines, whatever framing fields the backend gave it (hyper's server drops them), and
+/// the connection carries the next request.
+#[tokio::test]
+async fn a_204_or_304_reaches_the_client_without_framing_fields_or_body() {
+    let answers = [
+        "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nx-a: 1\r\n\r\n",
+        "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\nx-a: 1\r\n\r\n",
+        "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\nx-a: 1\r\n\r\n",
+    ];
+    for engine in ENGINES {
+        for answer in answers {
+            let backend = answering(answer).await;
+            let (running, mut stream) = proxy(engine, backend).await;
+            let requests = "GET /a HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+            stream.write_all(requests.as_bytes()).await.unwrap();
+            let (got, closed) = until_closed(&mut stream).await;
+            let case = format!("{engine:?}, {answer:?}");
+            assert!(closed, "{case}: {got}");
+            assert_eq!(got.matches("HTTP/1.1 ").count(), 2, "{case}: {got}");
+            assert_eq!(got.matches("x-a: 1\r\n").count(), 2, "{case}: {got}");
+            let lower = got.to_ascii_lowercase();
+            assert!(!lower.contains("content-length"), "{case}: {got}");
+            assert!(!lower.contains("transfer-encoding"), "{case}: {got}");
+            // Each head ends where the next begins, and the last one ends the stream.
+            assert!(got.ends_with("\r\n\r\n"), "{case}: {got}");
+            assert_eq!(got.split("\r\n\r\n").count(), 3, "{case}: {got}");
+            finish(engine, running).await;
+        }
+    }
+}

@@ -319,25 +319,6 @@ const RESPONSES: [&str; 5] = [
     "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
 ];
 
-/// A backend that answers every connection's first request with `answer` and closes.
-async fn answering(answer: Vec<u8>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let answer = answer.clone();
-            tokio::spawn(async move {
-                let mut head = [0u8; 4096];
-                let _ = stream.read(&mut head).await;
-                let _ = stream.write_all(&answer).await;
-            });
-        }
-    });
-    address
-}
-
 /// Response seeds: [`RESPONSES`], and a chunked answer with each of [`chunked_bodies`].
 fn response_seeds() -> Vec<String> {
     let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -362,7 +343,7 @@ async fn responses(cases: u64, seed: u64) {
         let mut answer = seed.as_bytes()[..line].to_vec();
         answer.extend(mutate(&seed[line..], &random, random.below(3)));
         let shown = String::from_utf8_lossy(&answer).into_owned();
-        let backend = answering(answer).await;
+        let backend = answering_then_closing(answer).await;
         let [hyper, own] = both(backend).await;
         let request = b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
         let by_hyper = seen(&exchange(web(&hyper), request, None).await);

@@ -241,6 +241,38 @@ async fn a_get_a_backend_lost_goes_to_another_backend() {
     stop(running).await;
 }
 
+/// A backend that sends an answer's head and closes before its first body byte lost the
+/// request: a GET goes to another backend and its client gets that one's whole answer, on both
+/// engines; every request that went to it is a failure in its counters.
+#[tokio::test]
+async fn a_get_whose_answer_is_cut_before_its_body_goes_to_another_backend() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let cutting =
+            answering_then_closing("HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n").await;
+        let replicas = replicas(1).await;
+        let running =
+            trafik_proxy::start(plan_on(engine, &[cutting, replicas[0].address()])).unwrap();
+        for n in 0..6 {
+            let request =
+                format!("GET /takip/{n} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+            let answer = raw_exchange(web(&running), request.as_bytes()).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{engine:?}: {answer}");
+            assert!(answer.contains("x-kopya: k1"), "{engine:?}: {answer}");
+        }
+        let status = status(&running).await;
+        let cutting = &status["pools"][0]["backends"][0];
+        assert!(
+            cutting["decisions"].as_u64() > Some(0),
+            "{engine:?}: {cutting}"
+        );
+        assert_eq!(
+            cutting["failures"], cutting["decisions"],
+            "{engine:?}: {cutting}"
+        );
+        stop(running).await;
+    }
+}
+
 /// Connecting failed, so nothing was sent: a POST goes to the next backend like a GET.
 #[tokio::test]
 async fn a_post_whose_connect_failed_goes_to_another_backend() {

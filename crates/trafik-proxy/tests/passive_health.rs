@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use support::*;
 use trafik_balance::OutlierRules;
+use trafik_proxy::Engine;
 
 fn backend(status: &serde_json::Value, index: usize) -> &serde_json::Value {
     &status["pools"][0]["backends"][index]
@@ -126,4 +127,53 @@ async fn a_returning_backend_ramps_up_over_the_slow_start() {
         "{revived} of 90 right after its return: {by_replica:?}"
     );
     stop(running).await;
+}
+
+/// A backend that cuts every answer's body short (a length of 1000, then 10 bytes and the
+/// close) fails those requests, on both engines: each is a failure in its counters and an error
+/// to passive health, never a success, so five in a row eject it; the client sees the cut.
+#[tokio::test]
+async fn a_backend_that_cuts_its_bodies_short_fails_and_is_ejected() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let cutting =
+            answering_then_closing("HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n0123456789")
+                .await;
+        let replicas = replicas(2).await;
+        let mut plan = plan_on(
+            engine,
+            &[cutting, replicas[0].address(), replicas[1].address()],
+        );
+        plan.pools[0].outlier = Some(OutlierRules::default());
+        let running = trafik_proxy::start(plan).unwrap();
+        let mut cut = 0;
+        for n in 0..30 {
+            let request =
+                format!("GET /takip/{n} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+            let answer = raw_exchange(web(&running), request.as_bytes()).await;
+            if !answer.contains("x-kopya") {
+                assert!(
+                    answer.is_empty() || answer.ends_with("0123456789"),
+                    "{engine:?}: {answer}"
+                );
+                cut += 1;
+            }
+        }
+        // Round robin sends it every third request until five in a row eject it.
+        assert_eq!(cut, 5, "{engine:?}");
+        let status = status(&running).await;
+        let cutting = backend(&status, 0);
+        assert_eq!(cutting["failures"], 5, "{engine:?}: {cutting}");
+        assert_eq!(cutting["ejected"], true, "{engine:?}: {cutting}");
+        assert_eq!(
+            cutting["ejection_reason"], "consecutive-errors",
+            "{engine:?}"
+        );
+        let metrics = admin_get(&running, "/metrics").await.text();
+        let failures = metrics
+            .lines()
+            .find(|line| line.starts_with("trafik_backend_failures_total") && line.contains("k1"))
+            .unwrap_or_else(|| panic!("{engine:?}: no failures of k1 in {metrics}"));
+        assert!(failures.ends_with(" 5"), "{engine:?}: {failures}");
+        stop(running).await;
+    }
 }

@@ -368,7 +368,9 @@ async fn a_buffered_route_holds_no_backend_connection_while_a_body_trickles_in()
 #[tokio::test]
 async fn a_body_trickling_below_the_default_rate_gets_408() {
     let backend = body_reading_server().await;
-    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut plan = plan(&[backend]);
+    plan.client.limits = trafik_proxy::HeadLimits::default();
+    let running = trafik_proxy::start(plan).unwrap();
     let mut client = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
     client
         .write_all(b"POST /yukle HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n")

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::Version;
-use support::tls::{Issued, TestCa, TlsClient, h2c_get, tls_backend};
+use support::tls::{Issued, TestCa, TlsClient, h2c, h2c_get, tls_backend};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -496,5 +496,83 @@ async fn a_large_answer_reaches_a_late_reader_whole_over_https() {
         0,
         "served by the own engine"
     );
+    stop(running).await;
+}
+
+/// An HTTP/2 GET of `/alan` with `fields` on a fresh h2c connection: its status, and its body
+/// and trailer fields read to the end.
+async fn h2c_get_with(
+    address: SocketAddr,
+    fields: &[(&str, String)],
+) -> (u16, bytes::Bytes, Option<http::HeaderMap>) {
+    use http_body_util::BodyExt;
+    let mut request = http::Request::get("http://kargo.test/alan");
+    for (name, value) in fields {
+        request = request.header(*name, value);
+    }
+    let request = request.body(http_body_util::Full::default()).unwrap();
+    let response = h2c(address).await.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap();
+    let trailers = body.trailers().cloned();
+    (status, body.to_bytes(), trailers)
+}
+
+/// An HTTP/2 head with more fields than `[server.limits] headers` gets 431 before any backend
+/// is asked, as an HTTP/1.1 head does; one within the limit passes.
+#[tokio::test]
+async fn an_http2_head_past_the_field_limit_gets_431() {
+    let (backend, received) =
+        answering_recorded("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let mut plan = plan(&[backend]);
+    plan.client.limits.headers = 10;
+    let running = trafik_proxy::start(plan).unwrap();
+    let fields = |count: usize| -> Vec<(&str, String)> {
+        (0..count).map(|_| ("x-alan", "1".to_owned())).collect()
+    };
+    let (within, _, _) = h2c_get_with(web(&running), &fields(10)).await;
+    assert_eq!(within, 200);
+    for count in [11, 150] {
+        let (many, _, _) = h2c_get_with(web(&running), &fields(count)).await;
+        assert_eq!(many, 431, "{count} fields");
+    }
+    let received = String::from_utf8_lossy(&received.lock().unwrap()).into_owned();
+    assert_eq!(received.matches("GET /alan").count(), 1, "{received}");
+    stop(running).await;
+}
+
+/// RFC 9113 §8.2.3: the `cookie` fields of an HTTP/2 request reach an HTTP/1.1 backend as one
+/// field, joined with "; ".
+#[tokio::test]
+async fn an_http2_requests_cookie_fields_reach_the_backend_as_one() {
+    let (backend, received) =
+        answering_recorded("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let cookies = [("cookie", "a=1".to_owned()), ("cookie", "b=2".to_owned())];
+    let (status, _, _) = h2c_get_with(web(&running), &cookies).await;
+    assert_eq!(status, 200);
+    let received = String::from_utf8_lossy(&received.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = received
+        .lines()
+        .filter(|line| line.to_ascii_lowercase().starts_with("cookie:"))
+        .collect();
+    assert_eq!(lines, ["cookie: a=1; b=2"], "{received}");
+    stop(running).await;
+}
+
+/// Over HTTP/2 as over HTTP/1.1, an answer's trailer fields do not reach the client, even one
+/// that takes trailers (`te: trailers`): a `Set-Cookie` among them must not.
+#[tokio::test]
+async fn an_http2_client_gets_no_trailer_fields() {
+    let backend = answering(
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: x-son\r\n\r\n\
+         4;ad=deger\r\nwiki\r\n0\r\nx-son: 1\r\nset-cookie: oturum=ele\r\n\r\n",
+    )
+    .await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let (status, body, trailers) =
+        h2c_get_with(web(&running), &[("te", "trailers".to_owned())]).await;
+    assert_eq!((status, &body[..]), (200, &b"wiki"[..]));
+    assert_eq!(trailers, None);
     stop(running).await;
 }

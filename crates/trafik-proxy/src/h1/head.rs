@@ -594,9 +594,10 @@ pub struct ResponseHead {
 }
 
 /// Parses the response head at the start of `buffer` and writes the client's version into
-/// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, relayed as it came),
-/// `via` added, `Connection: close` when `closing`, else `Transfer-Encoding: chunked` when the
-/// body ends at the close. More than `headers_allowed` fields make it [`Response::Bad`].
+/// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, the coding the body is
+/// framed anew in), framing fields dropped from a 204 or 304, `via` added, `Connection: close`
+/// when `closing`, else `Transfer-Encoding: chunked` when the body ends at the close. More than
+/// `headers_allowed` fields make it [`Response::Bad`].
 pub fn response(
     buffer: &[u8],
     head_request: bool,
@@ -718,16 +719,22 @@ pub fn response(
         out.extend_from_slice(status_line.get(9..).unwrap_or(b"502"));
         out.extend_from_slice(b"\r\n");
     }
+    // No body follows a 204 or a 304, and no field says how long it is (RFC 9110 §8.6: never
+    // on a 204; hyper's server drops it on a 304 too).
+    let bodiless = status == 204 || status == 304;
     for field in parsed.headers.iter() {
-        let keep_coding = chunked && field.name.eq_ignore_ascii_case("transfer-encoding");
+        let coding = field.name.eq_ignore_ascii_case("transfer-encoding");
+        let length = field.name.eq_ignore_ascii_case("content-length");
+        let keep_coding = chunked && coding;
         // A length beside a coding is the coding's (RFC 9112 §6.3): it goes.
-        let stale_length = coded && field.name.eq_ignore_ascii_case("content-length");
+        let stale_length = coded && length;
         let withdrawn = named[..named_count]
             .iter()
             .any(|n| n.eq_ignore_ascii_case(field.name.as_bytes()));
         if (is_hop_by_hop(field.name) && !keep_coding)
             || withdrawn
             || stale_length
+            || (bodiless && (coding || length))
             || field.name.eq_ignore_ascii_case("via")
         {
             continue;
@@ -963,5 +970,29 @@ mod tests {
             answer("HTTP/1.1 100 Continue\r\n\r\n", false).0,
             Response::Interim(25)
         );
+        for bodiless in [
+            "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n",
+            "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n",
+        ] {
+            let (parsed, out) = answer(bodiless, false);
+            assert!(
+                matches!(
+                    parsed,
+                    Response::Ready(ResponseHead {
+                        framing: Framing::Empty,
+                        ..
+                    })
+                ),
+                "{parsed:?}"
+            );
+            assert!(
+                out.ends_with("\r\nX-A: 1\r\nvia: 1.1 trafik\r\n\r\n"),
+                "{out}"
+            );
+            assert!(!out.contains("Content-Length") && !out.contains("Transfer-Encoding"));
+        }
+        // An answer to HEAD names its length, as the one to GET would.
+        let (_, out) = answer("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true);
+        assert!(out.contains("Content-Length: 5\r\n"), "{out}");
     }
 }

@@ -7,7 +7,8 @@
 //! inline — the rewritten head and the body in one `writev` (a body still on its way, a chunked
 //! one, or one held back for `100 Continue` streams through [`body`]), the response head parsed
 //! and rewritten the same way (with a [`date`] when it has none), the body relayed by its
-//! framing (a chunked one read by the same [`chunked`] decoder as a chunked request body).
+//! framing (a chunked one framed anew, without extensions or trailer fields, by the same
+//! [`chunked`] decoder as a chunked request body).
 //! A 101 to a request that asked for it opens a [`tunnel`]. A bodiless request for any other
 //! route (filters, caches, static files, gateway targets, the hop trace, no route) goes through
 //! the shared pipeline, its answer written here ([`pipeline`]). Anything else (such a request
@@ -262,8 +263,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         }),
     };
     // A bodiless request is its head, kept in the connection's buffer: sending it again needs
-    // no copy, so its replay is nothing.
-    let replay = (request.body == 0
+    // no copy, so its replay is nothing. Kept, as on hyper's path, only when the pool retries.
+    let replay = (pool.plan.retries > 0
+        && request.body == 0
         && !streamed
         && (request.method.is_idempotent() || target.retry_non_idempotent))
         .then_some(());
@@ -313,7 +315,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             .await;
         }
     };
-    while let Some(attempt) = call.next().await {
+    while let Some(mut attempt) = call.next().await {
         let index = attempt.index;
         let mut upstream = match proxy.raw.checkout(pool, index, me, false).await {
             Ok(checked_out) => checked_out,
@@ -331,13 +333,19 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             connection,
             request,
             upload.as_mut(),
+            replay.is_some(),
             snapshot,
         )
         .await;
         let answer = match answered {
             Ok(answer) => answer,
             Err(error) => match call.lost(attempt, error, replay) {
-                Ok(()) => continue,
+                Ok(()) => {
+                    // The head buffer may hold an answer's head by now: it gets the
+                    // request's again.
+                    connection.rewrite_head(snapshot);
+                    continue;
+                }
                 Err(error) => {
                     let backend = Some(pool.address(index));
                     return refuse(
@@ -354,8 +362,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             },
         };
         let answered_at = Instant::now();
-        call.answered(&attempt, answer.status, answered_at);
-        let retried = call.retry_answer(&attempt, answer.status, answer.retry_after, replay);
+        call.answered(&mut attempt, answer.status, answered_at);
+        let retried = call.retry_answer(&mut attempt, answer.status, answer.retry_after, replay);
         if retried.is_some() {
             // The answer's body is left unread: its stream closes rather than going back, and
             // the head buffer, which holds the answer's head now, gets the request's again.
@@ -388,12 +396,29 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             &mut connection.relay,
             &answer,
             request.close,
-            || drop(in_flight.take()),
+            || {
+                if let Some(mut attempt) = in_flight.take() {
+                    attempt.in_flight.answer_ended();
+                }
+            },
         )
         .await;
+        // A switch has no end to wait for; a body the backend cut short fails it.
+        if let Some(attempt) = in_flight.as_mut() {
+            match relayed {
+                Ok(_) => attempt.in_flight.answer_ended(),
+                Err(Broken::Backend) => attempt.in_flight.answer_cut(),
+                Err(Broken::Client) => {}
+            }
+        }
         // Behind TLS, the answer's end may still sit in the session's buffer (a no-op on TCP).
         let relayed = match relayed {
-            Ok(clean) => connection.client.flush().await.map(|()| clean),
+            Ok(clean) => connection
+                .client
+                .flush()
+                .await
+                .map(|()| clean)
+                .map_err(Broken::client),
             failed => failed,
         };
         if let Some(line) = logged {
@@ -489,8 +514,10 @@ impl Answers<'_> {
 }
 
 /// Sends the request on `upstream` (a checked-out stream, and whether it was reused) and
-/// reads the response head, within the pool's response timeout (from when the body is out).
-/// A reused stream the backend closed while it was idle gets one more try on a new stream.
+/// reads the response head, within the pool's response timeout (from when the body is out);
+/// for a request that may be sent again (`replayable`), also the first byte of a body with a
+/// length ([`response_head`]). A reused stream the backend closed while it was idle gets one
+/// more try on a new stream.
 #[allow(clippy::too_many_arguments)]
 async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     proxy: &WorkerProxy,
@@ -500,6 +527,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     connection: &mut Connection<S>,
     request: &RequestHead,
     mut upload: Option<&mut Upload>,
+    replayable: bool,
     snapshot: &WorkerSnapshot,
 ) -> Result<ResponseHead, ProxyError> {
     // One that could not be sent again if the stream turned out closed goes on one seen open
@@ -547,9 +575,12 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                         response_head(
                             stream,
                             &mut connection.relay,
-                            request.method == Method::HEAD,
-                            request.close,
-                            request.upgrade,
+                            Asked {
+                                head_request: request.method == Method::HEAD,
+                                closing: request.close,
+                                upgrading: request.upgrade,
+                                replayable,
+                            },
                             snapshot,
                             &mut connection.head,
                         ),
@@ -645,17 +676,33 @@ enum Lost {
     Switched,
 }
 
-/// Reads the upstream's response head into `buffer`, skipping informational ones, and writes
-/// the client's version into `out`.
-async fn response_head(
-    upstream: &mut Stream,
-    buffer: &mut Vec<u8>,
+/// What an answer is read for.
+struct Asked {
     head_request: bool,
     closing: bool,
     upgrading: bool,
+    /// The request may be sent again.
+    replayable: bool,
+}
+
+/// Reads the upstream's response head into `buffer`, skipping informational ones, and writes
+/// the client's version into `out`. For a request that may be sent again, an answer whose body
+/// has a length is in hand only with a byte of that body: a backend that closes before it has
+/// lost the request (`Broken`), which may go elsewhere, for its client has seen nothing yet.
+/// A head past the snapshot's upstream limits is `Broken` too.
+async fn response_head(
+    upstream: &mut Stream,
+    buffer: &mut Vec<u8>,
+    asked: Asked,
     snapshot: &WorkerSnapshot,
     out: &mut Vec<u8>,
 ) -> Result<ResponseHead, Lost> {
+    let Asked {
+        head_request,
+        closing,
+        upgrading,
+        replayable,
+    } = asked;
     let limits = snapshot.client.upstream_limits;
     // Bytes of informational heads skipped so far: they count against the limit too, so
     // endless 1xx answers cannot hold the request either.
@@ -671,7 +718,18 @@ async fn response_head(
                 limits.headers,
                 out,
             ) {
-                Response::Ready(head) if interim + head.length <= limits.bytes => return Ok(head),
+                Response::Ready(head) if interim + head.length <= limits.bytes => {
+                    let body_to_wait_for = replayable
+                        && matches!(head.framing, Framing::Length(length) if length > 0)
+                        && buffer.len() == head.length;
+                    if body_to_wait_for {
+                        match upstream.read_buf(buffer).await {
+                            Ok(0) | Err(_) => return Err(Lost::Broken),
+                            Ok(_) => {}
+                        }
+                    }
+                    return Ok(head);
+                }
                 Response::Interim(length) => {
                     interim += length;
                     buffer.drain(..length);
@@ -692,11 +750,38 @@ async fn response_head(
     }
 }
 
+/// Which side broke off an answer's relay.
+#[derive(Debug, PartialEq, Eq)]
+enum Broken {
+    /// The backend cut the body short: it closed or failed before the body's end, or broke its
+    /// framing.
+    Backend,
+    /// The client could not be written to.
+    Client,
+}
+
+impl Broken {
+    fn client(_: io::Error) -> Self {
+        Broken::Client
+    }
+}
+
+/// Reads the next piece of an answer's body into `buffer`: how many bytes came, none at the
+/// backend's close; a read that fails is the backend's.
+async fn read_more<U: AsyncRead + Unpin>(
+    upstream: &mut U,
+    buffer: &mut Vec<u8>,
+) -> Result<usize, Broken> {
+    buffer.clear();
+    upstream.read_buf(buffer).await.map_err(|_| Broken::Backend)
+}
+
 /// Relays the response: its head and the body bytes read with it in one `writev`, then the
-/// rest as it comes. True when the body ended where its framing says, with nothing after it.
-/// A body that ends at the backend's close goes as chunks to a client that stays (not
-/// `closing`), as hyper's server sends a body of unknown length. `upstream_done` runs once the
-/// backend's answer has ended, before its last bytes are written (never for a switch).
+/// rest as it comes (a chunked body framed anew in the buffer it was read into). True when the
+/// body ended where its framing says, with nothing after it. A body that ends at the backend's
+/// close goes as chunks to a client that stays (not `closing`), as hyper's server sends a body
+/// of unknown length. `upstream_done` runs once the backend's answer has ended, before its last
+/// bytes are written (never for a switch).
 async fn relay<U: AsyncRead + Unpin, C: AsyncWrite + Unpin>(
     upstream: &mut U,
     client: &mut C,
@@ -705,17 +790,17 @@ async fn relay<U: AsyncRead + Unpin, C: AsyncWrite + Unpin>(
     answer: &ResponseHead,
     closing: bool,
     upstream_done: impl FnOnce(),
-) -> io::Result<bool> {
+) -> Result<bool, Broken> {
     let after = &buffer[answer.length..];
     match answer.framing {
         Framing::Empty => {
             upstream_done();
-            send(client, head, &[]).await?;
+            send(client, head, &[]).await.map_err(Broken::client)?;
             Ok(after.is_empty())
         }
         // The bytes after a 101 are the new protocol's.
         Framing::Switched => {
-            send(client, head, after).await?;
+            send(client, head, after).await.map_err(Broken::client)?;
             Ok(false)
         }
         Framing::Length(length) => {
@@ -730,17 +815,21 @@ async fn relay<U: AsyncRead + Unpin, C: AsyncWrite + Unpin>(
                 }
             };
             ended(rest);
-            send(client, head, &after[..take]).await?;
+            send(client, head, &after[..take])
+                .await
+                .map_err(Broken::client)?;
             let clean = after.len() == take;
             while rest > 0 {
-                buffer.clear();
-                if upstream.read_buf(buffer).await? == 0 {
-                    return Err(io::ErrorKind::UnexpectedEof.into());
+                if read_more(upstream, buffer).await? == 0 {
+                    return Err(Broken::Backend);
                 }
                 let take = (buffer.len() as u64).min(rest) as usize;
                 rest -= take as u64;
                 ended(rest);
-                client.write_all(&buffer[..take]).await?;
+                client
+                    .write_all(&buffer[..take])
+                    .await
+                    .map_err(Broken::client)?;
                 if take < buffer.len() {
                     return Ok(false);
                 }
@@ -749,64 +838,72 @@ async fn relay<U: AsyncRead + Unpin, C: AsyncWrite + Unpin>(
         }
         Framing::Chunked => {
             let mut chunked = Chunked::new(ANSWER_TRAILER_LINES);
-            // As hyper: what came before a break in the framing goes out, then the connection
+            // Each read is framed anew where it lies (no extensions, no trailer fields). As
+            // hyper: what came before a break in the framing goes out, then the connection
             // closes; the head too, unless the body broke before any data in this first read.
-            let end = match chunked.relay(after) {
-                Ok(end) => end,
-                Err(BadChunk { at }) => {
+            let start = answer.length;
+            let relayed = chunked.relay(&mut buffer[start..]);
+            let framed = &buffer[start..start + relayed.framed];
+            match relayed.end {
+                Err(BadChunk { .. }) => {
                     if chunked.carried_data() {
-                        send(client, head, &after[..at]).await?;
+                        send(client, head, framed).await.map_err(Broken::client)?;
                     }
-                    return Err(io::ErrorKind::InvalidData.into());
+                    return Err(Broken::Backend);
                 }
-            };
-            let take = end.unwrap_or(after.len());
-            if let Some(end) = end {
-                upstream_done();
-                send(client, head, &after[..take]).await?;
-                return Ok(end == after.len());
-            }
-            send(client, head, &after[..take]).await?;
-            loop {
-                buffer.clear();
-                if upstream.read_buf(buffer).await? == 0 {
-                    return Err(io::ErrorKind::UnexpectedEof.into());
-                }
-                let end = match chunked.relay(buffer) {
-                    Ok(end) => end,
-                    Err(BadChunk { at }) => {
-                        client.write_all(&buffer[..at]).await?;
-                        return Err(io::ErrorKind::InvalidData.into());
-                    }
-                };
-                if let Some(end) = end {
+                Ok(Some(end)) => {
                     upstream_done();
-                    client.write_all(&buffer[..end]).await?;
-                    return Ok(end == buffer.len());
+                    send(client, head, framed).await.map_err(Broken::client)?;
+                    return Ok(start + end == buffer.len());
                 }
-                client.write_all(buffer).await?;
+                Ok(None) => send(client, head, framed).await.map_err(Broken::client)?,
+            }
+            loop {
+                if read_more(upstream, buffer).await? == 0 {
+                    return Err(Broken::Backend);
+                }
+                let relayed = chunked.relay(buffer);
+                let framed = &buffer[..relayed.framed];
+                match relayed.end {
+                    Err(BadChunk { .. }) => {
+                        client.write_all(framed).await.map_err(Broken::client)?;
+                        return Err(Broken::Backend);
+                    }
+                    Ok(Some(end)) => {
+                        upstream_done();
+                        client.write_all(framed).await.map_err(Broken::client)?;
+                        return Ok(end == buffer.len());
+                    }
+                    Ok(None) => client.write_all(framed).await.map_err(Broken::client)?,
+                }
             }
         }
         Framing::Close if !closing => {
-            chunked::send_chunk(client, head, after).await?;
+            chunked::send_chunk(client, head, after)
+                .await
+                .map_err(Broken::client)?;
             loop {
-                buffer.clear();
-                if upstream.read_buf(buffer).await? == 0 {
+                if read_more(upstream, buffer).await? == 0 {
                     upstream_done();
-                    client.write_all(chunked::LAST_CHUNK).await?;
+                    client
+                        .write_all(chunked::LAST_CHUNK)
+                        .await
+                        .map_err(Broken::client)?;
                     return Ok(false);
                 }
-                chunked::send_chunk(client, &[], buffer).await?;
+                chunked::send_chunk(client, &[], buffer)
+                    .await
+                    .map_err(Broken::client)?;
             }
         }
         Framing::Close => {
-            send(client, head, after).await?;
+            send(client, head, after).await.map_err(Broken::client)?;
             loop {
-                buffer.clear();
-                if upstream.read_buf(buffer).await? == 0 {
+                if read_more(upstream, buffer).await? == 0 {
+                    upstream_done();
                     return Ok(false);
                 }
-                client.write_all(buffer).await?;
+                client.write_all(buffer).await.map_err(Broken::client)?;
             }
         }
     }
@@ -822,7 +919,7 @@ mod tests {
     use tokio::io::{AsyncWrite, AsyncWriteExt};
 
     use super::head::{Framing, ResponseHead};
-    use super::relay;
+    use super::{Broken, relay};
 
     /// A client that records what reached it, shared with the test.
     #[derive(Clone, Default)]
@@ -845,6 +942,18 @@ mod tests {
         }
     }
 
+    /// An answer's head, parsed, whose body follows in the buffer.
+    fn answer(framing: Framing) -> ResponseHead {
+        ResponseHead {
+            length: 0,
+            status: 200,
+            framing,
+            reusable: true,
+            dated: true,
+            retry_after: false,
+        }
+    }
+
     /// Relays an answer whose first `read` bytes came with its head and whose rest the backend
     /// sends after; returns what the client got and how much of it it had when the backend's
     /// part was declared done.
@@ -858,21 +967,13 @@ mod tests {
         let client = Recorded::default();
         let done_at = Cell::new(None);
         let mut buffer = read.to_vec();
-        let answer = ResponseHead {
-            length: 0,
-            status: 200,
-            framing,
-            reusable: true,
-            dated: true,
-            retry_after: false,
-        };
         let seen = client.clone();
         let clean = relay(
             &mut upstream,
             &mut client.clone(),
             b"HTTP/1.1 200 OK\r\n\r\n",
             &mut buffer,
-            &answer,
+            &answer(framing),
             false,
             || done_at.set(Some(seen.0.borrow().len())),
         )
@@ -904,5 +1005,62 @@ mod tests {
                 got.len()
             );
         }
+    }
+
+    /// A client that can no longer be written to.
+    struct Gone;
+
+    impl AsyncWrite for Gone {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A body that ends before its framing says, or breaks it, is the backend's fault (it is
+    /// counted against it); a client that cannot take the answer is not.
+    #[tokio::test]
+    async fn a_body_cut_short_is_the_backends_break_and_a_gone_client_the_clients() {
+        let cut = [
+            (Framing::Length(10), &b"01234"[..]),
+            (Framing::Chunked, b"5\r\n012"),
+            (Framing::Chunked, b"3\r\nabc\r\n4 x\r\n"),
+        ];
+        for (framing, read) in cut {
+            let (backend, mut upstream) = tokio::io::duplex(64);
+            drop(backend);
+            let relayed = relay(
+                &mut upstream,
+                &mut Recorded::default(),
+                b"HTTP/1.1 200 OK\r\n\r\n",
+                &mut read.to_vec(),
+                &answer(framing),
+                false,
+                || {},
+            )
+            .await;
+            assert_eq!(relayed, Err(Broken::Backend), "{framing:?}, {read:?}");
+        }
+        let (_backend, mut upstream) = tokio::io::duplex(64);
+        let relayed = relay(
+            &mut upstream,
+            &mut Gone,
+            b"HTTP/1.1 200 OK\r\n\r\n",
+            &mut b"0123".to_vec(),
+            &answer(Framing::Length(4)),
+            false,
+            || {},
+        )
+        .await;
+        assert_eq!(relayed, Err(Broken::Client));
     }
 }

@@ -368,9 +368,14 @@ impl Body for RequestBody {
 
 /// A response body: streamed from a backend, or written by trafik itself.
 pub enum ProxyBody {
-    /// Relayed frame by frame; the upstream connection goes back to its pool at the end.
+    /// Relayed frame by frame, but for its trailer fields, which reach no client on any
+    /// version (as on the own engine: a `Set-Cookie` there would pass unseen by any head
+    /// step); the upstream connection goes back to its pool at the end.
     Upstream {
         body: Incoming,
+        /// The body's first piece, when it was read before the answer was given (to send the
+        /// request elsewhere should the backend close first).
+        first: Option<Bytes>,
         lease: Option<Lease>,
     },
     /// A body trafik wrote (errors, admin answers, cached copies, small files).
@@ -399,15 +404,16 @@ impl Drop for Logged {
 }
 
 impl ProxyBody {
-    /// Wraps a backend's body. An empty body releases its connection at once.
-    pub fn upstream(body: Incoming, lease: Lease) -> Self {
+    /// Wraps a backend's body, whose `first` piece may have been read already. A body that has
+    /// ended releases its connection at once.
+    pub fn upstream(body: Incoming, first: Option<Bytes>, lease: Lease) -> Self {
         let lease = if body.is_end_stream() {
             lease.release();
             None
         } else {
             Some(lease)
         };
-        ProxyBody::Upstream { body, lease }
+        ProxyBody::Upstream { body, first, lease }
     }
 
     pub fn local(text: impl Into<Bytes>) -> Self {
@@ -447,8 +453,16 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { body, lease } => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
+            ProxyBody::Upstream { body, first, lease } => loop {
+                let polled = match first.take() {
+                    Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                    None => Pin::new(&mut *body).poll_frame(cx),
+                };
+                if let Poll::Ready(Some(Ok(frame))) = &polled
+                    && frame.is_trailers()
+                {
+                    continue;
+                }
                 // hyper stops polling once `is_end_stream` is true, so the connection is
                 // released with the last frame rather than on a poll that may never come.
                 if ends(&polled, &*body)
@@ -456,8 +470,14 @@ impl Body for ProxyBody {
                 {
                     lease.release();
                 }
-                polled
-            }
+                // An upstream body fails only when the backend cuts it short.
+                if let Poll::Ready(Some(Err(_))) = &polled
+                    && let Some(lease) = lease.take()
+                {
+                    lease.cut();
+                }
+                return polled;
+            },
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             ProxyBody::Chunks(chunks) => {
                 chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d))))
@@ -474,7 +494,7 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ProxyBody::Upstream { body, .. } => body.is_end_stream(),
+            ProxyBody::Upstream { body, first, .. } => first.is_none() && body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
             ProxyBody::Chunks(chunks) => chunks.is_closed() && chunks.is_empty(),
             ProxyBody::Logged(logged) => logged.body.is_end_stream(),
@@ -483,7 +503,20 @@ impl Body for ProxyBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ProxyBody::Upstream { body, .. } => body.size_hint(),
+            ProxyBody::Upstream { body, first, .. } => {
+                let hint = body.size_hint();
+                let Some(first) = first else {
+                    return hint;
+                };
+                // The body counts only what it has not given yet.
+                let first = first.len() as u64;
+                let mut with_first = SizeHint::new();
+                with_first.set_lower(hint.lower() + first);
+                if let Some(upper) = hint.upper() {
+                    with_first.set_upper(upper + first);
+                }
+                with_first
+            }
             ProxyBody::Local(Some(data)) => SizeHint::with_exact(data.len() as u64),
             ProxyBody::Local(None) => SizeHint::with_exact(0),
             ProxyBody::Chunks(_) => SizeHint::default(),

@@ -23,7 +23,7 @@ use http::{Extensions, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 
 use super::body::{ProxyBody, RequestBody};
-use super::headers::{append_via, is_settable, remove_hop_by_hop};
+use super::headers::{append_via, is_settable, join_cookies, remove_hop_by_hop};
 use super::policy;
 use super::service::ClientConnection;
 use super::upgrade;
@@ -132,7 +132,8 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
 /// hop-by-hop headers are removed both ways (from relayed responses only: trafik's own answers
 /// may need `Connection: close`) — but for an upgrade ([`upgrade::wanted`]) and its 101, which
 /// keep `Upgrade` and `Connection: upgrade`. An HTTP/2 request keeps its version here; hyper
-/// writes it upstream as HTTP/1.1.
+/// writes it upstream as HTTP/1.1, with its `cookie` fields joined into one here
+/// ([`join_cookies`]).
 pub struct UpstreamForm;
 
 impl Filter for UpstreamForm {
@@ -159,6 +160,9 @@ impl Filter for UpstreamForm {
             upgrade::prepare(request);
         } else {
             remove_hop_by_hop(request.headers_mut());
+        }
+        if request.version() == Version::HTTP_2 {
+            join_cookies(request.headers_mut());
         }
         Step::Continue
     }

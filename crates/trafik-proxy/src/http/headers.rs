@@ -77,6 +77,25 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Joins the `cookie` fields of a request received over HTTP/2 into one, as RFC 9113 §8.2.3
+/// asks of a request going on over HTTP/1.1, where a second `cookie` line is not allowed (RFC
+/// 6265 §5.4): an HTTP/2 client may send each cookie in a field of its own.
+pub fn join_cookies(headers: &mut HeaderMap) {
+    let mut cookies = headers.get_all(header::COOKIE).iter();
+    let (Some(first), Some(_)) = (cookies.next(), cookies.next()) else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for cookie in headers.get_all(header::COOKIE).iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(cookie.as_bytes());
+    }
+    // Valid values joined by "; " are valid.
+    if let Ok(joined) = HeaderValue::from_bytes(&joined) {
+        headers.insert(header::COOKIE, joined);
+    }
+}
+
 /// The forwarding headers of one client connection. The client's address does not change
 /// between its requests, so its parts are written once; the `Forwarded` value is kept for the
 /// last `Host` seen, which on a kept-alive connection is nearly always the next one too.
@@ -213,6 +232,18 @@ mod tests {
         remove_hop_by_hop(&mut h);
         let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, ["accept"]);
+    }
+
+    #[test]
+    fn cookie_fields_are_joined_into_one_with_semicolons() {
+        let mut h = headers(&[("cookie", "a=1"), ("accept", "*/*"), ("cookie", "b=2; c=3")]);
+        join_cookies(&mut h);
+        let cookies: Vec<_> = h.get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1; b=2; c=3"]);
+        assert_eq!(h["accept"], "*/*");
+        let mut one = headers(&[("cookie", "a=1")]);
+        join_cookies(&mut one);
+        assert_eq!(one.get_all("cookie").iter().count(), 1);
     }
 
     fn forward(trust: bool, client: &str, h: &mut HeaderMap) {

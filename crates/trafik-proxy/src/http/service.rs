@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::uri::PathAndQuery;
-use http::{Request, Response, Uri};
+use http::{Request, Response, Uri, Version};
 
 use super::body::{ProxyBody, RequestBody};
 use super::filter::{Exchange, Step};
@@ -152,6 +152,17 @@ impl WorkerProxy {
         };
         if let Some(refusal) = validate::refusal(&request) {
             return (refuse(refusal, snapshot, &request), None, None);
+        }
+        // hyper's HTTP/2 server bounds a head in bytes only: its fields are counted here, against
+        // the limit HTTP/1.1's parser applies.
+        if request.version() == Version::HTTP_2
+            && request.headers().len() > snapshot.client.limits.headers
+        {
+            return (
+                refuse(ProxyError::HeadTooLarge, snapshot, &request),
+                None,
+                None,
+            );
         }
         if validate::loops_back(request.headers(), &snapshot.name) {
             return (

@@ -6,7 +6,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
+use http_body::Body;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
@@ -118,25 +121,29 @@ impl PoolTarget {
         let upload = request.body().upload();
         // Set aside before sending: the request carries only what the next hop reads.
         let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
-        while let Some(attempt) = call.next().await {
+        while let Some(mut attempt) = call.next().await {
             let address = pool.address(attempt.index);
             let limits = snapshot.client.upstream_limits;
-            match send(
+            let sent = send(
                 worker,
                 pool,
                 attempt.index,
                 request,
                 upload.as_ref(),
+                replay.is_some(),
                 limits,
-            )
-            .await
-            {
-                Ok((answer, checkout)) => {
+            );
+            match sent.await {
+                Ok(Answered {
+                    answer,
+                    checkout,
+                    first,
+                }) => {
                     let status = answer.status().as_u16();
                     let answered_at = Instant::now();
-                    call.answered(&attempt, status, answered_at);
+                    call.answered(&mut attempt, status, answered_at);
                     let retried = call.retry_answer(
-                        &attempt,
+                        &mut attempt,
                         status,
                         answer.headers().contains_key(header::RETRY_AFTER),
                         replay.as_ref(),
@@ -149,8 +156,11 @@ impl PoolTarget {
                     let (index, counters, sent_at) =
                         (attempt.index, attempt.counters, attempt.sent_at);
                     let relayed = relay(
-                        answer,
-                        checkout,
+                        Answered {
+                            answer,
+                            checkout,
+                            first,
+                        },
                         attempt.in_flight,
                         upload.clone(),
                         client_upgrade.take(),
@@ -185,40 +195,62 @@ impl PoolTarget {
     }
 }
 
+/// A backend's answer, with the connection it came on and, when it was waited for, the first
+/// piece of its body.
+struct Answered {
+    answer: Response<Incoming>,
+    checkout: Checkout,
+    first: Option<Bytes>,
+}
+
 /// Turns a backend's answer into the client's: its body streams back on the connection, which
 /// returns to the idle stack at its end; a 101 to a request that asked to switch protocols
 /// hands both connections to a [`Tunnel`] instead, for the client connection to run.
 fn relay(
-    mut answer: Response<Incoming>,
-    checkout: Checkout,
-    in_flight: InFlight,
+    answered: Answered,
+    mut in_flight: InFlight,
     upload: Option<Rc<Upload>>,
     client_upgrade: Option<ClientUpgrade>,
     connection: &ClientConnection,
     counters: &BackendCounters,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    let Answered {
+        mut answer,
+        checkout,
+        first,
+    } = answered;
     if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
         let lease = checkout.into_lease(in_flight, upload);
-        return Ok(answer.map(|body| ProxyBody::upstream(body, lease)));
+        return Ok(answer.map(|body| ProxyBody::upstream(body, first, lease)));
     }
     let client = client_upgrade.ok_or(ProxyError::UnexpectedUpgrade)?;
+    // A switch has no body to wait for the end of.
+    in_flight.answer_ended();
     connection
         .handover
         .put(Tunnel::new(client, &mut answer, checkout, in_flight));
     bump(&counters.upgrades);
-    Ok(answer.map(|body| ProxyBody::Upstream { body, lease: None }))
+    Ok(answer.map(|body| ProxyBody::Upstream {
+        body,
+        first: None,
+        lease: None,
+    }))
 }
 
 /// Sends the request to backend `index` on a pooled or new connection; the answer comes back
-/// with the connection it arrived on.
+/// with the connection it arrived on. For a request that may be sent again (`replayable`,
+/// which is bodiless), an answer whose body has a length comes only with the first piece of
+/// that body, within the same response timeout: a backend that closes before it lost the
+/// request, which may go elsewhere, for its client has seen nothing yet (as on the own engine).
 async fn send(
     worker: &WorkerProxy,
     pool: &Pool,
     index: usize,
     mut request: Request<RequestBody>,
     upload: Option<&Rc<Upload>>,
+    replayable: bool,
     limits: AnswerLimits,
-) -> Result<(Response<Incoming>, Checkout), Failure> {
+) -> Result<Answered, Failure> {
     // A pooled connection the backend closed while idle hands the request back unsent; that is
     // no failure of the backend, so it is tried once more on a new connection.
     let mut fresh = false;
@@ -231,8 +263,9 @@ async fn send(
         tokio::pin!(sending);
         // The response timeout counts from when the request has been sent in full: a slow
         // upload is the client's time, not the backend's.
+        let deadline = tokio::time::Instant::now() + pool.plan.response_timeout;
         let answered = match upload {
-            None => tokio::time::timeout(pool.plan.response_timeout, &mut sending).await,
+            None => tokio::time::timeout_at(deadline, &mut sending).await,
             Some(upload) => tokio::select! {
                 biased;
                 answered = &mut sending => Ok(answered),
@@ -243,7 +276,32 @@ async fn send(
         };
         match answered {
             Err(_elapsed) => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
-            Ok(Ok(response)) => return Ok((response, checkout)),
+            Ok(Ok(mut answer)) => {
+                let body_to_wait_for = replayable
+                    && answer
+                        .body()
+                        .size_hint()
+                        .exact()
+                        .is_some_and(|length| length > 0);
+                let first = match body_to_wait_for {
+                    false => None,
+                    true => {
+                        match tokio::time::timeout_at(deadline, answer.body_mut().frame()).await {
+                            Err(_elapsed) => {
+                                return Err(Failure::Answered(ProxyError::UpstreamTimeout));
+                            }
+                            // A trailer frame cannot come first in a body with a length.
+                            Ok(Some(Ok(frame))) => frame.into_data().ok(),
+                            Ok(_) => return Err(Failure::Answered(ProxyError::UpstreamFailed)),
+                        }
+                    }
+                };
+                return Ok(Answered {
+                    answer,
+                    checkout,
+                    first,
+                });
+            }
             Ok(Err(mut error)) => match error.take_message() {
                 Some(unsent) if !fresh => {
                     fresh = true;

@@ -58,11 +58,13 @@ pub struct Lease {
     /// The request body's progress: a connection still carrying an upload (the backend
     /// answered before reading it all) must not serve anyone else.
     upload: Option<Rc<Upload>>,
-    _in_flight: InFlight,
+    in_flight: InFlight,
 }
 
 impl Lease {
-    pub fn release(self) {
+    /// The answer's body has ended: the connection goes back for reuse.
+    pub fn release(mut self) {
+        self.in_flight.answer_ended();
         if self
             .upload
             .as_ref()
@@ -78,6 +80,11 @@ impl Lease {
                 since: Instant::now(),
             });
         }
+    }
+
+    /// The backend cut the answer's body short: counted against it, and the connection closes.
+    pub fn cut(mut self) {
+        self.in_flight.answer_cut();
     }
 }
 
@@ -97,7 +104,7 @@ impl Checkout {
             meter: self.meter,
             home: self.home,
             upload,
-            _in_flight: in_flight,
+            in_flight,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! The caller asks [`Call::next`] for a backend, tries it (a connect, a send, an answer), and
 //! says how that went: [`Call::connect_failed`], [`Call::lost`], [`Call::answered`] (then perhaps
 //! [`Call::retry_answer`]) and, for the answer the client gets, [`Call::settled`], which ends the
-//! call. A retry's backoff is waited out by the next [`Call::next`], after the caller has let go
+//! call; the attempt's [`InFlight`] mark outlives it and says how that answer's body ended
+//! ([`InFlight::answer_ended`], [`InFlight::answer_cut`]). A retry's backoff is waited out by the next [`Call::next`], after the caller has let go
 //! of the failed try's connection and in-flight mark. Everything a pool promises follows from these
 //! calls alone, the same on trafik's own HTTP/1 engine, on hyper's pipeline and at layer 4:
 //! stickiness by key, the rule's pick and slow start, the circuit breaker and its queue, the
@@ -258,15 +259,20 @@ impl<'s> Call<'s> {
     }
 
     /// The attempt's backend answered with `status` at `answered_at`: counted, and told to
-    /// passive health and the adaptive limit.
-    pub fn answered(&mut self, attempt: &Attempt<'s>, status: u16, answered_at: Instant) {
+    /// the adaptive limit and passive health. A 5xx is an error at once; an answer below 500 is
+    /// a success only once its body has ended, told by the attempt's [`InFlight`] mark, so a
+    /// body the backend cuts short is one error, not a success and then an error.
+    pub fn answered(&mut self, attempt: &mut Attempt<'s>, status: u16, answered_at: Instant) {
         self.adapt();
         bump(&attempt.counters.requests);
         attempt
             .counters
             .served
             .answered(status, attempt.sent_at, answered_at);
-        self.pool.report(attempt.index, Outcome::of_status(status));
+        match Outcome::of_status(status) {
+            Outcome::Success => attempt.in_flight.answer_pending = true,
+            outcome => self.pool.report(attempt.index, outcome),
+        }
     }
 
     /// Whether an answer with `status` (and a `Retry-After` field or not) goes to another
@@ -275,7 +281,7 @@ impl<'s> Call<'s> {
     /// and the caller lets go of the attempt, its answer and connection before the next pick.
     pub fn retry_answer<R>(
         &mut self,
-        attempt: &Attempt<'s>,
+        attempt: &mut Attempt<'s>,
         status: u16,
         retry_after: bool,
         replay: Option<R>,
@@ -285,6 +291,8 @@ impl<'s> Call<'s> {
                 && self.others_left(attempt.index)
                 && self.another()
         })?;
+        // Its body is left unread: its status is all passive health learns of it.
+        attempt.in_flight.answer_ended();
         tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(attempt.index), status, "answer retried elsewhere");
         self.retry_elsewhere(attempt.index, ProxyError::UpstreamFailed);
         Some(replay)
@@ -361,12 +369,42 @@ fn nanos_since(epoch: Instant) -> Nanos {
     epoch.elapsed().as_nanos() as u64
 }
 
-/// Marks a request in flight to one backend of one pool for as long as it lives.
+/// Marks a request in flight to one backend of one pool for as long as it lives, and tells
+/// passive health how its answer's body ended.
 pub struct InFlight {
     snapshot: Rc<WorkerSnapshot>,
     pool: usize,
     backend: usize,
     worker: usize,
+    /// An answer below 500 whose body passive health has not heard the end of. One dropped
+    /// with it unheard (the client went away) is neither a success nor an error.
+    answer_pending: bool,
+}
+
+impl InFlight {
+    /// The backend's answer ended where its framing says (or switched protocols): a success
+    /// for passive health, unless its status made it an error already.
+    pub fn answer_ended(&mut self) {
+        if std::mem::take(&mut self.answer_pending) {
+            self.snapshot.pools[self.pool].report(self.backend, Outcome::Success);
+        }
+    }
+
+    /// The backend cut its answer's body short (closed, reset, or broke its framing): a
+    /// failure in its counters and, as a lost request is, an error for passive health.
+    pub fn answer_cut(&mut self) {
+        let pool = &self.snapshot.pools[self.pool];
+        bump(
+            &pool.members[self.backend]
+                .counters
+                .mine(self.worker)
+                .failures,
+        );
+        tracing::debug!(pool = %pool.plan.name, backend = %pool.address(self.backend), "answer cut short");
+        if std::mem::take(&mut self.answer_pending) {
+            pool.report(self.backend, Outcome::Error);
+        }
+    }
 }
 
 impl InFlight {
@@ -385,6 +423,7 @@ impl InFlight {
             pool,
             backend,
             worker,
+            answer_pending: false,
         }
     }
 }

@@ -55,6 +55,51 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
 /// A raw backend answering every request head it reads with the bytes of `answer`, on
 /// kept-alive connections.
 pub async fn answering(answer: impl Into<Bytes>) -> SocketAddr {
+    answering_recorded(answer).await.0
+}
+
+/// [`answering`], keeping every byte it received, across connections, in arrival order.
+pub async fn answering_recorded(
+    answer: impl Into<Bytes>,
+) -> (SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answer: Bytes = answer.into();
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recording = received.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (answer, recording) = (answer.clone(), recording.clone());
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            recording.lock().unwrap().extend_from_slice(&buffer[..n]);
+                            seen.extend_from_slice(&buffer[..n]);
+                        }
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        if stream.write_all(&answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (address, received)
+}
+
+/// A raw backend answering each connection's first request with the bytes of `answer`, then
+/// closing it: a close-delimited answer, or one whose body the close cuts short.
+pub async fn answering_then_closing(answer: impl Into<Bytes>) -> SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let answer: Bytes = answer.into();
     let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
@@ -65,20 +110,9 @@ pub async fn answering(answer: impl Into<Bytes>) -> SocketAddr {
         while let Ok((mut stream, _)) = listener.accept().await {
             let answer = answer.clone();
             tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                loop {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        if stream.write_all(&answer).await.is_err() {
-                            return;
-                        }
-                    }
-                }
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head).await;
+                let _ = stream.write_all(&answer).await;
             });
         }
     });
@@ -115,7 +149,12 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
             idle_timeout: Duration::from_secs(30),
             trust_forwarded: false,
             access_log: false,
-            limits: trafik_proxy::HeadLimits::default(),
+            // Tests pace their bodies by hand on a machine that may be busy: no minimum rate
+            // unless a test sets one.
+            limits: trafik_proxy::HeadLimits {
+                min_body_rate: 0,
+                ..Default::default()
+            },
             upstream_limits: trafik_proxy::AnswerLimits::default(),
             engine: trafik_proxy::Engine::default(),
         },

@@ -185,12 +185,18 @@ where
     }
 }
 
-/// `GET http://kargo.test{path}` over HTTP/2 with prior knowledge (h2c) on a fresh connection.
-pub async fn h2c_get(address: SocketAddr, path: &str) -> (Answer, Version) {
+/// A fresh HTTP/2 connection with prior knowledge (h2c) to `address`.
+pub async fn h2c(address: SocketAddr) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
     let stream = TcpStream::connect(address).await.expect("connects");
-    let Sender::Http2(mut sender) = handshake(stream, true).await else {
+    let Sender::Http2(sender) = handshake(stream, true).await else {
         unreachable!("asked for HTTP/2");
     };
+    sender
+}
+
+/// `GET http://kargo.test{path}` over HTTP/2 with prior knowledge (h2c) on a fresh connection.
+pub async fn h2c_get(address: SocketAddr, path: &str) -> (Answer, Version) {
+    let mut sender = h2c(address).await;
     let request = Request::get(format!("http://kargo.test{path}"))
         .body(Full::default())
         .unwrap();
