@@ -252,7 +252,7 @@ async fn an_admin_api_beyond_loopback_answers_only_with_its_bearer_token() {
     let echo = echo_server(Duration::ZERO).await;
     let mut plan = plan(&[echo]);
     plan.admin = Some("0.0.0.0:0".parse().unwrap());
-    plan.admin_token = Some(trafik_proxy::admin::AdminToken::new("0123456789abcdef"));
+    plan.admin_token = Some(trafik_proxy::admin::AdminToken::new(ADMIN_TOKEN).unwrap());
     let running = trafik_proxy::start(plan).unwrap();
     let port = running.admin_address().unwrap().port();
     let admin: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
@@ -261,8 +261,12 @@ async fn an_admin_api_beyond_loopback_answers_only_with_its_bearer_token() {
     };
     for refused in [
         "",
-        "Authorization: Bearer 0123456789abcdeX\r\n",
-        "Authorization: Basic 0123456789abcdef\r\n",
+        format!(
+            "Authorization: Bearer {}X\r\n",
+            &ADMIN_TOKEN[..ADMIN_TOKEN.len() - 1]
+        )
+        .as_str(),
+        format!("Authorization: Basic {ADMIN_TOKEN}\r\n").as_str(),
     ] {
         let answer = raw_exchange(admin, ask(refused).as_bytes()).await;
         assert!(answer.starts_with("HTTP/1.1 401"), "{refused:?}: {answer}");
@@ -283,11 +287,72 @@ async fn an_admin_api_beyond_loopback_answers_only_with_its_bearer_token() {
     );
     let answer = raw_exchange(
         admin,
-        ask("Authorization: Bearer 0123456789abcdef\r\n").as_bytes(),
+        ask(&format!("Authorization: Bearer {ADMIN_TOKEN}\r\n")).as_bytes(),
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"draining\":false"), "{answer}");
+    stop(running).await;
+}
+
+/// A token `check` accepts: 32 random hex digits.
+const ADMIN_TOKEN: &str = "3f9c2a7e41b08d65c1e9a4f7023b6d8e";
+
+/// Sends `request` from the loopback address `source` and reads the whole answer.
+async fn exchange_from(
+    source: std::net::IpAddr,
+    to: std::net::SocketAddr,
+    request: &str,
+) -> String {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((source, 0).into()).unwrap();
+    let mut stream = socket.connect(to).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Probe finding (issue 23): wrong admin tokens were answered at once, as fast as a client
+/// could send them (7,700 a second on one connection). Now a client that spent its budget of
+/// wrong guesses gets 429 whatever it sends, the right token included (or guessing would go
+/// on at full speed), while another client is served. The budget refills once an hour here, so
+/// nothing depends on how fast the test runs.
+#[tokio::test]
+async fn a_client_that_spent_its_wrong_admin_tokens_is_not_heard_while_others_are() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    plan.admin_token = Some(
+        trafik_proxy::admin::AdminToken::with_failure_budget(
+            ADMIN_TOKEN,
+            3,
+            Duration::from_secs(3600),
+        )
+        .unwrap(),
+    );
+    let running = trafik_proxy::start(plan).unwrap();
+    let admin = running.admin_address().unwrap();
+    let ask = |token: &str| {
+        format!(
+            "GET /status HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let guesser: std::net::IpAddr = [127, 0, 0, 1].into();
+    let wrong = ADMIN_TOKEN.to_uppercase();
+    let mut statuses = Vec::new();
+    for token in [&wrong, &wrong, &wrong, &wrong, ADMIN_TOKEN] {
+        let answer = exchange_from(guesser, admin, &ask(token)).await;
+        statuses.push(answer.get(9..12).unwrap_or("").to_owned());
+        if statuses.len() == 4 {
+            assert!(
+                answer.to_ascii_lowercase().contains("retry-after: 3600"),
+                "{answer}"
+            );
+        }
+    }
+    assert_eq!(statuses, ["401", "401", "401", "429", "429"]);
+    let other = exchange_from([127, 0, 0, 2].into(), admin, &ask(ADMIN_TOKEN)).await;
+    assert!(other.starts_with("HTTP/1.1 200"), "{other}");
     stop(running).await;
 }
 
