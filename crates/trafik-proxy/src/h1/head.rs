@@ -416,7 +416,8 @@ pub fn request(
         }
     }
     // A length beside a coding: hyper reads by the chunks and closes after (RFC 9112 §6.3).
-    // A chunked GET or HEAD: hyper's client sends it without its body.
+    // A chunked GET or HEAD: rare, left to the full pipeline, which frames its body for hyper's
+    // client (it would send a GET or HEAD of unknown length without one).
     let odd_chunks = chunked && (body.is_some() || method == Method::GET || method == Method::HEAD);
     let (Some(host), false) = (host, odd_chunks) else {
         return Request::Defer;
