@@ -404,3 +404,81 @@ async fn a_silent_kept_alive_client_is_closed_after_the_header_timeout() {
         stop(running).await;
     }
 }
+
+/// A backend that switches to HTTP/2 for any request offering `Upgrade: h2c` (answering 101,
+/// then the server preface) and answers `200 duz` otherwise; it records every request head.
+async fn h2c_backend() -> (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recording = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let recording = recording.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                        seen.drain(..end + 4);
+                        let switch = head.contains("\r\nupgrade:") && head.contains("h2c");
+                        recording.lock().unwrap().push(head);
+                        let answer: &[u8] = if switch {
+                            // 101, then an empty SETTINGS frame: HTTP/2 from here on.
+                            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n\0\0\0\x04\0\0\0\0\0"
+                        } else {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nduz"
+                        };
+                        if stream.write_all(answer).await.is_err() || switch {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (address, heads)
+}
+
+/// Probe finding (issue 23): a backend that accepts an h2c upgrade opened an HTTP/2 connection
+/// between client and backend, whose requests then passed no route, gate or token check. An
+/// h2c offer is now dropped before the request goes on: the backend answers it as the plain
+/// HTTP/1.1 request it also is. Both engines, the usual h2c head and one the own engine would
+/// otherwise keep (only `upgrade` in `Connection`).
+#[tokio::test]
+async fn an_h2c_upgrade_never_reaches_a_backend() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let (backend, heads) = h2c_backend().await;
+        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
+        for connection in ["Upgrade, HTTP2-Settings", "upgrade"] {
+            let request = format!(
+                "GET /takip HTTP/1.1\r\nHost: a\r\nConnection: {connection}\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+            );
+            let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = vec![0u8; 4096];
+            let read = stream.read(&mut answer).await.unwrap();
+            let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+            assert!(
+                answer.starts_with("HTTP/1.1 200") && answer.ends_with("duz"),
+                "{engine:?}, {connection}: {answer:?}"
+            );
+        }
+        let heads = heads.lock().unwrap().clone();
+        assert_eq!(heads.len(), 2, "{engine:?}: {heads:?}");
+        for head in &heads {
+            assert!(
+                !head.contains("upgrade") && !head.contains("http2-settings"),
+                "{engine:?}: {head}"
+            );
+        }
+        stop(running).await;
+    }
+}

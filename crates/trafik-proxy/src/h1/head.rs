@@ -233,6 +233,7 @@ fn is_hop_by_hop(name: &str) -> bool {
         2 => is("te"),
         7 => is("trailer") || is("upgrade"),
         10 => is("connection") || is("keep-alive"),
+        14 => is("http2-settings"),
         16 => is("proxy-connection"),
         17 => is("transfer-encoding"),
         18 => is("proxy-authenticate"),
@@ -422,7 +423,11 @@ pub fn request(
     let (Some(host), false) = (host, odd_chunks) else {
         return Request::Defer;
     };
-    // Anything short of a plain upgrade request is hyper's to judge.
+    // Anything short of a plain upgrade request is hyper's to judge, and so is an h2c offer,
+    // which the full pipeline drops.
+    if upgrade.is_some_and(crate::http::upgrade::offers_h2c) {
+        return Request::Defer;
+    }
     let upgrading = upgrade.is_some() || connection_upgrade;
     if upgrading
         && (upgrade.is_none()
