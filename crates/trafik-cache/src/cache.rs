@@ -83,6 +83,12 @@ impl Cache {
         responses(self.store.remove_where(|k| key::path(k) == path))
     }
 
+    /// Removes the responses stored under `primary` (one URI of one host) and its variants;
+    /// returns how many. Other queries of the same path stay.
+    pub fn invalidate(&self, primary: &str) -> usize {
+        responses(self.store.remove_where(|k| key::of_primary(k, primary)))
+    }
+
     /// Removes the responses whose path is under `prefix`; returns how many.
     pub fn purge_prefix(&self, prefix: &str) -> usize {
         responses(
@@ -180,10 +186,24 @@ mod tests {
         assert_eq!(body("tr").as_deref(), Some(&b"merhaba"[..]));
         assert_eq!(body("en").as_deref(), Some(&b"hello"[..]));
         assert_eq!(body("de"), None);
+        let other_query = key::primary("", "/takip/1?x=1");
+        cache.insert(&other_query, &asking("tr"), response(None, "x", &cache));
+        assert_eq!(cache.invalidate(&primary), 2, "both variants, not ?x=1");
+        assert_eq!(cache.entries(), 1);
+        cache.insert(
+            &primary,
+            &asking("tr"),
+            response(Some("Accept-Language"), "merhaba", &cache),
+        );
+        cache.insert(
+            &primary,
+            &asking("en"),
+            response(Some("Accept-Language"), "hello", &cache),
+        );
         assert_eq!(
             cache.purge_path("/takip/1"),
-            2,
-            "two responses; the Vary record is not one"
+            3,
+            "two variants and ?x=1; the Vary record is not a response"
         );
         assert_eq!(cache.entries(), 0);
     }

@@ -39,6 +39,12 @@ pub fn variant(primary: &str, names: &[HeaderName], request: &HeaderMap) -> Stri
     key
 }
 
+/// Whether `key` is `primary` itself or one of its `Vary` variants.
+pub fn of_primary(key: &str, primary: &str) -> bool {
+    key.strip_prefix(primary)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(VARIANT))
+}
+
 /// The path of a key, without host, query or variant.
 pub fn path(key: &str) -> &str {
     let uri = key.split_once(HOST_END).map_or(key, |(_, uri)| uri);
@@ -75,6 +81,9 @@ mod tests {
         assert_eq!(tr, variant(&a, &names, &headers));
         headers.insert("accept-language", HeaderValue::from_static("en"));
         assert_ne!(tr, variant(&a, &names, &headers));
+        assert!(of_primary(&a, &a) && of_primary(&tr, &a));
+        let longer = primary("kenar.example", "/takip/1?x=10");
+        assert!(!of_primary(&longer, &a));
     }
 
     #[test]

@@ -88,9 +88,12 @@ pub struct Rules {
     pub body_schema: Option<Validator>,
 }
 
-/// Compiles a JSON Schema; `$ref`s to other documents are not fetched.
+/// Compiles a JSON Schema, its numeric limits compared exactly (`decimal`); `$ref`s to other
+/// documents are not fetched.
 pub fn schema(document: &Value) -> Result<Validator, String> {
-    jsonschema::validator_for(document).map_err(|e| format!("not a valid JSON Schema: {e}"))
+    crate::decimal::exact_limits(jsonschema::options())
+        .build(document)
+        .map_err(|e| format!("not a valid JSON Schema: {e}"))
 }
 
 /// Compiles a pattern the whole value must match.
@@ -165,83 +168,80 @@ impl Rules {
         let Some(schema) = &self.body_schema else {
             return Ok(());
         };
-        let document = match serde_json::from_slice::<Unique>(body) {
-            Ok(Unique(document)) => document,
+        // Keys first: a document that names one twice is refused before it is read.
+        match serde_json::from_slice::<NoKeyTwice>(body) {
+            Ok(NoKeyTwice) => {}
             Err(error) if error.is_data() => {
                 return Err(Refusal::new(Check::Body, "body names a key twice"));
             }
             Err(_) => return Err(Refusal::new(Check::Body, "body is not JSON")),
-        };
+        }
+        // Numbers keep the decimals written (serde_json's arbitrary_precision), so the schema's
+        // limits are compared with them exactly, not with their nearest f64.
+        let document = serde_json::from_slice::<Value>(body)
+            .map_err(|_| Refusal::new(Check::Body, "body is not JSON"))?;
         first_error(schema, &document, Check::Body)
     }
 }
 
 /// A JSON document whose objects name each key once. serde_json keeps the last of a repeated
 /// key, an application behind the gate may keep the first: it would then act on a value the
-/// schema never judged.
-struct Unique(Value);
+/// schema never judged. Only the keys are looked at; the document is read again as a `Value`.
+struct NoKeyTwice;
 
-impl<'de> serde::Deserialize<'de> for Unique {
+impl<'de> serde::Deserialize<'de> for NoKeyTwice {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(UniqueVisitor).map(Unique)
+        deserializer.deserialize_any(NoKeyTwice)
     }
 }
 
-struct UniqueVisitor;
-
-impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
-    type Value = Value;
+impl<'de> serde::de::Visitor<'de> for NoKeyTwice {
+    type Value = NoKeyTwice;
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
         formatter.write_str("a JSON value")
     }
 
-    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
-        Ok(Value::Bool(value))
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
     }
 
-    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
-        Ok(value.into())
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
     }
 
-    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
-        Ok(value.into())
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
     }
 
-    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
-        Ok(value.into())
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
     }
 
-    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
-        Ok(Value::String(value.to_owned()))
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
     }
 
-    fn visit_string<E>(self, value: String) -> Result<Value, E> {
-        Ok(Value::String(value))
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
     }
 
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<Self, A::Error> {
+        while items.next_element::<NoKeyTwice>()?.is_some() {}
+        Ok(self)
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<Value, A::Error> {
-        let mut array = Vec::new();
-        while let Some(Unique(item)) = items.next_element()? {
-            array.push(item);
-        }
-        Ok(Value::Array(array))
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
-        let mut object = Map::new();
+    /// An object; with arbitrary_precision serde_json also hands a number over as a map of
+    /// one entry, which names no key twice either.
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<Self, A::Error> {
+        let mut keys = std::collections::HashSet::new();
         while let Some(key) = entries.next_key::<String>()? {
-            if object.contains_key(&key) {
+            if !keys.insert(key) {
                 return Err(serde::de::Error::custom("a key named twice"));
             }
-            let Unique(value) = entries.next_value()?;
-            object.insert(key, value);
+            entries.next_value::<NoKeyTwice>()?;
         }
-        Ok(Value::Object(object))
+        Ok(self)
     }
 }
 
@@ -338,6 +338,75 @@ mod tests {
         }
         let nested = br#"{"takipNo":"TR-4821","x":[1,2.5,null,true,{"a":{"a":"b"}}]}"#;
         assert!(gate.check_body(nested).is_ok());
+    }
+
+    /// Probe finding (issue 23): `100.0000000000000000001` passed `maximum = 100`, read as the
+    /// f64 100.0. Numbers are compared as the decimals they are written as.
+    #[test]
+    fn numbers_are_compared_as_the_decimals_written() {
+        let limits = |schema_limits: Value| Rules {
+            body_schema: Some(schema(&json!({"properties": {"n": schema_limits}})).unwrap()),
+            ..Rules::default()
+        };
+        let at_most = limits(json!({"maximum": 100}));
+        for over in [
+            "100.0000000000000000001",
+            "1.000000000000000000001e2",
+            "1e400",
+        ] {
+            let body = format!(r#"{{"n":{over}}}"#);
+            let refusal = at_most.check_body(body.as_bytes()).unwrap_err();
+            assert_eq!(refusal.check, Check::Body, "{over}");
+        }
+        for within in ["100", "100.0", "99.99999999999999999999", "1e2", "-1e400"] {
+            let body = format!(r#"{{"n":{within}}}"#);
+            assert!(at_most.check_body(body.as_bytes()).is_ok(), "{within}");
+        }
+        let below = limits(json!({"exclusiveMaximum": 100, "exclusiveMinimum": 0.1}));
+        for within in ["99.99999999999999999999", "0.10000000000000000001"] {
+            let body = format!(r#"{{"n":{within}}}"#);
+            assert!(below.check_body(body.as_bytes()).is_ok(), "{within}");
+        }
+        for outside in [
+            "100",
+            "100.0000000000000000001",
+            "0.1",
+            "0.09999999999999999999",
+        ] {
+            let body = format!(r#"{{"n":{outside}}}"#);
+            assert!(below.check_body(body.as_bytes()).is_err(), "{outside}");
+        }
+        let refusal = at_most
+            .check_body(br#"{"n":100.0000000000000000001}"#)
+            .unwrap_err();
+        assert_eq!(
+            refusal.reason,
+            "body at /n: 100.0000000000000000001 is greater than the maximum of 100"
+        );
+        // Draft 4's boolean exclusiveMaximum makes its maximum exclusive.
+        let draft4 = Rules {
+            body_schema: Some(
+                schema(&json!({
+                    "$schema": "http://json-schema.org/draft-04/schema#",
+                    "properties": {"n": {"maximum": 100, "exclusiveMaximum": true}}
+                }))
+                .unwrap(),
+            ),
+            ..Rules::default()
+        };
+        assert!(
+            draft4
+                .check_body(br#"{"n":99.99999999999999999999}"#)
+                .is_ok()
+        );
+        assert!(draft4.check_body(br#"{"n":100}"#).is_err());
+        let at_least = limits(json!({"minimum": 0}));
+        assert!(
+            at_least
+                .check_body(br#"{"n":-0.0000000000000000000001}"#)
+                .is_err()
+        );
+        assert!(at_least.check_body(br#"{"n":-1e-400}"#).is_err());
     }
 
     #[test]

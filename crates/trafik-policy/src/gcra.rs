@@ -120,6 +120,15 @@ impl Table {
         decision
     }
 
+    /// Whether a request for `key` at `now` would pass, without counting it: for limits that
+    /// count only some requests (failures), decided after the request is looked at.
+    pub fn would_allow(&self, gcra: &Gcra, key: impl Hash, now: u64) -> bool {
+        let slot = self.hasher.hash_one(key);
+        gcra.decide(self.arrivals.get(&slot).copied(), now)
+            .0
+            .allowed
+    }
+
     pub fn len(&self) -> usize {
         self.arrivals.len()
     }
@@ -190,6 +199,18 @@ mod tests {
         assert_eq!(refused.retry_after, SECOND / 10);
         assert_eq!(Decision::seconds(refused.retry_after), 1);
         assert!(table.decide(&gcra, "b", 0).allowed);
+    }
+
+    #[test]
+    fn asking_whether_a_request_would_pass_counts_nothing() {
+        let gcra = Gcra::new(1, SECOND, 1);
+        let mut table = Table::default();
+        for _ in 0..3 {
+            assert!(table.would_allow(&gcra, "a", 0));
+        }
+        assert!(table.decide(&gcra, "a", 0).allowed);
+        assert!(!table.would_allow(&gcra, "a", 0));
+        assert!(table.would_allow(&gcra, "a", SECOND));
     }
 
     #[test]

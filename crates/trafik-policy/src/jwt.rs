@@ -162,7 +162,9 @@ pub enum Refusal {
     NoExpiry,
     Expired,
     NotYetValid,
+    NoIssuer,
     WrongIssuer,
+    NoAudience,
     WrongAudience,
 }
 
@@ -178,7 +180,9 @@ impl Refusal {
             Refusal::NoExpiry => "token has no exp",
             Refusal::Expired => "token expired",
             Refusal::NotYetValid => "token not yet valid",
+            Refusal::NoIssuer => "token has no iss",
             Refusal::WrongIssuer => "wrong issuer",
+            Refusal::NoAudience => "token has no aud",
             Refusal::WrongAudience => "wrong audience",
         }
     }
@@ -192,6 +196,12 @@ pub fn verify(
     expect: &Expectations,
     now: u64,
 ) -> Result<Map<String, Value>, Refusal> {
+    // One spelling per token: the base64 decoder underneath may change or be lenient, so the
+    // compact form is checked here first.
+    let parts: Vec<&str> = token.split('.').collect();
+    if parts.len() != 3 || !parts.iter().all(|part| is_base64url_unpadded(part)) {
+        return Err(Refusal::Malformed);
+    }
     let header = jsonwebtoken::decode_header(token).map_err(|_| Refusal::Malformed)?;
     let key = keys
         .find(header.kid.as_deref())
@@ -204,14 +214,9 @@ pub fn verify(
     validation.validate_exp = false;
     validation.validate_nbf = false;
     validation.set_required_spec_claims(&["exp"]);
-    if !expect.issuers.is_empty() {
-        validation.set_issuer(&expect.issuers);
-    }
-    if expect.audiences.is_empty() {
-        validation.validate_aud = false;
-    } else {
-        validation.set_audience(&expect.audiences);
-    }
+    // Issuer and audience are checked below: the library skips a configured claim the token
+    // lacks and takes `iss` as a list.
+    validation.validate_aud = false;
     let data =
         jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &validation).map_err(|e| {
             match e.kind() {
@@ -224,6 +229,8 @@ pub fn verify(
             }
         })?;
     let claims = data.claims;
+    check_issuer(&claims, &expect.issuers)?;
+    check_audience(&claims, &expect.audiences)?;
     let time = |name: &str| {
         claims
             .get(name)
@@ -242,6 +249,69 @@ pub fn verify(
         _ => {}
     }
     Ok(claims)
+}
+
+/// Configured issuers require `iss`, one string among them (RFC 7519 §4.1.1: a StringOrURI).
+fn check_issuer(claims: &Map<String, Value>, issuers: &[String]) -> Result<(), Refusal> {
+    if issuers.is_empty() {
+        return Ok(());
+    }
+    match claims.get("iss") {
+        None => Err(Refusal::NoIssuer),
+        Some(Value::String(issuer)) if issuers.contains(issuer) => Ok(()),
+        Some(_) => Err(Refusal::WrongIssuer),
+    }
+}
+
+/// Configured audiences require `aud`: one string, or a list of strings, naming one of them
+/// (RFC 7519 §4.1.3).
+fn check_audience(claims: &Map<String, Value>, audiences: &[String]) -> Result<(), Refusal> {
+    if audiences.is_empty() {
+        return Ok(());
+    }
+    let named: Vec<&Value> = match claims.get("aud") {
+        None => return Err(Refusal::NoAudience),
+        Some(Value::Array(list)) => list.iter().collect(),
+        Some(one) => vec![one],
+    };
+    let accepted = |value: &&Value| {
+        value
+            .as_str()
+            .is_some_and(|a| audiences.iter().any(|x| x == a))
+    };
+    if named.iter().all(|value| value.is_string()) && named.iter().any(accepted) {
+        Ok(())
+    } else {
+        Err(Refusal::WrongAudience)
+    }
+}
+
+/// Whether `part` is base64url without padding (RFC 7515 §2) in its only spelling: no `+`, `/`
+/// or `=`, and the unused bits of the last symbol zero.
+fn is_base64url_unpadded(part: &str) -> bool {
+    let value = |symbol: u8| match symbol {
+        b'A'..=b'Z' => Some(symbol - b'A'),
+        b'a'..=b'z' => Some(symbol - b'a' + 26),
+        b'0'..=b'9' => Some(symbol - b'0' + 52),
+        b'-' => Some(62),
+        b'_' => Some(63),
+        _ => None,
+    };
+    let bytes = part.as_bytes();
+    if !bytes.iter().all(|&symbol| value(symbol).is_some()) {
+        return false;
+    }
+    // The last of 2 symbols carries 4 unused bits, the last of 3 carries 2; 1 is no length.
+    let unused = match bytes.len() % 4 {
+        0 => return true,
+        1 => return false,
+        2 => 0b1111,
+        _ => 0b11,
+    };
+    bytes
+        .last()
+        .and_then(|&last| value(last))
+        .is_some_and(|last| last & unused == 0)
 }
 
 /// A claim's value as a header value's text: strings as they are, numbers and booleans
@@ -332,6 +402,93 @@ mod tests {
             verify(&hs256(other), &keys(), &expect(), NOW).err(),
             Some(Refusal::NoExpiry)
         );
+    }
+
+    #[test]
+    fn a_configured_issuer_and_audience_must_be_in_the_token() {
+        let mut no_issuer = claims(NOW + 60);
+        no_issuer.as_object_mut().unwrap().remove("iss");
+        assert_eq!(
+            verify(&hs256(no_issuer), &keys(), &expect(), NOW).err(),
+            Some(Refusal::NoIssuer)
+        );
+        let mut no_audience = claims(NOW + 60);
+        no_audience.as_object_mut().unwrap().remove("aud");
+        assert_eq!(
+            verify(&hs256(no_audience), &keys(), &expect(), NOW).err(),
+            Some(Refusal::NoAudience)
+        );
+        let bare = json!({"sub": "M7", "exp": NOW + 60});
+        assert!(verify(&hs256(bare.clone()), &keys(), &expect(), NOW).is_err());
+        // Without expectations, neither claim is needed.
+        let open = Expectations {
+            leeway: 5,
+            ..Expectations::default()
+        };
+        assert!(verify(&hs256(bare), &keys(), &open, NOW).is_ok());
+    }
+
+    #[test]
+    fn the_issuer_is_one_string_and_the_audience_may_be_a_list() {
+        let mut listed = claims(NOW + 60);
+        listed["iss"] = json!(["trafik-ornek"]);
+        assert_eq!(
+            verify(&hs256(listed), &keys(), &expect(), NOW).err(),
+            Some(Refusal::WrongIssuer)
+        );
+        let mut audiences = claims(NOW + 60);
+        audiences["aud"] = json!(["ucret", "takip"]);
+        assert!(verify(&hs256(audiences), &keys(), &expect(), NOW).is_ok());
+        let mut strange = claims(NOW + 60);
+        strange["aud"] = json!(["ucret", 7]);
+        assert_eq!(
+            verify(&hs256(strange), &keys(), &expect(), NOW).err(),
+            Some(Refusal::WrongAudience)
+        );
+    }
+
+    /// Each part has one spelling: base64url without padding, its unused last bits zero.
+    #[test]
+    fn only_the_one_base64url_spelling_of_each_part_is_read() {
+        // A token whose signature has a `-` or `_`, which standard base64 spells `+` or `/`.
+        let token = (60..)
+            .map(|ahead| hs256(claims(NOW + ahead)))
+            .find(|token| token.rsplit('.').next().unwrap().contains(['-', '_']))
+            .unwrap();
+        assert!(verify(&token, &keys(), &expect(), NOW).is_ok());
+        let parts: Vec<&str> = token.split('.').collect();
+        let mut respellings = Vec::new();
+        for index in [2, 0, 1] {
+            let standard = parts[index].replace('-', "+").replace('_', "/");
+            if standard != parts[index] {
+                respellings.push((index, standard));
+            }
+            let padding = "=".repeat((4 - parts[index].len() % 4) % 4);
+            if !padding.is_empty() {
+                respellings.push((index, format!("{}{padding}", parts[index])));
+            }
+            // The last symbol of a part whose length is not a multiple of 4 carries unused bits;
+            // setting one spells the same bytes differently.
+            if !parts[index].len().is_multiple_of(4) {
+                let (body, last) = parts[index].split_at(parts[index].len() - 1);
+                let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+                let value = alphabet.find(last).unwrap();
+                let bumped = alphabet.as_bytes()[value | 1] as char;
+                if value | 1 != value {
+                    respellings.push((index, format!("{body}{bumped}")));
+                }
+            }
+        }
+        for (index, part) in respellings {
+            let mut respelled = parts.clone();
+            respelled[index] = &part;
+            let respelled = respelled.join(".");
+            assert_eq!(
+                verify(&respelled, &keys(), &expect(), NOW).err(),
+                Some(Refusal::Malformed),
+                "part {index} respelled: {respelled}"
+            );
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! gatekeeper's [`gate`] rules, and the fixed [`stage`] order with what each stage may read.
 //! Every function that needs the time takes it as an argument.
 
+mod decimal;
 pub mod gate;
 pub mod gcra;
 pub mod jwt;

@@ -29,7 +29,7 @@ mod caches;
 mod dashboard;
 mod token;
 
-pub use token::AdminToken;
+pub use token::{AdminToken, Verdict};
 
 /// Serves the admin API on `listener` until `shutdown` turns true.
 pub async fn serve(
@@ -43,10 +43,10 @@ pub async fn serve(
             _ = shutdown.wait_for(|stopping| *stopping) => return,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => {
+        let (stream, client) = match accepted {
+            Ok((stream, peer)) => {
                 backoff = Duration::from_millis(5);
-                stream
+                (stream, peer.ip())
             }
             Err(error) => {
                 // Out of descriptors: wait before trying again instead of spinning.
@@ -63,8 +63,16 @@ pub async fn serve(
                 let instance = instance.clone();
                 async move {
                     let page = dashboard::is_page(&request);
-                    Ok::<_, Infallible>(if !admitted(&instance, &request) && !page {
+                    // The page needs no token (it asks for one), so a token sent with it
+                    // is no guess to count.
+                    let verdict = match &instance.admin_token {
+                        Some(token) if !page => token.check(&request, client),
+                        _ => Verdict::Admitted,
+                    };
+                    Ok::<_, Infallible>(if verdict == Verdict::Refused {
                         unauthorized()
+                    } else if let Verdict::TooManyFailures { retry_after } = verdict {
+                        too_many_failures(retry_after)
                     } else if let Some(refusal) = refusal(&instance, &request) {
                         refusal
                     } else if page {
@@ -88,14 +96,6 @@ pub async fn serve(
     }
 }
 
-/// Whether the request carries the admin token, when one is configured.
-fn admitted<B>(instance: &Instance, request: &Request<B>) -> bool {
-    instance
-        .admin_token
-        .as_ref()
-        .is_none_or(|token| token.admits(request))
-}
-
 fn unauthorized() -> Response<Full<Bytes>> {
     let mut response = reply(
         StatusCode::UNAUTHORIZED,
@@ -105,6 +105,20 @@ fn unauthorized() -> Response<Full<Bytes>> {
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// The answer to a client that sent too many wrong tokens: its token was not looked at.
+fn too_many_failures(retry_after: Duration) -> Response<Full<Bytes>> {
+    let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    let mut response = reply(
+        StatusCode::TOO_MANY_REQUESTS,
+        "text/plain",
+        format!("too many wrong admin tokens from this address; retry in {seconds} s\n"),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
 }
 

@@ -698,3 +698,96 @@ async fn the_cache_endpoints_refuse_foreign_pages_like_the_rest_of_the_admin_api
     assert_eq!(cache_status(&running).await["pushed"], 0);
     stop(running).await;
 }
+
+/// An origin that answers every request 2xx, GETs with a body fresh for a minute; a POST to a
+/// URI whose query is `moved` also names `/moved` (Location) and another host's `/kept`
+/// (Content-Location).
+async fn agreeable_origin() -> SocketAddr {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
+                    let mut response = Response::new(Full::new(Bytes::from(format!(
+                        "{} {}",
+                        request.method(),
+                        request.uri()
+                    ))));
+                    let headers = response.headers_mut();
+                    headers.insert("cache-control", HeaderValue::from_static("max-age=60"));
+                    if request.uri().query() == Some("moved") {
+                        headers.insert("location", HeaderValue::from_static("/moved"));
+                        headers.insert(
+                            "content-location",
+                            HeaderValue::from_static("http://baska.test/kept"),
+                        );
+                    }
+                    Ok::<_, std::convert::Infallible>(response)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+/// Probe finding (issue 23): any client could flush the cache. A 2xx OPTIONS (a safe method)
+/// dropped its path's copies, a POST to `/p?anything` dropped every `/p?*` copy, and nothing
+/// counted it. Now only an unsafe method invalidates, only the exact URI (and a same-host
+/// Location / Content-Location, RFC 9111 §4.4), each counted in `invalidated`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_unsafe_request_invalidates_and_only_its_own_uri() {
+    let origin = agreeable_origin().await;
+    let running =
+        trafik_proxy::start(edge(&[origin], cache_plan(Duration::from_secs(60)))).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    let mut send = async |method: &str, path: &str| {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "kargo.test")
+            .body(Full::default())
+            .unwrap();
+        client.send(request).await
+    };
+    let stored = ["/p?a", "/p?b", "/moved", "/kept"];
+    for path in stored {
+        assert_eq!(send("GET", path).await.header("x-kenar"), Some("iska"));
+    }
+    for (method, path) in [("OPTIONS", "/p?a"), ("TRACE", "/p?a"), ("POST", "/p?c")] {
+        assert_eq!(send(method, path).await.status, 200, "{method} {path}");
+    }
+    for path in stored {
+        assert_eq!(
+            send("GET", path).await.header("x-kenar"),
+            Some("isabet"),
+            "{path} after OPTIONS /p?a, TRACE /p?a and POST /p?c"
+        );
+    }
+    assert_eq!(send("POST", "/p?moved").await.status, 200);
+    assert_eq!(send("DELETE", "/p?a").await.status, 200);
+    let mut seen = Vec::new();
+    for path in stored {
+        seen.push((
+            path,
+            send("GET", path).await.header("x-kenar").map(str::to_owned),
+        ));
+    }
+    let expected = [
+        ("/p?a", Some("iska".to_owned())),
+        ("/p?b", Some("isabet".to_owned())),
+        ("/moved", Some("iska".to_owned())),
+        ("/kept", Some("isabet".to_owned())),
+    ];
+    assert_eq!(seen, expected, "another host's Content-Location stays");
+    let counters = cache_status(&running).await;
+    assert_eq!(counters["invalidated"], 2, "{counters}");
+    assert_eq!(counters["purged"], 0, "{counters}");
+    stop(running).await;
+}

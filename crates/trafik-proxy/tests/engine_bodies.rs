@@ -562,8 +562,8 @@ async fn a_chunked_answer_that_breaks_its_framing_is_cut_after_the_data_before_t
     }
 }
 
-/// The control for [`finish`]: a request the fast path leaves to hyper (a chunked `GET`, whose
-/// body hyper's client would drop) is counted as a connection handed over, and still answered.
+/// The control for [`finish`]: a request the fast path leaves to hyper (a chunked `GET`) is
+/// counted as a connection handed over, and still answered.
 #[tokio::test]
 async fn a_connection_the_fast_path_leaves_to_hyper_is_counted() {
     let (backend, _) = recording("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", false).await;
@@ -640,5 +640,44 @@ async fn a_204_or_304_reaches_the_client_without_framing_fields_or_body() {
             assert_eq!(got.split("\r\n\r\n").count(), 3, "{case}: {got}");
             finish(engine, running).await;
         }
+    }
+}
+
+/// Probe finding (issue 23): a GET or HEAD with a chunked body reached the backend without it
+/// (hyper's client sends a GET or HEAD of unknown length bodiless), while the client's bytes
+/// were read and dropped. It is forwarded, chunked, as nginx and HAProxy do.
+#[tokio::test]
+async fn a_get_or_head_with_a_chunked_body_reaches_the_backend_with_it() {
+    for engine in ENGINES {
+        let (backend, received) = recording("HTTP/1.1 204 No Content\r\n\r\n", false).await;
+        let (running, mut stream) = proxy(engine, backend).await;
+        stream
+            .write_all(
+                b"GET /govde HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n\
+                  HEAD /bas HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let got = answers(&mut stream, 2).await;
+        assert_eq!(got.matches("HTTP/1.1 204").count(), 2, "{engine:?}: {got}");
+        let sent = text(&received);
+        let get = sent.find("GET /govde").expect(&sent);
+        let head = sent.find("HEAD /bas").expect(&sent);
+        let (get_request, head_request) = (&sent[get..head], &sent[head..]);
+        for (request, data) in [(get_request, "hello"), (head_request, "abc")] {
+            let (fields, body) = request.split_once("\r\n\r\n").unwrap();
+            assert!(
+                fields
+                    .to_ascii_lowercase()
+                    .contains("transfer-encoding: chunked"),
+                "{engine:?}: {request}"
+            );
+            assert_eq!(
+                body,
+                format!("{:x}\r\n{data}\r\n0\r\n\r\n", data.len()),
+                "{engine:?}: {sent}"
+            );
+        }
+        stop(running).await;
     }
 }

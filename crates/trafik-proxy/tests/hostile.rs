@@ -252,7 +252,7 @@ async fn an_admin_api_beyond_loopback_answers_only_with_its_bearer_token() {
     let echo = echo_server(Duration::ZERO).await;
     let mut plan = plan(&[echo]);
     plan.admin = Some("0.0.0.0:0".parse().unwrap());
-    plan.admin_token = Some(trafik_proxy::admin::AdminToken::new("0123456789abcdef"));
+    plan.admin_token = Some(trafik_proxy::admin::AdminToken::new(ADMIN_TOKEN).unwrap());
     let running = trafik_proxy::start(plan).unwrap();
     let port = running.admin_address().unwrap().port();
     let admin: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
@@ -261,8 +261,12 @@ async fn an_admin_api_beyond_loopback_answers_only_with_its_bearer_token() {
     };
     for refused in [
         "",
-        "Authorization: Bearer 0123456789abcdeX\r\n",
-        "Authorization: Basic 0123456789abcdef\r\n",
+        format!(
+            "Authorization: Bearer {}X\r\n",
+            &ADMIN_TOKEN[..ADMIN_TOKEN.len() - 1]
+        )
+        .as_str(),
+        format!("Authorization: Basic {ADMIN_TOKEN}\r\n").as_str(),
     ] {
         let answer = raw_exchange(admin, ask(refused).as_bytes()).await;
         assert!(answer.starts_with("HTTP/1.1 401"), "{refused:?}: {answer}");
@@ -283,11 +287,72 @@ async fn an_admin_api_beyond_loopback_answers_only_with_its_bearer_token() {
     );
     let answer = raw_exchange(
         admin,
-        ask("Authorization: Bearer 0123456789abcdef\r\n").as_bytes(),
+        ask(&format!("Authorization: Bearer {ADMIN_TOKEN}\r\n")).as_bytes(),
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"draining\":false"), "{answer}");
+    stop(running).await;
+}
+
+/// A token `check` accepts: 32 random hex digits.
+const ADMIN_TOKEN: &str = "3f9c2a7e41b08d65c1e9a4f7023b6d8e";
+
+/// Sends `request` from the loopback address `source` and reads the whole answer.
+async fn exchange_from(
+    source: std::net::IpAddr,
+    to: std::net::SocketAddr,
+    request: &str,
+) -> String {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((source, 0).into()).unwrap();
+    let mut stream = socket.connect(to).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Probe finding (issue 23): wrong admin tokens were answered at once, as fast as a client
+/// could send them (7,700 a second on one connection). Now a client that spent its budget of
+/// wrong guesses gets 429 whatever it sends, the right token included (or guessing would go
+/// on at full speed), while another client is served. The budget refills once an hour here, so
+/// nothing depends on how fast the test runs.
+#[tokio::test]
+async fn a_client_that_spent_its_wrong_admin_tokens_is_not_heard_while_others_are() {
+    let echo = echo_server(Duration::ZERO).await;
+    let mut plan = plan(&[echo]);
+    plan.admin_token = Some(
+        trafik_proxy::admin::AdminToken::with_failure_budget(
+            ADMIN_TOKEN,
+            3,
+            Duration::from_secs(3600),
+        )
+        .unwrap(),
+    );
+    let running = trafik_proxy::start(plan).unwrap();
+    let admin = running.admin_address().unwrap();
+    let ask = |token: &str| {
+        format!(
+            "GET /status HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let guesser: std::net::IpAddr = [127, 0, 0, 1].into();
+    let wrong = ADMIN_TOKEN.to_uppercase();
+    let mut statuses = Vec::new();
+    for token in [&wrong, &wrong, &wrong, &wrong, ADMIN_TOKEN] {
+        let answer = exchange_from(guesser, admin, &ask(token)).await;
+        statuses.push(answer.get(9..12).unwrap_or("").to_owned());
+        if statuses.len() == 4 {
+            assert!(
+                answer.to_ascii_lowercase().contains("retry-after: 3600"),
+                "{answer}"
+            );
+        }
+    }
+    assert_eq!(statuses, ["401", "401", "401", "429", "429"]);
+    let other = exchange_from([127, 0, 0, 2].into(), admin, &ask(ADMIN_TOKEN)).await;
+    assert!(other.starts_with("HTTP/1.1 200"), "{other}");
     stop(running).await;
 }
 
@@ -336,6 +401,84 @@ async fn a_silent_kept_alive_client_is_closed_after_the_header_timeout() {
         let mut rest = Vec::new();
         let closed = tokio::time::timeout(Duration::from_secs(20), client.read_to_end(&mut rest));
         assert!(closed.await.is_ok(), "{engine:?}: still open after 20 s");
+        stop(running).await;
+    }
+}
+
+/// A backend that switches to HTTP/2 for any request offering `Upgrade: h2c` (answering 101,
+/// then the server preface) and answers `200 duz` otherwise; it records every request head.
+async fn h2c_backend() -> (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recording = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let recording = recording.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                        seen.drain(..end + 4);
+                        let switch = head.contains("\r\nupgrade:") && head.contains("h2c");
+                        recording.lock().unwrap().push(head);
+                        let answer: &[u8] = if switch {
+                            // 101, then an empty SETTINGS frame: HTTP/2 from here on.
+                            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n\0\0\0\x04\0\0\0\0\0"
+                        } else {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nduz"
+                        };
+                        if stream.write_all(answer).await.is_err() || switch {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (address, heads)
+}
+
+/// Probe finding (issue 23): a backend that accepts an h2c upgrade opened an HTTP/2 connection
+/// between client and backend, whose requests then passed no route, gate or token check. An
+/// h2c offer is now dropped before the request goes on: the backend answers it as the plain
+/// HTTP/1.1 request it also is. Both engines, the usual h2c head and one the own engine would
+/// otherwise keep (only `upgrade` in `Connection`).
+#[tokio::test]
+async fn an_h2c_upgrade_never_reaches_a_backend() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let (backend, heads) = h2c_backend().await;
+        let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
+        for connection in ["Upgrade, HTTP2-Settings", "upgrade"] {
+            let request = format!(
+                "GET /takip HTTP/1.1\r\nHost: a\r\nConnection: {connection}\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+            );
+            let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = vec![0u8; 4096];
+            let read = stream.read(&mut answer).await.unwrap();
+            let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+            assert!(
+                answer.starts_with("HTTP/1.1 200") && answer.ends_with("duz"),
+                "{engine:?}, {connection}: {answer:?}"
+            );
+        }
+        let heads = heads.lock().unwrap().clone();
+        assert_eq!(heads.len(), 2, "{engine:?}: {heads:?}");
+        for head in &heads {
+            assert!(
+                !head.contains("upgrade") && !head.contains("http2-settings"),
+                "{engine:?}: {head}"
+            );
+        }
         stop(running).await;
     }
 }

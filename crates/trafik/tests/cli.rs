@@ -874,11 +874,44 @@ fn an_admin_api_beyond_loopback_is_refused_without_a_bearer_token() {
     let (code, _, errors) = check("short-token.toml", &admin("token = \"short\""));
     assert_eq!(code, 2, "{errors}");
     assert!(
-        errors.contains("admin.token: expected a token of at least 16"),
+        errors.contains("admin.token: expected a token of at least 32"),
+        "{errors}"
+    );
+    // Probe finding (issue 23): sixteen of one letter was a token; long but without variety is
+    // refused too, at the setting that holds it.
+    for (name, weak, field) in [
+        (
+            "sixteen.toml",
+            "a".repeat(16),
+            "admin.token: expected a token of at least 32",
+        ),
+        (
+            "repeated.toml",
+            "a".repeat(40),
+            "admin.token: expected a token of at least 64 bits",
+        ),
+        (
+            "sequential.toml",
+            "0123456789abcdef".repeat(2),
+            "admin.token: expected a token of at least 64 bits",
+        ),
+    ] {
+        let (code, _, errors) = check(name, &admin(&format!("token = \"{weak}\"")));
+        assert_eq!(code, 2, "{weak}: {errors}");
+        assert!(errors.contains(field), "{weak}: {errors}");
+    }
+    let weak_file = config_file("weak-admin-token", &format!("{}\n", "ab".repeat(20)));
+    let (code, _, errors) = check(
+        "weak-token-file.toml",
+        &admin(&format!("token_file = \"{}\"", weak_file.display())),
+    );
+    assert_eq!(code, 2, "{errors}");
+    assert!(
+        errors.contains("admin.token_file: expected a token of at least 64 bits"),
         "{errors}"
     );
 
-    let token = config_file("admin-token", "0123456789abcdef0123\n");
+    let token = config_file("admin-token", "3f9c2a7e41b08d65c1e9a4f7023b6d8e\n");
     let with_file = admin(&format!("token_file = \"{}\"", token.display()));
     let (code, _, errors) = check("token-file.toml", &with_file);
     assert_eq!(code, 0, "{errors}");

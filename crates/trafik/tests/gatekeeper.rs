@@ -198,6 +198,19 @@ backends = [{{ address = "{app}" }}]
     let mut audience = claims("M7");
     audience["aud"] = json!("ucret");
     refused.push(("wrong audience", Some(hs256(&audience)), "wrong audience"));
+    // With issuer and audiences configured, both claims are required.
+    let bare = json!({"sub": "M7", "exp": now() + 300});
+    refused.push(("no iss, no aud", Some(hs256(&bare)), "token has no iss"));
+    let mut listed = claims("M7");
+    listed["iss"] = json!(["trafik-ornek"]);
+    refused.push(("iss as a list", Some(hs256(&listed)), "wrong issuer"));
+    // The same signature in standard base64 is another spelling of the token: refused.
+    let respellable = (0..)
+        .map(|n| hs256(&claims(&format!("M{n}"))))
+        .find(|token| token.rsplit('.').next().unwrap().contains(['-', '_']))
+        .unwrap();
+    let standard = respellable.replace('-', "+").replace('_', "/");
+    refused.push(("standard base64", Some(standard), "malformed token"));
     let valid_token = hs256(&claims("M7"));
     let payload = valid_token.split('.').nth(1).unwrap();
     // {"alg":"none","typ":"JWT"}

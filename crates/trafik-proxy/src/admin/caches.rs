@@ -218,7 +218,7 @@ fn wrong_method(message: &'static str) -> Response<Full<Bytes>> {
 type CacheCounter = fn(&CacheCounters) -> &std::sync::atomic::AtomicU64;
 
 /// The per-worker counters of a cache, with their names in `/status` and `/metrics`.
-const CACHE_COUNTERS: [(&str, &str, CacheCounter); 7] = [
+const CACHE_COUNTERS: [(&str, &str, CacheCounter); 8] = [
     (
         "hits",
         "Answers from the store without waiting for the origin.",
@@ -251,6 +251,11 @@ const CACHE_COUNTERS: [(&str, &str, CacheCounter); 7] = [
         "origin_bytes",
         "Body bytes fetched from the origin for the store.",
         |c| &c.origin_bytes,
+    ),
+    (
+        "invalidated",
+        "Stored copies removed because a POST, PUT, DELETE or other unsafe request to their URI succeeded.",
+        |c| &c.invalidated,
     ),
 ];
 

@@ -233,6 +233,7 @@ fn is_hop_by_hop(name: &str) -> bool {
         2 => is("te"),
         7 => is("trailer") || is("upgrade"),
         10 => is("connection") || is("keep-alive"),
+        14 => is("http2-settings"),
         16 => is("proxy-connection"),
         17 => is("transfer-encoding"),
         18 => is("proxy-authenticate"),
@@ -416,12 +417,17 @@ pub fn request(
         }
     }
     // A length beside a coding: hyper reads by the chunks and closes after (RFC 9112 §6.3).
-    // A chunked GET or HEAD: hyper's client sends it without its body.
+    // A chunked GET or HEAD: rare, left to the full pipeline, which frames its body for hyper's
+    // client (it would send a GET or HEAD of unknown length without one).
     let odd_chunks = chunked && (body.is_some() || method == Method::GET || method == Method::HEAD);
     let (Some(host), false) = (host, odd_chunks) else {
         return Request::Defer;
     };
-    // Anything short of a plain upgrade request is hyper's to judge.
+    // Anything short of a plain upgrade request is hyper's to judge, and so is an h2c offer,
+    // which the full pipeline drops.
+    if upgrade.is_some_and(crate::http::upgrade::offers_h2c) {
+        return Request::Defer;
+    }
     let upgrading = upgrade.is_some() || connection_upgrade;
     if upgrading
         && (upgrade.is_none()

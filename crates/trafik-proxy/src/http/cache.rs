@@ -50,6 +50,9 @@ pub struct CacheCounters {
     pub origin_requests: AtomicU64,
     /// Body bytes of the answers fetched for the store.
     pub origin_bytes: AtomicU64,
+    /// Stored copies removed because an unsafe request to their URI succeeded (RFC 9111 §4.4);
+    /// the admin API's removals are `purged`.
+    pub invalidated: AtomicU64,
 }
 
 /// One `[[cache]]`: its store and counters, shared by every worker and route that names it,
@@ -262,11 +265,27 @@ impl CachedTarget {
         let method = request.method().clone();
         if method != Method::GET && method != Method::HEAD {
             bump(&counters.origin_requests);
-            let path = request.uri().path().to_owned();
+            let target = request
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_owned());
+            let request_host = request_host(&request);
             let (response, backend) = self.origin(worker, snapshot, connection, request).await;
-            // A change that succeeded makes the stored copies of its URI stale (RFC 9111 §4.4).
-            if response.status().is_success() || response.status().is_redirection() {
-                self.cache.store.purge_path(&path);
+            // A change that succeeded makes the stored copies of its URI stale (RFC 9111 §4.4);
+            // a safe method changes nothing, so it removes nothing.
+            let succeeded = response.status().is_success() || response.status().is_redirection();
+            if succeeded && !is_safe(&method) {
+                let named = [header::LOCATION, header::CONTENT_LOCATION].map(|name| {
+                    response.headers().get(name).and_then(|value| {
+                        same_host_target(value.to_str().ok()?, request_host.as_deref())
+                    })
+                });
+                let mut removed = 0;
+                for path_and_query in std::iter::once(target).chain(named).flatten() {
+                    let primary = key::primary(&self.host, &path_and_query);
+                    removed += self.cache.store.invalidate(&primary);
+                }
+                add(&counters.invalidated, removed);
             }
             return (response, backend, Outcome::miss("fwd=method"));
         }
@@ -598,6 +617,39 @@ impl CachedTarget {
 /// The length the read bytes have, which the answers sent from them must say: an origin's 204
 /// (whose body hyper drops) may still name one, and hyper then panics on the mismatch (or,
 /// built without debug checks, sends a length and no body).
+/// GET, HEAD, OPTIONS and TRACE are safe (RFC 9110 §9.2.1); any other method, known or not,
+/// may change its target (RFC 9111 §4.4).
+fn is_safe(method: &Method) -> bool {
+    [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE].contains(method)
+}
+
+/// The host the request names (its URI's, else `Host`'s), without port.
+fn request_host<B>(request: &Request<B>) -> Option<String> {
+    if let Some(host) = request.uri().host() {
+        return Some(host.to_owned());
+    }
+    let host = request.headers().get(header::HOST)?.to_str().ok()?;
+    let authority: http::uri::Authority = host.parse().ok()?;
+    Some(authority.host().to_owned())
+}
+
+/// The path and query a `Location` or `Content-Location` names, when it is on the request's
+/// host: an absolute path, or an absolute URI of that host (RFC 9111 §4.4 forbids invalidating
+/// another host's URIs). Anything else names nothing.
+fn same_host_target(value: &str, request_host: Option<&str>) -> Option<String> {
+    let value = value.split('#').next().unwrap_or(value);
+    if value.starts_with('/') && !value.starts_with("//") {
+        let path: http::uri::PathAndQuery = value.parse().ok()?;
+        return Some(path.as_str().to_owned());
+    }
+    let uri: http::Uri = value.parse().ok()?;
+    let host = uri.host()?;
+    if uri.scheme().is_none() || !request_host.is_some_and(|h| h.eq_ignore_ascii_case(host)) {
+        return None;
+    }
+    Some(uri.path_and_query().map_or("/", |p| p.as_str()).to_owned())
+}
+
 fn length_of(headers: &mut HeaderMap, status: StatusCode, len: usize) {
     if status == StatusCode::NO_CONTENT {
         headers.remove(header::CONTENT_LENGTH);

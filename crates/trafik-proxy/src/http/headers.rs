@@ -9,6 +9,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+/// The settings an h2c upgrade offers (RFC 7540 §3.2.1): about one connection only, and the
+/// h2c offer itself is never passed on (see `upgrade`).
+const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -23,8 +26,9 @@ const FORWARDING: [HeaderName; 4] = [
 
 /// Headers that describe one connection, not the message, and so are dropped by a proxy.
 /// `Transfer-Encoding` is among them: hyper frames every body it sends anew.
-const HOP_BY_HOP: [HeaderName; 9] = [
+const HOP_BY_HOP: [HeaderName; 10] = [
     header::CONNECTION,
+    HTTP2_SETTINGS,
     KEEP_ALIVE,
     PROXY_CONNECTION,
     header::PROXY_AUTHENTICATE,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -237,6 +237,24 @@ fn relay(
     }))
 }
 
+/// Says `Transfer-Encoding: chunked` for a body whose length is not known (one the client sent
+/// chunked): hyper's client frames such a body chunked on its own, except for GET, HEAD and
+/// CONNECT, which it sends with no body at all, while the client's bytes were read and dropped.
+/// Forwarded as nginx and HAProxy do, the backend judges the body it was sent.
+fn frame_a_body_of_unknown_length(request: &mut Request<RequestBody>) {
+    let body = request.body();
+    if body.is_end_stream()
+        || body.size_hint().exact().is_some()
+        || request.headers().contains_key(header::CONTENT_LENGTH)
+    {
+        return;
+    }
+    request.headers_mut().insert(
+        header::TRANSFER_ENCODING,
+        HeaderValue::from_static("chunked"),
+    );
+}
+
 /// Sends the request to backend `index` on a pooled or new connection; the answer comes back
 /// with the connection it arrived on. For a request that may be sent again (`replayable`,
 /// which is bodiless), an answer whose body has a length comes only with the first piece of
@@ -251,6 +269,7 @@ async fn send(
     replayable: bool,
     limits: AnswerLimits,
 ) -> Result<Answered, Failure> {
+    frame_a_body_of_unknown_length(&mut request);
     // A pooled connection the backend closed while idle hands the request back unsent; that is
     // no failure of the backend, so it is tried once more on a new connection.
     let mut fresh = false;

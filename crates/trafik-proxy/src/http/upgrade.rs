@@ -35,14 +35,51 @@ use crate::pool::InFlight;
 pub struct ClientUpgrade(OnUpgrade);
 
 /// Whether the client asks to switch protocols in a way trafik relays: an HTTP/1.1 `GET` with
-/// `Upgrade` and `Connection: upgrade`. hyper prepares the hand-over only for HTTP/1.1 requests
-/// with `Upgrade` (and CONNECT), so most requests are answered by the first check.
+/// `Upgrade` naming a protocol other than h2c, and `Connection: upgrade`. hyper prepares the
+/// hand-over only for HTTP/1.1 requests with `Upgrade` (and CONNECT), so most requests are
+/// answered by the first check. A request offering only h2c goes on as the plain HTTP/1.1
+/// request it also is, without the offer.
 pub fn wanted(request: &Request<RequestBody>) -> bool {
     request.extensions().get::<OnUpgrade>().is_some()
         && request.method() == Method::GET
         && request.version() == Version::HTTP_11
-        && request.headers().contains_key(header::UPGRADE)
+        && request
+            .headers()
+            .get(header::UPGRADE)
+            .and_then(relayed_protocols)
+            .is_some()
         && names_upgrade(request.headers())
+}
+
+/// Whether an `Upgrade` value offers h2c (HTTP/2 over cleartext). A backend that took it would
+/// speak HTTP/2 with the client through the tunnel, and the requests in it would pass no
+/// route, gate or token check; RFC 9113 §3.1 retired the upgrade besides.
+pub fn offers_h2c(protocols: &[u8]) -> bool {
+    protocols.split(|&b| b == b',').any(is_h2c)
+}
+
+/// Whether one protocol of an `Upgrade` list (`name` or `name/version`) is h2c.
+fn is_h2c(protocol: &[u8]) -> bool {
+    let protocol = protocol.trim_ascii();
+    let name = protocol.split(|&b| b == b'/').next().unwrap_or(protocol);
+    name.eq_ignore_ascii_case(b"h2c")
+}
+
+/// The protocols of an `Upgrade` value trafik passes on: all but h2c; `None` when none is left.
+fn relayed_protocols(value: &HeaderValue) -> Option<HeaderValue> {
+    if !offers_h2c(value.as_bytes()) {
+        return Some(value.clone());
+    }
+    let kept: Vec<&[u8]> = value
+        .as_bytes()
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|protocol| !protocol.is_empty() && !is_h2c(protocol))
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    HeaderValue::from_bytes(&kept.join(&b", "[..])).ok()
 }
 
 /// Whether `Connection` lists the `upgrade` token.
@@ -63,10 +100,13 @@ pub fn prepare(request: &mut Request<RequestBody>) {
     keep_upgrade_headers(request.headers_mut());
 }
 
-/// Removes the hop-by-hop headers but `Upgrade`, and says `Connection: upgrade`: what the next
-/// hop needs to switch protocols, and nothing else about this connection.
+/// Removes the hop-by-hop headers but `Upgrade` (less any h2c offer), and says
+/// `Connection: upgrade`: what the next hop needs to switch protocols, and nothing else about
+/// this connection.
 pub fn keep_upgrade_headers(headers: &mut HeaderMap) {
-    let protocols = headers.remove(header::UPGRADE);
+    let protocols = headers
+        .remove(header::UPGRADE)
+        .and_then(|value| relayed_protocols(&value));
     remove_hop_by_hop(headers);
     if let Some(protocols) = protocols {
         headers.insert(header::UPGRADE, protocols);
@@ -211,5 +251,28 @@ mod tests {
             ("connection", "keep-alive"),
             ("connection", " UPGRADE ")
         ])));
+    }
+
+    #[test]
+    fn an_h2c_offer_is_dropped_and_other_protocols_stay() {
+        let relayed = |value: &str| {
+            relayed_protocols(&HeaderValue::from_str(value).unwrap())
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(relayed("websocket").as_deref(), Some("websocket"));
+        assert_eq!(relayed("h2c"), None);
+        assert_eq!(relayed(" H2C/1.0 ,"), None);
+        assert_eq!(relayed("h2c, websocket, h2c").as_deref(), Some("websocket"));
+        assert!(offers_h2c(b"websocket, h2c") && !offers_h2c(b"h2, websocket"));
+        let mut upgrade = headers(&[
+            ("upgrade", "h2c"),
+            ("connection", "upgrade, http2-settings"),
+        ]);
+        upgrade.insert(
+            "http2-settings",
+            HeaderValue::from_static("AAMAAABkAARAAAAAAAIAAAAA"),
+        );
+        keep_upgrade_headers(&mut upgrade);
+        assert!(upgrade.is_empty(), "{upgrade:?}");
     }
 }

@@ -88,16 +88,13 @@ fn token(report: &mut Report, admin: &Admin) -> Option<AdminToken> {
         }
         (None, None) => return None,
     };
-    let written = written.trim();
-    if written.len() < 16 || !written.bytes().all(|b| b.is_ascii_graphic()) {
-        report.error(
-            span,
-            field,
-            "expected a token of at least 16 visible ASCII characters (no spaces), e.g. from `openssl rand -hex 32`",
-        );
-        return None;
+    match AdminToken::new(written.trim()) {
+        Ok(token) => Some(token),
+        Err(weakness) => {
+            report.error(span, field, weakness);
+            None
+        }
     }
-    Some(AdminToken::new(written))
 }
 
 /// A text setting that is present and not empty.
