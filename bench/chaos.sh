@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Chaos under load (issue 13): `trafik load` at RATE req/s for 10 s through quick mode in front
 # of three replicas while one of them is killed and restarted, never answers, or fails half its
-# requests; then every backend down, for the retry budget. Prints each run's failures, latency
-# and what /status says. Usage: bench/chaos.sh [RATE]   (TRAFIK=path/to/trafik to skip the
-# release build). Stand-ins for the silent and half-failing replica are Python (python3).
+# requests; then every backend down, for the retry budget; then (issue 23) a binary upgrade,
+# SIGUSR2 halfway through, with the load's connections kept alive (goal: 0 failed). Prints each
+# run's failures, latency and what /status says.
+# Usage: bench/chaos.sh [RATE] [all|upgrade]   (TRAFIK=path/to/trafik to skip the release
+# build). Stand-ins for the silent and half-failing replica are Python (python3).
 set -euo pipefail
 rate=${1:-2000}
+scenarios=${2:-all}
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TRAFIK=$trafik
@@ -61,6 +64,38 @@ PY
 }
 stop_all() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
 
+# The old process hands its sockets to a successor it starts (the same binary and arguments)
+# and drains; `trafik load` keeps its connections alive throughout, so every connection open at
+# the signal has to be closed by the old process without losing a request on it.
+upgrade() {
+  local ports=("${ports[0]}")
+  replica "${ports[0]}" >/dev/null
+  proxy
+  load & loader=$!
+  sleep 5; kill -USR2 "$proxy_pid"
+  wait "$loader"
+  # The successor was started by the old process, not here: its pid is in the log.
+  local successor old_exit=0
+  successor=$(sed -n 's/^upgrade: process \([0-9]*\) serves now.*/\1/p' "$work/proxy.log")
+  [[ -n $successor ]] && pids+=("$successor")
+  wait "$proxy_pid" || old_exit=$?
+  python3 - "$work/load.json" "${successor:-none}" "$old_exit" <<'PY'
+import json, sys
+load, successor, old_exit = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+failed = sum(load["errors"].values())
+print(f"SIGUSR2 at 5 s, kept-alive connections: {load['sent']} sent at {load['achieved_rate']:.0f}/s, "
+      f"{failed} failed {dict((k, v) for k, v in load['errors'].items() if v)} (goal 0), "
+      f"p99 {load['latency_ms']['p99']} ms, max {load['latency_ms']['max']} ms; "
+      f"successor {successor}, old process exited {old_exit}")
+PY
+  stop_all
+}
+
+if [[ $scenarios == upgrade ]]; then
+  upgrade
+  exit 0
+fi
+
 for checks in "" "--health-path /saglik --health-interval 500ms"; do
   # The victim's pid as started (a pgrep right after the start can run before its exec).
   for port in "${ports[@]}"; do
@@ -93,3 +128,6 @@ proxy --retries 2
 load
 report "every backend refusing, --retries 2"
 stop_all
+
+ports=(39201 39202 39203)
+upgrade

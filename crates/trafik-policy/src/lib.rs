@@ -1,8 +1,10 @@
 //! Request policy without I/O, for the data plane's gateway stages: [`jwt`] verification with
 //! pinned algorithms, [`gcra`] rate limiting (and the same rule as a Redis script), the
-//! gatekeeper's [`gate`] rules, and the fixed [`stage`] order with what each stage may read.
+//! [`breaker`] that remembers a Redis outage, the gatekeeper's [`gate`] rules, and the fixed
+//! [`stage`] order with what each stage may read.
 //! Every function that needs the time takes it as an argument.
 
+pub mod breaker;
 mod decimal;
 pub mod gate;
 pub mod gcra;

@@ -21,7 +21,7 @@ use trafik_metrics_text::{Exposition, Kind};
 use crate::Instance;
 use crate::counters::{BackendCounters, read, read_gauge};
 use crate::http::path::escapes_are_well_formed;
-use crate::http::policy::gate;
+use crate::http::policy::{gate, redis};
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
@@ -167,6 +167,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             caches::metrics(&snapshot, &mut exposition);
             crate::http::gateway::metrics(&snapshot, &mut exposition);
             gate::metrics(&snapshot.gates, &mut exposition);
+            redis::metrics(&snapshot.global_limits, &mut exposition);
             crate::concurrency::metrics(&snapshot.pools, &mut exposition);
             crate::admission::metrics(&snapshot, &mut exposition);
             instance.dns_metrics(&mut exposition);
@@ -394,6 +395,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "static": caches::sites(snapshot),
         "gateway": crate::http::gateway::status(snapshot),
         "gates": gate::status(&snapshot.gates),
+        "rate_limits": redis::status(&snapshot.global_limits),
     })
 }
 

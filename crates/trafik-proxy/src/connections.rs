@@ -2,13 +2,23 @@
 //! past the limit and asks all of them (or those of one removed listener) to drain. Checking
 //! each connection's idle time once a second here is cheaper than a timer per connection polled
 //! on every wake-up.
+//!
+//! A drain (a stop, a binary upgrade, a removed listener) never closes an HTTP/1 connection
+//! under a client that may be sending on it: a kept-alive client sends its next request
+//! whenever it likes, and one that finds the connection closed after sending has lost that
+//! request (it cannot know whether it was acted on). So a draining connection finishes what has
+//! started and answers it, and every answer from then on carries `Connection: close`, after
+//! which the client knows to open a new connection (to the successor). Only a connection that
+//! stays between requests for [`DRAIN_IDLE_GRACE`] is closed as it is: its client is idle, and
+//! the race of a request sent just as it closes is left to the rare client that waited that
+//! long, as with any idle timeout.
 
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -16,6 +26,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
 use crate::snapshot::ListenerId;
+
+/// How long a draining connection may stay between requests before it is closed: long enough
+/// for a kept-alive client that is active to send its next request and be told to close.
+pub const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// A worker's client connections, as its sweeper sees them.
 pub struct Connections {
@@ -26,7 +40,8 @@ pub struct Connections {
     /// Idle limit in whole seconds (at least 1); a reload may change it.
     idle_ticks: Cell<u64>,
     list: RefCell<Vec<Weak<Control>>>,
-    draining: Cell<bool>,
+    /// The tick at which the worker began to drain.
+    draining_since: Cell<Option<u64>>,
 }
 
 /// What the sweeper can ask of one connection.
@@ -35,7 +50,13 @@ pub struct Control {
     /// The tick at which a byte last moved; shared with the connection's [`Watched`] stream.
     active_at: Arc<AtomicU64>,
     idle: Cell<bool>,
-    drain: Cell<bool>,
+    /// The tick at which the connection was asked to drain.
+    draining_since: Cell<Option<u64>>,
+    /// Draining for longer than [`DRAIN_IDLE_GRACE`]: close it when it is between requests.
+    drain_idle: Cell<bool>,
+    /// Whether bytes came from the client since anything was written to it: a request has
+    /// started to arrive or is being served. Shared with the connection's [`Watched`] stream.
+    heard: Arc<AtomicBool>,
     waker: RefCell<Option<Waker>>,
     /// While the connection waits for a request head, the whole seconds it may wait (the own
     /// HTTP/1 engine's header timeout, kept by this sweeper instead of a timer per request);
@@ -64,9 +85,22 @@ impl Control {
         self.head_ticks.get() > 0
     }
 
-    /// Whether the connection should finish what it is doing and close.
+    /// Whether the connection should finish what it is doing and close: an HTTP/1 answer says
+    /// `Connection: close` and the connection closes after it.
     pub fn should_drain(&self) -> bool {
-        self.drain.get()
+        self.draining_since.get().is_some()
+    }
+
+    /// Whether the connection has drained for longer than [`DRAIN_IDLE_GRACE`]: if it is
+    /// between requests now, it closes.
+    pub fn should_close_when_idle(&self) -> bool {
+        self.drain_idle.get()
+    }
+
+    /// Whether the last bytes that moved were written to the client: no request has started
+    /// to arrive since the last answer (or since the connection opened).
+    pub fn between_requests(&self) -> bool {
+        !self.heard.load(Ordering::Relaxed)
     }
 
     /// The waker to call when the sweeper changes the flags.
@@ -90,7 +124,7 @@ impl Connections {
             tick: Arc::default(),
             idle_ticks: Cell::new(whole_seconds(idle_timeout)),
             list: RefCell::new(Vec::new()),
-            draining: Cell::new(false),
+            draining_since: Cell::new(None),
         })
     }
 
@@ -99,7 +133,10 @@ impl Connections {
             listener,
             active_at: Arc::new(AtomicU64::new(self.tick.load(Ordering::Relaxed))),
             idle: Cell::new(false),
-            drain: Cell::new(self.draining.get()),
+            // A connection that hyper takes over during a drain keeps the drain's start.
+            draining_since: Cell::new(self.draining_since.get()),
+            drain_idle: Cell::new(false),
+            heard: Arc::default(),
             waker: RefCell::new(None),
             head_ticks: Cell::new(0),
         });
@@ -114,44 +151,62 @@ impl Connections {
 
     /// Asks the connections of a removed listener to finish their request and close.
     pub fn drain_listener(&self, listener: ListenerId) {
+        let tick = self.tick.load(Ordering::Relaxed);
         for control in self.list.borrow().iter().filter_map(Weak::upgrade) {
-            if control.listener == listener {
-                control.drain.set(true);
+            if control.listener == listener && control.draining_since.get().is_none() {
+                control.draining_since.set(Some(tick));
                 control.wake();
             }
         }
     }
 
     /// Once a second: closes connections idle past the limit, forgets finished ones and, after
-    /// `shutdown`, asks every connection to drain.
+    /// `shutdown`, asks every connection to drain (and those still between requests after the
+    /// grace to close).
     pub async fn sweep(self: Rc<Self>, mut shutdown: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let grace_ticks = whole_seconds(DRAIN_IDLE_GRACE);
         loop {
+            let draining = self.draining_since.get().is_some();
             tokio::select! {
                 _ = ticker.tick() => {
                     self.tick.fetch_add(1, Ordering::Relaxed);
                 }
-                _ = shutdown.wait_for(|stopping| *stopping), if !self.draining.get() => {
-                    self.draining.set(true);
+                _ = shutdown.wait_for(|stopping| *stopping), if !draining => {
+                    self.draining_since.set(Some(self.tick.load(Ordering::Relaxed)));
                 }
             }
-            let (tick, draining) = (self.tick.load(Ordering::Relaxed), self.draining.get());
+            let (tick, draining_since) =
+                (self.tick.load(Ordering::Relaxed), self.draining_since.get());
             self.list.borrow_mut().retain(|weak| {
                 let Some(control) = weak.upgrade() else {
                     return false;
                 };
-                // The stamp says only in which second the last byte moved: waiting for strictly
-                // more ticks than the limit guarantees at least the limit has passed.
+                // The stamps say only in which second the last byte moved (or the drain began):
+                // waiting for strictly more ticks than a limit guarantees at least it has passed.
                 let active_at = control.active_at.load(Ordering::Relaxed);
                 let limit = match control.head_ticks.get() {
                     0 => self.idle_ticks.get(),
                     head => head.min(self.idle_ticks.get()),
                 };
-                let idle = tick.saturating_sub(active_at) > limit;
-                if idle || (draining && !control.drain.get()) {
-                    control.idle.set(control.idle.get() || idle);
-                    control.drain.set(draining);
+                let mut changed = false;
+                if tick.saturating_sub(active_at) > limit && !control.idle.get() {
+                    control.idle.set(true);
+                    changed = true;
+                }
+                if control.draining_since.get().is_none() && draining_since.is_some() {
+                    control.draining_since.set(draining_since);
+                    changed = true;
+                }
+                if let Some(since) = control.draining_since.get()
+                    && tick.saturating_sub(since) > grace_ticks
+                    && !control.drain_idle.get()
+                {
+                    control.drain_idle.set(true);
+                    changed = true;
+                }
+                if changed {
                     control.wake();
                 }
                 true
@@ -171,6 +226,7 @@ pub struct Watched<S> {
     stream: S,
     active_at: Arc<AtomicU64>,
     tick: Arc<AtomicU64>,
+    heard: Arc<AtomicBool>,
 }
 
 impl<S> Watched<S> {
@@ -185,6 +241,7 @@ impl<S> Watched<S> {
             stream,
             active_at: control.active_at.clone(),
             tick: clock.tick.clone(),
+            heard: control.heard.clone(),
         }
     }
 
@@ -192,6 +249,13 @@ impl<S> Watched<S> {
         if polled.is_ready() {
             self.active_at
                 .store(self.tick.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes written to the client: what it sent is being answered.
+    fn answered(&self, polled: &Poll<io::Result<usize>>) {
+        if matches!(polled, Poll::Ready(Ok(written)) if *written > 0) {
+            self.heard.store(false, Ordering::Relaxed);
         }
     }
 }
@@ -203,8 +267,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        let before = buf.filled().len();
         let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
         this.touch(&polled);
+        if buf.filled().len() > before {
+            this.heard.store(true, Ordering::Relaxed);
+        }
         polled
     }
 }
@@ -218,6 +286,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
         this.touch(&polled);
+        this.answered(&polled);
         polled
     }
 
@@ -229,6 +298,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
         this.touch(&polled);
+        this.answered(&polled);
         polled
     }
 

@@ -411,6 +411,9 @@ pub struct GlobalLimit {
     pub timeout: Duration,
     /// With Redis down: let requests through (true) or refuse them with 503.
     pub fail_open: bool,
+    /// After Redis failed, requests are decided by `fail_open` without asking it, but for one
+    /// every this long that asks again.
+    pub probe_interval: Duration,
 }
 
 /// A set of interchangeable backends and how to choose among them.

@@ -11,7 +11,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::http::cache::Jobs;
 use crate::http::filter::{self, Trace};
-use crate::http::policy::{self, GateStats};
+use crate::http::policy::{self, GateStats, GlobalLimitStats};
 use crate::http::route::{Route, RouteTable};
 use crate::plan::{ClientPlan, ListenerKind, Plan};
 use crate::pool::{Endpoints, Pool};
@@ -62,6 +62,9 @@ pub struct Snapshot {
     /// The counters of every route's gate, for `/status` and `/metrics` (they start again at
     /// zero with each reload).
     pub gates: Vec<GateStats>,
+    /// The counters of every route's global rate limit (Redis answered, failed, or was not
+    /// asked while it was down), likewise.
+    pub global_limits: Vec<GlobalLimitStats>,
     /// The connection caps of the listeners that have any, by listener.
     connection_limits: Vec<(ListenerId, Arc<crate::admission::ConnectionLimit>)>,
     /// The listeners and routes with their golden metrics.
@@ -151,6 +154,7 @@ impl Snapshot {
         };
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         let mut gates = Vec::new();
+        let mut global_limits = Vec::new();
         let mut metrics = crate::metrics::Registry::default();
         let trace_context = crate::http::trace::TraceContext::new(
             &plan.tracing,
@@ -212,6 +216,7 @@ impl Snapshot {
                     route: &label,
                     workers: plan.workers,
                     gates: &mut gates,
+                    global_limits: &mut global_limits,
                 };
                 for configured in &route.filters {
                     match filter::build(configured, &mut stats) {
@@ -292,6 +297,7 @@ impl Snapshot {
             stateful,
             jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
             gates,
+            global_limits,
             connection_limits,
             metrics,
             trace_context,

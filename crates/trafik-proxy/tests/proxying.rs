@@ -228,6 +228,81 @@ async fn stopping_drains_in_flight_requests_and_refuses_new_connections() {
         .unwrap();
 }
 
+/// Reads what the proxy sends until it closes the connection (at most 10 s).
+async fn until_closed(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received));
+    match read.await {
+        Ok(Ok(_)) => Some(String::from_utf8_lossy(&received).into_owned()),
+        _ => None,
+    }
+}
+
+/// A drain on either engine: a request in flight is answered with `Connection: close`; a
+/// request whose head had only partly arrived is read to its end and answered the same way,
+/// even when the rest comes after the idle grace; a kept-alive connection between requests is
+/// closed once the grace has passed.
+#[tokio::test]
+async fn a_drain_answers_every_started_request_with_connection_close() {
+    for engine in [trafik_proxy::Engine::Trafik, trafik_proxy::Engine::Hyper] {
+        let slow = echo_server(Duration::from_millis(300)).await;
+        let mut plan = plan_on(engine, &[slow]);
+        plan.client.header_read_timeout = Duration::from_secs(60);
+        plan.drain_timeout = Duration::from_secs(60);
+        let running = trafik_proxy::start(plan).unwrap();
+        let address = web(&running);
+
+        let mut idle = tokio::net::TcpStream::connect(address).await.unwrap();
+        idle.write_all(b"GET /once HTTP/1.1\r\nHost: kargo.test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = [0u8; 12];
+        idle.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 200", "{engine:?}");
+        let mut half = tokio::net::TcpStream::connect(address).await.unwrap();
+        half.write_all(b"GET /half HTTP/1.1\r\nHo").await.unwrap();
+        let in_flight = tokio::spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+            stream
+                .write_all(b"GET /in-flight HTTP/1.1\r\nHost: kargo.test\r\n\r\n")
+                .await
+                .unwrap();
+            until_closed(&mut stream).await
+        });
+        wait_for_status(&running, |s| {
+            s["pools"][0]["backends"][0]["active_connections"] == 1
+        })
+        .await;
+        running.stop();
+        let answer = in_flight
+            .await
+            .unwrap()
+            .expect("the request in flight is answered");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{engine:?}: {answer}");
+        assert!(
+            answer.contains("\r\nconnection: close\r\n"),
+            "{engine:?}: {answer}"
+        );
+        // The kept-alive connection with nothing on it closes once the grace has passed.
+        let rest = until_closed(&mut idle).await;
+        assert!(
+            rest.is_some(),
+            "{engine:?}: the idle connection stayed open"
+        );
+        // By now the grace has passed, and the half-arrived request is still answered.
+        half.write_all(b"st: kargo.test\r\n\r\n").await.unwrap();
+        let answer = until_closed(&mut half).await.unwrap_or_default();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{engine:?}: {answer:?}");
+        assert!(
+            answer.contains("\r\nconnection: close\r\n"),
+            "{engine:?}: {answer}"
+        );
+        tokio::task::spawn_blocking(move || running.wait())
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn the_metrics_endpoint_exposes_the_status_counters() {
     let replicas = replicas(2).await;

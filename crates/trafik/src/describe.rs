@@ -292,9 +292,10 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
             let scope = match &limit.global {
                 None => "in this instance".to_owned(),
                 Some(global) => format!(
-                    "in {} (fail {})",
+                    "in {} (fail {}, probed every {:?} while down)",
                     global.redis,
-                    if global.fail_open { "open" } else { "closed" }
+                    if global.fail_open { "open" } else { "closed" },
+                    global.probe_interval
                 ),
             };
             format!(

@@ -827,6 +827,122 @@ fn two_instances_share_one_limit_through_redis() {
     }
 }
 
+/// Redis killed under a global limit that fails closed: the first request a worker sends to
+/// the dead Redis finds the outage, and the requests after it are answered 503 at once, without
+/// asking Redis (counted as fast-failed), but for one probe per worker every
+/// `redis_probe_interval` (1 s). With Redis back on the same port, a probe finds it and the
+/// decisions are Redis's again (200 with `RateLimit-*`).
+#[test]
+fn a_redis_outage_is_remembered_and_requests_are_decided_at_once() {
+    let app = Upstream::start(&[]);
+    let redis_address = free_address();
+    let redis_port: u16 = redis_address.rsplit(':').next().unwrap().parse().unwrap();
+    let redis = Redis::start(redis_port);
+    let (address, admin) = (free_address(), free_address());
+    let dir = scratch("outage");
+    let workers = 2;
+    let _edge = serve(
+        &dir,
+        &format!(
+            r#"
+[server]
+workers = {workers}
+
+[admin]
+listen = "{admin}"
+
+[[listener]]
+name = "kenar"
+listen = "{address}"
+
+[[listener.route]]
+path_prefix = "/"
+pool = "app"
+
+[listener.route.rate_limit]
+rate = 100000
+key = "route"
+redis = "{redis_address}"
+on_redis_error = "closed"
+
+[[pool]]
+name = "app"
+backends = [{{ address = "{}" }}]
+"#,
+            app.address
+        ),
+    );
+    let ask = || send(&address, "GET", "/takip/TR-4821", &[], b"");
+    let counts = || {
+        let status = get_json(&admin, "/status");
+        let redis = status["rate_limits"][0]["redis"].clone();
+        assert!(redis.is_object(), "no Redis counters in /status: {status}");
+        let count = |name: &str| redis[name].as_u64().unwrap();
+        (
+            count("answered"),
+            count("failed"),
+            count("fast_failed"),
+            count("probes"),
+        )
+    };
+    // Enough requests that both workers have asked Redis.
+    for _ in 0..20 {
+        let answer = ask();
+        assert_eq!(answer.status, 200, "{}", answer.head);
+        assert!(answer.head.contains("ratelimit-limit: "), "{}", answer.head);
+    }
+    let (answered, failed, fast_failed, _) = counts();
+    assert_eq!((answered, failed, fast_failed), (20, 0, 0));
+
+    drop(redis);
+    let outage = Instant::now();
+    let sent = 60;
+    for _ in 0..sent {
+        let answer = ask();
+        assert_eq!(answer.status, 503, "fail closed: {}", answer.head);
+    }
+    let took = outage.elapsed();
+    let (answered_after, failed, fast_failed, probes) = counts();
+    eprintln!(
+        "{sent} requests with Redis down in {took:?}: {failed} asked Redis and failed, \
+         {fast_failed} decided at once, {probes} probes"
+    );
+    assert_eq!(answered_after, answered);
+    assert_eq!(failed + fast_failed, sent, "every decision is counted once");
+    // Each worker asks once to find the outage, then once per second that passed (its probes).
+    let asked_at_most = workers * (1 + took.as_secs() + 1);
+    assert!(
+        failed <= asked_at_most,
+        "{failed} of {sent} requests asked the dead Redis (at most {asked_at_most} may in {took:?})"
+    );
+
+    let _redis = Redis::start(redis_port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut in_a_row = 0;
+    while in_a_row < 10 {
+        assert!(
+            Instant::now() < deadline,
+            "the decisions did not go back to Redis: {:?}",
+            counts()
+        );
+        let answer = ask();
+        if answer.status == 200 {
+            assert!(answer.head.contains("ratelimit-limit: "), "{}", answer.head);
+            in_a_row += 1;
+        } else {
+            assert_eq!(answer.status, 503, "{}", answer.head);
+            in_a_row = 0;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let (answered_again, _, _, probes_after) = counts();
+    assert!(answered_again >= answered + 10);
+    assert!(
+        probes_after > probes,
+        "Redis was found again by a probe: {probes} then {probes_after}"
+    );
+}
+
 #[test]
 fn check_refuses_a_limit_at_the_edge_keyed_on_domain_data() {
     let dir = scratch("domain");

@@ -1,6 +1,7 @@
 //! Binary upgrade without loss: under a steady load of about 200 requests a second, SIGUSR2
 //! makes `trafik serve` start its successor on the same listening sockets, and the old process
-//! drains and exits; no request fails or is reset on the way.
+//! drains and exits; no request fails or is reset on the way, whether each comes on a
+//! connection of its own or clients keep their connections alive through the upgrade.
 
 mod common;
 
@@ -162,4 +163,204 @@ fn an_upgrade_under_load_loses_no_request() {
         std::thread::sleep(Duration::from_millis(20));
     }
     upstream.stop();
+}
+
+/// One kept-alive client: a request, its whole answer, a pause, and again, on one connection
+/// for as long as the server keeps it (a new one after an answer with `Connection: close`).
+/// Every `split`-th request sends its head in two writes, so that some requests are only half
+/// arrived when the drain begins. Returns how many it sent and why those that failed did.
+fn kept_alive_client(
+    address: &str,
+    pause: Duration,
+    split: u32,
+    stop: &AtomicBool,
+) -> (u32, Vec<String>) {
+    let (mut sent, mut failed) = (0, Vec::new());
+    let mut connection: Option<TcpStream> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let stream = match &mut connection {
+            Some(stream) => stream,
+            None => match TcpStream::connect(address) {
+                Ok(stream) => {
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(20)))
+                        .unwrap();
+                    connection.insert(stream)
+                }
+                Err(error) => {
+                    failed.push(format!("connect: {error}"));
+                    sent += 1;
+                    continue;
+                }
+            },
+        };
+        let head = format!("GET /takip/TR-{sent} HTTP/1.1\r\nHost: yukseltme\r\n\r\n");
+        let written = if split > 0 && sent % split == 0 {
+            let (first, second) = head.as_bytes().split_at(20);
+            stream.write_all(first).and_then(|()| {
+                std::thread::sleep(pause);
+                stream.write_all(second)
+            })
+        } else {
+            stream.write_all(head.as_bytes())
+        };
+        sent += 1;
+        let answer = written
+            .map_err(|e| format!("send: {e}"))
+            .and_then(|()| read_answer(stream));
+        match answer {
+            Ok(close) => {
+                if close {
+                    connection = None;
+                }
+            }
+            Err(error) => {
+                failed.push(format!("request {}: {error}", sent - 1));
+                connection = None;
+            }
+        }
+        std::thread::sleep(pause);
+    }
+    (sent, failed)
+}
+
+/// Reads one whole answer framed by its length: whether it says `Connection: close`, or why
+/// it could not be read.
+fn read_answer(stream: &mut TcpStream) -> Result<bool, String> {
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return Err(format!("closed after {} bytes of the head", received.len())),
+            Ok(n) => received.extend_from_slice(&chunk[..n]),
+            Err(error) => return Err(format!("read: {error}")),
+        }
+    };
+    let head = String::from_utf8_lossy(&received[..head_end]).to_ascii_lowercase();
+    if !head.starts_with("http/1.1 200") {
+        return Err(format!("answer: {head:?}"));
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length: "))
+        .and_then(|length| length.trim().parse().ok())
+        .ok_or_else(|| format!("no length: {head:?}"))?;
+    while received.len() < head_end + length {
+        match stream.read(&mut chunk) {
+            Ok(0) => return Err("closed in the body".into()),
+            Ok(n) => received.extend_from_slice(&chunk[..n]),
+            Err(error) => return Err(format!("read: {error}")),
+        }
+    }
+    Ok(head.contains("\r\nconnection: close\r\n"))
+}
+
+/// Sixteen clients keep their connections alive, each with a request in flight most of the
+/// time (the backend takes 20 ms) and a 10 ms pause between an answer and its next request, a
+/// few requests sent in two parts; SIGUSR2 comes while they run. The old process must finish
+/// what has started and close each connection only where no request can be lost: after an
+/// answer that says `Connection: close`, or idle past a grace period.
+fn an_upgrade_loses_no_request_on_kept_alive_connections(engine: &str) {
+    let upstream = Upstream::start(&["--delay", "20ms"]);
+    let (web, admin) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!(
+        "trafik-upgrade-kept-alive-{engine}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("trafik.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nworkers = 2\nengine = \"{engine}\"\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\n\n\
+             [[listener.route]]\npath_prefix = \"/\"\npool = \"takip\"\n\n\
+             [[pool]]\nname = \"takip\"\nbackends = [{{ address = \"{}\" }}]\n",
+            upstream.address
+        ),
+    )
+    .unwrap();
+    let log = dir.join("stdout.log");
+    let mut old = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _old_guard = Pid(old.id());
+    let printed = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !printed().contains("listening on") {
+        assert!(
+            Instant::now() < deadline,
+            "trafik did not start: {}",
+            printed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let address = format!("127.0.0.1:{web}");
+    request(&address).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..16)
+        .map(|client| {
+            let (address, stop) = (address.clone(), stop.clone());
+            // Every fifth request of half the clients comes in two parts.
+            let split = if client % 2 == 0 { 5 } else { 0 };
+            std::thread::spawn(move || {
+                kept_alive_client(&address, Duration::from_millis(10), split, &stop)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    Command::new("kill")
+        .args(["-USR2", &old.id().to_string()])
+        .status()
+        .unwrap();
+    let exit = old.wait().unwrap();
+    let successor: u32 = printed()
+        .lines()
+        .find_map(|line| line.strip_prefix("upgrade: process "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no successor named: {}", printed()));
+    let _successor_guard = Pid(successor);
+    assert!(exit.success(), "the old process drains and exits 0: {exit}");
+    // The clients go on with the successor for a while.
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let results: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let sent: u32 = results.iter().map(|(sent, _)| sent).sum();
+    let failed: Vec<&String> = results.iter().flat_map(|(_, failed)| failed).collect();
+    eprintln!(
+        "{engine}: {sent} requests on kept-alive connections, {} failed, through the upgrade",
+        failed.len()
+    );
+    assert!(sent >= 200, "the load ran through the upgrade: {sent}");
+    assert!(
+        failed.is_empty(),
+        "{engine}: {} of {sent} failed: {failed:?}",
+        failed.len()
+    );
+    let status = common::get_json(&format!("127.0.0.1:{admin}"), "/status");
+    assert_eq!(status["config"]["generation"], 1, "{status}");
+    drop(_successor_guard);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while running(successor) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    upstream.stop();
+}
+
+#[test]
+fn an_upgrade_loses_no_request_on_kept_alive_connections_of_the_own_engine() {
+    an_upgrade_loses_no_request_on_kept_alive_connections("trafik");
+}
+
+#[test]
+fn an_upgrade_loses_no_request_on_kept_alive_connections_of_hyper() {
+    an_upgrade_loses_no_request_on_kept_alive_connections("hyper");
 }

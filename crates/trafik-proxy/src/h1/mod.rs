@@ -138,13 +138,19 @@ pub async fn serve<S>(
         tokio::pin!(run);
         std::future::poll_fn(|cx| {
             control.remember(cx.waker());
-            // Idle past the limit (or the header timeout), or draining between requests.
-            let over = || control.is_idle() || (control.should_drain() && control.awaits_head());
-            if over() {
+            // Idle past the limit (or the header timeout).
+            if control.is_idle() {
                 return Poll::Ready(End::Close);
             }
+            // Or draining past the grace while the read of a next request's head, just
+            // polled, has found nothing (see `connections`).
             match run.as_mut().poll(cx) {
-                Poll::Pending if over() => Poll::Ready(End::Close),
+                Poll::Pending
+                    if control.is_idle()
+                        || (control.should_close_when_idle() && control.awaits_head()) =>
+                {
+                    Poll::Ready(End::Close)
+                }
                 polled => polled,
             }
         })
@@ -199,7 +205,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
         let Request::Ready(request) = connection.rewrite_head(&snapshot) else {
             return End::HandOver { first };
         };
-        match exchange(proxy, &snapshot, listener, connection, &request).await {
+        match exchange(proxy, &snapshot, listener, connection, &request, control).await {
             Exchanged::KeepAlive => first = false,
             Exchanged::Close => return End::Close,
             Exchanged::Defer => return End::HandOver { first },
@@ -208,13 +214,15 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// One request on the fast path, with the pool's retry rules: a failed connect goes to another
-/// backend, and so does a bodiless request the backend lost while the budget allows.
+/// backend, and so does a bodiless request the backend lost while the budget allows. On a
+/// draining connection the answer says `Connection: close` and the connection closes after it.
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     proxy: &WorkerProxy,
     snapshot: &Rc<WorkerSnapshot>,
     listener: ListenerId,
     connection: &mut Connection<S>,
     request: &RequestHead,
+    control: &Control,
 ) -> Exchanged {
     let Some(routes) = snapshot.http_routes(listener) else {
         return Exchanged::Defer;
@@ -242,7 +250,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             .pipeline_client
             .take()
             .unwrap_or_else(|| ClientConnection::new(listener, connection.peer, connection.scheme));
-        let exchanged = pipeline::exchange(proxy, &client, connection, request).await;
+        let exchanged = pipeline::exchange(proxy, &client, connection, request, control).await;
         connection.pipeline_client = Some(client);
         return exchanged;
     };
@@ -271,8 +279,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         .then_some(());
     let consumed = request.length + request.body as usize;
     let head_request = request.method == Method::HEAD;
-    // A streamed body may be left unread by a refusal: the connection closes after it.
-    let keep = !request.close && !streamed;
+    // A streamed body may be left unread by a refusal: the connection closes after it, as it
+    // does when the answer is written during a drain.
+    let keep = || !request.close && !streamed && !control.should_drain();
     let mut upload = match streamed {
         false => None,
         true => match Upload::new(&connection.input, request, snapshot.client.limits) {
@@ -309,7 +318,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 None,
                 refused,
                 consumed,
-                keep,
+                keep(),
                 head_request,
             )
             .await;
@@ -354,7 +363,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                         backend,
                         error,
                         consumed,
-                        keep,
+                        keep(),
                         head_request,
                     )
                     .await;
@@ -382,6 +391,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         }
         if let Some(cookie) = selection.cookie(pool, index) {
             head::add_field(&mut connection.head, b"set-cookie", cookie.as_bytes());
+        }
+        // A drain begun while the request was on its way is told to the client now; the body
+        // keeps the framing the head was written with.
+        let closing = request.close || control.should_drain();
+        if closing && !request.close && answer.framing != Framing::Switched {
+            head::add_field(&mut connection.head, b"connection", b"close");
         }
         let early = upload.as_ref().is_some_and(|upload| !upload.whole());
         let upgrades = &attempt.counters.upgrades;
@@ -455,7 +470,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             Err(_) => return Exchanged::Close,
         }
         // The connection closes as its task ends, sending the FIN then.
-        if request.close {
+        if closing {
             return Exchanged::Close;
         }
         return Exchanged::KeepAlive;
@@ -467,7 +482,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         None,
         failure,
         consumed,
-        keep,
+        keep(),
         head_request,
     )
     .await

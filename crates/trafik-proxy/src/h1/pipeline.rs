@@ -14,17 +14,20 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::head::{self, MAX_HEADERS, RequestHead};
 use super::{Connection, Exchanged, date};
+use crate::connections::Control;
 use crate::error::ProxyError;
 use crate::http::body::{ProxyBody, RequestBody};
 use crate::http::service::{ClientConnection, WorkerProxy};
 
 /// Serves `request` through the pipeline when it carries no body and asks for no protocol
-/// switch; else (and for a head `http` cannot hold) `Defer`, with nothing sent.
+/// switch; else (and for a head `http` cannot hold) `Defer`, with nothing sent. On a draining
+/// connection the answer says `Connection: close`.
 pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     proxy: &WorkerProxy,
     client: &ClientConnection,
     connection: &mut Connection<S>,
     request: &RequestHead,
+    control: &Control,
 ) -> Exchanged {
     let bodiless = request.body == 0 && !request.chunked && !request.expect_continue;
     if !bodiless || request.upgrade {
@@ -40,7 +43,7 @@ pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         &mut connection.relay,
         answer,
         head_request,
-        request.close,
+        request.close || control.should_drain(),
     )
     .await;
     if !matches!(written, Ok(true)) {

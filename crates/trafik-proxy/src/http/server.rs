@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
+use http::{HeaderValue, StatusCode, Version, header};
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -66,11 +67,25 @@ pub async fn serve<S>(
     let handler = proxy.clone();
     let client = Rc::new(ClientConnection::new(listener, peer, scheme));
     let serving = client.clone();
+    let draining = control.clone();
     let service = service_fn(move |request| {
         served.store(true, Ordering::Relaxed);
-        let (handler, connection) = (handler.clone(), serving.clone());
+        let (handler, connection, draining) = (handler.clone(), serving.clone(), draining.clone());
+        let http1 = request.version() < Version::HTTP_2;
         let request = request.map(super::body::RequestBody::streaming);
-        async move { Ok::<_, Infallible>(handler.handle(&connection, request).await) }
+        async move {
+            let mut answer = handler.handle(&connection, request).await;
+            // hyper closes the connection after an answer that says so.
+            if http1
+                && draining.should_drain()
+                && answer.status() != StatusCode::SWITCHING_PROTOCOLS
+            {
+                answer
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, Infallible>(answer)
+        }
     });
     match protocol {
         Protocol::Http1 => {
@@ -84,11 +99,11 @@ pub async fn serve<S>(
                 .half_close(true)
                 .serve_connection(io, service)
                 .with_upgrades();
-            drive(connection, |c| c.graceful_shutdown(), &control, peer).await;
+            drive(connection, |c| c.graceful_shutdown(), &control, peer, false).await;
         }
         Protocol::Http2 => {
             let connection = http2::Builder::new(LocalExecutor).serve_connection(io, service);
-            drive(connection, |c| c.graceful_shutdown(), &control, peer).await;
+            drive(connection, |c| c.graceful_shutdown(), &control, peer, true).await;
         }
         Protocol::Detect => {
             let mut builder = auto::Builder::new(LocalExecutor);
@@ -100,7 +115,7 @@ pub async fn serve<S>(
                 .max_buf_size(head_bytes)
                 .half_close(true);
             let connection = builder.serve_connection_with_upgrades(io, service);
-            drive(connection, |c| c.graceful_shutdown(), &control, peer).await;
+            drive(connection, |c| c.graceful_shutdown(), &control, peer, false).await;
         }
     }
     // After a relayed 101 hyper has let go of the socket, and the tunnel runs here: under the
@@ -136,26 +151,40 @@ where
 }
 
 /// Polls a connection to its end, closing it when the sweeper finds it idle and shutting it
-/// down gracefully (finish the requests under way, take no new ones) when it must drain.
+/// down gracefully (finish the requests under way, take no new ones) when it must drain:
+/// HTTP/2 at once (`goaway_at_once`: its GOAWAY names the last stream served, so a client
+/// knows which to send again); HTTP/1 only between requests and after the drain's grace (see
+/// `connections`): hyper's graceful shutdown closes an HTTP/1 connection whose next request
+/// head is only partly read as if it were idle. Meanwhile the service's answers say
+/// `Connection: close`.
 async fn drive<C: Future>(
     connection: C,
     graceful_shutdown: impl Fn(Pin<&mut C>),
     control: &Control,
     peer: SocketAddr,
+    goaway_at_once: bool,
 ) {
     tokio::pin!(connection);
-    let mut draining = false;
+    let mut shut_down = false;
     std::future::poll_fn(|cx| {
         control.remember(cx.waker());
         if control.is_idle() {
             tracing::debug!(%peer, "closing idle connection");
             return Poll::Ready(());
         }
-        if control.should_drain() && !draining {
-            draining = true;
-            graceful_shutdown(connection.as_mut());
+        if connection.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
         }
-        connection.as_mut().poll(cx).map(|_| ())
+        let shut_down_now = match goaway_at_once {
+            true => control.should_drain(),
+            false => control.should_close_when_idle() && control.between_requests(),
+        };
+        if shut_down_now && !shut_down {
+            shut_down = true;
+            graceful_shutdown(connection.as_mut());
+            return connection.as_mut().poll(cx).map(|_| ());
+        }
+        Poll::Pending
     })
     .await;
 }

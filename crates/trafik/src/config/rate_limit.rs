@@ -86,6 +86,12 @@ pub fn check(
                 "every request would find Redis down",
             ),
             fail_open,
+            probe_interval: report.above_zero(
+                &limit.redis_probe_interval,
+                &format!("{field}.redis_probe_interval"),
+                "an interval",
+                "every request would ask a Redis known to be down",
+            ),
         }
     });
     let (rate, key) = (*rate?.get_ref(), key?);

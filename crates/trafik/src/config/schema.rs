@@ -402,6 +402,9 @@ pub struct RateLimit {
     pub redis: Option<Spanned<String>>,
     pub redis_prefix: Option<Spanned<String>>,
     pub redis_timeout: Spanned<Dur>,
+    /// After Redis failed, how often one request asks it again (the others are decided by
+    /// `on_redis_error` at once).
+    pub redis_probe_interval: Spanned<Dur>,
     /// With Redis down: `open` lets requests through, `closed` answers 503.
     pub on_redis_error: Spanned<String>,
 }
@@ -416,6 +419,7 @@ impl Default for RateLimit {
             redis: None,
             redis_prefix: None,
             redis_timeout: unplaced(Dur(Duration::from_millis(100))),
+            redis_probe_interval: unplaced(Dur(Duration::from_secs(1))),
             on_redis_error: unplaced("open".into()),
         }
     }

@@ -23,12 +23,19 @@ pub struct Stats<'a> {
     pub route: &'a str,
     pub workers: usize,
     pub gates: &'a mut Vec<GateStats>,
+    pub global_limits: &'a mut Vec<GlobalLimitStats>,
 }
 
 /// One gate's counters, by route.
 pub struct GateStats {
     pub route: String,
     pub counters: Arc<PerWorker<GateCounters>>,
+}
+
+/// One global rate limit's counts of Redis decisions, by route.
+pub struct GlobalLimitStats {
+    pub route: String,
+    pub counters: Arc<PerWorker<redis::RedisCounters>>,
 }
 
 /// A refusal trafik writes itself: the status and a one-line reason.

@@ -5,14 +5,15 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 
 use super::auth::Claims;
-use super::redis::RedisGcra;
-use super::{Stats, access_log, refusal};
+use super::redis::{RedisGcra, Unavailable};
+use super::{GlobalLimitStats, Stats, access_log, refusal};
+use crate::counters::PerWorker;
 use crate::http::body::{ProxyBody, RequestBody};
 use crate::http::filter::{Exchange, Filter, Step, Waiting};
 use crate::plan::{RateKey, RateLimitPlan};
@@ -31,11 +32,18 @@ pub fn build(plan: &RateLimitPlan, stats: &mut Stats<'_>) -> Result<Box<dyn Filt
             table: Mutex::default(),
             epoch: Instant::now(),
         }),
-        Some(global) => Box::new(GlobalLimit {
-            limit,
-            redis: RedisGcra::new(global, stats.workers)?,
-            fail_open: global.fail_open,
-        }),
+        Some(global) => {
+            let counters = Arc::new(PerWorker::new(stats.workers));
+            stats.global_limits.push(GlobalLimitStats {
+                route: stats.route.to_owned(),
+                counters: counters.clone(),
+            });
+            Box::new(GlobalLimit {
+                limit,
+                redis: RedisGcra::new(global, stats.workers, counters)?,
+                fail_open: global.fail_open,
+            })
+        }
     })
 }
 
@@ -177,26 +185,11 @@ impl Filter for GlobalLimit {
                 .await
             {
                 Ok(decision) => self.limit.apply(decision, exchange),
-                Err(error) if self.fail_open => {
-                    tracing::debug!(%error, "redis unavailable; the global limit lets the request through");
-                    access_log::record(
-                        exchange,
-                        Stage::RateLimit,
-                        "pass: redis unavailable, fail open",
-                    );
-                    Step::Continue
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "redis unavailable; the global limit refuses the request");
-                    access_log::record(
-                        exchange,
-                        Stage::RateLimit,
-                        "refused: redis unavailable, fail closed",
-                    );
-                    Step::Respond(Box::new(refusal(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "rate limiter unavailable",
-                    )))
+                Err(unavailable) => {
+                    if let Unavailable::Failed(error) = unavailable {
+                        tracing::debug!(%error, "redis unavailable");
+                    }
+                    self.decide_without_redis(exchange)
                 }
             }
         })
@@ -204,5 +197,28 @@ impl Filter for GlobalLimit {
 
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
         Limit::on_response(response, exchange);
+    }
+}
+
+impl GlobalLimit {
+    /// Redis gave no decision: `on_redis_error` decides.
+    fn decide_without_redis(&self, exchange: &Exchange<'_>) -> Step {
+        if self.fail_open {
+            access_log::record(
+                exchange,
+                Stage::RateLimit,
+                "pass: redis unavailable, fail open",
+            );
+            return Step::Continue;
+        }
+        access_log::record(
+            exchange,
+            Stage::RateLimit,
+            "refused: redis unavailable, fail closed",
+        );
+        Step::Respond(Box::new(refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "rate limiter unavailable",
+        )))
     }
 }
