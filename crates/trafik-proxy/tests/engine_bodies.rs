@@ -826,3 +826,60 @@ async fn a_body_over_the_limit_is_a_413_and_its_bytes_are_never_a_request() {
         finish(engine, running).await;
     }
 }
+
+/// A backend that answers each connection's request as soon as its head is in, then reads
+/// on until the proxy closes the connection: the flag says it did.
+async fn answering_early() -> (SocketAddr, Arc<std::sync::atomic::AtomicBool>) {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = closed.clone();
+    tokio::spawn(async move {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let mut buffer = [0u8; 16 * 1024];
+        let _ = stream.read(&mut buffer).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+        while let Ok(n) = stream.read(&mut buffer).await {
+            if n == 0 {
+                break;
+            }
+        }
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    (address, closed)
+}
+
+/// A backend that answers before the body ends gets its answer to the client; when the client
+/// then leaves without the rest of its body, the upload breaks off and the backend connection
+/// closes, rather than waiting for the rest forever.
+#[tokio::test]
+async fn an_upload_the_client_leaves_unfinished_after_an_early_answer_breaks_off() {
+    for engine in ENGINES {
+        let (backend, closed) = answering_early().await;
+        let filters = vec![trafik_proxy::FilterPlan::RequestBodyLimit { bytes: 1 << 20 }];
+        let (running, mut stream) = pipeline_proxy(engine, backend, filters).await;
+        stream
+            .write_all(b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nbasla")
+            .await
+            .unwrap();
+        let got = answers(&mut stream, 1).await;
+        assert_eq!(bodies(&got), ["ok"], "{engine:?}: {got}");
+        drop(stream);
+        let mut waited = 0;
+        while !closed.load(std::sync::atomic::Ordering::SeqCst) && waited < 100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += 1;
+        }
+        assert!(
+            closed.load(std::sync::atomic::Ordering::SeqCst),
+            "{engine:?}: the backend connection stayed open"
+        );
+        finish(engine, running).await;
+    }
+}

@@ -287,6 +287,14 @@ impl Pump {
     }
 }
 
+/// A body whose pump goes away before its end (its answer was written, or the connection
+/// closed) breaks off, so a backend still sending it does not wait for the rest forever.
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.feed.fail(io::ErrorKind::ConnectionAborted);
+    }
+}
+
 /// The client connection, read by the body's pump and written with the answer by the same
 /// task: each borrows it only for the length of one poll.
 struct Shared<'a, S>(&'a RefCell<S>);
