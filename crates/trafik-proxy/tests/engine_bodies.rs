@@ -681,3 +681,205 @@ async fn a_get_or_head_with_a_chunked_body_reaches_the_backend_with_it() {
         stop(running).await;
     }
 }
+
+/// A backend that answers every request with its body (read whole by hyper's server).
+async fn echoing_bodies() -> SocketAddr {
+    use http_body_util::{BodyExt, Full};
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service =
+                    service_fn(|request: http::Request<hyper::body::Incoming>| async move {
+                        let body = request.into_body().collect().await?.to_bytes();
+                        Ok::<_, hyper::Error>(http::Response::new(Full::new(body)))
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+/// A proxy on `engine` whose one route runs `filters` (so the full pipeline serves it, not the
+/// fast path), in front of `backend`, and a client connection to it.
+async fn pipeline_proxy(
+    engine: Engine,
+    backend: SocketAddr,
+    filters: Vec<trafik_proxy::FilterPlan>,
+) -> (trafik_proxy::Running, TcpStream) {
+    let mut plan = plan_on(engine, &[backend]);
+    routes(&mut plan)[0].filters = filters;
+    let running = trafik_proxy::start(plan).unwrap();
+    let stream = TcpStream::connect(web(&running)).await.unwrap();
+    (running, stream)
+}
+
+/// Filters that are not head steps: a body limit, and request buffering.
+fn body_filters() -> [Vec<trafik_proxy::FilterPlan>; 2] {
+    use trafik_proxy::FilterPlan;
+    [
+        vec![FilterPlan::RequestBodyLimit { bytes: 1000 }],
+        vec![FilterPlan::RequestBuffering { memory: 16 }],
+    ]
+}
+
+/// On a route the pipeline serves, a `Content-Length` body in pieces and a chunked one after
+/// it on the same connection (the second one's head right behind the first body) reach the
+/// backend whole; the own engine reads both itself, handing nothing to hyper.
+#[tokio::test]
+async fn bodies_on_a_pipeline_route_reach_the_backend_and_the_connection_goes_on() {
+    for engine in ENGINES {
+        for filters in body_filters() {
+            let backend = echoing_bodies().await;
+            let case = format!("{engine:?}, {filters:?}");
+            let (running, mut stream) = pipeline_proxy(engine, backend, filters).await;
+            pieces(
+                &mut stream,
+                &[
+                    b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 26\r\n\r\nabcdefghij",
+                    b"klmnopqrst",
+                    b"uvwxyzPOST /b HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nmerha",
+                    b"\r\n3\r\nba!\r\n0\r\n\r\n",
+                    b"POST /c HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nson.",
+                ],
+            )
+            .await;
+            let got = answers(&mut stream, 3).await;
+            assert_eq!(
+                bodies(&got),
+                ["abcdefghijklmnopqrstuvwxyz", "merhaba!", "son."],
+                "{case}: {got}"
+            );
+            assert!(!got.contains("connection: close"), "{case}: {got}");
+            finish(engine, running).await;
+        }
+    }
+}
+
+/// On a route the pipeline serves, a client waiting for `100 Continue` gets it once the body
+/// is wanted, and its body then goes through.
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_on_a_pipeline_route_gets_it() {
+    for engine in ENGINES {
+        let backend = echoing_bodies().await;
+        let filters = body_filters()[0].clone();
+        let (running, mut stream) = pipeline_proxy(engine, backend, filters).await;
+        stream
+            .write_all(
+                b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let mut interim = vec![0u8; 25];
+        tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut interim))
+            .await
+            .expect("100 Continue in time")
+            .unwrap();
+        assert_eq!(interim, b"HTTP/1.1 100 Continue\r\n\r\n", "{engine:?}");
+        stream.write_all(b"hello").await.unwrap();
+        let got = answers(&mut stream, 1).await;
+        assert_eq!(bodies(&got), ["hello"], "{engine:?}: {got}");
+        finish(engine, running).await;
+    }
+}
+
+/// A body over a route's limit is refused with 413 (which closes the connection): whether it
+/// came whole or is still on its way, its bytes are never read as a request, and the answer
+/// reaches the client before the close.
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_413_and_its_bytes_are_never_a_request() {
+    for engine in ENGINES {
+        let backend = echoing_bodies().await;
+        let filters = body_filters()[0].clone();
+        let (running, mut stream) = pipeline_proxy(engine, backend, filters.clone()).await;
+        let mut whole = b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n".to_vec();
+        whole.extend_from_slice(&[b'x'; 2000]);
+        whole.extend_from_slice(b"POST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nok");
+        stream.write_all(&whole).await.unwrap();
+        let (got, closed) = until_closed(&mut stream).await;
+        assert!(got.starts_with("HTTP/1.1 413"), "{engine:?}: {got}");
+        assert!(closed, "{engine:?}: the connection stayed open after {got}");
+        let answered = bodies(&got);
+        assert!(
+            answered.len() == 1 || answered[1] == "ok",
+            "{engine:?}: {got}"
+        );
+        finish(engine, running).await;
+
+        let backend = echoing_bodies().await;
+        let (running, mut stream) = pipeline_proxy(engine, backend, filters).await;
+        let mut partial = b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n".to_vec();
+        partial.extend_from_slice(&[b'x'; 1500]);
+        partial.extend_from_slice(b"GET /body-bytes HTTP/1.1\r\nHost: a\r\n\r\n");
+        stream.write_all(&partial).await.unwrap();
+        let (got, closed) = until_closed(&mut stream).await;
+        assert!(got.starts_with("HTTP/1.1 413"), "{engine:?}: {got}");
+        assert!(closed, "{engine:?}: the connection stayed open after {got}");
+        assert_eq!(complete(got.as_bytes()), 1, "{engine:?}: {got}");
+        finish(engine, running).await;
+    }
+}
+
+/// A backend that answers each connection's request as soon as its head is in, then reads
+/// on until the proxy closes the connection: the flag says it did.
+async fn answering_early() -> (SocketAddr, Arc<std::sync::atomic::AtomicBool>) {
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = closed.clone();
+    tokio::spawn(async move {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let mut buffer = [0u8; 16 * 1024];
+        let _ = stream.read(&mut buffer).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+        while let Ok(n) = stream.read(&mut buffer).await {
+            if n == 0 {
+                break;
+            }
+        }
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    (address, closed)
+}
+
+/// A backend that answers before the body ends gets its answer to the client; when the client
+/// then leaves without the rest of its body, the upload breaks off and the backend connection
+/// closes, rather than waiting for the rest forever.
+#[tokio::test]
+async fn an_upload_the_client_leaves_unfinished_after_an_early_answer_breaks_off() {
+    for engine in ENGINES {
+        let (backend, closed) = answering_early().await;
+        let filters = vec![trafik_proxy::FilterPlan::RequestBodyLimit { bytes: 1 << 20 }];
+        let (running, mut stream) = pipeline_proxy(engine, backend, filters).await;
+        stream
+            .write_all(b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nbasla")
+            .await
+            .unwrap();
+        let got = answers(&mut stream, 1).await;
+        assert_eq!(bodies(&got), ["ok"], "{engine:?}: {got}");
+        drop(stream);
+        let mut waited = 0;
+        while !closed.load(std::sync::atomic::Ordering::SeqCst) && waited < 100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += 1;
+        }
+        assert!(
+            closed.load(std::sync::atomic::Ordering::SeqCst),
+            "{engine:?}: the backend connection stayed open"
+        );
+        finish(engine, running).await;
+    }
+}

@@ -82,6 +82,8 @@ pub struct Chunked {
 
 /// Where the bytes a body keeps go, in runs of the slice being read.
 trait Kept {
+    /// Whether only the chunks' data is kept (the body decoded), not the framing around it.
+    const DATA_ONLY: bool = false;
     /// The slice being read.
     fn input(&self) -> &[u8];
     /// Keeps the slice's bytes in `run`: runs come in order and never overlap.
@@ -117,6 +119,24 @@ struct Appended<'a> {
 }
 
 impl Kept for Appended<'_> {
+    fn input(&self) -> &[u8] {
+        self.input
+    }
+
+    fn keep(&mut self, run: Range<usize>) {
+        self.out.extend_from_slice(&self.input[run]);
+    }
+}
+
+/// The chunks' data alone appended to another buffer: the body decoded.
+struct Data<'a> {
+    input: &'a [u8],
+    out: &'a mut Vec<u8>,
+}
+
+impl Kept for Data<'_> {
+    const DATA_ONLY: bool = true;
+
     fn input(&self) -> &[u8] {
         self.input
     }
@@ -177,6 +197,12 @@ impl Chunked {
         self.read(&mut Appended { input, out })
     }
 
+    /// Decodes `input`, appending only the chunks' data to `out` (no framing at all): the
+    /// offset just past the body's end once it is in `input`.
+    pub fn data(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, BadChunk> {
+        self.read(&mut Data { input, out })
+    }
+
     /// Whether the body has ended.
     pub fn ended(&self) -> bool {
         self.state == State::Done
@@ -189,7 +215,7 @@ impl Chunked {
         self.carried_data
     }
 
-    fn read(&mut self, kept: &mut impl Kept) -> Result<Option<usize>, BadChunk> {
+    fn read<K: Kept>(&mut self, kept: &mut K) -> Result<Option<usize>, BadChunk> {
         let length = kept.input().len();
         let mut run = Run(0..0);
         let mut at = 0;
@@ -214,7 +240,7 @@ impl Chunked {
                 break Err(BadChunk { at });
             };
             self.state = state;
-            if keeps {
+            if keeps && !K::DATA_ONLY {
                 run.add(kept, at..at + 1);
             }
             at += 1;
@@ -348,8 +374,23 @@ mod tests {
                 (framed.clone(), whole),
                 "decoded, split at {split}"
             );
+            // Decoded to its data alone, it ends (or breaks) at the same byte, with the data
+            // the framed copy carries.
+            let (plain, end) = unframed(body, split);
+            assert_eq!(end, whole, "data, split at {split}");
+            if let Ok(Some(_)) = whole {
+                assert_eq!(plain, data(&framed), "data, split at {split}");
+            }
         }
         whole
+    }
+
+    /// The body decoded to its data alone: the data, and the verdict.
+    fn unframed(body: &[u8], split: usize) -> (Vec<u8>, Result<Option<usize>, usize>) {
+        let mut chunked = Chunked::new(ANSWER_TRAILER_LINES);
+        let mut out = Vec::new();
+        let end = fed(body, split, |piece| chunked.data(piece, &mut out));
+        (out, end)
     }
 
     /// `body` given to `read` in two pieces split at `split`: the verdict, in offsets of `body`.

@@ -9,12 +9,13 @@
 //! and rewritten the same way (with a [`date`] when it has none), the body relayed by its
 //! framing (a chunked one framed anew, without extensions or trailer fields, by the same
 //! [`chunked`] decoder as a chunked request body).
-//! A 101 to a request that asked for it opens a [`tunnel`]. A bodiless request for any other
-//! route (filters, caches, static files, gateway targets, the hop trace, no route) goes through
-//! the shared pipeline, its answer written here ([`pipeline`]). Anything else (such a request
-//! with a body, a head in pieces, anything doubtful) hands the connection to hyper for the rest
-//! of its life over a [`rewind::Rewind`] stream, which replays the bytes already read: such
-//! requests are served exactly as with `engine = "hyper"`.
+//! A 101 to a request that asked for it opens a [`tunnel`]. A request for any other route
+//! (filters, caches, static files, gateway targets, the hop trace, no route) goes through the
+//! shared pipeline, its body (`Content-Length`, chunked, after `100 Continue`) read here while
+//! the pipeline runs and its answer written here ([`pipeline`]). Anything else (such a request
+//! asking for an upgrade, a head in pieces, anything doubtful) hands the connection to hyper
+//! for the rest of its life over a [`rewind::Rewind`] stream, which replays the bytes already
+//! read: such requests are served exactly as with `engine = "hyper"`.
 
 pub mod body;
 mod buffers;

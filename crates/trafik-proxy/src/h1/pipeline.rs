@@ -1,26 +1,34 @@
 //! Requests whose route needs the full pipeline (configured filters, caches, static files,
 //! gateway targets, the hop trace, no route at all): the own engine reads the request and
 //! writes the answer, and the pipeline every engine shares decides ([`WorkerProxy::handle`]).
-//! A request with a body or an upgrade still goes to hyper with its connection.
+//! A request body is read here too, while the pipeline runs ([`Pump`]), and handed to it a
+//! piece at a time through a [`Feed`]; an upgrade still goes to hyper with its connection.
 
+use std::cell::RefCell;
+use std::future::{Future, poll_fn};
 use std::io;
+use std::pin::{Pin, pin};
+use std::rc::Rc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
-use bytes::Buf;
+use bytes::{Buf, Bytes};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Response, StatusCode};
 use http_body::Body;
 use http_body_util::BodyExt;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use super::chunked::{BadChunk, Chunked};
 use super::head::{self, MAX_HEADERS, RequestHead};
 use super::{Connection, Exchanged, date};
 use crate::connections::Control;
 use crate::error::ProxyError;
-use crate::http::body::{ProxyBody, RequestBody};
+use crate::http::body::{Feed, ProxyBody, RequestBody};
 use crate::http::service::{ClientConnection, WorkerProxy};
 
-/// Serves `request` through the pipeline when it carries no body and asks for no protocol
-/// switch; else (and for a head `http` cannot hold) `Defer`, with nothing sent. On a draining
+/// Serves `request` through the pipeline, its body (if any) read while the pipeline runs;
+/// an upgrade (and a head `http` cannot hold) is `Defer`, with nothing sent. On a draining
 /// connection the answer says `Connection: close`.
 pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     proxy: &WorkerProxy,
@@ -29,28 +37,297 @@ pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     request: &RequestHead,
     control: &Control,
 ) -> Exchanged {
-    let bodiless = request.body == 0 && !request.chunked && !request.expect_continue;
-    if !bodiless || request.upgrade {
+    if request.upgrade {
         return Exchanged::Defer;
     }
-    let Some(asked) = http_request(&connection.input, request) else {
+    let Some(mut asked) = http_request(&connection.input, request) else {
         return Exchanged::Defer;
     };
-    let answer = proxy.handle(client, asked).await;
     let head_request = request.method == Method::HEAD;
-    let written = write_answer(
-        &mut connection.client,
-        &mut connection.relay,
-        answer,
-        head_request,
-        request.close || control.should_drain(),
-    )
-    .await;
-    if !matches!(written, Ok(true)) {
-        return Exchanged::Close;
+    // A client waiting for `100 Continue` with an empty body has nothing to send.
+    if request.body == 0 && !request.chunked {
+        let answer = proxy.handle(client, asked).await;
+        let written = write_answer(
+            &mut connection.client,
+            &mut connection.relay,
+            answer,
+            head_request,
+            request.close || control.should_drain(),
+        )
+        .await;
+        if !matches!(written, Ok(true)) {
+            return Exchanged::Close;
+        }
+        connection.input.drain(..request.length);
+        return Exchanged::KeepAlive;
     }
+    let feed = Rc::new(Feed::new((!request.chunked).then_some(request.body)));
+    *asked.body_mut() = RequestBody::fed(feed.clone());
+    // The head is in `asked` now: the input holds the body, and what may follow it.
     connection.input.drain(..request.length);
-    Exchanged::KeepAlive
+    let rest = match request.chunked {
+        true => Rest::Chunked(Chunked::new(proxy.snapshot().client.limits.headers)),
+        false => Rest::Length(request.body),
+    };
+    let mut pump = Pump {
+        feed,
+        rest,
+        continue_left: if request.expect_continue {
+            CONTINUE.len()
+        } else {
+            0
+        },
+        data: Vec::new(),
+        pumped: None,
+    };
+    let Connection {
+        client: stream,
+        input,
+        relay,
+        ..
+    } = connection;
+    let stream = RefCell::new(stream);
+    // The pipeline decides while the pump feeds it the body.
+    let answer = {
+        let mut handling = pin!(proxy.handle(client, asked));
+        poll_fn(|cx| {
+            pump.poll(cx, &mut Shared(&stream), input);
+            handling.as_mut().poll(cx)
+        })
+        .await
+    };
+    // What the client already sent of a body nobody reads any more is read past, so that a
+    // small body does not cost the connection.
+    if pump.feed.is_gone() {
+        pump.read_past(input);
+    }
+    // A body not read to its end leaves bytes the next request would be read from: the
+    // connection closes after the answer.
+    let whole = pump.pumped == Some(Pumped::Whole);
+    let written = {
+        let mut answering = Shared(&stream);
+        let mut writing = pin!(write_answer(
+            &mut answering,
+            relay,
+            answer,
+            head_request,
+            request.close || !whole || control.should_drain(),
+        ));
+        poll_fn(|cx| {
+            pump.poll(cx, &mut Shared(&stream), input);
+            writing.as_mut().poll(cx)
+        })
+        .await
+    };
+    if matches!(written, Ok(true)) && whole {
+        return Exchanged::KeepAlive;
+    }
+    if written.is_ok() && pump.pumped != Some(Pumped::Whole) {
+        linger(stream.into_inner()).await;
+    }
+    Exchanged::Close
+}
+
+/// What hyper's server writes before it reads a body a client holds back.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The most of an unread body read (and dropped) after the answer, before the close: a
+/// client still sending would otherwise have its answer cut by a reset.
+const LINGER_BYTES: usize = 64 * 1024;
+const LINGER_TIME: Duration = Duration::from_secs(1);
+
+/// Ends the answer's side of the connection and reads what the client still sends, for a
+/// bounded while and a bounded number of bytes, so the answer reaches it before the close.
+async fn linger<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
+    let _ = stream.shutdown().await;
+    let mut dropped = [0u8; 4096];
+    let mut read = 0;
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        while read < LINGER_BYTES {
+            match stream.read(&mut dropped).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+        }
+    })
+    .await;
+}
+
+/// How much of a request body is still to come from the client.
+enum Rest {
+    Length(u64),
+    Chunked(Chunked),
+}
+
+/// How pumping a body ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pumped {
+    /// Read to its end: the input holds what followed it.
+    Whole,
+    /// The body was dropped before its end (the pipeline answered without it).
+    Stopped,
+    /// The client closed before its end (`UnexpectedEof`), or broke its framing
+    /// (`InvalidData`).
+    Failed(io::ErrorKind),
+}
+
+/// Reads a request body from the client connection into its [`Feed`]: first what came with
+/// the head, then, each time the body asks for more, what the client sends (decoded when
+/// chunked, by the strict decoder the fast path uses). `100 Continue` goes out before the
+/// first read, when the client asked for it.
+struct Pump {
+    feed: Rc<Feed>,
+    rest: Rest,
+    /// Bytes of `100 Continue` still to write.
+    continue_left: usize,
+    /// A chunked piece's data.
+    data: Vec<u8>,
+    pumped: Option<Pumped>,
+}
+
+impl Pump {
+    fn whole(&self) -> bool {
+        match &self.rest {
+            Rest::Length(rest) => *rest == 0,
+            Rest::Chunked(chunked) => chunked.ended(),
+        }
+    }
+
+    /// Pumps until the body has ended, or its next read waits: does nothing once it has
+    /// ended.
+    fn poll<C: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        client: &mut C,
+        input: &mut Vec<u8>,
+    ) {
+        if self.pumped.is_none()
+            && let Poll::Ready(pumped) = self.pump(cx, client, input)
+        {
+            match pumped {
+                Pumped::Whole => self.feed.end(),
+                Pumped::Failed(kind) => self.feed.fail(kind),
+                Pumped::Stopped => {}
+            }
+            self.pumped = Some(pumped);
+        }
+    }
+
+    fn pump<C: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        client: &mut C,
+        input: &mut Vec<u8>,
+    ) -> Poll<Pumped> {
+        loop {
+            if !input.is_empty() {
+                if !ready!(self.feed.poll_free(cx)) {
+                    return Poll::Ready(Pumped::Stopped);
+                }
+                let Ok(piece) = self.take(input) else {
+                    return Poll::Ready(Pumped::Failed(io::ErrorKind::InvalidData));
+                };
+                if !piece.is_empty() {
+                    self.feed.give(piece);
+                }
+                if self.whole() {
+                    return Poll::Ready(Pumped::Whole);
+                }
+                continue;
+            }
+            if !ready!(self.feed.poll_wanted(cx)) {
+                return Poll::Ready(Pumped::Stopped);
+            }
+            while self.continue_left > 0 {
+                let unsent = &CONTINUE[CONTINUE.len() - self.continue_left..];
+                match ready!(Pin::new(&mut *client).poll_write(cx, unsent)) {
+                    Ok(0) | Err(_) => {
+                        return Poll::Ready(Pumped::Failed(io::ErrorKind::UnexpectedEof));
+                    }
+                    Ok(written) => self.continue_left -= written,
+                }
+                if self.continue_left == 0 && ready!(Pin::new(&mut *client).poll_flush(cx)).is_err()
+                {
+                    return Poll::Ready(Pumped::Failed(io::ErrorKind::UnexpectedEof));
+                }
+            }
+            match ready!(pin!(client.read_buf(&mut *input)).poll(cx)) {
+                Ok(0) | Err(_) => return Poll::Ready(Pumped::Failed(io::ErrorKind::UnexpectedEof)),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// The body's next piece from the front of `input`, which keeps what follows the body.
+    fn take(&mut self, input: &mut Vec<u8>) -> Result<Bytes, BadChunk> {
+        let piece = match &mut self.rest {
+            Rest::Length(rest) => {
+                let take = (input.len() as u64).min(*rest) as usize;
+                *rest -= take as u64;
+                let piece = Bytes::copy_from_slice(&input[..take]);
+                input.drain(..take);
+                piece
+            }
+            Rest::Chunked(chunked) => {
+                self.data.clear();
+                let end = chunked.data(input, &mut self.data)?;
+                input.drain(..end.unwrap_or(input.len()));
+                Bytes::copy_from_slice(&self.data)
+            }
+        };
+        Ok(piece)
+    }
+
+    /// Reads past the body bytes already in `input` when nobody reads the body any more: the
+    /// body may end there, and the connection go on.
+    fn read_past(&mut self, input: &mut Vec<u8>) {
+        if self.pumped.is_some_and(|pumped| pumped != Pumped::Stopped) || input.is_empty() {
+            return;
+        }
+        if self.take(input).is_ok() && self.whole() {
+            self.pumped = Some(Pumped::Whole);
+        }
+    }
+}
+
+/// A body whose pump goes away before its end (its answer was written, or the connection
+/// closed) breaks off, so a backend still sending it does not wait for the rest forever.
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.feed.fail(io::ErrorKind::ConnectionAborted);
+    }
+}
+
+/// The client connection, read by the body's pump and written with the answer by the same
+/// task: each borrows it only for the length of one poll.
+struct Shared<'a, S>(&'a RefCell<S>);
+
+impl<S: AsyncRead + Unpin> AsyncRead for Shared<'_, S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Shared<'_, S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, bytes)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_shutdown(cx)
+    }
 }
 
 /// The request as the pipeline reads it: the head at the start of `input` (parsed once

@@ -44,13 +44,148 @@ struct MinRate {
 
 /// Where a request body's bytes come from.
 enum Source {
-    /// Streamed from the client.
+    /// Streamed from the client by hyper's server.
     Client(Incoming),
+    /// Streamed from the client by the own HTTP/1 engine, a piece at a time.
+    Fed(Fed),
     /// Read whole by a step that had to see it (the gate's JSON Schema), sent as one frame; or
     /// `None` for a request trafik makes itself (a gateway's part, a preload), which has none.
     Read(Option<Bytes>),
     /// Read whole by request buffering, past its memory bound: sent from a temporary file.
     Spilled(Spilled),
+}
+
+/// A request body handed over a piece at a time by the engine that reads it from the client
+/// (the own HTTP/1 engine's pump, in the same task): one slot, no queue. The pump reads the
+/// client only when the body asks for more, so an unread body stays in the client's socket,
+/// and it stops once the body is dropped.
+#[derive(Default)]
+pub struct Feed {
+    piece: RefCell<Option<Bytes>>,
+    end: Cell<FeedEnd>,
+    /// The body asked for a piece and found the slot empty.
+    wanted: Cell<bool>,
+    /// The body was dropped: nobody reads further.
+    gone: Cell<bool>,
+    /// Bytes not yet taken by the body, when the client gave a length.
+    left: Cell<Option<u64>>,
+    /// The body's task, waiting for a piece; the pump's, waiting for demand.
+    reader: RefCell<Option<Waker>>,
+    pump: RefCell<Option<Waker>>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum FeedEnd {
+    #[default]
+    Open,
+    Ended,
+    /// The client closed early or broke its body's framing.
+    Failed(io::ErrorKind),
+}
+
+fn wake(waker: &RefCell<Option<Waker>>) {
+    let waker = waker.borrow_mut().take();
+    if let Some(waker) = waker {
+        waker.wake();
+    }
+}
+
+impl Feed {
+    /// A feed for a body of `length` bytes, or of a length not known yet (chunked).
+    pub fn new(length: Option<u64>) -> Self {
+        Feed {
+            left: Cell::new(length),
+            ..Feed::default()
+        }
+    }
+
+    /// Ready (true) once the body wants a piece, (false) once it is gone.
+    pub fn poll_wanted(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        if self.gone.get() {
+            return Poll::Ready(false);
+        }
+        if self.wanted.get() {
+            return Poll::Ready(true);
+        }
+        *self.pump.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Ready (true) once the slot is free for a piece, (false) once the body is gone.
+    pub fn poll_free(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        if self.gone.get() {
+            return Poll::Ready(false);
+        }
+        if self.piece.borrow().is_none() {
+            return Poll::Ready(true);
+        }
+        *self.pump.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Whether the body has been dropped.
+    pub fn is_gone(&self) -> bool {
+        self.gone.get()
+    }
+
+    /// Hands the body its next piece (the slot must be free: [`Feed::poll_free`]).
+    pub fn give(&self, piece: Bytes) {
+        *self.piece.borrow_mut() = Some(piece);
+        self.wanted.set(false);
+        wake(&self.reader);
+    }
+
+    /// The body has no more pieces than those given.
+    pub fn end(&self) {
+        self.finish(FeedEnd::Ended);
+    }
+
+    /// The body breaks off after the pieces given.
+    pub fn fail(&self, kind: io::ErrorKind) {
+        self.finish(FeedEnd::Failed(kind));
+    }
+
+    fn finish(&self, end: FeedEnd) {
+        if self.end.get() == FeedEnd::Open {
+            self.end.set(end);
+        }
+        wake(&self.reader);
+    }
+
+    fn poll_piece(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, io::Error>>> {
+        let piece = self.piece.borrow_mut().take();
+        if let Some(piece) = piece {
+            if let Some(left) = self.left.get() {
+                self.left.set(Some(left.saturating_sub(piece.len() as u64)));
+            }
+            wake(&self.pump);
+            return Poll::Ready(Some(Ok(piece)));
+        }
+        match self.end.get() {
+            FeedEnd::Ended => Poll::Ready(None),
+            FeedEnd::Failed(kind) => Poll::Ready(Some(Err(kind.into()))),
+            FeedEnd::Open => {
+                *self.reader.borrow_mut() = Some(cx.waker().clone());
+                self.wanted.set(true);
+                wake(&self.pump);
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.end.get() == FeedEnd::Ended && self.piece.borrow().is_none()
+    }
+}
+
+/// The body's end of a [`Feed`]: dropping it tells the pump to stop.
+struct Fed(Rc<Feed>);
+
+impl Drop for Fed {
+    fn drop(&mut self) {
+        self.0.gone.set(true);
+        wake(&self.0.pump);
+    }
 }
 
 /// A buffered body kept in a temporary file, read back a piece at a time.
@@ -139,7 +274,8 @@ impl Upload {
 /// Why a request body stopped before its end.
 #[derive(Debug)]
 pub enum BodyError {
-    Client(hyper::Error),
+    /// The client closed before its body's end, or broke its framing.
+    Client(io::Error),
     TooLarge {
         limit: u64,
     },
@@ -189,6 +325,17 @@ impl RequestBody {
             passed: 0,
             limit: None,
             upload,
+            min_rate: None,
+        }
+    }
+
+    /// The client's body, handed over by the own engine through `feed`.
+    pub fn fed(feed: Rc<Feed>) -> Self {
+        RequestBody {
+            source: Source::Fed(Fed(feed)),
+            passed: 0,
+            limit: None,
+            upload: Some(Rc::default()),
             min_rate: None,
         }
     }
@@ -307,17 +454,23 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        let source = match &mut this.source {
-            Source::Client(source) => source,
+        let polled = match &mut this.source {
+            Source::Client(source) => Pin::new(source)
+                .poll_frame(cx)
+                .map_err(|error| BodyError::Client(io::Error::other(error))),
+            Source::Fed(fed) => fed
+                .0
+                .poll_piece(cx)
+                .map(|piece| piece.map(|piece| piece.map(Frame::data).map_err(BodyError::Client))),
             Source::Read(read) => return Poll::Ready(read.take().map(|d| Ok(Frame::data(d)))),
             Source::Spilled(spilled) => return spilled.poll_frame(cx),
         };
-        let frame = match Pin::new(source).poll_frame(cx) {
+        let frame = match polled {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => frame,
             Poll::Ready(Some(Err(error))) => {
                 this.report(UploadState::ClientFailed);
-                return Poll::Ready(Some(Err(BodyError::Client(error))));
+                return Poll::Ready(Some(Err(error)));
             }
             Poll::Ready(None) => {
                 this.report(UploadState::Sent);
@@ -352,6 +505,7 @@ impl Body for RequestBody {
     fn is_end_stream(&self) -> bool {
         match &self.source {
             Source::Client(source) => source.is_end_stream(),
+            Source::Fed(fed) => fed.0.is_end_stream(),
             Source::Read(read) => read.is_none(),
             Source::Spilled(spilled) => spilled.left == 0,
         }
@@ -360,6 +514,10 @@ impl Body for RequestBody {
     fn size_hint(&self) -> SizeHint {
         match &self.source {
             Source::Client(source) => source.size_hint(),
+            Source::Fed(fed) => match fed.0.left.get() {
+                Some(left) => SizeHint::with_exact(left),
+                None => SizeHint::default(),
+            },
             Source::Read(read) => SizeHint::with_exact(read.as_ref().map_or(0, |d| d.len() as u64)),
             Source::Spilled(spilled) => SizeHint::with_exact(spilled.left),
         }
