@@ -12,7 +12,6 @@ clients=${1:-1000}
 rounds=${2:-5}
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 endless_port=$(free_port)
 backend_port=$(free_port)
 proxy_port=$(free_port)

@@ -18,6 +18,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A free TCP port on loopback, chosen now: the machine is shared, so fixed ones may be taken or
+# in TIME-WAIT.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
 wait_for_port() {
   for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0

@@ -13,8 +13,6 @@ rate=${2:-500}
 rounds=${3:-3}
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-# Free ports now (the machine is shared: fixed ones may be taken, or in TIME-WAIT).
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 backend_port=$(free_port)
 proxy_port=$(free_port)
 admin=127.0.0.1:$(free_port)
