@@ -327,7 +327,11 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     };
     while let Some(mut attempt) = call.next().await {
         let index = attempt.index;
-        let mut upstream = match proxy.raw.checkout(pool, index, me, false).await {
+        let mut upstream = match proxy
+            .raw
+            .checkout(pool, index, me, Some(attempt.sent_at))
+            .await
+        {
             Ok(checked_out) => checked_out,
             Err(_) => {
                 selection.connect_failed(pool);
@@ -509,8 +513,9 @@ impl Answers<'_> {
         backend: Option<SocketAddr>,
         now: Instant,
     ) -> Option<AccessLine> {
-        self.pool.answered(status, self.began, now);
         let micros = crate::metrics::micros_between(self.began, now);
+        self.pool
+            .answered_in(status, micros, crate::metrics::second_of(now));
         self.route.record(status, micros);
         if let Some(listener) = self.listener {
             listener.record(status, micros);
@@ -553,7 +558,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     loop {
         let (stream, reused) = upstream;
         if *reused && once && !upstream::open(stream) {
-            let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
+            let fresh = proxy.raw.checkout(pool, index, proxy.id, None).await;
             *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             continue;
         }
@@ -616,7 +621,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
             // A backend may have acted on a request it closed on without answering: only one
             // that may be repeated is sent again (hyper's pool finds such streams before sending).
             Err(Lost::Unsent) if *reused => {
-                let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
+                let fresh = proxy.raw.checkout(pool, index, proxy.id, None).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
             Err(Lost::Closed)
@@ -624,7 +629,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                     && request.method.is_idempotent()
                     && upload.as_deref().is_none_or(Upload::replayable) =>
             {
-                let fresh = proxy.raw.checkout(pool, index, proxy.id, true).await;
+                let fresh = proxy.raw.checkout(pool, index, proxy.id, None).await;
                 *upstream = fresh.map_err(|_| ProxyError::UpstreamFailed)?;
             }
             Err(Lost::Switched) => return Err(ProxyError::UnexpectedUpgrade),

@@ -34,17 +34,18 @@ pub struct Streams {
 }
 
 impl Streams {
-    /// An idle stream to backend `index` of `pool` that is still open, or else a new one
-    /// (always new when `fresh`); whether it was reused.
+    /// An idle stream to backend `index` of `pool` that is still open as of `reuse_at` (the
+    /// caller's clock reading of now), or else a new one (always new without `reuse_at`);
+    /// whether it was reused.
     pub async fn checkout(
         &self,
         pool: &Pool,
         index: usize,
         worker: usize,
-        fresh: bool,
+        reuse_at: Option<Instant>,
     ) -> io::Result<(Stream, bool)> {
         let member = &pool.members[index];
-        if !fresh {
+        if let Some(now) = reuse_at {
             let mut idle = self.idle.borrow_mut();
             if let Some(stack) = idle.get_mut(member.endpoint.id) {
                 while let Some((mut stream, since)) = stack.pop() {
@@ -52,7 +53,7 @@ impl Streams {
                     // out before a request is lost on it. One back within the second is taken
                     // as it is (a system call a request saved under load); should it be closed
                     // after all, the request is sent again if it may be.
-                    if since.elapsed() < PROBE_AFTER || open(&mut stream) {
+                    if now.saturating_duration_since(since) < PROBE_AFTER || open(&mut stream) {
                         stream.meter().charge(&member.counters);
                         return Ok((stream, true));
                     }

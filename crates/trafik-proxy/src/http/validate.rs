@@ -78,13 +78,13 @@ pub(crate) fn is_host(host: &[u8]) -> bool {
             !inner.is_empty()
                 && inner
                     .iter()
-                    .all(|b| b.is_ascii_hexdigit() || b".:".contains(b))
+                    .all(|&b| b.is_ascii_hexdigit() || matches!(b, b'.' | b':'))
         }
         _ => {
             !name.is_empty()
                 && name
                     .iter()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(b))
+                    .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
         }
     };
     name_ok && port.len() <= 5 && port.iter().all(u8::is_ascii_digit)

@@ -85,9 +85,15 @@ impl Served {
     /// Counts an answer with `status` that took from `start` to `end`.
     #[inline]
     pub fn answered(&self, status: u16, start: Instant, end: Instant) {
-        let micros = micros_between(start, end);
+        self.answered_in(status, micros_between(start, end), second_of(end));
+    }
+
+    /// Counts an answer with `status` that took `micros`, ending in metrics-clock `second`
+    /// ([`second_of`]): for a caller that has them already.
+    #[inline]
+    pub fn answered_in(&self, status: u16, micros: u64, second: u64) {
         self.traffic.record(status, micros);
-        self.recent.answered(second_of(end), micros, status >= 500);
+        self.recent.answered(second, micros, status >= 500);
     }
 
     /// Counts an attempt that got no answer from the backend.
