@@ -8,7 +8,8 @@
 # Each flood holds HOLD seconds, then the client closes. trafik's RSS (VmRSS) is read before
 # each flood, every quarter second during it (the peak is shown) and SETTLE seconds after the
 # client closed. Goal: every "after" within 1.5 × the fresh proxy's RSS after a short warm-up;
-# the script exits 1 when one is not.
+# the script exits 1 when one is not. Last, RSS once the idle timeout (60 s) has closed the
+# upstream connections the floods left in the keep-alive pools (up to 512 a worker).
 # Usage: bench/memory.sh [IDLE] [SLOW] [H2] [STREAMS] [ROUNDS]   (defaults 5000 2000 250 200 3;
 # TRAFIK=path/to/trafik to skip the release build, HOLD=8 SETTLE=5). The clients are Python.
 set -euo pipefail
@@ -184,7 +185,8 @@ flood() { # name mode connections [streams]
   done
   sleep "$settle"
   after=$(rss_mib)
-  echo "$name: $(cat "$work/flood.log"); RSS before $before, peak $peak, after $after MiB" >&2
+  echo "$name: $(cat "$work/flood.log"); RSS before $before, peak $peak, after $after MiB;" \
+    "trafik holds $(descriptors) descriptors" >&2
   local verdict=ok
   if awk -v a="$after" -v l="$limit" 'BEGIN { exit !(a > l) }'; then
     verdict=OVER
@@ -205,4 +207,7 @@ printf '\ntrafik RSS in MiB; after = %s s after the flood'"'"'s connections clos
 printf '%-26s %10s %10s %10s %9s\n' flood before peak after after/base
 printf '%s\n' "${rows[@]}"
 printf 'goal: after at most 1.5 x baseline (%s MiB): %s\n' "$limit" "$( ((failed)) && echo FAILED || echo met)"
+sleep 62
+printf 'after the idle timeout closed the kept upstream connections: %s MiB (%s descriptors)\n' \
+  "$(rss_mib)" "$(descriptors)"
 exit "$failed"
