@@ -3,7 +3,7 @@
 //! [`start`] takes a [`Plan`] and runs it: data-plane workers (one thread per core, see
 //! [`worker`]) accept on the listeners ([`transport`]) and serve them through the HTTP proxy in
 //! [`http`] or the layer-4 relay in [`tcp`]; a control thread runs the [`health`] checks and the
-//! [`admin`] API. What they serve
+//! [`admin`] API, and gives the memory of floods back to the system. What they serve
 //! is one immutable [`snapshot::Snapshot`], replaced whole by [`Running::reload`]. Backend
 //! selection is never implemented here: every pool asks its `trafik_balance::Selector`.
 
@@ -21,6 +21,9 @@ pub mod h1;
 pub mod handover;
 pub mod health;
 pub mod http;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)] // asks glibc's malloc for its statistics and to trim
+mod memory;
 pub mod meter;
 pub mod metrics;
 pub mod outlier;
@@ -499,6 +502,8 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             runtime.block_on(async move {
                 tokio::spawn(health::supervise(control.watch(), shutdown.clone()));
                 tokio::spawn(outlier::sweep(control.watch(), shutdown.clone()));
+                #[cfg(all(target_os = "linux", target_env = "gnu"))]
+                tokio::spawn(memory::give_back(shutdown.clone()));
                 if let Some(listener) = admin_listener {
                     match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => admin::serve(listener, control, shutdown).await,

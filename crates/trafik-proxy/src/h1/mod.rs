@@ -39,7 +39,7 @@ use http::Method;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use self::body::{Failed, Upload};
-use self::buffers::Buffers;
+use self::buffers::Exchange;
 use self::chunked::{ANSWER_TRAILER_LINES, BadChunk, Chunked};
 use self::deadline::Deadline;
 use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, ResponseHead};
@@ -77,7 +77,8 @@ struct Connection<S> {
     client: S,
     /// Bytes from the client not yet consumed: the next request head and what follows.
     input: Vec<u8>,
-    /// A head rewritten for the next hop, either way.
+    /// A head rewritten for the next hop, either way; taken with `relay` once the first bytes
+    /// arrive ([`Connection::hold_exchange_buffers`]).
     head: Vec<u8>,
     /// Bytes from the upstream, or request body bytes on their way to it.
     relay: Vec<u8>,
@@ -92,6 +93,26 @@ struct Connection<S> {
 }
 
 impl<S> Connection<S> {
+    /// Takes the buffers of an exchange, unless the connection holds them already.
+    fn hold_exchange_buffers(&mut self) {
+        if self.relay.capacity() == 0 {
+            let Exchange { head, relay } = Exchange::take();
+            (self.head, self.relay) = (head, relay);
+        }
+    }
+
+    /// Gives the buffers of an exchange back to the worker's spares, if the connection took
+    /// them.
+    fn release_exchange_buffers(&mut self) {
+        if self.relay.capacity() > 0 {
+            let (head, relay) = (
+                std::mem::take(&mut self.head),
+                std::mem::take(&mut self.relay),
+            );
+            Exchange { head, relay }.give_back();
+        }
+    }
+
     /// Parses the request head at the start of the input and writes it for the next hop into
     /// the head buffer.
     fn rewrite_head(&mut self, snapshot: &WorkerSnapshot) -> Request {
@@ -122,12 +143,11 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let control = connections.register(listener);
-    let Buffers { input, head, relay } = Buffers::take();
     let mut connection = Connection {
         client: Watched::new(stream, control.clone(), connections.clone()),
-        input,
-        head,
-        relay,
+        input: buffers::take_input(),
+        head: Vec::new(),
+        relay: Vec::new(),
         forwarding: Forwarding::new(peer, scheme),
         peer,
         scheme,
@@ -157,11 +177,9 @@ pub async fn serve<S>(
         })
         .await
     };
+    connection.release_exchange_buffers();
     let End::HandOver { first } = end else {
-        let Connection {
-            input, head, relay, ..
-        } = connection;
-        Buffers { input, head, relay }.give_back();
+        buffers::give_back_input(connection.input);
         return;
     };
     drop(control);
@@ -202,6 +220,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 Ok(_) => {}
             }
         }
+        connection.hold_exchange_buffers();
         let snapshot = proxy.snapshot();
         let Request::Ready(request) = connection.rewrite_head(&snapshot) else {
             return End::HandOver { first };
@@ -1083,5 +1102,100 @@ mod tests {
         )
         .await;
         assert_eq!(relayed, Err(Broken::Client));
+    }
+
+    /// A worker serving one plain-HTTP listener with no routes, and its connections.
+    fn worker() -> (Rc<super::WorkerProxy>, Rc<super::Connections>) {
+        use std::time::Duration;
+
+        use crate::plan::{ClientPlan, ListenerKind, ListenerPlan, Plan};
+        let plan = Plan {
+            name: "trafik-test".into(),
+            trace_header: None,
+            workers: 1,
+            listeners: vec![ListenerPlan {
+                name: "web".into(),
+                address: "127.0.0.1:0".parse().unwrap(),
+                kind: ListenerKind::Http { routes: Vec::new() },
+                connections: Default::default(),
+            }],
+            pools: Vec::new(),
+            admin: None,
+            client: ClientPlan {
+                header_read_timeout: Duration::from_secs(10),
+                idle_timeout: Duration::from_secs(30),
+                trust_forwarded: false,
+                access_log: false,
+                limits: Default::default(),
+                upstream_limits: Default::default(),
+                engine: Default::default(),
+            },
+            drain_timeout: Duration::from_secs(1),
+            dns: None,
+            admin_token: None,
+            tracing: Default::default(),
+        };
+        let endpoints = crate::pool::Endpoints::new(1);
+        let snapshot = crate::snapshot::Snapshot::build(
+            &plan,
+            &[super::ListenerId(0)],
+            None,
+            &endpoints,
+            1,
+            None,
+        )
+        .unwrap();
+        let proxy =
+            super::WorkerProxy::new(0, std::sync::Arc::new(snapshot), std::time::Instant::now());
+        (
+            Rc::new(proxy),
+            super::Connections::new(Duration::from_secs(30)),
+        )
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn idle_connections_and_those_hyper_serves_hold_no_exchange_buffers() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let (proxy, connections) = worker();
+                super::buffers::Exchange::take().give_back();
+                let settle = || async {
+                    for _ in 0..16 {
+                        tokio::task::yield_now().await;
+                    }
+                };
+                let mut clients = Vec::new();
+                for _ in 0..2 {
+                    let (client, server) = tokio::io::duplex(64 * 1024);
+                    tokio::task::spawn_local(super::serve(
+                        proxy.clone(),
+                        super::ListenerId(0),
+                        "http",
+                        super::Protocol::Http1,
+                        server,
+                        "127.0.0.1:40000".parse().unwrap(),
+                        connections.clone(),
+                    ));
+                    clients.push(client);
+                }
+                settle().await;
+                // Two idle connections: each took an input buffer, neither the exchange set.
+                assert_eq!(super::buffers::spares().1, 1);
+
+                // A head in pieces (slowloris) goes to hyper, which keeps the connection open
+                // waiting for the rest; the exchange buffers come back at once.
+                clients[0]
+                    .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n")
+                    .await
+                    .unwrap();
+                settle().await;
+                assert_eq!(super::buffers::spares().1, 1);
+                drop(clients);
+                settle().await;
+                // The idle one gave its input back; the one hyper had was replayed and freed.
+                assert_eq!(super::buffers::spares(), (1, 1));
+            })
+            .await;
     }
 }
