@@ -9,7 +9,8 @@
 # each flood, every quarter second during it (the peak is shown) and SETTLE seconds after the
 # client closed. Goal: every "after" within 1.5 × the fresh proxy's RSS after a short warm-up;
 # the script exits 1 when one is not. Last, RSS once the idle timeout (60 s) has closed the
-# upstream connections the floods left in the keep-alive pools (up to 512 a worker).
+# upstream connections the floods left in the keep-alive pools (past 32 a worker, they go after
+# 2 s idle).
 # Usage: bench/memory.sh [IDLE] [SLOW] [H2] [STREAMS] [ROUNDS]   (defaults 5000 2000 250 200 3;
 # TRAFIK=path/to/trafik to skip the release build, HOLD=8 SETTLE=5). The clients are Python.
 set -euo pipefail

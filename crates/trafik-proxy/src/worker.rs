@@ -89,11 +89,9 @@ pub async fn run(start: WorkerStart) {
         tokio::select! {
             _ = shutdown.wait_for(|stopping| *stopping) => break,
             _ = every_second.tick() => {
-                let idle_timeout = proxy.snapshot().client.idle_timeout;
-                if let Some(cutoff) = Instant::now().checked_sub(idle_timeout) {
-                    proxy.upstreams.close_idle_since(cutoff);
-                    proxy.raw.close_idle_since(cutoff);
-                }
+                let (now, idle_timeout) = (Instant::now(), proxy.snapshot().client.idle_timeout);
+                proxy.upstreams.close_idle(now, idle_timeout);
+                proxy.raw.close_idle(now, idle_timeout);
             }
             changed = snapshots.changed() => {
                 if changed.is_err() {

@@ -8,11 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::meter::Meter;
 use crate::pool::Pool;
+use crate::pool::keep_alive::{self, MAX_IDLE_PER_ENDPOINT};
 use crate::snapshot::Snapshot;
 use crate::transport;
-
-/// Idle connections kept per endpoint in one worker; more are closed when they come back.
-const MAX_IDLE_PER_ENDPOINT: usize = 512;
 
 pub type Stream = transport::Upstream;
 
@@ -87,10 +85,11 @@ impl Streams {
         }
     }
 
-    /// Closes streams idle since before `cutoff`.
-    pub fn close_idle_since(&self, cutoff: Instant) {
+    /// Closes the streams [`keep_alive::stale`] at `now`.
+    pub fn close_idle(&self, now: Instant, idle_timeout: Duration) {
         for stack in self.idle.borrow_mut().iter_mut() {
-            stack.retain(|(_, since)| *since >= cutoff);
+            let stale = keep_alive::stale(stack.iter().map(|(_, since)| *since), now, idle_timeout);
+            stack.drain(..stale);
         }
     }
 

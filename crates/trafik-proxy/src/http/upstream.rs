@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -20,12 +20,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::body::{RequestBody, Upload, UploadState};
 use crate::meter::Meter;
 use crate::plan::AnswerLimits;
+use crate::pool::keep_alive::{self, MAX_IDLE_PER_ENDPOINT};
 use crate::pool::{Endpoint, InFlight, Pool};
 use crate::snapshot::Snapshot;
 use crate::transport;
-
-/// Idle connections kept per endpoint in one worker; more are closed when they come back.
-const MAX_IDLE_PER_ENDPOINT: usize = 512;
 
 type Sender = SendRequest<RequestBody>;
 
@@ -149,14 +147,13 @@ impl Upstreams {
         }
     }
 
-    /// Closes idle connections that came back before `cutoff`: a backend keeps no socket of
-    /// trafik's open for longer than the idle timeout.
-    pub fn close_idle_since(&self, cutoff: Instant) {
+    /// Closes the connections [`keep_alive::stale`] at `now`: a backend keeps no socket of
+    /// trafik's open for longer than the idle timeout, and a burst's surplus goes sooner.
+    pub fn close_idle(&self, now: Instant, idle_timeout: Duration) {
         for stack in self.idle.borrow().iter().flatten() {
-            stack
-                .senders
-                .borrow_mut()
-                .retain(|idle| idle.since >= cutoff);
+            let mut senders = stack.senders.borrow_mut();
+            let stale = keep_alive::stale(senders.iter().map(|idle| idle.since), now, idle_timeout);
+            senders.drain(..stale);
         }
     }
 

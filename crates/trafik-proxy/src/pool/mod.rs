@@ -4,6 +4,7 @@
 //! sticky sessions) is matched by pool name and backend address and carried into the new one.
 
 mod call;
+pub mod keep_alive;
 
 pub use call::{Attempt, Call, InFlight};
 
