@@ -169,16 +169,28 @@ impl Session<'_> {
         )
     }
 
-    /// Clicks the first element that matches `css`.
+    /// Clicks the first element that matches `css`. A page that redraws itself (the dashboard
+    /// polls) may replace the element between finding and clicking it: it is found again.
     pub fn click(&self, css: &str) {
-        let found = self.command(
-            "POST",
-            "/element",
-            Some(json!({"using": "css selector", "value": css})),
-        );
-        let id = found.as_object().and_then(|o| o.values().next()).unwrap();
-        let id = id.as_str().unwrap().to_owned();
-        self.command("POST", &format!("/element/{id}/click"), Some(json!({})));
+        for _ in 0..20 {
+            let found = self.command(
+                "POST",
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            );
+            let id = found.as_object().and_then(|o| o.values().next()).unwrap();
+            let id = id.as_str().unwrap().to_owned();
+            let path = format!("/session/{}/element/{id}/click", self.id);
+            let (status, answer) = self.driver.call("POST", &path, Some(&json!({}))).unwrap();
+            if status == 200 {
+                return;
+            }
+            assert_eq!(
+                answer["value"]["error"], "stale element reference",
+                "POST {path}: {answer}"
+            );
+        }
+        panic!("{css} was replaced every time it was found");
     }
 
     /// The text of the open `alert`/`confirm`, then accepts it.
