@@ -883,3 +883,24 @@ async fn an_upload_the_client_leaves_unfinished_after_an_early_answer_breaks_off
         finish(engine, running).await;
     }
 }
+
+/// An answer to `HEAD` that says `Transfer-Encoding: chunked` reaches the client without it on
+/// both engines (hyper's server drops it; the own engine relayed it), and no body follows.
+#[tokio::test]
+async fn an_answer_to_head_reaches_the_client_without_a_transfer_coding() {
+    for engine in ENGINES {
+        let backend =
+            answering("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nx-a: 1\r\n\r\n").await;
+        let (running, mut stream) = proxy(engine, backend).await;
+        let requests = "HEAD /a HTTP/1.1\r\nHost: a\r\n\r\nHEAD /b HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+        stream.write_all(requests.as_bytes()).await.unwrap();
+        let (got, closed) = until_closed(&mut stream).await;
+        assert!(closed, "{engine:?}: {got}");
+        assert_eq!(got.matches("HTTP/1.1 200").count(), 2, "{engine:?}: {got}");
+        assert_eq!(got.matches("x-a: 1\r\n").count(), 2, "{engine:?}: {got}");
+        let lower = got.to_ascii_lowercase();
+        assert!(!lower.contains("transfer-encoding"), "{engine:?}: {got}");
+        assert_eq!(got.split("\r\n\r\n").count(), 3, "{engine:?}: {got}");
+        finish(engine, running).await;
+    }
+}

@@ -747,7 +747,9 @@ pub fn response(
         }
         let coding = field.name.eq_ignore_ascii_case("transfer-encoding");
         let length = field.name.eq_ignore_ascii_case("content-length");
-        let keep_coding = chunked && coding;
+        // No body follows an answer to HEAD: its coding is not relayed, as hyper's server
+        // does not (its length is: it says how long the GET's body would be).
+        let keep_coding = chunked && coding && !head_request;
         // A length beside a coding is the coding's (RFC 9112 §6.3): it goes.
         let stale_length = coded && length;
         let withdrawn = named[..named_count]
