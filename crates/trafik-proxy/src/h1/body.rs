@@ -9,18 +9,17 @@
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::chunked::{BadChunk, Chunked};
 use super::head::RequestHead;
 use crate::error::ProxyError;
-use crate::http::body::BODY_RATE_GRACE;
+use crate::http::body::MinRate;
 use crate::plan::HeadLimits;
 
 /// What hyper's server writes before it reads a body a client holds back.
-const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Whether a request's body streams through [`Upload`] rather than going out with its head.
 pub fn streams(request: &RequestHead, arrived: usize) -> bool {
@@ -29,10 +28,21 @@ pub fn streams(request: &RequestHead, arrived: usize) -> bool {
         || (request.expect_continue && request.body > 0)
 }
 
-/// How much of the body is still to come from the client.
-enum Rest {
+/// How much of the body is still to come from the client: for the fast path's upload and the
+/// pipeline's pump alike.
+pub enum Rest {
     Length(u64),
     Chunked(Chunked),
+}
+
+impl Rest {
+    /// Whether the body has been read to its end.
+    pub fn ended(&self) -> bool {
+        match self {
+            Rest::Length(rest) => *rest == 0,
+            Rest::Chunked(chunked) => chunked.ended(),
+        }
+    }
 }
 
 /// One request body on its way to the backend.
@@ -46,8 +56,8 @@ pub struct Upload {
     /// next request may begin).
     first: std::ops::Range<usize>,
     expect_continue: bool,
-    min_rate: u64,
-    started: Instant,
+    /// The listener's minimum rate (none when it allows any pace).
+    min_rate: Option<MinRate>,
     passed: u64,
     /// Whether the backend still takes the body (after an early answer it may stop).
     passing: bool,
@@ -93,8 +103,7 @@ impl Upload {
             out,
             first: request.length..request.length + taken,
             expect_continue: request.expect_continue,
-            min_rate: limits.min_body_rate,
-            started: Instant::now(),
+            min_rate: MinRate::starting_now(limits.min_body_rate),
             passed: taken as u64,
             passing: true,
             came_whole: false,
@@ -121,10 +130,7 @@ impl Upload {
     /// Whether all of the body has been read: not when the backend answered first (see
     /// [`Upload::finish`]).
     pub fn whole(&self) -> bool {
-        match &self.rest {
-            Rest::Length(rest) => *rest == 0,
-            Rest::Chunked(chunked) => chunked.ended(),
-        }
+        self.rest.ended()
     }
 
     /// Sends `head` and the body to `upstream`: first what came with the head (`input` holds
@@ -221,10 +227,10 @@ impl Upload {
                 }
                 Watch::Done(Ok(read)) => self.passed += read as u64,
             }
-            let elapsed = self.started.elapsed();
-            if self.min_rate > 0
-                && elapsed > BODY_RATE_GRACE
-                && (self.passed as f64) < self.min_rate as f64 * elapsed.as_secs_f64()
+            if self
+                .min_rate
+                .as_ref()
+                .is_some_and(|min| min.fell_behind(self.passed))
             {
                 return Err(Failed::Client(ProxyError::BodyTooSlow));
             }

@@ -19,6 +19,7 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use super::body::{CONTINUE, Rest};
 use super::chunked::{BadChunk, Chunked};
 use super::head::{self, MAX_HEADERS, RequestHead};
 use super::{Connection, Exchanged, date};
@@ -128,9 +129,6 @@ pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     Exchanged::Close
 }
 
-/// What hyper's server writes before it reads a body a client holds back.
-const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-
 /// The most of an unread body read (and dropped) after the answer, before the close: a
 /// client still sending would otherwise have its answer cut by a reset.
 const LINGER_BYTES: usize = 64 * 1024;
@@ -151,12 +149,6 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
         }
     })
     .await;
-}
-
-/// How much of a request body is still to come from the client.
-enum Rest {
-    Length(u64),
-    Chunked(Chunked),
 }
 
 /// How pumping a body ended.
@@ -187,10 +179,7 @@ struct Pump {
 
 impl Pump {
     fn whole(&self) -> bool {
-        match &self.rest {
-            Rest::Length(rest) => *rest == 0,
-            Rest::Chunked(chunked) => chunked.ended(),
-        }
+        self.rest.ended()
     }
 
     /// Pumps until the body has ended, or its next read waits: does nothing once it has

@@ -34,12 +34,29 @@ pub struct RequestBody {
 }
 
 /// How long an upload may go at any pace before its rate counts (a slow start, a pause).
-pub const BODY_RATE_GRACE: Duration = Duration::from_secs(2);
+const BODY_RATE_GRACE: Duration = Duration::from_secs(2);
 
-/// A minimum upload rate, from when the body started.
-struct MinRate {
+/// A minimum upload rate, from when the body started: the one rule both engines' bodies keep.
+pub struct MinRate {
     bytes_per_second: u64,
     started: Instant,
+}
+
+impl MinRate {
+    /// A rate starting now; `None` for 0, which allows any pace.
+    pub fn starting_now(bytes_per_second: u64) -> Option<MinRate> {
+        (bytes_per_second > 0).then(|| MinRate {
+            bytes_per_second,
+            started: Instant::now(),
+        })
+    }
+
+    /// Whether `passed` bytes, after [`BODY_RATE_GRACE`], fall below the rate on average.
+    pub fn fell_behind(&self, passed: u64) -> bool {
+        let elapsed = self.started.elapsed();
+        elapsed > BODY_RATE_GRACE
+            && (passed as f64) < self.bytes_per_second as f64 * elapsed.as_secs_f64()
+    }
 }
 
 /// Where a request body's bytes come from.
@@ -343,11 +360,8 @@ impl RequestBody {
     /// Refuses (as a [`BodyError::TooSlow`]) a body that, after [`BODY_RATE_GRACE`], has come
     /// slower than `bytes_per_second` on average; 0 allows any pace.
     pub fn min_rate(&mut self, bytes_per_second: u64) {
-        if bytes_per_second > 0 && self.upload.is_some() {
-            self.min_rate = Some(MinRate {
-                bytes_per_second,
-                started: Instant::now(),
-            });
+        if self.upload.is_some() {
+            self.min_rate = MinRate::starting_now(bytes_per_second);
         }
     }
 
@@ -486,15 +500,12 @@ impl Body for RequestBody {
                 return Poll::Ready(Some(Err(BodyError::TooLarge { limit })));
             }
         }
-        if let Some(min) = &this.min_rate {
-            let elapsed = min.started.elapsed();
-            if elapsed > BODY_RATE_GRACE
-                && (this.passed as f64) < min.bytes_per_second as f64 * elapsed.as_secs_f64()
-            {
-                let bytes_per_second = min.bytes_per_second;
-                this.report(UploadState::TooSlow);
-                return Poll::Ready(Some(Err(BodyError::TooSlow { bytes_per_second })));
-            }
+        if let Some(min) = &this.min_rate
+            && min.fell_behind(this.passed)
+        {
+            let bytes_per_second = min.bytes_per_second;
+            this.report(UploadState::TooSlow);
+            return Poll::Ready(Some(Err(BodyError::TooSlow { bytes_per_second })));
         }
         if this.is_end_stream() {
             this.report(UploadState::Sent);
