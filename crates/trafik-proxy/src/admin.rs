@@ -27,7 +27,7 @@ use crate::snapshot::Snapshot;
 
 mod caches;
 mod dashboard;
-mod token;
+use trafik_runtime::admin_token as token;
 
 pub use token::{AdminToken, Verdict};
 

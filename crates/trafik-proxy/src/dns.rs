@@ -19,32 +19,8 @@ use trafik_dns::server::{Bound, DnsControl};
 use trafik_dns::{Authority, DnsServer, Liveness};
 
 use crate::health;
-use crate::plan::HealthPlan;
+pub use crate::plan::{DnsServicePlan, HealthPlan, RegionHealth};
 use crate::snapshot::Snapshot;
-
-/// What the instance serves over DNS.
-#[derive(Clone, Debug)]
-pub struct DnsServicePlan {
-    /// UDP and TCP, same port.
-    pub listen: SocketAddr,
-    pub zones: trafik_dns::DnsPlan,
-    /// How each region of `zones.regions` (same order) is known to be live.
-    pub health: Vec<RegionHealth>,
-}
-
-/// How a region is known to be live.
-#[derive(Clone, Debug, PartialEq)]
-pub enum RegionHealth {
-    /// Always: no check.
-    Always,
-    /// Active checks of `address`: down after `fall` failed probes, so after `interval × fall`.
-    Check {
-        address: SocketAddr,
-        plan: HealthPlan,
-    },
-    /// While at least one backend of the pool of this name is up.
-    Pool(String),
-}
 
 /// One region's running check, kept across reloads while its target and settings stay.
 struct RunningCheck {

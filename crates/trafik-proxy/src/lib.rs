@@ -7,37 +7,27 @@
 //! is one immutable [`snapshot::Snapshot`], replaced whole by [`Running::reload`]. Backend
 //! selection is never implemented here: every pool asks its `trafik_balance::Selector`.
 
+pub mod accept;
 pub mod admin;
 pub mod admission;
-pub mod concurrency;
-pub mod connections;
-pub mod counters;
-#[allow(unsafe_code)] // raises the descriptor limit through libc
-pub mod descriptors;
 pub mod dns;
-pub mod error;
 pub mod h1;
-#[allow(unsafe_code)] // adopts inherited listening sockets by descriptor number
-pub mod handover;
 pub mod health;
 pub mod http;
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)] // asks glibc's malloc for its statistics and to trim
-mod memory;
-pub mod meter;
 pub mod metrics;
-pub mod outlier;
-pub mod plan;
-pub mod pool;
-pub mod queue;
 mod resolve;
 pub mod route_change;
 pub mod snapshot;
-pub mod sticky;
 pub mod tcp;
-pub mod tls;
-pub mod transport;
 pub mod worker;
+
+// The layer below any protocol, under the names the modules above use.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+use trafik_runtime::memory;
+pub use trafik_runtime::{
+    concurrency, connections, counters, descriptors, error, handover, key, meter, outlier, plan,
+    pool, proxy_protocol, queue, sticky, tls, transport, view,
+};
 
 use std::io;
 use std::net::SocketAddr;

@@ -5,8 +5,8 @@
 use http::Method;
 use trafik_gateway::template::Captures;
 
-use crate::http::gateway::plan::ServiceChoice;
 use crate::http::route::RouteTable;
+use crate::plan::ServiceChoice;
 use crate::plan::{ListenerPlan, RoutePlan, TargetPlan};
 
 /// A request whose target differs between the two configurations.

@@ -9,12 +9,13 @@ use std::time::{Duration, SystemTime};
 use http::HeaderValue;
 use tokio_rustls::TlsAcceptor;
 
+pub use crate::connections::ListenerId;
 use crate::http::cache::Jobs;
 use crate::http::filter::{self, Trace};
 use crate::http::policy::{self, GateStats, GlobalLimitStats};
 use crate::http::route::{Route, RouteTable};
 use crate::plan::{ClientPlan, ListenerKind, Plan};
-use crate::pool::{Endpoints, Pool};
+use crate::pool::{Endpoints, Pool, PoolSet};
 use crate::resolve::{self, Stateful};
 use crate::tcp::{self, route::SniRoutes};
 
@@ -30,9 +31,11 @@ impl std::ops::Deref for WorkerSnapshot {
     }
 }
 
-/// A listener's identity while its socket stays open (across reloads that keep its address).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ListenerId(pub u64);
+impl PoolSet for WorkerSnapshot {
+    fn pools(&self) -> &[Arc<Pool>] {
+        &self.0.pools
+    }
+}
 
 /// Everything the data plane serves, as of one load of the configuration.
 pub struct Snapshot {
@@ -102,6 +105,12 @@ impl Listener {
             Listener::Tcp { .. } => "tcp",
             Listener::TlsPassthrough { .. } => "tls",
         }
+    }
+}
+
+impl PoolSet for Snapshot {
+    fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
     }
 }
 

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
+use crate::accept;
 use crate::connections::Connections;
 use crate::http::service::WorkerProxy;
 use crate::snapshot::{ListenerId, Snapshot};
-use crate::transport;
 
 /// A change of listeners, sent to every worker by a reload.
 pub enum ListenerChange {
@@ -70,7 +70,7 @@ pub async fn run(start: WorkerStart) {
         };
         let (stop, stopped) = watch::channel(false);
         accepting.insert(id, stop);
-        tokio::task::spawn_local(transport::accept_loop(
+        tokio::task::spawn_local(accept::accept_loop(
             proxy.clone(),
             id,
             listener,

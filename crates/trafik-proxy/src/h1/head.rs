@@ -14,8 +14,8 @@ use http::Method;
 
 use crate::http::path;
 use crate::http::validate::is_host;
-use crate::http::view::RequestView;
 use crate::plan::HeadLimits;
+use crate::view::RequestView;
 
 /// The most header fields the fast path parses; a longer head goes to hyper, which applies the
 /// configured limit.

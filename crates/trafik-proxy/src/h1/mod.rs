@@ -48,12 +48,13 @@ use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::http::server::{self, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
 use crate::http::target::Target;
-use crate::http::view::Selection;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
+use crate::view::Selection;
 
 /// How serving a connection on the own engine ended.
 enum End {

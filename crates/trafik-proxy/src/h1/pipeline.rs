@@ -25,6 +25,7 @@ use super::head::{self, MAX_HEADERS, RequestHead};
 use super::{Connection, Exchanged, date};
 use crate::connections::Control;
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::http::body::{Feed, ProxyBody, RequestBody};
 use crate::http::service::{ClientConnection, WorkerProxy};
 

@@ -693,3 +693,28 @@ impl Body for ProxyBody {
         }
     }
 }
+
+/// trafik's own answer for a failure, as the HTTP pipeline sends it.
+pub trait ErrorAnswer {
+    /// The status, the one-line body and the headers of the failure. The answer carries the
+    /// error in its extensions, which marks it as trafik's own for the steps it passes on the
+    /// way out (the hop trace writes the reason).
+    fn response(self) -> http::Response<ProxyBody>;
+}
+
+impl ErrorAnswer for ProxyError {
+    fn response(self) -> http::Response<ProxyBody> {
+        let mut response = http::Response::new(ProxyBody::local(self.body().as_bytes()));
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        for (name, value) in self.headers() {
+            headers.insert(name.clone(), http::HeaderValue::from_static(value));
+        }
+        response.extensions_mut().insert(self);
+        response
+    }
+}

@@ -27,6 +27,7 @@ use super::headers::remove_hop_by_hop;
 use super::service::{ClientConnection, WorkerProxy};
 use super::target::Target;
 use crate::counters::{PerWorker, add, bump, read};
+use crate::http::body::ErrorAnswer;
 use crate::plan::CachePlan;
 use crate::snapshot::{Listener, WorkerSnapshot};
 

@@ -28,6 +28,7 @@ use super::policy;
 use super::service::ClientConnection;
 use super::upgrade;
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::plan::FilterPlan;
 use crate::snapshot::Snapshot;
 use trafik_policy::stage::Stage;

@@ -25,18 +25,7 @@ use crate::connections::{Connections, Control, Watched};
 use crate::error::ProxyError;
 use crate::plan::HeadLimits;
 use crate::snapshot::ListenerId;
-
-/// Which HTTP versions a client connection may speak.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    /// HTTP/1.1 alone, as over TLS when the client did not choose h2.
-    Http1,
-    /// HTTP/2 alone, as TLS agreed by ALPN.
-    Http2,
-    /// HTTP/2 when the connection opens with its preface (h2c with prior knowledge), else
-    /// HTTP/1.1.
-    Detect,
-}
+pub use crate::tls::server::Protocol;
 
 /// Serves HTTP on `stream` until the client leaves, the connection idles out or drains, or
 /// until the tunnel of an upgrade closes. The stream is `Send` because hyper hands an upgraded

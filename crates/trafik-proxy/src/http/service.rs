@@ -17,6 +17,7 @@ use super::upgrade::Handover;
 use super::upstream::Upstreams;
 use super::{path, validate};
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::pool::Call;
 use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
 

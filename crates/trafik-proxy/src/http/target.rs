@@ -20,13 +20,14 @@ use super::retry::Replay;
 use super::service::{ClientConnection, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
 use super::upstream::Checkout;
-use super::view::Selection;
 use crate::counters::{BackendCounters, bump};
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::plan::AnswerLimits;
 use crate::pool::InFlight;
 use crate::pool::Pool;
 use crate::snapshot::WorkerSnapshot;
+use crate::view::Selection;
 
 /// A route's destination.
 pub enum Target {

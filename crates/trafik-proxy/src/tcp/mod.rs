@@ -3,10 +3,9 @@
 //! pool; a `tls-passthrough` listener first reads the server name from the client's
 //! ClientHello ([`sni`]) and lets it choose the pool ([`route`]), without decrypting anything.
 //! Either way [`relay`] then connects (retrying elsewhere), optionally announces the client
-//! with a PROXY protocol header ([`proxy_protocol`]) and copies bytes both ways ([`copy`]).
+//! with a PROXY protocol header ([`crate::proxy_protocol`]) and copies bytes both ways ([`copy`]).
 
 pub mod copy;
-pub mod proxy_protocol;
 pub mod relay;
 pub mod route;
 pub mod sni;

@@ -16,12 +16,13 @@ use trafik_gateway::template::{Captures, UpstreamTemplate, list_items};
 
 use super::counters::GatewayCounters;
 use super::fetch::{Caller, Fetched};
-use super::plan::{BatchPlan, ClientChooser, ViewsPlan};
 use crate::counters::{add, bump};
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::http::body::{ProxyBody, RequestBody};
 use crate::http::service::{ClientConnection, WorkerProxy};
 use crate::http::target::PoolTarget;
+use crate::plan::{BatchPlan, ClientChooser, ViewsPlan};
 use crate::snapshot::WorkerSnapshot;
 
 /// The response header that names the parts missing from a partial answer.

@@ -16,6 +16,7 @@ use super::counters::GatewayCounters;
 use super::fetch::{Caller, Fetched};
 use crate::counters::{add, bump};
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::http::body::{ProxyBody, RequestBody};
 use crate::http::service::{ClientConnection, WorkerProxy};
 use crate::http::target::PoolTarget;

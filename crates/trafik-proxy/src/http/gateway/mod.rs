@@ -7,7 +7,6 @@ pub mod aggregate;
 pub mod ambassador;
 pub mod counters;
 pub mod fetch;
-pub mod plan;
 pub mod service;
 
 use std::collections::HashMap;
@@ -19,11 +18,11 @@ use trafik_metrics_text::{Exposition, Kind};
 use self::aggregate::{AggregateTarget, Part};
 use self::ambassador::AmbassadorTarget;
 use self::counters::{CallCounters, GatewayCounters, totals};
-use self::plan::{AggregatePlan, AmbassadorPlan, ServiceChoice};
 use self::service::{Choice, ServiceTarget};
 use crate::counters::PerWorker;
 use crate::http::target::{PoolTarget, Target};
 use crate::plan::TargetPlan;
+use crate::plan::{AggregatePlan, AmbassadorPlan, ServiceChoice};
 use crate::snapshot::Snapshot;
 use trafik_gateway::template::UpstreamTemplate;
 

@@ -10,6 +10,7 @@ use http::{Request, Response, Uri};
 use trafik_gateway::template::{Captures, UpstreamTemplate};
 
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::http::body::{ProxyBody, RequestBody};
 use crate::http::service::{ClientConnection, WorkerProxy};
 use crate::http::target::PoolTarget;

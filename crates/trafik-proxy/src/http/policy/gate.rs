@@ -12,6 +12,7 @@ use http::{Request, StatusCode, header};
 use super::{GateStats, Stats, access_log, refusal};
 use crate::counters::{PerWorker, add, bump, read};
 use crate::error::ProxyError;
+use crate::http::body::ErrorAnswer;
 use crate::http::body::{BodyError, RequestBody};
 use crate::http::filter::{Exchange, Filter, Step, Waiting, declared_length};
 use crate::plan::GatePlan;

@@ -21,14 +21,7 @@ const BATCH: usize = 512;
 const LINGER: Duration = Duration::from_millis(200);
 const POST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where spans go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OtlpPlan {
-    /// `http://HOST:PORT/PATH`, usually `/v1/traces`.
-    pub endpoint: Uri,
-    /// `service.name` of the spans' resource.
-    pub service_name: String,
-}
+pub use crate::plan::OtlpPlan;
 
 /// One request's span as trafik saw it.
 pub struct FinishedSpan {

@@ -13,7 +13,7 @@ use trafik_balance::{
     slow_start_share,
 };
 
-use crate::snapshot::Snapshot;
+use crate::pool::PoolSet;
 
 /// One pool's passive health: a state per backend, shared across reloads by address.
 pub struct PassiveHealth {
@@ -133,7 +133,7 @@ impl SlowStart {
             return false;
         }
         let share = slow_start_share(elapsed, self.window);
-        (crate::http::retry::jitter().below_u64(1_000_000) as f64) >= share * 1_000_000.0
+        (crate::pool::retry::jitter().below_u64(1_000_000) as f64) >= share * 1_000_000.0
     }
 }
 
@@ -147,7 +147,10 @@ fn now() -> Nanos {
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// Ends ejections as they run their time, in the configuration in force, until `shutdown`.
-pub async fn sweep(snapshots: watch::Receiver<Arc<Snapshot>>, mut shutdown: watch::Receiver<bool>) {
+pub async fn sweep<S: PoolSet>(
+    snapshots: watch::Receiver<Arc<S>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut ticker = tokio::time::interval(SWEEP_EVERY);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -156,7 +159,7 @@ pub async fn sweep(snapshots: watch::Receiver<Arc<Snapshot>>, mut shutdown: watc
             _ = ticker.tick() => {}
         }
         let snapshot = snapshots.borrow().clone();
-        for pool in &snapshot.pools {
+        for pool in snapshot.pools() {
             if let Some(passive) = &pool.passive {
                 passive.return_due(&pool.backends, &pool.slow_start, &pool.plan.name);
             }

@@ -4,9 +4,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use trafik_balance::hash::stable_hash;
 
-use super::view::RequestView;
 use crate::plan::HashKey;
 use crate::sticky::find_cookie;
+use crate::view::RequestView;
 
 /// The stable hash of the part of `request` that `key` names; `None` when the request lacks it
 /// (the rule then spreads such requests evenly).

@@ -20,14 +20,15 @@ use std::time::Instant;
 use trafik_balance::{Nanos, Outcome, PickContext, Tried};
 
 use super::Pool;
+use super::PoolSet;
 use crate::concurrency::Slot;
 use crate::counters::{BackendCounters, bump};
 use crate::error::ProxyError;
-use crate::snapshot::WorkerSnapshot;
 
 /// A request in the hands of one pool, from its first pick to its answer or failure.
 pub struct Call<'s> {
-    snapshot: &'s Rc<WorkerSnapshot>,
+    /// What keeps the pool alive for the attempts' in-flight marks.
+    snapshot: Rc<dyn PoolSet>,
     pool_index: usize,
     pool: &'s Pool,
     worker: usize,
@@ -72,8 +73,8 @@ impl<'s> Call<'s> {
     /// Starts a call to the pool at `pool_index` of `snapshot`, for a request whose clock
     /// started at `began`; `bound` is a backend the request is bound to. `Err` when the pool's
     /// adaptive limit lets nothing more in.
-    pub fn start(
-        snapshot: &'s Rc<WorkerSnapshot>,
+    pub fn start<S: PoolSet + 'static>(
+        snapshot: &'s Rc<S>,
         pool_index: usize,
         worker: usize,
         epoch: Instant,
@@ -81,7 +82,7 @@ impl<'s> Call<'s> {
         context: PickContext,
         bound: Option<usize>,
     ) -> Result<Self, ProxyError> {
-        let pool: &'s Pool = &snapshot.pools[pool_index];
+        let pool: &'s Pool = &snapshot.pools()[pool_index];
         let slot = match pool.concurrency.as_ref().map(|c| c.admit()) {
             Some(None) => return Err(ProxyError::ConcurrencyLimited),
             admitted => admitted.flatten(),
@@ -90,7 +91,7 @@ impl<'s> Call<'s> {
         pool.retrying.first_try(now);
         let timed = pool.plan.algorithm.uses_latency();
         Ok(Call {
-            snapshot,
+            snapshot: snapshot.clone(),
             pool_index,
             pool,
             worker,
@@ -141,7 +142,8 @@ impl<'s> Call<'s> {
                 }
                 let counters = pool.members[index].counters.mine(self.worker);
                 bump(&counters.decisions);
-                let in_flight = InFlight::start(self.snapshot, self.pool_index, index, self.worker);
+                let in_flight =
+                    InFlight::start(&self.snapshot, self.pool_index, index, self.worker);
                 let sent_at = self.first_sent_at.take().unwrap_or_else(Instant::now);
                 return Some(Attempt {
                     index,
@@ -372,7 +374,7 @@ fn nanos_since(epoch: Instant) -> Nanos {
 /// Marks a request in flight to one backend of one pool for as long as it lives, and tells
 /// passive health how its answer's body ended.
 pub struct InFlight {
-    snapshot: Rc<WorkerSnapshot>,
+    snapshot: Rc<dyn PoolSet>,
     pool: usize,
     backend: usize,
     worker: usize,
@@ -386,14 +388,14 @@ impl InFlight {
     /// for passive health, unless its status made it an error already.
     pub fn answer_ended(&mut self) {
         if std::mem::take(&mut self.answer_pending) {
-            self.snapshot.pools[self.pool].report(self.backend, Outcome::Success);
+            self.snapshot.pools()[self.pool].report(self.backend, Outcome::Success);
         }
     }
 
     /// The backend cut its answer's body short (closed, reset, or broke its framing): a
     /// failure in its counters and, as a lost request is, an error for passive health.
     pub fn answer_cut(&mut self) {
-        let pool = &self.snapshot.pools[self.pool];
+        let pool = &self.snapshot.pools()[self.pool];
         bump(
             &pool.members[self.backend]
                 .counters
@@ -408,8 +410,8 @@ impl InFlight {
 }
 
 impl InFlight {
-    fn start(snapshot: &Rc<WorkerSnapshot>, pool: usize, backend: usize, worker: usize) -> Self {
-        let target = &snapshot.pools[pool];
+    fn start(snapshot: &Rc<dyn PoolSet>, pool: usize, backend: usize, worker: usize) -> Self {
+        let target = &snapshot.pools()[pool];
         target.members[backend]
             .counters
             .mine(worker)
@@ -430,7 +432,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let pool = &self.snapshot.pools[self.pool];
+        let pool = &self.snapshot.pools()[self.pool];
         pool.members[self.backend]
             .counters
             .mine(self.worker)

@@ -1,24 +1,17 @@
-//! Sockets, below any protocol: listening sockets shared by the workers, the accept loop that
-//! hands each connection to its listener's kind, and the upstream connect that HTTP and layer-4
-//! targets share.
+//! Sockets, below any protocol: listening sockets shared by the workers, and the upstream
+//! connect that HTTP and layer-4 targets share. (The accept loop, which hands connections to
+//! their listener's kind, is the proxy's.)
 
 use std::io;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::net::TcpStream;
 
-use crate::connections::Connections;
-use crate::http;
-use crate::http::server::Protocol;
-use crate::http::service::WorkerProxy;
 use crate::meter::{Meter, Metered};
 use crate::pool::Endpoint;
-use crate::snapshot::{Listener, ListenerId};
 use crate::tls;
 
 /// Binds `count` sockets to `address` with `SO_REUSEPORT`, so the kernel spreads new
@@ -246,159 +239,5 @@ impl Drop for OpenConnection {
             .open_connections
             .mine(self.worker)
             .fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Accepts on one listener of one worker until `stop` (this listener removed) or `shutdown`,
-/// handing each connection to what the listener is in the current snapshot.
-pub async fn accept_loop(
-    proxy: Rc<WorkerProxy>,
-    id: ListenerId,
-    listener: TcpListener,
-    connections: Rc<Connections>,
-    mut stop: watch::Receiver<bool>,
-    alive: mpsc::Sender<()>,
-    budget: Arc<Semaphore>,
-) {
-    let mut backoff = Duration::from_millis(5);
-    loop {
-        // At the descriptor budget, wait for a connection to close before taking another.
-        let slot = tokio::select! {
-            _ = stop.wait_for(|stopping| *stopping) => return,
-            slot = budget.clone().acquire_owned() => slot,
-        };
-        let Ok(slot) = slot else {
-            return;
-        };
-        let accepted = tokio::select! {
-            _ = stop.wait_for(|stopping| *stopping) => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => {
-                backoff = Duration::from_millis(5);
-                accepted
-            }
-            Err(error) => {
-                // Out of descriptors, or a reset before accept: back off, longer each time.
-                tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        // Inherited from the listening socket on Linux (see `socket`).
-        #[cfg(not(target_os = "linux"))]
-        let _ = stream.set_nodelay(true);
-        let snapshot = proxy.snapshot();
-        let Some(kind) = snapshot.listener(id) else {
-            continue;
-        };
-        // At the listener's cap this loop waits here, accepting nothing more, until a
-        // connection closes; a client over its own cap is closed at once.
-        let admitted = match snapshot.connection_limit(id) {
-            Some(limit) => {
-                let admitted = tokio::select! {
-                    _ = stop.wait_for(|stopping| *stopping) => return,
-                    admitted = limit.admit(peer.ip()) => admitted,
-                };
-                match admitted {
-                    Some(admitted) => Some(admitted),
-                    None => continue,
-                }
-            }
-            None => None,
-        };
-        let open = snapshot
-            .metrics
-            .listener_stats(id)
-            .map(|stats| crate::metrics::OpenClient::new(stats, proxy.id));
-        let alive = (alive.clone(), slot, admitted, open);
-        let (proxy, connections, scheme) = (proxy.clone(), connections.clone(), kind.scheme());
-        match kind {
-            Listener::Http { .. } if snapshot.client.engine == crate::plan::Engine::Trafik => {
-                // Boxed, as hyper's below: copied whole as the task is spawned and finished.
-                let serving = Box::pin(crate::h1::serve(
-                    proxy,
-                    id,
-                    scheme,
-                    Protocol::Detect,
-                    stream,
-                    peer,
-                    connections,
-                ));
-                tokio::task::spawn_local(async move {
-                    serving.await;
-                    drop(alive);
-                });
-            }
-            Listener::Http { .. } => {
-                // h2c with prior knowledge is told from HTTP/1.1 by the connection's first 24
-                // bytes; measured, that costs HTTP/1.1 about 0.5 % of its instructions and no
-                // CPU time that could be told from noise (README, "HTTPS and HTTP/2").
-                // Boxed: a task's future is copied several times as it is spawned and
-                // finished, and hyper's is kilobytes (the box costs less than the copies).
-                let serving = Box::pin(http::server::serve(
-                    proxy,
-                    id,
-                    scheme,
-                    Protocol::Detect,
-                    stream,
-                    peer,
-                    connections,
-                ));
-                tokio::task::spawn_local(async move {
-                    serving.await;
-                    drop(alive);
-                });
-            }
-            Listener::Https { tls, .. } => {
-                let timeout = snapshot.client.header_read_timeout;
-                let own_engine = snapshot.client.engine == crate::plan::Engine::Trafik;
-                let handshake = tls::server::handshake(tls.clone(), stream, timeout);
-                tokio::task::spawn_local(async move {
-                    let handshake = handshake.await;
-                    if let Some(open) = &alive.3 {
-                        open.handshake(handshake.is_ok());
-                    }
-                    match handshake {
-                        // HTTP/1.1 behind TLS takes the own engine as plain TCP does.
-                        Ok((stream, Protocol::Http1)) if own_engine => {
-                            Box::pin(crate::h1::serve(
-                                proxy,
-                                id,
-                                scheme,
-                                Protocol::Http1,
-                                stream,
-                                peer,
-                                connections,
-                            ))
-                            .await;
-                        }
-                        Ok((stream, protocol)) => {
-                            http::server::serve(
-                                proxy,
-                                id,
-                                scheme,
-                                protocol,
-                                stream,
-                                peer,
-                                connections,
-                            )
-                            .await;
-                        }
-                        Err(error) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                    }
-                    drop(alive);
-                });
-            }
-            Listener::Tcp { .. } | Listener::TlsPassthrough { .. } => {
-                let serving = crate::tcp::serve(proxy, id, stream, peer, connections);
-                tokio::task::spawn_local(async move {
-                    serving.await;
-                    drop(alive);
-                });
-            }
-        }
     }
 }

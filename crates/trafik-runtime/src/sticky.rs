@@ -13,8 +13,8 @@ use sha2::Sha256;
 use trafik_balance::hash::stable_hash;
 use trafik_balance::{BackendSet, HashRing, Modulo, PickContext, Selector};
 
-use crate::http::view::RequestView;
 use crate::plan::StickyPlan;
+use crate::view::RequestView;
 
 /// Bytes of HMAC-SHA256 kept in a cookie: 128 bits, beyond guessing.
 const MAC_BYTES: usize = 16;

@@ -25,7 +25,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
-use crate::snapshot::ListenerId;
+/// A listener's identity while its socket stays open (across reloads that keep its address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListenerId(pub u64);
 
 /// How long a draining connection may stay between requests before it is closed: long enough
 /// for a kept-alive client that is active to send its next request and be told to close.

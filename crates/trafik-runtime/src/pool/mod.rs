@@ -5,6 +5,7 @@
 
 mod call;
 pub mod keep_alive;
+pub mod retry;
 
 pub use call::{Attempt, Call, InFlight};
 
@@ -16,11 +17,18 @@ use std::sync::{Arc, Mutex};
 use trafik_balance::{BackendSet, PickContext, Selector};
 
 use crate::counters::{BackendCounters, PerWorker};
-use crate::http::retry::Retrying;
 use crate::outlier::{PassiveHealth, SlowStart};
 use crate::plan::PoolPlan;
 use crate::sticky::Sticky;
 use crate::tls::backend::BackendTls;
+use retry::Retrying;
+
+/// The pools of one configuration in force, as the layer above holds them (its snapshot): a
+/// request's in-flight mark keeps them alive by an `Rc` of the worker's own, which touches no
+/// count shared with other workers.
+pub trait PoolSet {
+    fn pools(&self) -> &[Arc<Pool>];
+}
 
 /// One upstream address, whatever pools name it, and how it is spoken to (plain, or TLS with
 /// given settings). Idle connections are kept per endpoint, so a backend shared by two pools

@@ -261,24 +261,3 @@ impl fmt::Display for ProxyError {
 }
 
 impl std::error::Error for ProxyError {}
-
-impl ProxyError {
-    /// The answer trafik sends for this failure: its status, its one-line body and its headers.
-    /// It carries the error in its extensions, which marks it as trafik's own for the steps
-    /// it passes on the way out (the hop trace writes the reason).
-    pub fn response(self) -> http::Response<crate::http::body::ProxyBody> {
-        let mut response =
-            http::Response::new(crate::http::body::ProxyBody::local(self.body().as_bytes()));
-        *response.status_mut() = self.status();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        for (name, value) in self.headers() {
-            headers.insert(name.clone(), http::HeaderValue::from_static(value));
-        }
-        response.extensions_mut().insert(self);
-        response
-    }
-}

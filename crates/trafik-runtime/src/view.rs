@@ -1,6 +1,6 @@
 //! What a pool's rules read of a request, whichever engine parsed it: hash keys and cookie
 //! stickiness take a [`RequestView`], which hyper's `http::Request` and the own engine's head
-//! ([`crate::h1::head::HeadView`]) both are, and [`Selection`] is what they decide before the
+//! (the proxy's `h1::head::HeadView`) both are, and [`Selection`] is what they decide before the
 //! pool's first pick.
 
 use std::net::SocketAddr;
@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use http::HeaderValue;
 use trafik_balance::PickContext;
 
-use super::key::request_key;
+use crate::key::request_key;
 use crate::pool::Pool;
 use crate::sticky::{Decision, Rebinding};
 

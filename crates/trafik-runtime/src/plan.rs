@@ -1,21 +1,24 @@
 //! The typed, validated description of what to run. The binary builds a [`Plan`] from a config
 //! file or from quick-mode flags; the data plane never reads configuration text itself.
 
+mod gateway;
+mod server_name;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, HeaderValue, Method};
+use http::{HeaderName, HeaderValue, Method, Uri};
 use trafik_balance::{Algorithm, SelectorOptions};
 
-pub use crate::http::gateway::plan::{
+pub use crate::proxy_protocol::ProxyProtocol;
+use crate::tls::Certificate;
+use crate::tls::backend::BackendTls;
+pub use gateway::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, ServiceChoice, ViewPlan,
     ViewsPlan,
 };
-pub use crate::tcp::proxy_protocol::ProxyProtocol;
-pub use crate::tcp::route::ServerNamePattern;
-use crate::tls::Certificate;
-use crate::tls::backend::BackendTls;
+pub use server_name::ServerNamePattern;
 pub use trafik_gateway::template::{PathTemplate, UpstreamTemplate};
 
 /// Everything one trafik instance runs.
@@ -36,9 +39,9 @@ pub struct Plan {
     /// How long in-flight requests may take to finish after a stop signal.
     pub drain_timeout: Duration,
     /// The authoritative DNS server, when configured.
-    pub dns: Option<crate::dns::DnsServicePlan>,
+    pub dns: Option<DnsServicePlan>,
     /// The bearer token the admin API requires of every request, when set.
-    pub admin_token: Option<crate::admin::AdminToken>,
+    pub admin_token: Option<crate::admin_token::AdminToken>,
     /// W3C trace context and span export.
     pub tracing: TracingPlan,
 }
@@ -49,7 +52,7 @@ pub struct TracingPlan {
     /// Start a trace for a request that arrives without a valid `traceparent`.
     pub start: bool,
     /// Export sampled spans to this OTLP/HTTP collector.
-    pub otlp: Option<crate::http::trace::otlp::OtlpPlan>,
+    pub otlp: Option<OtlpPlan>,
 }
 
 /// How trafik treats the client side of every listener.
@@ -80,7 +83,7 @@ pub struct ClientPlan {
 /// The HTTP/1.1 server of plain-HTTP listeners. HTTPS listeners and HTTP/2 always use hyper.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
-    /// trafik's own ([`crate::h1`]): plain pool routes on a lean loop, everything else handed
+    /// trafik's own (the proxy's `h1`): plain pool routes on a lean loop, everything else handed
     /// to hyper for the rest of the connection.
     #[default]
     Trafik,
@@ -145,7 +148,7 @@ pub struct ListenerPlan {
     pub name: String,
     pub address: SocketAddr,
     pub kind: ListenerKind,
-    /// Caps on its open connections ([`crate::admission`]); none by default.
+    /// Caps on its open connections (the proxy's `admission`); none by default.
     pub connections: ConnectionLimits,
 }
 
@@ -159,11 +162,11 @@ pub struct ConnectionLimits {
 }
 
 /// What a listener speaks on its connections. Layer-4 kinds come beside these and reuse the
-/// same accept loop ([`crate::transport`]).
+/// same accept loop (the proxy's `transport`).
 #[derive(Clone, Debug)]
 pub enum ListenerKind {
     /// Plain HTTP/1.1; the routes are tried most specific first (see
-    /// [`crate::http::route::RouteTable`]).
+    /// the proxy's `http::route::RouteTable`).
     Http { routes: Vec<RoutePlan> },
     /// HTTP/1.1 or HTTP/2 (by ALPN) inside TLS, which ends here; the same routes as `Http`.
     Https {
@@ -173,7 +176,7 @@ pub enum ListenerKind {
         certificates: Vec<Arc<Certificate>>,
     },
     /// Layer 4: one decision per client connection among the backends of `pool`, then bytes
-    /// copied both ways ([`crate::tcp`]).
+    /// copied both ways (the proxy's `tcp`).
     Tcp { pool: String },
     /// TLS relayed as layer 4 without being decrypted: the server name (SNI) in the client's
     /// ClientHello chooses the pool.
@@ -249,13 +252,13 @@ pub enum TargetPlan {
     Aggregate(Arc<AggregatePlan>),
     /// One upstream call in an external contract, its answer mapped back by jq.
     Ambassador(Arc<AmbassadorPlan>),
-    /// Files under a directory ([`crate::http::files`]): the path after the route's prefix,
+    /// Files under a directory (the proxy's `http::files`): the path after the route's prefix,
     /// under `root`; a directory answers with its `index` file.
     Static {
         root: std::path::PathBuf,
         index: Option<String>,
     },
-    /// Another target behind an edge cache ([`crate::http::cache`]); routes naming the same
+    /// Another target behind an edge cache (the proxy's `http::cache`); routes naming the same
     /// cache share its store.
     Cached {
         cache: Arc<CachePlan>,
@@ -576,4 +579,37 @@ impl PoolPlan {
             weight: b.weight.max(1),
         })
     }
+}
+
+/// What the instance serves over DNS.
+#[derive(Clone, Debug)]
+pub struct DnsServicePlan {
+    /// UDP and TCP, same port.
+    pub listen: SocketAddr,
+    pub zones: trafik_dns::DnsPlan,
+    /// How each region of `zones.regions` (same order) is known to be live.
+    pub health: Vec<RegionHealth>,
+}
+
+/// How a region is known to be live.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RegionHealth {
+    /// Always: no check.
+    Always,
+    /// Active checks of `address`: down after `fall` failed probes, so after `interval × fall`.
+    Check {
+        address: SocketAddr,
+        plan: HealthPlan,
+    },
+    /// While at least one backend of the pool of this name is up.
+    Pool(String),
+}
+
+/// Where spans go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtlpPlan {
+    /// `http://HOST:PORT/PATH`, usually `/v1/traces`.
+    pub endpoint: Uri,
+    /// `service.name` of the spans' resource.
+    pub service_name: String,
 }

@@ -14,7 +14,18 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::{Certificate, VERSIONS, provider};
-use crate::http::server::Protocol;
+
+/// Which HTTP versions a client connection may speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 alone, as over TLS when the client did not choose h2.
+    Http1,
+    /// HTTP/2 alone, as TLS agreed by ALPN.
+    Http2,
+    /// HTTP/2 when the connection opens with its preface (h2c with prior knowledge), else
+    /// HTTP/1.1.
+    Detect,
+}
 
 /// The server side of an `https` listener's connections.
 pub fn acceptor(certificates: &[Arc<Certificate>]) -> Result<TlsAcceptor, String> {
