@@ -160,7 +160,14 @@ pub async fn accept_loop(
                 });
             }
             Listener::Tcp { .. } | Listener::TlsPassthrough { .. } => {
-                let serving = crate::tcp::serve(proxy, id, stream, peer, connections);
+                let serving = trafik_l4::serve(
+                    proxy.worker(),
+                    proxy.snapshot(),
+                    id,
+                    stream,
+                    peer,
+                    connections,
+                );
                 tokio::task::spawn_local(async move {
                     serving.await;
                     drop(alive);

@@ -18,7 +18,6 @@ pub mod metrics;
 mod resolve;
 pub mod route_change;
 pub mod snapshot;
-pub mod tcp;
 pub mod worker;
 
 // The layer below any protocol, under the names the modules above use.

@@ -17,7 +17,8 @@ use crate::http::route::{Route, RouteTable};
 use crate::plan::{ClientPlan, ListenerKind, Plan};
 use crate::pool::{Endpoints, Pool, PoolSet};
 use crate::resolve::{self, Stateful};
-use crate::tcp::{self, route::SniRoutes};
+use trafik_l4::route::SniRoutes;
+use trafik_l4::{Destination, Layer4Snapshot};
 
 /// A worker's own handle on the snapshot it serves: cloning the `Rc` per request touches no
 /// count shared with other workers, as cloning the `Arc` would.
@@ -34,6 +35,28 @@ impl std::ops::Deref for WorkerSnapshot {
 impl PoolSet for WorkerSnapshot {
     fn pools(&self) -> &[Arc<Pool>] {
         &self.0.pools
+    }
+}
+
+impl Layer4Snapshot for WorkerSnapshot {
+    fn destination(&self, listener: ListenerId) -> Option<Destination<'_>> {
+        match self.listener(listener)? {
+            Listener::Tcp { pool } => Some(Destination::Pool(*pool)),
+            Listener::TlsPassthrough { routes } => Some(Destination::ByServerName(routes)),
+            Listener::Http { .. } | Listener::Https { .. } => None,
+        }
+    }
+
+    fn header_read_timeout(&self) -> Duration {
+        self.client.header_read_timeout
+    }
+
+    fn drain_timeout(&self) -> Duration {
+        self.drain_timeout
+    }
+
+    fn access_log(&self) -> bool {
+        self.client.access_log
     }
 }
 
@@ -183,15 +206,15 @@ impl Snapshot {
             let routes = match &listener.kind {
                 ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
                 ListenerKind::Tcp { pool } => {
-                    match tcp::tcp_listener(&listener.name, pool, &by_name) {
-                        Ok(layer4) => resolved.push((id, layer4)),
+                    match trafik_l4::tcp_listener(&listener.name, pool, &by_name) {
+                        Ok(pool) => resolved.push((id, Listener::Tcp { pool })),
                         Err(error) => errors.push(error),
                     }
                     continue;
                 }
                 ListenerKind::TlsPassthrough { routes } => {
-                    match tcp::passthrough_listener(&listener.name, routes, &by_name) {
-                        Ok(layer4) => resolved.push((id, layer4)),
+                    match trafik_l4::passthrough_listener(&listener.name, routes, &by_name) {
+                        Ok(routes) => resolved.push((id, Listener::TlsPassthrough { routes })),
                         Err(error) => errors.push(error),
                     }
                     continue;

@@ -67,6 +67,14 @@ impl WorkerProxy {
         }
     }
 
+    /// This worker as the layer-4 path knows it.
+    pub fn worker(&self) -> trafik_l4::Worker {
+        trafik_l4::Worker {
+            id: self.id,
+            epoch: self.epoch,
+        }
+    }
+
     /// The snapshot for a new request.
     pub fn snapshot(&self) -> Rc<WorkerSnapshot> {
         self.current.borrow().clone()

@@ -1,6 +1,6 @@
 //! Which pool a TLS passthrough connection goes to, by the server name its client asked for.
 
-pub use crate::plan::ServerNamePattern;
+pub use trafik_runtime::plan::ServerNamePattern;
 
 /// A passthrough listener's routes, most specific first: an exact name, then the longest
 /// `*.domain`, then the route without a name, which also takes hellos that name nothing.

@@ -11,16 +11,16 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use trafik_balance::{Outcome, PickContext};
 
-use super::copy::copy_both_ways;
-use crate::connections::{Control, Watched};
-use crate::counters::bump;
-use crate::http::service::WorkerProxy;
-use crate::key::client_ip_key;
-use crate::meter::{Meter, Metered};
-use crate::plan::HashKey;
-use crate::pool::InFlight;
-use crate::snapshot::WorkerSnapshot;
-use crate::transport;
+use trafik_runtime::connections::{Control, Watched};
+use trafik_runtime::counters::bump;
+use trafik_runtime::key::client_ip_key;
+use trafik_runtime::meter::{Meter, Metered};
+use trafik_runtime::plan::HashKey;
+use trafik_runtime::pool::{Call, InFlight};
+use trafik_runtime::transport;
+
+use crate::copy::copy_both_ways;
+use crate::{Layer4Snapshot, Worker};
 
 /// A client connection on its way to a backend.
 pub struct Client {
@@ -51,9 +51,9 @@ enum End {
 
 /// Relays `client` to a backend of pool `pool` (an index into the snapshot's pools) until both
 /// sides finish, the connection idles out, or it drains and the drain timeout passes.
-pub async fn relay(
-    worker: &WorkerProxy,
-    snapshot: &Rc<WorkerSnapshot>,
+pub async fn relay<S: Layer4Snapshot>(
+    worker: Worker,
+    snapshot: &Rc<S>,
     pool: usize,
     mut client: Client,
     control: &Control,
@@ -62,7 +62,7 @@ pub async fn relay(
     let Some(mut backend) = connect(worker, snapshot, pool, client.peer).await else {
         return;
     };
-    let target = &snapshot.pools[pool];
+    let target = &snapshot.pools()[pool];
     let mut preface = target
         .plan
         .proxy_protocol
@@ -82,10 +82,10 @@ pub async fn relay(
         &mut client.stream,
         &mut backend.stream,
         control,
-        snapshot.drain_timeout,
+        snapshot.drain_timeout(),
     )
     .await;
-    if snapshot.client.access_log {
+    if snapshot.access_log() {
         let (sent, received) = match &end {
             End::Finished(Ok(counts)) => *counts,
             _ => (0, 0),
@@ -111,21 +111,21 @@ pub async fn relay(
 /// Chooses a backend and connects to it through the pool's [`Call`], which tries others as
 /// its retries and budget allow when a connect fails. `None` when no backend could be reached:
 /// the client's connection is closed.
-async fn connect(
-    worker: &WorkerProxy,
-    snapshot: &Rc<WorkerSnapshot>,
+async fn connect<S: Layer4Snapshot>(
+    worker: Worker,
+    snapshot: &Rc<S>,
     pool_index: usize,
     peer: SocketAddr,
 ) -> Option<Connected> {
-    let pool = &snapshot.pools[pool_index];
+    let pool = &snapshot.pools()[pool_index];
     let me = worker.id;
     let mut context = PickContext::default();
     if pool.needs_key() && pool.plan.hash_key == Some(HashKey::ClientIp) {
         context.key = Some(client_ip_key(peer.ip()));
     }
     // A layer-4 pool has no adaptive limit (refused by the configuration's check).
-    let mut call = worker
-        .call(snapshot, pool_index, Instant::now(), context, None)
+    let now = Instant::now();
+    let mut call = Call::start(snapshot, pool_index, me, worker.epoch, now, context, None)
         .ok()?
         .for_connections();
     while let Some(attempt) = call.next().await {
@@ -153,7 +153,7 @@ async fn connect(
     None
 }
 
-/// Copies both ways ([`super::copy`]) until done, idle, or drained and past the drain timeout.
+/// Copies both ways ([`crate::copy`]) until done, idle, or drained and past the drain timeout.
 async fn relay_until_done(
     client: &mut Watched<TcpStream>,
     backend: &mut Metered<TcpStream>,
