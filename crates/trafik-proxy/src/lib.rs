@@ -9,16 +9,13 @@
 
 pub mod accept;
 pub mod admin;
-pub mod admission;
 pub mod dns;
-pub mod h1;
 pub mod health;
-pub mod http;
 pub mod metrics;
-mod resolve;
-pub mod route_change;
-pub mod snapshot;
 pub mod worker;
+
+// HTTP and the configuration in force, under the names the modules above use.
+pub use trafik_http::{admission, h1, http, route_change, snapshot};
 
 // The layer below any protocol, under the names the modules above use.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

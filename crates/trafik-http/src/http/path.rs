@@ -78,7 +78,7 @@ fn is_plain(path: &[u8]) -> bool {
 /// decoder passes anything else through unchanged, so each caller that must not guess at a
 /// malformed escape (`%zz`, a cut `%4`, or `%+f`, which `u8::from_str_radix` reads as 0x0f)
 /// checks with this first.
-pub(crate) fn escapes_are_well_formed(text: &[u8]) -> bool {
+pub fn escapes_are_well_formed(text: &[u8]) -> bool {
     let mut rest = text;
     while let Some(at) = rest.iter().position(|&byte| byte == b'%') {
         match rest.get(at + 1..at + 3) {

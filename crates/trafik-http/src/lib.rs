@@ -1,0 +1,24 @@
+//! trafik's HTTP, and the configuration in force that every listener kind is served from.
+//!
+//! [`h1`] is trafik's own HTTP/1 engine: it reads a request head, routes it and runs the same
+//! pipeline as [`http::server`], hyper's HTTP/2 (and HTTP/1 upgrades and h2c), does: the route
+//! table ([`http::route`]), the filters ([`http::filter`], [`http::policy`]) and the targets
+//! ([`http::target`] for pools, [`http::cache`], [`http::files`], [`http::gateway`]). The
+//! [`snapshot`] is the configuration in force, resolved from a `Plan` into runtime objects
+//! (routes, pools, caches, connection caps); the layer-4 path reads it through
+//! `trafik_l4::Layer4Snapshot`.
+
+pub mod admission;
+pub mod h1;
+pub mod http;
+mod resolve;
+pub mod route_change;
+pub mod snapshot;
+
+// The layer below any protocol, under the names the modules above use.
+pub use trafik_runtime::{
+    concurrency, connections, counters, error, key, meter, metrics, outlier, plan, pool, queue,
+    sticky, tls, transport, view,
+};
+
+pub use error::ProxyError;
