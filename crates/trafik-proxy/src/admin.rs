@@ -22,6 +22,7 @@ use crate::Instance;
 use crate::counters::{BackendCounters, read, read_gauge};
 use crate::http::path::escapes_are_well_formed;
 use crate::http::policy::{gate, redis};
+use crate::metrics::export::backend_labels;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
@@ -560,15 +561,6 @@ pub fn metrics(pools: &[Arc<Pool>], exposition: &mut Exposition) {
             }
         }
     }
-}
-
-/// A backend's labels in every family about it: its pool, address and name.
-pub(crate) fn backend_labels(pool: &Pool, index: usize) -> [(&'static str, String); 3] {
-    [
-        ("pool", pool.plan.name.clone()),
-        ("backend", pool.address(index).to_string()),
-        ("name", pool.display_name(index)),
-    ]
 }
 
 /// How unevenly a pool spreads what `total` counts: the largest backend total divided by the

@@ -15,15 +15,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
+
+use crate::observed::{Observed, Observer};
 
 /// A listener's identity while its socket stays open (across reloads that keep its address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -224,95 +224,50 @@ fn whole_seconds(limit: Duration) -> u64 {
 /// A client stream that notes when bytes last moved, for the idle timeout. It is `Send` when
 /// the stream is, as hyper requires of a stream it hands over to an upgrade (a WebSocket
 /// tunnel), which keeps noting its bytes.
-pub struct Watched<S> {
-    stream: S,
+pub type Watched<S> = Observed<S, Activity>;
+
+/// When a connection's bytes last moved, and whether the client sent something not answered yet.
+pub struct Activity {
     active_at: Arc<AtomicU64>,
     tick: Arc<AtomicU64>,
     heard: Arc<AtomicBool>,
 }
 
 impl<S> Watched<S> {
-    /// The stream, for a serving loop that hands the connection on (the own HTTP/1 engine to
-    /// hyper).
-    pub fn into_inner(self) -> S {
-        self.stream
-    }
-
     pub fn new(stream: S, control: Rc<Control>, clock: Rc<Connections>) -> Self {
-        Watched {
+        Observed::with(
             stream,
-            active_at: control.active_at.clone(),
-            tick: clock.tick.clone(),
-            heard: control.heard.clone(),
-        }
+            Activity {
+                active_at: control.active_at.clone(),
+                tick: clock.tick.clone(),
+                heard: control.heard.clone(),
+            },
+        )
     }
+}
 
+impl Activity {
     fn touch<T>(&self, polled: &Poll<io::Result<T>>) {
         if polled.is_ready() {
             self.active_at
                 .store(self.tick.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
+}
+
+impl Observer for Activity {
+    fn read(&mut self, polled: &Poll<io::Result<()>>, read: usize) {
+        self.touch(polled);
+        if read > 0 {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+    }
 
     /// Bytes written to the client: what it sent is being answered.
-    fn answered(&self, polled: &Poll<io::Result<usize>>) {
+    fn written(&mut self, polled: &Poll<io::Result<usize>>) {
+        self.touch(polled);
         if matches!(polled, Poll::Ready(Ok(written)) if *written > 0) {
             self.heard.store(false, Ordering::Relaxed);
         }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
-        this.touch(&polled);
-        if buf.filled().len() > before {
-            this.heard.store(true, Ordering::Relaxed);
-        }
-        polled
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
-        this.touch(&polled);
-        this.answered(&polled);
-        polled
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
-        this.touch(&polled);
-        this.answered(&polled);
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }

@@ -8,28 +8,28 @@
 //! Nothing here names an HTTP engine or a listener kind.
 
 pub mod admin_token;
-pub mod concurrency;
 pub mod connections;
-pub mod counters;
 #[allow(unsafe_code)] // raises the descriptor limit through libc
 pub mod descriptors;
 pub mod error;
 #[allow(unsafe_code)] // adopts inherited listening sockets by descriptor number
 pub mod handover;
-pub mod key;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)] // asks glibc's malloc for its statistics and to trim
 pub mod memory;
 pub mod meter;
 pub mod metrics;
-pub mod outlier;
+pub mod observed;
 pub mod plan;
 pub mod pool;
 pub mod proxy_protocol;
 pub mod queue;
-pub mod sticky;
 pub mod tls;
 pub mod transport;
-pub mod view;
+
+// What the pool's rules read and keep, and the counters the metrics are made of, live in those
+// folders (they use each other); here under the names the layers above use.
+pub use metrics::counters;
+pub use pool::{concurrency, key, outlier, sticky, view};
 
 pub use error::ProxyError;

@@ -3,16 +3,16 @@
 //! counted the same way, on the wire.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::Ordering;
+use std::task::Poll;
 
 use arc_swap::ArcSwap;
 use arc_swap::cache::Cache;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::counters::{BackendCounters, PerWorker, add, bump};
-use crate::transport::OpenConnection;
+use crate::observed::{Observed, Observer};
+use crate::pool::Endpoint;
 
 /// Which backend's counters a connection's traffic goes to. A kept-alive HTTP connection
 /// belongs to an address, not to a pool, and may next carry a request of another pool that
@@ -54,92 +54,79 @@ impl Meter {
 
 /// An upstream stream and its accounting: it counts the bytes read from it and written to it,
 /// and holds its place in the endpoint's gauge of open connections while it lives.
-pub struct Metered<S> {
-    stream: S,
+pub type Metered<S> = Observed<S, Metering>;
+
+/// What [`Metered`] charges: the meter's counters, checked for a change of charge with one
+/// atomic load (a plain `ArcSwap` load on every read and write cost a request ~2 % of its
+/// instructions), and the connection's place in its endpoint's gauge.
+pub struct Metering {
     meter: Meter,
-    /// The meter's counters, checked for a change of charge with one atomic load (a plain
-    /// `ArcSwap` load on every read and write cost a request ~2 % of its instructions).
     charged: Cache<Arc<ArcSwap<PerWorker<BackendCounters>>>, Arc<PerWorker<BackendCounters>>>,
     _open: OpenConnection,
 }
 
 impl<S> Metered<S> {
     pub fn new(stream: S, meter: Meter, open: OpenConnection) -> Self {
-        Metered {
+        Observed::with(
             stream,
-            charged: Cache::new(meter.charged.clone()),
-            meter,
-            _open: open,
-        }
-    }
-
-    fn counters(&mut self) -> &BackendCounters {
-        self.charged.load().mine(self.meter.worker)
+            Metering {
+                charged: Cache::new(meter.charged.clone()),
+                meter,
+                _open: open,
+            },
+        )
     }
 
     pub fn meter(&self) -> &Meter {
-        &self.meter
-    }
-
-    pub fn get_ref(&self) -> &S {
-        &self.stream
+        &self.observer().meter
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
-        let received = buf.filled().len() - before;
-        if let (Poll::Ready(Ok(())), 1..) = (&polled, received) {
-            add(&this.counters().bytes_in, received);
-        }
-        polled
+impl Metering {
+    fn counters(&mut self) -> &BackendCounters {
+        self.charged.load().mine(self.meter.worker)
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
-        if let Poll::Ready(Ok(written)) = polled {
-            add(&this.counters().bytes_out, written);
+impl Observer for Metering {
+    fn read(&mut self, polled: &Poll<io::Result<()>>, read: usize) {
+        if let (Poll::Ready(Ok(())), 1..) = (polled, read) {
+            add(&self.counters().bytes_in, read);
         }
-        polled
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+    fn written(&mut self, polled: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(written)) = polled {
-            add(&this.counters().bytes_out, written);
+            add(&self.counters().bytes_out, *written);
         }
-        polled
     }
+}
 
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+/// One open upstream connection in its endpoint's gauge: counted from creation to drop.
+pub struct OpenConnection {
+    endpoint: Arc<Endpoint>,
+    worker: usize,
+}
+
+impl OpenConnection {
+    pub fn new(endpoint: &Arc<Endpoint>, worker: usize) -> Self {
+        endpoint
+            .open_connections
+            .mine(worker)
+            .fetch_add(1, Ordering::Relaxed);
+        OpenConnection {
+            endpoint: endpoint.clone(),
+            worker,
+        }
     }
+}
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.endpoint
+            .open_connections
+            .mine(self.worker)
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -155,7 +142,7 @@ mod tests {
         let second = Arc::new(PerWorker::<BackendCounters>::new(2));
         let (near, mut far) = tokio::io::duplex(64);
         let endpoint = crate::pool::Endpoints::new(2).get("127.0.0.1:9".parse().unwrap(), None);
-        let open = crate::transport::OpenConnection::new(&endpoint, 1);
+        let open = OpenConnection::new(&endpoint, 1);
         let mut metered = Metered::new(near, Meter::new(&first, 1), open);
         metered.meter().opened();
         metered.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();

@@ -5,12 +5,11 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use crate::meter::{Meter, Metered};
+use crate::meter::{Meter, Metered, OpenConnection};
 use crate::pool::Endpoint;
 use crate::tls;
 
@@ -211,33 +210,5 @@ impl tokio::io::AsyncWrite for Upstream {
             Upstream::Plain(stream) => std::pin::Pin::new(stream).poll_shutdown(cx),
             Upstream::Tls(stream) => std::pin::Pin::new(&mut **stream).poll_shutdown(cx),
         }
-    }
-}
-
-/// One open upstream connection in its endpoint's gauge: counted from creation to drop.
-pub struct OpenConnection {
-    endpoint: Arc<Endpoint>,
-    worker: usize,
-}
-
-impl OpenConnection {
-    pub fn new(endpoint: &Arc<Endpoint>, worker: usize) -> Self {
-        endpoint
-            .open_connections
-            .mine(worker)
-            .fetch_add(1, Ordering::Relaxed);
-        OpenConnection {
-            endpoint: endpoint.clone(),
-            worker,
-        }
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.endpoint
-            .open_connections
-            .mine(self.worker)
-            .fetch_sub(1, Ordering::Relaxed);
     }
 }

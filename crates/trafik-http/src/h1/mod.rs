@@ -43,7 +43,7 @@ use self::buffers::Exchange;
 use self::chunked::{ANSWER_TRAILER_LINES, BadChunk, Chunked};
 use self::deadline::Deadline;
 use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, ResponseHead};
-use self::rewind::Rewind;
+use self::rewind::rewind;
 use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
@@ -189,7 +189,7 @@ pub async fn serve<S>(
     }
     // Once a request was served, the connection speaks HTTP/1.1 for good.
     let protocol = if first { protocol } else { Protocol::Http1 };
-    let stream = Rewind::new(connection.input, connection.client.into_inner());
+    let stream = rewind(connection.input, connection.client.into_inner());
     // Boxed: the rare handover would otherwise make every connection's task as big as hyper's,
     // a size copied several times as a task is spawned and finished.
     Box::pin(server::serve(

@@ -6,8 +6,8 @@ use trafik_metrics_text::{Exposition, Kind};
 
 use super::histogram::{BOUNDS_MICROS, Histogram, Merged};
 use super::{CLASSES, Traffic};
-use crate::admin::backend_labels;
 use crate::counters::{PerWorker, read, read_gauge};
+use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
 /// Every shard's `histogram` merged.
@@ -197,4 +197,13 @@ fn histogram<'a>(
 
 fn seconds(micros: u64) -> f64 {
     micros as f64 / 1e6
+}
+
+/// A backend's labels in every family about it: its pool, address and name.
+pub(crate) fn backend_labels(pool: &Pool, index: usize) -> [(&'static str, String); 3] {
+    [
+        ("pool", pool.plan.name.clone()),
+        ("backend", pool.address(index).to_string()),
+        ("name", pool.display_name(index)),
+    ]
 }

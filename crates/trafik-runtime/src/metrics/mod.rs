@@ -3,6 +3,7 @@
 //! per-worker shards ([`crate::counters::PerWorker`]) on the request path and merged when the
 //! admin API is asked (the proxy's exposition writes Prometheus text and the `/status` figures).
 
+pub mod counters;
 pub mod histogram;
 pub mod window;
 

@@ -4,8 +4,13 @@
 //! sticky sessions) is matched by pool name and backend address and carried into the new one.
 
 mod call;
+pub mod concurrency;
 pub mod keep_alive;
+pub mod key;
+pub mod outlier;
 pub mod retry;
+pub mod sticky;
+pub mod view;
 
 pub use call::{Attempt, Call, InFlight};
 
