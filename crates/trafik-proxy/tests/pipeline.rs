@@ -414,3 +414,58 @@ async fn a_body_trickling_below_the_default_rate_gets_408() {
         stop(running).await;
     }
 }
+
+/// Heads the fast path does not rewrite itself — a `Via` from a proxy before this one, a trace
+/// context, a path to normalize, a chunked `GET` — are served by the own engine's pipeline, each
+/// as the pipeline answers it, and never handed to hyper.
+#[tokio::test]
+async fn heads_the_fast_path_does_not_rewrite_stay_on_the_own_engine() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    let get = |path: &str, name: &str, value: &str| {
+        Request::get(path)
+            .header("host", "kargo.test")
+            .header(name, value)
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+
+    let answer = client.send(get("/takip/1", "via", "1.1 onceki")).await;
+    assert_eq!(answer.status, 200);
+    let via = answer.json()["headers"]["via"].as_str().unwrap().to_owned();
+    assert!(
+        via.starts_with("1.1 onceki,") && via.ends_with("trafik-test"),
+        "{via}"
+    );
+
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let answer = client.send(get("/takip/2", "traceparent", parent)).await;
+    let sent = answer.json()["headers"]["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && sent != parent,
+        "the trace goes on with a span of trafik's: {sent}"
+    );
+
+    let answer = client.get("//takip/./3").await;
+    assert_eq!(answer.json()["uri"], "/takip/3");
+
+    let looped = get("/takip/4", "via", "1.1 trafik-test, 1.1 trafik-test");
+    assert_eq!(client.send(looped).await.status, 508);
+
+    let mut raw = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    raw.write_all(
+        b"GET /takip/5 HTTP/1.1\r\nhost: kargo.test\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = String::new();
+    raw.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    assert_eq!(handed_to_hyper(&running).await, 0);
+    stop(running).await;
+}

@@ -55,6 +55,10 @@ pub struct RequestHead {
     pub upgrade: bool,
     /// The client asked to close after this exchange.
     pub close: bool,
+    /// A valid head the fast path does not rewrite itself (a `Via` or trace context to carry
+    /// on, forwarding headers to keep, a path to normalize, a chunked `GET`): only the
+    /// pipeline serves it, and nothing is written for the next hop.
+    pub pipeline: bool,
 }
 
 /// A request's head as the pool's rules read it (hash keys, cookie stickiness): its fields
@@ -369,9 +373,8 @@ pub fn request(
         Some(query) => &target[..query],
         None => target,
     };
-    if !matches!(path::normalize(path), Ok(None)) {
-        return Request::Defer;
-    }
+    // A path to normalize (or to refuse) is the pipeline's, as on hyper's path.
+    let mut pipeline = !matches!(path::normalize(path), Ok(None));
     let (mut host, mut body, mut close) = (None, None, false);
     let (mut chunked, mut expect_continue) = (false, false);
     let (mut upgrade, mut connection_upgrade) = (None, false);
@@ -410,21 +413,23 @@ pub fn request(
         } else if name.eq_ignore_ascii_case("transfer-encoding")
             || name.eq_ignore_ascii_case("upgrade")
             || name.eq_ignore_ascii_case("expect")
-            || name.eq_ignore_ascii_case("via")
-            // Trace context gets its span from the trace-context step of the full pipeline.
+        {
+            return Request::Defer;
+        } else if name.eq_ignore_ascii_case("via")
+            // Trace context gets its span from the trace-context step of the pipeline.
             || name.eq_ignore_ascii_case("traceparent")
             || (trust_forwarded && is_forwarding(name))
         {
-            return Request::Defer;
+            pipeline = true;
         }
     }
     // A length beside a coding: hyper reads by the chunks and closes after (RFC 9112 §6.3).
-    // A chunked GET or HEAD: rare, left to the full pipeline, which frames its body for hyper's
+    // A chunked GET or HEAD: rare, left to the pipeline, which frames its body for hyper's
     // client (it would send a GET or HEAD of unknown length without one).
-    let odd_chunks = chunked && (body.is_some() || method == Method::GET || method == Method::HEAD);
-    let (Some(host), false) = (host, odd_chunks) else {
+    let (Some(host), false) = (host, chunked && body.is_some()) else {
         return Request::Defer;
     };
+    pipeline |= chunked && (method == Method::GET || method == Method::HEAD);
     // Anything short of a plain upgrade request is hyper's to judge, and so is an h2c offer,
     // which the full pipeline drops.
     if upgrade.is_some_and(crate::http::upgrade::offers_h2c) {
@@ -442,6 +447,30 @@ pub fn request(
         return Request::Defer;
     }
     out.clear();
+    let name = match host.first() {
+        // An IPv6 literal: up to and including the closing bracket.
+        Some(b'[') => host
+            .iter()
+            .position(|&b| b == b']')
+            .map_or(host.len(), |end| end + 1),
+        _ => host.iter().rposition(|&b| b == b':').unwrap_or(host.len()),
+    };
+    let ready = RequestHead {
+        length,
+        method,
+        path: range_in(buffer, path.as_bytes()),
+        target: range_in(buffer, target.as_bytes()),
+        host: range_in(buffer, &host[..name]),
+        body: body.unwrap_or(0),
+        chunked,
+        expect_continue,
+        upgrade: upgrading,
+        close,
+        pipeline,
+    };
+    if pipeline {
+        return Request::Ready(ready);
+    }
     let method_text = parsed.method.unwrap_or("GET");
     let mut lines = Lines::new(buffer, out);
     // The request line as it came when it is already the one to send.
@@ -487,27 +516,7 @@ pub fn request(
         out.extend_from_slice(b"\r\nconnection: upgrade\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    let name = match host.first() {
-        // An IPv6 literal: up to and including the closing bracket.
-        Some(b'[') => host
-            .iter()
-            .position(|&b| b == b']')
-            .map_or(host.len(), |end| end + 1),
-        _ => host.iter().rposition(|&b| b == b':').unwrap_or(host.len()),
-    };
-    let host = range_in(buffer, &host[..name]);
-    Request::Ready(RequestHead {
-        length,
-        method,
-        path: range_in(buffer, path.as_bytes()),
-        target: range_in(buffer, target.as_bytes()),
-        host,
-        body: body.unwrap_or(0),
-        chunked,
-        expect_continue,
-        upgrade: upgrading,
-        close,
-    })
+    Request::Ready(ready)
 }
 
 /// Header lines copied from a parsed head into a rewritten one. A line the head holds as
@@ -869,7 +878,7 @@ mod tests {
     }
 
     #[test]
-    fn doubtful_requests_go_to_the_full_pipeline() {
+    fn doubtful_heads_are_left_to_hyper() {
         for raw in [
             "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
@@ -878,7 +887,6 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: a\rX: 1\r\n\r\n",
             "GET http://a/ HTTP/1.1\r\nHost: b\r\n\r\n",
-            "GET /a/../b HTTP/1.1\r\nHost: a\r\n\r\n",
             "GET / HTTP/1.0\r\nHost: a\r\n\r\n",
             "GET / HTTP/1.1\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
@@ -891,6 +899,27 @@ mod tests {
             assert_eq!(head(raw).0, Request::Defer, "{raw:?}");
         }
         assert_eq!(head("GET / HTTP/1.1\r\nHost: a\r\n").0, Request::Partial);
+    }
+
+    #[test]
+    fn valid_heads_the_fast_path_does_not_rewrite_are_the_pipelines() {
+        for raw in [
+            "GET /a/../b HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: a\r\nVia: 1.1 onceki\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: a\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            let (parsed, out) = head(raw);
+            let Request::Ready(ready) = parsed else {
+                panic!("{raw:?}: {parsed:?}")
+            };
+            assert!(ready.pipeline, "{raw:?}");
+            assert!(out.is_empty(), "nothing rewritten for {raw:?}: {out}");
+        }
+        let (Request::Ready(plain), _) = head("GET /a HTTP/1.1\r\nHost: a\r\n\r\n") else {
+            panic!("a plain head is the fast path's")
+        };
+        assert!(!plain.pipeline);
     }
 
     #[test]
@@ -916,8 +945,6 @@ mod tests {
             let raw = format!("POST / HTTP/1.1\r\nHost: a\r\n{doubtful}\r\n");
             assert_eq!(head(&raw).0, Request::Defer, "{raw:?}");
         }
-        let chunked_get = "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(head(chunked_get).0, Request::Defer);
     }
 
     fn answer(raw: &str, head_request: bool) -> (Response, String) {

@@ -251,14 +251,15 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let streamed = body::streams(request, connection.input.len() - request.length);
     let text = |range: &std::ops::Range<usize>| head::ascii(&connection.input[range.clone()]);
     // A pool with only the built-in head steps is served inline; anything else (filters,
-    // other targets, the hop trace, no route) goes through the pipeline.
-    let found = match snapshot.trace {
-        None => routes.find_parts(
+    // other targets, the hop trace, no route, a head only the pipeline takes) goes through
+    // the pipeline.
+    let found = match (&snapshot.trace, request.pipeline) {
+        (None, false) => routes.find_parts(
             Some(text(&request.host)),
             text(&request.path),
             &request.method,
         ),
-        Some(_) => None,
+        _ => None,
     };
     let inline = found.and_then(|(route, _)| match &route.target {
         Target::Pool(target) if route.filters.iter().all(|filter| filter.head_only()) => {
