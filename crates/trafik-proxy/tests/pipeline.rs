@@ -416,7 +416,7 @@ async fn a_body_trickling_below_the_default_rate_gets_408() {
 }
 
 /// Heads the fast path does not rewrite itself — a `Via` from a proxy before this one, a trace
-/// context, a path to normalize, a chunked `GET` — are served by the own engine's pipeline, each
+/// context, a path to normalize, an h2c offer, a chunked `GET` — are served by the own engine's pipeline, each
 /// as the pipeline answers it, and never handed to hyper.
 #[tokio::test]
 async fn heads_the_fast_path_does_not_rewrite_stay_on_the_own_engine() {
@@ -452,6 +452,21 @@ async fn heads_the_fast_path_does_not_rewrite_stay_on_the_own_engine() {
 
     let answer = client.get("//takip/./3").await;
     assert_eq!(answer.json()["uri"], "/takip/3");
+
+    let h2c = Request::get("/takip/h2c")
+        .header("host", "kargo.test")
+        .header("upgrade", "h2c")
+        .header("connection", "Upgrade, HTTP2-Settings")
+        .header("http2-settings", "AAMAAABkAARAAAAAAAIAAAAA")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let answer = client.send(h2c).await;
+    assert_eq!(answer.status, 200);
+    let seen = &answer.json()["headers"];
+    assert!(
+        seen.get("upgrade").is_none() && seen.get("http2-settings").is_none(),
+        "the h2c offer is dropped: {seen}"
+    );
 
     let looped = get("/takip/4", "via", "1.1 trafik-test, 1.1 trafik-test");
     assert_eq!(client.send(looped).await.status, 508);

@@ -358,3 +358,36 @@ async fn bytes_sent_with_the_upgrade_request_cross_after_the_switch() {
         stop(running).await;
     }
 }
+
+/// A route with filters runs its pipeline for the handshake, and the own engine then tunnels
+/// the connection itself: the filters see the 101, the messages cross, and nothing is handed
+/// to hyper.
+#[tokio::test]
+async fn a_websocket_on_a_route_with_filters_stays_on_the_own_engine() {
+    let replicas = replicas(1).await;
+    let mut plan = plan_on(Engine::Trafik, &[replicas[0].address()]);
+    routes(&mut plan)[0].filters = vec![trafik_proxy::FilterPlan::SetResponseHeader {
+        name: http::HeaderName::from_static("x-cevap"),
+        value: http::HeaderValue::from_static("1"),
+    }];
+    let running = trafik_proxy::start(plan).unwrap();
+
+    let (mut socket, handshake) = open(web(&running)).await;
+    assert_eq!(handshake.status(), 101);
+    assert_eq!(
+        handshake.headers()["x-cevap"],
+        "1",
+        "the filter saw the 101"
+    );
+    assert_eq!(handshake.headers()["via"], "1.1 trafik-test");
+    socket.send(Message::text("merhaba")).await.unwrap();
+    assert_eq!(next(&mut socket).await, Message::text("merhaba"));
+    socket.close(None).await.unwrap();
+    assert!(matches!(next(&mut socket).await, Message::Close(_)));
+    assert!(socket.next().await.is_none(), "the connection closed");
+
+    let after = status(&running).await;
+    assert_eq!(first_backend(&after)["upgrades"], 1);
+    assert_eq!(handed_to_hyper(&running).await, 0);
+    stop(running).await;
+}

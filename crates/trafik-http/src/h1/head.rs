@@ -258,21 +258,32 @@ fn is_forwarding(name: &str) -> bool {
     }
 }
 
-/// Whether a `Connection` value only says keep-alive, close or upgrade (and whether close and
-/// upgrade): one naming other headers to drop goes to the full pipeline.
-fn connection_tokens(value: &[u8]) -> Option<(bool, bool)> {
-    let (mut close, mut upgrade) = (false, false);
+/// What a `Connection` value says: close after this exchange, upgrade, and whether it names
+/// other headers as hop-by-hop (the pipeline's hop-by-hop step removes those; the fast path's
+/// rewriter does not).
+struct ConnectionTokens {
+    close: bool,
+    upgrade: bool,
+    names_others: bool,
+}
+
+fn connection_tokens(value: &[u8]) -> ConnectionTokens {
+    let mut tokens = ConnectionTokens {
+        close: false,
+        upgrade: false,
+        names_others: false,
+    };
     for token in value.split(|&b| b == b',') {
         let token = token.trim_ascii();
         if token.eq_ignore_ascii_case(b"close") {
-            close = true;
+            tokens.close = true;
         } else if token.eq_ignore_ascii_case(b"upgrade") {
-            upgrade = true;
+            tokens.upgrade = true;
         } else if !(token.eq_ignore_ascii_case(b"keep-alive") || token.is_empty()) {
-            return None;
+            tokens.names_others = true;
         }
     }
-    Some((close, upgrade))
+    tokens
 }
 
 /// Bytes a request target may hold on the fast path: RFC 3986's unreserved, sub-delims, `:@/?%`.
@@ -391,13 +402,10 @@ pub fn request(
                 _ => return Request::Defer,
             }
         } else if name.eq_ignore_ascii_case("connection") {
-            match connection_tokens(field.value) {
-                Some((closing, upgrading)) => {
-                    close |= closing;
-                    connection_upgrade |= upgrading;
-                }
-                None => return Request::Defer,
-            }
+            let tokens = connection_tokens(field.value);
+            close |= tokens.close;
+            connection_upgrade |= tokens.upgrade;
+            pipeline |= tokens.names_others;
         } else if name.eq_ignore_ascii_case("upgrade") && upgrade.is_none() {
             upgrade = Some(field.value);
         } else if name.eq_ignore_ascii_case("transfer-encoding")
@@ -430,11 +438,9 @@ pub fn request(
         return Request::Defer;
     };
     pipeline |= chunked && (method == Method::GET || method == Method::HEAD);
-    // Anything short of a plain upgrade request is hyper's to judge, and so is an h2c offer,
-    // which the full pipeline drops.
-    if upgrade.is_some_and(crate::http::upgrade::offers_h2c) {
-        return Request::Defer;
-    }
+    // An h2c offer is the pipeline's, which drops it; anything else short of a plain upgrade
+    // request is hyper's to judge.
+    pipeline |= upgrade.is_some_and(crate::http::upgrade::offers_h2c);
     let upgrading = upgrade.is_some() || connection_upgrade;
     if upgrading
         && (upgrade.is_none()
@@ -894,7 +900,6 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: a\r\nUpgrade: b\r\nConnection: upgrade\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: a\r\nConnection: upgrade\r\nContent-Length: 1\r\n\r\nx",
-            "GET / HTTP/1.1\r\nHost: a\r\nConnection: x-secret\r\n\r\n",
         ] {
             assert_eq!(head(raw).0, Request::Defer, "{raw:?}");
         }
@@ -908,6 +913,7 @@ mod tests {
             "GET /a HTTP/1.1\r\nHost: a\r\nVia: 1.1 onceki\r\n\r\n",
             "GET /a HTTP/1.1\r\nHost: a\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n",
             "GET /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: a\r\nConnection: x-secret\r\nX-Secret: 1\r\n\r\n",
         ] {
             let (parsed, out) = head(raw);
             let Request::Ready(ready) = parsed else {

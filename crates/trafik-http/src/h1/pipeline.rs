@@ -2,7 +2,7 @@
 //! gateway targets, the hop trace, no route at all): the own engine reads the request and
 //! writes the answer, and the pipeline every engine shares decides ([`WorkerProxy::handle`]).
 //! A request body is read here too, while the pipeline runs ([`Pump`]), and handed to it a
-//! piece at a time through a [`Feed`]; an upgrade still goes to hyper with its connection.
+//! piece at a time through a [`Feed`]; after a relayed 101 the connection becomes the tunnel.
 
 use std::cell::RefCell;
 use std::future::{Future, poll_fn};
@@ -28,9 +28,10 @@ use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
 use crate::http::body::{Feed, ProxyBody, RequestBody};
 use crate::http::service::{ClientConnection, WorkerProxy};
+use crate::http::upgrade::OwnEngineConnection;
 
-/// Serves `request` through the pipeline, its body (if any) read while the pipeline runs;
-/// an upgrade (and a head `http` cannot hold) is `Defer`, with nothing sent. On a draining
+/// Serves `request` through the pipeline, its body (if any) read while the pipeline runs; a
+/// head `http` cannot hold is `Defer`, with nothing sent. On a draining
 /// connection the answer says `Connection: close`.
 pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     proxy: &WorkerProxy,
@@ -39,16 +40,18 @@ pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     request: &RequestHead,
     control: &Control,
 ) -> Exchanged {
-    if request.upgrade {
-        return Exchanged::Defer;
-    }
     let Some(mut asked) = http_request(&connection.input, request) else {
         return Exchanged::Defer;
     };
+    if request.upgrade {
+        asked.extensions_mut().insert(OwnEngineConnection);
+    }
     let head_request = request.method == Method::HEAD;
-    // A client waiting for `100 Continue` with an empty body has nothing to send.
+    // A client waiting for `100 Continue` with an empty body has nothing to send (an upgrade
+    // has no body either).
     if request.body == 0 && !request.chunked {
         let answer = proxy.handle(client, asked).await;
+        let switching = answer.status() == StatusCode::SWITCHING_PROTOCOLS;
         let written = write_answer(
             &mut connection.client,
             &mut connection.relay,
@@ -57,6 +60,10 @@ pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             request.close || control.should_drain(),
         )
         .await;
+        if switching && written.is_ok() {
+            tunnel(client, connection, request.length).await;
+            return Exchanged::Close;
+        }
         if !matches!(written, Ok(true)) {
             return Exchanged::Close;
         }
@@ -128,6 +135,23 @@ pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         linger(stream.into_inner()).await;
     }
     Exchanged::Close
+}
+
+/// After a relayed 101: the backend's side of the pipeline's tunnel spliced with this
+/// connection, what the client sent after its head going first.
+async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &ClientConnection,
+    connection: &mut Connection<S>,
+    head_length: usize,
+) {
+    let Some(tunnel) = client.handover.take() else {
+        return;
+    };
+    let Some((mut upstream, _in_flight)) = tunnel.into_upstream().await else {
+        return;
+    };
+    let early = &connection.input[head_length..];
+    super::tunnel::run(&mut connection.client, &mut upstream, early).await;
 }
 
 /// The most of an unread body read (and dropped) after the answer, before the close: a
@@ -364,9 +388,10 @@ pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
     };
     let (parts, mut body) = answer.into_parts();
     let status = parts.status;
-    let close = close
-        || interim
-        || status == StatusCode::SWITCHING_PROTOCOLS
+    // A 101 says `Connection: upgrade` (kept by the pipeline) and the connection goes on as
+    // the tunnel.
+    let switching = status == StatusCode::SWITCHING_PROTOCOLS;
+    let close = !switching && (close || interim)
         || parts
             .headers
             .get_all(header::CONNECTION)
@@ -389,7 +414,7 @@ pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
     out.extend_from_slice(b"\r\n");
     for (name, value) in &parts.headers {
         // The framing is written once, below, as decided here.
-        if name == header::CONNECTION
+        if (name == header::CONNECTION && !switching)
             || name == header::TRANSFER_ENCODING
             || name == header::CONTENT_LENGTH
         {

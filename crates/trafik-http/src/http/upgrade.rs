@@ -32,7 +32,18 @@ use crate::pool::InFlight;
 /// The client side of a request that may switch protocols, set aside before the request is
 /// sent so that the 101 can be joined to it.
 #[derive(Clone)]
-pub struct ClientUpgrade(OnUpgrade);
+pub enum ClientUpgrade {
+    /// hyper's server lets go of the client socket once it has written the 101.
+    Hyper(OnUpgrade),
+    /// The own HTTP/1 engine writes the 101 and keeps its socket: it takes the backend's side
+    /// from the tunnel ([`Tunnel::into_upstream`]) and splices the two itself.
+    OwnEngine,
+}
+
+/// Marks a request the own HTTP/1 engine read whose connection may switch protocols: the part
+/// of hyper's `OnUpgrade` for [`wanted`].
+#[derive(Clone, Copy)]
+pub struct OwnEngineConnection;
 
 /// Whether the client asks to switch protocols in a way trafik relays: an HTTP/1.1 `GET` with
 /// `Upgrade` naming a protocol other than h2c, and `Connection: upgrade`. hyper prepares the
@@ -40,7 +51,8 @@ pub struct ClientUpgrade(OnUpgrade);
 /// answered by the first check. A request offering only h2c goes on as the plain HTTP/1.1
 /// request it also is, without the offer.
 pub fn wanted(request: &Request<RequestBody>) -> bool {
-    request.extensions().get::<OnUpgrade>().is_some()
+    let extensions = request.extensions();
+    (extensions.get::<OnUpgrade>().is_some() || extensions.get::<OwnEngineConnection>().is_some())
         && request.method() == Method::GET
         && request.version() == Version::HTTP_11
         && request
@@ -95,8 +107,11 @@ fn names_upgrade(headers: &HeaderMap) -> bool {
 /// Readies a request that [`wanted`] an upgrade to cross the hop: its client side is set aside
 /// as a [`ClientUpgrade`] and its headers keep only the upgrade among the hop-by-hop ones.
 pub fn prepare(request: &mut Request<RequestBody>) {
-    let client = hyper::upgrade::on(&mut *request);
-    request.extensions_mut().insert(ClientUpgrade(client));
+    let client = match request.extensions().get::<OnUpgrade>() {
+        Some(_) => ClientUpgrade::Hyper(hyper::upgrade::on(&mut *request)),
+        None => ClientUpgrade::OwnEngine,
+    };
+    request.extensions_mut().insert(client);
     keep_upgrade_headers(request.headers_mut());
 }
 
@@ -116,13 +131,13 @@ pub fn keep_upgrade_headers(headers: &mut HeaderMap) {
 
 /// A relayed 101's two connections, to be spliced once hyper has let go of both.
 pub struct Tunnel {
-    client: OnUpgrade,
+    client: ClientUpgrade,
     upstream: OnUpgrade,
     /// The upstream connection's sender: kept until the upgrade is done, then dropped, never
     /// returned to the idle stack.
     sender: Checkout,
     /// Keeps the tunnel in its backend's `active_connections` for as long as it is open.
-    _in_flight: InFlight,
+    in_flight: InFlight,
 }
 
 impl Tunnel {
@@ -134,16 +149,20 @@ impl Tunnel {
         in_flight: InFlight,
     ) -> Self {
         Tunnel {
-            client: client.0,
+            client,
             upstream: hyper::upgrade::on(response),
             sender,
-            _in_flight: in_flight,
+            in_flight,
         }
     }
 
     /// Splices the two connections once hyper has let go of both (see [`splice`]).
     pub async fn splice(self) {
-        let (client, upstream) = match tokio::try_join!(self.client, self.upstream) {
+        let ClientUpgrade::Hyper(client) = self.client else {
+            tracing::debug!("the own engine's tunnel reached hyper's server; closing");
+            return;
+        };
+        let (client, upstream) = match tokio::try_join!(client, self.upstream) {
             Ok(both) => both,
             Err(error) => {
                 tracing::debug!(%error, "upgrade abandoned");
@@ -152,6 +171,21 @@ impl Tunnel {
         };
         drop(self.sender);
         splice(TokioIo::new(client), TokioIo::new(upstream)).await;
+    }
+
+    /// The backend's side, once hyper's client has let go of it, for the own engine to splice
+    /// with its client connection; the in-flight mark keeps the tunnel in its backend's
+    /// `active_connections` while it lives. `None` when the backend's side was lost.
+    pub async fn into_upstream(self) -> Option<(impl AsyncRead + AsyncWrite + Unpin, InFlight)> {
+        let upstream = match self.upstream.await {
+            Ok(upstream) => upstream,
+            Err(error) => {
+                tracing::debug!(%error, "upgrade abandoned");
+                return None;
+            }
+        };
+        drop(self.sender);
+        Some((TokioIo::new(upstream), self.in_flight))
     }
 }
 
