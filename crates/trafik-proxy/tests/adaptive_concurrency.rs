@@ -3,8 +3,6 @@
 //! over it get the fast 503 with `x-trafik-reason: concurrency-limit`) and comes back when they
 //! speed up again. `/status` and `/metrics` show it.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,8 +12,8 @@ use bytes::Bytes;
 use http::Response;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use support::{Client, LOOPBACK_ANY_PORT, admin_get, plan, status, stop, web};
 use trafik_balance::ConcurrencyRules;
+use trafik_test_support::proxy::{Client, LOOPBACK_ANY_PORT, admin_get, plan, status, stop, web};
 
 /// An upstream that waits `delay` milliseconds (changed while it runs) before each answer.
 async fn slow_server(delay: Arc<AtomicU64>) -> SocketAddr {

@@ -1,7 +1,5 @@
 //! Each selection rule, live: real replicas behind the real proxy, over loopback.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,9 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, Request};
 use http_body_util::Full;
-use support::*;
 use trafik_balance::Algorithm;
 use trafik_proxy::{HashKey, StickyPlan};
+use trafik_test_support::proxy::*;
 
 /// Three replicas, the first ten times slower than the others. The proxy balances on its own
 /// threads and real clock, so no test clock can stand in; the ratio is wide instead. A busy

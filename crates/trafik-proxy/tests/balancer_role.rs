@@ -1,11 +1,9 @@
 //! The course's lesson "Yük Dengeleyici Rolü": three replicas, 300 sequential requests, k2
 //! stopped, with and without health checks, with and without retries; all over real sockets.
 
-mod support;
-
 use std::collections::BTreeMap;
 
-use support::*;
+use trafik_test_support::proxy::*;
 
 fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()

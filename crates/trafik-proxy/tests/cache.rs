@@ -2,8 +2,6 @@
 //! origin with validators), on real loopback sockets; the origin's own counters say what
 //! reached it.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,8 +11,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use support::*;
 use trafik_proxy::{CacheHeader, CachePlan, Plan, Running, TargetPlan};
+use trafik_test_support::proxy::*;
 use trafik_upstream::RunningReplica;
 
 /// The course's edge: x-kenar says isabet or iska.

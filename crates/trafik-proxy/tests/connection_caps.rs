@@ -2,15 +2,13 @@
 //! waits (unserved, nothing spinning) until one closes; a client over
 //! `max_connections_per_client` is closed at once while other connections go on.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::{LOOPBACK_ANY_PORT, admin_get, echo_server, plan, status, stop};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trafik_proxy::ConnectionLimits;
+use trafik_test_support::proxy::{LOOPBACK_ANY_PORT, admin_get, echo_server, plan, status, stop};
 
 /// Opens a connection and sends one kept-alive GET.
 async fn ask(address: SocketAddr) -> TcpStream {

@@ -4,16 +4,14 @@
 //! one kept-alive connection through a one-worker proxy.
 #![allow(unsafe_code)] // a global allocator is an unsafe trait
 
-mod support;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_proxy::Engine;
+use trafik_test_support::proxy::*;
 
 struct Counting;
 

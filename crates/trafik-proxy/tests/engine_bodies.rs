@@ -3,16 +3,14 @@
 //! before the upload ends, a close-delimited answer to a client that stays, the `Date` field.
 //! Every case runs on `engine = "trafik"` and on `engine = "hyper"` and must come out the same.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trafik_proxy::Engine;
+use trafik_test_support::proxy::*;
 
 const ENGINES: [Engine; 2] = [Engine::Trafik, Engine::Hyper];
 

@@ -5,16 +5,14 @@
 //! tests; `TRAFIK_FUZZ_CASES=20000 cargo test -p trafik-proxy --test engine_differential --
 //! --ignored` a long one (a target of `fuzz/run.sh`).
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_balance::random::SharedRng;
 use trafik_proxy::Engine;
+use trafik_test_support::proxy::*;
 
 /// Request heads, each with the body that follows it.
 const REQUESTS: [(&str, &str); 10] = [

@@ -2,15 +2,13 @@
 //! lost goes to another, a request smuggled past the framing never reaches a backend, a loop
 //! back into trafik ends at once, and a client's fault is never charged to a backend.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_proxy::Engine;
+use trafik_test_support::proxy::*;
 
 /// What a [`recording_backend`] does once it has a request head.
 #[derive(Clone, Copy)]
@@ -380,7 +378,7 @@ async fn answers_with_a_retried_status_go_to_another_backend() {
     stop(running).await;
 
     let later = answering("HTTP/1.1 503 X\r\nretry-after: 30\r\ncontent-length: 2\r\n\r\nno").await;
-    let mut plan = support::plan(&[later, healthy]);
+    let mut plan = trafik_test_support::proxy::plan(&[later, healthy]);
     plan.pools[0].retry.statuses = vec![503];
     let running = trafik_proxy::start(plan).unwrap();
     let answer = get(web(&running), "/takip/1").await;
@@ -511,7 +509,7 @@ async fn requests_wait_in_the_pool_queue_for_a_backend_below_its_limit() {
     assert_eq!(queue["timed_out"], 0, "{queue}");
     stop(running).await;
 
-    let mut plan = support::plan(&[slow]);
+    let mut plan = trafik_test_support::proxy::plan(&[slow]);
     plan.pools[0].max_requests_per_backend = 1;
     plan.pools[0].max_pending = 4;
     plan.pools[0].queue_timeout = Duration::from_millis(50);

@@ -1,8 +1,6 @@
 //! Static routes live: files from a directory the test writes, on real loopback sockets; and
 //! the course's lesson 4, one page load counted by the app process, proxied and split.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,8 +10,8 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use support::*;
 use trafik_proxy::{Plan, RoutePlan, Running, TargetPlan};
+use trafik_test_support::proxy::*;
 
 /// A fresh directory under the system's temporary folder.
 fn folder(name: &str) -> PathBuf {

@@ -4,15 +4,13 @@
 //! with the tests; `TRAFIK_FUZZ_CASES=100000 cargo test -p trafik-proxy --test fuzz_heads --
 //! --ignored` a long one.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_balance::random::SharedRng;
 use trafik_proxy::Engine;
+use trafik_test_support::proxy::*;
 
 const SEEDS: [&str; 5] = [
     "GET /takip/TR-1 HTTP/1.1\r\nHost: kargo.test\r\n\r\n",

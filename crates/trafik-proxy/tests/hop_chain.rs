@@ -4,16 +4,14 @@
 //! request touched; stopping the instance that holds the replica list shows what still answers.
 //! All real sockets, replicas of `trafik upstream`, the course's request mix and its table.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::HeaderName;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_proxy::{Plan, Running};
+use trafik_test_support::proxy::*;
 use trafik_upstream::RunningReplica;
 
 const TRACE: HeaderName = HeaderName::from_static("x-durak");

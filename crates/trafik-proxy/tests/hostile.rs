@@ -1,15 +1,13 @@
 //! Requests and backends that try to confuse the proxy: each gets a clear answer, and none can
 //! hold up another client or make trafik say something it did not mean.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_proxy::Engine;
+use trafik_test_support::proxy::*;
 
 /// A raw backend: reads a request head, then writes `answer` and keeps the connection open
 /// (reading whatever comes) — the way a server that refuses an upload early behaves.

@@ -4,17 +4,15 @@
 //! own duties: half-close, connect retries, idle timeout, hashing on the client's address,
 //! health checks and the PROXY protocol.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use trafik_balance::Algorithm;
 use trafik_proxy::{HashKey, ListenerKind, Plan, ProxyProtocol};
+use trafik_test_support::proxy::*;
 
 /// A plan whose only listener is `tcp`, sending every connection to pool `takip`.
 fn tcp_plan(backends: &[SocketAddr]) -> Plan {

@@ -2,10 +2,8 @@
 //! after a known load the histograms and status classes of every level add up to it; `/status`
 //! summarizes the last seconds per pool and backend.
 
-mod support;
-
-use support::*;
 use trafik_metrics_text::strict_reader;
+use trafik_test_support::proxy::*;
 
 /// Requests sent, each on its own connection.
 const LOAD: usize = 90;

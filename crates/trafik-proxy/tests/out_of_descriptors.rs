@@ -4,11 +4,9 @@
 //! process's descriptor limit; its tests take turns.
 #![allow(unsafe_code)] // getrlimit and setrlimit through libc
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use trafik_test_support::proxy::*;
 
 /// CPU time this process has used, in clock ticks (utime + stime from /proc/self/stat, read
 /// through a file opened beforehand: with no descriptor left, it could not be opened).

@@ -1,14 +1,12 @@
 //! Passive health through real sockets: a backend whose requests fail is ejected for a while,
 //! by the rule it broke, within the pool's cap, and comes back when its time is up.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::*;
 use trafik_balance::OutlierRules;
 use trafik_proxy::Engine;
+use trafik_test_support::proxy::*;
 
 fn backend(status: &serde_json::Value, index: usize) -> &serde_json::Value {
     &status["pools"][0]["backends"][index]

@@ -3,8 +3,6 @@
 //! so a client that completes its handshake has talked to the backend that owns the name.
 //! Hellos without a route, plain HTTP and garbage are closed, and the listener keeps serving.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,11 +10,11 @@ use std::time::Duration;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use serde_json::Value;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use trafik_proxy::{ListenerKind, ListenerPlan, Plan, ServerNamePattern, SniRoutePlan};
+use trafik_test_support::proxy::*;
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

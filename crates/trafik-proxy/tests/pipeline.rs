@@ -1,16 +1,14 @@
 //! A route's pipeline end to end: path normalization before matching, configured filters, and
 //! failures charged to whoever caused them.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request};
 use http_body_util::Full;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_proxy::FilterPlan;
+use trafik_test_support::proxy::*;
 
 #[tokio::test]
 async fn a_dot_segment_cannot_reach_a_route_it_does_not_name() {

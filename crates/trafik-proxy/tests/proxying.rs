@@ -1,15 +1,13 @@
 //! What a client and a backend see through trafik: rewritten headers, kept-alive upstream
 //! connections, routes, and the status trafik answers with when it cannot relay.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trafik_test_support::proxy::*;
 
 #[tokio::test]
 async fn forwarding_headers_are_added_and_hop_by_hop_headers_removed() {

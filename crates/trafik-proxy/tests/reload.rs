@@ -1,13 +1,11 @@
 //! Replacing the configuration of a running instance: what carries over, what changes, and a
 //! bad plan that changes nothing.
 
-mod support;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use support::*;
 use trafik_proxy::{HealthPlan, ListenerKind, ListenerPlan, StickyPlan};
+use trafik_test_support::proxy::*;
 
 fn backend<'a>(status: &'a serde_json::Value, pool: usize, name: &str) -> &'a serde_json::Value {
     status["pools"][pool]["backends"]

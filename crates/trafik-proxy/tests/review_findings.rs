@@ -1,15 +1,13 @@
 //! Defects a review of the core found, each pinned by the behaviour a user expects.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http::HeaderName;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_proxy::{HashKey, StickyPlan};
+use trafik_test_support::proxy::*;
 
 #[tokio::test]
 async fn round_robin_keeps_exact_shares_when_a_retry_skips_a_stopped_replica() {

@@ -4,19 +4,17 @@
 //! `trafik load` measuring the normal clients, peak memory, `ulimit -n 256`) is
 //! `bench/slowloris.sh`.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::{get, plan, stop, web};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use trafik_test_support::proxy::{get, plan, stop, web};
 
 const TRICKLERS: usize = 300;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trickling_heads_are_cut_by_the_header_timeout_while_normal_clients_are_answered() {
-    let backend = support::echo_server(Duration::ZERO).await;
+    let backend = trafik_test_support::proxy::echo_server(Duration::ZERO).await;
     let mut plan = plan(&[backend]);
     plan.client.header_read_timeout = Duration::from_secs(2);
     let running = trafik_proxy::start(plan).unwrap();

@@ -3,21 +3,19 @@
 //! h2c on plain listeners, whatever is not TLS closed without harm, and pools that speak TLS to
 //! their backends and verify them.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::Version;
-use support::tls::{Issued, TestCa, TlsClient, h2c, h2c_get, tls_backend};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trafik_proxy::tls::backend::{BackendTls, server_name};
 use trafik_proxy::tls::{Certificate, TrustRoots};
 use trafik_proxy::{ListenerKind, Plan};
+use trafik_test_support::proxy::tls::{Issued, TestCa, TlsClient, h2c, h2c_get, tls_backend};
+use trafik_test_support::proxy::*;
 
 const H2: &[&[u8]] = &[b"h2", b"http/1.1"];
 const HTTP1: &[&[u8]] = &[b"http/1.1"];

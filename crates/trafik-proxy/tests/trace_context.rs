@@ -1,8 +1,6 @@
 //! W3C trace context through a real proxy to a real upstream, and the spans exported over
 //! OTLP/HTTP to a collector stand-in this test runs (a real HTTP server on a free port).
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,8 +9,8 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use support::*;
 use trafik_proxy::{OtlpPlan, TracingPlan};
+use trafik_test_support::proxy::*;
 
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 

@@ -1,8 +1,6 @@
 //! Protocol upgrades through trafik: a WebSocket client talks to the replica's `/yanki` echo
 //! over real sockets; what is relayed as an upgrade and what is not; the backend's counters.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,13 +8,13 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http::Request;
 use http_body_util::Full;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::client::Response;
 use trafik_proxy::Engine;
+use trafik_test_support::proxy::*;
 
 type Socket = WebSocketStream<TcpStream>;
 

@@ -2,15 +2,15 @@
 //! mode, `--trace-header`) in a row in front of a `trafik upstream` replica, and lesson 9's
 //! example files run as the course runs its relays.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::process::Stdio;
 
-use common::{INSIDE_NAMESPACE, Proxy, Trafik, Upstream, run_in_own_network_namespace};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
+use trafik_test_support::{
+    INSIDE_NAMESPACE, Proxy, Trafik, Upstream, run_in_own_network_namespace,
+};
 
 /// `GET path` on a new connection: the status code and the `x-durak` header.
 fn get(address: &str, path: &str) -> (u16, Option<String>) {

@@ -3,14 +3,12 @@
 //! debug build holds on a shared machine); the figures at 2,000 req/s come from the same
 //! scenarios run by hand (README, "Passive health").
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Proxy, Upstream, get_json, json, load};
+use trafik_test_support::{Proxy, Upstream, get_json, json, load};
 
 /// A free loopback address for an admin API.
 fn free_address() -> String {

@@ -1,12 +1,12 @@
 //! The `trafik` command line as a user meets it: `check` on good and bad files, quick mode, the
 //! embedded default and signals.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use common::{INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, run_in_own_network_namespace};
+use trafik_test_support::{
+    INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, run_in_own_network_namespace,
+};
 
 fn trafik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trafik"))

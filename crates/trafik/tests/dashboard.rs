@@ -3,26 +3,14 @@
 //! errors, shows the three backends up, shows one down soon after its process stops, and its
 //! Drain button (confirmed) changes `/status`. Screenshots go to `$TRAFIK_SCREENSHOTS` when set.
 
-mod common;
-#[path = "common/webdriver.rs"]
-mod webdriver;
-
 use std::io::{Read, Write};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Trafik, get_json};
 use serde_json::Value;
-
-/// `N` distinct free ports: all bound at once, so none is handed out twice.
-fn free_ports<const N: usize>() -> [u16; N] {
-    let held: Vec<_> = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
-}
+use trafik_test_support::{Trafik, free_ports, get_json};
 
 fn config(web: u16, admin: u16, backends: &[u16]) -> String {
     let mut text = format!(
@@ -138,7 +126,7 @@ fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
     );
     let loader = load(web, stop.clone(), sent.clone());
 
-    let driver = webdriver::Driver::start();
+    let driver = trafik_test_support::webdriver::Driver::start();
     let browser = driver.session(1280, 1000);
     browser.go(&format!("http://{admin_address}/?interval=200"));
     let all_up = "return document.querySelectorAll('tr.backend[data-state=up]').length === 3 \

@@ -1,14 +1,12 @@
 //! `[dns]` end to end: `trafik serve` answering `dig`, regions that die and come back with their
 //! health targets (own checks, or a pool's), reloads that change the zone, and config errors.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Trafik, Upstream, get_json, get_text};
 use trafik_metrics_text::strict_reader;
+use trafik_test_support::{Trafik, Upstream, get_json, get_text};
 
 /// A `trafik upstream` on a given address (to bring a stopped health target back).
 fn upstream_at(address: &str) -> Trafik {

@@ -8,16 +8,14 @@
 //! A short pass runs with the tests; `fuzz/run.sh` runs the `long_*` ones with
 //! `TRAFIK_FUZZ_CASES` cases each (and `TRAFIK_FUZZ_SEED`, else one from the clock).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Trafik, Upstream};
 use trafik_balance::random::SharedRng;
+use trafik_test_support::{Trafik, Upstream};
 
 /// How long one case may take to be answered or closed.
 const BOUND: Duration = Duration::from_secs(5);

@@ -3,18 +3,18 @@
 //! `POST /takip` application, and a global rate limit shared by two instances through a real
 //! Redis (its own `redis-server`, stopped by its pid).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{INSIDE_NAMESPACE, Trafik, Upstream, get_json, run_in_own_network_namespace};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
+use trafik_test_support::{
+    INSIDE_NAMESPACE, Redis, Trafik, Upstream, get_json, run_in_own_network_namespace,
+};
 
 const SECRET: &str = "trafik-ornek-anahtar";
 
@@ -704,40 +704,6 @@ fn lesson_13_table_which_checks_ran_at_the_edge() {
             .any(|l| l["fields"]["rate_limit"] == "refused: over the limit"),
         "{logs}"
     );
-}
-
-/// A `redis-server` of the test's own, stopped by its pid.
-struct Redis(Child);
-
-impl Redis {
-    fn start(port: u16) -> Redis {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server (Debian's redis-server package)");
-        let redis = Redis(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        redis
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Sends `count` GETs alternating between `instances`, from ten threads at once; the statuses.

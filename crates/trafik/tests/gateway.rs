@@ -4,8 +4,6 @@
 //! course's own outputs (`gecit/calistir.expected.txt`, `kenar-bff/olc.expected.txt`,
 //! `elci/calistir.expected.txt`).
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -13,7 +11,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use common::{INSIDE_NAMESPACE, Trafik, run_in_own_network_namespace};
+use trafik_test_support::{INSIDE_NAMESPACE, Trafik, run_in_own_network_namespace};
 
 /// `/takip/TR-4821` as gecit.mjs answers it: 183 bytes.
 const AGGREGATED: &str = r#"{"takipNo":"TR-4821","durum":"dagitimda","bolge":"35","guncellenme":"2026-03-11T08:24:00Z","rota":["34","41","35"],"ucret":{"tarife":9600,"indirim":1440,"net":8160,"sozlesmeNo":"S7"}}"#;
@@ -309,7 +307,7 @@ fn the_gateway_example_answers_the_course_gateways_bytes() {
     assert_eq!(get(gateway, "/takip/TR-4821/admin", &[]).status, 404);
     assert_eq!(get(gateway, "/takip/TR-9007/ucret", &[]).status, 404);
 
-    let counters = common::get_json("127.0.0.1:9473", "/status")["gateway"][0].clone();
+    let counters = trafik_test_support::get_json("127.0.0.1:9473", "/status")["gateway"][0].clone();
     assert_eq!(counters["route"], "gecit /takip/{no}");
     assert_eq!(counters["calls"], 3);
     assert_eq!(counters["missing"], 1);

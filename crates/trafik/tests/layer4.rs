@@ -1,12 +1,10 @@
 //! Layer 4 as a user meets it: `tcp` and `tls-passthrough` listeners in a config file, checked
 //! with every mistake at its line and column, and quick mode's `--mode tcp`.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::process::{Command, Output};
 
-use common::{Proxy, Upstream, get_json};
+use trafik_test_support::{Proxy, Upstream, get_json};
 
 fn trafik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trafik"))
@@ -167,15 +165,14 @@ fn curl(address: &str, request: &str) -> String {
     answer
 }
 
-fn free_port() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
+fn free_address() -> String {
+    format!("127.0.0.1:{}", trafik_test_support::free_port())
 }
 
 #[test]
 fn quick_mode_tcp_relays_connections_without_touching_them() {
     let upstream = Upstream::start(&[]);
-    let admin = free_port();
+    let admin = free_address();
     let proxy = Proxy::start(
         &[],
         &[

@@ -1,9 +1,7 @@
 //! `trafik load` against real `trafik upstream` processes: verdicts as exit statuses, the JSON
 //! and HTML outputs, and HTTP/2.
 
-mod common;
-
-use common::{Upstream, get_json, json, load};
+use trafik_test_support::{Upstream, get_json, json, load};
 
 #[test]
 fn a_run_within_its_threshold_passes_with_status_0_and_documents_itself_in_json() {

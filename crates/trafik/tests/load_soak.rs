@@ -1,9 +1,7 @@
 //! The soak profile against the load lesson's server reproduces the lesson's server counters.
 //! In a test binary of its own, so no other load test competes with its 12 seconds at 514 req/s.
 
-mod common;
-
-use common::{Upstream, json, load};
+use trafik_test_support::{Upstream, json, load};
 
 #[test]
 fn the_soak_profile_reproduces_the_load_lessons_server_counters() {

@@ -2,24 +2,14 @@
 //! four; the plan's predicted moved share must match what 10,000 keys do through a running
 //! `trafik serve` reloaded from one config to the other.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
-use common::{Trafik, get_json};
+use trafik_test_support::{Trafik, free_port, get_json};
 
 const KEYS: usize = 10_000;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A replica that names itself in `x-kopya`.
 fn replica(name: &str) -> (Trafik, u16) {

@@ -2,13 +2,11 @@
 //! retargeted route, read from `--json`; then the predicted shares against what a live
 //! `trafik serve` answers to `dig`.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::Trafik;
+use trafik_test_support::Trafik;
 
 /// A DNS-and-HTTP configuration: name `api` weighted by `weights` (b34, b35, b06) with `ttl`,
 /// route `/takip` to pool `takip_pool`.

@@ -1,22 +1,12 @@
 //! Reloading a running `trafik serve` under load: five changes of its config file while
 //! `trafik load` sends 2,000 requests a second, and one broken file that changes nothing.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Trafik, get_json};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use trafik_test_support::{Trafik, free_port, get_json};
 
 /// A config: one weighted round-robin pool with sticky cookies (no secret: trafik makes one
 /// per process), health checks, and the given backends as (port, weight).

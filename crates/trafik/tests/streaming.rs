@@ -1,8 +1,6 @@
 //! A 1 GiB upload and a 1 GiB download pass through the real `trafik` binary while its peak
 //! memory stays small: bodies stream, they are never buffered whole.
 
-mod common;
-
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -15,7 +13,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 
-use common::Proxy;
+use trafik_test_support::Proxy;
 
 const GIB: u64 = 1 << 30;
 const CHUNK: usize = 256 * 1024;

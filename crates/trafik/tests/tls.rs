@@ -2,14 +2,12 @@
 //! names the file, all at once; quick mode's `--tls-cert`/`--tls-key`; and a reload whose key is
 //! broken changing nothing.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 
-use common::{Trafik, Upstream};
+use trafik_test_support::{Trafik, Upstream, free_port};
 
 fn trafik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trafik"))
@@ -46,14 +44,6 @@ fn place(text: &str, needle: &str) -> String {
     let line = text[..offset].matches('\n').count() + 1;
     let column = offset - text[..offset].rfind('\n').map_or(0, |i| i + 1) + 1;
     format!("{line}:{column}")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The demo files of `examples/certs`, which the repository ships for examples and tests.

@@ -3,8 +3,6 @@
 //! drains and exits; no request fails or is reset on the way, whether each comes on a
 //! connection of its own or clients keep their connections alive through the upgrade.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -12,15 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Upstream;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use trafik_test_support::{Upstream, free_port};
 
 /// One request on a connection of its own: `Ok` only for a whole 200 answer.
 fn request(address: &str) -> Result<(), String> {
@@ -155,7 +145,7 @@ fn an_upgrade_under_load_loses_no_request() {
     // Only the successor is left, and it serves.
     assert!(running(successor));
     request(&address).unwrap();
-    let status = common::get_json(&format!("127.0.0.1:{admin}"), "/status");
+    let status = trafik_test_support::get_json(&format!("127.0.0.1:{admin}"), "/status");
     assert_eq!(status["config"]["generation"], 1, "{status}");
     drop(_successor_guard);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -345,7 +335,7 @@ fn an_upgrade_loses_no_request_on_kept_alive_connections(engine: &str) {
         "{engine}: {} of {sent} failed: {failed:?}",
         failed.len()
     );
-    let status = common::get_json(&format!("127.0.0.1:{admin}"), "/status");
+    let status = trafik_test_support::get_json(&format!("127.0.0.1:{admin}"), "/status");
     assert_eq!(status["config"]["generation"], 1, "{status}");
     drop(_successor_guard);
     let deadline = Instant::now() + Duration::from_secs(20);

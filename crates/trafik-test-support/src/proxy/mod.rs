@@ -1,6 +1,6 @@
-//! Helpers shared by the data-plane tests: a plan builder, an HTTP client over real loopback
-//! sockets and replicas of the course's tracking service.
-#![allow(dead_code)] // each test binary uses a different subset
+//! In-process helpers for the data-plane tests (`trafik-proxy`'s): a plan builder, an HTTP
+//! client over real loopback sockets, replicas of the course's tracking service and backends
+//! that echo, read or record what they get.
 
 pub mod tls;
 

@@ -1,10 +1,27 @@
-//! Helpers shared by the test binaries: real `trafik` child processes that cannot outlive a
-//! failed test, running `trafik load` itself, and a network namespace of its own for a test
-//! that binds the course's fixed ports.
-#![allow(dead_code)] // each test binary uses a different subset
+//! Real `trafik` child processes that cannot outlive a failed test, running `trafik load`
+//! itself, and a network namespace of its own for a test that binds the course's fixed ports.
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
+
+/// The `trafik` binary cargo built beside the running test binary (`target/<profile>/trafik`;
+/// a test binary lives in `target/<profile>/deps`). Cargo builds it for the `trafik` crate's
+/// integration tests, the only ones that start it.
+pub fn trafik_binary() -> PathBuf {
+    let test = std::env::current_exe().expect("the test binary's path");
+    let profile = test
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("a test binary in target/<profile>/deps");
+    let binary = profile.join("trafik");
+    assert!(
+        binary.exists(),
+        "{} is not built: run the test through cargo test -p trafik",
+        binary.display()
+    );
+    binary
+}
 
 /// A `trafik` child process. Dropping it (a failed assertion unwinding) kills it by its id, so a
 /// test never leaves a server behind; `stop` is the graceful way, SIGTERM and a drain.
@@ -17,7 +34,7 @@ impl Trafik {
     /// Starts `trafik ARGS` and returns it with what it printed up to and including the first
     /// line that contains `ready` (where it listens).
     pub fn start(args: &[&str], stderr: Stdio, ready: &str) -> (Trafik, String) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        let mut child = Command::new(trafik_binary())
             .args(args)
             // Colour is trafik's own decision (stderr is not a terminal here), not the caller's.
             .env_remove("NO_COLOR")
@@ -75,11 +92,7 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start(extra: &[&str]) -> Upstream {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::free_port();
         Upstream::start_at(&format!("127.0.0.1:{port}"), extra)
     }
 
@@ -156,7 +169,7 @@ pub fn get_json(address: &str, path: &str) -> serde_json::Value {
 }
 
 pub fn load(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trafik"))
+    Command::new(trafik_binary())
         .arg("load")
         .args(args)
         .output()

@@ -1,0 +1,123 @@
+//! The real services tests talk to, from Debian's packages, each on ports the test chose and
+//! killed by its process id when dropped: `redis-server` and `etcd` (`etcd-server`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` of the test's own, stopped by its pid.
+pub struct Redis(Child);
+
+impl Redis {
+    pub fn start(port: u16) -> Redis {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian's redis-server package)");
+        let redis = Redis(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A real etcd on free ports with its own data directory; killed by its pid when dropped.
+pub struct Etcd {
+    child: Option<Child>,
+    client: u16,
+    peer: u16,
+    data: PathBuf,
+}
+
+impl Etcd {
+    pub fn start(data: &Path) -> Etcd {
+        let mut etcd = Etcd {
+            child: None,
+            client: crate::free_port(),
+            peer: crate::free_port(),
+            data: data.to_owned(),
+        };
+        etcd.run();
+        etcd
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client)
+    }
+
+    /// Starts (or starts again, on the same ports and data) and waits until it answers.
+    pub fn run(&mut self) {
+        let client = self.url();
+        let peer = format!("http://127.0.0.1:{}", self.peer);
+        let child = Command::new("etcd")
+            .args(["--name", "filo", "--data-dir"])
+            .arg(&self.data)
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("filo={peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd is installed (Debian: etcd-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.client)) {
+                let _ = write!(
+                    stream,
+                    "GET /health HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\r\n"
+                );
+                let mut answer = String::new();
+                let _ = stream.read_to_string(&mut answer);
+                if answer.contains("\"health\":\"true\"") {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "etcd did not come up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
