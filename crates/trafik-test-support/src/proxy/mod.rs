@@ -4,6 +4,7 @@
 
 pub mod tls;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
@@ -52,6 +53,43 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
     .expect("replica binds")
 }
 
+/// A backend on a free loopback port that serves every connection with hyper's HTTP/1 server
+/// and `service`, until the test's runtime ends.
+pub async fn hyper_backend<F, Fut>(service: F) -> SocketAddr
+where
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, hyper::Error>> + Send + 'static,
+{
+    raw_backend(move |stream| {
+        let service = service.clone();
+        async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), hyper::service::service_fn(service))
+                .await;
+        }
+    })
+    .await
+}
+
+/// A backend on a free loopback port that hands every connection it accepts to `serve`, each
+/// on a task of its own, until the test's runtime ends.
+pub async fn raw_backend<F, Fut>(serve: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve(stream));
+        }
+    });
+    address
+}
+
 /// A raw backend answering every request head it reads with the bytes of `answer`, on
 /// kept-alive connections.
 pub async fn answering(answer: impl Into<Bytes>) -> SocketAddr {
@@ -64,36 +102,31 @@ pub async fn answering_recorded(
 ) -> (SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let answer: Bytes = answer.into();
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let received = Arc::new(std::sync::Mutex::new(Vec::new()));
     let recording = received.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let (answer, recording) = (answer.clone(), recording.clone());
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                loop {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            recording.lock().unwrap().extend_from_slice(&buffer[..n]);
-                            seen.extend_from_slice(&buffer[..n]);
-                        }
-                    }
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        if stream.write_all(&answer).await.is_err() {
-                            return;
-                        }
+    let address = raw_backend(move |mut stream| {
+        let (answer, recording) = (answer.clone(), recording.clone());
+        async move {
+            let mut buffer = [0u8; 4096];
+            let mut seen = Vec::new();
+            loop {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        recording.lock().unwrap().extend_from_slice(&buffer[..n]);
+                        seen.extend_from_slice(&buffer[..n]);
                     }
                 }
-            });
+                while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                    seen.drain(..end + 4);
+                    if stream.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            }
         }
-    });
+    })
+    .await;
     (address, received)
 }
 
@@ -102,21 +135,15 @@ pub async fn answering_recorded(
 pub async fn answering_then_closing(answer: impl Into<Bytes>) -> SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let answer: Bytes = answer.into();
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let answer = answer.clone();
-            tokio::spawn(async move {
-                let mut head = [0u8; 4096];
-                let _ = stream.read(&mut head).await;
-                let _ = stream.write_all(&answer).await;
-            });
+    raw_backend(move |mut stream| {
+        let answer = answer.clone();
+        async move {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head).await;
+            let _ = stream.write_all(&answer).await;
         }
-    });
-    address
+    })
+    .await
 }
 
 /// Connections the web listener's own engine handed to hyper, from `/status`: 0 when it
@@ -381,31 +408,25 @@ pub struct ConnectionCounts {
 /// An upstream that answers every request 200 `ok` and counts the connections it accepted and
 /// those still open.
 pub async fn counting_server() -> (SocketAddr, Arc<ConnectionCounts>) {
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let counts = Arc::new(ConnectionCounts::default());
     let counting = counts.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            counting.accepted.fetch_add(1, Ordering::SeqCst);
-            counting.open.fetch_add(1, Ordering::SeqCst);
-            let counting = counting.clone();
-            tokio::spawn(async move {
-                let service = service_fn(|_request| async {
-                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(
-                        b"ok",
-                    ))))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-                counting.open.fetch_sub(1, Ordering::SeqCst);
+    let address = raw_backend(move |stream| {
+        counting.accepted.fetch_add(1, Ordering::SeqCst);
+        counting.open.fetch_add(1, Ordering::SeqCst);
+        let counting = counting.clone();
+        async move {
+            let service = hyper::service::service_fn(|_request| async {
+                Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(
+                    b"ok",
+                ))))
             });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            counting.open.fetch_sub(1, Ordering::SeqCst);
         }
-    });
+    })
+    .await;
     (address, counts)
 }
 
@@ -435,59 +456,25 @@ pub fn echo_json<B>(request: &Request<B>) -> serde_json::Value {
 /// and adds hop-by-hop headers of its own that the proxy must not pass on. `delay` holds the
 /// answer back (for timeouts and draining).
 pub async fn echo_server(delay: Duration) -> SocketAddr {
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let service =
-                    service_fn(move |request: Request<hyper::body::Incoming>| async move {
-                        tokio::time::sleep(delay).await;
-                        let body = echo_json(&request);
-                        Response::builder()
-                            .header("connection", "x-upstream-secret")
-                            .header("x-upstream-secret", "1")
-                            .header("keep-alive", "timeout=5")
-                            .body(Full::new(Bytes::from(body.to_string())))
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    address
+    hyper_backend(move |request: Request<hyper::body::Incoming>| async move {
+        tokio::time::sleep(delay).await;
+        let body = echo_json(&request);
+        Ok(Response::builder()
+            .header("connection", "x-upstream-secret")
+            .header("x-upstream-secret", "1")
+            .header("keep-alive", "timeout=5")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("a valid answer"))
+    })
+    .await
 }
 
 /// An upstream that reads the whole request body, then answers 200 with its length.
 pub async fn body_reading_server() -> std::net::SocketAddr {
-    use http_body_util::BodyExt;
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
-                    let uri = request.uri().to_string();
-                    let length = request.into_body().collect().await?.to_bytes().len();
-                    Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::from(format!(
-                        "{uri} {length}"
-                    )))))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    address
+    hyper_backend(|request: Request<hyper::body::Incoming>| async move {
+        let uri = request.uri().to_string();
+        let length = request.into_body().collect().await?.to_bytes().len();
+        Ok(Response::new(Full::new(Bytes::from(format!("{uri} {length}")))))
+    })
+    .await
 }
