@@ -3,10 +3,13 @@
 //! - [`policy`]: the routing policies (geo, latency, weighted, failover, multivalue) as pure
 //!   code, shared with `trafik sim dns` and `trafik sim failover`;
 //! - [`zone`]: zones, static records and policy names, and the lookup of one question;
+//! - [`master`]: RFC 1035 master files (zone files), with the line of each error;
 //! - [`server`]: the UDP and TCP server on hickory-server, with EDNS(0), the client subnet
 //!   option and truncation, and the counters behind the admin API's `dns` block.
 
+pub mod master;
 pub mod policy;
+pub mod rate;
 pub mod server;
 pub mod zone;
 

@@ -4,18 +4,21 @@
 //! larger than the client's EDNS buffer (512 bytes without EDNS) are truncated with TC set, and
 //! the client asks again over TCP.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use hickory_proto::op::LowerQuery;
 use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
-use hickory_proto::rr::{DNSClass, Record};
+use hickory_proto::rr::{DNSClass, LowerName, Record};
 use hickory_server::Server;
 use hickory_server::net::runtime::Time;
+use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 use serde_json::{Value, json};
@@ -23,7 +26,8 @@ use tokio::net::{TcpListener, UdpSocket};
 use trafik_metrics_text::{Exposition, Kind};
 
 use crate::policy::{Client, Live, mask};
-use crate::zone::{Authority, Code, DnsPlan};
+use crate::rate::{self, Verdict};
+use crate::zone::{Authority, Code, DnsPlan, Lookup};
 
 /// The largest UDP answer trafik sends, whatever buffer a client offers (the 2020 DNS flag
 /// day's value, which avoids IP fragmentation).
@@ -60,6 +64,9 @@ struct ServerCounters {
     notimp: AtomicU64,
     /// For names in no zone of ours, or not of class IN.
     refused: AtomicU64,
+    /// UDP answers response rate limiting dropped, and sent truncated instead.
+    rate_limited_dropped: AtomicU64,
+    rate_limited_truncated: AtomicU64,
 }
 
 struct Handler {
@@ -219,6 +226,10 @@ impl DnsControl {
             "refused": counters.refused.load(Ordering::Relaxed),
             "formerr": counters.formerr.load(Ordering::Relaxed),
             "notimp": counters.notimp.load(Ordering::Relaxed),
+            "rate_limited": {
+                "dropped": counters.rate_limited_dropped.load(Ordering::Relaxed),
+                "truncated": counters.rate_limited_truncated.load(Ordering::Relaxed),
+            },
             "zones": authority.zones.iter().map(|zone| json!({
                 "zone": zone.origin.to_string(),
                 "queries": zone.counters.queries.load(Ordering::Relaxed),
@@ -446,7 +457,7 @@ impl Handler {
                 random,
             )
         } else {
-            crate::zone::Lookup {
+            Lookup {
                 code: Code::Refused,
                 ..Default::default()
             }
@@ -459,7 +470,9 @@ impl Handler {
                 ResponseCode::Refused
             }
         };
-        metadata.authoritative = lookup.code != Code::Refused;
+        // A referral speaks for the child zone's servers, not for us (RFC 1034 §4.3.2).
+        metadata.authoritative =
+            lookup.code != Code::Refused && !(lookup.referral && lookup.answers.is_empty());
         if let (Some(edns), Some(subnet)) = (&mut edns, &subnet) {
             // RFC 7871 §7.2.1: echo family, source prefix and address; set the scope.
             let full = if subnet.addr().is_ipv4() { 32 } else { 128 };
@@ -474,6 +487,31 @@ impl Handler {
                     subnet.source_prefix(),
                     scope,
                 )));
+        }
+        if let Some(limiter) = &current.authority.rate_limiter
+            && request.protocol() == Protocol::Udp
+        {
+            match limiter.check(rate_key(request.src().ip(), query, &lookup)) {
+                Verdict::Send => {}
+                Verdict::Drop => {
+                    self.counters
+                        .rate_limited_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    return ResponseInfo::from(Header {
+                        metadata,
+                        counts: HeaderCounts::default(),
+                    });
+                }
+                Verdict::Slip => {
+                    self.counters
+                        .rate_limited_truncated
+                        .fetch_add(1, Ordering::Relaxed);
+                    metadata.truncation = true;
+                    let response = MessageResponseBuilder::new(&request.queries, edns.as_ref())
+                        .build_no_records(metadata);
+                    return send(&mut responder, response, request).await;
+                }
+            }
         }
         if current.authority.query_log {
             let regions: Vec<&str> = lookup
@@ -499,10 +537,31 @@ impl Handler {
             lookup.answers.iter(),
             lookup.authority.iter(),
             std::iter::empty::<&Record>(),
-            std::iter::empty::<&Record>(),
+            lookup.additional.iter(),
         );
         send(&mut responder, response, request).await
     }
+}
+
+/// What response rate limiting counts an answer as: the client's network with the name and type
+/// asked, the zone for NXDOMAIN (so random names share one count), or the refusal.
+fn rate_key(client: IpAddr, query: &LowerQuery, lookup: &Lookup) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    rate::network(client).hash(&mut hasher);
+    lookup.code.hash(&mut hasher);
+    match lookup.code {
+        Code::NoError => {
+            query.name().hash(&mut hasher);
+            u16::from(query.query_type()).hash(&mut hasher);
+        }
+        Code::NxDomain => {
+            if let Some(soa) = lookup.authority.first() {
+                LowerName::from(&soa.name).hash(&mut hasher);
+            }
+        }
+        Code::Refused => {}
+    }
+    hasher.finish()
 }
 
 async fn send<'a, R: ResponseHandler>(

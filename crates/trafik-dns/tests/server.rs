@@ -126,6 +126,7 @@ fn course_plan() -> DnsPlan {
             ],
         }],
         query_log: false,
+        rate_limit: None,
     }
 }
 
@@ -139,13 +140,17 @@ struct Running {
 
 impl Running {
     fn start() -> Running {
+        Running::with(&course_plan())
+    }
+
+    fn with(plan: &DnsPlan) -> Running {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
         let live = Arc::new(Switches(AtomicU64::new(Live::all(3).bits())));
-        let authority = Authority::build(&course_plan(), None).unwrap();
+        let authority = Authority::build(plan, None).unwrap();
         let liveness: Arc<dyn Liveness> = live.clone();
         let entered = runtime.enter();
         let server =
@@ -381,4 +386,151 @@ fn malformed_packets_get_formerr_or_nothing_and_the_server_goes_on() {
         dns.addresses("cografi.kargo.test", "10.1.0.0/16")
             .contains(&address.to_string())
     );
+}
+
+#[test]
+fn edns_version_1_gets_badvers_with_an_opt_of_version_0() {
+    let dns = Running::start();
+    let answer = dns.dig(&["cografi.kargo.test", "A", "+edns=1", "+noednsnegotiation"]);
+    assert!(answer.contains("status: BADVERS"), "{answer}");
+    assert!(answer.contains("EDNS: version: 0"), "{answer}");
+    assert!(answer.contains("ANSWER: 0"), "{answer}");
+}
+
+/// The course's zone with what a real domain has, read from a master file: mail, CAA, a
+/// wildcard and a delegation with glue; and the reverse zone of 127.0.0.0/24.
+fn domain_plan() -> DnsPlan {
+    let mut plan = course_plan();
+    let origin = Name::from_ascii("kargo.test.").unwrap();
+    let text = "\
+@              MX    10 posta
+@              CAA   0 issue \"letsencrypt.org\"
+posta          A     127.0.0.25
+*.musteri      TXT   \"joker\"
+bolge          NS    ns1.bolge
+ns1.bolge      A     127.0.0.53
+";
+    let parsed = |record: hickory_proto::rr::Record| RecordPlan {
+        name: record.name.to_string(),
+        ttl: Some(record.ttl),
+        data: RecordData::Parsed(record.data),
+    };
+    let records = trafik_dns::master::read(text, &origin, 60).unwrap();
+    plan.zones[0]
+        .records
+        .extend(records.into_iter().map(parsed));
+    let reverse = Name::from_ascii("0.0.127.in-addr.arpa.").unwrap();
+    let text = "25 PTR posta.kargo.test.\n";
+    let mut zone = plan.zones[0].clone();
+    zone.origin = reverse.to_string();
+    zone.names.clear();
+    zone.name_servers = vec!["ns1.kargo.test.".into()];
+    zone.soa.mname = "ns1.kargo.test.".into();
+    zone.records = trafik_dns::master::read(text, &reverse, 60)
+        .unwrap()
+        .into_iter()
+        .map(parsed)
+        .collect();
+    plan.zones.push(zone);
+    plan
+}
+
+#[test]
+fn mail_caa_reverse_and_wildcard_records_answer_dig() {
+    let dns = Running::with(&domain_plan());
+    let short = |args: &[&str]| dns.dig(&[args, &["+short"]].concat());
+    assert_eq!(short(&["kargo.test", "MX"]).trim(), "10 posta.kargo.test.");
+    assert_eq!(
+        short(&["kargo.test", "CAA"]).trim(),
+        "0 issue \"letsencrypt.org\""
+    );
+    assert_eq!(short(&["-x", "127.0.0.25"]).trim(), "posta.kargo.test.");
+    assert_eq!(
+        short(&["kim.musteri.kargo.test", "TXT"]).trim(),
+        "\"joker\""
+    );
+    let answer = dns.dig(&["kim.musteri.kargo.test", "TXT"]);
+    assert!(
+        answer.contains("kim.musteri.kargo.test.\t60\tIN\tTXT"),
+        "the wildcard answers with the question's name:\n{answer}"
+    );
+}
+
+#[test]
+fn a_delegated_name_gets_a_referral_without_aa_and_with_glue() {
+    let dns = Running::with(&domain_plan());
+    let answer = dns.dig(&["www.bolge.kargo.test", "A", "+norecurse"]);
+    assert!(answer.contains("status: NOERROR"), "{answer}");
+    assert!(
+        answer.contains("flags: qr;"),
+        "not authoritative:\n{answer}"
+    );
+    assert!(answer.contains("ANSWER: 0, AUTHORITY: 1"), "{answer}");
+    assert!(
+        answer.contains("bolge.kargo.test.\t60\tIN\tNS\tns1.bolge.kargo.test."),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("ns1.bolge.kargo.test.\t60\tIN\tA\t127.0.0.53"),
+        "glue:\n{answer}"
+    );
+}
+
+#[test]
+fn any_gets_one_rrset() {
+    let dns = Running::with(&domain_plan());
+    let apex = dns.dig(&["kargo.test", "ANY"]);
+    assert!(apex.contains("ANSWER: 1,"), "{apex}");
+    assert!(apex.contains("IN\tSOA"), "{apex}");
+    let txt = dns.dig(&["buyuk.kargo.test", "ANY", "+tcp"]);
+    assert!(txt.contains("ANSWER: 40,"), "one RRset, all of it:\n{txt}");
+}
+
+/// Sends `count` copies of `packet` at once and reads the answers until none comes for a
+/// second: (full answers, truncated answers).
+fn burst(address: SocketAddr, packet: &[u8], count: usize) -> (usize, usize) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    for _ in 0..count {
+        socket.send_to(packet, address).unwrap();
+    }
+    let (mut full, mut truncated) = (0, 0);
+    let mut buffer = [0u8; 1500];
+    while let Ok((read, _)) = socket.recv_from(&mut buffer) {
+        assert!(read >= 12);
+        if buffer[2] & 0x02 != 0 {
+            truncated += 1;
+        } else {
+            full += 1;
+        }
+    }
+    (full, truncated)
+}
+
+#[test]
+fn rate_limiting_drops_repeats_to_one_network_and_truncates_every_second_one() {
+    let mut plan = course_plan();
+    plan.rate_limit = Some(trafik_dns::rate::RateLimitPlan {
+        responses_per_second: 2,
+        slip: 2,
+    });
+    let dns = Running::with(&plan);
+    let started = std::time::Instant::now();
+    let (full, truncated) = burst(dns.address, &query_packet(), 20);
+    // Two at once, and two a second after: whatever the time the burst took.
+    let allowed = 2 + 2 * started.elapsed().as_secs() as usize + 1;
+    assert!((1..=allowed).contains(&full), "{full} full answers");
+    let limited = 20 - full;
+    assert!(
+        truncated >= limited / 2 - 1 && truncated <= limited / 2 + 1,
+        "{truncated} of {limited} limited answers truncated"
+    );
+    // Over TCP nothing is limited, and another name has its own count.
+    for _ in 0..5 {
+        let answer = dns.dig(&["cografi.kargo.test", "A", "+tcp", "+short"]);
+        assert_eq!(answer.trim(), B34);
+    }
+    assert_eq!(dns.dig(&["devralma.kargo.test", "A", "+short"]).trim(), B34);
 }

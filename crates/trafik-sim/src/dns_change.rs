@@ -279,6 +279,7 @@ mod tests {
                 }],
             }],
             query_log: false,
+            rate_limit: None,
         }
     }
 
