@@ -14,5 +14,6 @@ pub mod server;
 pub mod zone;
 
 pub use hickory_proto::rr::Name as DomainName;
+pub use hickory_proto::rr::RecordType;
 pub use server::{DnsServer, Liveness};
 pub use zone::{Authority, DnsPlan};

@@ -5,6 +5,8 @@
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use hickory_proto::serialize::txt::Parser;
 
+use crate::zone::{RecordData, RecordPlan, SoaPlan};
+
 /// A problem in a master file, at a 1-based line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MasterError {
@@ -50,6 +52,44 @@ pub fn read(text: &str, origin: &Name, default_ttl: u32) -> Result<Vec<Record>, 
             line: text.lines().count().max(1),
             message: whole,
         }),
+    }
+}
+
+/// A master file as a zone's plan: its SOA and apex NS records (when it has them) and the rest.
+#[derive(Debug, Default)]
+pub struct ZoneFile {
+    pub soa: Option<SoaPlan>,
+    pub name_servers: Vec<String>,
+    pub records: Vec<RecordPlan>,
+}
+
+impl ZoneFile {
+    /// Reads `text` as the zone `origin`; see [`read`].
+    pub fn read(text: &str, origin: &Name, default_ttl: u32) -> Result<ZoneFile, MasterError> {
+        let mut file = ZoneFile::default();
+        for record in read(text, origin, default_ttl)? {
+            match record.data {
+                RData::SOA(soa) => {
+                    let seconds = |value: i32| u32::try_from(value).unwrap_or(0);
+                    file.soa = Some(SoaPlan {
+                        mname: soa.mname.to_string(),
+                        rname: soa.rname.to_string(),
+                        serial: soa.serial,
+                        refresh: seconds(soa.refresh),
+                        retry: seconds(soa.retry),
+                        expire: seconds(soa.expire),
+                        minimum: soa.minimum,
+                    });
+                }
+                RData::NS(ns) if record.name == *origin => file.name_servers.push(ns.0.to_string()),
+                data => file.records.push(RecordPlan {
+                    name: record.name.to_string(),
+                    ttl: Some(record.ttl),
+                    data: RecordData::Parsed(data),
+                }),
+            }
+        }
+        Ok(file)
     }
 }
 

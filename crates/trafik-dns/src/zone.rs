@@ -698,9 +698,16 @@ impl ZonePlan {
     /// What keeps this zone from being served (conflicting records, names outside it), for
     /// `trafik check`; empty when it builds.
     pub fn problems(&self) -> Vec<String> {
-        build_zone(self, &DnsPlan::default(), None)
-            .err()
+        let prefix = format!("zone {}: ", self.origin);
+        let problems = build_zone(self, &DnsPlan::default(), None).err();
+        problems
             .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                p.strip_prefix(&prefix)
+                    .map_or_else(|| p.clone(), str::to_owned)
+            })
+            .collect()
     }
 }
 
