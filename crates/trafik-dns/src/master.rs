@@ -282,4 +282,53 @@ posta 120 IN A 127.0.0.25
         assert!(parse_value(RecordType::MX, "posta", &origin()).is_err());
         assert!(parse_value(RecordType::MX, "10 posta\nx A 1.2.3.4", &origin()).is_err());
     }
+
+    /// Seeded mutations of a zone (cuts, splices of master-file syntax, byte flips) read to
+    /// records or to an error on one of the text's lines, never a panic.
+    #[test]
+    fn mutated_zone_files_read_or_fail_at_one_of_their_lines() {
+        let random = trafik_balance::random::SharedRng::new(27);
+        let pieces: [&[u8]; 12] = [
+            b"(",
+            b")",
+            b"\"",
+            b";",
+            b"\\",
+            b"\n",
+            b"$ORIGIN x.\n",
+            b"$TTL 1w\n",
+            b"@",
+            b"*",
+            b" IN CAA 128 issue \"",
+            b" 65535 IN SRV 1 2 3 .",
+        ];
+        for _ in 0..3000 {
+            let mut bytes = ZONE.as_bytes().to_vec();
+            for _ in 0..=random.below(4) {
+                let at = random.below(bytes.len() + 1);
+                match random.below(3) {
+                    0 => {
+                        let end = (at + random.below(8)).min(bytes.len());
+                        bytes.drain(at..end);
+                    }
+                    1 => {
+                        let piece = pieces[random.below(pieces.len())];
+                        bytes.splice(at..at, piece.iter().copied());
+                    }
+                    _ if at < bytes.len() => bytes[at] = random.below(256) as u8,
+                    _ => {}
+                }
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            if let Err(error) = read(&text, &origin(), 300) {
+                let lines = text.lines().count().max(1);
+                assert!(
+                    (1..=lines).contains(&error.line),
+                    "line {} of {lines} for {text:?}: {}",
+                    error.line,
+                    error.message
+                );
+            }
+        }
+    }
 }

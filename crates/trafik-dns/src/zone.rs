@@ -605,7 +605,7 @@ fn build_zone(
     );
     let wildcards = records.keys().chain(names.keys()).any(|n| n.is_wildcard());
     let mut interior = std::collections::HashSet::new();
-    for owner in records.keys().chain(names.keys()) {
+    for owner in records.keys().chain(names.keys()).chain(cuts.keys()) {
         let mut parent = owner.base_name();
         while parent.num_labels() > origin_lower.num_labels() {
             interior.insert(parent.clone());
