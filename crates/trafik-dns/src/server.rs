@@ -16,7 +16,9 @@ use hickory_proto::op::LowerQuery;
 use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
 use hickory_proto::rr::{DNSClass, LowerName, Record};
+use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::Server;
+use hickory_server::net::NetError;
 use hickory_server::net::runtime::Time;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
@@ -25,6 +27,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, UdpSocket};
 use trafik_metrics_text::{Exposition, Kind};
 
+use crate::packet_cache::{PacketCache, Reusable};
 use crate::policy::{Client, Live, mask};
 use crate::rate::{self, Verdict};
 use crate::zone::{Authority, Code, DnsPlan, Lookup};
@@ -79,7 +82,10 @@ struct Handler {
 /// A running DNS server.
 pub struct DnsServer {
     control: DnsControl,
+    /// TCP, on hickory-server's transport.
     server: Server<SharedHandler>,
+    /// The UDP loops, one per socket.
+    udp: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// What a running server answers from, its counters, and the way to change both.
@@ -105,15 +111,18 @@ impl DnsServer {
 
     /// Serves `control`'s zones on sockets bound by [`Bound::bind`], on the tokio runtime
     /// entered: one runtime may take every socket, or each thread's runtime some of them, all
-    /// answering from the same [`DnsControl`]. Each UDP socket is read by its own hickory loop.
+    /// answering from the same [`DnsControl`]. Each UDP socket is read by its own loop with its
+    /// own packet cache ([`serve_udp`]); TCP goes through hickory-server.
     pub fn serve(
         control: &DnsControl,
         udp: Vec<std::net::UdpSocket>,
         tcp: Option<std::net::TcpListener>,
     ) -> io::Result<DnsServer> {
         let mut server = Server::new(SharedHandler(control.handler.clone()));
+        let mut loops = Vec::with_capacity(udp.len());
         for socket in udp {
-            server.register_socket(UdpSocket::from_std(socket)?);
+            let socket = UdpSocket::from_std(socket)?;
+            loops.push(tokio::spawn(serve_udp(control.handler.clone(), socket)));
         }
         if let Some(tcp) = tcp {
             tcp.set_nonblocking(true)?;
@@ -122,6 +131,7 @@ impl DnsServer {
         Ok(DnsServer {
             control: control.clone(),
             server,
+            udp: loops,
         })
     }
 
@@ -136,6 +146,10 @@ impl DnsServer {
 
     /// Stops accepting and waits for the transports to end.
     pub async fn stop(mut self) {
+        for udp in self.udp.drain(..) {
+            udp.abort();
+            let _ = udp.await;
+        }
         if let Err(error) = self.server.shutdown_gracefully().await {
             tracing::warn!(%error, "dns server stopped with an error");
         }
@@ -385,16 +399,139 @@ impl RequestHandler for SharedHandler {
         request: &Request,
         response_handle: R,
     ) -> ResponseInfo {
-        self.0.answer(request, response_handle).await
+        self.0.answer(request, response_handle).await.0
     }
 }
 
+/// The largest query read over UDP; a longer one arrives cut and gets FORMERR.
+const MAX_UDP_QUERY: usize = 4096;
+
+/// Answers the queries arriving on `socket`: from the packet cache when the same question was
+/// answered under the same conditions, else through the handler (storing what may be reused).
+/// One query at a time: no answer waits on anything but the socket.
+async fn serve_udp(handler: Arc<Handler>, socket: UdpSocket) {
+    let mut buffer = vec![0u8; MAX_UDP_QUERY];
+    let mut out = Vec::with_capacity(512);
+    let mut cache = PacketCache::default();
+    loop {
+        let (length, source) = match socket.recv_from(&mut buffer).await {
+            Ok(received) => received,
+            Err(error) => {
+                // An ICMP error of an earlier answer, reported on this socket.
+                tracing::debug!(%error, "dns udp receive");
+                continue;
+            }
+        };
+        // No answer to port 0 (unreachable) or to a message that is not a query (a response
+        // sent to us is how reflection loops start).
+        if source.port() == 0 || length < 12 || buffer[2] & 0x80 != 0 {
+            continue;
+        }
+        let query = &buffer[..length];
+        handler.reply_udp(query, source, &mut cache, &mut out).await;
+        if !out.is_empty()
+            && let Err(error) = socket.send_to(&out, source).await
+        {
+            tracing::debug!(%error, %source, "dns answer not sent");
+        }
+    }
+}
+
+/// hickory's encoding of an answer, kept instead of sent: for UDP, within the client's EDNS
+/// buffer (512 bytes without EDNS), truncated with TC past it.
+#[derive(Clone, Default)]
+struct Encoded(Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[async_trait::async_trait]
+impl ResponseHandler for Encoded {
+    async fn send_response<'a>(
+        &mut self,
+        response: hickory_server::zone_handler::MessageResponse<
+            '_,
+            'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+        >,
+    ) -> Result<ResponseInfo, NetError> {
+        let limit = response.edns().map_or(512, Edns::max_payload);
+        let mut bytes = Vec::with_capacity(512);
+        let mut encoder = BinEncoder::new(&mut bytes);
+        encoder.set_max_size(limit);
+        let info = response
+            .destructive_emit(&mut encoder)
+            .map_err(|error| NetError::from(error.to_string()))?;
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = bytes;
+        Ok(info)
+    }
+}
+
+/// FORMERR for a query whose header could be read but not the rest, as hickory-server answers
+/// one: the id, opcode and RD echoed, no sections.
+fn format_error(query: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&query[..2]);
+    out.push(0x80 | (query[2] & 0x79));
+    out.push(0x01);
+    out.extend_from_slice(&[0; 8]);
+}
+
 impl Handler {
+    /// Writes the answer to the UDP `query` from `source` into `out` (left empty when none is
+    /// due), from `cache` or built and then stored there when it may be reused.
+    async fn reply_udp(
+        &self,
+        query: &[u8],
+        source: SocketAddr,
+        cache: &mut PacketCache,
+        out: &mut Vec<u8>,
+    ) {
+        out.clear();
+        let current = self.current.load();
+        let authority = &current.authority;
+        // A logged or rate-limited answer is built each time: the log line and the limit are
+        // per query.
+        let bypass = authority.query_log || authority.rate_limiter.is_some();
+        let group = authority
+            .groups
+            .group_of(Client::from_source(source.ip()))
+            .map(|(group, _)| group);
+        if !bypass {
+            cache.follow(authority);
+            let live = current.liveness.live();
+            if let Some(refused) = cache.answer(query, live, group, out) {
+                if refused {
+                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
+        }
+        let request = match Request::from_bytes(query.to_vec(), source, Protocol::Udp) {
+            Ok(request) => request,
+            Err(_) => return format_error(query, out),
+        };
+        let encoded = Encoded::default();
+        let (_, reusable) = self.answer(&request, encoded.clone()).await;
+        std::mem::swap(
+            out,
+            &mut encoded.0.lock().unwrap_or_else(|p| p.into_inner()),
+        );
+        if let Some(reusable) = reusable
+            && !bypass
+            && !out.is_empty()
+        {
+            cache.store(query, group, out, reusable);
+        }
+    }
+
+    /// Answers `request` through `responder`; with what a packet cache needs to reuse the
+    /// answer, when it may be.
     async fn answer<R: ResponseHandler>(
         &self,
         request: &Request,
         mut responder: R,
-    ) -> ResponseInfo {
+    ) -> (ResponseInfo, Option<Reusable>) {
         let current = self.current.load();
         let mut metadata = Metadata::response_from_request(&request.metadata);
         let mut edns = request.edns.as_ref().map(|theirs| {
@@ -431,7 +568,7 @@ impl Handler {
         let Some(query) = query else {
             let response = MessageResponseBuilder::new(&request.queries, edns.as_ref())
                 .build_no_records(metadata);
-            return send(&mut responder, response, request).await;
+            return (send(&mut responder, response, request).await, None);
         };
         let subnet = request
             .edns
@@ -447,15 +584,12 @@ impl Handler {
             },
             _ => Client::from_source(request.src().ip()),
         };
+        let live = current.liveness.live();
         let lookup = if matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
             let random = trafik_balance::hash::mix64(self.draws.fetch_add(1, Ordering::Relaxed));
-            current.authority.lookup(
-                query.name(),
-                query.query_type(),
-                client,
-                current.liveness.live(),
-                random,
-            )
+            current
+                .authority
+                .lookup(query.name(), query.query_type(), client, live, random)
         } else {
             Lookup {
                 code: Code::Refused,
@@ -497,10 +631,11 @@ impl Handler {
                     self.counters
                         .rate_limited_dropped
                         .fetch_add(1, Ordering::Relaxed);
-                    return ResponseInfo::from(Header {
+                    let info = ResponseInfo::from(Header {
                         metadata,
                         counts: HeaderCounts::default(),
                     });
+                    return (info, None);
                 }
                 Verdict::Slip => {
                     self.counters
@@ -509,7 +644,7 @@ impl Handler {
                     metadata.truncation = true;
                     let response = MessageResponseBuilder::new(&request.queries, edns.as_ref())
                         .build_no_records(metadata);
-                    return send(&mut responder, response, request).await;
+                    return (send(&mut responder, response, request).await, None);
                 }
             }
         }
@@ -539,7 +674,13 @@ impl Handler {
             std::iter::empty::<&Record>(),
             lookup.additional.iter(),
         );
-        send(&mut responder, response, request).await
+        let info = send(&mut responder, response, request).await;
+        let reusable = (!lookup.varies).then(|| Reusable {
+            live,
+            refused: lookup.code == Code::Refused,
+            tally: lookup.tally,
+        });
+        (info, reusable)
     }
 }
 

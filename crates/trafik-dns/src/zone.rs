@@ -185,6 +185,56 @@ pub struct Lookup {
     pub scope: u8,
     /// The regions a policy chose, for the query log.
     pub regions: Vec<Region>,
+    /// The answer changes from one query to the next (a weighted policy walks its pattern or
+    /// draws), so it must not be reused.
+    pub varies: bool,
+    /// The counters this lookup moved.
+    pub tally: Tally,
+}
+
+/// The counters one lookup moved, so that an answer served again from the packet cache moves
+/// them again and `/status` counts every query.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    zone: Option<Arc<ZoneCounters>>,
+    nxdomain: bool,
+    name: Option<NameTally>,
+}
+
+#[derive(Clone, Debug)]
+struct NameTally {
+    counters: Arc<NameCounters>,
+    /// The regions answered, by name.
+    regions: Vec<String>,
+    failover: bool,
+    nodata: bool,
+}
+
+impl Tally {
+    /// Moves the counters again, as the lookup did.
+    pub fn replay(&self) {
+        if let Some(zone) = &self.zone {
+            zone.queries.fetch_add(1, Ordering::Relaxed);
+            if self.nxdomain {
+                zone.nxdomain.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(name) = &self.name {
+            let counters = &name.counters;
+            counters.queries.fetch_add(1, Ordering::Relaxed);
+            for region in &name.regions {
+                if let Some(count) = counters.answers.get(region) {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if name.failover {
+                counters.failovers.fetch_add(1, Ordering::Relaxed);
+            }
+            if name.nodata {
+                counters.nodata.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// The outcome of a lookup.
@@ -248,6 +298,7 @@ impl Authority {
         };
         zone.counters.queries.fetch_add(1, Ordering::Relaxed);
         let mut lookup = Lookup::default();
+        lookup.tally.zone = Some(zone.counters.clone());
         let mut owner = name.clone();
         for _ in 0..MAX_CHAIN {
             let found = zone.answer(self, &owner, kind, client, live, random, &mut lookup);
@@ -262,6 +313,7 @@ impl Authority {
                 Found::Nothing if lookup.answers.is_empty() => {
                     lookup.code = Code::NxDomain;
                     zone.counters.nxdomain.fetch_add(1, Ordering::Relaxed);
+                    lookup.tally.nxdomain = true;
                     lookup.authority.push(zone.negative_soa());
                     return lookup;
                 }
@@ -461,13 +513,43 @@ impl PolicyName {
         lookup: &mut Lookup,
     ) -> Found {
         self.counters.queries.fetch_add(1, Ordering::Relaxed);
-        if !matches!(kind, RecordType::A | RecordType::AAAA) {
+        let mut tally = NameTally {
+            counters: self.counters.clone(),
+            regions: Vec::new(),
+            failover: false,
+            nodata: false,
+        };
+        let found = self.decide(
+            authority, owner, kind, client, live, random, lookup, &mut tally,
+        );
+        if tally.nodata {
             self.counters.nodata.fetch_add(1, Ordering::Relaxed);
+        }
+        lookup.tally.name = Some(tally);
+        found
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        authority: &Authority,
+        owner: &Name,
+        kind: RecordType,
+        client: Client,
+        live: Live,
+        random: u64,
+        lookup: &mut Lookup,
+        tally: &mut NameTally,
+    ) -> Found {
+        if !matches!(kind, RecordType::A | RecordType::AAAA) {
+            tally.nodata = true;
             return Found::NoData;
         }
+        lookup.varies = matches!(self.policy, Policy::Weighted(_));
         let decision = self.policy.decide(client, &authority.groups, live, random);
         if decision.failover {
             self.counters.failovers.fetch_add(1, Ordering::Relaxed);
+            tally.failover = true;
         }
         lookup.scope = decision.scope;
         let before = lookup.answers.len();
@@ -477,6 +559,7 @@ impl PolicyName {
             };
             if let Some(count) = self.counters.answers.get(&plan.name) {
                 count.fetch_add(1, Ordering::Relaxed);
+                tally.regions.push(plan.name.clone());
             }
             for address in &plan.addresses {
                 let data = match (address, kind) {
@@ -491,7 +574,7 @@ impl PolicyName {
         }
         lookup.regions = decision.regions;
         if lookup.answers.len() == before {
-            self.counters.nodata.fetch_add(1, Ordering::Relaxed);
+            tally.nodata = true;
             return Found::NoData;
         }
         Found::Done

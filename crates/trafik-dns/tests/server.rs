@@ -534,3 +534,49 @@ fn rate_limiting_drops_repeats_to_one_network_and_truncates_every_second_one() {
     }
     assert_eq!(dns.dig(&["devralma.kargo.test", "A", "+short"]).trim(), B34);
 }
+
+/// The raw answer to `packet` over UDP.
+fn raw_answer(address: SocketAddr, packet: &[u8]) -> Vec<u8> {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    socket.send_to(packet, address).unwrap();
+    let mut buffer = [0u8; 1500];
+    let (read, _) = socket.recv_from(&mut buffer).unwrap();
+    buffer[..read].to_vec()
+}
+
+#[test]
+fn a_repeated_question_gets_the_same_bytes_with_its_own_id_and_case_and_is_counted() {
+    let dns = Running::start();
+    let first = raw_answer(dns.address, &query_packet());
+    let mut shouted = query_packet();
+    shouted[0..2].copy_from_slice(&[0xab, 0xcd]);
+    shouted[13..20].copy_from_slice(b"COGRAFI");
+    for _ in 0..4 {
+        let again = raw_answer(dns.address, &shouted);
+        assert_eq!(&again[..2], &[0xab, 0xcd]);
+        assert_eq!(
+            &again[12..shouted.len()],
+            &shouted[12..],
+            "the name as asked"
+        );
+        assert_eq!(&again[2..12], &first[2..12]);
+        assert_eq!(again.len(), first.len());
+    }
+    let status = dns.server.as_ref().unwrap().control().status();
+    let names = status["zones"][0]["names"].as_array().unwrap();
+    let name = names
+        .iter()
+        .find(|n| n["name"] == "cografi.kargo.test.")
+        .unwrap();
+    assert_eq!(name["queries"], 5, "{name}");
+    assert_eq!(name["answers"]["b34"], 5, "{name}");
+    assert_eq!(status["zones"][0]["queries"], 5);
+    // A health change is another key: the fallback answers at once.
+    dns.set_live(0, false);
+    assert_eq!(dns.addresses("cografi.kargo.test", "10.1.0.0/16"), [B06]);
+    dns.set_live(0, true);
+    assert_eq!(dns.addresses("cografi.kargo.test", "10.1.0.0/16"), [B34]);
+}
