@@ -5,24 +5,45 @@
 //! the stored bytes go out with the query's id and its name's case.
 //!
 //! One cache per UDP socket (each on its own thread), so no lock; it empties when the
-//! configuration is replaced (a reload) and a health change reaches other keys. Answers that
-//! change from one query to the next (weighted policies) are never stored.
+//! configuration is replaced (a reload) and a health change reaches other keys. A weighted
+//! name's answer changes from one query to the next (the pattern's next slot, a draw, the
+//! client's subnet), so its entry keeps one answer per decision: each query draws again, as
+//! without the cache, and gets the answer stored for what it drew (built then, the first time).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::policy::Live;
-use crate::zone::{Authority, Tally};
+use crate::policy::{Client, Decision, Live};
+use crate::zone::{Authority, PolicyName, Tally};
 
 /// Entries one cache holds before it starts afresh: memory stays bounded whatever the mix.
 const MAX_ENTRIES: usize = 8192;
 
-/// A stored answer.
+/// The most answers one weighted name keeps per key (one per region it may pick, at most).
+const MAX_VARIANTS: usize = 64;
+
+/// What is stored for one key.
 struct Entry {
-    response: Vec<u8>,
     /// Where the question's name ends in the response (and the query): bytes 12 to here are
     /// the name as asked.
     name_end: usize,
+    stored: Stored,
+}
+
+enum Stored {
+    /// The same answer every time.
+    Fixed(Answer),
+    /// A weighted name's answers by decision.
+    Drawn {
+        name: Arc<PolicyName>,
+        /// The client from the query's client subnet option; the source address when absent.
+        client: Option<Client>,
+        variants: Vec<(Decision, Answer)>,
+    },
+}
+
+struct Answer {
+    response: Vec<u8>,
     tally: Tally,
     refused: bool,
 }
@@ -34,6 +55,19 @@ pub struct Reusable {
     pub tally: Tally,
     /// The answer was REFUSED (counted by the server).
     pub refused: bool,
+    /// The weighted name and decision the answer came from, with the client subnet's client.
+    pub drawn: Option<(Arc<PolicyName>, Decision, Option<Client>)>,
+}
+
+/// What the cache has for a query.
+pub enum Found {
+    /// The answer is written out; whether it was a REFUSED.
+    Hit { refused: bool },
+    /// Nothing: build it.
+    Miss,
+    /// A weighted name drew this decision, which has no answer yet: build it with this
+    /// decision (not a second draw).
+    Drawn(Decision),
 }
 
 #[derive(Default)]
@@ -58,26 +92,47 @@ impl PacketCache {
     }
 
     /// Writes the answer stored for `query` into `out`, with the query's id and name, and moves
-    /// its counters; false when there is none (or the query cannot be a key). The second value
-    /// says whether the answer was a REFUSED.
+    /// its counters. For a weighted name, `draw` decides for this query (the name's policy, and
+    /// the client from the subnet option if the query had one).
     pub fn answer(
         &mut self,
         query: &[u8],
         live: Live,
         group: Option<usize>,
+        draw: impl FnOnce(&PolicyName, Option<Client>) -> Decision,
         out: &mut Vec<u8>,
-    ) -> Option<bool> {
-        let name_end = self.make_key(query, live, group)?;
-        let entry = self.entries.get(self.key.as_slice())?;
+    ) -> Found {
+        let Some(name_end) = self.make_key(query, live, group) else {
+            return Found::Miss;
+        };
+        let Some(entry) = self.entries.get(self.key.as_slice()) else {
+            return Found::Miss;
+        };
         if entry.name_end != name_end {
-            return None;
+            return Found::Miss;
         }
-        entry.tally.replay();
+        let answer = match &entry.stored {
+            Stored::Fixed(answer) => answer,
+            Stored::Drawn {
+                name,
+                client,
+                variants,
+            } => {
+                let decision = draw(name, *client);
+                match variants.iter().find(|(drawn, _)| *drawn == decision) {
+                    Some((_, answer)) => answer,
+                    None => return Found::Drawn(decision),
+                }
+            }
+        };
+        answer.tally.replay();
         out.clear();
-        out.extend_from_slice(&entry.response);
+        out.extend_from_slice(&answer.response);
         out[..2].copy_from_slice(&query[..2]);
         out[12..name_end].copy_from_slice(&query[12..name_end]);
-        Some(entry.refused)
+        Found::Hit {
+            refused: answer.refused,
+        }
     }
 
     /// Stores `response`, built for `query` as `reusable` says.
@@ -97,18 +152,42 @@ impl PacketCache {
         if !echoed {
             return;
         }
+        let answer = Answer {
+            response: response.to_vec(),
+            tally: reusable.tally,
+            refused: reusable.refused,
+        };
+        let stored = match reusable.drawn {
+            None => Stored::Fixed(answer),
+            Some((name, decision, client)) => {
+                if let Some(Entry {
+                    stored:
+                        Stored::Drawn {
+                            name: had,
+                            variants,
+                            ..
+                        },
+                    ..
+                }) = self.entries.get_mut(self.key.as_slice())
+                    && Arc::ptr_eq(had, &name)
+                {
+                    if variants.len() < MAX_VARIANTS {
+                        variants.push((decision, answer));
+                    }
+                    return;
+                }
+                Stored::Drawn {
+                    name,
+                    client,
+                    variants: vec![(decision, answer)],
+                }
+            }
+        };
         if self.entries.len() >= MAX_ENTRIES {
             self.entries.clear();
         }
-        self.entries.insert(
-            self.key.as_slice().into(),
-            Entry {
-                response: response.to_vec(),
-                name_end,
-                tally: reusable.tally,
-                refused: reusable.refused,
-            },
-        );
+        self.entries
+            .insert(self.key.as_slice().into(), Entry { name_end, stored });
     }
 
     /// Puts the key of `query` in `self.key`: its bytes after the id with the question's name
@@ -165,7 +244,16 @@ mod tests {
             live,
             tally: Tally::default(),
             refused: false,
+            drawn: None,
         }
+    }
+
+    fn no_draw(_: &PolicyName, _: Option<Client>) -> Decision {
+        unreachable!("no weighted name here")
+    }
+
+    fn hit(found: Found) -> bool {
+        matches!(found, Found::Hit { refused: false })
     }
 
     #[test]
@@ -180,22 +268,24 @@ mod tests {
         cache.store(&asked, None, &response, reusable(live));
         let mut out = Vec::new();
         let again = query(0xbeef, "WWW.Kargo.test");
-        assert_eq!(cache.answer(&again, live, None, &mut out), Some(false));
+        assert!(hit(cache.answer(&again, live, None, no_draw, &mut out)));
         assert_eq!(&out[..2], &[0xbe, 0xef]);
         assert_eq!(&out[12..again.len()], &again[12..]);
         assert_eq!(out.last(), Some(&42));
         // Another live set, another group, another name: not this answer.
-        assert!(
-            cache
-                .answer(&again, live.with(0, false), None, &mut out)
-                .is_none()
-        );
-        assert!(cache.answer(&again, live, Some(0), &mut out).is_none());
-        assert!(
-            cache
-                .answer(&query(2, "api.kargo.test"), live, None, &mut out)
-                .is_none()
-        );
+        let other_live = live.with(0, false);
+        assert!(!hit(
+            cache.answer(&again, other_live, None, no_draw, &mut out)
+        ));
+        assert!(!hit(cache.answer(&again, live, Some(0), no_draw, &mut out)));
+        let other_name = query(2, "api.kargo.test");
+        assert!(!hit(cache.answer(
+            &other_name,
+            live,
+            None,
+            no_draw,
+            &mut out
+        )));
     }
 
     #[test]

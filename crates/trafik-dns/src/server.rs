@@ -27,10 +27,11 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, UdpSocket};
 use trafik_metrics_text::{Exposition, Kind};
 
-use crate::packet_cache::{PacketCache, Reusable};
+use crate::packet_cache::{Found, PacketCache, Reusable};
+use crate::policy::Decision;
 use crate::policy::{Client, Live, mask};
 use crate::rate::{self, Verdict};
-use crate::zone::{Authority, Code, DnsPlan, Lookup};
+use crate::zone::{Authority, Code, DnsPlan, Lookup, PolicyName};
 
 /// The largest UDP answer trafik sends, whatever buffer a client offers (the 2020 DNS flag
 /// day's value, which avoids IP fragmentation).
@@ -399,7 +400,7 @@ impl RequestHandler for SharedHandler {
         request: &Request,
         response_handle: R,
     ) -> ResponseInfo {
-        self.0.answer(request, response_handle).await.0
+        self.0.answer(request, response_handle, None).await.0
     }
 }
 
@@ -497,14 +498,24 @@ impl Handler {
             .groups
             .group_of(Client::from_source(source.ip()))
             .map(|(group, _)| group);
+        let mut forced = None;
         if !bypass {
             cache.follow(authority);
             let live = current.liveness.live();
-            if let Some(refused) = cache.answer(query, live, group, out) {
-                if refused {
-                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            let draw = |name: &PolicyName, client: Option<Client>| {
+                let client = client.unwrap_or_else(|| Client::from_source(source.ip()));
+                name.policy
+                    .decide(client, &authority.groups, live, self.draw())
+            };
+            match cache.answer(query, live, group, draw, out) {
+                Found::Hit { refused } => {
+                    if refused {
+                        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return;
                 }
-                return;
+                Found::Miss => {}
+                Found::Drawn(decision) => forced = Some(decision),
             }
         }
         let request = match Request::from_bytes(query.to_vec(), source, Protocol::Udp) {
@@ -512,7 +523,9 @@ impl Handler {
             Err(_) => return format_error(query, out),
         };
         let encoded = Encoded::default();
-        let (_, reusable) = self.answer(&request, encoded.clone()).await;
+        let (_, reusable) = self
+            .answer(&request, encoded.clone(), forced.as_ref())
+            .await;
         std::mem::swap(
             out,
             &mut encoded.0.lock().unwrap_or_else(|p| p.into_inner()),
@@ -531,6 +544,7 @@ impl Handler {
         &self,
         request: &Request,
         mut responder: R,
+        forced: Option<&Decision>,
     ) -> (ResponseInfo, Option<Reusable>) {
         let current = self.current.load();
         let mut metadata = Metadata::response_from_request(&request.metadata);
@@ -577,19 +591,19 @@ impl Handler {
                 Some(EdnsOption::Subnet(subnet)) => Some(*subnet),
                 _ => None,
             });
-        let client = match &subnet {
-            Some(subnet) if subnet.source_prefix() > 0 => Client {
+        let subnet_client = match &subnet {
+            Some(subnet) if subnet.source_prefix() > 0 => Some(Client {
                 address: mask(subnet.addr(), subnet.source_prefix()),
                 prefix: subnet.source_prefix(),
-            },
-            _ => Client::from_source(request.src().ip()),
+            }),
+            _ => None,
         };
+        let client = subnet_client.unwrap_or_else(|| Client::from_source(request.src().ip()));
         let live = current.liveness.live();
         let lookup = if matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
-            let random = trafik_balance::hash::mix64(self.draws.fetch_add(1, Ordering::Relaxed));
-            current
-                .authority
-                .lookup(query.name(), query.query_type(), client, live, random)
+            let (name, kind) = (query.name(), query.query_type());
+            let authority = &current.authority;
+            authority.lookup(name, kind, client, live, self.draw(), forced)
         } else {
             Lookup {
                 code: Code::Refused,
@@ -675,12 +689,20 @@ impl Handler {
             lookup.additional.iter(),
         );
         let info = send(&mut responder, response, request).await;
-        let reusable = (!lookup.varies).then(|| Reusable {
+        let reusable = Reusable {
             live,
             refused: lookup.code == Code::Refused,
             tally: lookup.tally,
-        });
-        (info, reusable)
+            drawn: lookup
+                .drawn
+                .map(|(name, decision)| (name, decision, subnet_client)),
+        };
+        (info, Some(reusable))
+    }
+
+    /// The next draw for weighted random choice: a counter, mixed.
+    fn draw(&self) -> u64 {
+        trafik_balance::hash::mix64(self.draws.fetch_add(1, Ordering::Relaxed))
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 
-use crate::policy::{Client, Groups, Live, Policy, Prefix, Region};
+use crate::policy::{Client, Decision, Groups, Live, Policy, Prefix, Region};
 use crate::rate::{RateLimitPlan, RateLimiter};
 
 /// What trafik serves over DNS: regions, client groups and zones.
@@ -138,7 +138,7 @@ pub struct Zone {
     name_servers: Vec<Record>,
     /// Static records by owner name.
     records: HashMap<LowerName, Vec<Record>>,
-    names: HashMap<LowerName, PolicyName>,
+    names: HashMap<LowerName, Arc<PolicyName>>,
     /// Names that own nothing but have names below them (empty non-terminals): NODATA, not
     /// NXDOMAIN.
     interior: std::collections::HashSet<LowerName>,
@@ -185,9 +185,10 @@ pub struct Lookup {
     pub scope: u8,
     /// The regions a policy chose, for the query log.
     pub regions: Vec<Region>,
-    /// The answer changes from one query to the next (a weighted policy walks its pattern or
-    /// draws), so it must not be reused.
-    pub varies: bool,
+    /// The weighted policy name whose draw chose this answer, and the decision drawn: the
+    /// answer changes from one query to the next (the pattern's next slot, a random draw, the
+    /// client's subnet), so it may be reused only for the same decision, drawn again.
+    pub drawn: Option<(Arc<PolicyName>, Decision)>,
     /// The counters this lookup moved.
     pub tally: Tally,
 }
@@ -281,7 +282,8 @@ impl Authority {
     }
 
     /// Answers `name`/`kind` for `client` with the regions in `live`; `random` feeds weighted
-    /// random choice.
+    /// random choice. `forced` is a weighted policy's decision already drawn for this query
+    /// (by the packet cache), used instead of drawing again.
     pub fn lookup(
         &self,
         name: &LowerName,
@@ -289,6 +291,7 @@ impl Authority {
         client: Client,
         live: Live,
         random: u64,
+        forced: Option<&Decision>,
     ) -> Lookup {
         let Some(zone) = self.zones.iter().find(|z| z.origin.zone_of(name)) else {
             return Lookup {
@@ -301,7 +304,14 @@ impl Authority {
         lookup.tally.zone = Some(zone.counters.clone());
         let mut owner = name.clone();
         for _ in 0..MAX_CHAIN {
-            let found = zone.answer(self, &owner, kind, client, live, random, &mut lookup);
+            let asked = Asked {
+                kind,
+                client,
+                live,
+                random,
+                forced,
+            };
+            let found = zone.answer(self, &owner, &asked, &mut lookup);
             match found {
                 Found::Done => return lookup,
                 Found::Referral => {
@@ -329,6 +339,15 @@ impl Authority {
     }
 }
 
+/// One question's conditions, as a lookup passes them down.
+struct Asked<'a> {
+    kind: RecordType,
+    client: Client,
+    live: Live,
+    random: u64,
+    forced: Option<&'a Decision>,
+}
+
 enum Found {
     Done,
     Cname(LowerName),
@@ -341,22 +360,19 @@ enum Found {
 impl Zone {
     /// The names answered by a policy, in name order.
     pub fn policy_names(&self) -> impl Iterator<Item = &PolicyName> {
-        let mut names: Vec<&PolicyName> = self.names.values().collect();
+        let mut names: Vec<&PolicyName> = self.names.values().map(Arc::as_ref).collect();
         names.sort_by(|a, b| a.name.cmp(&b.name));
         names.into_iter()
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn answer(
         &self,
         authority: &Authority,
         owner: &LowerName,
-        kind: RecordType,
-        client: Client,
-        live: Live,
-        random: u64,
+        asked: &Asked,
         lookup: &mut Lookup,
     ) -> Found {
+        let kind = asked.kind;
         if let Some((cut, servers)) = self.cut_above(owner) {
             // DS lives on the parent side of the cut (RFC 4035 §3.1.4.1).
             if !(kind == RecordType::DS && *cut == *owner) {
@@ -392,7 +408,7 @@ impl Zone {
         let synthesized = (source != *owner).then(|| Name::from(owner.clone()));
         if let Some(name) = self.names.get(&source) {
             let answered = synthesized.as_ref().unwrap_or(&name.name);
-            return name.answer(authority, answered, kind, client, live, random, lookup);
+            return name.answer(authority, answered, kind, asked, lookup);
         }
         let as_owner = |record: &Record| {
             let mut record = record.clone();
@@ -501,15 +517,12 @@ impl Zone {
 impl PolicyName {
     /// Answers `kind` for this name; the records' owner is `owner` (this name, or a name its
     /// wildcard covers).
-    #[allow(clippy::too_many_arguments)]
     fn answer(
-        &self,
+        self: &Arc<Self>,
         authority: &Authority,
         owner: &Name,
         kind: RecordType,
-        client: Client,
-        live: Live,
-        random: u64,
+        asked: &Asked,
         lookup: &mut Lookup,
     ) -> Found {
         self.counters.queries.fetch_add(1, Ordering::Relaxed);
@@ -519,9 +532,7 @@ impl PolicyName {
             failover: false,
             nodata: false,
         };
-        let found = self.decide(
-            authority, owner, kind, client, live, random, lookup, &mut tally,
-        );
+        let found = self.decide(authority, owner, kind, asked, lookup, &mut tally);
         if tally.nodata {
             self.counters.nodata.fetch_add(1, Ordering::Relaxed);
         }
@@ -529,15 +540,12 @@ impl PolicyName {
         found
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn decide(
-        &self,
+        self: &Arc<Self>,
         authority: &Authority,
         owner: &Name,
         kind: RecordType,
-        client: Client,
-        live: Live,
-        random: u64,
+        asked: &Asked,
         lookup: &mut Lookup,
         tally: &mut NameTally,
     ) -> Found {
@@ -545,8 +553,15 @@ impl PolicyName {
             tally.nodata = true;
             return Found::NoData;
         }
-        lookup.varies = matches!(self.policy, Policy::Weighted(_));
-        let decision = self.policy.decide(client, &authority.groups, live, random);
+        let decision = match asked.forced {
+            Some(decision) => decision.clone(),
+            None => self
+                .policy
+                .decide(asked.client, &authority.groups, asked.live, asked.random),
+        };
+        if matches!(self.policy, Policy::Weighted(_)) {
+            lookup.drawn = Some((self.clone(), decision.clone()));
+        }
         if decision.failover {
             self.counters.failovers.fetch_add(1, Ordering::Relaxed);
             tally.failover = true;
@@ -671,12 +686,12 @@ fn build_zone(
         });
         names.insert(
             key,
-            PolicyName {
+            Arc::new(PolicyName {
                 name: owner,
                 ttl: policy_name.ttl,
                 policy: policy_name.policy.clone(),
                 counters,
-            },
+            }),
         );
     }
     let origin_lower = LowerName::from(&origin);
@@ -735,7 +750,7 @@ fn delegations(
 /// at the apex, a policy name that also has records, or one at or below a delegation.
 fn conflicts(
     records: &HashMap<LowerName, Vec<Record>>,
-    names: &HashMap<LowerName, PolicyName>,
+    names: &HashMap<LowerName, Arc<PolicyName>>,
     cuts: &HashMap<LowerName, Vec<Record>>,
     origin: &LowerName,
 ) -> Vec<String> {
@@ -860,7 +875,7 @@ mod tests {
     fn ask(authority: &Authority, name: &str, kind: RecordType, live: Live) -> Lookup {
         let name = LowerName::from(Name::from_ascii(name).unwrap());
         let client = Client::from_source("10.1.2.3".parse().unwrap());
-        authority.lookup(&name, kind, client, live, 0)
+        authority.lookup(&name, kind, client, live, 0, None)
     }
 
     #[test]

@@ -323,8 +323,13 @@ fn hickory_clients_see_negative_answers_and_tcp_over_both_transports() {
 
 /// A query for `cografi.kargo.test. A`, id 0x1234: header then question.
 fn query_packet() -> Vec<u8> {
+    query_for("cografi")
+}
+
+/// A query for `NAME.kargo.test. A`, id 0x1234.
+fn query_for(name: &str) -> Vec<u8> {
     let mut packet = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
-    for label in ["cografi", "kargo", "test"] {
+    for label in [name, "kargo", "test"] {
         packet.push(label.len() as u8);
         packet.extend_from_slice(label.as_bytes());
     }
@@ -579,4 +584,27 @@ fn a_repeated_question_gets_the_same_bytes_with_its_own_id_and_case_and_is_count
     assert_eq!(dns.addresses("cografi.kargo.test", "10.1.0.0/16"), [B06]);
     dns.set_live(0, true);
     assert_eq!(dns.addresses("cografi.kargo.test", "10.1.0.0/16"), [B34]);
+}
+
+#[test]
+fn a_weighted_name_walks_its_pattern_when_the_same_packet_repeats() {
+    let dns = Running::start();
+    let packet = query_for("agirlik");
+    let mut counts = std::collections::HashMap::new();
+    for _ in 0..30 {
+        let answer = raw_answer(dns.address, &packet);
+        // The last 4 bytes of the one A record are the address.
+        let address = answer[answer.len() - 4..].to_vec();
+        *counts.entry(address).or_insert(0) += 1;
+    }
+    let count = |address: [u8; 4]| counts.get(address.as_slice()).copied().unwrap_or(0);
+    assert_eq!(
+        (
+            count([127, 0, 0, 34]),
+            count([127, 0, 0, 35]),
+            count([127, 0, 0, 6])
+        ),
+        (15, 9, 6),
+        "{counts:?}"
+    );
 }
