@@ -5,10 +5,12 @@
 //! - [`zone`]: zones, static records and policy names, and the lookup of one question;
 //! - [`master`]: RFC 1035 master files (zone files), with the line of each error;
 //! - [`rate`]: response rate limiting;
+//! - [`geoip`]: countries, continents and autonomous systems from a MaxMind database;
 //! - [`server`]: the UDP and TCP server on hickory-server, with EDNS(0), the client subnet
 //!   option and truncation, and the counters behind the admin API's `dns` block; its UDP
 //!   loops answer repeated questions from a packet cache (`packet_cache`).
 
+pub mod geoip;
 pub mod master;
 mod packet_cache;
 pub mod policy;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 
-use crate::policy::{Client, Decision, Groups, Live, Policy, Prefix, Region};
+use crate::policy::{Client, Decision, GeoGroups, Groups, Live, Policy, Prefix, Region};
 use crate::rate::{RateLimitPlan, RateLimiter};
 
 /// What trafik serves over DNS: regions, client groups and zones.
@@ -24,6 +24,8 @@ pub struct DnsPlan {
     pub query_log: bool,
     /// Response rate limiting of UDP answers; off when absent.
     pub rate_limit: Option<RateLimitPlan>,
+    /// A GeoIP database and each group's places in it (same order as `groups`).
+    pub geoip: Option<GeoGroups>,
 }
 
 /// A region: where its names point.
@@ -274,7 +276,10 @@ impl Authority {
         Ok(Authority {
             zones,
             regions: plan.regions.clone(),
-            groups: Groups::new(entries),
+            groups: match &plan.geoip {
+                Some(geo) => Groups::new(entries).with_places(geo.clone()),
+                None => Groups::new(entries),
+            },
             group_names: plan.groups.iter().map(|(name, _)| name.clone()).collect(),
             query_log: plan.query_log,
             rate_limiter: plan.rate_limit.clone().map(RateLimiter::new),
@@ -869,6 +874,7 @@ mod tests {
             }],
             query_log: false,
             rate_limit: None,
+            geoip: None,
         }
     }
 

@@ -127,6 +127,7 @@ fn course_plan() -> DnsPlan {
         }],
         query_log: false,
         rate_limit: None,
+        geoip: None,
     }
 }
 

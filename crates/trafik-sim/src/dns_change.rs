@@ -278,8 +278,7 @@ mod tests {
                     )),
                 }],
             }],
-            query_log: false,
-            rate_limit: None,
+            ..DnsPlan::default()
         }
     }
 

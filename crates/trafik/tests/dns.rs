@@ -324,6 +324,7 @@ fn dns_config_errors_are_all_reported_at_their_place() {
             "query_log = true",
             "query_log = true\n[dns.rate_limit]\nresponses_per_second = 0",
         )
+        .replace("prefixes = [\"10.1.0.0/16\"]", "countries = [\"TUR\"]")
         .replace(
             "[[dns.zone.name]]\nname = \"devralma\"",
             "[[dns.zone.record]]\ntype = \"MX\"\nvalue = \"posta\"\n\n[[dns.zone.name]]\nname = \"devralma\"",
@@ -357,6 +358,16 @@ fn dns_config_errors_are_all_reported_at_their_place() {
             "type = \"DNAME\"",
             "dns.zone[0].record[0].type",
             "expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR",
+        ),
+        (
+            "countries = [\"TUR\"]",
+            "dns.group[0].countries",
+            "expected a two-letter ISO 3166 country code such as \"TR\", found \"TUR\"",
+        ),
+        (
+            "countries = [\"TUR\"]",
+            "dns.group[0]:",
+            "countries, continents and asns are looked up in a GeoIP database",
         ),
         (
             "responses_per_second = 0",
@@ -503,6 +514,99 @@ fn zone_file_errors_are_reported_at_the_file_s_line() {
             "dns.toml:12:1: dns.zone[0]: posta.kargo.test. has a CNAME and other records"
         ),
         "{errors}"
+    );
+}
+
+/// Writes a MaxMind database with the examples' script (the mmdb-writer Python package);
+/// `changes` are its NETWORK=COUNTRY,CONTINENT,ASN arguments.
+fn make_geo(path: &std::path::Path, changes: &[&str]) {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/dns-zone/make-geo.py"
+    );
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(path)
+        .args(changes)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "make-geo.py failed (pip install mmdb-writer): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn groups_by_country_asn_and_continent_follow_the_geoip_database_and_its_reload() {
+    let folder = directory("geoip");
+    make_geo(&folder.join("geo.mmdb"), &[]);
+    let config = r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[dns]
+listen = "127.0.0.1:0"
+
+[dns.geoip]
+database = "geo.mmdb"
+
+[[dns.region]]
+name = "b34"
+addresses = ["127.0.0.34"]
+
+[[dns.region]]
+name = "b35"
+addresses = ["127.0.0.35"]
+
+[[dns.region]]
+name = "b06"
+addresses = ["127.0.0.6"]
+
+[[dns.region]]
+name = "b01"
+addresses = ["127.0.0.1"]
+
+[[dns.group]]
+name = "turkiye"
+countries = ["tr"]
+
+[[dns.group]]
+name = "as64503"
+asns = [64503]
+
+[[dns.group]]
+name = "avrupa"
+continents = ["EU"]
+
+[[dns.zone]]
+origin = "kargo.test."
+name_servers = ["ns1"]
+
+[[dns.zone.name]]
+name = "cografi"
+policy = "geo"
+groups = { turkiye = "b35", as64503 = "b06", avrupa = "b34" }
+default_region = "b01"
+"#;
+    let dns = Dns::start("geoip", config);
+    let answers = |subnets: &[&str]| -> Vec<String> {
+        subnets
+            .iter()
+            .map(|s| dns.ask("cografi.kargo.test", Some(s)).join(","))
+            .collect()
+    };
+    let subnets = ["10.1.9.0/24", "10.2.9.0/24", "10.3.9.0/24", "10.4.9.0/24"];
+    // TR by country, DE by its continent, US by its ASN, JP in no group.
+    assert_eq!(
+        answers(&subnets),
+        ["127.0.0.35", "127.0.0.34", "127.0.0.6", "127.0.0.1"]
+    );
+    make_geo(&folder.join("geo.mmdb"), &["10.4.0.0/16=TR,EU,64504"]);
+    dns.reload();
+    assert_eq!(
+        answers(&subnets),
+        ["127.0.0.35", "127.0.0.34", "127.0.0.6", "127.0.0.35"]
     );
 }
 

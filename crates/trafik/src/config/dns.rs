@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use toml::Spanned;
+use trafik_dns::geoip::GeoDatabase;
 use trafik_dns::master::ZoneFile;
 use trafik_dns::policy::{AllDown, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights};
+use trafik_dns::policy::{GeoGroups, Places};
 use trafik_dns::rate::RateLimitPlan;
 use trafik_dns::zone::{
     DnsPlan, NamePlan, RecordData, RecordPlan, RegionPlan, SoaPlan, ZonePlan, parse_name,
@@ -16,7 +19,9 @@ use trafik_proxy::dns::{DnsServicePlan, RegionHealth};
 
 use super::health;
 use super::report::Report;
-use super::schema::{Dns, DnsGroup, DnsName, DnsRateLimit, DnsRecord, DnsRegion, DnsZone, Health};
+use super::schema::{
+    Dns, DnsGeoip, DnsGroup, DnsName, DnsRateLimit, DnsRecord, DnsRegion, DnsZone, Health,
+};
 use crate::suggest::did_you_mean;
 
 /// The ECS subnets a consistent weighted name keeps together (IPv4, IPv6).
@@ -59,12 +64,17 @@ pub fn check(
         .enumerate()
         .map(|(i, region)| check_region(report, i, region, &region_names, pools))
         .unzip();
-    let groups: Vec<_> = dns
+    let database = dns
+        .geoip
+        .and_then(|geoip| check_geoip(report, geoip))
+        .map(Arc::new);
+    let (groups, places): (Vec<_>, Vec<_>) = dns
         .groups
         .into_iter()
         .enumerate()
-        .map(|(i, group)| check_group(report, i, group, &group_names))
-        .collect();
+        .map(|(i, group)| check_group(report, i, group, &group_names, database.is_some()))
+        .unzip();
+    let geoip = database.map(|database| GeoGroups { database, places });
     if dns.zones.is_empty() {
         report.error(
             span,
@@ -87,6 +97,7 @@ pub fn check(
             zones: zones.into_iter().collect::<Option<Vec<_>>>()?,
             query_log: dns.query_log,
             rate_limit,
+            geoip,
         },
         health,
     })
@@ -236,12 +247,40 @@ fn check_region(
     (RegionPlan { name, addresses }, health)
 }
 
+/// The database `[dns.geoip]` names, read now: `trafik check`, `serve` and every reload read
+/// the file as it is then.
+fn check_geoip(report: &mut Report, geoip: Spanned<DnsGeoip>) -> Option<GeoDatabase> {
+    let span = geoip.span();
+    let database = report.required(
+        geoip.into_inner().database,
+        span,
+        "dns.geoip.database",
+        "database = \"GeoLite2-Country.mmdb\", a MaxMind DB file",
+    )?;
+    let path = report.path(database.get_ref());
+    let read = std::fs::read(&path)
+        .map_err(|error| error.to_string())
+        .and_then(GeoDatabase::read);
+    read.map_err(|error| {
+        report.error(
+            database.span(),
+            "dns.geoip.database",
+            format!(
+                "cannot read the MaxMind database {}: {error}",
+                path.display()
+            ),
+        )
+    })
+    .ok()
+}
+
 fn check_group(
     report: &mut Report,
     i: usize,
     group: Spanned<DnsGroup>,
     all: &[Option<String>],
-) -> (String, Vec<Prefix>) {
+    geoip: bool,
+) -> ((String, Vec<Prefix>), Places) {
     let field = format!("dns.group[{i}]");
     let span = group.span();
     let group = group.into_inner();
@@ -253,13 +292,55 @@ fn check_group(
         all,
         "name = \"g1\", the name policies use for this client group",
     );
-    if group.prefixes.is_empty() {
+    let places_listed =
+        !(group.countries.is_empty() && group.asns.is_empty() && group.continents.is_empty());
+    if group.prefixes.is_empty() && !places_listed {
         report.error(
-            span,
+            span.clone(),
             &format!("{field}.prefixes"),
-            "missing `prefixes`: add prefixes = [\"10.1.0.0/16\"], the clients in this group",
+            "missing `prefixes`: add prefixes = [\"10.1.0.0/16\"] (or, with [dns.geoip], countries, continents or asns), the clients in this group",
         );
     }
+    let first_place = (group.countries.first().map(Spanned::span))
+        .or_else(|| group.asns.first().map(Spanned::span))
+        .or_else(|| group.continents.first().map(Spanned::span));
+    if let (Some(place), false) = (first_place, geoip) {
+        report.error(
+            place,
+            &field,
+            "countries, continents and asns are looked up in a GeoIP database: add [dns.geoip] database = \"….mmdb\"",
+        );
+    }
+    let code = |report: &mut Report, text: &Spanned<String>, key: &str, known: &[&str]| {
+        let upper = text.get_ref().to_ascii_uppercase();
+        let fits = upper.len() == 2 && upper.bytes().all(|b| b.is_ascii_uppercase());
+        if !fits || !(known.is_empty() || known.contains(&upper.as_str())) {
+            let expected = if known.is_empty() {
+                "a two-letter ISO 3166 country code such as \"TR\"".to_owned()
+            } else {
+                format!("one of {}", known.join(", "))
+            };
+            report.error(
+                text.span(),
+                &format!("{field}.{key}"),
+                format!("expected {expected}, found {:?}", text.get_ref()),
+            );
+        }
+        upper
+    };
+    let places = Places {
+        countries: group
+            .countries
+            .iter()
+            .map(|c| code(report, c, "countries", &[]))
+            .collect(),
+        asns: group.asns.iter().map(|a| *a.get_ref()).collect(),
+        continents: group
+            .continents
+            .iter()
+            .map(|c| code(report, c, "continents", &CONTINENTS))
+            .collect(),
+    };
     let prefixes = group
         .prefixes
         .iter()
@@ -278,8 +359,11 @@ fn check_group(
             parsed
         })
         .collect();
-    (name, prefixes)
+    ((name, prefixes), places)
 }
+
+/// MaxMind's continent codes.
+const CONTINENTS: [&str; 7] = ["AF", "AN", "AS", "EU", "NA", "OC", "SA"];
 
 /// A domain name, or an error at its place.
 fn domain(

@@ -700,12 +700,22 @@ pub struct Dns {
     pub query_log: bool,
     /// Response rate limiting of UDP answers; off when absent.
     pub rate_limit: Option<Spanned<DnsRateLimit>>,
+    /// A MaxMind database for groups by country, continent or autonomous system.
+    pub geoip: Option<Spanned<DnsGeoip>>,
     #[serde(rename = "region")]
     pub regions: Vec<Spanned<DnsRegion>>,
     #[serde(rename = "group")]
     pub groups: Vec<Spanned<DnsGroup>>,
     #[serde(rename = "zone")]
     pub zones: Vec<Spanned<DnsZone>>,
+}
+
+/// `[dns.geoip]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsGeoip {
+    /// A MaxMind DB file, relative to the config file's folder.
+    pub database: Option<Spanned<String>>,
 }
 
 /// `[dns.rate_limit]`: identical answers to one client /24 (IPv6 /56) per second.
@@ -744,6 +754,10 @@ pub struct DnsRegion {
 pub struct DnsGroup {
     pub name: Option<Spanned<String>>,
     pub prefixes: Vec<Spanned<String>>,
+    /// With `[dns.geoip]`: ISO country codes, autonomous system numbers, continent codes.
+    pub countries: Vec<Spanned<String>>,
+    pub asns: Vec<Spanned<u32>>,
+    pub continents: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
