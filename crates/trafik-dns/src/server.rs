@@ -1,8 +1,8 @@
-//! The DNS server: hickory-server's UDP and TCP transports and wire format, with trafik's
-//! [`RequestHandler`] answering from the [`Authority`] in force. Messages hickory cannot parse
-//! get FORMERR from hickory itself (or are dropped when even the header is short); UDP answers
-//! larger than the client's EDNS buffer (512 bytes without EDNS) are truncated with TC set, and
-//! the client asks again over TCP.
+//! The DNS server: trafik's UDP loops (one per socket, each with its packet cache) and
+//! hickory-server's TCP transport, hickory's wire format, and trafik's [`RequestHandler`]
+//! answering from the [`Authority`] in force. Messages hickory cannot parse get FORMERR (or are
+//! dropped when even the header is short); UDP answers larger than the client's EDNS buffer
+//! (512 bytes without EDNS) are truncated with TC set, and the client asks again over TCP.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hickory_proto::op::LowerQuery;
-use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
+use hickory_proto::op::{Edns, Header, HeaderCounts, LowerQuery, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
 use hickory_proto::rr::{DNSClass, LowerName, Record};
 use hickory_proto::serialize::binary::BinEncoder;
@@ -28,8 +27,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use trafik_metrics_text::{Exposition, Kind};
 
 use crate::packet_cache::{Found, PacketCache, Reusable};
-use crate::policy::Decision;
-use crate::policy::{Client, Live, mask};
+use crate::policy::{Client, Decision, Live, mask};
 use crate::rate::{self, Verdict};
 use crate::zone::{Authority, Code, DnsPlan, Lookup, PolicyName};
 
