@@ -69,6 +69,9 @@ struct ServerCounters {
     /// UDP answers response rate limiting dropped, and sent truncated instead.
     rate_limited_dropped: AtomicU64,
     rate_limited_truncated: AtomicU64,
+    /// UDP questions answered from a packet cache, and built (then stored if reusable).
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
 }
 
 struct Handler {
@@ -243,6 +246,10 @@ impl DnsControl {
                 "dropped": counters.rate_limited_dropped.load(Ordering::Relaxed),
                 "truncated": counters.rate_limited_truncated.load(Ordering::Relaxed),
             },
+            "packet_cache": {
+                "hits": counters.cache_hits.load(Ordering::Relaxed),
+                "misses": counters.cache_misses.load(Ordering::Relaxed),
+            },
             "zones": authority.zones.iter().map(|zone| json!({
                 "zone": zone.origin.to_string(),
                 "queries": zone.counters.queries.load(Ordering::Relaxed),
@@ -336,6 +343,29 @@ impl DnsControl {
         for (index, region) in authority.regions.iter().enumerate() {
             region_live.sample(&[("region", &region.name)], u8::from(live.contains(index)));
         }
+        let counters = &self.handler.counters;
+        let mut cache = exposition.family(
+            "trafik_dns_packet_cache_total",
+            Kind::Counter,
+            "UDP questions answered from the packet cache (hit) or built (miss).",
+        );
+        cache.sample(
+            &[("result", "hit")],
+            counters.cache_hits.load(Ordering::Relaxed),
+        );
+        cache.sample(
+            &[("result", "miss")],
+            counters.cache_misses.load(Ordering::Relaxed),
+        );
+        let mut limited = exposition.family(
+            "trafik_dns_rate_limited_total",
+            Kind::Counter,
+            "UDP answers response rate limiting dropped or sent truncated.",
+        );
+        let dropped = counters.rate_limited_dropped.load(Ordering::Relaxed);
+        let truncated = counters.rate_limited_truncated.load(Ordering::Relaxed);
+        limited.sample(&[("action", "dropped")], dropped);
+        limited.sample(&[("action", "truncated")], truncated);
     }
 }
 
@@ -507,6 +537,7 @@ impl Handler {
             };
             match cache.answer(query, live, group, draw, out) {
                 Found::Hit { refused } => {
+                    self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
                     if refused {
                         self.counters.refused.fetch_add(1, Ordering::Relaxed);
                     }
@@ -515,6 +546,9 @@ impl Handler {
                 Found::Miss => {}
                 Found::Drawn(decision) => forced = Some(decision),
             }
+        }
+        if !bypass {
+            self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         }
         let request = match Request::from_bytes(query.to_vec(), source, Protocol::Udp) {
             Ok(request) => request,

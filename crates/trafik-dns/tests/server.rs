@@ -580,6 +580,15 @@ fn a_repeated_question_gets_the_same_bytes_with_its_own_id_and_case_and_is_count
     assert_eq!(name["queries"], 5, "{name}");
     assert_eq!(name["answers"]["b34"], 5, "{name}");
     assert_eq!(status["zones"][0]["queries"], 5);
+    // Built once per socket (the server has two, each with its cache), then from the cache.
+    let (hits, misses) = (
+        status["packet_cache"]["hits"].as_u64().unwrap(),
+        status["packet_cache"]["misses"].as_u64().unwrap(),
+    );
+    assert!(
+        hits + misses == 5 && misses <= 2,
+        "{hits} hits, {misses} misses"
+    );
     // A health change is another key: the fallback answers at once.
     dns.set_live(0, false);
     assert_eq!(dns.addresses("cografi.kargo.test", "10.1.0.0/16"), [B06]);
