@@ -501,6 +501,11 @@ fn zone_file_errors_are_reported_at_the_file_s_line() {
         folder.join("kargo.zone").display()
     );
     assert!(errors.contains(&place), "{place}\n{errors}");
+    // The file's NS records did not read; they are not reported missing as well.
+    assert!(
+        errors.contains("error: 1 error in the configuration"),
+        "{errors}"
+    );
     // A record of the config that conflicts with the file's: reported at the zone.
     std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
     let conflict = zone_file_config().replace(

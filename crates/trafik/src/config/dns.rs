@@ -407,8 +407,10 @@ fn check_zone(
         .file
         .as_ref()
         .map(|file| import(report, file, &format!("{field}.file"), &apex, zone.ttl));
+    // A file that did not read has told its error; what it would have held is not missing.
+    let unread = matches!(imported, Some(None));
     let imported = imported.flatten().unwrap_or_default();
-    if zone.name_servers.is_empty() && imported.name_servers.is_empty() {
+    if zone.name_servers.is_empty() && imported.name_servers.is_empty() && !unread {
         report.error(
             span.clone(),
             &format!("{field}.name_servers"),
