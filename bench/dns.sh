@@ -3,11 +3,14 @@
 # on loopback, both started here on free loopback ports and stopped by their PIDs.
 #
 # dnsperf sends a fixed query mix for DURATION seconds per target and round: A and AAAA of
-# static names, a TXT, the apex SOA and NS, and a name that does not exist (NXDOMAIN). A third
-# row asks trafik for a policy name (geo, with an ECS option from one of four client groups), a
-# kind of answer PowerDNS's bind backend does not have. Rounds are interleaved; medians of
-# queries per second and of the server's CPU microseconds per query (utime+stime from /proc, all
-# threads), then the ratios trafik/PowerDNS.
+# static names, a TXT, the apex SOA and NS, and a name that does not exist (NXDOMAIN), to both
+# servers. Then trafik's policy names: a geo name asked with an EDNS client subnet option (a
+# /24 of group g2) and a weighted name (5/3/2, the next slot of the pattern per query), kinds of
+# answer PowerDNS's bind backend has only as LUA records, asked too (LUA=0 skips them): its
+# weighted pickwrandom and its country-less geo stand-in, a netmask match on the ECS. Rounds are
+# interleaved; medians of queries per second and of the server's CPU microseconds per query
+# (utime+stime from /proc, all threads), then each row's ratio to PowerDNS's static answers
+# (which come from its packet cache, as trafik's static and geo answers come from its own).
 #
 #   bench/dns.sh                      # 5 rounds of 10 s, 2 server threads each
 #   ROUNDS=3 DURATION=5 bench/dns.sh
@@ -19,6 +22,7 @@
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
+LUA=${LUA:-1}
 DURATION=${DURATION:-10}
 WORKERS=${WORKERS:-2}
 CLIENTS=${CLIENTS:-4}
@@ -58,6 +62,8 @@ www      IN A   127.0.0.34
 www      IN AAAA ::34
 api      IN A   127.0.0.35
 bilgi    IN TXT "kargo takip"
+agirlik  IN LUA A "pickwrandom({{5,'127.0.0.34'},{3,'127.0.0.35'},{2,'127.0.0.6'}})"
+cografi  IN LUA A "netmask({'10.2.0.0/16'}) and '127.0.0.35' or '127.0.0.34'"
 ZONE
 cat >"$work/named.conf" <<CONF
 zone "kargo.test" { type master; file "$work/kargo.test.zone"; };
@@ -135,6 +141,11 @@ name = "cografi"
 policy = "geo"
 groups = { g1 = "b34", g2 = "b35", g3 = "b34", g4 = "b06" }
 fallback = { b34 = "b06", b35 = "b34", b06 = "b35" }
+
+[[dns.zone.name]]
+name = "agirlik"
+policy = "weighted"
+weights = { b34 = 5, b35 = 3, b06 = 2 }
 TOML
 
 cat >"$work/static.txt" <<'Q'
@@ -147,13 +158,10 @@ kargo.test SOA
 kargo.test NS
 yok.kargo.test A
 Q
-# dnsperf has no per-query ECS; the policy mix varies the name's case instead (same answer).
-cat >"$work/policy.txt" <<'Q'
-cografi.kargo.test A
-COGRAFI.kargo.test A
-Cografi.kargo.test A
-cografi.KARGO.test A
-Q
+echo "cografi.kargo.test A" >"$work/geo.txt"
+echo "agirlik.kargo.test A" >"$work/weighted.txt"
+# EDNS client subnet (option 8): IPv4, source /24, scope 0, 10.2.9.0 — group g2.
+ecs=8:00011800$(printf '%02x%02x%02x' 10 2 9)
 
 "$trafik" serve -c "$work/trafik.toml" >"$work/trafik.log" 2>&1 &
 trafik_pid=$!
@@ -161,7 +169,8 @@ pids+=("$trafik_pid")
 pdns_server --no-config --daemon=no --guardian=no --disable-syslog --write-pid=no \
   --socket-dir="$work" --local-address=127.0.0.1 --local-port="$pdns_port" \
   --launch=bind --bind-config="$work/named.conf" \
-  --receiver-threads="$WORKERS" --reuseport=yes >"$work/pdns.log" 2>&1 &
+  --receiver-threads="$WORKERS" --reuseport=yes \
+  --enable-lua-records=yes --edns-subnet-processing=yes >"$work/pdns.log" 2>&1 &
 pdns_pid=$!
 pids+=("$pdns_pid")
 for port in "$trafik_port" "$pdns_port"; do
@@ -173,32 +182,40 @@ done
 for port in "$trafik_port" "$pdns_port"; do
   answer=$(dig +short @127.0.0.1 -p "$port" www.kargo.test A)
   [[ $answer == 127.0.0.34 ]] || { echo "port $port answered ${answer:-nothing}" >&2; cat "$work"/*.log >&2; exit 1; }
+  answer=$(dig +short @127.0.0.1 -p "$port" cografi.kargo.test A +subnet=10.2.9.0/24)
+  [[ $answer == 127.0.0.35 ]] || { echo "port $port answered cografi ${answer:-nothing}" >&2; cat "$work"/*.log >&2; exit 1; }
 done
 
 declare -A qps cpu
-run() { # target port pid queries-file
-  local before after out rate
-  before=$(ticks "$3")
-  out=$(dnsperf -s 127.0.0.1 -p "$2" -d "$4" -l "$DURATION" -c "$CLIENTS" -T 2 -q 200 2>&1)
-  after=$(ticks "$3")
+run() { # target port pid queries-file [dnsperf options]
+  local target=$1 port=$2 pid=$3 file=$4 before after out rate sent
+  shift 4
+  before=$(ticks "$pid")
+  out=$(dnsperf -s 127.0.0.1 -p "$port" -d "$file" -l "$DURATION" -c "$CLIENTS" -T 2 -q 200 "$@" 2>&1)
+  after=$(ticks "$pid")
   rate=$(awk '/Queries per second/ { print $4 }' <<<"$out")
-  local sent
   sent=$(awk '/Queries completed/ { print $3 }' <<<"$out")
-  qps[$1]+=" $rate"
-  cpu[$1]+=" $(awk -v t=$((after - before)) -v hz="$hz" -v n="$sent" 'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }')"
+  qps[$target]+=" $rate"
+  cpu[$target]+=" $(awk -v t=$((after - before)) -v hz="$hz" -v n="$sent" 'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }')"
 }
+targets=(trafik powerdns trafik-geo-ecs trafik-weighted)
+((LUA)) && targets+=(powerdns-lua-geo powerdns-lua-weighted)
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS" >&2
   run trafik "$trafik_port" "$trafik_pid" "$work/static.txt"
   run powerdns "$pdns_port" "$pdns_pid" "$work/static.txt"
-  run trafik-geo "$trafik_port" "$trafik_pid" "$work/policy.txt"
+  run trafik-geo-ecs "$trafik_port" "$trafik_pid" "$work/geo.txt" -E "$ecs"
+  run trafik-weighted "$trafik_port" "$trafik_pid" "$work/weighted.txt"
+  if ((LUA)); then
+    run powerdns-lua-geo "$pdns_port" "$pdns_pid" "$work/geo.txt" -E "$ecs"
+    run powerdns-lua-weighted "$pdns_port" "$pdns_pid" "$work/weighted.txt"
+  fi
 done
 
-printf '%-12s %14s %14s\n' target "queries/s" "CPU µs/query"
-for target in trafik powerdns trafik-geo; do
-  printf '%-12s %14s %14s\n' "$target" "$(median "${qps[$target]}")" "$(median "${cpu[$target]}")"
+printf '%-22s %12s %14s %18s %12s\n' target "queries/s" "CPU µs/query" "q/s ÷ pdns static" "CPU ÷ pdns"
+for target in "${targets[@]}"; do
+  rate=$(median "${qps[$target]}")
+  cost=$(median "${cpu[$target]}")
+  printf '%-22s %12s %14s %17s× %11s×\n' "$target" "$rate" "$cost" \
+    "$(ratio "$rate" "$(median "${qps[powerdns]}")")" "$(ratio "$cost" "$(median "${cpu[powerdns]}")")"
 done
-echo
-printf 'trafik/powerdns  queries/s %s×   CPU per query %s×\n' \
-  "$(ratio "$(median "${qps[trafik]}")" "$(median "${qps[powerdns]}")")" \
-  "$(ratio "$(median "${cpu[trafik]}")" "$(median "${cpu[powerdns]}")")"

@@ -3,11 +3,16 @@
 //! `trafik sim dns` run the same decisions.
 //!
 //! A region is an index into the zone's region list; client groups come from a prefix table
-//! ([`Groups`]) matched against the source address or the EDNS Client Subnet (RFC 7871), and the
-//! length of the matched prefix is the scope the answer is valid for.
+//! ([`Groups`]) matched against the source address or the EDNS Client Subnet (RFC 7871), then
+//! from a GeoIP database's country, autonomous system or continent for the address, and the
+//! length of the matched prefix (or of the database's network) is the scope the answer is
+//! valid for.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::geoip::GeoDatabase;
 
 use trafik_balance::hash::stable_hash;
 
@@ -117,25 +122,69 @@ pub fn mask(address: IpAddr, length: u8) -> IpAddr {
     }
 }
 
-/// Client groups by address prefix, longest prefix first.
+/// Client groups by address prefix, longest prefix first, then by place.
 #[derive(Clone, Debug, Default)]
 pub struct Groups {
     entries: Vec<(Prefix, usize)>,
+    geo: Option<GeoGroups>,
+}
+
+/// Groups by where the client is, from a GeoIP database.
+#[derive(Clone, Debug)]
+pub struct GeoGroups {
+    pub database: Arc<GeoDatabase>,
+    /// Each group's places, by group index.
+    pub places: Vec<Places>,
+}
+
+/// The places of one group; a client is in it when its country, autonomous system or
+/// continent is listed (checked in that order over all groups: the most specific wins).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Places {
+    pub countries: Vec<String>,
+    pub asns: Vec<u32>,
+    pub continents: Vec<String>,
 }
 
 impl Groups {
     /// `entries` maps prefixes to group indices.
     pub fn new(mut entries: Vec<(Prefix, usize)>) -> Self {
         entries.sort_by_key(|entry| std::cmp::Reverse(entry.0.length));
-        Groups { entries }
+        Groups { entries, geo: None }
+    }
+
+    /// These groups, and the places in `geo` for clients no prefix matches.
+    pub fn with_places(self, geo: GeoGroups) -> Self {
+        Groups {
+            geo: Some(geo),
+            ..self
+        }
     }
 
     /// The client's group and the prefix length that decided it.
     pub fn group_of(&self, client: Client) -> Option<(usize, u8)> {
-        self.entries
+        let by_prefix = self
+            .entries
             .iter()
             .find(|(prefix, _)| prefix.contains(client.address))
-            .map(|(prefix, group)| (*group, prefix.length))
+            .map(|(prefix, group)| (*group, prefix.length));
+        by_prefix.or_else(|| self.group_by_place(client))
+    }
+
+    fn group_by_place(&self, client: Client) -> Option<(usize, u8)> {
+        let geo = self.geo.as_ref()?;
+        let place = geo.database.locate(client.address)?;
+        let find = |listed: &dyn Fn(&Places) -> bool| geo.places.iter().position(listed);
+        let group = place
+            .country
+            .as_ref()
+            .and_then(|country| find(&|p| p.countries.contains(country)))
+            .or_else(|| place.asn.and_then(|asn| find(&|p| p.asns.contains(&asn))))
+            .or_else(|| {
+                let continent = place.continent.as_ref()?;
+                find(&|p| p.continents.contains(continent))
+            })?;
+        Some((group, place.prefix))
     }
 }
 
@@ -636,5 +685,39 @@ mod tests {
                 .unwrap()
                 .contains("1.2.3.4".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn a_client_no_prefix_holds_is_grouped_by_country_then_asn_then_continent() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/dns-zone/kargo-geo.mmdb"
+        );
+        let database = Arc::new(GeoDatabase::read(std::fs::read(path).unwrap()).unwrap());
+        let places = vec![
+            Places {
+                continents: vec!["EU".into()],
+                ..Places::default()
+            },
+            Places {
+                countries: vec!["DE".into()],
+                ..Places::default()
+            },
+            Places {
+                asns: vec![64501],
+                ..Places::default()
+            },
+        ];
+        let prefix = Prefix::parse("10.1.2.0/24").unwrap();
+        let groups = Groups::new(vec![(prefix, 0)]).with_places(GeoGroups { database, places });
+        assert_eq!(groups.group_of(client("10.1.2.3")), Some((0, 24)), "prefix");
+        assert_eq!(groups.group_of(client("10.2.0.1")), Some((1, 16)), "DE");
+        assert_eq!(
+            groups.group_of(client("10.1.9.9")),
+            Some((2, 16)),
+            "AS64501"
+        );
+        assert_eq!(groups.group_of(client("10.3.0.1")), None, "US, NA");
+        assert_eq!(groups.group_of(client("192.0.2.1")), None, "nowhere");
     }
 }

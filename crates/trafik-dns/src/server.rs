@@ -1,29 +1,35 @@
-//! The DNS server: hickory-server's UDP and TCP transports and wire format, with trafik's
-//! [`RequestHandler`] answering from the [`Authority`] in force. Messages hickory cannot parse
-//! get FORMERR from hickory itself (or are dropped when even the header is short); UDP answers
-//! larger than the client's EDNS buffer (512 bytes without EDNS) are truncated with TC set, and
-//! the client asks again over TCP.
+//! The DNS server: trafik's UDP loops (one per socket, each with its packet cache) and
+//! hickory-server's TCP transport, hickory's wire format, and trafik's [`RequestHandler`]
+//! answering from the [`Authority`] in force. Messages hickory cannot parse get FORMERR (or are
+//! dropped when even the header is short); UDP answers larger than the client's EDNS buffer
+//! (512 bytes without EDNS) are truncated with TC set, and the client asks again over TCP.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
+use hickory_proto::op::{Edns, Header, HeaderCounts, LowerQuery, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
-use hickory_proto::rr::{DNSClass, Record};
+use hickory_proto::rr::{DNSClass, LowerName, Record};
+use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::Server;
+use hickory_server::net::NetError;
 use hickory_server::net::runtime::Time;
+use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, UdpSocket};
 use trafik_metrics_text::{Exposition, Kind};
 
-use crate::policy::{Client, Live, mask};
-use crate::zone::{Authority, Code, DnsPlan};
+use crate::packet_cache::{Found, PacketCache, Reusable};
+use crate::policy::{Client, Decision, Live, mask};
+use crate::rate::{self, Verdict};
+use crate::zone::{Authority, Code, DnsPlan, Lookup, PolicyName};
 
 /// The largest UDP answer trafik sends, whatever buffer a client offers (the 2020 DNS flag
 /// day's value, which avoids IP fragmentation).
@@ -60,6 +66,12 @@ struct ServerCounters {
     notimp: AtomicU64,
     /// For names in no zone of ours, or not of class IN.
     refused: AtomicU64,
+    /// UDP answers response rate limiting dropped, and sent truncated instead.
+    rate_limited_dropped: AtomicU64,
+    rate_limited_truncated: AtomicU64,
+    /// UDP questions answered from a packet cache, and built (then stored if reusable).
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
 }
 
 struct Handler {
@@ -72,7 +84,10 @@ struct Handler {
 /// A running DNS server.
 pub struct DnsServer {
     control: DnsControl,
+    /// TCP, on hickory-server's transport.
     server: Server<SharedHandler>,
+    /// The UDP loops, one per socket.
+    udp: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// What a running server answers from, its counters, and the way to change both.
@@ -98,15 +113,18 @@ impl DnsServer {
 
     /// Serves `control`'s zones on sockets bound by [`Bound::bind`], on the tokio runtime
     /// entered: one runtime may take every socket, or each thread's runtime some of them, all
-    /// answering from the same [`DnsControl`]. Each UDP socket is read by its own hickory loop.
+    /// answering from the same [`DnsControl`]. Each UDP socket is read by its own loop with its
+    /// own packet cache ([`serve_udp`]); TCP goes through hickory-server.
     pub fn serve(
         control: &DnsControl,
         udp: Vec<std::net::UdpSocket>,
         tcp: Option<std::net::TcpListener>,
     ) -> io::Result<DnsServer> {
         let mut server = Server::new(SharedHandler(control.handler.clone()));
+        let mut loops = Vec::with_capacity(udp.len());
         for socket in udp {
-            server.register_socket(UdpSocket::from_std(socket)?);
+            let socket = UdpSocket::from_std(socket)?;
+            loops.push(tokio::spawn(serve_udp(control.handler.clone(), socket)));
         }
         if let Some(tcp) = tcp {
             tcp.set_nonblocking(true)?;
@@ -115,6 +133,7 @@ impl DnsServer {
         Ok(DnsServer {
             control: control.clone(),
             server,
+            udp: loops,
         })
     }
 
@@ -129,6 +148,10 @@ impl DnsServer {
 
     /// Stops accepting and waits for the transports to end.
     pub async fn stop(mut self) {
+        for udp in self.udp.drain(..) {
+            udp.abort();
+            let _ = udp.await;
+        }
         if let Err(error) = self.server.shutdown_gracefully().await {
             tracing::warn!(%error, "dns server stopped with an error");
         }
@@ -219,6 +242,14 @@ impl DnsControl {
             "refused": counters.refused.load(Ordering::Relaxed),
             "formerr": counters.formerr.load(Ordering::Relaxed),
             "notimp": counters.notimp.load(Ordering::Relaxed),
+            "rate_limited": {
+                "dropped": counters.rate_limited_dropped.load(Ordering::Relaxed),
+                "truncated": counters.rate_limited_truncated.load(Ordering::Relaxed),
+            },
+            "packet_cache": {
+                "hits": counters.cache_hits.load(Ordering::Relaxed),
+                "misses": counters.cache_misses.load(Ordering::Relaxed),
+            },
             "zones": authority.zones.iter().map(|zone| json!({
                 "zone": zone.origin.to_string(),
                 "queries": zone.counters.queries.load(Ordering::Relaxed),
@@ -312,6 +343,29 @@ impl DnsControl {
         for (index, region) in authority.regions.iter().enumerate() {
             region_live.sample(&[("region", &region.name)], u8::from(live.contains(index)));
         }
+        let counters = &self.handler.counters;
+        let mut cache = exposition.family(
+            "trafik_dns_packet_cache_total",
+            Kind::Counter,
+            "UDP questions answered from the packet cache (hit) or built (miss).",
+        );
+        cache.sample(
+            &[("result", "hit")],
+            counters.cache_hits.load(Ordering::Relaxed),
+        );
+        cache.sample(
+            &[("result", "miss")],
+            counters.cache_misses.load(Ordering::Relaxed),
+        );
+        let mut limited = exposition.family(
+            "trafik_dns_rate_limited_total",
+            Kind::Counter,
+            "UDP answers response rate limiting dropped or sent truncated.",
+        );
+        let dropped = counters.rate_limited_dropped.load(Ordering::Relaxed);
+        let truncated = counters.rate_limited_truncated.load(Ordering::Relaxed);
+        limited.sample(&[("action", "dropped")], dropped);
+        limited.sample(&[("action", "truncated")], truncated);
     }
 }
 
@@ -374,16 +428,156 @@ impl RequestHandler for SharedHandler {
         request: &Request,
         response_handle: R,
     ) -> ResponseInfo {
-        self.0.answer(request, response_handle).await
+        self.0.answer(request, response_handle, None).await.0
     }
 }
 
+/// The largest query read over UDP; a longer one arrives cut and gets FORMERR.
+const MAX_UDP_QUERY: usize = 4096;
+
+/// Answers the queries arriving on `socket`: from the packet cache when the same question was
+/// answered under the same conditions, else through the handler (storing what may be reused).
+/// One query at a time: no answer waits on anything but the socket.
+async fn serve_udp(handler: Arc<Handler>, socket: UdpSocket) {
+    let mut buffer = vec![0u8; MAX_UDP_QUERY];
+    let mut out = Vec::with_capacity(512);
+    let mut cache = PacketCache::default();
+    loop {
+        let (length, source) = match socket.recv_from(&mut buffer).await {
+            Ok(received) => received,
+            Err(error) => {
+                // An ICMP error of an earlier answer, reported on this socket.
+                tracing::debug!(%error, "dns udp receive");
+                continue;
+            }
+        };
+        // No answer to port 0 (unreachable) or to a message that is not a query (a response
+        // sent to us is how reflection loops start).
+        if source.port() == 0 || length < 12 || buffer[2] & 0x80 != 0 {
+            continue;
+        }
+        let query = &buffer[..length];
+        handler.reply_udp(query, source, &mut cache, &mut out).await;
+        if !out.is_empty()
+            && let Err(error) = socket.send_to(&out, source).await
+        {
+            tracing::debug!(%error, %source, "dns answer not sent");
+        }
+    }
+}
+
+/// hickory's encoding of an answer, kept instead of sent: for UDP, within the client's EDNS
+/// buffer (512 bytes without EDNS), truncated with TC past it.
+#[derive(Clone, Default)]
+struct Encoded(Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[async_trait::async_trait]
+impl ResponseHandler for Encoded {
+    async fn send_response<'a>(
+        &mut self,
+        response: hickory_server::zone_handler::MessageResponse<
+            '_,
+            'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+        >,
+    ) -> Result<ResponseInfo, NetError> {
+        let limit = response.edns().map_or(512, Edns::max_payload);
+        let mut bytes = Vec::with_capacity(512);
+        let mut encoder = BinEncoder::new(&mut bytes);
+        encoder.set_max_size(limit);
+        let info = response
+            .destructive_emit(&mut encoder)
+            .map_err(|error| NetError::from(error.to_string()))?;
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = bytes;
+        Ok(info)
+    }
+}
+
+/// FORMERR for a query whose header could be read but not the rest, as hickory-server answers
+/// one: the id, opcode and RD echoed, no sections.
+fn format_error(query: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&query[..2]);
+    out.push(0x80 | (query[2] & 0x79));
+    out.push(0x01);
+    out.extend_from_slice(&[0; 8]);
+}
+
 impl Handler {
+    /// Writes the answer to the UDP `query` from `source` into `out` (left empty when none is
+    /// due), from `cache` or built and then stored there when it may be reused.
+    async fn reply_udp(
+        &self,
+        query: &[u8],
+        source: SocketAddr,
+        cache: &mut PacketCache,
+        out: &mut Vec<u8>,
+    ) {
+        out.clear();
+        let current = self.current.load();
+        let authority = &current.authority;
+        // A logged or rate-limited answer is built each time: the log line and the limit are
+        // per query.
+        let bypass = authority.query_log || authority.rate_limiter.is_some();
+        let group = authority
+            .groups
+            .group_of(Client::from_source(source.ip()))
+            .map(|(group, _)| group);
+        let mut forced = None;
+        if !bypass {
+            cache.follow(authority);
+            let live = current.liveness.live();
+            let draw = |name: &PolicyName, client: Option<Client>| {
+                let client = client.unwrap_or_else(|| Client::from_source(source.ip()));
+                name.policy
+                    .decide(client, &authority.groups, live, self.draw())
+            };
+            match cache.answer(query, live, group, draw, out) {
+                Found::Hit { refused } => {
+                    self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    if refused {
+                        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return;
+                }
+                Found::Miss => {}
+                Found::Drawn(decision) => forced = Some(decision),
+            }
+        }
+        if !bypass {
+            self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        }
+        let request = match Request::from_bytes(query.to_vec(), source, Protocol::Udp) {
+            Ok(request) => request,
+            Err(_) => return format_error(query, out),
+        };
+        let encoded = Encoded::default();
+        let (_, reusable) = self
+            .answer(&request, encoded.clone(), forced.as_ref())
+            .await;
+        std::mem::swap(
+            out,
+            &mut encoded.0.lock().unwrap_or_else(|p| p.into_inner()),
+        );
+        if let Some(reusable) = reusable
+            && !bypass
+            && !out.is_empty()
+        {
+            cache.store(query, group, out, reusable);
+        }
+    }
+
+    /// Answers `request` through `responder`; with what a packet cache needs to reuse the
+    /// answer, when it may be.
     async fn answer<R: ResponseHandler>(
         &self,
         request: &Request,
         mut responder: R,
-    ) -> ResponseInfo {
+        forced: Option<&Decision>,
+    ) -> (ResponseInfo, Option<Reusable>) {
         let current = self.current.load();
         let mut metadata = Metadata::response_from_request(&request.metadata);
         let mut edns = request.edns.as_ref().map(|theirs| {
@@ -420,7 +614,7 @@ impl Handler {
         let Some(query) = query else {
             let response = MessageResponseBuilder::new(&request.queries, edns.as_ref())
                 .build_no_records(metadata);
-            return send(&mut responder, response, request).await;
+            return (send(&mut responder, response, request).await, None);
         };
         let subnet = request
             .edns
@@ -429,24 +623,21 @@ impl Handler {
                 Some(EdnsOption::Subnet(subnet)) => Some(*subnet),
                 _ => None,
             });
-        let client = match &subnet {
-            Some(subnet) if subnet.source_prefix() > 0 => Client {
+        let subnet_client = match &subnet {
+            Some(subnet) if subnet.source_prefix() > 0 => Some(Client {
                 address: mask(subnet.addr(), subnet.source_prefix()),
                 prefix: subnet.source_prefix(),
-            },
-            _ => Client::from_source(request.src().ip()),
+            }),
+            _ => None,
         };
+        let client = subnet_client.unwrap_or_else(|| Client::from_source(request.src().ip()));
+        let live = current.liveness.live();
         let lookup = if matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
-            let random = trafik_balance::hash::mix64(self.draws.fetch_add(1, Ordering::Relaxed));
-            current.authority.lookup(
-                query.name(),
-                query.query_type(),
-                client,
-                current.liveness.live(),
-                random,
-            )
+            let (name, kind) = (query.name(), query.query_type());
+            let authority = &current.authority;
+            authority.lookup(name, kind, client, live, self.draw(), forced)
         } else {
-            crate::zone::Lookup {
+            Lookup {
                 code: Code::Refused,
                 ..Default::default()
             }
@@ -459,7 +650,9 @@ impl Handler {
                 ResponseCode::Refused
             }
         };
-        metadata.authoritative = lookup.code != Code::Refused;
+        // A referral speaks for the child zone's servers, not for us (RFC 1034 §4.3.2).
+        metadata.authoritative =
+            lookup.code != Code::Refused && !(lookup.referral && lookup.answers.is_empty());
         if let (Some(edns), Some(subnet)) = (&mut edns, &subnet) {
             // RFC 7871 §7.2.1: echo family, source prefix and address; set the scope.
             let full = if subnet.addr().is_ipv4() { 32 } else { 128 };
@@ -474,6 +667,32 @@ impl Handler {
                     subnet.source_prefix(),
                     scope,
                 )));
+        }
+        if let Some(limiter) = &current.authority.rate_limiter
+            && request.protocol() == Protocol::Udp
+        {
+            match limiter.check(rate_key(request.src().ip(), query, &lookup)) {
+                Verdict::Send => {}
+                Verdict::Drop => {
+                    self.counters
+                        .rate_limited_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    let info = ResponseInfo::from(Header {
+                        metadata,
+                        counts: HeaderCounts::default(),
+                    });
+                    return (info, None);
+                }
+                Verdict::Slip => {
+                    self.counters
+                        .rate_limited_truncated
+                        .fetch_add(1, Ordering::Relaxed);
+                    metadata.truncation = true;
+                    let response = MessageResponseBuilder::new(&request.queries, edns.as_ref())
+                        .build_no_records(metadata);
+                    return (send(&mut responder, response, request).await, None);
+                }
+            }
         }
         if current.authority.query_log {
             let regions: Vec<&str> = lookup
@@ -499,10 +718,45 @@ impl Handler {
             lookup.answers.iter(),
             lookup.authority.iter(),
             std::iter::empty::<&Record>(),
-            std::iter::empty::<&Record>(),
+            lookup.additional.iter(),
         );
-        send(&mut responder, response, request).await
+        let info = send(&mut responder, response, request).await;
+        let reusable = Reusable {
+            live,
+            refused: lookup.code == Code::Refused,
+            tally: lookup.tally,
+            drawn: lookup
+                .drawn
+                .map(|(name, decision)| (name, decision, subnet_client)),
+        };
+        (info, Some(reusable))
     }
+
+    /// The next draw for weighted random choice: a counter, mixed.
+    fn draw(&self) -> u64 {
+        trafik_balance::hash::mix64(self.draws.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// What response rate limiting counts an answer as: the client's network with the name and type
+/// asked, the zone for NXDOMAIN (so random names share one count), or the refusal.
+fn rate_key(client: IpAddr, query: &LowerQuery, lookup: &Lookup) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    rate::network(client).hash(&mut hasher);
+    lookup.code.hash(&mut hasher);
+    match lookup.code {
+        Code::NoError => {
+            query.name().hash(&mut hasher);
+            u16::from(query.query_type()).hash(&mut hasher);
+        }
+        Code::NxDomain => {
+            if let Some(soa) = lookup.authority.first() {
+                LowerName::from(&soa.name).hash(&mut hasher);
+            }
+        }
+        Code::Refused => {}
+    }
+    hasher.finish()
 }
 
 async fn send<'a, R: ResponseHandler>(

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 
-use crate::policy::{Client, Groups, Live, Policy, Prefix, Region};
+use crate::policy::{Client, Decision, GeoGroups, Groups, Live, Policy, Prefix, Region};
+use crate::rate::{RateLimitPlan, RateLimiter};
 
 /// What trafik serves over DNS: regions, client groups and zones.
 #[derive(Clone, Debug, Default)]
@@ -21,6 +22,10 @@ pub struct DnsPlan {
     pub zones: Vec<ZonePlan>,
     /// Log one line per query.
     pub query_log: bool,
+    /// Response rate limiting of UDP answers; off when absent.
+    pub rate_limit: Option<RateLimitPlan>,
+    /// A GeoIP database and each group's places in it (same order as `groups`).
+    pub geoip: Option<GeoGroups>,
 }
 
 /// A region: where its names point.
@@ -76,6 +81,9 @@ pub enum RecordData {
         target: String,
     },
     Ns(String),
+    /// Data read by the master-file parser ([`crate::master`]): MX, CAA, PTR and every type of
+    /// a zone file, its names already absolute.
+    Parsed(RData),
 }
 
 /// A name answered by a policy: its A and AAAA records are the chosen regions' addresses.
@@ -132,10 +140,15 @@ pub struct Zone {
     name_servers: Vec<Record>,
     /// Static records by owner name.
     records: HashMap<LowerName, Vec<Record>>,
-    names: HashMap<LowerName, PolicyName>,
+    names: HashMap<LowerName, Arc<PolicyName>>,
     /// Names that own nothing but have names below them (empty non-terminals): NODATA, not
     /// NXDOMAIN.
     interior: std::collections::HashSet<LowerName>,
+    /// Delegations: the NS records of each name below the apex that has some (a zone cut).
+    /// Questions at or below a cut get a referral to these servers, not an answer.
+    cuts: HashMap<LowerName, Vec<Record>>,
+    /// Whether some owner is a wildcard (`*.…`), so a missing name looks for one (RFC 4592).
+    wildcards: bool,
     pub counters: Arc<ZoneCounters>,
 }
 
@@ -155,6 +168,7 @@ pub struct Authority {
     pub groups: Groups,
     pub group_names: Vec<String>,
     pub query_log: bool,
+    pub rate_limiter: Option<RateLimiter>,
 }
 
 /// The answer to one question.
@@ -163,14 +177,71 @@ pub struct Lookup {
     pub code: Code,
     pub answers: Vec<Record>,
     pub authority: Vec<Record>,
+    /// Glue: the addresses of a referral's name servers.
+    pub additional: Vec<Record>,
+    /// The authority section is a referral to a delegated child zone: what follows the
+    /// answers (if any) is not ours to answer, so without answers the reply is not
+    /// authoritative.
+    pub referral: bool,
     /// The ECS scope prefix of the answer.
     pub scope: u8,
     /// The regions a policy chose, for the query log.
     pub regions: Vec<Region>,
+    /// The weighted policy name whose draw chose this answer, and the decision drawn: the
+    /// answer changes from one query to the next (the pattern's next slot, a random draw, the
+    /// client's subnet), so it may be reused only for the same decision, drawn again.
+    pub drawn: Option<(Arc<PolicyName>, Decision)>,
+    /// The counters this lookup moved.
+    pub tally: Tally,
+}
+
+/// The counters one lookup moved, so that an answer served again from the packet cache moves
+/// them again and `/status` counts every query.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    zone: Option<Arc<ZoneCounters>>,
+    nxdomain: bool,
+    name: Option<NameTally>,
+}
+
+#[derive(Clone, Debug)]
+struct NameTally {
+    counters: Arc<NameCounters>,
+    /// The regions answered, by name.
+    regions: Vec<String>,
+    failover: bool,
+    nodata: bool,
+}
+
+impl Tally {
+    /// Moves the counters again, as the lookup did.
+    pub fn replay(&self) {
+        if let Some(zone) = &self.zone {
+            zone.queries.fetch_add(1, Ordering::Relaxed);
+            if self.nxdomain {
+                zone.nxdomain.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(name) = &self.name {
+            let counters = &name.counters;
+            counters.queries.fetch_add(1, Ordering::Relaxed);
+            for region in &name.regions {
+                if let Some(count) = counters.answers.get(region) {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if name.failover {
+                counters.failovers.fetch_add(1, Ordering::Relaxed);
+            }
+            if name.nodata {
+                counters.nodata.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// The outcome of a lookup.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Code {
     #[default]
     NoError,
@@ -205,14 +276,19 @@ impl Authority {
         Ok(Authority {
             zones,
             regions: plan.regions.clone(),
-            groups: Groups::new(entries),
+            groups: match &plan.geoip {
+                Some(geo) => Groups::new(entries).with_places(geo.clone()),
+                None => Groups::new(entries),
+            },
             group_names: plan.groups.iter().map(|(name, _)| name.clone()).collect(),
             query_log: plan.query_log,
+            rate_limiter: plan.rate_limit.clone().map(RateLimiter::new),
         })
     }
 
     /// Answers `name`/`kind` for `client` with the regions in `live`; `random` feeds weighted
-    /// random choice.
+    /// random choice. `forced` is a weighted policy's decision already drawn for this query
+    /// (by the packet cache), used instead of drawing again.
     pub fn lookup(
         &self,
         name: &LowerName,
@@ -220,6 +296,7 @@ impl Authority {
         client: Client,
         live: Live,
         random: u64,
+        forced: Option<&Decision>,
     ) -> Lookup {
         let Some(zone) = self.zones.iter().find(|z| z.origin.zone_of(name)) else {
             return Lookup {
@@ -229,16 +306,29 @@ impl Authority {
         };
         zone.counters.queries.fetch_add(1, Ordering::Relaxed);
         let mut lookup = Lookup::default();
+        lookup.tally.zone = Some(zone.counters.clone());
         let mut owner = name.clone();
         for _ in 0..MAX_CHAIN {
-            let found = zone.answer(self, &owner, kind, client, live, random, &mut lookup);
+            let asked = Asked {
+                kind,
+                client,
+                live,
+                random,
+                forced,
+            };
+            let found = zone.answer(self, &owner, &asked, &mut lookup);
             match found {
                 Found::Done => return lookup,
+                Found::Referral => {
+                    lookup.referral = true;
+                    return lookup;
+                }
                 Found::Cname(target) if zone.origin.zone_of(&target) => owner = target,
                 Found::Cname(_) => return lookup,
                 Found::Nothing if lookup.answers.is_empty() => {
                     lookup.code = Code::NxDomain;
                     zone.counters.nxdomain.fetch_add(1, Ordering::Relaxed);
+                    lookup.tally.nxdomain = true;
                     lookup.authority.push(zone.negative_soa());
                     return lookup;
                 }
@@ -254,9 +344,20 @@ impl Authority {
     }
 }
 
+/// One question's conditions, as a lookup passes them down.
+struct Asked<'a> {
+    kind: RecordType,
+    client: Client,
+    live: Live,
+    random: u64,
+    forced: Option<&'a Decision>,
+}
+
 enum Found {
     Done,
     Cname(LowerName),
+    /// The name is at or below a zone cut: the lookup holds the referral.
+    Referral,
     NoData,
     Nothing,
 }
@@ -264,43 +365,66 @@ enum Found {
 impl Zone {
     /// The names answered by a policy, in name order.
     pub fn policy_names(&self) -> impl Iterator<Item = &PolicyName> {
-        let mut names: Vec<&PolicyName> = self.names.values().collect();
+        let mut names: Vec<&PolicyName> = self.names.values().map(Arc::as_ref).collect();
         names.sort_by(|a, b| a.name.cmp(&b.name));
         names.into_iter()
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn answer(
         &self,
         authority: &Authority,
         owner: &LowerName,
-        kind: RecordType,
-        client: Client,
-        live: Live,
-        random: u64,
+        asked: &Asked,
         lookup: &mut Lookup,
     ) -> Found {
-        if *owner == self.origin {
+        let kind = asked.kind;
+        if let Some((cut, servers)) = self.cut_above(owner) {
+            // DS lives on the parent side of the cut (RFC 4035 §3.1.4.1).
+            if !(kind == RecordType::DS && *cut == *owner) {
+                lookup.authority.extend(servers.iter().cloned());
+                lookup.additional.extend(self.glue(servers));
+                return Found::Referral;
+            }
+        }
+        // The node that answers: the name itself, or the wildcard covering it (RFC 4592 §3.3).
+        let source = if self.exists(owner) {
+            owner.clone()
+        } else {
+            match self.wildcard_for(owner) {
+                Some(wildcard) => wildcard,
+                None => return Found::Nothing,
+            }
+        };
+        // ANY gets one RRset, not all of them (RFC 8482 §4.1): no amplifier for reflection.
+        let kind = if kind == RecordType::ANY {
+            self.one_type_of(&source)
+        } else {
+            kind
+        };
+        let before = lookup.answers.len();
+        if source == self.origin {
             match kind {
                 RecordType::SOA => lookup.answers.push(self.soa.clone()),
                 RecordType::NS => lookup.answers.extend(self.name_servers.iter().cloned()),
-                RecordType::ANY => {
-                    lookup.answers.push(self.soa.clone());
-                    lookup.answers.extend(self.name_servers.iter().cloned());
-                }
                 _ => {}
             }
         }
-        if let Some(name) = self.names.get(owner) {
-            return name.answer(authority, kind, client, live, random, lookup);
+        // A wildcard's records answer with the question's name as their owner.
+        let synthesized = (source != *owner).then(|| Name::from(owner.clone()));
+        if let Some(name) = self.names.get(&source) {
+            let answered = synthesized.as_ref().unwrap_or(&name.name);
+            return name.answer(authority, answered, kind, asked, lookup);
         }
-        let records = self.records.get(owner);
-        if let Some(records) = records {
-            let matching = records
-                .iter()
-                .filter(|r| kind == RecordType::ANY || r.record_type() == kind);
-            let before = lookup.answers.len();
-            lookup.answers.extend(matching.cloned());
+        let as_owner = |record: &Record| {
+            let mut record = record.clone();
+            if let Some(name) = &synthesized {
+                record.name = name.clone();
+            }
+            record
+        };
+        if let Some(records) = self.records.get(&source) {
+            let matching = records.iter().filter(|r| r.record_type() == kind);
+            lookup.answers.extend(matching.map(as_owner));
             if lookup.answers.len() > before {
                 return Found::Done;
             }
@@ -308,19 +432,80 @@ impl Zone {
                 .iter()
                 .find(|r| r.record_type() == RecordType::CNAME)
             {
-                lookup.answers.push(cname.clone());
+                lookup.answers.push(as_owner(cname));
                 if let RData::CNAME(CNAME(target)) = &cname.data {
                     return Found::Cname(LowerName::from(target));
                 }
             }
         }
-        if *owner == self.origin && !lookup.answers.is_empty() {
-            return Found::Done;
-        }
-        if records.is_some() || *owner == self.origin || self.interior.contains(owner) {
-            Found::NoData
+        if lookup.answers.len() > before {
+            Found::Done
         } else {
-            Found::Nothing
+            Found::NoData
+        }
+    }
+
+    /// Whether `name` is a node of the zone: the apex, an owner, or an empty non-terminal.
+    fn exists(&self, name: &LowerName) -> bool {
+        *name == self.origin
+            || self.records.contains_key(name)
+            || self.names.contains_key(name)
+            || self.interior.contains(name)
+    }
+
+    /// The wildcard that answers for `name`, which does not exist: `*.` and the closest
+    /// existing ancestor (the closest encloser), when the zone has that wildcard.
+    fn wildcard_for(&self, name: &LowerName) -> Option<LowerName> {
+        if !self.wildcards {
+            return None;
+        }
+        let mut ancestor = name.base_name();
+        while ancestor.num_labels() > self.origin.num_labels() && !self.exists(&ancestor) {
+            ancestor = ancestor.base_name();
+        }
+        let wildcard = LowerName::from(Name::from(ancestor).prepend_label("*").ok()?);
+        (self.records.contains_key(&wildcard) || self.names.contains_key(&wildcard))
+            .then_some(wildcard)
+    }
+
+    /// The topmost zone cut at or above `name`, with its NS records.
+    fn cut_above(&self, name: &LowerName) -> Option<(&LowerName, &Vec<Record>)> {
+        if self.cuts.is_empty() || *name == self.origin {
+            return None;
+        }
+        let mut found = None;
+        let mut node = name.clone();
+        while node.num_labels() > self.origin.num_labels() {
+            if let Some(cut) = self.cuts.get_key_value(&node) {
+                found = Some(cut);
+            }
+            node = node.base_name();
+        }
+        found
+    }
+
+    /// The addresses this zone holds for the targets of `servers` (glue).
+    fn glue<'a>(&'a self, servers: &'a [Record]) -> impl Iterator<Item = Record> + 'a {
+        servers
+            .iter()
+            .filter_map(|ns| match &ns.data {
+                RData::NS(NS(target)) => self.records.get(&LowerName::from(target)),
+                _ => None,
+            })
+            .flatten()
+            .filter(|r| matches!(r.record_type(), RecordType::A | RecordType::AAAA))
+            .cloned()
+    }
+
+    /// The one type an ANY question at `node` is answered with: the apex's SOA, a policy
+    /// name's addresses, or a static name's first RRset.
+    fn one_type_of(&self, node: &LowerName) -> RecordType {
+        if *node == self.origin {
+            RecordType::SOA
+        } else if let Some(first) = self.records.get(node).and_then(|r| r.first()) {
+            first.record_type()
+        } else {
+            RecordType::A
         }
     }
 
@@ -335,23 +520,56 @@ impl Zone {
 }
 
 impl PolicyName {
+    /// Answers `kind` for this name; the records' owner is `owner` (this name, or a name its
+    /// wildcard covers).
     fn answer(
-        &self,
+        self: &Arc<Self>,
         authority: &Authority,
+        owner: &Name,
         kind: RecordType,
-        client: Client,
-        live: Live,
-        random: u64,
+        asked: &Asked,
         lookup: &mut Lookup,
     ) -> Found {
         self.counters.queries.fetch_add(1, Ordering::Relaxed);
-        if !matches!(kind, RecordType::A | RecordType::AAAA | RecordType::ANY) {
+        let mut tally = NameTally {
+            counters: self.counters.clone(),
+            regions: Vec::new(),
+            failover: false,
+            nodata: false,
+        };
+        let found = self.decide(authority, owner, kind, asked, lookup, &mut tally);
+        if tally.nodata {
             self.counters.nodata.fetch_add(1, Ordering::Relaxed);
+        }
+        lookup.tally.name = Some(tally);
+        found
+    }
+
+    fn decide(
+        self: &Arc<Self>,
+        authority: &Authority,
+        owner: &Name,
+        kind: RecordType,
+        asked: &Asked,
+        lookup: &mut Lookup,
+        tally: &mut NameTally,
+    ) -> Found {
+        if !matches!(kind, RecordType::A | RecordType::AAAA) {
+            tally.nodata = true;
             return Found::NoData;
         }
-        let decision = self.policy.decide(client, &authority.groups, live, random);
+        let decision = match asked.forced {
+            Some(decision) => decision.clone(),
+            None => self
+                .policy
+                .decide(asked.client, &authority.groups, asked.live, asked.random),
+        };
+        if matches!(self.policy, Policy::Weighted(_)) {
+            lookup.drawn = Some((self.clone(), decision.clone()));
+        }
         if decision.failover {
             self.counters.failovers.fetch_add(1, Ordering::Relaxed);
+            tally.failover = true;
         }
         lookup.scope = decision.scope;
         let before = lookup.answers.len();
@@ -361,21 +579,22 @@ impl PolicyName {
             };
             if let Some(count) = self.counters.answers.get(&plan.name) {
                 count.fetch_add(1, Ordering::Relaxed);
+                tally.regions.push(plan.name.clone());
             }
             for address in &plan.addresses {
                 let data = match (address, kind) {
-                    (IpAddr::V4(v4), RecordType::A | RecordType::ANY) => RData::A(A(*v4)),
-                    (IpAddr::V6(v6), RecordType::AAAA | RecordType::ANY) => RData::AAAA(AAAA(*v6)),
+                    (IpAddr::V4(v4), RecordType::A) => RData::A(A(*v4)),
+                    (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(AAAA(*v6)),
                     _ => continue,
                 };
                 lookup
                     .answers
-                    .push(Record::from_rdata(self.name.clone(), self.ttl, data));
+                    .push(Record::from_rdata(owner.clone(), self.ttl, data));
             }
         }
         lookup.regions = decision.regions;
         if lookup.answers.len() == before {
-            self.counters.nodata.fetch_add(1, Ordering::Relaxed);
+            tally.nodata = true;
             return Found::NoData;
         }
         Found::Done
@@ -436,6 +655,7 @@ fn build_zone(
                 name(target, Some(&origin)),
             )),
             RecordData::Ns(target) => RData::NS(NS(name(target, Some(&origin)))),
+            RecordData::Parsed(data) => data.clone(),
         };
         records
             .entry(LowerName::from(&owner))
@@ -471,17 +691,24 @@ fn build_zone(
         });
         names.insert(
             key,
-            PolicyName {
+            Arc::new(PolicyName {
                 name: owner,
                 ttl: policy_name.ttl,
                 policy: policy_name.policy.clone(),
                 counters,
-            },
+            }),
         );
     }
     let origin_lower = LowerName::from(&origin);
+    let cuts = delegations(&mut records, &origin_lower);
+    errors.extend(
+        conflicts(&records, &names, &cuts, &origin_lower)
+            .into_iter()
+            .map(|problem| format!("zone {}: {problem}", plan.origin)),
+    );
+    let wildcards = records.keys().chain(names.keys()).any(|n| n.is_wildcard());
     let mut interior = std::collections::HashSet::new();
-    for owner in records.keys().chain(names.keys()) {
+    for owner in records.keys().chain(names.keys()).chain(cuts.keys()) {
         let mut parent = owner.base_name();
         while parent.num_labels() > origin_lower.num_labels() {
             interior.insert(parent.clone());
@@ -499,7 +726,92 @@ fn build_zone(
         records,
         names,
         interior,
+        cuts,
+        wildcards,
     })
+}
+
+/// Takes the NS records below the apex out of `records`: each owner is a zone cut.
+fn delegations(
+    records: &mut HashMap<LowerName, Vec<Record>>,
+    origin: &LowerName,
+) -> HashMap<LowerName, Vec<Record>> {
+    let mut cuts = HashMap::new();
+    for (owner, owned) in records.iter_mut() {
+        if owner == origin || !owned.iter().any(|r| r.record_type() == RecordType::NS) {
+            continue;
+        }
+        let (servers, rest) = owned
+            .drain(..)
+            .partition(|r| r.record_type() == RecordType::NS);
+        *owned = rest;
+        cuts.insert(owner.clone(), servers);
+    }
+    records.retain(|_, owned| !owned.is_empty());
+    cuts
+}
+
+/// What a zone may not hold: names outside it, a CNAME beside other data (RFC 1034 §3.6.2) or
+/// at the apex, a policy name that also has records, or one at or below a delegation.
+fn conflicts(
+    records: &HashMap<LowerName, Vec<Record>>,
+    names: &HashMap<LowerName, Arc<PolicyName>>,
+    cuts: &HashMap<LowerName, Vec<Record>>,
+    origin: &LowerName,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for owner in records.keys().chain(names.keys()).chain(cuts.keys()) {
+        if !origin.zone_of(owner) {
+            problems.push(format!("{owner} is not inside the zone"));
+        }
+    }
+    for (owner, owned) in records {
+        let cnames = owned
+            .iter()
+            .filter(|r| r.record_type() == RecordType::CNAME)
+            .count();
+        if cnames > 0 && (owned.len() > 1 || cuts.contains_key(owner)) {
+            problems.push(format!(
+                "{owner} has a CNAME and other records; a CNAME must be alone at its name"
+            ));
+        }
+        if cnames > 0 && owner == origin {
+            problems.push(format!(
+                "{owner} is the apex, which has SOA and NS records; it cannot have a CNAME"
+            ));
+        }
+        if names.contains_key(owner) {
+            problems.push(format!(
+                "{owner} has static records and a policy; a name answers either by its policy or by its records"
+            ));
+        }
+    }
+    for owner in names.keys() {
+        if let Some(cut) = cuts.keys().find(|cut| cut.zone_of(owner)) {
+            problems.push(format!(
+                "policy name {owner} is at or below the delegation {cut}; the child zone answers it"
+            ));
+        }
+    }
+    problems.sort();
+    problems
+}
+
+impl ZonePlan {
+    /// What keeps this zone from being served (conflicting records, names outside it), for
+    /// `trafik check`; empty when it builds.
+    pub fn problems(&self) -> Vec<String> {
+        let prefix = format!("zone {}: ", self.origin);
+        let problems = build_zone(self, &DnsPlan::default(), None).err();
+        problems
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                p.strip_prefix(&prefix)
+                    .map_or_else(|| p.clone(), str::to_owned)
+            })
+            .collect()
+    }
 }
 
 /// SOA timers are signed 32-bit on the wire.
@@ -561,13 +873,15 @@ mod tests {
                 }],
             }],
             query_log: false,
+            rate_limit: None,
+            geoip: None,
         }
     }
 
     fn ask(authority: &Authority, name: &str, kind: RecordType, live: Live) -> Lookup {
         let name = LowerName::from(Name::from_ascii(name).unwrap());
         let client = Client::from_source("10.1.2.3".parse().unwrap());
-        authority.lookup(&name, kind, client, live, 0)
+        authority.lookup(&name, kind, client, live, 0, None)
     }
 
     #[test]
@@ -627,5 +941,163 @@ mod tests {
         let counters = &second.zones[0].names[&key].counters;
         assert_eq!(counters.queries.load(Ordering::Relaxed), 1);
         assert_eq!(counters.answers["b34"].load(Ordering::Relaxed), 1);
+    }
+
+    /// A zone read from a master file: mail, CAA, a wildcard, and a delegation with glue.
+    fn file_plan() -> DnsPlan {
+        let origin = Name::from_ascii("kargo.test.").unwrap();
+        let text = "\
+@        MX    10 posta
+@        CAA   0 issue \"letsencrypt.org\"
+posta    A     127.0.0.25
+*.musteri      TXT \"joker\"
+*.musteri      MX  20 posta
+ozel.musteri   TXT \"kendi\"
+*.cdn          CNAME devralma
+bolge    NS    ns1.bolge
+bolge    NS    ns.disari.test.
+ns1.bolge      A   127.0.0.53
+";
+        let records = crate::master::read(text, &origin, 60).unwrap();
+        let mut plan = plan();
+        plan.zones[0]
+            .records
+            .extend(records.into_iter().map(|record| RecordPlan {
+                name: record.name.to_string(),
+                ttl: Some(record.ttl),
+                data: RecordData::Parsed(record.data),
+            }));
+        plan
+    }
+
+    #[test]
+    fn mail_and_caa_records_answer_at_the_apex() {
+        let authority = Authority::build(&file_plan(), None).unwrap();
+        let mx = ask(&authority, "kargo.test.", RecordType::MX, Live::all(2));
+        assert_eq!(mx.answers[0].data.to_string(), "10 posta.kargo.test.");
+        let caa = ask(&authority, "kargo.test.", RecordType::CAA, Live::all(2));
+        assert_eq!(caa.answers[0].record_type(), RecordType::CAA);
+    }
+
+    #[test]
+    fn a_wildcard_answers_for_missing_names_below_its_closest_encloser_only() {
+        let authority = Authority::build(&file_plan(), None).unwrap();
+        let all = Live::all(2);
+        let any = ask(&authority, "a.b.musteri.kargo.test.", RecordType::TXT, all);
+        assert_eq!(any.code, Code::NoError);
+        assert_eq!(any.answers[0].name.to_ascii(), "a.b.musteri.kargo.test.");
+        assert_eq!(any.answers[0].data.to_string(), "joker");
+        // An existing name is not covered (RFC 4592 §2.2.1), nor the wildcard's parent.
+        let own = ask(&authority, "ozel.musteri.kargo.test.", RecordType::TXT, all);
+        assert_eq!(own.answers[0].data.to_string(), "kendi");
+        let own_mx = ask(&authority, "ozel.musteri.kargo.test.", RecordType::MX, all);
+        assert_eq!((own_mx.code, own_mx.answers.len()), (Code::NoError, 0));
+        let parent = ask(&authority, "musteri.kargo.test.", RecordType::TXT, all);
+        assert_eq!((parent.code, parent.answers.len()), (Code::NoError, 0));
+        // Below an existing name that is not the wildcard's parent: no match.
+        let below = ask(
+            &authority,
+            "x.ozel.musteri.kargo.test.",
+            RecordType::TXT,
+            all,
+        );
+        assert_eq!(below.code, Code::NxDomain);
+        let nodata = ask(&authority, "y.musteri.kargo.test.", RecordType::AAAA, all);
+        assert_eq!((nodata.code, nodata.answers.len()), (Code::NoError, 0));
+        // A wildcard CNAME is followed to a policy name.
+        let chain = ask(&authority, "resim.cdn.kargo.test.", RecordType::A, all);
+        assert_eq!(chain.answers[0].name.to_ascii(), "resim.cdn.kargo.test.");
+        assert_eq!(
+            chain.answers[1].data,
+            RData::A(A("127.0.0.34".parse().unwrap()))
+        );
+    }
+
+    #[test]
+    fn a_delegated_name_gets_a_referral_with_glue() {
+        let authority = Authority::build(&file_plan(), None).unwrap();
+        for name in [
+            "bolge.kargo.test.",
+            "www.bolge.kargo.test.",
+            "ns1.bolge.kargo.test.",
+        ] {
+            let referral = ask(&authority, name, RecordType::A, Live::all(2));
+            assert!(referral.referral, "{name}");
+            assert_eq!((referral.code, referral.answers.len()), (Code::NoError, 0));
+            assert_eq!(referral.authority.len(), 2);
+            assert!(
+                referral
+                    .authority
+                    .iter()
+                    .all(|r| r.record_type() == RecordType::NS)
+            );
+            assert_eq!(referral.additional.len(), 1, "in-zone glue only");
+            assert_eq!(
+                referral.additional[0].name.to_ascii(),
+                "ns1.bolge.kargo.test."
+            );
+        }
+        let ds = ask(
+            &authority,
+            "bolge.kargo.test.",
+            RecordType::DS,
+            Live::all(2),
+        );
+        assert!(!ds.referral);
+        assert_eq!(ds.authority[0].record_type(), RecordType::SOA);
+    }
+
+    #[test]
+    fn any_is_answered_with_one_rrset() {
+        let authority = Authority::build(&file_plan(), None).unwrap();
+        let all = Live::all(2);
+        let apex = ask(&authority, "kargo.test.", RecordType::ANY, all);
+        assert_eq!(apex.answers.len(), 1);
+        assert_eq!(apex.answers[0].record_type(), RecordType::SOA);
+        let policy = ask(&authority, "devralma.kargo.test.", RecordType::ANY, all);
+        assert_eq!(policy.answers.len(), 1);
+        assert_eq!(policy.answers[0].record_type(), RecordType::A);
+        let wildcard = ask(&authority, "z.musteri.kargo.test.", RecordType::ANY, all);
+        assert_eq!(wildcard.answers.len(), 1);
+    }
+
+    #[test]
+    fn conflicting_records_are_refused_with_their_name() {
+        let mut plan = file_plan();
+        let record = |name: &str, data| RecordPlan {
+            name: name.into(),
+            ttl: None,
+            data,
+        };
+        plan.zones[0].records.extend([
+            record("posta", RecordData::Cname("ns1".into())),
+            record("devralma", RecordData::Txt(vec!["x".into()])),
+            record("disari.test.", RecordData::A("127.0.0.1".parse().unwrap())),
+        ]);
+        let policy = plan.zones[0].names[0].policy.clone();
+        plan.zones[0].names.push(NamePlan {
+            name: "a.bolge".into(),
+            ttl: 30,
+            policy,
+        });
+        let problems = plan.zones[0].problems();
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("posta.kargo.test. has a CNAME"))
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("disari.test. is not inside"))
+        );
+        assert!(problems.iter().any(|p| p.contains("below the delegation")));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("devralma.kargo.test. has static"))
+        );
+        assert!(Authority::build(&plan, None).is_err());
     }
 }

@@ -126,6 +126,8 @@ fn course_plan() -> DnsPlan {
             ],
         }],
         query_log: false,
+        rate_limit: None,
+        geoip: None,
     }
 }
 
@@ -139,13 +141,17 @@ struct Running {
 
 impl Running {
     fn start() -> Running {
+        Running::with(&course_plan())
+    }
+
+    fn with(plan: &DnsPlan) -> Running {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
         let live = Arc::new(Switches(AtomicU64::new(Live::all(3).bits())));
-        let authority = Authority::build(&course_plan(), None).unwrap();
+        let authority = Authority::build(plan, None).unwrap();
         let liveness: Arc<dyn Liveness> = live.clone();
         let entered = runtime.enter();
         let server =
@@ -318,8 +324,13 @@ fn hickory_clients_see_negative_answers_and_tcp_over_both_transports() {
 
 /// A query for `cografi.kargo.test. A`, id 0x1234: header then question.
 fn query_packet() -> Vec<u8> {
+    query_for("cografi")
+}
+
+/// A query for `NAME.kargo.test. A`, id 0x1234.
+fn query_for(name: &str) -> Vec<u8> {
     let mut packet = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
-    for label in ["cografi", "kargo", "test"] {
+    for label in [name, "kargo", "test"] {
         packet.push(label.len() as u8);
         packet.extend_from_slice(label.as_bytes());
     }
@@ -380,5 +391,230 @@ fn malformed_packets_get_formerr_or_nothing_and_the_server_goes_on() {
     assert!(
         dns.addresses("cografi.kargo.test", "10.1.0.0/16")
             .contains(&address.to_string())
+    );
+}
+
+#[test]
+fn edns_version_1_gets_badvers_with_an_opt_of_version_0() {
+    let dns = Running::start();
+    let answer = dns.dig(&["cografi.kargo.test", "A", "+edns=1", "+noednsnegotiation"]);
+    assert!(answer.contains("status: BADVERS"), "{answer}");
+    assert!(answer.contains("EDNS: version: 0"), "{answer}");
+    assert!(answer.contains("ANSWER: 0"), "{answer}");
+}
+
+/// The course's zone with what a real domain has, read from a master file: mail, CAA, a
+/// wildcard and a delegation with glue; and the reverse zone of 127.0.0.0/24.
+fn domain_plan() -> DnsPlan {
+    let mut plan = course_plan();
+    let origin = Name::from_ascii("kargo.test.").unwrap();
+    let text = "\
+@              MX    10 posta
+@              CAA   0 issue \"letsencrypt.org\"
+posta          A     127.0.0.25
+*.musteri      TXT   \"joker\"
+bolge          NS    ns1.bolge
+ns1.bolge      A     127.0.0.53
+";
+    let parsed = |record: hickory_proto::rr::Record| RecordPlan {
+        name: record.name.to_string(),
+        ttl: Some(record.ttl),
+        data: RecordData::Parsed(record.data),
+    };
+    let records = trafik_dns::master::read(text, &origin, 60).unwrap();
+    plan.zones[0]
+        .records
+        .extend(records.into_iter().map(parsed));
+    let reverse = Name::from_ascii("0.0.127.in-addr.arpa.").unwrap();
+    let text = "25 PTR posta.kargo.test.\n";
+    let mut zone = plan.zones[0].clone();
+    zone.origin = reverse.to_string();
+    zone.names.clear();
+    zone.name_servers = vec!["ns1.kargo.test.".into()];
+    zone.soa.mname = "ns1.kargo.test.".into();
+    zone.records = trafik_dns::master::read(text, &reverse, 60)
+        .unwrap()
+        .into_iter()
+        .map(parsed)
+        .collect();
+    plan.zones.push(zone);
+    plan
+}
+
+#[test]
+fn mail_caa_reverse_and_wildcard_records_answer_dig() {
+    let dns = Running::with(&domain_plan());
+    let short = |args: &[&str]| dns.dig(&[args, &["+short"]].concat());
+    assert_eq!(short(&["kargo.test", "MX"]).trim(), "10 posta.kargo.test.");
+    assert_eq!(
+        short(&["kargo.test", "CAA"]).trim(),
+        "0 issue \"letsencrypt.org\""
+    );
+    assert_eq!(short(&["-x", "127.0.0.25"]).trim(), "posta.kargo.test.");
+    assert_eq!(
+        short(&["kim.musteri.kargo.test", "TXT"]).trim(),
+        "\"joker\""
+    );
+    let answer = dns.dig(&["kim.musteri.kargo.test", "TXT"]);
+    assert!(
+        answer.contains("kim.musteri.kargo.test.\t60\tIN\tTXT"),
+        "the wildcard answers with the question's name:\n{answer}"
+    );
+}
+
+#[test]
+fn a_delegated_name_gets_a_referral_without_aa_and_with_glue() {
+    let dns = Running::with(&domain_plan());
+    let answer = dns.dig(&["www.bolge.kargo.test", "A", "+norecurse"]);
+    assert!(answer.contains("status: NOERROR"), "{answer}");
+    assert!(
+        answer.contains("flags: qr;"),
+        "not authoritative:\n{answer}"
+    );
+    assert!(answer.contains("ANSWER: 0, AUTHORITY: 1"), "{answer}");
+    assert!(
+        answer.contains("bolge.kargo.test.\t60\tIN\tNS\tns1.bolge.kargo.test."),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("ns1.bolge.kargo.test.\t60\tIN\tA\t127.0.0.53"),
+        "glue:\n{answer}"
+    );
+}
+
+#[test]
+fn any_gets_one_rrset() {
+    let dns = Running::with(&domain_plan());
+    let apex = dns.dig(&["kargo.test", "ANY"]);
+    assert!(apex.contains("ANSWER: 1,"), "{apex}");
+    assert!(apex.contains("IN\tSOA"), "{apex}");
+    let txt = dns.dig(&["buyuk.kargo.test", "ANY", "+tcp"]);
+    assert!(txt.contains("ANSWER: 40,"), "one RRset, all of it:\n{txt}");
+}
+
+/// Sends `count` copies of `packet` at once and reads the answers until none comes for a
+/// second: (full answers, truncated answers).
+fn burst(address: SocketAddr, packet: &[u8], count: usize) -> (usize, usize) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    for _ in 0..count {
+        socket.send_to(packet, address).unwrap();
+    }
+    let (mut full, mut truncated) = (0, 0);
+    let mut buffer = [0u8; 1500];
+    while let Ok((read, _)) = socket.recv_from(&mut buffer) {
+        assert!(read >= 12);
+        if buffer[2] & 0x02 != 0 {
+            truncated += 1;
+        } else {
+            full += 1;
+        }
+    }
+    (full, truncated)
+}
+
+#[test]
+fn rate_limiting_drops_repeats_to_one_network_and_truncates_every_second_one() {
+    let mut plan = course_plan();
+    plan.rate_limit = Some(trafik_dns::rate::RateLimitPlan {
+        responses_per_second: 2,
+        slip: 2,
+    });
+    let dns = Running::with(&plan);
+    let started = std::time::Instant::now();
+    let (full, truncated) = burst(dns.address, &query_packet(), 20);
+    // Two at once, and two a second after: whatever the time the burst took.
+    let allowed = 2 + 2 * started.elapsed().as_secs() as usize + 1;
+    assert!((1..=allowed).contains(&full), "{full} full answers");
+    let limited = 20 - full;
+    assert!(
+        truncated >= limited / 2 - 1 && truncated <= limited / 2 + 1,
+        "{truncated} of {limited} limited answers truncated"
+    );
+    // Over TCP nothing is limited, and another name has its own count.
+    for _ in 0..5 {
+        let answer = dns.dig(&["cografi.kargo.test", "A", "+tcp", "+short"]);
+        assert_eq!(answer.trim(), B34);
+    }
+    assert_eq!(dns.dig(&["devralma.kargo.test", "A", "+short"]).trim(), B34);
+}
+
+/// The raw answer to `packet` over UDP.
+fn raw_answer(address: SocketAddr, packet: &[u8]) -> Vec<u8> {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    socket.send_to(packet, address).unwrap();
+    let mut buffer = [0u8; 1500];
+    let (read, _) = socket.recv_from(&mut buffer).unwrap();
+    buffer[..read].to_vec()
+}
+
+#[test]
+fn a_repeated_question_gets_the_same_bytes_with_its_own_id_and_case_and_is_counted() {
+    let dns = Running::start();
+    let first = raw_answer(dns.address, &query_packet());
+    let mut shouted = query_packet();
+    shouted[0..2].copy_from_slice(&[0xab, 0xcd]);
+    shouted[13..20].copy_from_slice(b"COGRAFI");
+    for _ in 0..4 {
+        let again = raw_answer(dns.address, &shouted);
+        assert_eq!(&again[..2], &[0xab, 0xcd]);
+        assert_eq!(
+            &again[12..shouted.len()],
+            &shouted[12..],
+            "the name as asked"
+        );
+        assert_eq!(&again[2..12], &first[2..12]);
+        assert_eq!(again.len(), first.len());
+    }
+    let status = dns.server.as_ref().unwrap().control().status();
+    let names = status["zones"][0]["names"].as_array().unwrap();
+    let name = names
+        .iter()
+        .find(|n| n["name"] == "cografi.kargo.test.")
+        .unwrap();
+    assert_eq!(name["queries"], 5, "{name}");
+    assert_eq!(name["answers"]["b34"], 5, "{name}");
+    assert_eq!(status["zones"][0]["queries"], 5);
+    // Built once per socket (the server has two, each with its cache), then from the cache.
+    let (hits, misses) = (
+        status["packet_cache"]["hits"].as_u64().unwrap(),
+        status["packet_cache"]["misses"].as_u64().unwrap(),
+    );
+    assert!(
+        hits + misses == 5 && misses <= 2,
+        "{hits} hits, {misses} misses"
+    );
+    // A health change is another key: the fallback answers at once.
+    dns.set_live(0, false);
+    assert_eq!(dns.addresses("cografi.kargo.test", "10.1.0.0/16"), [B06]);
+    dns.set_live(0, true);
+    assert_eq!(dns.addresses("cografi.kargo.test", "10.1.0.0/16"), [B34]);
+}
+
+#[test]
+fn a_weighted_name_walks_its_pattern_when_the_same_packet_repeats() {
+    let dns = Running::start();
+    let packet = query_for("agirlik");
+    let mut counts = std::collections::HashMap::new();
+    for _ in 0..30 {
+        let answer = raw_answer(dns.address, &packet);
+        // The last 4 bytes of the one A record are the address.
+        let address = answer[answer.len() - 4..].to_vec();
+        *counts.entry(address).or_insert(0) += 1;
+    }
+    let count = |address: [u8; 4]| counts.get(address.as_slice()).copied().unwrap_or(0);
+    assert_eq!(
+        (
+            count([127, 0, 0, 34]),
+            count([127, 0, 0, 35]),
+            count([127, 0, 0, 6])
+        ),
+        (15, 9, 6),
+        "{counts:?}"
     );
 }

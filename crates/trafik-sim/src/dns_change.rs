@@ -278,7 +278,7 @@ mod tests {
                     )),
                 }],
             }],
-            query_log: false,
+            ..DnsPlan::default()
         }
     }
 

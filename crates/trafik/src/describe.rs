@@ -395,12 +395,20 @@ fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
             addresses.join(", ")
         );
     }
-    for (name, prefixes) in &dns.zones.groups {
-        let prefixes: Vec<String> = prefixes
+    if let Some(geoip) = &dns.zones.geoip {
+        let _ = writeln!(out, "  geoip {:?}", geoip.database);
+    }
+    for (index, (name, prefixes)) in dns.zones.groups.iter().enumerate() {
+        let mut members: Vec<String> = prefixes
             .iter()
             .map(|p| format!("{}/{}", p.network, p.length))
             .collect();
-        let _ = writeln!(out, "  group {name}: {}", prefixes.join(", "));
+        if let Some(places) = dns.zones.geoip.as_ref().and_then(|g| g.places.get(index)) {
+            members.extend(places.countries.iter().map(|c| format!("country {c}")));
+            members.extend(places.asns.iter().map(|a| format!("AS{a}")));
+            members.extend(places.continents.iter().map(|c| format!("continent {c}")));
+        }
+        let _ = writeln!(out, "  group {name}: {}", members.join(", "));
     }
     for zone in &dns.zones.zones {
         let _ = writeln!(

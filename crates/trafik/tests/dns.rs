@@ -21,11 +21,16 @@ struct Dns {
     file: PathBuf,
 }
 
+/// A test's own folder for its config and zone files.
+fn directory(name: &str) -> PathBuf {
+    let directory = std::env::temp_dir().join(format!("trafik-dns-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    directory
+}
+
 impl Dns {
     fn start(name: &str, config: &str) -> Dns {
-        let directory =
-            std::env::temp_dir().join(format!("trafik-dns-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&directory).unwrap();
+        let directory = directory(name);
         let file = directory.join("dns.toml");
         std::fs::write(&file, config).unwrap();
         let (trafik, printed) = Trafik::start(
@@ -72,6 +77,29 @@ impl Dns {
             .lines()
             .map(str::to_owned)
             .collect()
+    }
+
+    /// `dig +short` for `name` and `kind`.
+    fn short(&self, name: &str, kind: &str) -> String {
+        let (host, port) = self.dns.rsplit_once(':').unwrap();
+        let output = Command::new("dig")
+            .args([&format!("@{host}"), "-p", port, name, kind])
+            .args(["+short", "+tries=1", "+time=2"])
+            .output()
+            .expect("dig runs (install dnsutils)");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    fn reload(&self) {
+        let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(["reload", "--admin", &self.admin])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     /// Asks until the answer is `want`, for at most 15 s; the answers seen on the way.
@@ -288,8 +316,17 @@ fn a_reload_changes_what_the_names_answer() {
 fn dns_config_errors_are_all_reported_at_their_place() {
     let text = config("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "b99")
         .replace("10.4.0.0/16", "10.4.0.0/33")
-        .replace("type = \"A\"", "type = \"MX\"")
+        .replace("type = \"A\"", "type = \"DNAME\"")
         .replace("policy = \"geo\"", "policy = \"cografi\"")
+        .replace(
+            "query_log = true",
+            "query_log = true\n[dns.rate_limit]\nresponses_per_second = 0",
+        )
+        .replace("prefixes = [\"10.1.0.0/16\"]", "countries = [\"TUR\"]")
+        .replace(
+            "[[dns.zone.name]]\nname = \"devralma\"",
+            "[[dns.zone.record]]\ntype = \"MX\"\nvalue = \"posta\"\n\n[[dns.zone.name]]\nname = \"devralma\"",
+        )
         .replace(
             "[[dns.zone.name]]\nname = \"cografi\"",
             "[[dns.zone.record]]\nname = \"devralma\"\ntype = \"TXT\"\nvalue = \"x\"\n\n[[dns.zone.name]]\nname = \"cografi\"",
@@ -316,9 +353,29 @@ fn dns_config_errors_are_all_reported_at_their_place() {
             "expected an address prefix",
         ),
         (
-            "type = \"MX\"",
+            "type = \"DNAME\"",
             "dns.zone[0].record[0].type",
-            "expected A, AAAA, CNAME, TXT, SRV or NS",
+            "expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR",
+        ),
+        (
+            "countries = [\"TUR\"]",
+            "dns.group[0].countries",
+            "expected a two-letter ISO 3166 country code such as \"TR\", found \"TUR\"",
+        ),
+        (
+            "countries = [\"TUR\"]",
+            "dns.group[0]:",
+            "countries, continents and asns are looked up in a GeoIP database",
+        ),
+        (
+            "responses_per_second = 0",
+            "dns.rate_limit.responses_per_second",
+            "expected at least 1 answer a second",
+        ),
+        (
+            "value = \"posta\"",
+            "dns.zone[0].record[2].value",
+            "expected MX data as a zone file writes it, such as \"10 posta\"",
         ),
         (
             "policy = \"cografi\"",
@@ -344,6 +401,216 @@ fn dns_config_errors_are_all_reported_at_their_place() {
             "{place} {field} {message}:\n{errors}"
         );
     }
+}
+
+/// The course's zone from a master file, policy names beside it in the config.
+const ZONE_FILE: &str = "\
+$TTL 60
+@        IN SOA ns1 hostmaster (
+                7       ; serial
+                3600 600 604800 30 )
+         IN NS   ns1
+         IN MX   10 posta
+         IN CAA  0 issue \"letsencrypt.org\"
+ns1      IN A    127.0.0.1
+posta    IN A    127.0.0.25
+*.musteri IN TXT \"joker\"
+bolge    IN NS   ns1.bolge
+ns1.bolge IN A   127.0.0.53
+";
+
+fn zone_file_config() -> String {
+    r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[dns]
+listen = "127.0.0.1:0"
+
+[[dns.region]]
+name = "b34"
+addresses = ["127.0.0.34"]
+
+[[dns.zone]]
+origin = "kargo.test."
+file = "kargo.zone"
+
+[[dns.zone.record]]
+name = "eski-posta"
+type = "MX"
+value = "20 posta"
+
+[[dns.zone.name]]
+name = "devralma"
+policy = "failover"
+primary = "b34"
+secondary = "b34"
+"#
+    .to_owned()
+}
+
+#[test]
+fn a_zone_file_serves_beside_policy_names_and_a_reload_reads_it_again() {
+    std::fs::write(directory("zone-file").join("kargo.zone"), ZONE_FILE).unwrap();
+    let dns = Dns::start("zone-file", &zone_file_config());
+    assert_eq!(dns.short("kargo.test", "MX"), "10 posta.kargo.test.");
+    assert_eq!(
+        dns.short("kargo.test", "CAA"),
+        "0 issue \"letsencrypt.org\""
+    );
+    assert_eq!(dns.short("kargo.test", "NS"), "ns1.kargo.test.");
+    assert!(
+        dns.short("kargo.test", "SOA")
+            .contains(" 7 3600 600 604800 30")
+    );
+    assert_eq!(
+        dns.short("eski-posta.kargo.test", "MX"),
+        "20 posta.kargo.test."
+    );
+    assert_eq!(dns.short("bir.musteri.kargo.test", "TXT"), "\"joker\"");
+    assert_eq!(dns.ask("devralma.kargo.test", None), ["127.0.0.34"]);
+    let changed = ZONE_FILE.replace("10 posta", "5 posta");
+    std::fs::write(dns.file.with_file_name("kargo.zone"), changed).unwrap();
+    dns.reload();
+    assert_eq!(dns.short("kargo.test", "MX"), "5 posta.kargo.test.");
+}
+
+#[test]
+fn zone_file_errors_are_reported_at_the_file_s_line() {
+    let folder = directory("zone-file-errors");
+    let broken = ZONE_FILE.replace(
+        "posta    IN A    127.0.0.25",
+        "posta    IN A    127.0.0.256",
+    );
+    std::fs::write(folder.join("kargo.zone"), broken).unwrap();
+    let file = folder.join("dns.toml");
+    std::fs::write(&file, zone_file_config()).unwrap();
+    let check = || {
+        let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(["check", "--config", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let errors = check();
+    let place = format!(
+        "{}:9: dns.zone[0].file: ",
+        folder.join("kargo.zone").display()
+    );
+    assert!(errors.contains(&place), "{place}\n{errors}");
+    // The file's NS records did not read; they are not reported missing as well.
+    assert!(
+        errors.contains("error: 1 error in the configuration"),
+        "{errors}"
+    );
+    // A record of the config that conflicts with the file's: reported at the zone.
+    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
+    let conflict = zone_file_config().replace(
+        "name = \"eski-posta\"\ntype = \"MX\"\nvalue = \"20 posta\"",
+        "name = \"posta\"\ntype = \"CNAME\"\nvalue = \"ns1\"",
+    );
+    std::fs::write(&file, conflict).unwrap();
+    let errors = check();
+    assert!(
+        errors.contains(
+            "dns.toml:12:1: dns.zone[0]: posta.kargo.test. has a CNAME and other records"
+        ),
+        "{errors}"
+    );
+}
+
+/// Writes a MaxMind database with the examples' script (the mmdb-writer Python package);
+/// `changes` are its NETWORK=COUNTRY,CONTINENT,ASN arguments.
+fn make_geo(path: &std::path::Path, changes: &[&str]) {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/dns-zone/make-geo.py"
+    );
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(path)
+        .args(changes)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "make-geo.py failed (pip install mmdb-writer): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn groups_by_country_asn_and_continent_follow_the_geoip_database_and_its_reload() {
+    let folder = directory("geoip");
+    make_geo(&folder.join("geo.mmdb"), &[]);
+    let config = r#"
+[admin]
+listen = "127.0.0.1:0"
+
+[dns]
+listen = "127.0.0.1:0"
+
+[dns.geoip]
+database = "geo.mmdb"
+
+[[dns.region]]
+name = "b34"
+addresses = ["127.0.0.34"]
+
+[[dns.region]]
+name = "b35"
+addresses = ["127.0.0.35"]
+
+[[dns.region]]
+name = "b06"
+addresses = ["127.0.0.6"]
+
+[[dns.region]]
+name = "b01"
+addresses = ["127.0.0.1"]
+
+[[dns.group]]
+name = "turkiye"
+countries = ["tr"]
+
+[[dns.group]]
+name = "as64503"
+asns = [64503]
+
+[[dns.group]]
+name = "avrupa"
+continents = ["EU"]
+
+[[dns.zone]]
+origin = "kargo.test."
+name_servers = ["ns1"]
+
+[[dns.zone.name]]
+name = "cografi"
+policy = "geo"
+groups = { turkiye = "b35", as64503 = "b06", avrupa = "b34" }
+default_region = "b01"
+"#;
+    let dns = Dns::start("geoip", config);
+    let answers = |subnets: &[&str]| -> Vec<String> {
+        subnets
+            .iter()
+            .map(|s| dns.ask("cografi.kargo.test", Some(s)).join(","))
+            .collect()
+    };
+    let subnets = ["10.1.9.0/24", "10.2.9.0/24", "10.3.9.0/24", "10.4.9.0/24"];
+    // TR by country, DE by its continent, US by its ASN, JP in no group.
+    assert_eq!(
+        answers(&subnets),
+        ["127.0.0.35", "127.0.0.34", "127.0.0.6", "127.0.0.1"]
+    );
+    make_geo(&folder.join("geo.mmdb"), &["10.4.0.0/16=TR,EU,64504"]);
+    dns.reload();
+    assert_eq!(
+        answers(&subnets),
+        ["127.0.0.35", "127.0.0.34", "127.0.0.6", "127.0.0.35"]
+    );
 }
 
 #[test]

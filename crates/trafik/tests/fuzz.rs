@@ -129,6 +129,14 @@ backends = [{{ address = "{upstream}" }}]
 [dns]
 listen = "127.0.0.1:0"
 
+[[dns.region]]
+name = "b34"
+addresses = ["127.0.0.34", "::34"]
+
+[[dns.region]]
+name = "b35"
+addresses = ["127.0.0.35"]
+
 [[dns.zone]]
 origin = "kargo.test."
 ttl = 30
@@ -138,6 +146,30 @@ name_servers = ["ns1"]
 name = "ns1"
 type = "A"
 value = "127.0.0.1"
+
+[[dns.zone.record]]
+type = "MX"
+value = "10 ns1"
+
+[[dns.zone.record]]
+name = "*.musteri"
+type = "CNAME"
+value = "agirlik"
+
+[[dns.zone.record]]
+name = "bolge"
+type = "NS"
+value = "ns1.bolge"
+
+[[dns.zone.record]]
+name = "ns1.bolge"
+type = "A"
+value = "127.0.0.53"
+
+[[dns.zone.name]]
+name = "agirlik"
+policy = "weighted"
+weights = {{ b34 = 2, b35 = 1 }}
 "#,
             upstream = upstream.address
         );
@@ -330,6 +362,9 @@ fn dns_cases(instance: &Instance, cases: u64, random: &SharedRng) {
         dns_query(1, "ns1.kargo.test"),
         dns_query(2, "yok.kargo.test"),
         dns_query(3, "kargo.test"),
+        dns_query(4, "x.musteri.kargo.test"),
+        dns_query(5, "www.bolge.kargo.test"),
+        dns_query(6, "agirlik.kargo.test"),
     ];
     let pieces: [&[u8]; 6] = [
         &[0xc0, 0x0c],

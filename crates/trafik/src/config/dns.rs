@@ -3,17 +3,25 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use toml::Spanned;
+use trafik_dns::geoip::GeoDatabase;
+use trafik_dns::master::ZoneFile;
 use trafik_dns::policy::{AllDown, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights};
+use trafik_dns::policy::{GeoGroups, Places};
+use trafik_dns::rate::RateLimitPlan;
 use trafik_dns::zone::{
     DnsPlan, NamePlan, RecordData, RecordPlan, RegionPlan, SoaPlan, ZonePlan, parse_name,
 };
+use trafik_dns::{DomainName, RecordType};
 use trafik_proxy::dns::{DnsServicePlan, RegionHealth};
 
 use super::health;
 use super::report::Report;
-use super::schema::{Dns, DnsGroup, DnsName, DnsRecord, DnsRegion, DnsZone, Health};
+use super::schema::{
+    Dns, DnsGeoip, DnsGroup, DnsName, DnsRateLimit, DnsRecord, DnsRegion, DnsZone, Health,
+};
 use crate::suggest::did_you_mean;
 
 /// The ECS subnets a consistent weighted name keeps together (IPv4, IPv6).
@@ -56,12 +64,17 @@ pub fn check(
         .enumerate()
         .map(|(i, region)| check_region(report, i, region, &region_names, pools))
         .unzip();
-    let groups: Vec<_> = dns
+    let database = dns
+        .geoip
+        .and_then(|geoip| check_geoip(report, geoip))
+        .map(Arc::new);
+    let (groups, places): (Vec<_>, Vec<_>) = dns
         .groups
         .into_iter()
         .enumerate()
-        .map(|(i, group)| check_group(report, i, group, &group_names))
-        .collect();
+        .map(|(i, group)| check_group(report, i, group, &group_names, database.is_some()))
+        .unzip();
+    let geoip = database.map(|database| GeoGroups { database, places });
     if dns.zones.is_empty() {
         report.error(
             span,
@@ -75,6 +88,7 @@ pub fn check(
         .enumerate()
         .map(|(i, zone)| check_zone(report, i, zone, &known))
         .collect();
+    let rate_limit = dns.rate_limit.map(|limit| check_rate_limit(report, limit));
     Some(DnsServicePlan {
         listen: listen?.into_inner().0,
         zones: DnsPlan {
@@ -82,9 +96,27 @@ pub fn check(
             groups,
             zones: zones.into_iter().collect::<Option<Vec<_>>>()?,
             query_log: dns.query_log,
+            rate_limit,
+            geoip,
         },
         health,
     })
+}
+
+fn check_rate_limit(report: &mut Report, limit: Spanned<DnsRateLimit>) -> RateLimitPlan {
+    let limit = limit.into_inner();
+    let rate = &limit.responses_per_second;
+    if *rate.get_ref() == 0 {
+        report.error(
+            rate.span(),
+            "dns.rate_limit.responses_per_second",
+            "expected at least 1 answer a second (remove [dns.rate_limit] to turn it off)",
+        );
+    }
+    RateLimitPlan {
+        responses_per_second: *rate.get_ref(),
+        slip: limit.slip,
+    }
 }
 
 /// The region and group names, by position, for references and duplicates.
@@ -215,12 +247,40 @@ fn check_region(
     (RegionPlan { name, addresses }, health)
 }
 
+/// The database `[dns.geoip]` names, read now: `trafik check`, `serve` and every reload read
+/// the file as it is then.
+fn check_geoip(report: &mut Report, geoip: Spanned<DnsGeoip>) -> Option<GeoDatabase> {
+    let span = geoip.span();
+    let database = report.required(
+        geoip.into_inner().database,
+        span,
+        "dns.geoip.database",
+        "database = \"GeoLite2-Country.mmdb\", a MaxMind DB file",
+    )?;
+    let path = report.path(database.get_ref());
+    let read = std::fs::read(&path)
+        .map_err(|error| error.to_string())
+        .and_then(GeoDatabase::read);
+    read.map_err(|error| {
+        report.error(
+            database.span(),
+            "dns.geoip.database",
+            format!(
+                "cannot read the MaxMind database {}: {error}",
+                path.display()
+            ),
+        )
+    })
+    .ok()
+}
+
 fn check_group(
     report: &mut Report,
     i: usize,
     group: Spanned<DnsGroup>,
     all: &[Option<String>],
-) -> (String, Vec<Prefix>) {
+    geoip: bool,
+) -> ((String, Vec<Prefix>), Places) {
     let field = format!("dns.group[{i}]");
     let span = group.span();
     let group = group.into_inner();
@@ -232,13 +292,55 @@ fn check_group(
         all,
         "name = \"g1\", the name policies use for this client group",
     );
-    if group.prefixes.is_empty() {
+    let places_listed =
+        !(group.countries.is_empty() && group.asns.is_empty() && group.continents.is_empty());
+    if group.prefixes.is_empty() && !places_listed {
         report.error(
-            span,
+            span.clone(),
             &format!("{field}.prefixes"),
-            "missing `prefixes`: add prefixes = [\"10.1.0.0/16\"], the clients in this group",
+            "missing `prefixes`: add prefixes = [\"10.1.0.0/16\"] (or, with [dns.geoip], countries, continents or asns), the clients in this group",
         );
     }
+    let first_place = (group.countries.first().map(Spanned::span))
+        .or_else(|| group.asns.first().map(Spanned::span))
+        .or_else(|| group.continents.first().map(Spanned::span));
+    if let (Some(place), false) = (first_place, geoip) {
+        report.error(
+            place,
+            &field,
+            "countries, continents and asns are looked up in a GeoIP database: add [dns.geoip] database = \"….mmdb\"",
+        );
+    }
+    let code = |report: &mut Report, text: &Spanned<String>, key: &str, known: &[&str]| {
+        let upper = text.get_ref().to_ascii_uppercase();
+        let fits = upper.len() == 2 && upper.bytes().all(|b| b.is_ascii_uppercase());
+        if !fits || !(known.is_empty() || known.contains(&upper.as_str())) {
+            let expected = if known.is_empty() {
+                "a two-letter ISO 3166 country code such as \"TR\"".to_owned()
+            } else {
+                format!("one of {}", known.join(", "))
+            };
+            report.error(
+                text.span(),
+                &format!("{field}.{key}"),
+                format!("expected {expected}, found {:?}", text.get_ref()),
+            );
+        }
+        upper
+    };
+    let places = Places {
+        countries: group
+            .countries
+            .iter()
+            .map(|c| code(report, c, "countries", &[]))
+            .collect(),
+        asns: group.asns.iter().map(|a| *a.get_ref()).collect(),
+        continents: group
+            .continents
+            .iter()
+            .map(|c| code(report, c, "continents", &CONTINENTS))
+            .collect(),
+    };
     let prefixes = group
         .prefixes
         .iter()
@@ -257,8 +359,11 @@ fn check_group(
             parsed
         })
         .collect();
-    (name, prefixes)
+    ((name, prefixes), places)
 }
+
+/// MaxMind's continent codes.
+const CONTINENTS: [&str; 7] = ["AF", "AN", "AS", "EU", "NA", "OC", "SA"];
 
 /// A domain name, or an error at its place.
 fn domain(
@@ -297,24 +402,33 @@ fn check_zone(
     let relative = |report: &mut Report, text: &Spanned<String>, key: &str| {
         domain(report, text, &format!("{field}.{key}"), Some(&apex)).map(|_| text.get_ref().clone())
     };
-    if zone.name_servers.is_empty() {
+    let errors_before = report.error_count();
+    let imported = zone
+        .file
+        .as_ref()
+        .map(|file| import(report, file, &format!("{field}.file"), &apex, zone.ttl));
+    // A file that did not read has told its error; what it would have held is not missing.
+    let unread = matches!(imported, Some(None));
+    let imported = imported.flatten().unwrap_or_default();
+    if zone.name_servers.is_empty() && imported.name_servers.is_empty() && !unread {
         report.error(
             span.clone(),
             &format!("{field}.name_servers"),
-            "missing `name_servers`: add name_servers = [\"ns1\"], the zone's NS records",
+            "missing `name_servers`: add name_servers = [\"ns1\"] (or NS records at the apex of `file`), the zone's NS records",
         );
     }
-    let name_servers: Vec<String> = zone
+    let mut name_servers: Vec<String> = zone
         .name_servers
         .iter()
         .filter_map(|ns| relative(report, ns, "name_servers"))
         .collect();
+    name_servers.extend(imported.name_servers);
     let mname = match &zone.soa.mname {
         Some(mname) => relative(report, mname, "soa.mname"),
         None => name_servers.first().cloned(),
     };
     let rname = relative(report, &zone.soa.rname, "soa.rname");
-    let records: Vec<RecordPlan> = zone
+    let mut records: Vec<RecordPlan> = zone
         .records
         .into_iter()
         .enumerate()
@@ -322,8 +436,11 @@ fn check_zone(
             check_record(report, &format!("{field}.record[{r}]"), record, &apex)
         })
         .collect();
+    let file_owners = imported.records.len();
+    records.extend(imported.records);
     let written = names(&zone.names, |n| &n.name);
-    let owners: Vec<_> = records
+    // The config's own records; the file's are checked with the whole zone below.
+    let owners: Vec<_> = records[..records.len() - file_owners]
         .iter()
         .filter_map(|r| parse_name(&r.name, Some(&apex)).ok())
         .collect();
@@ -352,10 +469,9 @@ fn check_zone(
             check_name(report, &field, name, &apex, zone.ttl, known, &written)
         })
         .collect();
-    Some(ZonePlan {
-        origin: apex.to_string(),
-        ttl: zone.ttl,
-        soa: SoaPlan {
+    let soa = match imported.soa {
+        Some(soa) => soa,
+        None => SoaPlan {
             mname: mname?,
             rname: rname?,
             serial: zone.soa.serial,
@@ -364,10 +480,49 @@ fn check_zone(
             expire: zone.soa.expire,
             minimum: zone.soa.minimum,
         },
+    };
+    let plan = ZonePlan {
+        origin: apex.to_string(),
+        ttl: zone.ttl,
+        soa,
         name_servers,
         records,
         names,
-    })
+    };
+    // What only the whole zone shows (a CNAME beside a file's record, a policy name below a
+    // delegation), once each part read clean.
+    if report.error_count() == errors_before {
+        for problem in plan.problems() {
+            report.error(span.clone(), &field, problem);
+        }
+    }
+    Some(plan)
+}
+
+/// Reads the master file `file` names for the zone `apex`; an error names the file's line.
+fn import(
+    report: &mut Report,
+    file: &Spanned<String>,
+    field: &str,
+    apex: &DomainName,
+    ttl: u32,
+) -> Option<ZoneFile> {
+    let path = report.path(file.get_ref());
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| {
+            report.error(
+                file.span(),
+                field,
+                format!("cannot read the zone file {}: {error}", path.display()),
+            )
+        })
+        .ok()?;
+    ZoneFile::read(&text, apex, ttl)
+        .map_err(|error| {
+            let place = format!("{}:{}", path.display(), error.line);
+            report.error_in_file(place, field, error.message);
+        })
+        .ok()
 }
 
 fn check_record(
@@ -383,7 +538,7 @@ fn check_record(
         record.kind,
         span.clone(),
         &format!("{field}.type"),
-        "type = \"A\" (or AAAA, CNAME, TXT, SRV, NS)",
+        "type = \"A\" (or AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR)",
     );
     let value = report.required(
         record.value,
@@ -442,11 +597,29 @@ fn check_record(
                 }
             }
         }
+        "MX" | "CAA" | "PTR" => {
+            let (kind, example) = match kind.get_ref().to_ascii_uppercase().as_str() {
+                "MX" => (RecordType::MX, "\"10 posta\""),
+                "CAA" => (RecordType::CAA, "\"0 issue \\\"letsencrypt.org\\\"\""),
+                _ => (RecordType::PTR, "\"posta.kargo.test.\""),
+            };
+            match trafik_dns::master::parse_value(kind, text, apex) {
+                Ok(data) => RecordData::Parsed(data),
+                Err(error) => {
+                    return bad(
+                        report,
+                        &format!(
+                            "{kind} data as a zone file writes it, such as {example} ({error})"
+                        ),
+                    );
+                }
+            }
+        }
         other => {
             report.error(
                 kind.span(),
                 &format!("{field}.type"),
-                format!("expected A, AAAA, CNAME, TXT, SRV or NS, found {other:?}"),
+                format!("expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR, found {other:?}"),
             );
             return None;
         }

@@ -57,6 +57,8 @@ pub fn render(errors: &[ConfigError]) -> String {
 pub struct Report<'a> {
     source: Source<'a>,
     errors: Vec<ConfigError>,
+    /// Problems in other files a setting names (a zone file), after the config's own.
+    elsewhere: Vec<ConfigError>,
 }
 
 impl<'a> Report<'a> {
@@ -64,6 +66,7 @@ impl<'a> Report<'a> {
         Report {
             source,
             errors: Vec::new(),
+            elsewhere: Vec::new(),
         }
     }
 
@@ -82,6 +85,15 @@ impl<'a> Report<'a> {
         self.errors.push(ConfigError {
             place,
             field,
+            message: message.into(),
+        });
+    }
+
+    /// A problem at `place` in another file, such as `kargo.zone:12`, found reading `field`.
+    pub fn error_in_file(&mut self, place: String, field: &str, message: impl Into<String>) {
+        self.elsewhere.push(ConfigError {
+            place,
+            field: field.to_owned(),
             message: message.into(),
         });
     }
@@ -149,6 +161,7 @@ impl<'a> Report<'a> {
     pub fn into_errors(self) -> Vec<ConfigError> {
         let mut errors = self.errors;
         errors.sort_by_key(|e| place_order(&e.place));
+        errors.extend(self.elsewhere);
         errors
     }
 
@@ -162,11 +175,11 @@ impl<'a> Report<'a> {
 
     /// How many problems were found so far: a checker compares before and after its own.
     pub fn error_count(&self) -> usize {
-        self.errors.len()
+        self.errors.len() + self.elsewhere.len()
     }
 
     pub fn is_clean(&self) -> bool {
-        self.errors.is_empty()
+        self.errors.is_empty() && self.elsewhere.is_empty()
     }
 }
 

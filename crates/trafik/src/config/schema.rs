@@ -698,12 +698,42 @@ pub struct Dns {
     /// UDP and TCP, on the same port.
     pub listen: Option<Spanned<Addr>>,
     pub query_log: bool,
+    /// Response rate limiting of UDP answers; off when absent.
+    pub rate_limit: Option<Spanned<DnsRateLimit>>,
+    /// A MaxMind database for groups by country, continent or autonomous system.
+    pub geoip: Option<Spanned<DnsGeoip>>,
     #[serde(rename = "region")]
     pub regions: Vec<Spanned<DnsRegion>>,
     #[serde(rename = "group")]
     pub groups: Vec<Spanned<DnsGroup>>,
     #[serde(rename = "zone")]
     pub zones: Vec<Spanned<DnsZone>>,
+}
+
+/// `[dns.geoip]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsGeoip {
+    /// A MaxMind DB file, relative to the config file's folder.
+    pub database: Option<Spanned<String>>,
+}
+
+/// `[dns.rate_limit]`: identical answers to one client /24 (IPv6 /56) per second.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsRateLimit {
+    pub responses_per_second: Spanned<u32>,
+    /// Every `slip`-th limited answer is sent truncated, the rest dropped; 0 drops them all.
+    pub slip: u32,
+}
+
+impl Default for DnsRateLimit {
+    fn default() -> Self {
+        DnsRateLimit {
+            responses_per_second: unplaced(5),
+            slip: 2,
+        }
+    }
 }
 
 /// Where a region's names point, and how it is known to be live: active checks of `check`
@@ -724,12 +754,19 @@ pub struct DnsRegion {
 pub struct DnsGroup {
     pub name: Option<Spanned<String>>,
     pub prefixes: Vec<Spanned<String>>,
+    /// With `[dns.geoip]`: ISO country codes, autonomous system numbers, continent codes.
+    pub countries: Vec<Spanned<String>>,
+    pub asns: Vec<Spanned<u32>>,
+    pub continents: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DnsZone {
     pub origin: Option<Spanned<String>>,
+    /// An RFC 1035 master file with the zone's records (its SOA and apex NS too, when it has
+    /// them), relative to the config file's folder.
+    pub file: Option<Spanned<String>>,
     /// The TTL of records and names that set none, in seconds.
     pub ttl: u32,
     pub name_servers: Vec<Spanned<String>>,
@@ -744,6 +781,7 @@ impl Default for DnsZone {
     fn default() -> Self {
         DnsZone {
             origin: None,
+            file: None,
             ttl: 300,
             name_servers: Vec::new(),
             soa: DnsSoa::default(),
@@ -805,10 +843,11 @@ impl Default for DnsSoa {
 #[serde(default, deny_unknown_fields)]
 pub struct DnsRecord {
     pub name: Spanned<String>,
-    /// A, AAAA, CNAME, TXT, SRV or NS.
+    /// A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR.
     #[serde(rename = "type")]
     pub kind: Option<Spanned<String>>,
-    /// The data as a zone file writes it (SRV: `priority weight port target`).
+    /// The data as a zone file writes it (SRV: `priority weight port target`; MX:
+    /// `preference exchange`; CAA: `flags tag "value"`); TXT: the text itself, unquoted.
     pub value: Option<Spanned<String>>,
     pub ttl: Option<u32>,
 }
