@@ -474,7 +474,9 @@ pub async fn body_reading_server() -> std::net::SocketAddr {
     hyper_backend(|request: Request<hyper::body::Incoming>| async move {
         let uri = request.uri().to_string();
         let length = request.into_body().collect().await?.to_bytes().len();
-        Ok(Response::new(Full::new(Bytes::from(format!("{uri} {length}")))))
+        Ok(Response::new(Full::new(Bytes::from(format!(
+            "{uri} {length}"
+        )))))
     })
     .await
 }
