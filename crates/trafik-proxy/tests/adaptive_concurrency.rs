@@ -11,36 +11,21 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::Full;
-use hyper_util::rt::TokioIo;
 use trafik_balance::ConcurrencyRules;
-use trafik_test_support::proxy::{Client, LOOPBACK_ANY_PORT, admin_get, plan, status, stop, web};
+use trafik_test_support::proxy::{
+    Client, LOOPBACK_ANY_PORT, admin_get, hyper_backend, plan, status, stop, web,
+};
 
 /// An upstream that waits `delay` milliseconds (changed while it runs) before each answer.
 async fn slow_server(delay: Arc<AtomicU64>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let delay = delay.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |_request| {
-                    let wait = Duration::from_millis(delay.load(Ordering::Relaxed));
-                    async move {
-                        tokio::time::sleep(wait).await;
-                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(
-                            Bytes::from_static(b"ok"),
-                        )))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    hyper_backend(move |_request| {
+        let wait = Duration::from_millis(delay.load(Ordering::Relaxed));
+        async move {
+            tokio::time::sleep(wait).await;
+            Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
         }
-    });
-    address
+    })
+    .await
 }
 
 /// The upstream's usual wait: well above the noise of a loaded machine, so only the test's

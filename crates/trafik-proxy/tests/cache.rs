@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
-use hyper_util::rt::TokioIo;
 use trafik_proxy::{CacheHeader, CachePlan, Plan, Running, TargetPlan};
 use trafik_test_support::proxy::*;
 use trafik_upstream::RunningReplica;
@@ -401,52 +400,38 @@ async fn requests_the_cache_may_not_answer_go_to_the_origin_and_say_why() {
 /// An origin whose answers carry an ETag and stay fresh for one second; it answers 304 to a
 /// request naming that ETag. Counts its 200s and 304s.
 async fn validating_origin() -> (SocketAddr, Arc<[AtomicUsize; 2]>) {
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let counts: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
     let counting = counts.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let counting = counting.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let counting = counting.clone();
-                    async move {
-                        let matches = request
-                            .headers()
-                            .get("if-none-match")
-                            .is_some_and(|tag| tag == "\"v1\"");
-                        let mut response = Response::new(Full::new(if matches {
-                            Bytes::new()
-                        } else {
-                            Bytes::from_static(b"surum 1")
-                        }));
-                        if matches {
-                            *response.status_mut() = StatusCode::NOT_MODIFIED;
-                            counting[1].fetch_add(1, Ordering::SeqCst);
-                        } else {
-                            counting[0].fetch_add(1, Ordering::SeqCst);
-                        }
-                        let headers = response.headers_mut();
-                        headers.insert("etag", HeaderValue::from_static("\"v1\""));
-                        let fresh_for = if matches { "max-age=60" } else { "max-age=1" };
-                        headers.insert("cache-control", HeaderValue::from_static(fresh_for));
-                        headers.insert(
-                            "x-tur",
-                            HeaderValue::from(counting[1].load(Ordering::SeqCst)),
-                        );
-                        Ok::<_, std::convert::Infallible>(response)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    let address = hyper_backend(move |request: Request<hyper::body::Incoming>| {
+        let counting = counting.clone();
+        async move {
+            let matches = request
+                .headers()
+                .get("if-none-match")
+                .is_some_and(|tag| tag == "\"v1\"");
+            let mut response = Response::new(Full::new(if matches {
+                Bytes::new()
+            } else {
+                Bytes::from_static(b"surum 1")
+            }));
+            if matches {
+                *response.status_mut() = StatusCode::NOT_MODIFIED;
+                counting[1].fetch_add(1, Ordering::SeqCst);
+            } else {
+                counting[0].fetch_add(1, Ordering::SeqCst);
+            }
+            let headers = response.headers_mut();
+            headers.insert("etag", HeaderValue::from_static("\"v1\""));
+            let fresh_for = if matches { "max-age=60" } else { "max-age=1" };
+            headers.insert("cache-control", HeaderValue::from_static(fresh_for));
+            headers.insert(
+                "x-tur",
+                HeaderValue::from(counting[1].load(Ordering::SeqCst)),
+            );
+            Ok::<_, std::convert::Infallible>(response)
         }
-    });
+    })
+    .await;
     (address, counts)
 }
 
@@ -493,41 +478,27 @@ async fn a_304_from_the_origin_refreshes_the_stored_copy() {
 /// An origin that answers in the language asked for (`Vary: accept-language`, fresh a minute),
 /// after `delay`; counts its answers.
 async fn varying_origin(delay: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let count = Arc::new(AtomicUsize::new(0));
     let counting = count.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let counting = counting.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let counting = counting.clone();
-                    async move {
-                        tokio::time::sleep(delay).await;
-                        counting.fetch_add(1, Ordering::SeqCst);
-                        let language = request
-                            .headers()
-                            .get("accept-language")
-                            .map_or(Bytes::from_static(b"-"), |v| {
-                                Bytes::copy_from_slice(v.as_bytes())
-                            });
-                        let mut response = Response::new(Full::new(language));
-                        let headers = response.headers_mut();
-                        headers.insert("vary", HeaderValue::from_static("Accept-Language"));
-                        headers.insert("cache-control", HeaderValue::from_static("max-age=60"));
-                        Ok::<_, std::convert::Infallible>(response)
-                    }
+    let address = hyper_backend(move |request: Request<hyper::body::Incoming>| {
+        let counting = counting.clone();
+        async move {
+            tokio::time::sleep(delay).await;
+            counting.fetch_add(1, Ordering::SeqCst);
+            let language = request
+                .headers()
+                .get("accept-language")
+                .map_or(Bytes::from_static(b"-"), |v| {
+                    Bytes::copy_from_slice(v.as_bytes())
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+            let mut response = Response::new(Full::new(language));
+            let headers = response.headers_mut();
+            headers.insert("vary", HeaderValue::from_static("Accept-Language"));
+            headers.insert("cache-control", HeaderValue::from_static("max-age=60"));
+            Ok::<_, std::convert::Infallible>(response)
         }
-    });
+    })
+    .await;
     (address, count)
 }
 
@@ -600,23 +571,15 @@ async fn a_reload_keeps_a_cache_whose_settings_stay_and_empties_one_that_changes
 /// An origin that answers every request on a connection with the same raw `answer` bytes.
 async fn raw_origin(answer: &'static [u8]) -> SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buffer = vec![0; 4096];
-                while let Ok(read) = stream.read(&mut buffer).await {
-                    if read == 0 || stream.write_all(answer).await.is_err() {
-                        break;
-                    }
-                }
-            });
+    raw_backend(move |mut stream| async move {
+        let mut buffer = vec![0; 4096];
+        while let Ok(read) = stream.read(&mut buffer).await {
+            if read == 0 || stream.write_all(answer).await.is_err() {
+                break;
+            }
         }
-    });
-    address
+    })
+    .await
 }
 
 /// Probe finding: an origin's 204 that names a Content-Length (its body is dropped, as a 204
@@ -701,38 +664,24 @@ async fn the_cache_endpoints_refuse_foreign_pages_like_the_rest_of_the_admin_api
 /// URI whose query is `moved` also names `/moved` (Location) and another host's `/kept`
 /// (Content-Location).
 async fn agreeable_origin() -> SocketAddr {
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
-                    let mut response = Response::new(Full::new(Bytes::from(format!(
-                        "{} {}",
-                        request.method(),
-                        request.uri()
-                    ))));
-                    let headers = response.headers_mut();
-                    headers.insert("cache-control", HeaderValue::from_static("max-age=60"));
-                    if request.uri().query() == Some("moved") {
-                        headers.insert("location", HeaderValue::from_static("/moved"));
-                        headers.insert(
-                            "content-location",
-                            HeaderValue::from_static("http://baska.test/kept"),
-                        );
-                    }
-                    Ok::<_, std::convert::Infallible>(response)
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    hyper_backend(|request: Request<hyper::body::Incoming>| async move {
+        let mut response = Response::new(Full::new(Bytes::from(format!(
+            "{} {}",
+            request.method(),
+            request.uri()
+        ))));
+        let headers = response.headers_mut();
+        headers.insert("cache-control", HeaderValue::from_static("max-age=60"));
+        if request.uri().query() == Some("moved") {
+            headers.insert("location", HeaderValue::from_static("/moved"));
+            headers.insert(
+                "content-location",
+                HeaderValue::from_static("http://baska.test/kept"),
+            );
         }
-    });
-    address
+        Ok::<_, std::convert::Infallible>(response)
+    })
+    .await
 }
 
 /// Probe finding (issue 23): any client could flush the cache. A 2xx OPTIONS (a safe method)

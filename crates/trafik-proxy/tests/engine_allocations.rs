@@ -53,30 +53,22 @@ const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 
 /// A backend answering every request head on a connection with [`ANSWER`].
 async fn backend() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::with_capacity(4096);
-                loop {
-                    match stream.read_buf(&mut seen).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        if stream.write_all(ANSWER).await.is_err() {
-                            return;
-                        }
-                    }
+    raw_backend(move |mut stream| async move {
+        let mut seen = Vec::with_capacity(4096);
+        loop {
+            match stream.read_buf(&mut seen).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                seen.drain(..end + 4);
+                if stream.write_all(ANSWER).await.is_err() {
+                    return;
                 }
-            });
+            }
         }
-    });
-    address
+    })
+    .await
 }
 
 /// Sends `count` GETs on `stream`, one at a time, reading each answer whole.

@@ -111,36 +111,31 @@ fn bodies(text: &str) -> Vec<String> {
 /// A backend that keeps every byte it received and answers each request (read by its framing,
 /// chunked bodies too) with `answer`, then closes when `close` (the answer is close-delimited).
 async fn recording(answer: &'static str, close: bool) -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let received = Arc::new(Mutex::new(Vec::new()));
     let recording = received.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let recording = recording.clone();
-            tokio::spawn(async move {
-                let mut pending = Vec::new();
-                let mut buffer = [0u8; 16 * 1024];
-                loop {
-                    while let Some(length) = request_length(&pending) {
-                        pending.drain(..length);
-                        if stream.write_all(answer.as_bytes()).await.is_err() || close {
-                            return;
-                        }
-                    }
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            recording.lock().unwrap().extend_from_slice(&buffer[..n]);
-                            pending.extend_from_slice(&buffer[..n]);
-                        }
+    let address = raw_backend(move |mut stream| {
+        let recording = recording.clone();
+        async move {
+            let mut pending = Vec::new();
+            let mut buffer = [0u8; 16 * 1024];
+            loop {
+                while let Some(length) = request_length(&pending) {
+                    pending.drain(..length);
+                    if stream.write_all(answer.as_bytes()).await.is_err() || close {
+                        return;
                     }
                 }
-            });
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        recording.lock().unwrap().extend_from_slice(&buffer[..n]);
+                        pending.extend_from_slice(&buffer[..n]);
+                    }
+                }
+            }
         }
-    });
+    })
+    .await;
     (address, received)
 }
 
@@ -684,25 +679,16 @@ async fn a_get_or_head_with_a_chunked_body_reaches_the_backend_with_it() {
 async fn echoing_bodies() -> SocketAddr {
     use http_body_util::{BodyExt, Full};
     use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service =
-                    service_fn(|request: http::Request<hyper::body::Incoming>| async move {
-                        let body = request.into_body().collect().await?.to_bytes();
-                        Ok::<_, hyper::Error>(http::Response::new(Full::new(body)))
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    address
+    raw_backend(move |stream| async move {
+        let service = service_fn(|request: http::Request<hyper::body::Incoming>| async move {
+            let body = request.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>(http::Response::new(Full::new(body)))
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+            .await;
+    })
+    .await
 }
 
 /// A proxy on `engine` whose one route runs `filters` (so the full pipeline serves it, not the

@@ -254,34 +254,25 @@ fn dechunk(mut body: &str) -> String {
 async fn reading_echo() -> SocketAddr {
     use http_body_util::{BodyExt, Full};
     use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service =
-                    service_fn(|request: http::Request<hyper::body::Incoming>| async move {
-                        let answer = echo_json(&request);
-                        let body = request.into_body().collect();
-                        let read = tokio::time::timeout(Duration::from_millis(200), body).await;
-                        let mut response = http::Response::builder()
-                            .header("connection", "x-upstream-secret")
-                            .header("x-upstream-secret", "1")
-                            .header("keep-alive", "timeout=5");
-                        if !matches!(read, Ok(Ok(_))) {
-                            response = response.header("connection", "close");
-                        }
-                        response.body(Full::new(bytes::Bytes::from(answer.to_string())))
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    address
+    raw_backend(move |stream| async move {
+        let service = service_fn(|request: http::Request<hyper::body::Incoming>| async move {
+            let answer = echo_json(&request);
+            let body = request.into_body().collect();
+            let read = tokio::time::timeout(Duration::from_millis(200), body).await;
+            let mut response = http::Response::builder()
+                .header("connection", "x-upstream-secret")
+                .header("x-upstream-secret", "1")
+                .header("keep-alive", "timeout=5");
+            if !matches!(read, Ok(Ok(_))) {
+                response = response.header("connection", "close");
+            }
+            response.body(Full::new(bytes::Bytes::from(answer.to_string())))
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+            .await;
+    })
+    .await
 }
 
 async fn both(backend: SocketAddr) -> [trafik_proxy::Running; 2] {

@@ -21,41 +21,36 @@ enum Behaviour {
 
 /// A raw backend that keeps every byte it received, across connections, in arrival order.
 async fn recording_backend(behaviour: Behaviour) -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let received = Arc::new(Mutex::new(Vec::new()));
     let recording = received.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let recording = recording.clone();
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut head = Vec::new();
-                loop {
-                    let read = match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(read) => read,
-                    };
-                    recording.lock().unwrap().extend_from_slice(&buffer[..read]);
-                    head.extend_from_slice(&buffer[..read]);
-                    while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-                        head.drain(..end + 4);
-                        match behaviour {
-                            Behaviour::HangUp => return,
-                            Behaviour::Answer => {
-                                let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                                if stream.write_all(answer).await.is_err() {
-                                    return;
-                                }
+    let address = raw_backend(move |mut stream| {
+        let recording = recording.clone();
+        async move {
+            let mut buffer = [0u8; 4096];
+            let mut head = Vec::new();
+            loop {
+                let read = match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(read) => read,
+                };
+                recording.lock().unwrap().extend_from_slice(&buffer[..read]);
+                head.extend_from_slice(&buffer[..read]);
+                while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                    head.drain(..end + 4);
+                    match behaviour {
+                        Behaviour::HangUp => return,
+                        Behaviour::Answer => {
+                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if stream.write_all(answer).await.is_err() {
+                                return;
                             }
                         }
                     }
                 }
-            });
+            }
         }
-    });
+    })
+    .await;
     (address, received)
 }
 

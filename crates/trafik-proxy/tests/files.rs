@@ -268,40 +268,34 @@ async fn a_malformed_escape_is_refused_not_read_as_a_byte() {
 /// a file of `assets`; it counts requests and body bytes it sent.
 async fn app(assets: PathBuf) -> (SocketAddr, Arc<[AtomicU64; 2]>) {
     use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let counts: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let counting = counts.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (counting, assets) = (counting.clone(), assets.clone());
-            tokio::spawn(async move {
-                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let (counting, assets) = (counting.clone(), assets.clone());
-                    async move {
-                        let path = request.uri().path();
-                        let body = match path.strip_prefix("/varlik/") {
-                            Some(name) => Bytes::from(std::fs::read(assets.join(name)).unwrap()),
-                            None => {
-                                let number = path.trim_start_matches("/takip/");
-                                let head =
-                                    format!("{{\"takip\":\"{number}\",\"durum\":\"aktarma\"}}");
-                                Bytes::from(format!("{head:<480}"))
-                            }
-                        };
-                        counting[0].fetch_add(1, Ordering::SeqCst);
-                        counting[1].fetch_add(body.len() as u64, Ordering::SeqCst);
-                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(body)))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+    let address = raw_backend(move |stream| {
+        let (counting, assets) = (counting.clone(), assets.clone());
+        async move {
+            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                let (counting, assets) = (counting.clone(), assets.clone());
+                async move {
+                    let path = request.uri().path();
+                    let body = match path.strip_prefix("/varlik/") {
+                        Some(name) => Bytes::from(std::fs::read(assets.join(name)).unwrap()),
+                        None => {
+                            let number = path.trim_start_matches("/takip/");
+                            let head = format!("{{\"takip\":\"{number}\",\"durum\":\"aktarma\"}}");
+                            Bytes::from(format!("{head:<480}"))
+                        }
+                    };
+                    counting[0].fetch_add(1, Ordering::SeqCst);
+                    counting[1].fetch_add(body.len() as u64, Ordering::SeqCst);
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(body)))
+                }
             });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         }
-    });
+    })
+    .await;
     (address, counts)
 }
 

@@ -12,34 +12,29 @@ use trafik_test_support::proxy::*;
 /// A raw backend: reads a request head, then writes `answer` and keeps the connection open
 /// (reading whatever comes) — the way a server that refuses an upload early behaves.
 async fn raw_backend(answer: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicIsize>) {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let heads = Arc::new(AtomicIsize::new(0));
     let counted = heads.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let counted = counted.clone();
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                loop {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        counted.fetch_add(1, Ordering::SeqCst);
-                        if stream.write_all(answer).await.is_err() {
-                            return;
-                        }
+    let address = trafik_test_support::proxy::raw_backend(move |mut stream| {
+        let counted = counted.clone();
+        async move {
+            let mut buffer = [0u8; 4096];
+            let mut seen = Vec::new();
+            loop {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                }
+                while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                    seen.drain(..end + 4);
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    if stream.write_all(answer).await.is_err() {
+                        return;
                     }
                 }
-            });
+            }
         }
-    });
+    })
+    .await;
     (address, heads)
 }
 
@@ -406,42 +401,37 @@ async fn a_silent_kept_alive_client_is_closed_after_the_header_timeout() {
 /// A backend that switches to HTTP/2 for any request offering `Upgrade: h2c` (answering 101,
 /// then the server preface) and answers `200 duz` otherwise; it records every request head.
 async fn h2c_backend() -> (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
     let recording = heads.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let recording = recording.clone();
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                loop {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
-                        seen.drain(..end + 4);
-                        let switch = head.contains("\r\nupgrade:") && head.contains("h2c");
-                        recording.lock().unwrap().push(head);
-                        let answer: &[u8] = if switch {
-                            // 101, then an empty SETTINGS frame: HTTP/2 from here on.
-                            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n\0\0\0\x04\0\0\0\0\0"
-                        } else {
-                            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nduz"
-                        };
-                        if stream.write_all(answer).await.is_err() || switch {
-                            return;
-                        }
+    let address = trafik_test_support::proxy::raw_backend(move |mut stream| {
+        let recording = recording.clone();
+        async move {
+            let mut buffer = [0u8; 4096];
+            let mut seen = Vec::new();
+            loop {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                }
+                while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                    seen.drain(..end + 4);
+                    let switch = head.contains("\r\nupgrade:") && head.contains("h2c");
+                    recording.lock().unwrap().push(head);
+                    let answer: &[u8] = if switch {
+                        // 101, then an empty SETTINGS frame: HTTP/2 from here on.
+                        b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n\0\0\0\x04\0\0\0\0\0"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nduz"
+                    };
+                    if stream.write_all(answer).await.is_err() || switch {
+                        return;
                     }
                 }
-            });
+            }
         }
-    });
+    })
+    .await;
     (address, heads)
 }
 
@@ -484,35 +474,27 @@ async fn an_h2c_upgrade_never_reaches_a_backend() {
 /// A backend that starts an answer head and never ends it: `X-E: ` then header bytes, up to
 /// 64 MiB or until the proxy stops reading, then it holds the connection open.
 async fn endless_head_backend() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
-                }
-                if stream.write_all(b"HTTP/1.1 200 OK\r\nX-E: ").await.is_err() {
-                    return;
-                }
-                let filler = [b'e'; 64 * 1024];
-                for _ in 0..1024 {
-                    if stream.write_all(&filler).await.is_err() {
-                        return;
-                    }
-                }
-                let _ = stream.read(&mut buffer).await;
-            });
+    trafik_test_support::proxy::raw_backend(move |mut stream| async move {
+        let mut buffer = [0u8; 4096];
+        let mut seen = Vec::new();
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buffer[..n]),
+            }
         }
-    });
-    address
+        if stream.write_all(b"HTTP/1.1 200 OK\r\nX-E: ").await.is_err() {
+            return;
+        }
+        let filler = [b'e'; 64 * 1024];
+        for _ in 0..1024 {
+            if stream.write_all(&filler).await.is_err() {
+                return;
+            }
+        }
+        let _ = stream.read(&mut buffer).await;
+    })
+    .await
 }
 
 #[tokio::test]

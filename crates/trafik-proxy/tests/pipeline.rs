@@ -219,33 +219,25 @@ async fn options_asterisk_is_relayed_as_an_asterisk() {
 
 /// A raw upstream that sends a 200 head, waits, then sends `body` in a write of its own.
 async fn late_body_server(body: &'static [u8]) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
-                }
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: message/http\r\ncontent-length: {}\r\n\r\n",
-                    body.len()
-                );
-                stream.write_all(head.as_bytes()).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                stream.write_all(body).await.unwrap();
-                let _ = stream.read(&mut buffer).await;
-            });
+    raw_backend(move |mut stream| async move {
+        let mut buffer = [0u8; 4096];
+        let mut seen = Vec::new();
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buffer[..n]),
+            }
         }
-    });
-    address
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: message/http\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stream.write_all(body).await.unwrap();
+        let _ = stream.read(&mut buffer).await;
+    })
+    .await
 }
 
 #[tokio::test]

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use trafik_proxy::{OtlpPlan, TracingPlan};
 use trafik_test_support::proxy::*;
@@ -16,33 +15,20 @@ const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 /// A collector: every POSTed body, parsed as JSON.
 async fn collector() -> (std::net::SocketAddr, Arc<Mutex<Vec<Value>>>) {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
     let received = Arc::new(Mutex::new(Vec::new()));
     let store = received.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request: Request<_>| {
-                    let store = store.clone();
-                    async move {
-                        assert_eq!(request.uri().path(), "/v1/traces");
-                        let body: hyper::body::Incoming = request.into_body();
-                        let bytes = body.collect().await?.to_bytes();
-                        let value: Value = serde_json::from_slice(&bytes).expect("JSON");
-                        store.lock().unwrap().push(value);
-                        Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from("{}"))))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+    let address = hyper_backend(move |request: Request<_>| {
+        let store = store.clone();
+        async move {
+            assert_eq!(request.uri().path(), "/v1/traces");
+            let body: hyper::body::Incoming = request.into_body();
+            let bytes = body.collect().await?.to_bytes();
+            let value: Value = serde_json::from_slice(&bytes).expect("JSON");
+            store.lock().unwrap().push(value);
+            Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from("{}"))))
         }
-    });
+    })
+    .await;
     (address, received)
 }
 

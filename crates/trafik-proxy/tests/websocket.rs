@@ -188,25 +188,17 @@ async fn headers_seen(client: &mut Client, method: &str, connection: &str) -> se
 
 /// A backend that answers every request on a connection with a 101 to `HTTP/1.1 x`.
 async fn switching_server() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = [0u8; 1024];
-                let _ = stream.read(&mut head).await;
-                let _ = stream
-                    .write_all(
-                        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n",
-                    )
-                    .await;
-                let _ = stream.read(&mut head).await;
-            });
-        }
-    });
-    address
+    raw_backend(move |mut stream| async move {
+        let mut head = [0u8; 1024];
+        let _ = stream.read(&mut head).await;
+        let _ = stream
+            .write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n",
+            )
+            .await;
+        let _ = stream.read(&mut head).await;
+    })
+    .await
 }
 
 #[tokio::test]
@@ -290,36 +282,29 @@ async fn an_idle_tunnel_is_closed_by_the_idle_timeout_on(engine: Engine) {
 
 /// A backend that switches protocols when asked, then echoes every byte back.
 async fn switching_echo() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut read = Vec::new();
-                let mut buffer = [0u8; 1024];
-                let head_end = loop {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => read.extend_from_slice(&buffer[..n]),
-                    }
-                    if let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break end + 4;
-                    }
-                };
-                let switch = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: yanki\r\nconnection: upgrade\r\n\r\n";
-                if stream.write_all(switch).await.is_err()
-                    || stream.write_all(&read[head_end..]).await.is_err()
-                {
-                    return;
-                }
-                let (mut from, mut to) = stream.split();
-                let _ = tokio::io::copy(&mut from, &mut to).await;
-            });
+    raw_backend(move |mut stream| async move {
+        let mut read = Vec::new();
+        let mut buffer = [0u8; 1024];
+        let head_end = loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read.extend_from_slice(&buffer[..n]),
+            }
+            if let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end + 4;
+            }
+        };
+        let switch =
+            b"HTTP/1.1 101 Switching Protocols\r\nupgrade: yanki\r\nconnection: upgrade\r\n\r\n";
+        if stream.write_all(switch).await.is_err()
+            || stream.write_all(&read[head_end..]).await.is_err()
+        {
+            return;
         }
-    });
-    address
+        let (mut from, mut to) = stream.split();
+        let _ = tokio::io::copy(&mut from, &mut to).await;
+    })
+    .await
 }
 
 /// The new protocol's first bytes, sent with the upgrade request in one write, reach the

@@ -55,10 +55,11 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
 
 /// A backend on a free loopback port that serves every connection with hyper's HTTP/1 server
 /// and `service`, until the test's runtime ends.
-pub async fn hyper_backend<F, Fut>(service: F) -> SocketAddr
+pub async fn hyper_backend<F, Fut, E>(service: F) -> SocketAddr
 where
     F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Result<Response<Full<Bytes>>, hyper::Error>> + Send + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     raw_backend(move |stream| {
         let service = service.clone();
@@ -459,12 +460,14 @@ pub async fn echo_server(delay: Duration) -> SocketAddr {
     hyper_backend(move |request: Request<hyper::body::Incoming>| async move {
         tokio::time::sleep(delay).await;
         let body = echo_json(&request);
-        Ok(Response::builder()
-            .header("connection", "x-upstream-secret")
-            .header("x-upstream-secret", "1")
-            .header("keep-alive", "timeout=5")
-            .body(Full::new(Bytes::from(body.to_string())))
-            .expect("a valid answer"))
+        Ok::<_, http::Error>(
+            Response::builder()
+                .header("connection", "x-upstream-secret")
+                .header("x-upstream-secret", "1")
+                .header("keep-alive", "timeout=5")
+                .body(Full::new(Bytes::from(body.to_string())))
+                .expect("a valid answer"),
+        )
     })
     .await
 }
@@ -474,7 +477,7 @@ pub async fn body_reading_server() -> std::net::SocketAddr {
     hyper_backend(|request: Request<hyper::body::Incoming>| async move {
         let uri = request.uri().to_string();
         let length = request.into_body().collect().await?.to_bytes().len();
-        Ok(Response::new(Full::new(Bytes::from(format!(
+        Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from(format!(
             "{uri} {length}"
         )))))
     })
