@@ -40,17 +40,28 @@ pub enum Outcome {
     Protocol,
     /// No whole answer within the timeout.
     Timeout,
+    /// A scenario step's answer that passed its checks, whatever its status.
+    Passed,
+    /// A scenario step's answer that failed a check (its status, its body, a capture).
+    FailedCheck,
 }
 
 impl Outcome {
     /// Whether the request failed: anything but a 2xx or 3xx answer (k6 counts the same way).
     pub fn is_error(self) -> bool {
-        !matches!(self, Outcome::Status(s) if (200..400).contains(&s))
+        match self {
+            Outcome::Status(status) => !(200..400).contains(&status),
+            Outcome::Passed => false,
+            _ => true,
+        }
     }
 
     /// Whether the request has a latency: it was answered, or it waited for the whole timeout.
     pub fn is_measured(self) -> bool {
-        matches!(self, Outcome::Status(_) | Outcome::Timeout)
+        matches!(
+            self,
+            Outcome::Status(_) | Outcome::Timeout | Outcome::Passed | Outcome::FailedCheck
+        )
     }
 }
 
@@ -68,12 +79,16 @@ pub struct Errors {
     pub status_5xx: u64,
     /// A final status outside 200–599, such as 101 Switching Protocols.
     pub status_other: u64,
+    /// Scenario steps answered, but not as their checks expect: counted apart from failures to
+    /// get an answer.
+    pub failed_check: u64,
 }
 
 impl Errors {
     fn count(&mut self, outcome: Outcome) {
         match outcome {
-            Outcome::Status(200..=399) => {}
+            Outcome::Status(200..=399) | Outcome::Passed => {}
+            Outcome::FailedCheck => self.failed_check += 1,
             Outcome::Status(400..=499) => self.status_4xx += 1,
             Outcome::Status(500..=599) => self.status_5xx += 1,
             Outcome::Status(_) => self.status_other += 1,
@@ -86,7 +101,7 @@ impl Errors {
     }
 
     /// Every kind with its count, named so that "N name" reads as a sentence.
-    pub fn kinds(&self) -> [(&'static str, u64); 8] {
+    pub fn kinds(&self) -> [(&'static str, u64); 9] {
         [
             ("connect refused", self.connect_refused),
             ("connect failed", self.connect_failed),
@@ -96,6 +111,7 @@ impl Errors {
             ("answered 4xx", self.status_4xx),
             ("answered 5xx", self.status_5xx),
             ("answered another status", self.status_other),
+            ("failed a check", self.failed_check),
         ]
     }
 

@@ -130,7 +130,14 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
             std::thread::Builder::new()
                 .name("trafik-load-dispatch".into())
                 .spawn(move || {
-                    let planned = dispatch(&dispatcher, &plan, &senders);
+                    let planned = dispatch(dispatcher.start, &plan, |n, intended, second| {
+                        let job = Job {
+                            n,
+                            intended,
+                            second,
+                        };
+                        enqueue(&dispatcher, job, &senders);
+                    });
                     let _ = finished.send(planned);
                 })
                 .expect("the dispatcher thread starts");
@@ -206,14 +213,15 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
     }
 }
 
-/// The open loop's clock: sleeps to each intended send time and releases the request.
-/// Returns the planned total and its count per second.
-fn dispatch(
-    shared: &Arc<Shared>,
+/// The open loop's clock: sleeps to each intended send time and hands it to `release` with
+/// the send's number and its second of the run. Returns the planned total and its count per
+/// second. Used by the plain runner and by scenarios alike.
+pub(crate) fn dispatch(
+    start: Instant,
     plan: &RatePlan,
-    samples: &mpsc::UnboundedSender<Vec<Sample>>,
+    mut release: impl FnMut(u64, Instant, u32),
 ) -> (u64, Vec<u64>) {
-    let start = shared.start.into_std();
+    let start = start.into_std();
     let mut per_second = vec![0u64; plan.duration().ceil() as usize];
     let mut planned = 0u64;
     for (n, t) in plan.send_times().enumerate() {
@@ -227,12 +235,7 @@ fn dispatch(
             *count += 1;
         }
         planned += 1;
-        let job = Job {
-            n: n as u64,
-            intended: Instant::from_std(due),
-            second,
-        };
-        enqueue(shared, job, samples);
+        release(n as u64, Instant::from_std(due), second);
     }
     let end = start + Duration::from_secs_f64(plan.duration());
     let now = std::time::Instant::now();

@@ -61,6 +61,23 @@ pub fn split_url(url: &str) -> Result<(String, String), String> {
     Ok((authority.to_owned(), path.to_owned()))
 }
 
+/// The address of `host[:port]` (port 80 when none is written).
+pub fn resolve(authority: &str) -> Result<SocketAddr, String> {
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {authority}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{authority} resolves to no address"))
+}
+
 impl Target {
     /// A target from the main URL and optional further URLs (all on the same authority).
     pub fn new(
@@ -80,21 +97,8 @@ impl Target {
             }
             paths.push(PathTemplate::new(&path));
         }
-        let with_port = if authority
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        {
-            authority.clone()
-        } else {
-            format!("{authority}:80")
-        };
-        let address = with_port
-            .to_socket_addrs()
-            .map_err(|e| format!("cannot resolve {authority}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("{authority} resolves to no address"))?;
         Ok(Target {
-            address,
+            address: resolve(&authority)?,
             authority,
             method,
             headers,

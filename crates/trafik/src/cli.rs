@@ -578,11 +578,16 @@ fn parse_clients(text: &str) -> Result<ClientGroups, String> {
 
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
-    #[arg(help = url_help())]
-    pub url: String,
+    #[arg(help = url_help(), required_unless_present = "scenario")]
+    pub url: Option<String>,
     /// More URLs on the same host and port, one per line; requests cycle through all of them.
     #[arg(long)]
     pub url_file: Option<PathBuf>,
+    /// User journeys instead of one URL: a TOML file of weighted flows of steps (captures,
+    /// checks, think times, thresholds; examples/load-scenario.toml). Flows start open loop at
+    /// --rate per second; --max-connections caps the virtual users in flight.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "url_file", "max", "http2", "method", "headers", "body"])]
+    pub scenario: Option<PathBuf>,
     /// The course's tests with their defaults: load (3 s), soak (12 s, quarters), spike (9 s).
     #[arg(long, value_enum)]
     pub profile: Option<Profile>,

@@ -1,9 +1,12 @@
 //! `trafik load`: flags to a run, the run to a report, the verdict to an exit status.
 
+mod scenario;
+
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use trafik_load::journey::ScenarioOptions;
 use trafik_load::{
     Pacing, Profile, ProfileKind, ProfileShape, RatePlan, Report, ReportInputs, RunOptions,
     ServerCounters, Target, ThresholdOn,
@@ -20,7 +23,15 @@ const FAILED: u8 = 99;
 const RATE_NOT_HELD: u8 = 98;
 
 pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
-    let target = target(&args)?;
+    // A scenario's errors come first and all at once: it is the file the user is editing.
+    let journeys = match &args.scenario {
+        Some(path) => Some(std::sync::Arc::new(scenario::load(path)?)),
+        None => None,
+    };
+    let target = match journeys {
+        Some(_) => None,
+        None => Some(target(&args)?),
+    };
     let threshold_on: ThresholdOn = args.threshold_on.parse()?;
     let profile = args
         .profile
@@ -73,41 +84,62 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
         Pacing::Open(plan) => Some(plan.mean_rate()),
         Pacing::Closed(_) => None,
     };
-    let options = RunOptions {
-        target,
-        pacing,
-        connections: args.connections.max(1),
-        max_connections: args.max_connections.max(args.connections).max(1),
-        http2: args.http2,
-        timeout: args.timeout,
-        late_after: args.late_after,
-        threshold_us: threshold.map_or(u64::MAX, |t| t.as_micros() as u64),
-        keep_seconds: matches!(shape, ProfileShape::Soak),
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let live = !args.json && std::io::stderr().is_terminal();
+    let show = move |p: trafik_load::Progress| {
+        if live {
+            let _ = write!(
+                std::io::stderr(),
+                "\r{:>5.1} s  sent {}  completed {}  errors {}  connections {}   ",
+                p.elapsed.as_secs_f64(),
+                p.sent,
+                p.completed,
+                p.errors,
+                p.connections
+            );
+        }
+    };
+    let threshold_us = threshold.map_or(u64::MAX, |t| t.as_micros() as u64);
+    let keep_seconds = matches!(shape, ProfileShape::Soak);
     let report = runtime.block_on(async {
         let before = match &args.metrics_url {
             Some(url) => Some(trafik_load::fetch_json(url).await?),
             None => None,
         };
-        let result = trafik_load::run(options, |p| {
-            if live {
-                let _ = write!(
-                    std::io::stderr(),
-                    "\r{:>5.1} s  sent {}  completed {}  errors {}  connections {}   ",
-                    p.elapsed.as_secs_f64(),
-                    p.sent,
-                    p.completed,
-                    p.errors,
-                    p.connections
-                );
+        let (result, journeys) = match (target, journeys, pacing) {
+            (Some(target), _, pacing) => {
+                let options = RunOptions {
+                    target,
+                    pacing,
+                    connections: args.connections.max(1),
+                    max_connections: args.max_connections.max(args.connections).max(1),
+                    http2: args.http2,
+                    timeout: args.timeout,
+                    late_after: args.late_after,
+                    threshold_us,
+                    keep_seconds,
+                };
+                (trafik_load::run(options, show).await, None)
             }
-        })
-        .await;
+            (None, Some(journeys), Pacing::Open(plan)) => {
+                let options = ScenarioOptions {
+                    plan,
+                    max_users: args.max_connections.max(1),
+                    timeout: args.timeout,
+                    late_after: args.late_after,
+                    threshold_us,
+                    keep_seconds,
+                };
+                let (result, report) = trafik_load::journey::run(journeys, options, show).await;
+                (result, Some(report))
+            }
+            _ => {
+                return Err("a scenario runs open loop: give --rate, --stages or --profile".into());
+            }
+        };
         if live {
             let _ = writeln!(std::io::stderr());
         }
@@ -123,10 +155,13 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
             }
             _ => None,
         };
-        Ok::<_, String>(Report::new(
+        let report = Report::new(
             result,
             ReportInputs {
-                url: args.url.clone(),
+                url: match &args.scenario {
+                    Some(path) => path.display().to_string(),
+                    None => args.url.clone().unwrap_or_default(),
+                },
                 profile: profile.as_ref().map(|p| p.name().to_owned()),
                 shape,
                 target_rate,
@@ -135,7 +170,11 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                 max_error_rate: args.max_error_rate,
                 server_counters,
             },
-        ))
+        );
+        Ok::<_, String>(match journeys {
+            Some(journeys) => report.with_scenario(journeys),
+            None => report,
+        })
     })?;
     if args.json {
         crate::say(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
@@ -170,7 +209,7 @@ fn with_flags(mut profile: Profile, args: &LoadArgs) -> Profile {
 }
 
 fn target(args: &LoadArgs) -> Result<Target, String> {
-    let mut urls = vec![args.url.clone()];
+    let mut urls: Vec<String> = args.url.iter().cloned().collect();
     if let Some(file) = &args.url_file {
         let text = std::fs::read_to_string(file)
             .map_err(|e| format!("cannot read --url-file {}: {e}", file.display()))?;
