@@ -16,6 +16,7 @@ pub mod client;
 pub mod data;
 pub mod html;
 pub mod journey;
+pub mod merge;
 pub mod profile;
 pub mod record;
 pub mod report;

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One finished (or failed) request.
 #[derive(Clone, Copy, Debug)]
@@ -66,7 +66,7 @@ impl Outcome {
 }
 
 /// Errors by kind.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Errors {
     pub connect_refused: u64,
     pub connect_failed: u64,
@@ -115,6 +115,19 @@ impl Errors {
         ]
     }
 
+    /// Adds another run's counts (an agent's, in a distributed run).
+    pub fn add(&mut self, other: &Errors) {
+        self.connect_refused += other.connect_refused;
+        self.connect_failed += other.connect_failed;
+        self.reset += other.reset;
+        self.protocol += other.protocol;
+        self.timeout += other.timeout;
+        self.status_4xx += other.status_4xx;
+        self.status_5xx += other.status_5xx;
+        self.status_other += other.status_other;
+        self.failed_check += other.failed_check;
+    }
+
     pub fn total(&self) -> u64 {
         self.kinds().iter().map(|(_, count)| count).sum()
     }
@@ -131,7 +144,7 @@ impl Errors {
 }
 
 /// Latency percentiles in milliseconds.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Percentiles {
     pub p50: f64,
     pub p90: f64,

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::journey::{ScenarioReport, ThresholdResult};
+use crate::merge::AgentReport;
 use crate::record::{self, Errors, Interval, Percentiles, Quarters, SpikeReport};
 use crate::runner::RunResult;
 
@@ -160,6 +161,9 @@ pub struct Report {
     /// JSON); absent from a plain run.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub scenario: Option<ScenarioReport>,
+    /// A distributed run's agents; absent from a run on one machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<AgentReport>>,
 }
 
 /// Everything the report needs beyond the run's measurements.
@@ -301,7 +305,23 @@ impl Report {
             spike,
             server_counters: inputs.server_counters,
             scenario: None,
+            agents: None,
         }
+    }
+
+    /// Adds a distributed run's agents; one that died fails the run.
+    pub fn with_agents(mut self, agents: Vec<AgentReport>) -> Report {
+        for agent in agents.iter().filter(|a| !a.reported) {
+            self.failures.push(format!(
+                "agent {} stopped before reporting: its {} planned requests ({:.0} % of the plan) were not measured",
+                agent.name,
+                agent.planned,
+                100.0 * agent.share
+            ));
+        }
+        self.passed = self.failures.is_empty();
+        self.agents = Some(agents);
+        self
     }
 
     /// Adds a scenario's steps and flows; a failed threshold fails the run.
@@ -394,6 +414,24 @@ impl Report {
         }
         if let Some(scenario) = &self.scenario {
             scenario.render(&mut out);
+        }
+        for agent in self.agents.iter().flatten() {
+            let _ = writeln!(
+                out,
+                "  agent {}: {}",
+                agent.name,
+                if agent.reported {
+                    format!(
+                        "sent {} of {} planned, completed {}, errors {}",
+                        agent.sent, agent.planned, agent.completed, agent.errors
+                    )
+                } else {
+                    format!(
+                        "DIED before reporting; {} planned requests not measured",
+                        agent.planned
+                    )
+                }
+            );
         }
         if let Some(q) = &self.quarters {
             out.push_str("\n  quarter  requests   p50 ms   p95 ms   p99 ms  over threshold\n");

@@ -52,6 +52,7 @@ pub enum Command {
     /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
     /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
     /// breached or too many requests failed, 98 the target rate could not be held, 2 bad usage.
+    #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
     Load(Box<LoadArgs>),
     /// The dashboard's view in a terminal, from a running instance's admin API: pools with
     /// rate, p50/p99, errors and skews, backends with their state, listeners and routes.
@@ -659,6 +660,40 @@ pub struct LoadArgs {
     /// Write a self-contained HTML page with plots.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Distributed: send through N `trafik load agent`s registered at this etcd (http://HOST:PORT),
+    /// each its share of the rate from a common start time; their histograms are merged exactly.
+    #[arg(long, value_name = "URL", requires = "agents", conflicts_with_all = ["scenario", "max", "metrics_url"])]
+    pub etcd: Option<String>,
+    /// The number of agents a distributed run waits for.
+    #[arg(long, value_name = "N", requires = "etcd", value_parser = clap::value_parser!(u32).range(1..))]
+    pub agents: Option<u32>,
+    /// How long a distributed run waits for its agents to register.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub agents_wait: std::time::Duration,
+    /// The prefix of a distributed run's keys: `agents/NAME`, `jobs/NAME`, `results/RUN/NAME`.
+    #[arg(long, value_name = "PREFIX", default_value = "/trafik-load/")]
+    pub etcd_prefix: String,
+    #[command(subcommand)]
+    pub command: Option<LoadCommand>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LoadCommand {
+    /// Wait for work from a distributed run's coordinator (`trafik load … --etcd URL --agents
+    /// N`): register in etcd, send each share it is given, report what it measured.
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    /// etcd's client URL (http://HOST:PORT).
+    #[arg(long, value_name = "URL")]
+    pub etcd: String,
+    #[arg(long, value_name = "PREFIX", default_value = "/trafik-load/")]
+    pub etcd_prefix: String,
+    /// The agent's name in etcd (default: host name and process id).
+    #[arg(long)]
+    pub name: Option<String>,
 }
 
 /// The URL's help. Clap turns `{n}` anywhere in help text into a line break and has no escape

@@ -1,5 +1,6 @@
 //! `trafik load`: flags to a run, the run to a report, the verdict to an exit status.
 
+mod agents;
 mod scenario;
 
 use std::io::{IsTerminal, Write};
@@ -12,7 +13,7 @@ use trafik_load::{
     ServerCounters, Target, ThresholdOn,
 };
 
-use crate::cli::LoadArgs;
+use crate::cli::{AgentArgs, LoadArgs, LoadCommand};
 use crate::config::values::Dur;
 
 /// How long a run without a profile sends.
@@ -23,6 +24,9 @@ const FAILED: u8 = 99;
 const RATE_NOT_HELD: u8 = 98;
 
 pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
+    if let Some(LoadCommand::Agent(agent)) = &args.command {
+        return serve_agent(agent);
+    }
     // A scenario's errors come first and all at once: it is the file the user is editing.
     let journeys = match &args.scenario {
         Some(path) => Some(std::sync::Arc::new(scenario::load(path)?)),
@@ -109,7 +113,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
             Some(url) => Some(trafik_load::fetch_json(url).await?),
             None => None,
         };
-        let (result, journeys) = match (target, journeys, pacing) {
+        let (result, extra) = match (target, journeys, pacing) {
             (Some(target), _, pacing) => {
                 let options = RunOptions {
                     target,
@@ -122,7 +126,22 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     threshold_us,
                     keep_seconds,
                 };
-                (trafik_load::run(options, show).await, None)
+                match (&args.etcd, &options.pacing) {
+                    (Some(url), Pacing::Open(plan)) => {
+                        let how = agents::Coordination {
+                            url,
+                            prefix: &args.etcd_prefix,
+                            agents: args.agents.unwrap_or(1) as usize,
+                            wait: args.agents_wait,
+                            threshold_us,
+                            keep_seconds,
+                        };
+                        let (result, agents) =
+                            agents::coordinate(how, &options, urls(&args)?, plan).await?;
+                        (result, Some(Extra::Agents(agents)))
+                    }
+                    _ => (trafik_load::run(options, show).await, None),
+                }
             }
             (None, Some(journeys), Pacing::Open(plan)) => {
                 let options = ScenarioOptions {
@@ -134,7 +153,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     keep_seconds,
                 };
                 let (result, report) = trafik_load::journey::run(journeys, options, show).await;
-                (result, Some(report))
+                (result, Some(Extra::Scenario(report)))
             }
             _ => {
                 return Err("a scenario runs open loop: give --rate, --stages or --profile".into());
@@ -171,8 +190,9 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                 server_counters,
             },
         );
-        Ok::<_, String>(match journeys {
-            Some(journeys) => report.with_scenario(journeys),
+        Ok::<_, String>(match extra {
+            Some(Extra::Scenario(journeys)) => report.with_scenario(journeys),
+            Some(Extra::Agents(agents)) => report.with_agents(agents),
             None => report,
         })
     })?;
@@ -208,7 +228,30 @@ fn with_flags(mut profile: Profile, args: &LoadArgs) -> Profile {
     profile
 }
 
-fn target(args: &LoadArgs) -> Result<Target, String> {
+/// What a scenario or a distributed run adds to the report.
+enum Extra {
+    Scenario(trafik_load::journey::ScenarioReport),
+    Agents(Vec<trafik_load::merge::AgentReport>),
+}
+
+/// `trafik load agent`: serves work orders until stopped.
+fn serve_agent(args: &AgentArgs) -> Result<ExitCode, String> {
+    let name = args.name.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "agent".to_owned());
+        format!("{host}-{}", std::process::id())
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(agents::serve(&args.etcd, &args.etcd_prefix, &name))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The URL and those of `--url-file`.
+fn urls(args: &LoadArgs) -> Result<Vec<String>, String> {
     let mut urls: Vec<String> = args.url.iter().cloned().collect();
     if let Some(file) = &args.url_file {
         let text = std::fs::read_to_string(file)
@@ -220,6 +263,11 @@ fn target(args: &LoadArgs) -> Result<Target, String> {
                 .map(str::to_owned),
         );
     }
+    Ok(urls)
+}
+
+fn target(args: &LoadArgs) -> Result<Target, String> {
+    let urls = urls(args)?;
     let method = http::Method::from_bytes(args.method.as_bytes())
         .map_err(|_| format!("--method {:?} is not an HTTP method", args.method))?;
     let headers = args
