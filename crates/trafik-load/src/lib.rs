@@ -24,6 +24,7 @@ pub mod runner;
 pub mod scenario;
 pub mod schedule;
 pub mod target;
+pub mod tls;
 
 pub use profile::{Profile, ProfileKind, Spike};
 pub use report::{MaxErrorRate, ProfileShape, Report, ReportInputs, ServerCounters, ThresholdOn};

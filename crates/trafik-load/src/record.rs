@@ -34,6 +34,8 @@ pub enum Outcome {
     ConnectRefused,
     /// Connecting failed otherwise (unreachable, no local port left, …).
     ConnectFailed,
+    /// The TLS handshake failed (a certificate not trusted, no common version, …).
+    Tls,
     /// The connection was reset or closed before the whole answer arrived.
     Reset,
     /// The server's bytes were not valid HTTP.
@@ -70,6 +72,8 @@ impl Outcome {
 pub struct Errors {
     pub connect_refused: u64,
     pub connect_failed: u64,
+    /// TLS handshakes that failed.
+    pub tls: u64,
     /// Reset or closed by the server before the whole answer.
     pub reset: u64,
     /// Answers that were not valid HTTP (a bad head, a chunk size out of range, …).
@@ -94,6 +98,7 @@ impl Errors {
             Outcome::Status(_) => self.status_other += 1,
             Outcome::ConnectRefused => self.connect_refused += 1,
             Outcome::ConnectFailed => self.connect_failed += 1,
+            Outcome::Tls => self.tls += 1,
             Outcome::Reset => self.reset += 1,
             Outcome::Protocol => self.protocol += 1,
             Outcome::Timeout => self.timeout += 1,
@@ -101,10 +106,11 @@ impl Errors {
     }
 
     /// Every kind with its count, named so that "N name" reads as a sentence.
-    pub fn kinds(&self) -> [(&'static str, u64); 9] {
+    pub fn kinds(&self) -> [(&'static str, u64); 10] {
         [
             ("connect refused", self.connect_refused),
             ("connect failed", self.connect_failed),
+            ("TLS handshake failed", self.tls),
             ("reset", self.reset),
             ("protocol error", self.protocol),
             ("timed out", self.timeout),
@@ -119,6 +125,7 @@ impl Errors {
     pub fn add(&mut self, other: &Errors) {
         self.connect_refused += other.connect_refused;
         self.connect_failed += other.connect_failed;
+        self.tls += other.tls;
         self.reset += other.reset;
         self.protocol += other.protocol;
         self.timeout += other.timeout;

@@ -41,6 +41,8 @@ pub struct RunOptions {
     /// Most connections the open loop may grow to.
     pub max_connections: usize,
     pub http2: bool,
+    /// The client configuration for an `https://` target.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     pub timeout: Duration,
     /// A send this far behind its intended time counts as late.
     pub late_after: Duration,
@@ -411,10 +413,11 @@ impl Worker {
     async fn exchange(&mut self, shared: &Shared, n: u64) -> Result<Outcome, Outcome> {
         let options = &shared.options;
         if self.connection.is_none() {
-            let connection = Connection::open(&options.target, options.http2)
+            let connection = Connection::open(&options.target, options.http2, options.tls.as_ref())
                 .await
                 .map_err(|error| match error.kind() {
                     io::ErrorKind::ConnectionRefused => Outcome::ConnectRefused,
+                    io::ErrorKind::InvalidData => Outcome::Tls,
                     _ => Outcome::ConnectFailed,
                 })?;
             shared.connections_opened.fetch_add(1, Ordering::Relaxed);

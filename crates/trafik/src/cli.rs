@@ -622,9 +622,18 @@ pub struct LoadArgs {
     /// Most connections the open loop opens when every one is busy.
     #[arg(long, default_value_t = 2048)]
     pub max_connections: usize,
-    /// Speak HTTP/2 (cleartext, prior knowledge).
+    /// Speak HTTP/2 (cleartext with prior knowledge, or `h2` by ALPN over https).
     #[arg(long)]
     pub http2: bool,
+    /// https: trust the CA certificates in this PEM file instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// https: accept any server certificate (a test server's self-signed one).
+    #[arg(long, conflicts_with = "cacert")]
+    pub insecure: bool,
+    /// https: the TLS versions to offer, 1.2 and/or 1.3 (repeat for both; default both).
+    #[arg(long = "tls-version", value_name = "VERSION", value_parser = ["1.2", "1.3"])]
+    pub tls_versions: Vec<String>,
     #[arg(long, default_value = "GET")]
     pub method: String,
     /// A request header as NAME:VALUE; repeat for more.

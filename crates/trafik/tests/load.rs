@@ -141,8 +141,8 @@ fn bad_usage_exits_2_with_a_reason() {
         ),
         (&["http://127.0.0.1:1/"][..], "give --rate"),
         (
-            &["https://127.0.0.1:1/", "--rate", "10"][..],
-            "https is not supported",
+            &["ftp://127.0.0.1:1/", "--rate", "10"][..],
+            "expected a URL such as http://",
         ),
         (
             &["http://127.0.0.1:1/", "--stages", "10s-500"][..],
@@ -419,4 +419,50 @@ fn the_lesson_defaults_make_the_load_lessons_server_and_single_flags_override_th
         counters["kat"], 7,
         "--maintenance-scan overrides the course's 600"
     );
+}
+
+/// The demo CA and certificate for localhost in `examples/certs`.
+fn demo(file: &str) -> String {
+    format!("{}/../../examples/certs/{file}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn https_with_a_ca_file_or_insecure_over_http1_and_h2_and_a_failed_handshake_is_its_own_error() {
+    let upstream = Upstream::start(&[]);
+    let (cert, key, ca) = (demo("localhost.pem"), demo("localhost.key"), demo("ca.pem"));
+    let proxy = common::Proxy::start(
+        &[],
+        &[
+            "--to",
+            &upstream.address,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ],
+    );
+    let port = proxy.address.rsplit(':').next().unwrap().to_owned();
+    let url = format!("https://localhost:{port}/takip/TR-{{n}}");
+    let run = |extra: &[&str]| {
+        let mut args = vec![url.as_str(), "--rate", "50", "--duration", "1s", "--json"];
+        args.extend_from_slice(extra);
+        let output = load(&args);
+        (output.status.code(), json(&output))
+    };
+    for extra in [
+        &["--cacert", ca.as_str()][..],
+        &["--cacert", ca.as_str(), "--http2"][..],
+        &["--cacert", ca.as_str(), "--tls-version", "1.2"][..],
+        &["--insecure", "--tls-version", "1.3"][..],
+    ] {
+        let (status, report) = run(extra);
+        assert!(matches!(status, Some(0 | 98)), "{extra:?}: {report}");
+        assert_eq!(report["completed"], report["sent"], "{extra:?}");
+        assert!(report["sent"].as_u64().unwrap() > 0, "{extra:?}");
+    }
+    // The demo CA is not among the system's roots: every handshake fails, and says so.
+    let (status, report) = run(&[]);
+    assert_eq!(status, Some(99));
+    assert_eq!(report["errors"]["tls"], report["sent"], "{report}");
+    assert_eq!(report["completed"], 0);
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use trafik_etcd::Etcd;
 use trafik_load::merge::{AgentReport, Measured, merge};
+use trafik_load::tls::TlsOptions;
 use trafik_load::{RatePlan, RunOptions, RunResult, Target};
 
 /// An agent's registration lives this long without a keep-alive.
@@ -37,6 +38,8 @@ pub struct Order {
     pub connections: usize,
     pub max_connections: usize,
     pub http2: bool,
+    /// For an `https://` target: the agent builds its TLS client from these.
+    pub tls: TlsOptions,
     pub timeout_ms: u64,
     pub late_after_us: u64,
 }
@@ -115,6 +118,11 @@ pub async fn serve(url: &str, prefix: &str, name: &str) -> Result<(), String> {
 async fn work(order: Order) -> Result<RunResult, String> {
     let method = http::Method::from_bytes(order.method.as_bytes()).map_err(|e| e.to_string())?;
     let target = Target::new(&order.urls, method, order.headers, order.body.into())?;
+    let tls = if target.tls {
+        Some(trafik_load::tls::client_config(&order.tls, order.http2)?)
+    } else {
+        None
+    };
     let wait = order.start_unix_ms.saturating_sub(now_unix_ms());
     tokio::time::sleep(Duration::from_millis(wait)).await;
     let options = RunOptions {
@@ -123,6 +131,7 @@ async fn work(order: Order) -> Result<RunResult, String> {
         connections: order.connections,
         max_connections: order.max_connections,
         http2: order.http2,
+        tls,
         timeout: Duration::from_millis(order.timeout_ms),
         late_after: Duration::from_micros(order.late_after_us),
         // The coordinator judges thresholds on the merged histograms.
@@ -147,6 +156,7 @@ pub struct Coordination<'a> {
 pub async fn coordinate(
     how: Coordination<'_>,
     target: &RunOptions,
+    tls: &TlsOptions,
     urls: Vec<String>,
     plan: &RatePlan,
 ) -> Result<(RunResult, Vec<AgentReport>), String> {
@@ -194,6 +204,7 @@ pub async fn coordinate(
             connections: target.connections,
             max_connections: target.max_connections,
             http2: target.http2,
+            tls: tls.clone(),
             timeout_ms: target.timeout.as_millis() as u64,
             late_after_us: target.late_after.as_micros() as u64,
         };

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use trafik_load::journey::ScenarioOptions;
+use trafik_load::tls::TlsOptions;
 use trafik_load::{
     Pacing, Profile, ProfileKind, ProfileShape, RatePlan, Report, ReportInputs, RunOptions,
     ServerCounters, Target, ThresholdOn,
@@ -107,6 +108,17 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
         }
     };
     let threshold_us = threshold.map_or(u64::MAX, |t| t.as_micros() as u64);
+    let tls = TlsOptions {
+        ca_pem: match &args.cacert {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .map_err(|e| format!("cannot read --cacert {}: {e}", path.display()))?,
+            ),
+            None => None,
+        },
+        insecure: args.insecure,
+        versions: args.tls_versions.clone(),
+    };
     let keep_seconds = matches!(shape, ProfileShape::Soak);
     let report = runtime.block_on(async {
         let before = match &args.metrics_url {
@@ -115,12 +127,18 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
         };
         let (result, extra) = match (target, journeys, pacing) {
             (Some(target), _, pacing) => {
+                let client_tls = if target.tls {
+                    Some(trafik_load::tls::client_config(&tls, args.http2)?)
+                } else {
+                    None
+                };
                 let options = RunOptions {
                     target,
                     pacing,
                     connections: args.connections.max(1),
                     max_connections: args.max_connections.max(args.connections).max(1),
                     http2: args.http2,
+                    tls: client_tls,
                     timeout: args.timeout,
                     late_after: args.late_after,
                     threshold_us,
@@ -137,7 +155,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                             keep_seconds,
                         };
                         let (result, agents) =
-                            agents::coordinate(how, &options, urls(&args)?, plan).await?;
+                            agents::coordinate(how, &options, &tls, urls(&args)?, plan).await?;
                         (result, Some(Extra::Agents(agents)))
                     }
                     _ => (trafik_load::run(options, show).await, None),

@@ -322,7 +322,7 @@ fn compile_step(
                 &url_field,
                 "the host and port are fixed per step: templates go in the path, query and body",
             ),
-            Ok((authority, path)) => match trafik_load::target::resolve(&authority) {
+            Ok((authority, path)) => match trafik_load::target::resolve(&authority, 80) {
                 Err(message) => report.error(url.span(), &url_field, message),
                 Ok(address) => {
                     let path = template(report, &url_field, &path, url.span(), columns, variables);
