@@ -41,6 +41,9 @@ pub struct RunOptions {
     /// Most connections the open loop may grow to.
     pub max_connections: usize,
     pub http2: bool,
+    /// HTTP/2: requests in flight on one connection at once (its streams); each stream is a
+    /// worker of its own sharing the connection.
+    pub streams: usize,
     /// The client configuration for an `https://` target.
     pub tls: Option<Arc<rustls::ClientConfig>>,
     pub timeout: Duration,
@@ -49,6 +52,18 @@ pub struct RunOptions {
     pub threshold_us: u64,
     /// Keep each second's histogram (for quarter tables).
     pub keep_seconds: bool,
+}
+
+impl RunOptions {
+    /// Requests one connection carries at once: `streams` over HTTP/2, one over HTTP/1.1.
+    fn streams_per_connection(&self) -> usize {
+        if self.http2 { self.streams.max(1) } else { 1 }
+    }
+
+    /// Workers started at once: a stream each on every first connection.
+    fn workers(&self) -> usize {
+        self.connections.max(1) * self.streams_per_connection()
+    }
 }
 
 /// What a run measured, before it is turned into a report.
@@ -74,6 +89,13 @@ pub struct Progress {
     pub connections: u64,
 }
 
+/// An HTTP/2 connection and how many workers send on it.
+struct SharedConnection {
+    id: u64,
+    sender: hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    users: usize,
+}
+
 struct Job {
     n: u64,
     intended: Instant,
@@ -92,6 +114,9 @@ struct Shared {
     dropped: AtomicU64,
     connections_opened: AtomicU64,
     stop: AtomicBool,
+    /// HTTP/2 connections shared by up to `streams` workers each; held while one is opened,
+    /// so the workers that start together share it instead of each opening its own.
+    shared_connections: tokio::sync::Mutex<Vec<SharedConnection>>,
     /// Every worker task, to abort the ones still waiting when the run is over.
     handles: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     runtime: tokio::runtime::Handle,
@@ -116,11 +141,12 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
         dropped: AtomicU64::new(0),
         connections_opened: AtomicU64::new(0),
         stop: AtomicBool::new(false),
+        shared_connections: tokio::sync::Mutex::new(Vec::new()),
         handles: Mutex::new(Vec::new()),
         runtime: tokio::runtime::Handle::current(),
         options,
     });
-    for _ in 0..shared.options.connections.max(1) {
+    for _ in 0..shared.options.workers() {
         spawn_worker(&shared, &samples);
     }
 
@@ -215,6 +241,20 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
     }
 }
 
+/// A new connection to the target, counted.
+async fn open(shared: &Shared) -> Result<Connection, Outcome> {
+    let options = &shared.options;
+    let connection = Connection::open(&options.target, options.http2, options.tls.as_ref())
+        .await
+        .map_err(|error| match error.kind() {
+            io::ErrorKind::ConnectionRefused => Outcome::ConnectRefused,
+            io::ErrorKind::InvalidData => Outcome::Tls,
+            _ => Outcome::ConnectFailed,
+        })?;
+    shared.connections_opened.fetch_add(1, Ordering::Relaxed);
+    Ok(connection)
+}
+
 /// The open loop's clock: sleeps to each intended send time and hands it to `release` with
 /// the send's number and its second of the run. Returns the planned total and its count per
 /// second. Used by the plain runner and by scenarios alike.
@@ -269,7 +309,8 @@ fn enqueue(shared: &Arc<Shared>, job: Job, samples: &mpsc::UnboundedSender<Vec<S
     }
     shared.ready.add_permits(1);
     let busy = shared.idle.load(Ordering::Relaxed) == 0;
-    if busy && shared.workers.load(Ordering::Relaxed) < shared.options.max_connections {
+    let most = shared.options.max_connections.max(1) * shared.options.streams_per_connection();
+    if busy && shared.workers.load(Ordering::Relaxed) < most {
         spawn_worker(shared, samples);
     }
 }
@@ -291,6 +332,7 @@ async fn worker(shared: Arc<Shared>, samples: mpsc::UnboundedSender<Vec<Sample>>
         let mut worker = Worker {
             id,
             connection: None,
+            shared_connection: None,
             scratch: Scratch::default(),
             batch: Vec::with_capacity(BATCH),
         };
@@ -312,6 +354,8 @@ struct Worker {
     /// The worker's number: in a closed loop, worker i sends requests i, i + W, i + 2W, …
     id: u64,
     connection: Option<Connection>,
+    /// The id of the shared HTTP/2 connection `connection` is a handle on.
+    shared_connection: Option<u64>,
     scratch: Scratch,
     batch: Vec<Sample>,
 }
@@ -355,7 +399,7 @@ impl Worker {
     ) {
         // Request numbers and the sent count stay local and are published with each batch: at
         // full speed, atomics shared by every connection would cost more than the sends.
-        let stride = shared.options.connections.max(1) as u64;
+        let stride = shared.options.workers() as u64;
         let mut n = self.id;
         loop {
             let sent_at = Instant::now();
@@ -390,11 +434,11 @@ impl Worker {
         let outcome = match tokio::time::timeout(options.timeout, self.exchange(shared, n)).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(outcome)) => {
-                self.connection = None;
+                self.drop_connection(shared).await;
                 outcome
             }
             Err(_) => {
-                self.connection = None;
+                self.drop_connection(shared).await;
                 Outcome::Timeout
             }
         };
@@ -410,24 +454,58 @@ impl Worker {
         }
     }
 
+    /// Takes a stream on a shared HTTP/2 connection that has one free, or opens one.
+    async fn share_connection(&mut self, shared: &Shared) -> Result<(), Outcome> {
+        let most = shared.options.streams_per_connection();
+        let mut pool = shared.shared_connections.lock().await;
+        pool.retain(|c| !c.sender.is_closed());
+        if let Some(free) = pool.iter_mut().find(|c| c.users < most) {
+            free.users += 1;
+            self.shared_connection = Some(free.id);
+            self.connection = Some(Connection::Http2(free.sender.clone()));
+            return Ok(());
+        }
+        let connection = open(shared).await?;
+        if let Connection::Http2(sender) = &connection {
+            let id = shared.connections_opened.load(Ordering::Relaxed);
+            pool.push(SharedConnection {
+                id,
+                sender: sender.clone(),
+                users: 1,
+            });
+            self.shared_connection = Some(id);
+        }
+        self.connection = Some(connection);
+        Ok(())
+    }
+
+    /// Lets go of the connection after a failure or a close; a shared one loses a user, and
+    /// leaves the pool when it failed (its other users find out on their next request).
+    async fn drop_connection(&mut self, shared: &Shared) {
+        self.connection = None;
+        if let Some(id) = self.shared_connection.take() {
+            shared
+                .shared_connections
+                .lock()
+                .await
+                .retain(|c| c.id != id);
+        }
+    }
+
     async fn exchange(&mut self, shared: &Shared, n: u64) -> Result<Outcome, Outcome> {
         let options = &shared.options;
         if self.connection.is_none() {
-            let connection = Connection::open(&options.target, options.http2, options.tls.as_ref())
-                .await
-                .map_err(|error| match error.kind() {
-                    io::ErrorKind::ConnectionRefused => Outcome::ConnectRefused,
-                    io::ErrorKind::InvalidData => Outcome::Tls,
-                    _ => Outcome::ConnectFailed,
-                })?;
-            shared.connections_opened.fetch_add(1, Ordering::Relaxed);
-            self.connection = Some(connection);
+            if options.streams_per_connection() > 1 {
+                self.share_connection(shared).await?;
+            } else {
+                self.connection = Some(open(shared).await?);
+            }
         }
         let connection = self.connection.as_mut().ok_or(Outcome::ConnectFailed)?;
         match connection.send(&options.target, n, &mut self.scratch).await {
             Ok(answer) => {
                 if answer.close {
-                    self.connection = None;
+                    self.drop_connection(shared).await;
                 }
                 Ok(Outcome::Status(answer.status))
             }

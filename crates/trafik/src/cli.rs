@@ -625,6 +625,10 @@ pub struct LoadArgs {
     /// Speak HTTP/2 (cleartext with prior knowledge, or `h2` by ALPN over https).
     #[arg(long)]
     pub http2: bool,
+    /// HTTP/2: requests in flight on one connection at once (multiplexed streams); the open
+    /// loop still opens another connection when every stream is busy.
+    #[arg(long, default_value_t = 1, requires = "http2", value_parser = clap::value_parser!(u16).range(1..))]
+    pub streams: u16,
     /// https: trust the CA certificates in this PEM file instead of the system's.
     #[arg(long, value_name = "FILE")]
     pub cacert: Option<PathBuf>,

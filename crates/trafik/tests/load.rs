@@ -466,3 +466,32 @@ fn https_with_a_ca_file_or_insecure_over_http1_and_h2_and_a_failed_handshake_is_
     assert_eq!(report["errors"]["tls"], report["sent"], "{report}");
     assert_eq!(report["completed"], 0);
 }
+
+#[test]
+fn http2_streams_carry_several_requests_at_once_on_one_connection() {
+    // Every answer takes at least 100 ms: one request at a time on one connection finishes at
+    // most 11 in a 1 s closed loop (10, and the one in flight at the end).
+    let upstream = Upstream::start(&["--delay", "100ms"]);
+    let url = upstream.url("/takip/TR-1");
+    let run = |streams: &str| {
+        let output = load(&[
+            &url,
+            "--max",
+            "--http2",
+            "--streams",
+            streams,
+            "--connections",
+            "1",
+            "--duration",
+            "1s",
+            "--json",
+        ]);
+        let report = json(&output);
+        assert_eq!(report["connections_opened"], 1, "{report}");
+        assert_eq!(report["errors"]["reset"], 0, "{report}");
+        report["completed"].as_u64().unwrap()
+    };
+    assert!(run("1") <= 11);
+    let multiplexed = run("8");
+    assert!(multiplexed > 11, "{multiplexed} answers on 8 streams");
+}

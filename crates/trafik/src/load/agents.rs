@@ -38,6 +38,7 @@ pub struct Order {
     pub connections: usize,
     pub max_connections: usize,
     pub http2: bool,
+    pub streams: usize,
     /// For an `https://` target: the agent builds its TLS client from these.
     pub tls: TlsOptions,
     pub timeout_ms: u64,
@@ -131,6 +132,7 @@ async fn work(order: Order) -> Result<RunResult, String> {
         connections: order.connections,
         max_connections: order.max_connections,
         http2: order.http2,
+        streams: order.streams,
         tls,
         timeout: Duration::from_millis(order.timeout_ms),
         late_after: Duration::from_micros(order.late_after_us),
@@ -204,6 +206,7 @@ pub async fn coordinate(
             connections: target.connections,
             max_connections: target.max_connections,
             http2: target.http2,
+            streams: target.streams,
             tls: tls.clone(),
             timeout_ms: target.timeout.as_millis() as u64,
             late_after_us: target.late_after.as_micros() as u64,

@@ -138,6 +138,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     connections: args.connections.max(1),
                     max_connections: args.max_connections.max(args.connections).max(1),
                     http2: args.http2,
+                    streams: usize::from(args.streams),
                     tls: client_tls,
                     timeout: args.timeout,
                     late_after: args.late_after,
