@@ -172,6 +172,8 @@ fn the_html_report_is_a_self_contained_page_with_plots() {
         &upstream.url("/takip/TR-{n}"),
         "--stages",
         "1s:100,1s:300",
+        "--threshold",
+        "10s",
         "--report",
         path.to_str().unwrap(),
     ]);
@@ -187,6 +189,8 @@ fn the_html_report_is_a_self_contained_page_with_plots() {
     assert!(page.trim_end().ends_with("</html>"));
     assert_eq!(page.matches("<svg").count(), 2);
     assert_eq!(page.matches("</svg>").count(), 2);
+    // The latency plot draws the threshold it is judged against.
+    assert!(page.contains(">threshold</text>"), "{page}");
     assert!(
         !page.contains("<script"),
         "no scripts: the page must work offline"

@@ -251,6 +251,7 @@ fn a_journey_logs_in_takes_a_token_and_makes_three_calls_with_checks_and_thresho
     .unwrap();
     let scenario = dir.join("takip.toml");
     std::fs::write(&scenario, journey(&app)).unwrap();
+    let page = dir.join("rapor.html");
     let output = load(&[
         "--scenario",
         scenario.to_str().unwrap(),
@@ -259,6 +260,8 @@ fn a_journey_logs_in_takes_a_token_and_makes_three_calls_with_checks_and_thresho
         "--duration",
         "1s",
         "--json",
+        "--report",
+        page.to_str().unwrap(),
     ]);
     let report = json(&output);
     let verdict = if report["rate_held"] == true { 0 } else { 98 };
@@ -297,6 +300,14 @@ fn a_journey_logs_in_takes_a_token_and_makes_three_calls_with_checks_and_thresho
     assert_eq!(report["thresholds"][0]["passed"], true);
     assert_eq!(report["passed"], true);
     assert_eq!(report["completed"], 4 * started);
+    // The HTML report has the per-step table with the thresholds' verdicts.
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<h2>Steps</h2>"), "{html}");
+    assert!(
+        html.contains("<td>takip</td><td>sorgu</td>")
+            && html.contains("p99 &lt; 10s passed, max &lt;= 10s passed"),
+        "{html}"
+    );
 
     // The application saw every step, each user of the data file logged in, and each
     // session's query came at least the think time after its login was answered.
