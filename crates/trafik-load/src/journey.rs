@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use trafik_gateway::jq::{self, Value};
 
 use crate::record::{Outcome, Percentiles, Recorder, Sample, histogram};
-use crate::runner::{Progress, RunResult, dispatch};
+use crate::runner::{Live, Progress, RunResult, dispatch};
 use crate::scenario::{Capture, Scenario, Step, StepCapture, Threshold};
 use crate::schedule::RatePlan;
 
@@ -273,21 +273,26 @@ pub async fn run(
         .max()
         .unwrap_or_default();
     let settle = longest.as_secs() as u32 + 2;
-    let mut tick = tokio::time::interval_at(start + Duration::from_secs(1), Duration::from_secs(1));
-    let snapshot = |recorder: &Recorder, elapsed| Progress {
-        elapsed,
-        sent: shared.started.load(Ordering::Relaxed),
-        completed: recorder.completed,
-        errors: recorder.errors.total(),
-        connections: shared.connections_opened.load(Ordering::Relaxed),
-    };
+    let mut tick = tokio::time::interval_at(start + Live::TICK, Live::TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut live = Live::new();
     let (planned, planned_per_second) = loop {
         tokio::select! {
             Some(batch) = incoming.recv() => batch.into_iter().for_each(|s| recorder.record(s)),
             _ = tick.tick() => {
                 let elapsed = Instant::now() - start;
                 recorder.close_before((elapsed.as_secs() as u32).saturating_sub(settle));
-                progress(snapshot(&recorder, elapsed));
+                recorder.close_tenths_before(
+                    (elapsed.as_millis() as u32).saturating_sub(settle * 1000),
+                );
+                progress(live.progress(
+                    &recorder,
+                    elapsed,
+                    shared.started.load(Ordering::Relaxed),
+                    shared.in_flight.load(Ordering::Relaxed) as u64,
+                    shared.connections_opened.load(Ordering::Relaxed),
+                    Some(shared.options.plan.rate_at(elapsed.as_secs_f64())),
+                ));
             }
             done = &mut dispatched => break done.unwrap_or_default(),
         }
@@ -306,6 +311,7 @@ pub async fn run(
         }
     }
     recorder.close_before(u32::MAX);
+    recorder.close_tenths_before(u32::MAX);
     let report = scenario_report(&shared);
     let result = RunResult {
         recorder,
@@ -396,6 +402,7 @@ async fn journey(
             second: (due.saturating_duration_since(shared.start)).as_secs() as u32,
             corrected_us,
             service_us: (done - sent_at).as_micros() as u64,
+            done_ms: (done - shared.start).as_millis() as u32,
             outcome,
         });
         if outcome != Outcome::Passed {

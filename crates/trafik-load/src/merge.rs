@@ -187,6 +187,7 @@ mod tests {
                 second: (us % 3) as u32,
                 corrected_us: us,
                 service_us: us / 2,
+                done_ms: (us / 1000) as u32,
                 outcome: if i % 10 == 0 {
                     Outcome::Status(503)
                 } else {

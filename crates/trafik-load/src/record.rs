@@ -22,6 +22,8 @@ pub struct Sample {
     pub corrected_us: u64,
     /// From the actual send to the end of the response (or the timeout), in microseconds.
     pub service_us: u64,
+    /// When it ended, in milliseconds since the run started (for the 100 ms buckets).
+    pub done_ms: u32,
     pub outcome: Outcome,
 }
 
@@ -207,6 +209,26 @@ pub struct Interval {
     pub over_threshold: u64,
 }
 
+/// 100 ms of the run by when requests ended: the live view's and the JSON's finest grain.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Tenth {
+    /// The bucket's start, in milliseconds since the run started.
+    pub t_ms: u32,
+    /// Answered 2xx or 3xx (a scenario step: passed its checks).
+    pub completed: u64,
+    pub errors: u64,
+    /// Latency from the intended send of what ended in these 100 ms.
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// A 100 ms bucket still open to late batches.
+struct Bucket {
+    latency: Histogram<u64>,
+    completed: u64,
+    errors: u64,
+}
+
 /// A new histogram in microseconds with three significant digits, growing as needed.
 pub fn histogram() -> Histogram<u64> {
     Histogram::new(3).expect("3 significant digits is a valid histogram precision")
@@ -232,6 +254,10 @@ pub struct Recorder {
     /// Seconds folded into summaries; their histograms kept only if `keep_seconds`.
     pub closed: BTreeMap<u32, (Interval, Option<Histogram<u64>>)>,
     keep_seconds: bool,
+    /// 100 ms buckets by end time, still open.
+    recent: BTreeMap<u32, Bucket>,
+    /// 100 ms buckets folded into summaries, in order.
+    pub tenths: Vec<Tenth>,
 }
 
 impl Recorder {
@@ -246,6 +272,8 @@ impl Recorder {
             open: BTreeMap::new(),
             closed: BTreeMap::new(),
             keep_seconds,
+            recent: BTreeMap::new(),
+            tenths: Vec::new(),
         }
     }
 
@@ -261,12 +289,56 @@ impl Recorder {
             self.completed += 1;
             *completed += 1;
         }
+        let bucket = self
+            .recent
+            .entry(sample.done_ms / 100)
+            .or_insert_with(|| Bucket {
+                latency: histogram(),
+                completed: 0,
+                errors: 0,
+            });
+        if sample.outcome.is_error() {
+            bucket.errors += 1;
+        } else {
+            bucket.completed += 1;
+        }
         if sample.outcome.is_measured() {
             let corrected = sample.corrected_us.max(1);
             let _ = self.corrected.record(corrected);
             let _ = self.service.record(sample.service_us.max(1));
             let _ = second.record(corrected);
+            let _ = bucket.latency.record(corrected);
         }
+    }
+
+    /// Folds every 100 ms bucket that began before `before_ms` into its summary.
+    pub fn close_tenths_before(&mut self, before_ms: u32) {
+        while let Some(entry) = self.recent.first_entry() {
+            if entry.key() * 100 >= before_ms {
+                break;
+            }
+            let (tenth, bucket) = entry.remove_entry();
+            let latency = Percentiles::of(&bucket.latency);
+            self.tenths.push(Tenth {
+                t_ms: tenth * 100,
+                completed: bucket.completed,
+                errors: bucket.errors,
+                p50: latency.p50,
+                p99: latency.p99,
+            });
+        }
+    }
+
+    /// What ended in the second before `now_ms`: finished requests and their latency.
+    pub fn last_second(&self, now_ms: u32) -> (u64, Percentiles) {
+        let from = now_ms.saturating_sub(1000) / 100;
+        let mut latency = histogram();
+        let mut finished = 0;
+        for (_, bucket) in self.recent.range(from..now_ms.div_ceil(100)) {
+            let _ = latency.add(&bucket.latency);
+            finished += bucket.completed + bucket.errors;
+        }
+        (finished, Percentiles::of(&latency))
     }
 
     /// Folds every open second before `before` into its summary.
@@ -475,12 +547,42 @@ mod tests {
     }
 
     #[test]
+    fn tenths_of_a_second_fold_by_end_time_and_the_last_second_merges_them() {
+        let mut r = Recorder::new(25_000, false);
+        let at = |done_ms: u32, ms: u64, outcome| Sample {
+            second: done_ms / 1000,
+            corrected_us: ms * 1000,
+            service_us: 1000,
+            done_ms,
+            outcome,
+        };
+        r.record(at(50, 2, Outcome::Status(200)));
+        r.record(at(1150, 4, Outcome::Status(200)));
+        r.record(at(1180, 40, Outcome::Status(500)));
+        r.record(at(1930, 8, Outcome::Status(200)));
+        let (finished, latency) = r.last_second(2000);
+        assert_eq!(finished, 3, "what ended from 1.0 s to 2.0 s");
+        assert!((latency.p99 - 40.0).abs() < 0.1, "{latency:?}");
+        r.close_tenths_before(1200);
+        assert_eq!(
+            r.tenths
+                .iter()
+                .map(|t| (t.t_ms, t.completed, t.errors))
+                .collect::<Vec<_>>(),
+            [(0, 1, 0), (1100, 1, 1)]
+        );
+        r.close_tenths_before(u32::MAX);
+        assert_eq!(r.tenths.last().unwrap().t_ms, 1900);
+    }
+
+    #[test]
     fn the_recorder_measures_answers_and_timeouts_counts_errors_and_closes_seconds() {
         let mut r = Recorder::new(25_000, false);
         let ok = |second, ms: u64| Sample {
             second,
             corrected_us: ms * 1000,
             service_us: 1000,
+            done_ms: second * 1000,
             outcome: Outcome::Status(200),
         };
         r.record(ok(0, 5));

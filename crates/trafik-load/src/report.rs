@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::journey::{ScenarioReport, ThresholdResult};
 use crate::merge::AgentReport;
-use crate::record::{self, Errors, Interval, Percentiles, Quarters, SpikeReport};
+use crate::record::{self, Errors, Interval, Percentiles, Quarters, SpikeReport, Tenth};
 use crate::runner::RunResult;
 
 /// Which latency a threshold applies to.
@@ -154,6 +154,9 @@ pub struct Report {
     /// The open loop sent its plan: nothing dropped and at least 99 % of the target rate.
     pub rate_held: bool,
     pub intervals: Vec<Interval>,
+    /// 100 ms buckets by when requests ended (none in a distributed run: percentiles of
+    /// 100 ms on each machine do not merge).
+    pub buckets_100ms: Vec<Tenth>,
     pub quarters: Option<Quarters>,
     pub spike: Option<SpikeReport>,
     pub server_counters: Option<ServerCounters>,
@@ -301,6 +304,7 @@ impl Report {
             failures,
             rate_held,
             intervals,
+            buckets_100ms: recorder.tenths.clone(),
             quarters,
             spike,
             server_counters: inputs.server_counters,

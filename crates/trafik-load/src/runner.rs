@@ -14,7 +14,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::client::{Connection, Scratch};
-use crate::record::{Outcome, Recorder, Sample};
+use crate::record::{Errors, Outcome, Percentiles, Recorder, Sample};
 use crate::schedule::RatePlan;
 use crate::target::Target;
 
@@ -79,14 +79,75 @@ pub struct RunResult {
     pub connections_opened: u64,
 }
 
-/// Live totals for a progress line.
-#[derive(Clone, Copy, Debug)]
+/// The live view's numbers, every 100 ms.
+#[derive(Clone, Debug)]
 pub struct Progress {
     pub elapsed: Duration,
+    /// Requests sent (a scenario: flows started).
     pub sent: u64,
     pub completed: u64,
-    pub errors: u64,
+    pub errors: Errors,
     pub connections: u64,
+    /// Sent per second over the last second.
+    pub rate: f64,
+    /// The plan's rate now; `None` in a closed loop.
+    pub target_rate: Option<f64>,
+    /// Requests sent and not finished (a scenario: virtual users on their way).
+    pub in_flight: u64,
+    /// Requests finished in the last second, and their latency from the intended send.
+    pub last_second: (u64, Percentiles),
+}
+
+/// What the live view needs between ticks: the sent count over the last second.
+pub(crate) struct Live {
+    sends: VecDeque<(Duration, u64)>,
+}
+
+impl Live {
+    /// How often the live view is refreshed.
+    pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+    pub(crate) fn new() -> Live {
+        Live {
+            sends: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn progress(
+        &mut self,
+        recorder: &Recorder,
+        elapsed: Duration,
+        sent: u64,
+        in_flight: u64,
+        connections: u64,
+        target_rate: Option<f64>,
+    ) -> Progress {
+        self.sends.push_back((elapsed, sent));
+        while self
+            .sends
+            .front()
+            .is_some_and(|(at, _)| elapsed - *at > Duration::from_secs(1))
+        {
+            self.sends.pop_front();
+        }
+        let rate = match self.sends.front() {
+            Some((at, before)) if elapsed > *at => {
+                (sent - before) as f64 / (elapsed - *at).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        Progress {
+            elapsed,
+            sent,
+            completed: recorder.completed,
+            errors: recorder.errors.clone(),
+            connections,
+            rate,
+            target_rate,
+            in_flight,
+            last_second: recorder.last_second(elapsed.as_millis() as u32),
+        }
+    }
 }
 
 /// An HTTP/2 connection and how many workers send on it.
@@ -184,14 +245,32 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
     // The aggregator owns the recorder; it closes seconds that can no longer change.
     let mut recorder = Recorder::new(shared.options.threshold_us, shared.options.keep_seconds);
     let settle = shared.options.timeout.as_secs() as u32 + 2;
-    let mut tick = tokio::time::interval_at(start + Duration::from_secs(1), Duration::from_secs(1));
+    let mut tick = tokio::time::interval_at(start + Live::TICK, Live::TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut live = Live::new();
+    let target_rate = |elapsed: Duration| match &shared.options.pacing {
+        Pacing::Open(plan) => Some(plan.rate_at(elapsed.as_secs_f64())),
+        Pacing::Closed(_) => None,
+    };
     let (planned, planned_per_second) = loop {
         tokio::select! {
             Some(batch) = incoming.recv() => batch.into_iter().for_each(|s| recorder.record(s)),
             _ = tick.tick() => {
                 let elapsed = Instant::now() - start;
                 recorder.close_before((elapsed.as_secs() as u32).saturating_sub(settle));
-                progress(snapshot(&shared, &recorder, elapsed));
+                recorder.close_tenths_before(
+                    (elapsed.as_millis() as u32).saturating_sub(settle * 1000),
+                );
+                let sent = shared.sent.load(Ordering::Relaxed);
+                let finished = recorder.completed + recorder.errors.total();
+                progress(live.progress(
+                    &recorder,
+                    elapsed,
+                    sent,
+                    sent.saturating_sub(finished),
+                    shared.connections_opened.load(Ordering::Relaxed),
+                    target_rate(elapsed),
+                ));
             }
             done = &mut dispatched => break done.unwrap_or_default(),
         }
@@ -229,6 +308,7 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
         handle.abort();
     }
     recorder.close_before(u32::MAX);
+    recorder.close_tenths_before(u32::MAX);
     RunResult {
         recorder,
         planned,
@@ -285,16 +365,6 @@ pub(crate) fn dispatch(
         std::thread::sleep(end - now);
     }
     (planned, per_second)
-}
-
-fn snapshot(shared: &Shared, recorder: &Recorder, elapsed: Duration) -> Progress {
-    Progress {
-        elapsed,
-        sent: shared.sent.load(Ordering::Relaxed),
-        completed: recorder.completed,
-        errors: recorder.errors.total(),
-        connections: shared.connections_opened.load(Ordering::Relaxed),
-    }
 }
 
 /// Queues one send; opens another connection when every worker is busy.
@@ -401,6 +471,9 @@ impl Worker {
         // full speed, atomics shared by every connection would cost more than the sends.
         let stride = shared.options.workers() as u64;
         let mut n = self.id;
+        // A batch also goes every 100 ms, so the live view and its buckets stay current when
+        // the server is slow.
+        let mut batch_start = Instant::now();
         loop {
             let sent_at = Instant::now();
             if sent_at >= deadline || shared.stop.load(Ordering::Relaxed) {
@@ -413,9 +486,12 @@ impl Worker {
             let sample = self.request(shared, n, sent_at, sent_at, second).await;
             n += stride;
             self.batch.push(sample);
-            if self.batch.len() >= BATCH {
-                shared.sent.fetch_add(BATCH as u64, Ordering::Relaxed);
+            if self.batch.len() >= BATCH || sent_at - batch_start >= Live::TICK {
+                shared
+                    .sent
+                    .fetch_add(self.batch.len() as u64, Ordering::Relaxed);
                 let _ = samples.send(std::mem::take(&mut self.batch));
+                batch_start = sent_at;
             }
         }
     }
@@ -450,6 +526,7 @@ impl Worker {
             second,
             corrected_us: (done - intended).as_micros() as u64,
             service_us: (done - sent_at).as_micros() as u64,
+            done_ms: (done - shared.start).as_millis() as u32,
             outcome,
         }
     }

@@ -70,6 +70,18 @@ fn a_run_within_its_threshold_passes_with_status_0_and_documents_itself_in_json(
     assert!(dropped < 100, "{dropped} dropped");
     assert_eq!(report["completed"], sent);
     assert_eq!(report["passed"], true);
+    // The 100 ms buckets, by when requests ended, hold every answer once, in order.
+    let buckets = report["buckets_100ms"].as_array().unwrap();
+    let completed: u64 = buckets
+        .iter()
+        .map(|b| b["completed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(completed, sent);
+    let starts: Vec<u64> = buckets
+        .iter()
+        .map(|b| b["t_ms"].as_u64().unwrap())
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] < w[1]) && starts.iter().all(|t| t % 100 == 0));
     // The replica counted every request the generator sent.
     assert_eq!(get_json(&upstream.address, "/sayac")["istek"], sent);
 }

@@ -94,17 +94,13 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let live = !args.json && std::io::stderr().is_terminal();
+    let mut drawn = false;
     let show = move |p: trafik_load::Progress| {
         if live {
-            let _ = write!(
-                std::io::stderr(),
-                "\r{:>5.1} s  sent {}  completed {}  errors {}  connections {}   ",
-                p.elapsed.as_secs_f64(),
-                p.sent,
-                p.completed,
-                p.errors,
-                p.connections
-            );
+            // Back over the previous view and clear it, then draw this one.
+            let back = if drawn { "\x1b[3F\x1b[J" } else { "" };
+            let _ = write!(std::io::stderr(), "{back}{}", live_view(&p));
+            drawn = true;
         }
     };
     let threshold_us = threshold.map_or(u64::MAX, |t| t.as_micros() as u64);
@@ -178,9 +174,6 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                 return Err("a scenario runs open loop: give --rate, --stages or --profile".into());
             }
         };
-        if live {
-            let _ = writeln!(std::io::stderr());
-        }
         let server_counters = match (&args.metrics_url, before) {
             (Some(url), Some(before)) => {
                 let after = trafik_load::fetch_json(url).await?;
@@ -234,6 +227,33 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The terminal's live view, three lines redrawn every 100 ms: the rate sent against the
+/// plan's, what is in flight, the last second's latency and the errors so far by kind.
+fn live_view(p: &trafik_load::Progress) -> String {
+    let target = p.target_rate.map_or_else(
+        || "closed loop".to_owned(),
+        |rate| format!("target {rate:.0}/s"),
+    );
+    let (finished, latency) = &p.last_second;
+    let errors = match p.errors.describe() {
+        kinds if kinds.is_empty() => "none".to_owned(),
+        kinds => kinds,
+    };
+    format!(
+        "{:>6.1} s  sent {:.0}/s ({target}), {} in all; in flight {}; connections {}\n\
+         \x20 last second: {finished} finished, p50 {:.2} ms, p99 {:.2} ms; completed {} in all\n\
+         \x20 errors: {errors}\n",
+        p.elapsed.as_secs_f64(),
+        p.rate,
+        p.sent,
+        p.in_flight,
+        p.connections,
+        latency.p50,
+        latency.p99,
+        p.completed
+    )
 }
 
 /// The course's profile with the values the flags give instead.
@@ -341,4 +361,45 @@ fn parse_stages(text: &str) -> Result<Vec<(Duration, f64)>, String> {
             Ok((duration.0, target))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_live_view_shows_rate_in_flight_last_second_and_errors_by_kind() {
+        let errors = trafik_load::record::Errors {
+            timeout: 2,
+            ..Default::default()
+        };
+        let progress = trafik_load::Progress {
+            elapsed: Duration::from_millis(3400),
+            sent: 1700,
+            completed: 1690,
+            errors,
+            connections: 16,
+            rate: 499.6,
+            target_rate: Some(500.0),
+            in_flight: 8,
+            last_second: (
+                497,
+                trafik_load::record::Percentiles {
+                    p50: 1.25,
+                    p99: 9.5,
+                    ..Default::default()
+                },
+            ),
+        };
+        let view = live_view(&progress);
+        assert_eq!(view.lines().count(), 3, "{view}");
+        assert!(view.contains("3.4 s  sent 500/s (target 500/s), 1700 in all; in flight 8"));
+        assert!(view.contains("last second: 497 finished, p50 1.25 ms, p99 9.50 ms"));
+        assert!(view.contains("errors: 2 timed out"));
+        let closed = trafik_load::Progress {
+            target_rate: None,
+            ..progress
+        };
+        assert!(live_view(&closed).contains("(closed loop)"));
+    }
 }
