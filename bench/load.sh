@@ -6,7 +6,7 @@
 #   (taskset: wrk -t1, and trafik load's runtime sees one CPU, so one worker), 64 connections,
 #   5 s, ROUNDS interleaved rounds; medians of req/s and of the client's CPU µs per request
 #   (user+sys of the load generator process), with each round's figures and the ratio;
-#   open loop at 20,000 req/s for 5 s: achieved rate and late sends, for trafik load (and oha)
+#   open loop at 50,000 req/s for 5 s: achieved rate and late sends, for trafik load (and oha)
 #   (wrk has no open loop; wrk2 is not packaged);
 #   open loop at the course's 514 req/s for 5 s: how closely trafik load holds it.
 #
@@ -21,7 +21,7 @@ set -euo pipefail
 DURATION=${DURATION:-5}
 ROUNDS=${ROUNDS:-5}
 CONNECTIONS=${CONNECTIONS:-64}
-OPEN_RATE=${OPEN_RATE:-20000}
+OPEN_RATE=${OPEN_RATE:-50000}
 COURSE_RATE=${COURSE_RATE:-514}
 
 command -v wrk >/dev/null || { echo "bench/load.sh needs wrk (apt-get install wrk)" >&2; exit 2; }

@@ -50,8 +50,9 @@ pub enum Command {
     /// demos, tests and benchmarks; with `--lesson-defaults`, the load lesson's server.
     Upstream(UpstreamArgs),
     /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
-    /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
-    /// breached or too many requests failed, 98 the target rate could not be held, 2 bad usage.
+    /// intended send time; load, soak and spike profiles, user-journey scenarios, HTTPS and
+    /// HTTP/2, distributed agents on etcd. Exit 0 passed, 99 a threshold was breached or too
+    /// many requests failed, 98 the target rate could not be held, 2 bad usage.
     #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
     Load(Box<LoadArgs>),
     /// The dashboard's view in a terminal, from a running instance's admin API: pools with
