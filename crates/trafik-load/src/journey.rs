@@ -20,11 +20,13 @@ use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use serde::Serialize;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use trafik_gateway::jq::{self, Value};
 
+use crate::client::Stream;
 use crate::record::{Outcome, Percentiles, Recorder, Sample, histogram};
 use crate::runner::{Live, Progress, RunResult, dispatch};
 use crate::scenario::{Capture, Scenario, Step, StepCapture, Threshold};
@@ -45,6 +47,8 @@ pub struct ScenarioOptions {
     pub late_after: Duration,
     pub threshold_us: u64,
     pub keep_seconds: bool,
+    /// The client configuration for `https://` steps.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// What one step measured.
@@ -379,7 +383,12 @@ async fn journey(
         if i == 0 && sent_at.saturating_duration_since(due) > shared.options.late_after {
             shared.late.fetch_add(1, Ordering::Relaxed);
         }
-        let exchange = user.step(step, row, &shared.connections_opened);
+        let exchange = user.step(
+            step,
+            row,
+            shared.options.tls.as_ref(),
+            &shared.connections_opened,
+        );
         let (outcome, reason) = match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => (Outcome::Timeout, None),
@@ -443,6 +452,7 @@ impl User {
         &mut self,
         step: &Step,
         row: &[String],
+        tls: Option<&Arc<rustls::ClientConfig>>,
         opened: &AtomicU64,
     ) -> (Outcome, Option<String>) {
         // A rendered value that is not valid in a URI or a header is the scenario's fault, and
@@ -454,7 +464,7 @@ impl User {
                 return (Outcome::FailedCheck, Some(reason));
             }
         };
-        let answer = match self.exchange(step.address, request, opened).await {
+        let answer = match self.exchange(step, tls, request, opened).await {
             Ok(answer) => answer,
             Err(outcome) => return (outcome, None),
         };
@@ -502,11 +512,12 @@ impl User {
 
     async fn exchange(
         &mut self,
-        address: SocketAddr,
+        step: &Step,
+        tls: Option<&Arc<rustls::ClientConfig>>,
         request: http::Request<Full<Bytes>>,
         opened: &AtomicU64,
     ) -> Result<Answer, Outcome> {
-        let sender = self.connection(address, opened).await?;
+        let sender = self.connection(step, tls, opened).await?;
         let response = sender.send_request(request).await.map_err(failure)?;
         let status = response.status().as_u16();
         let (parts, body) = response.into_parts();
@@ -521,9 +532,11 @@ impl User {
     /// The open connection to `address`, or a new one.
     async fn connection(
         &mut self,
-        address: SocketAddr,
+        step: &Step,
+        tls: Option<&Arc<rustls::ClientConfig>>,
         opened: &AtomicU64,
     ) -> Result<&mut SendRequest<Full<Bytes>>, Outcome> {
+        let address = step.address;
         self.connections
             .retain(|(a, sender)| *a != address || !sender.is_closed());
         let position = match self.connections.iter().position(|(a, _)| *a == address) {
@@ -536,6 +549,20 @@ impl User {
                         _ => Outcome::ConnectFailed,
                     })?;
                 let _ = stream.set_nodelay(true);
+                let stream = match (step.tls, tls) {
+                    (false, _) => Stream::Plain(stream),
+                    (true, Some(config)) => {
+                        let name = ServerName::try_from(step.server_name.clone())
+                            .map_err(|_| Outcome::ConnectFailed)?;
+                        let connector = tokio_rustls::TlsConnector::from(config.clone());
+                        let tls = connector
+                            .connect(name, stream)
+                            .await
+                            .map_err(|_| Outcome::Tls)?;
+                        Stream::Tls(Box::new(tls))
+                    }
+                    (true, None) => return Err(Outcome::Tls),
+                };
                 let (sender, connection) =
                     hyper::client::conn::http1::handshake(TokioIo::new(stream))
                         .await

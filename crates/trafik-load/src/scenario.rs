@@ -61,6 +61,9 @@ pub struct Step {
     pub address: SocketAddr,
     /// `host[:port]` as written, for the `Host` header.
     pub authority: String,
+    /// `https://`: the connection speaks TLS to `server_name`.
+    pub tls: bool,
+    pub server_name: String,
     /// The path and query.
     pub path: Template,
     pub headers: Vec<(http::HeaderName, Template)>,

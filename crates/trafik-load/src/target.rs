@@ -78,6 +78,16 @@ pub fn split_url(url: &str) -> Result<(String, String), String> {
     }
 }
 
+/// The host of `host[:port]` without the port (or an IPv6 address's brackets), for TLS's
+/// server name.
+pub fn server_name(authority: &str) -> String {
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => host,
+        _ => authority,
+    };
+    host.trim_matches(['[', ']']).to_owned()
+}
+
 /// The address of `host[:port]` (`default_port` when none is written).
 pub fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, String> {
     let with_port = if authority
@@ -115,14 +125,10 @@ impl Target {
             }
             paths.push(PathTemplate::new(&path));
         }
-        let server_name = match authority.rsplit_once(':') {
-            Some((host, port)) if port.parse::<u16>().is_ok() => host,
-            _ => authority.as_str(),
-        };
         Ok(Target {
             address: resolve(&authority, if tls { 443 } else { 80 })?,
             tls,
-            server_name: server_name.trim_matches(['[', ']']).to_owned(),
+            server_name: server_name(&authority),
             authority,
             method,
             headers,

@@ -196,7 +196,11 @@ fn folder(name: &str) -> PathBuf {
 
 /// The journey: log in, then three calls with the token, the session and the cookie.
 fn journey(app: &App) -> String {
-    let base = format!("http://{}", app.address);
+    journey_at(&format!("http://{}", app.address))
+}
+
+/// The journey against `base` (`http://…` or `https://…`).
+fn journey_at(base: &str) -> String {
     format!(
         r#"threshold = "p99 < 10s"
 
@@ -465,7 +469,7 @@ think = "soon"
 
 [[flow.step]]
 name = "olay"
-url = "https://127.0.0.1:1/olay"
+url = "ftp://127.0.0.1:1/olay"
 "#;
     std::fs::write(&scenario, text).unwrap();
     let output = load(&["--scenario", scenario.to_str().unwrap(), "--rate", "10"]);
@@ -490,7 +494,11 @@ url = "https://127.0.0.1:1/olay"
         ("nosuch", "flow[0].step[1].capture.x", "jq: undefined"),
         ("700", "flow[0].step[1].check.status", "from 100 to 599"),
         ("soon", "flow[0].step[1].think", ""),
-        ("https", "flow[0].step[2].url", "https is not supported"),
+        (
+            "ftp",
+            "flow[0].step[2].url",
+            "expected a URL such as http://",
+        ),
     ] {
         let place = format!("error: {name}:{}:", line(needle));
         assert!(
@@ -545,4 +553,47 @@ fn the_example_scenario_runs_against_the_replica() {
     // Three of every four users track, one reports an event.
     let started = |f: usize| flows[f]["started"].as_u64().unwrap();
     assert!(started(0) >= 3 * started(1) - 3, "{flows:?}");
+}
+
+#[test]
+fn a_journey_over_https_trusts_the_ca_it_is_given_and_a_failed_handshake_is_an_error() {
+    let app = App::start();
+    let demo = |file: &str| format!("{}/../../examples/certs/{file}", env!("CARGO_MANIFEST_DIR"));
+    let (cert, key) = (demo("localhost.pem"), demo("localhost.key"));
+    let app_address = app.address.to_string();
+    let proxy = common::Proxy::start(
+        &[],
+        &["--to", &app_address, "--tls-cert", &cert, "--tls-key", &key],
+    );
+    let port = proxy.address.rsplit(':').next().unwrap().to_owned();
+    let dir = folder("https");
+    std::fs::write(dir.join("kullanicilar.csv"), "kullanici,no\nayse,TR-1\n").unwrap();
+    let scenario = dir.join("takip.toml");
+    std::fs::write(&scenario, journey_at(&format!("https://localhost:{port}"))).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--scenario",
+            scenario.to_str().unwrap(),
+            "--rate",
+            "10",
+            "--duration",
+            "1s",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json(&load(&args))
+    };
+    let ca = demo("ca.pem");
+    let report = run(&["--cacert", &ca]);
+    let started = report["flows"][0]["started"].as_u64().unwrap();
+    assert!(started > 0);
+    for step in report["steps"].as_array().unwrap() {
+        assert_eq!(step["completed"], started, "{step}");
+    }
+    // The demo CA is not among the system's roots: the login's handshake fails, an error and
+    // not a failed check.
+    let report = run(&[]);
+    assert_eq!(report["steps"][0]["errors"], report["flows"][0]["started"]);
+    assert_eq!(report["errors"]["tls"], report["flows"][0]["started"]);
+    assert_eq!(report["steps"][0]["failed_checks"], 0);
 }

@@ -159,7 +159,13 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                 }
             }
             (None, Some(journeys), Pacing::Open(plan)) => {
+                let https = journeys.flows.iter().flat_map(|f| &f.steps).any(|s| s.tls);
                 let options = ScenarioOptions {
+                    tls: if https {
+                        Some(trafik_load::tls::client_config(&tls, false)?)
+                    } else {
+                        None
+                    },
                     plan,
                     max_users: args.max_connections.max(1),
                     timeout: args.timeout,

@@ -315,20 +315,23 @@ fn compile_step(
     let mut place = None;
     if let Some(url) = url {
         let url_field = format!("{field}.url");
-        match trafik_load::target::split_url(url.get_ref()) {
+        match trafik_load::target::parse_url(url.get_ref()) {
             Err(message) => report.error(url.span(), &url_field, message),
-            Ok((authority, _)) if authority.contains("{{") => report.error(
+            Ok((_, authority, _)) if authority.contains("{{") => report.error(
                 url.span(),
                 &url_field,
                 "the host and port are fixed per step: templates go in the path, query and body",
             ),
-            Ok((authority, path)) => match trafik_load::target::resolve(&authority, 80) {
-                Err(message) => report.error(url.span(), &url_field, message),
-                Ok(address) => {
-                    let path = template(report, &url_field, &path, url.span(), columns, variables);
-                    place = Some((address, authority, path));
+            Ok((tls, authority, path)) => {
+                match trafik_load::target::resolve(&authority, if tls { 443 } else { 80 }) {
+                    Err(message) => report.error(url.span(), &url_field, message),
+                    Ok(address) => {
+                        let path =
+                            template(report, &url_field, &path, url.span(), columns, variables);
+                        place = Some((address, tls, authority, path));
+                    }
                 }
-            },
+            }
         }
     }
     let mut headers = Vec::new();
@@ -434,11 +437,13 @@ fn compile_step(
     if report.error_count() > before {
         return None;
     }
-    let (address, authority, path) = place?;
+    let (address, tls, authority, path) = place?;
     Some(Step {
         name: name?.into_inner(),
         method: method?,
         address,
+        server_name: trafik_load::target::server_name(&authority),
+        tls,
         authority,
         path: path?,
         headers,
