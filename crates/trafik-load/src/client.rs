@@ -1,13 +1,16 @@
 //! Connections to the target: a lean HTTP/1.1 client of our own (the request bytes are written
 //! as they are, the response parsed with httparse and its body skipped without being kept), and
-//! HTTP/2 through hyper.
+//! HTTP/2 through hyper; either over TCP or over TLS (rustls).
 
 use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::target::Target;
@@ -32,10 +35,78 @@ pub struct Answer {
     pub close: bool,
 }
 
+/// A connection's bytes: plain TCP, or TLS over it.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => Pin::new(stream).poll_read(cx, buf),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => Pin::new(stream).poll_write(cx, buf),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => Pin::new(stream).poll_flush(cx),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => Pin::new(stream).poll_shutdown(cx),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 impl Connection {
-    pub async fn open(target: &Target, http2: bool) -> io::Result<Connection> {
-        let stream = TcpStream::connect(target.address).await?;
-        stream.set_nodelay(true)?;
+    /// Connects to the target; `tls` is the client configuration for an `https://` target.
+    pub async fn open(
+        target: &Target,
+        http2: bool,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> io::Result<Connection> {
+        let tcp = TcpStream::connect(target.address).await?;
+        tcp.set_nodelay(true)?;
+        let stream = match (target.tls, tls) {
+            (false, _) => Stream::Plain(tcp),
+            (true, Some(config)) => {
+                let name = rustls::pki_types::ServerName::try_from(target.server_name.clone())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let connector = tokio_rustls::TlsConnector::from(config.clone());
+                Stream::Tls(Box::new(
+                    connector.connect(name, tcp).await.map_err(tls_error)?,
+                ))
+            }
+            (true, None) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an https target without a TLS configuration",
+                ));
+            }
+        };
         if http2 {
             let (sender, connection) =
                 hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
@@ -103,7 +174,7 @@ pub struct Scratch {
 
 /// One HTTP/1.1 connection.
 pub struct Http1 {
-    stream: TcpStream,
+    stream: Stream,
     buffer: BytesMut,
 }
 
@@ -117,6 +188,8 @@ enum Framing {
 impl Http1 {
     async fn exchange(&mut self, request: &[u8], head_only: bool) -> io::Result<Answer> {
         self.stream.write_all(request).await?;
+        // TLS may keep the last record until flushed; for TCP this does nothing.
+        self.stream.flush().await?;
         self.buffer.clear();
         // 1xx answers other than 101 are interim (RFC 9110 §15.2): the final one follows.
         let mut interim = 0;
@@ -274,6 +347,19 @@ fn http2_error(error: hyper::Error) -> io::Error {
         }
     }
     io::Error::new(kind, error)
+}
+
+/// A failed TLS handshake: a certificate the client does not trust, no common version, … — the
+/// server's fault as the runner counts it (a protocol error), with rustls' reason kept.
+fn tls_error(error: io::Error) -> io::Error {
+    if error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>())
+    {
+        io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {error}"))
+    } else {
+        error
+    }
 }
 
 /// The server's bytes are not valid HTTP/1.1: the kind the runner counts as a protocol error.

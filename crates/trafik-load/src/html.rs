@@ -79,36 +79,42 @@ fn plot(title: &str, series: &[Series<'_>]) -> String {
 
 /// The page for `report`.
 pub fn page(report: &Report) -> String {
-    let at = |f: fn(&crate::record::Interval) -> f64| -> Vec<(f64, f64)> {
+    let at = |f: &dyn Fn(&crate::record::Interval) -> f64| -> Vec<(f64, f64)> {
         report
             .intervals
             .iter()
             .map(|i| (f64::from(i.second), f(i)))
             .collect()
     };
-    let latency = plot(
-        "Latency from the intended send (ms)",
-        &[
-            Series {
-                name: "p50",
-                colour: "#2a9d8f",
-                dashed: false,
-                points: at(|i| i.latency_ms.p50),
-            },
-            Series {
-                name: "p95",
-                colour: "#e9c46a",
-                dashed: false,
-                points: at(|i| i.latency_ms.p95),
-            },
-            Series {
-                name: "p99",
-                colour: "#e76f51",
-                dashed: false,
-                points: at(|i| i.latency_ms.p99),
-            },
-        ],
-    );
+    // The threshold as a dashed line across the run, for the percentile it applies to.
+    let threshold = report.threshold_ms.map(|limit| Series {
+        name: "threshold",
+        colour: "#888888",
+        dashed: true,
+        points: at(&|_| limit),
+    });
+    let mut latency_series = vec![
+        Series {
+            name: "p50",
+            colour: "#2a9d8f",
+            dashed: false,
+            points: at(&|i| i.latency_ms.p50),
+        },
+        Series {
+            name: "p95",
+            colour: "#e9c46a",
+            dashed: false,
+            points: at(&|i| i.latency_ms.p95),
+        },
+        Series {
+            name: "p99",
+            colour: "#e76f51",
+            dashed: false,
+            points: at(&|i| i.latency_ms.p99),
+        },
+    ];
+    latency_series.extend(threshold);
+    let latency = plot("Latency from the intended send (ms)", &latency_series);
     let rate = plot(
         "Requests per second",
         &[
@@ -116,19 +122,19 @@ pub fn page(report: &Report) -> String {
                 name: "planned",
                 colour: "#888888",
                 dashed: true,
-                points: at(|i| i.planned as f64),
+                points: at(&|i| i.planned as f64),
             },
             Series {
                 name: "sent",
                 colour: "#264653",
                 dashed: false,
-                points: at(|i| i.sent as f64),
+                points: at(&|i| i.sent as f64),
             },
             Series {
                 name: "errors",
                 colour: "#d62828",
                 dashed: false,
-                points: at(|i| i.errors as f64),
+                points: at(&|i| i.errors as f64),
             },
         ],
     );
@@ -142,14 +148,52 @@ pub fn page(report: &Report) -> String {
             .collect()
     };
     let errors = error_table(report);
+    let steps = step_table(report);
     let summary = html_escape(&report.render());
     let json = html_escape(&serde_json::to_string_pretty(report).unwrap_or_default());
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>trafik load: {url}</title>\
          <style>body{{font-family:sans-serif;max-width:820px;margin:2em auto}}pre{{background:#f4f4f4;padding:1em;overflow:auto}}</style>\
-         </head><body><h1>trafik load</h1><p>{url}</p>{verdict}{latency}{rate}<h2>Errors</h2>{errors}<h2>Summary</h2><pre>{summary}</pre>\
+         </head><body><h1>trafik load</h1><p>{url}</p>{verdict}{latency}{rate}{steps}<h2>Errors</h2>{errors}<h2>Summary</h2><pre>{summary}</pre>\
          <details><summary>All numbers (JSON)</summary><pre>{json}</pre></details></body></html>\n",
         url = html_escape(&report.url)
+    )
+}
+
+/// A scenario's steps with their latency and thresholds; empty for a plain run.
+fn step_table(report: &Report) -> String {
+    let Some(scenario) = &report.scenario else {
+        return String::new();
+    };
+    let rows: String = scenario
+        .steps
+        .iter()
+        .map(|step| {
+            let thresholds: Vec<String> = step
+                .thresholds
+                .iter()
+                .map(|t| {
+                    let verdict = if t.passed { "passed" } else { "<strong>FAILED</strong>" };
+                    format!("{} {verdict}", html_escape(&t.threshold))
+                })
+                .collect();
+            format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td></tr>",
+                html_escape(&step.flow),
+                html_escape(&step.name),
+                step.sent,
+                step.completed,
+                step.failed_checks,
+                step.errors,
+                step.latency_ms.p50,
+                step.latency_ms.p99,
+                thresholds.join(", ")
+            )
+        })
+        .collect();
+    format!(
+        "<h2>Steps</h2><table><tr><th>flow</th><th>step</th><th>sent</th><th>completed</th>\
+         <th>failed checks</th><th>errors</th><th>p50 ms</th><th>p99 ms</th><th>thresholds</th></tr>{rows}</table>"
     )
 }
 

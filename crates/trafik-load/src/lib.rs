@@ -8,16 +8,23 @@
 //!
 //! [`profile::Profile`] holds the course's load, soak and spike tests with their defaults;
 //! [`runner::run`] drives the load; [`report::Report`] turns what it measured into JSON, a
-//! summary and the load, soak and spike tables; [`html::page`] draws it.
+//! summary and the load, soak and spike tables; [`html::page`] draws it. [`scenario`] and
+//! [`journey`] run user journeys (weighted flows of steps with captures and checks) on the same
+//! open-loop clock.
 
 pub mod client;
+pub mod data;
 pub mod html;
+pub mod journey;
+pub mod merge;
 pub mod profile;
 pub mod record;
 pub mod report;
 pub mod runner;
+pub mod scenario;
 pub mod schedule;
 pub mod target;
+pub mod tls;
 
 pub use profile::{Profile, ProfileKind, Spike};
 pub use report::{MaxErrorRate, ProfileShape, Report, ReportInputs, ServerCounters, ThresholdOn};

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One finished (or failed) request.
 #[derive(Clone, Copy, Debug)]
@@ -22,6 +22,8 @@ pub struct Sample {
     pub corrected_us: u64,
     /// From the actual send to the end of the response (or the timeout), in microseconds.
     pub service_us: u64,
+    /// When it ended, in milliseconds since the run started (for the 100 ms buckets).
+    pub done_ms: u32,
     pub outcome: Outcome,
 }
 
@@ -34,31 +36,46 @@ pub enum Outcome {
     ConnectRefused,
     /// Connecting failed otherwise (unreachable, no local port left, …).
     ConnectFailed,
+    /// The TLS handshake failed (a certificate not trusted, no common version, …).
+    Tls,
     /// The connection was reset or closed before the whole answer arrived.
     Reset,
     /// The server's bytes were not valid HTTP.
     Protocol,
     /// No whole answer within the timeout.
     Timeout,
+    /// A scenario step's answer that passed its checks, whatever its status.
+    Passed,
+    /// A scenario step's answer that failed a check (its status, its body, a capture).
+    FailedCheck,
 }
 
 impl Outcome {
     /// Whether the request failed: anything but a 2xx or 3xx answer (k6 counts the same way).
     pub fn is_error(self) -> bool {
-        !matches!(self, Outcome::Status(s) if (200..400).contains(&s))
+        match self {
+            Outcome::Status(status) => !(200..400).contains(&status),
+            Outcome::Passed => false,
+            _ => true,
+        }
     }
 
     /// Whether the request has a latency: it was answered, or it waited for the whole timeout.
     pub fn is_measured(self) -> bool {
-        matches!(self, Outcome::Status(_) | Outcome::Timeout)
+        matches!(
+            self,
+            Outcome::Status(_) | Outcome::Timeout | Outcome::Passed | Outcome::FailedCheck
+        )
     }
 }
 
 /// Errors by kind.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Errors {
     pub connect_refused: u64,
     pub connect_failed: u64,
+    /// TLS handshakes that failed.
+    pub tls: u64,
     /// Reset or closed by the server before the whole answer.
     pub reset: u64,
     /// Answers that were not valid HTTP (a bad head, a chunk size out of range, …).
@@ -68,17 +85,22 @@ pub struct Errors {
     pub status_5xx: u64,
     /// A final status outside 200–599, such as 101 Switching Protocols.
     pub status_other: u64,
+    /// Scenario steps answered, but not as their checks expect: counted apart from failures to
+    /// get an answer.
+    pub failed_check: u64,
 }
 
 impl Errors {
     fn count(&mut self, outcome: Outcome) {
         match outcome {
-            Outcome::Status(200..=399) => {}
+            Outcome::Status(200..=399) | Outcome::Passed => {}
+            Outcome::FailedCheck => self.failed_check += 1,
             Outcome::Status(400..=499) => self.status_4xx += 1,
             Outcome::Status(500..=599) => self.status_5xx += 1,
             Outcome::Status(_) => self.status_other += 1,
             Outcome::ConnectRefused => self.connect_refused += 1,
             Outcome::ConnectFailed => self.connect_failed += 1,
+            Outcome::Tls => self.tls += 1,
             Outcome::Reset => self.reset += 1,
             Outcome::Protocol => self.protocol += 1,
             Outcome::Timeout => self.timeout += 1,
@@ -86,17 +108,33 @@ impl Errors {
     }
 
     /// Every kind with its count, named so that "N name" reads as a sentence.
-    pub fn kinds(&self) -> [(&'static str, u64); 8] {
+    pub fn kinds(&self) -> [(&'static str, u64); 10] {
         [
             ("connect refused", self.connect_refused),
             ("connect failed", self.connect_failed),
+            ("TLS handshake failed", self.tls),
             ("reset", self.reset),
             ("protocol error", self.protocol),
             ("timed out", self.timeout),
             ("answered 4xx", self.status_4xx),
             ("answered 5xx", self.status_5xx),
             ("answered another status", self.status_other),
+            ("failed a check", self.failed_check),
         ]
+    }
+
+    /// Adds another run's counts (an agent's, in a distributed run).
+    pub fn add(&mut self, other: &Errors) {
+        self.connect_refused += other.connect_refused;
+        self.connect_failed += other.connect_failed;
+        self.tls += other.tls;
+        self.reset += other.reset;
+        self.protocol += other.protocol;
+        self.timeout += other.timeout;
+        self.status_4xx += other.status_4xx;
+        self.status_5xx += other.status_5xx;
+        self.status_other += other.status_other;
+        self.failed_check += other.failed_check;
     }
 
     pub fn total(&self) -> u64 {
@@ -115,7 +153,7 @@ impl Errors {
 }
 
 /// Latency percentiles in milliseconds.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Percentiles {
     pub p50: f64,
     pub p90: f64,
@@ -171,6 +209,26 @@ pub struct Interval {
     pub over_threshold: u64,
 }
 
+/// 100 ms of the run by when requests ended: the live view's and the JSON's finest grain.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Tenth {
+    /// The bucket's start, in milliseconds since the run started.
+    pub t_ms: u32,
+    /// Answered 2xx or 3xx (a scenario step: passed its checks).
+    pub completed: u64,
+    pub errors: u64,
+    /// Latency from the intended send of what ended in these 100 ms.
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// A 100 ms bucket still open to late batches.
+struct Bucket {
+    latency: Histogram<u64>,
+    completed: u64,
+    errors: u64,
+}
+
 /// A new histogram in microseconds with three significant digits, growing as needed.
 pub fn histogram() -> Histogram<u64> {
     Histogram::new(3).expect("3 significant digits is a valid histogram precision")
@@ -196,6 +254,10 @@ pub struct Recorder {
     /// Seconds folded into summaries; their histograms kept only if `keep_seconds`.
     pub closed: BTreeMap<u32, (Interval, Option<Histogram<u64>>)>,
     keep_seconds: bool,
+    /// 100 ms buckets by end time, still open.
+    recent: BTreeMap<u32, Bucket>,
+    /// 100 ms buckets folded into summaries, in order.
+    pub tenths: Vec<Tenth>,
 }
 
 impl Recorder {
@@ -210,6 +272,8 @@ impl Recorder {
             open: BTreeMap::new(),
             closed: BTreeMap::new(),
             keep_seconds,
+            recent: BTreeMap::new(),
+            tenths: Vec::new(),
         }
     }
 
@@ -225,12 +289,56 @@ impl Recorder {
             self.completed += 1;
             *completed += 1;
         }
+        let bucket = self
+            .recent
+            .entry(sample.done_ms / 100)
+            .or_insert_with(|| Bucket {
+                latency: histogram(),
+                completed: 0,
+                errors: 0,
+            });
+        if sample.outcome.is_error() {
+            bucket.errors += 1;
+        } else {
+            bucket.completed += 1;
+        }
         if sample.outcome.is_measured() {
             let corrected = sample.corrected_us.max(1);
             let _ = self.corrected.record(corrected);
             let _ = self.service.record(sample.service_us.max(1));
             let _ = second.record(corrected);
+            let _ = bucket.latency.record(corrected);
         }
+    }
+
+    /// Folds every 100 ms bucket that began before `before_ms` into its summary.
+    pub fn close_tenths_before(&mut self, before_ms: u32) {
+        while let Some(entry) = self.recent.first_entry() {
+            if entry.key() * 100 >= before_ms {
+                break;
+            }
+            let (tenth, bucket) = entry.remove_entry();
+            let latency = Percentiles::of(&bucket.latency);
+            self.tenths.push(Tenth {
+                t_ms: tenth * 100,
+                completed: bucket.completed,
+                errors: bucket.errors,
+                p50: latency.p50,
+                p99: latency.p99,
+            });
+        }
+    }
+
+    /// What ended in the second before `now_ms`: finished requests and their latency.
+    pub fn last_second(&self, now_ms: u32) -> (u64, Percentiles) {
+        let from = now_ms.saturating_sub(1000) / 100;
+        let mut latency = histogram();
+        let mut finished = 0;
+        for (_, bucket) in self.recent.range(from..now_ms.div_ceil(100)) {
+            let _ = latency.add(&bucket.latency);
+            finished += bucket.completed + bucket.errors;
+        }
+        (finished, Percentiles::of(&latency))
     }
 
     /// Folds every open second before `before` into its summary.
@@ -439,12 +547,42 @@ mod tests {
     }
 
     #[test]
+    fn tenths_of_a_second_fold_by_end_time_and_the_last_second_merges_them() {
+        let mut r = Recorder::new(25_000, false);
+        let at = |done_ms: u32, ms: u64, outcome| Sample {
+            second: done_ms / 1000,
+            corrected_us: ms * 1000,
+            service_us: 1000,
+            done_ms,
+            outcome,
+        };
+        r.record(at(50, 2, Outcome::Status(200)));
+        r.record(at(1150, 4, Outcome::Status(200)));
+        r.record(at(1180, 40, Outcome::Status(500)));
+        r.record(at(1930, 8, Outcome::Status(200)));
+        let (finished, latency) = r.last_second(2000);
+        assert_eq!(finished, 3, "what ended from 1.0 s to 2.0 s");
+        assert!((latency.p99 - 40.0).abs() < 0.1, "{latency:?}");
+        r.close_tenths_before(1200);
+        assert_eq!(
+            r.tenths
+                .iter()
+                .map(|t| (t.t_ms, t.completed, t.errors))
+                .collect::<Vec<_>>(),
+            [(0, 1, 0), (1100, 1, 1)]
+        );
+        r.close_tenths_before(u32::MAX);
+        assert_eq!(r.tenths.last().unwrap().t_ms, 1900);
+    }
+
+    #[test]
     fn the_recorder_measures_answers_and_timeouts_counts_errors_and_closes_seconds() {
         let mut r = Recorder::new(25_000, false);
         let ok = |second, ms: u64| Sample {
             second,
             corrected_us: ms * 1000,
             service_us: 1000,
+            done_ms: second * 1000,
             outcome: Outcome::Status(200),
         };
         r.record(ok(0, 5));

@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::record::{self, Errors, Interval, Percentiles, Quarters, SpikeReport};
+use crate::journey::{ScenarioReport, ThresholdResult};
+use crate::merge::AgentReport;
+use crate::record::{self, Errors, Interval, Percentiles, Quarters, SpikeReport, Tenth};
 use crate::runner::RunResult;
 
 /// Which latency a threshold applies to.
@@ -152,9 +154,19 @@ pub struct Report {
     /// The open loop sent its plan: nothing dropped and at least 99 % of the target rate.
     pub rate_held: bool,
     pub intervals: Vec<Interval>,
+    /// 100 ms buckets by when requests ended (none in a distributed run: percentiles of
+    /// 100 ms on each machine do not merge).
+    pub buckets_100ms: Vec<Tenth>,
     pub quarters: Option<Quarters>,
     pub spike: Option<SpikeReport>,
     pub server_counters: Option<ServerCounters>,
+    /// A scenario's steps, flows and thresholds (`steps`, `flows` and `thresholds` in the
+    /// JSON); absent from a plain run.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<ScenarioReport>,
+    /// A distributed run's agents; absent from a run on one machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<AgentReport>>,
 }
 
 /// Everything the report needs beyond the run's measurements.
@@ -292,10 +304,36 @@ impl Report {
             failures,
             rate_held,
             intervals,
+            buckets_100ms: recorder.tenths.clone(),
             quarters,
             spike,
             server_counters: inputs.server_counters,
+            scenario: None,
+            agents: None,
         }
+    }
+
+    /// Adds a distributed run's agents; one that died fails the run.
+    pub fn with_agents(mut self, agents: Vec<AgentReport>) -> Report {
+        for agent in agents.iter().filter(|a| !a.reported) {
+            self.failures.push(format!(
+                "agent {} stopped before reporting: its {} planned requests ({:.0} % of the plan) were not measured",
+                agent.name,
+                agent.planned,
+                100.0 * agent.share
+            ));
+        }
+        self.passed = self.failures.is_empty();
+        self.agents = Some(agents);
+        self
+    }
+
+    /// Adds a scenario's steps and flows; a failed threshold fails the run.
+    pub fn with_scenario(mut self, scenario: ScenarioReport) -> Report {
+        self.failures.extend(scenario.failures());
+        self.passed = self.failures.is_empty();
+        self.scenario = Some(scenario);
+        self
     }
 
     /// The readable summary.
@@ -308,14 +346,20 @@ impl Report {
             .unwrap_or_default();
         match self.target_rate {
             Some(rate) => {
+                // A scenario's plan starts flows (virtual users), each of several requests.
+                let unit = if self.scenario.is_some() {
+                    "flows"
+                } else {
+                    "req"
+                };
                 let _ = writeln!(
                     out,
-                    "trafik load {}: open loop, {rate:.2} req/s planned for {:.1} s{profile}",
+                    "trafik load {}: open loop, {rate:.2} {unit}/s planned for {:.1} s{profile}",
                     self.url, self.duration_s
                 );
                 let _ = writeln!(
                     out,
-                    "  sent {} of {} planned: {:.2} req/s = {:.2}% of target; late {}, dropped {}; {} connections",
+                    "  sent {} of {} planned: {:.2} {unit}/s = {:.2}% of target; late {}, dropped {}; {} connections",
                     self.sent,
                     self.planned,
                     self.achieved_rate,
@@ -372,6 +416,27 @@ impl Report {
         if !self.rate_held {
             out.push_str("  the generator could not hold the target rate (see late/dropped): add --max-connections or CPU\n");
         }
+        if let Some(scenario) = &self.scenario {
+            scenario.render(&mut out);
+        }
+        for agent in self.agents.iter().flatten() {
+            let _ = writeln!(
+                out,
+                "  agent {}: {}",
+                agent.name,
+                if agent.reported {
+                    format!(
+                        "sent {} of {} planned, completed {}, errors {}",
+                        agent.sent, agent.planned, agent.completed, agent.errors
+                    )
+                } else {
+                    format!(
+                        "DIED before reporting; {} planned requests not measured",
+                        agent.planned
+                    )
+                }
+            );
+        }
         if let Some(q) = &self.quarters {
             out.push_str("\n  quarter  requests   p50 ms   p95 ms   p99 ms  over threshold\n");
             for r in &q.rows {
@@ -426,6 +491,61 @@ impl Report {
             );
         }
         out
+    }
+}
+
+impl ScenarioReport {
+    /// The per-step table, the flows and the thresholds.
+    fn render(&self, out: &mut String) {
+        let verdicts = |thresholds: &[ThresholdResult]| {
+            thresholds
+                .iter()
+                .map(|t| {
+                    let verdict = if t.passed { "passed" } else { "FAILED" };
+                    format!("{} {verdict}", t.threshold)
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let width = self
+            .steps
+            .iter()
+            .map(|s| s.flow.chars().count() + s.name.chars().count() + 1)
+            .max()
+            .unwrap_or(0)
+            .max(4);
+        let _ = writeln!(
+            out,
+            "\n  {:<width$}  {:>7}  {:>9}  {:>13}  {:>6}  {:>8}  {:>8}  thresholds",
+            "step", "sent", "completed", "failed checks", "errors", "p50 ms", "p99 ms"
+        );
+        for step in &self.steps {
+            let _ = writeln!(
+                out,
+                "  {:<width$}  {:>7}  {:>9}  {:>13}  {:>6}  {:>8.2}  {:>8.2}  {}",
+                format!("{}/{}", step.flow, step.name),
+                step.sent,
+                step.completed,
+                step.failed_checks,
+                step.errors,
+                step.latency_ms.p50,
+                step.latency_ms.p99,
+                verdicts(&step.thresholds)
+            );
+            for (reason, count) in &step.failures {
+                let _ = writeln!(out, "  {:<width$}    {count} × {reason}", "");
+            }
+        }
+        for flow in &self.flows {
+            let _ = writeln!(
+                out,
+                "  flow {} (weight {}): started {}, completed {}, failed {}, unfinished {}",
+                flow.name, flow.weight, flow.started, flow.completed, flow.failed, flow.unfinished
+            );
+        }
+        if !self.thresholds.is_empty() {
+            let _ = writeln!(out, "  every step: {}", verdicts(&self.thresholds));
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::client::{Connection, Scratch};
-use crate::record::{Outcome, Recorder, Sample};
+use crate::record::{Errors, Outcome, Percentiles, Recorder, Sample};
 use crate::schedule::RatePlan;
 use crate::target::Target;
 
@@ -41,12 +41,29 @@ pub struct RunOptions {
     /// Most connections the open loop may grow to.
     pub max_connections: usize,
     pub http2: bool,
+    /// HTTP/2: requests in flight on one connection at once (its streams); each stream is a
+    /// worker of its own sharing the connection.
+    pub streams: usize,
+    /// The client configuration for an `https://` target.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     pub timeout: Duration,
     /// A send this far behind its intended time counts as late.
     pub late_after: Duration,
     pub threshold_us: u64,
     /// Keep each second's histogram (for quarter tables).
     pub keep_seconds: bool,
+}
+
+impl RunOptions {
+    /// Requests one connection carries at once: `streams` over HTTP/2, one over HTTP/1.1.
+    fn streams_per_connection(&self) -> usize {
+        if self.http2 { self.streams.max(1) } else { 1 }
+    }
+
+    /// Workers started at once: a stream each on every first connection.
+    fn workers(&self) -> usize {
+        self.connections.max(1) * self.streams_per_connection()
+    }
 }
 
 /// What a run measured, before it is turned into a report.
@@ -62,14 +79,82 @@ pub struct RunResult {
     pub connections_opened: u64,
 }
 
-/// Live totals for a progress line.
-#[derive(Clone, Copy, Debug)]
+/// The live view's numbers, every 100 ms.
+#[derive(Clone, Debug)]
 pub struct Progress {
     pub elapsed: Duration,
+    /// Requests sent (a scenario: flows started).
     pub sent: u64,
     pub completed: u64,
-    pub errors: u64,
+    pub errors: Errors,
     pub connections: u64,
+    /// Sent per second over the last second.
+    pub rate: f64,
+    /// The plan's rate now; `None` in a closed loop.
+    pub target_rate: Option<f64>,
+    /// Requests sent and not finished (a scenario: virtual users on their way).
+    pub in_flight: u64,
+    /// Requests finished in the last second, and their latency from the intended send.
+    pub last_second: (u64, Percentiles),
+}
+
+/// What the live view needs between ticks: the sent count over the last second.
+pub(crate) struct Live {
+    sends: VecDeque<(Duration, u64)>,
+}
+
+impl Live {
+    /// How often the live view is refreshed.
+    pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+    pub(crate) fn new() -> Live {
+        Live {
+            sends: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn progress(
+        &mut self,
+        recorder: &Recorder,
+        elapsed: Duration,
+        sent: u64,
+        in_flight: u64,
+        connections: u64,
+        target_rate: Option<f64>,
+    ) -> Progress {
+        self.sends.push_back((elapsed, sent));
+        while self
+            .sends
+            .front()
+            .is_some_and(|(at, _)| elapsed - *at > Duration::from_secs(1))
+        {
+            self.sends.pop_front();
+        }
+        let rate = match self.sends.front() {
+            Some((at, before)) if elapsed > *at => {
+                (sent - before) as f64 / (elapsed - *at).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        Progress {
+            elapsed,
+            sent,
+            completed: recorder.completed,
+            errors: recorder.errors.clone(),
+            connections,
+            rate,
+            target_rate,
+            in_flight,
+            last_second: recorder.last_second(elapsed.as_millis() as u32),
+        }
+    }
+}
+
+/// An HTTP/2 connection and how many workers send on it.
+struct SharedConnection {
+    id: u64,
+    sender: hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    users: usize,
 }
 
 struct Job {
@@ -90,6 +175,9 @@ struct Shared {
     dropped: AtomicU64,
     connections_opened: AtomicU64,
     stop: AtomicBool,
+    /// HTTP/2 connections shared by up to `streams` workers each; held while one is opened,
+    /// so the workers that start together share it instead of each opening its own.
+    shared_connections: tokio::sync::Mutex<Vec<SharedConnection>>,
     /// Every worker task, to abort the ones still waiting when the run is over.
     handles: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     runtime: tokio::runtime::Handle,
@@ -114,11 +202,12 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
         dropped: AtomicU64::new(0),
         connections_opened: AtomicU64::new(0),
         stop: AtomicBool::new(false),
+        shared_connections: tokio::sync::Mutex::new(Vec::new()),
         handles: Mutex::new(Vec::new()),
         runtime: tokio::runtime::Handle::current(),
         options,
     });
-    for _ in 0..shared.options.connections.max(1) {
+    for _ in 0..shared.options.workers() {
         spawn_worker(&shared, &samples);
     }
 
@@ -130,7 +219,14 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
             std::thread::Builder::new()
                 .name("trafik-load-dispatch".into())
                 .spawn(move || {
-                    let planned = dispatch(&dispatcher, &plan, &senders);
+                    let planned = dispatch(dispatcher.start, &plan, |n, intended, second| {
+                        let job = Job {
+                            n,
+                            intended,
+                            second,
+                        };
+                        enqueue(&dispatcher, job, &senders);
+                    });
                     let _ = finished.send(planned);
                 })
                 .expect("the dispatcher thread starts");
@@ -149,14 +245,32 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
     // The aggregator owns the recorder; it closes seconds that can no longer change.
     let mut recorder = Recorder::new(shared.options.threshold_us, shared.options.keep_seconds);
     let settle = shared.options.timeout.as_secs() as u32 + 2;
-    let mut tick = tokio::time::interval_at(start + Duration::from_secs(1), Duration::from_secs(1));
+    let mut tick = tokio::time::interval_at(start + Live::TICK, Live::TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut live = Live::new();
+    let target_rate = |elapsed: Duration| match &shared.options.pacing {
+        Pacing::Open(plan) => Some(plan.rate_at(elapsed.as_secs_f64())),
+        Pacing::Closed(_) => None,
+    };
     let (planned, planned_per_second) = loop {
         tokio::select! {
             Some(batch) = incoming.recv() => batch.into_iter().for_each(|s| recorder.record(s)),
             _ = tick.tick() => {
                 let elapsed = Instant::now() - start;
                 recorder.close_before((elapsed.as_secs() as u32).saturating_sub(settle));
-                progress(snapshot(&shared, &recorder, elapsed));
+                recorder.close_tenths_before(
+                    (elapsed.as_millis() as u32).saturating_sub(settle * 1000),
+                );
+                let sent = shared.sent.load(Ordering::Relaxed);
+                let finished = recorder.completed + recorder.errors.total();
+                progress(live.progress(
+                    &recorder,
+                    elapsed,
+                    sent,
+                    sent.saturating_sub(finished),
+                    shared.connections_opened.load(Ordering::Relaxed),
+                    target_rate(elapsed),
+                ));
             }
             done = &mut dispatched => break done.unwrap_or_default(),
         }
@@ -194,6 +308,7 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
         handle.abort();
     }
     recorder.close_before(u32::MAX);
+    recorder.close_tenths_before(u32::MAX);
     RunResult {
         recorder,
         planned,
@@ -206,14 +321,29 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
     }
 }
 
-/// The open loop's clock: sleeps to each intended send time and releases the request.
-/// Returns the planned total and its count per second.
-fn dispatch(
-    shared: &Arc<Shared>,
+/// A new connection to the target, counted.
+async fn open(shared: &Shared) -> Result<Connection, Outcome> {
+    let options = &shared.options;
+    let connection = Connection::open(&options.target, options.http2, options.tls.as_ref())
+        .await
+        .map_err(|error| match error.kind() {
+            io::ErrorKind::ConnectionRefused => Outcome::ConnectRefused,
+            io::ErrorKind::InvalidData => Outcome::Tls,
+            _ => Outcome::ConnectFailed,
+        })?;
+    shared.connections_opened.fetch_add(1, Ordering::Relaxed);
+    Ok(connection)
+}
+
+/// The open loop's clock: sleeps to each intended send time and hands it to `release` with
+/// the send's number and its second of the run. Returns the planned total and its count per
+/// second. Used by the plain runner and by scenarios alike.
+pub(crate) fn dispatch(
+    start: Instant,
     plan: &RatePlan,
-    samples: &mpsc::UnboundedSender<Vec<Sample>>,
+    mut release: impl FnMut(u64, Instant, u32),
 ) -> (u64, Vec<u64>) {
-    let start = shared.start.into_std();
+    let start = start.into_std();
     let mut per_second = vec![0u64; plan.duration().ceil() as usize];
     let mut planned = 0u64;
     for (n, t) in plan.send_times().enumerate() {
@@ -227,12 +357,7 @@ fn dispatch(
             *count += 1;
         }
         planned += 1;
-        let job = Job {
-            n: n as u64,
-            intended: Instant::from_std(due),
-            second,
-        };
-        enqueue(shared, job, samples);
+        release(n as u64, Instant::from_std(due), second);
     }
     let end = start + Duration::from_secs_f64(plan.duration());
     let now = std::time::Instant::now();
@@ -240,16 +365,6 @@ fn dispatch(
         std::thread::sleep(end - now);
     }
     (planned, per_second)
-}
-
-fn snapshot(shared: &Shared, recorder: &Recorder, elapsed: Duration) -> Progress {
-    Progress {
-        elapsed,
-        sent: shared.sent.load(Ordering::Relaxed),
-        completed: recorder.completed,
-        errors: recorder.errors.total(),
-        connections: shared.connections_opened.load(Ordering::Relaxed),
-    }
 }
 
 /// Queues one send; opens another connection when every worker is busy.
@@ -264,7 +379,8 @@ fn enqueue(shared: &Arc<Shared>, job: Job, samples: &mpsc::UnboundedSender<Vec<S
     }
     shared.ready.add_permits(1);
     let busy = shared.idle.load(Ordering::Relaxed) == 0;
-    if busy && shared.workers.load(Ordering::Relaxed) < shared.options.max_connections {
+    let most = shared.options.max_connections.max(1) * shared.options.streams_per_connection();
+    if busy && shared.workers.load(Ordering::Relaxed) < most {
         spawn_worker(shared, samples);
     }
 }
@@ -286,6 +402,7 @@ async fn worker(shared: Arc<Shared>, samples: mpsc::UnboundedSender<Vec<Sample>>
         let mut worker = Worker {
             id,
             connection: None,
+            shared_connection: None,
             scratch: Scratch::default(),
             batch: Vec::with_capacity(BATCH),
         };
@@ -307,6 +424,8 @@ struct Worker {
     /// The worker's number: in a closed loop, worker i sends requests i, i + W, i + 2W, …
     id: u64,
     connection: Option<Connection>,
+    /// The id of the shared HTTP/2 connection `connection` is a handle on.
+    shared_connection: Option<u64>,
     scratch: Scratch,
     batch: Vec<Sample>,
 }
@@ -350,8 +469,11 @@ impl Worker {
     ) {
         // Request numbers and the sent count stay local and are published with each batch: at
         // full speed, atomics shared by every connection would cost more than the sends.
-        let stride = shared.options.connections.max(1) as u64;
+        let stride = shared.options.workers() as u64;
         let mut n = self.id;
+        // A batch also goes every 100 ms, so the live view and its buckets stay current when
+        // the server is slow.
+        let mut batch_start = Instant::now();
         loop {
             let sent_at = Instant::now();
             if sent_at >= deadline || shared.stop.load(Ordering::Relaxed) {
@@ -364,9 +486,12 @@ impl Worker {
             let sample = self.request(shared, n, sent_at, sent_at, second).await;
             n += stride;
             self.batch.push(sample);
-            if self.batch.len() >= BATCH {
-                shared.sent.fetch_add(BATCH as u64, Ordering::Relaxed);
+            if self.batch.len() >= BATCH || sent_at - batch_start >= Live::TICK {
+                shared
+                    .sent
+                    .fetch_add(self.batch.len() as u64, Ordering::Relaxed);
                 let _ = samples.send(std::mem::take(&mut self.batch));
+                batch_start = sent_at;
             }
         }
     }
@@ -385,11 +510,11 @@ impl Worker {
         let outcome = match tokio::time::timeout(options.timeout, self.exchange(shared, n)).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(outcome)) => {
-                self.connection = None;
+                self.drop_connection(shared).await;
                 outcome
             }
             Err(_) => {
-                self.connection = None;
+                self.drop_connection(shared).await;
                 Outcome::Timeout
             }
         };
@@ -401,27 +526,63 @@ impl Worker {
             second,
             corrected_us: (done - intended).as_micros() as u64,
             service_us: (done - sent_at).as_micros() as u64,
+            done_ms: (done - shared.start).as_millis() as u32,
             outcome,
+        }
+    }
+
+    /// Takes a stream on a shared HTTP/2 connection that has one free, or opens one.
+    async fn share_connection(&mut self, shared: &Shared) -> Result<(), Outcome> {
+        let most = shared.options.streams_per_connection();
+        let mut pool = shared.shared_connections.lock().await;
+        pool.retain(|c| !c.sender.is_closed());
+        if let Some(free) = pool.iter_mut().find(|c| c.users < most) {
+            free.users += 1;
+            self.shared_connection = Some(free.id);
+            self.connection = Some(Connection::Http2(free.sender.clone()));
+            return Ok(());
+        }
+        let connection = open(shared).await?;
+        if let Connection::Http2(sender) = &connection {
+            let id = shared.connections_opened.load(Ordering::Relaxed);
+            pool.push(SharedConnection {
+                id,
+                sender: sender.clone(),
+                users: 1,
+            });
+            self.shared_connection = Some(id);
+        }
+        self.connection = Some(connection);
+        Ok(())
+    }
+
+    /// Lets go of the connection after a failure or a close; a shared one loses a user, and
+    /// leaves the pool when it failed (its other users find out on their next request).
+    async fn drop_connection(&mut self, shared: &Shared) {
+        self.connection = None;
+        if let Some(id) = self.shared_connection.take() {
+            shared
+                .shared_connections
+                .lock()
+                .await
+                .retain(|c| c.id != id);
         }
     }
 
     async fn exchange(&mut self, shared: &Shared, n: u64) -> Result<Outcome, Outcome> {
         let options = &shared.options;
         if self.connection.is_none() {
-            let connection = Connection::open(&options.target, options.http2)
-                .await
-                .map_err(|error| match error.kind() {
-                    io::ErrorKind::ConnectionRefused => Outcome::ConnectRefused,
-                    _ => Outcome::ConnectFailed,
-                })?;
-            shared.connections_opened.fetch_add(1, Ordering::Relaxed);
-            self.connection = Some(connection);
+            if options.streams_per_connection() > 1 {
+                self.share_connection(shared).await?;
+            } else {
+                self.connection = Some(open(shared).await?);
+            }
         }
         let connection = self.connection.as_mut().ok_or(Outcome::ConnectFailed)?;
         match connection.send(&options.target, n, &mut self.scratch).await {
             Ok(answer) => {
                 if answer.close {
-                    self.connection = None;
+                    self.drop_connection(shared).await;
                 }
                 Ok(Outcome::Status(answer.status))
             }

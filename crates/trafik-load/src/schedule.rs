@@ -6,8 +6,10 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// A stretch of the run over which the rate changes linearly from `from` to `to` (per second).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
     pub duration: f64,
     pub from: f64,
@@ -47,8 +49,9 @@ impl Segment {
     }
 }
 
-/// The whole run's target rate over time.
-#[derive(Clone, Debug, PartialEq)]
+/// The whole run's target rate over time; it crosses the wire to the agents of a distributed
+/// run, each with its share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RatePlan {
     segments: Vec<Segment>,
 }
@@ -113,6 +116,21 @@ impl RatePlan {
         })
         .collect();
         RatePlan { segments }
+    }
+
+    /// The same shape at `share` of the rate (one agent's part of a distributed run).
+    pub fn scaled(&self, share: f64) -> RatePlan {
+        RatePlan {
+            segments: self
+                .segments
+                .iter()
+                .map(|s| Segment {
+                    duration: s.duration,
+                    from: s.from * share,
+                    to: s.to * share,
+                })
+                .collect(),
+        }
     }
 
     /// The run's length in seconds.

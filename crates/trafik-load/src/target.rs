@@ -9,6 +9,10 @@ pub struct Target {
     pub address: SocketAddr,
     /// `host[:port]` as written, for the `Host` header.
     pub authority: String,
+    /// `https://`: connections speak TLS to `server_name`.
+    pub tls: bool,
+    /// The host without the port, for TLS's server name.
+    pub server_name: String,
     pub method: http::Method,
     pub headers: Vec<(String, String)>,
     pub body: bytes::Bytes,
@@ -42,15 +46,17 @@ impl PathTemplate {
     }
 }
 
-/// `http://host:port/path` → (authority, path). Only plain HTTP is supported.
-pub fn split_url(url: &str) -> Result<(String, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        if url.starts_with("https://") {
-            format!("{url}: https is not supported by trafik load yet; use http://")
-        } else {
-            format!("{url}: expected a URL such as http://127.0.0.1:8080/takip/TR-{{n}}")
+/// `http[s]://host[:port]/path` → (TLS or not, authority, path).
+pub fn parse_url(url: &str) -> Result<(bool, String, String), String> {
+    let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => {
+            return Err(format!(
+                "{url}: expected a URL such as http://127.0.0.1:8080/takip/TR-{{n}}"
+            ));
         }
-    })?;
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -58,7 +64,45 @@ pub fn split_url(url: &str) -> Result<(String, String), String> {
     if authority.is_empty() {
         return Err(format!("{url}: the URL has no host"));
     }
-    Ok((authority.to_owned(), path.to_owned()))
+    Ok((tls, authority.to_owned(), path.to_owned()))
+}
+
+/// `http://host:port/path` → (authority, path), for what speaks plain HTTP only (scenario
+/// steps, a counters endpoint).
+pub fn split_url(url: &str) -> Result<(String, String), String> {
+    match parse_url(url)? {
+        (true, _, _) => Err(format!(
+            "{url}: https is not supported here yet; use http://"
+        )),
+        (false, authority, path) => Ok((authority, path)),
+    }
+}
+
+/// The host of `host[:port]` without the port (or an IPv6 address's brackets), for TLS's
+/// server name.
+pub fn server_name(authority: &str) -> String {
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => host,
+        _ => authority,
+    };
+    host.trim_matches(['[', ']']).to_owned()
+}
+
+/// The address of `host[:port]` (`default_port` when none is written).
+pub fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, String> {
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        authority.to_owned()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {authority}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{authority} resolves to no address"))
 }
 
 impl Target {
@@ -69,32 +113,22 @@ impl Target {
         headers: Vec<(String, String)>,
         body: bytes::Bytes,
     ) -> Result<Self, String> {
-        let (authority, _) = split_url(urls.first().ok_or("no URL given")?)?;
+        let (tls, authority, _) = parse_url(urls.first().ok_or("no URL given")?)?;
         let mut paths = Vec::new();
         for url in urls {
-            let (this_authority, path) = split_url(url)?;
-            if this_authority != authority {
+            let (this_tls, this_authority, path) = parse_url(url)?;
+            if this_authority != authority || this_tls != tls {
                 return Err(format!(
-                    "{url}: every URL of a run must use {authority}, the first URL's host and port"
+                    "{url}: every URL of a run must use {}://{authority}, the first URL's scheme, host and port",
+                    if tls { "https" } else { "http" }
                 ));
             }
             paths.push(PathTemplate::new(&path));
         }
-        let with_port = if authority
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        {
-            authority.clone()
-        } else {
-            format!("{authority}:80")
-        };
-        let address = with_port
-            .to_socket_addrs()
-            .map_err(|e| format!("cannot resolve {authority}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("{authority} resolves to no address"))?;
         Ok(Target {
-            address,
+            address: resolve(&authority, if tls { 443 } else { 80 })?,
+            tls,
+            server_name: server_name(&authority),
             authority,
             method,
             headers,
@@ -193,7 +227,11 @@ mod tests {
         assert!(
             split_url("https://a/")
                 .unwrap_err()
-                .contains("https is not supported")
+                .contains("https is not supported here")
+        );
+        assert_eq!(
+            parse_url("https://localhost:8443/a").unwrap(),
+            (true, "localhost:8443".to_owned(), "/a".to_owned())
         );
         assert!(
             split_url("ftp://a/")
@@ -205,6 +243,6 @@ mod tests {
             "http://127.0.0.1:2/b".to_owned(),
         ];
         let error = Target::new(&urls, http::Method::GET, vec![], bytes::Bytes::new()).unwrap_err();
-        assert!(error.contains("must use 127.0.0.1:1"), "{error}");
+        assert!(error.contains("must use http://127.0.0.1:1"), "{error}");
     }
 }

@@ -46,7 +46,7 @@ fn target(address: SocketAddr) -> Target {
 
 async fn exchange(answers: Vec<Vec<u8>>, requests: u64) -> Vec<io::Result<Answer>> {
     let target = target(scripted_server(answers).await);
-    let mut connection = Connection::open(&target, false).await.unwrap();
+    let mut connection = Connection::open(&target, false, None).await.unwrap();
     let mut scratch = Scratch::default();
     let mut results = Vec::new();
     for n in 0..requests {

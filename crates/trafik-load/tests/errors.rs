@@ -19,6 +19,8 @@ async fn run(address: SocketAddr, timeout: Duration) -> RunResult {
         connections: 4,
         max_connections: 32,
         http2: false,
+        streams: 1,
+        tls: None,
         timeout,
         late_after: Duration::from_millis(5),
         threshold_us: 25_000,

@@ -55,6 +55,8 @@ async fn a_one_second_stall_shows_in_corrected_latency_but_not_in_service_time()
         connections: 4,
         max_connections: 4,
         http2: false,
+        streams: 1,
+        tls: None,
         timeout: Duration::from_secs(5),
         late_after: Duration::from_millis(5),
         threshold_us: 100_000,

@@ -50,8 +50,10 @@ pub enum Command {
     /// demos, tests and benchmarks; with `--lesson-defaults`, the load lesson's server.
     Upstream(UpstreamArgs),
     /// Open-loop HTTP load: a target rate regardless of how the server answers, latency from the
-    /// intended send time; load, soak and spike profiles. Exit 0 passed, 99 a threshold was
-    /// breached or too many requests failed, 98 the target rate could not be held, 2 bad usage.
+    /// intended send time; load, soak and spike profiles, user-journey scenarios, HTTPS and
+    /// HTTP/2, distributed agents on etcd. Exit 0 passed, 99 a threshold was breached or too
+    /// many requests failed, 98 the target rate could not be held, 2 bad usage.
+    #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
     Load(Box<LoadArgs>),
     /// The dashboard's view in a terminal, from a running instance's admin API: pools with
     /// rate, p50/p99, errors and skews, backends with their state, listeners and routes.
@@ -578,11 +580,16 @@ fn parse_clients(text: &str) -> Result<ClientGroups, String> {
 
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
-    #[arg(help = url_help())]
-    pub url: String,
+    #[arg(help = url_help(), required_unless_present = "scenario")]
+    pub url: Option<String>,
     /// More URLs on the same host and port, one per line; requests cycle through all of them.
     #[arg(long)]
     pub url_file: Option<PathBuf>,
+    /// User journeys instead of one URL: a TOML file of weighted flows of steps (captures,
+    /// checks, think times, thresholds; examples/load-scenario.toml). Flows start open loop at
+    /// --rate per second; --max-connections caps the virtual users in flight.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "url_file", "max", "http2", "method", "headers", "body"])]
+    pub scenario: Option<PathBuf>,
     /// The course's tests with their defaults: load (3 s), soak (12 s, quarters), spike (9 s).
     #[arg(long, value_enum)]
     pub profile: Option<Profile>,
@@ -616,9 +623,22 @@ pub struct LoadArgs {
     /// Most connections the open loop opens when every one is busy.
     #[arg(long, default_value_t = 2048)]
     pub max_connections: usize,
-    /// Speak HTTP/2 (cleartext, prior knowledge).
+    /// Speak HTTP/2 (cleartext with prior knowledge, or `h2` by ALPN over https).
     #[arg(long)]
     pub http2: bool,
+    /// HTTP/2: requests in flight on one connection at once (multiplexed streams); the open
+    /// loop still opens another connection when every stream is busy.
+    #[arg(long, default_value_t = 1, requires = "http2", value_parser = clap::value_parser!(u16).range(1..))]
+    pub streams: u16,
+    /// https: trust the CA certificates in this PEM file instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// https: accept any server certificate (a test server's self-signed one).
+    #[arg(long, conflicts_with = "cacert")]
+    pub insecure: bool,
+    /// https: the TLS versions to offer, 1.2 and/or 1.3 (repeat for both; default both).
+    #[arg(long = "tls-version", value_name = "VERSION", value_parser = ["1.2", "1.3"])]
+    pub tls_versions: Vec<String>,
     #[arg(long, default_value = "GET")]
     pub method: String,
     /// A request header as NAME:VALUE; repeat for more.
@@ -654,6 +674,40 @@ pub struct LoadArgs {
     /// Write a self-contained HTML page with plots.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Distributed: send through N `trafik load agent`s registered at this etcd (http://HOST:PORT),
+    /// each its share of the rate from a common start time; their histograms are merged exactly.
+    #[arg(long, value_name = "URL", requires = "agents", conflicts_with_all = ["scenario", "max", "metrics_url"])]
+    pub etcd: Option<String>,
+    /// The number of agents a distributed run waits for.
+    #[arg(long, value_name = "N", requires = "etcd", value_parser = clap::value_parser!(u32).range(1..))]
+    pub agents: Option<u32>,
+    /// How long a distributed run waits for its agents to register.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub agents_wait: std::time::Duration,
+    /// The prefix of a distributed run's keys: `agents/NAME`, `jobs/NAME`, `results/RUN/NAME`.
+    #[arg(long, value_name = "PREFIX", default_value = "/trafik-load/")]
+    pub etcd_prefix: String,
+    #[command(subcommand)]
+    pub command: Option<LoadCommand>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LoadCommand {
+    /// Wait for work from a distributed run's coordinator (`trafik load … --etcd URL --agents
+    /// N`): register in etcd, send each share it is given, report what it measured.
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    /// etcd's client URL (http://HOST:PORT).
+    #[arg(long, value_name = "URL")]
+    pub etcd: String,
+    #[arg(long, value_name = "PREFIX", default_value = "/trafik-load/")]
+    pub etcd_prefix: String,
+    /// The agent's name in etcd (default: host name and process id).
+    #[arg(long)]
+    pub name: Option<String>,
 }
 
 /// The URL's help. Clap turns `{n}` anywhere in help text into a line break and has no escape

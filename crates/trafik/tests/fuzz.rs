@@ -462,7 +462,7 @@ fn load_client_cases(cases: u64, seed: u64) {
         let mut scratch = Scratch::default();
         for (n, response) in shown.iter().enumerate() {
             let exchange = async {
-                let mut connection = Connection::open(&target, false).await?;
+                let mut connection = Connection::open(&target, false, None).await?;
                 connection.send(&target, n as u64, &mut scratch).await
             };
             match tokio::time::timeout(BOUND, exchange).await {

@@ -68,6 +68,18 @@ fn a_run_within_its_threshold_passes_with_status_0_and_documents_itself_in_json(
     assert!(dropped < 100, "{dropped} dropped");
     assert_eq!(report["completed"], sent);
     assert_eq!(report["passed"], true);
+    // The 100 ms buckets, by when requests ended, hold every answer once, in order.
+    let buckets = report["buckets_100ms"].as_array().unwrap();
+    let completed: u64 = buckets
+        .iter()
+        .map(|b| b["completed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(completed, sent);
+    let starts: Vec<u64> = buckets
+        .iter()
+        .map(|b| b["t_ms"].as_u64().unwrap())
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] < w[1]) && starts.iter().all(|t| t % 100 == 0));
     // The replica counted every request the generator sent.
     assert_eq!(get_json(&upstream.address, "/sayac")["istek"], sent);
 }
@@ -139,8 +151,8 @@ fn bad_usage_exits_2_with_a_reason() {
         ),
         (&["http://127.0.0.1:1/"][..], "give --rate"),
         (
-            &["https://127.0.0.1:1/", "--rate", "10"][..],
-            "https is not supported",
+            &["ftp://127.0.0.1:1/", "--rate", "10"][..],
+            "expected a URL such as http://",
         ),
         (
             &["http://127.0.0.1:1/", "--stages", "10s-500"][..],
@@ -170,6 +182,8 @@ fn the_html_report_is_a_self_contained_page_with_plots() {
         &upstream.url("/takip/TR-{n}"),
         "--stages",
         "1s:100,1s:300",
+        "--threshold",
+        "10s",
         "--report",
         path.to_str().unwrap(),
     ]);
@@ -185,6 +199,8 @@ fn the_html_report_is_a_self_contained_page_with_plots() {
     assert!(page.trim_end().ends_with("</html>"));
     assert_eq!(page.matches("<svg").count(), 2);
     assert_eq!(page.matches("</svg>").count(), 2);
+    // The latency plot draws the threshold it is judged against.
+    assert!(page.contains(">threshold</text>"), "{page}");
     assert!(
         !page.contains("<script"),
         "no scripts: the page must work offline"
@@ -417,4 +433,79 @@ fn the_lesson_defaults_make_the_load_lessons_server_and_single_flags_override_th
         counters["kat"], 7,
         "--maintenance-scan overrides the course's 600"
     );
+}
+
+/// The demo CA and certificate for localhost in `examples/certs`.
+fn demo(file: &str) -> String {
+    format!("{}/../../examples/certs/{file}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn https_with_a_ca_file_or_insecure_over_http1_and_h2_and_a_failed_handshake_is_its_own_error() {
+    let upstream = Upstream::start(&[]);
+    let (cert, key, ca) = (demo("localhost.pem"), demo("localhost.key"), demo("ca.pem"));
+    let proxy = trafik_test_support::Proxy::start(
+        &[],
+        &[
+            "--to",
+            &upstream.address,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ],
+    );
+    let port = proxy.address.rsplit(':').next().unwrap().to_owned();
+    let url = format!("https://localhost:{port}/takip/TR-{{n}}");
+    let run = |extra: &[&str]| {
+        let mut args = vec![url.as_str(), "--rate", "50", "--duration", "1s", "--json"];
+        args.extend_from_slice(extra);
+        let output = load(&args);
+        (output.status.code(), json(&output))
+    };
+    for extra in [
+        &["--cacert", ca.as_str()][..],
+        &["--cacert", ca.as_str(), "--http2"][..],
+        &["--cacert", ca.as_str(), "--tls-version", "1.2"][..],
+        &["--insecure", "--tls-version", "1.3"][..],
+    ] {
+        let (status, report) = run(extra);
+        assert!(matches!(status, Some(0 | 98)), "{extra:?}: {report}");
+        assert_eq!(report["completed"], report["sent"], "{extra:?}");
+        assert!(report["sent"].as_u64().unwrap() > 0, "{extra:?}");
+    }
+    // The demo CA is not among the system's roots: every handshake fails, and says so.
+    let (status, report) = run(&[]);
+    assert_eq!(status, Some(99));
+    assert_eq!(report["errors"]["tls"], report["sent"], "{report}");
+    assert_eq!(report["completed"], 0);
+}
+
+#[test]
+fn http2_streams_carry_several_requests_at_once_on_one_connection() {
+    // Every answer takes at least 100 ms: one request at a time on one connection finishes at
+    // most 11 in a 1 s closed loop (10, and the one in flight at the end).
+    let upstream = Upstream::start(&["--delay", "100ms"]);
+    let url = upstream.url("/takip/TR-1");
+    let run = |streams: &str| {
+        let output = load(&[
+            &url,
+            "--max",
+            "--http2",
+            "--streams",
+            streams,
+            "--connections",
+            "1",
+            "--duration",
+            "1s",
+            "--json",
+        ]);
+        let report = json(&output);
+        assert_eq!(report["connections_opened"], 1, "{report}");
+        assert_eq!(report["errors"]["reset"], 0, "{report}");
+        report["completed"].as_u64().unwrap()
+    };
+    assert!(run("1") <= 11);
+    let multiplexed = run("8");
+    assert!(multiplexed > 11, "{multiplexed} answers on 8 streams");
 }

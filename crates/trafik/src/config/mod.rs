@@ -20,10 +20,10 @@ mod mutations;
 mod outlier;
 mod pool;
 mod rate_limit;
-mod read;
+pub mod read;
 #[cfg(test)]
 mod readme_listing;
-mod report;
+pub mod report;
 pub mod schema;
 mod server;
 mod static_files;
@@ -56,7 +56,7 @@ pub struct Loaded {
 pub fn load(name: &str, text: &str) -> Result<Loaded, Vec<ConfigError>> {
     let source = Source::File { name, text };
     let mut report = report::Report::new(source);
-    let (file, reading) = read::file(text, &mut report);
+    let (file, reading) = read::file::<schema::File>(text, &mut report);
     let mut errors = report.into_errors();
     let Some(file) = file else {
         return Err(errors);

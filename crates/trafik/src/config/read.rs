@@ -17,7 +17,6 @@ use toml::Spanned;
 use toml::de::{DeArray, DeTable, DeValue};
 
 use super::report::{ConfigError, Report};
-use super::schema::File;
 use crate::suggest::did_you_mean;
 
 /// The file as written and as read, to tell the section checks' errors against the former.
@@ -28,9 +27,13 @@ pub struct Reading<'i> {
     taken_out: Vec<String>,
 }
 
-/// The schema read from `text`, with every key and array element that failed taken out (each
-/// one reported); `None` when the text is not TOML, or a failing value could not be taken out.
-pub fn file<'i>(text: &'i str, report: &mut Report) -> (Option<File>, Reading<'i>) {
+/// The schema `T` (a configuration, a load scenario) read from `text`, with every key and array
+/// element that failed taken out (each one reported); `None` when the text is not TOML, or a
+/// failing value could not be taken out.
+pub fn file<'i, T: serde::de::DeserializeOwned>(
+    text: &'i str,
+    report: &mut Report,
+) -> (Option<T>, Reading<'i>) {
     let (document, syntax_errors) = DeTable::parse_recoverable(text);
     let written = DeValue::Table(document.get_ref().clone());
     let mut reading = Reading {
@@ -47,7 +50,7 @@ pub fn file<'i>(text: &'i str, report: &mut Report) -> (Option<File>, Reading<'i
     let mut document = document;
     loop {
         let deserializer = toml::de::Deserializer::from(document.clone());
-        let error = match serde_path_to_error::deserialize::<_, File>(deserializer) {
+        let error = match serde_path_to_error::deserialize::<_, T>(deserializer) {
             Ok(file) => {
                 reading.read = DeValue::Table(document.into_inner());
                 return (Some(file), reading);
@@ -249,7 +252,7 @@ mod tests {
 
     fn fields(text: &str) -> Vec<String> {
         let mut report = Report::new(Source::File { name: "t", text });
-        let _ = file(text, &mut report);
+        let _ = file::<crate::config::schema::File>(text, &mut report);
         let errors = report.into_errors();
         errors.into_iter().map(|e| e.field).collect()
     }

@@ -1,0 +1,315 @@
+//! Distributed runs on etcd. Each machine runs `trafik load agent --etcd URL`: it registers
+//! under `<prefix>agents/<name>` on a lease it keeps alive, and waits for a work order under
+//! `<prefix>jobs/<name>`. `trafik load … --etcd URL --agents N` waits for N agents, writes
+//! each its order — the requests, its share of the rate plan and a common start time — and
+//! collects what they measured from `<prefix>results/<run>/<name>`, merged exactly
+//! ([`trafik_load::merge`]). An agent whose lease expires before it reports is named in the
+//! report, and its share of the plan counts as planned and not sent: nothing is lost quietly.
+//!
+//! Control traffic is a few keys a run, so orders and results are polled every 100 ms rather
+//! than watched.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use trafik_etcd::Etcd;
+use trafik_load::merge::{AgentReport, Measured, merge};
+use trafik_load::tls::TlsOptions;
+use trafik_load::{RatePlan, RunOptions, RunResult, Target};
+
+/// An agent's registration lives this long without a keep-alive.
+const LEASE: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_millis(100);
+/// Agents start this long after the orders are written: time for each to see its order.
+const START_DELAY: Duration = Duration::from_millis(1500);
+
+/// What one agent is to send.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Order {
+    pub run: String,
+    pub urls: Vec<String>,
+    pub method: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// This agent's share of the plan.
+    pub plan: RatePlan,
+    pub start_unix_ms: u64,
+    pub connections: usize,
+    pub max_connections: usize,
+    pub http2: bool,
+    pub streams: usize,
+    /// For an `https://` target: the agent builds its TLS client from these.
+    pub tls: TlsOptions,
+    pub timeout_ms: u64,
+    pub late_after_us: u64,
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn key(prefix: &str, rest: &str) -> String {
+    format!("{}/{rest}", prefix.trim_end_matches('/'))
+}
+
+/// `trafik load agent`: registers, then runs every order written for it until stopped.
+pub async fn serve(url: &str, prefix: &str, name: &str) -> Result<(), String> {
+    let etcd = Etcd::new(url).map_err(|e| e.to_string())?;
+    let lease = etcd.grant(LEASE).await.map_err(|e| e.to_string())?;
+    let registration = key(prefix, &format!("agents/{name}"));
+    etcd.put(&registration, b"{}", Some(lease))
+        .await
+        .map_err(|e| e.to_string())?;
+    let keeper = etcd.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(LEASE / 3).await;
+            if let Ok(false) = keeper.keep_alive(lease).await {
+                eprintln!("agent: the lease expired; etcd no longer lists this agent");
+            }
+        }
+    });
+    crate::say(&format!(
+        "agent {name} waiting for work at {url} under {registration}"
+    ));
+    let orders = key(prefix, &format!("jobs/{name}"));
+    let mut done: Option<String> = None;
+    loop {
+        tokio::time::sleep(POLL).await;
+        let Ok(Some(written)) = etcd.get(&orders).await else {
+            continue;
+        };
+        let order: Order = match serde_json::from_slice(&written.value) {
+            Ok(order) => order,
+            Err(e) => {
+                eprintln!("agent: an order it cannot read ({e}); waiting for the next");
+                continue;
+            }
+        };
+        if done.as_ref() == Some(&order.run) {
+            continue;
+        }
+        done = Some(order.run.clone());
+        let run = order.run.clone();
+        let measured = match work(order).await {
+            Ok(run) => Measured::of(&run),
+            Err(message) => {
+                eprintln!("agent: run {run} could not start: {message}");
+                continue;
+            }
+        };
+        eprintln!(
+            "agent {name}: run {run} sent {} of {} planned, {} completed",
+            measured.sent, measured.planned, measured.completed
+        );
+        let text = serde_json::to_vec(&measured).map_err(|e| e.to_string())?;
+        if let Err(e) = etcd
+            .put(&key(prefix, &format!("results/{run}/{name}")), &text, None)
+            .await
+        {
+            eprintln!("agent: cannot report run {run}: {e}");
+        }
+    }
+}
+
+/// Runs one order from its start time.
+async fn work(order: Order) -> Result<RunResult, String> {
+    let method = http::Method::from_bytes(order.method.as_bytes()).map_err(|e| e.to_string())?;
+    let target = Target::new(&order.urls, method, order.headers, order.body.into())?;
+    let tls = if target.tls {
+        Some(trafik_load::tls::client_config(&order.tls, order.http2)?)
+    } else {
+        None
+    };
+    let wait = order.start_unix_ms.saturating_sub(now_unix_ms());
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    let options = RunOptions {
+        target,
+        pacing: trafik_load::Pacing::Open(order.plan),
+        connections: order.connections,
+        max_connections: order.max_connections,
+        http2: order.http2,
+        streams: order.streams,
+        tls,
+        timeout: Duration::from_millis(order.timeout_ms),
+        late_after: Duration::from_micros(order.late_after_us),
+        // The coordinator judges thresholds on the merged histograms.
+        threshold_us: u64::MAX,
+        keep_seconds: true,
+    };
+    Ok(trafik_load::run(options, |_| {}).await)
+}
+
+/// What the coordinator needs besides the orders' contents.
+pub struct Coordination<'a> {
+    pub url: &'a str,
+    pub prefix: &'a str,
+    pub agents: usize,
+    /// How long to wait for the agents to register.
+    pub wait: Duration,
+    pub threshold_us: u64,
+    pub keep_seconds: bool,
+}
+
+/// Waits for the agents, sends each its share of `plan` and merges what they measured.
+pub async fn coordinate(
+    how: Coordination<'_>,
+    target: &RunOptions,
+    tls: &TlsOptions,
+    urls: Vec<String>,
+    plan: &RatePlan,
+) -> Result<(RunResult, Vec<AgentReport>), String> {
+    let etcd = Etcd::new(how.url).map_err(|e| e.to_string())?;
+    let registered = key(how.prefix, "agents/");
+    let deadline = tokio::time::Instant::now() + how.wait;
+    let names = loop {
+        let listed = etcd.list(&registered).await.map_err(|e| e.to_string())?;
+        let names: Vec<String> = listed
+            .iter()
+            .filter_map(|kv| kv.key.strip_prefix(&registered).map(str::to_owned))
+            .collect();
+        if names.len() >= how.agents {
+            break names.into_iter().take(how.agents).collect::<Vec<_>>();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{} of {} agents registered at {}{registered} within {:?}: {}",
+                names.len(),
+                how.agents,
+                how.url,
+                how.wait,
+                if names.is_empty() {
+                    "none (start them with trafik load agent --etcd URL)".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    let run = format!("{}-{}", now_unix_ms(), std::process::id());
+    let share = 1.0 / how.agents as f64;
+    let part = plan.scaled(share);
+    let start_unix_ms = now_unix_ms() + START_DELAY.as_millis() as u64;
+    for name in &names {
+        let order = Order {
+            run: run.clone(),
+            urls: urls.clone(),
+            method: target.target.method.to_string(),
+            headers: target.target.headers.clone(),
+            body: target.target.body.to_vec(),
+            plan: part.clone(),
+            start_unix_ms,
+            connections: target.connections,
+            max_connections: target.max_connections,
+            http2: target.http2,
+            streams: target.streams,
+            tls: tls.clone(),
+            timeout_ms: target.timeout.as_millis() as u64,
+            late_after_us: target.late_after.as_micros() as u64,
+        };
+        let text = serde_json::to_vec(&order).map_err(|e| e.to_string())?;
+        etcd.put(&key(how.prefix, &format!("jobs/{name}")), &text, None)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+
+    // Results come after the plan and the last requests' timeout; an agent gone from the
+    // registry without a result has died.
+    let results = key(how.prefix, &format!("results/{run}/"));
+    let last = Duration::from_millis(START_DELAY.as_millis() as u64)
+        + Duration::from_secs_f64(plan.duration())
+        + target.timeout
+        + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + last;
+    let mut measured: BTreeMap<String, Measured> = BTreeMap::new();
+    let mut dead: Vec<String> = Vec::new();
+    while measured.len() + dead.len() < names.len() {
+        if tokio::time::Instant::now() >= deadline {
+            let silent: Vec<String> = names
+                .iter()
+                .filter(|n| !measured.contains_key(*n) && !dead.contains(n))
+                .cloned()
+                .collect();
+            dead.extend(silent);
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+        for kv in etcd.list(&results).await.map_err(|e| e.to_string())? {
+            let Some(name) = kv.key.strip_prefix(&results) else {
+                continue;
+            };
+            let result = serde_json::from_slice(&kv.value)
+                .map_err(|e| format!("agent {name} reported what cannot be read: {e}"))?;
+            measured.insert(name.to_owned(), result);
+        }
+        let alive: Vec<String> = etcd
+            .list(&registered)
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .filter_map(|kv| kv.key.strip_prefix(&registered).map(str::to_owned))
+            .collect();
+        for name in &names {
+            if !alive.contains(name) && !measured.contains_key(name) && !dead.contains(name) {
+                dead.push(name.clone());
+            }
+        }
+    }
+
+    dead.retain(|name| !measured.contains_key(name));
+    let parts: Vec<Measured> = measured.values().cloned().collect();
+    let mut result = merge(&parts, how.threshold_us, how.keep_seconds)?;
+    result.window = Duration::from_secs_f64(plan.duration());
+    // A dead agent's share was planned and never measured.
+    let (lost, lost_per_second) = planned(&part);
+    for _ in &dead {
+        result.planned += lost;
+        if result.planned_per_second.len() < lost_per_second.len() {
+            result.planned_per_second.resize(lost_per_second.len(), 0);
+        }
+        for (total, count) in result.planned_per_second.iter_mut().zip(&lost_per_second) {
+            *total += count;
+        }
+    }
+    let reports = names
+        .iter()
+        .map(|name| match measured.get(name) {
+            Some(m) => AgentReport {
+                name: name.clone(),
+                share,
+                reported: true,
+                planned: m.planned,
+                sent: m.sent,
+                completed: m.completed,
+                errors: m.errors.total(),
+            },
+            None => AgentReport {
+                name: name.clone(),
+                share,
+                reported: false,
+                planned: lost,
+                sent: 0,
+                completed: 0,
+                errors: 0,
+            },
+        })
+        .collect();
+    Ok((result, reports))
+}
+
+/// The requests a plan sends, in total and per second.
+fn planned(plan: &RatePlan) -> (u64, Vec<u64>) {
+    let mut per_second = vec![0u64; plan.duration().ceil() as usize];
+    let mut total = 0;
+    for t in plan.send_times() {
+        total += 1;
+        if let Some(count) = per_second.get_mut(t.as_secs() as usize) {
+            *count += 1;
+        }
+    }
+    (total, per_second)
+}

@@ -1,0 +1,179 @@
+//! A distributed `trafik load` on loopback: two `trafik load agent`s and a coordinator on a real
+//! etcd (Debian's `etcd-server`, started here on free ports) against a real `trafik upstream`.
+//! The merged counts are the sum of the agents', the merged percentiles those of all their
+//! latencies together, and an agent that dies is reported with the share it did not send.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use trafik_load::merge::Measured;
+use trafik_load::record::{Percentiles, histogram};
+use trafik_test_support::{Etcd, Trafik, Upstream, get_json, json, load};
+
+const PREFIX: &str = "/yuk/";
+
+fn agent(url: &str, name: &str) -> Trafik {
+    let (agent, _) = Trafik::start(
+        &[
+            "load",
+            "agent",
+            "--etcd",
+            url,
+            "--etcd-prefix",
+            PREFIX,
+            "--name",
+            name,
+        ],
+        Stdio::null(),
+        "waiting for work",
+    );
+    agent
+}
+
+/// Every agent's result of the only run under the prefix.
+fn results(url: &str) -> Vec<Measured> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let etcd = trafik_etcd::Etcd::new(url).unwrap();
+        etcd.list(&format!("{PREFIX}results/"))
+            .await
+            .unwrap()
+            .iter()
+            .map(|kv| serde_json::from_slice(&kv.value).unwrap())
+            .collect()
+    })
+}
+
+#[test]
+fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
+    let dir = std::env::temp_dir().join(format!("trafik-load-agents-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let etcd = Etcd::start(&dir.join("etcd"));
+    let url = etcd.url();
+    let upstream = Upstream::start(&[]);
+    let _a = agent(&url, "a1");
+    let _b = agent(&url, "a2");
+    let output = load(&[
+        &upstream.url("/takip/TR-{n}"),
+        "--rate",
+        "200",
+        "--duration",
+        "1s",
+        "--etcd",
+        &url,
+        "--etcd-prefix",
+        PREFIX,
+        "--agents",
+        "2",
+        "--json",
+    ]);
+    let report = json(&output);
+    assert!(
+        matches!(output.status.code(), Some(0 | 98)),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let agents = report["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 2);
+    let sum = |key: &str| agents.iter().map(|a| a[key].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(report["planned"], 200);
+    assert_eq!(sum("planned"), 200);
+    assert_eq!(agents[0]["planned"], 100, "each agent plans half");
+    assert_eq!(report["sent"].as_u64().unwrap(), sum("sent"));
+    assert_eq!(report["completed"].as_u64().unwrap(), sum("completed"));
+    assert!(agents.iter().all(|a| a["reported"] == true));
+    // The replica counted every request the agents sent.
+    assert_eq!(
+        get_json(&upstream.address, "/sayac")["istek"],
+        report["sent"]
+    );
+
+    // The merged histogram is every agent's latencies together: its percentiles are those of
+    // the agents' own histograms (each bucket exact) recorded into one.
+    let parts = results(&url);
+    assert_eq!(parts.len(), 2);
+    let mut all = histogram();
+    for part in &parts {
+        part.corrected.add_to(&mut all).unwrap();
+    }
+    let merged = Percentiles::of(&all);
+    let reported: Percentiles = serde_json::from_value(report["latency_ms"].clone())
+        .unwrap_or_else(|_| panic!("{}", report["latency_ms"]));
+    assert_eq!(reported, merged);
+    assert_eq!(report["measured"].as_u64().unwrap(), all.len());
+    assert_eq!(
+        parts.iter().map(|p| p.completed).sum::<u64>(),
+        report["completed"].as_u64().unwrap()
+    );
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_agent_that_dies_is_reported_and_its_share_counts_as_not_sent() {
+    let dir = std::env::temp_dir().join(format!("trafik-load-agents-dead-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let etcd = Etcd::start(&dir.join("etcd"));
+    let url = etcd.url();
+    let upstream = Upstream::start(&[]);
+    let _a = agent(&url, "a1");
+    let doomed = agent(&url, "a2");
+    let coordinator = {
+        let url = url.clone();
+        let target = upstream.url("/takip/TR-{n}");
+        std::thread::spawn(move || {
+            load(&[
+                &target,
+                "--rate",
+                "100",
+                "--duration",
+                "2s",
+                "--etcd",
+                &url,
+                "--etcd-prefix",
+                PREFIX,
+                "--agents",
+                "2",
+                "--json",
+            ])
+        })
+    };
+    // a2 dies once its order is written, before it can report.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let etcd_client = trafik_etcd::Etcd::new(&url).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while runtime
+        .block_on(etcd_client.get(&format!("{PREFIX}jobs/a2")))
+        .unwrap()
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "no order for a2");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(doomed);
+    let output = coordinator.join().unwrap();
+    assert_eq!(output.status.code(), Some(99));
+    let report = json(&output);
+    let agents = report["agents"].as_array().unwrap();
+    let dead = agents.iter().find(|a| a["name"] == "a2").unwrap();
+    assert_eq!(dead["reported"], false);
+    assert_eq!(dead["planned"], 100);
+    assert_eq!(
+        report["planned"], 200,
+        "the dead agent's share is still planned"
+    );
+    assert_eq!(report["rate_held"], false);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("agent a2 stopped before reporting: its 100 planned requests"),
+        "{stderr}"
+    );
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}
