@@ -8,7 +8,6 @@
 //! (routes, pools, caches, connection caps); the layer-4 path reads it through
 //! `trafik_l4::Layer4Snapshot`.
 
-pub mod admission;
 pub mod h1;
 pub mod http;
 mod resolve;
@@ -17,8 +16,8 @@ pub mod snapshot;
 
 // The layer below any protocol, under the names the modules above use.
 pub use trafik_runtime::{
-    concurrency, connections, counters, error, key, meter, metrics, observed, outlier, plan, pool,
-    queue, sticky, tls, transport, view,
+    admission, concurrency, connections, counters, error, key, meter, metrics, observed, outlier,
+    plan, pool, queue, sticky, tls, transport, view,
 };
 
 pub use error::ProxyError;

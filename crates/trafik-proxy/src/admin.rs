@@ -159,7 +159,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 document["dns"] = dns;
             }
             crate::metrics::summary::add(&snapshot, &mut document);
-            crate::admission::add_to_status(&snapshot, &mut document["listeners"]);
+            crate::metrics::summary::add_connection_limits(&snapshot, &mut document["listeners"]);
             reply(StatusCode::OK, "application/json", document.to_string())
         }
         "/metrics" => {
@@ -170,7 +170,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             gate::metrics(&snapshot.gates, &mut exposition);
             redis::metrics(&snapshot.global_limits, &mut exposition);
             crate::concurrency::metrics(&snapshot.pools, &mut exposition);
-            crate::admission::metrics(&snapshot, &mut exposition);
+            crate::metrics::export::write_connection_limits(&snapshot, &mut exposition);
             instance.dns_metrics(&mut exposition);
             crate::metrics::export::write(&snapshot, &mut exposition);
             let text = exposition.into_text();

@@ -15,14 +15,14 @@ pub mod metrics;
 pub mod worker;
 
 // HTTP and the configuration in force, under the names the modules above use.
-pub use trafik_http::{admission, h1, http, route_change, snapshot};
+pub use trafik_http::{h1, http, route_change, snapshot};
 
 // The layer below any protocol, under the names the modules above use.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 use trafik_runtime::memory;
 pub use trafik_runtime::{
-    concurrency, connections, counters, descriptors, error, handover, key, meter, outlier, plan,
-    pool, proxy_protocol, queue, sticky, tls, transport, view,
+    admission, concurrency, connections, counters, descriptors, error, handover, key, meter,
+    outlier, plan, pool, proxy_protocol, queue, sticky, tls, transport, view,
 };
 
 use std::io;

@@ -100,7 +100,7 @@ pub async fn run(start: WorkerStart) {
                 let snapshot = snapshots.borrow_and_update().clone();
                 connections.set_idle_timeout(snapshot.client.idle_timeout);
                 proxy.upstreams.keep_only(&snapshot);
-                proxy.raw.keep_only(&snapshot);
+                proxy.raw.keep_only(&snapshot.pools);
                 proxy.publish(snapshot);
             }
             Some(change) = changes.recv() => match change {

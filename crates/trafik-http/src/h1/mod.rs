@@ -26,7 +26,7 @@ pub mod head;
 mod pipeline;
 mod rewind;
 mod tunnel;
-pub mod upstream;
+pub use crate::transport::idle as upstream;
 
 use std::future::Future;
 use std::io::{self, IoSlice};

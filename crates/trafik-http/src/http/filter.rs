@@ -74,7 +74,7 @@ pub trait Filter: Send + Sync {
 
     fn on_response(&self, _response: &mut Response<ProxyBody>, _exchange: &Exchange<'_>) {}
 
-    /// Whether the own HTTP/1 engine ([`crate::h1`]) applies this step to head bytes itself, so
+    /// Whether the own HTTP/1 engine (`h1`) applies this step to head bytes itself, so
     /// a route made only of such steps needs no parsed request.
     fn head_only(&self) -> bool {
         false

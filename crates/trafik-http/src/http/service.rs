@@ -49,7 +49,7 @@ pub struct WorkerProxy {
     pub id: usize,
     pub upstreams: Upstreams,
     /// The own HTTP/1 engine's kept-alive upstream streams.
-    pub raw: crate::h1::upstream::Streams,
+    pub raw: crate::transport::idle::Streams,
     /// The snapshot new requests use; requests in flight keep the one they started with.
     current: RefCell<Rc<WorkerSnapshot>>,
     /// Time zero of the clock given to latency-aware rules.

@@ -2,6 +2,8 @@
 //! listener, route, pool and backend (cumulative `le` buckets in seconds, `_sum`, `_count`),
 //! responses by status class, upstream connect time and listener connections.
 
+use std::sync::atomic::Ordering;
+
 use trafik_metrics_text::{Exposition, Kind};
 
 use super::histogram::{BOUNDS_MICROS, Histogram, Merged};
@@ -206,4 +208,31 @@ pub(crate) fn backend_labels(pool: &Pool, index: usize) -> [(&'static str, Strin
         ("backend", pool.address(index).to_string()),
         ("name", pool.display_name(index)),
     ]
+}
+
+/// The listeners' connection caps ([`add_connection_limits`](super::summary::add_connection_limits))
+/// in the Prometheus text format; nothing without a limited listener.
+pub fn write_connection_limits(snapshot: &Snapshot, exposition: &mut Exposition) {
+    type Read = fn(&crate::admission::ConnectionLimit) -> u64;
+    let families: [(&str, &str, Read); 2] = [
+        (
+            "trafik_listener_waited_total",
+            "Connections that found max_connections open and waited for one to close.",
+            |l| l.waited.load(Ordering::Relaxed),
+        ),
+        (
+            "trafik_listener_refused_per_client_total",
+            "Connections closed at once: their client had max_connections_per_client open.",
+            |l| l.refused_per_client.load(Ordering::Relaxed),
+        ),
+    ];
+    if snapshot.connection_limits().next().is_none() {
+        return;
+    }
+    for (name, help, read) in families {
+        let mut family = exposition.family(name, Kind::Counter, help);
+        for limit in snapshot.connection_limits() {
+            family.sample(&[("listener", &limit.listener)], read(limit));
+        }
+    }
 }

@@ -1,6 +1,8 @@
 //! What `/status` adds for a person: per pool and backend, the request rate, p50 and p99 and
 //! the error rate over the last 10 and 60 seconds; per listener, its connections and requests.
 
+use std::sync::atomic::Ordering;
+
 use serde_json::{Value, json};
 
 use super::export::classes;
@@ -97,4 +99,21 @@ fn summarize(window: &Window, covered_seconds: f64) -> Value {
         "p99_ms": millis(0.99),
         "error_rate": window.error_rate(),
     })
+}
+
+/// Adds what the caps are and what they did to the capped listeners' entries of `/status`
+/// (`listeners`, which already counts every listener's open and accepted connections).
+pub fn add_connection_limits(snapshot: &Snapshot, listeners: &mut serde_json::Value) {
+    let Some(entries) = listeners.as_array_mut() else {
+        return;
+    };
+    for limit in snapshot.connection_limits() {
+        let Some(entry) = entries.iter_mut().find(|e| e["name"] == *limit.listener) else {
+            continue;
+        };
+        entry["max_connections"] = limit.limits.max_connections.into();
+        entry["max_connections_per_client"] = limit.limits.max_connections_per_client.into();
+        entry["waited"] = limit.waited.load(Ordering::Relaxed).into();
+        entry["refused_per_client"] = limit.refused_per_client.load(Ordering::Relaxed).into();
+    }
 }

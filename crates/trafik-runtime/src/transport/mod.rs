@@ -2,6 +2,8 @@
 //! connect that HTTP and layer-4 targets share. (The accept loop, which hands connections to
 //! their listener's kind, is the proxy's.)
 
+pub mod idle;
+
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use trafik_metrics_text::{Exposition, Kind};
 
 use crate::plan::ConnectionLimits;
 
@@ -96,49 +95,6 @@ impl Drop for Admitted {
             if *open == 0 {
                 by_client.remove(client);
             }
-        }
-    }
-}
-
-/// Adds what the caps are and what they did to the capped listeners' entries of `/status`
-/// (`listeners`, which already counts every listener's open and accepted connections).
-pub fn add_to_status(snapshot: &crate::snapshot::Snapshot, listeners: &mut serde_json::Value) {
-    let Some(entries) = listeners.as_array_mut() else {
-        return;
-    };
-    for limit in snapshot.connection_limits() {
-        let Some(entry) = entries.iter_mut().find(|e| e["name"] == *limit.listener) else {
-            continue;
-        };
-        entry["max_connections"] = limit.limits.max_connections.into();
-        entry["max_connections_per_client"] = limit.limits.max_connections_per_client.into();
-        entry["waited"] = limit.waited.load(Ordering::Relaxed).into();
-        entry["refused_per_client"] = limit.refused_per_client.load(Ordering::Relaxed).into();
-    }
-}
-
-/// The same in the Prometheus text format; nothing without a limited listener.
-pub fn metrics(snapshot: &crate::snapshot::Snapshot, exposition: &mut Exposition) {
-    type Read = fn(&ConnectionLimit) -> u64;
-    let families: [(&str, &str, Read); 2] = [
-        (
-            "trafik_listener_waited_total",
-            "Connections that found max_connections open and waited for one to close.",
-            |l| l.waited.load(Ordering::Relaxed),
-        ),
-        (
-            "trafik_listener_refused_per_client_total",
-            "Connections closed at once: their client had max_connections_per_client open.",
-            |l| l.refused_per_client.load(Ordering::Relaxed),
-        ),
-    ];
-    if snapshot.connection_limits().next().is_none() {
-        return;
-    }
-    for (name, help, read) in families {
-        let mut family = exposition.family(name, Kind::Counter, help);
-        for limit in snapshot.connection_limits() {
-            family.sample(&[("listener", &limit.listener)], read(limit));
         }
     }
 }

@@ -1,18 +1,18 @@
-//! The own engine's upstream connections: streams (plain TCP, or TLS for a TLS pool) kept alive
-//! per endpoint in every worker, as [`crate::http::upstream`] keeps hyper's. A client connection's task checks one
-//! out and runs its exchange on it inline: no channel, no driver task.
+//! Upstream streams (plain TCP, or TLS for a TLS pool) kept alive per endpoint in every worker,
+//! for the own HTTP/1 engine: a client connection's task checks one out and runs its exchange
+//! on it inline, no channel, no driver task. (hyper's client connections, which the pipeline's
+//! pool target uses, are kept by the HTTP crate's `http::upstream` under the same rule.)
 
 use std::cell::RefCell;
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::meter::Meter;
 use crate::pool::Pool;
 use crate::pool::keep_alive::{self, MAX_IDLE_PER_ENDPOINT};
-use crate::snapshot::Snapshot;
-use crate::transport;
 
-pub type Stream = transport::Upstream;
+pub type Stream = super::Upstream;
 
 /// Idle longer than this, a stream is checked for a close before it is used.
 const PROBE_AFTER: Duration = Duration::from_secs(1);
@@ -62,7 +62,7 @@ impl Streams {
         let (tls, timeout) = (pool.plan.tls.as_ref(), pool.plan.connect_timeout);
         // Boxed: a TLS handshake's state is large, and every exchange's future would carry its
         // size though most find an idle stream.
-        let stream = Box::pin(transport::connect_upstream(
+        let stream = Box::pin(super::connect_upstream(
             &member.endpoint,
             tls,
             meter,
@@ -93,12 +93,12 @@ impl Streams {
         }
     }
 
-    /// Closes the idle streams to endpoints no pool of `snapshot` names any more.
-    pub fn keep_only(&self, snapshot: &Snapshot) {
+    /// Closes the idle streams to endpoints none of `pools` (the configuration in force's)
+    /// names any more.
+    pub fn keep_only(&self, pools: &[Arc<Pool>]) {
         let mut idle = self.idle.borrow_mut();
         for (id, stack) in idle.iter_mut().enumerate() {
-            let named = snapshot
-                .pools
+            let named = pools
                 .iter()
                 .any(|pool| pool.members.iter().any(|m| m.endpoint.id == id));
             if !named {
