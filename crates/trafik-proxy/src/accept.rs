@@ -94,10 +94,7 @@ pub async fn accept_loop(
                     peer,
                     connections,
                 ));
-                tokio::task::spawn_local(async move {
-                    serving.await;
-                    drop(alive);
-                });
+                spawn_counted(serving, alive);
             }
             Listener::Http { .. } => {
                 // h2c with prior knowledge is told from HTTP/1.1 by the connection's first 24
@@ -114,10 +111,7 @@ pub async fn accept_loop(
                     peer,
                     connections,
                 ));
-                tokio::task::spawn_local(async move {
-                    serving.await;
-                    drop(alive);
-                });
+                spawn_counted(serving, alive);
             }
             Listener::Https { tls, .. } => {
                 let timeout = snapshot.client.header_read_timeout;
@@ -168,11 +162,18 @@ pub async fn accept_loop(
                     peer,
                     connections,
                 );
-                tokio::task::spawn_local(async move {
-                    serving.await;
-                    drop(alive);
-                });
+                spawn_counted(serving, alive);
             }
         }
     }
+}
+
+/// Runs a connection's serving future as a task of this worker, holding `alive` (what counts the
+/// connection: the drain's wait, its descriptor slot, its listener caps' admission, its gauge)
+/// until the future ends.
+fn spawn_counted<T: 'static>(serving: impl Future<Output = ()> + 'static, alive: T) {
+    tokio::task::spawn_local(async move {
+        serving.await;
+        drop(alive);
+    });
 }
