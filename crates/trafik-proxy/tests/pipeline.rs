@@ -474,3 +474,41 @@ async fn heads_the_fast_path_does_not_rewrite_stay_on_the_own_engine() {
     assert_eq!(handed_to_hyper(&running).await, 0);
     stop(running).await;
 }
+
+/// A head that arrives in pieces is read whole by the own engine (its header timeout counted
+/// from the first piece), and a head that is not HTTP gets trafik's 400 from it: neither
+/// connection is handed to hyper.
+#[tokio::test]
+async fn a_head_in_pieces_and_a_broken_head_stay_on_the_own_engine() {
+    let echo = echo_server(Duration::ZERO).await;
+    let running = trafik_proxy::start(plan(&[echo])).unwrap();
+
+    let mut stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    for piece in [
+        &b"GET /takip/parca HTTP/1.1\r\nHo"[..],
+        b"st: kargo.test\r\nX-Uzun: ",
+        b"deger\r\nconnection: close\r\n\r\n",
+    ] {
+        stream.write_all(piece).await.unwrap();
+        stream.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"x-uzun\":\"deger\""), "{answer}");
+
+    let broken = raw_exchange(
+        web(&running),
+        b"GET /takip/1 HTTP/1.1\r\nHost: kargo.test\r\nBad Name: 1\r\n\r\n",
+    )
+    .await;
+    assert!(
+        broken.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{broken}"
+    );
+    assert!(broken.ends_with("\r\n\r\nmalformed request\n"), "{broken}");
+
+    assert_eq!(handed_to_hyper(&running).await, 0);
+    stop(running).await;
+}

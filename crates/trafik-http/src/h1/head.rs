@@ -26,6 +26,8 @@ pub const MAX_HEADERS: usize = 64;
 pub enum Request {
     /// A head not complete yet.
     Partial,
+    /// Not an HTTP/1 head: a field or request line `httparse` refuses (what hyper answers 400).
+    Malformed,
     /// One for the full pipeline (hyper), whatever it turns out to be.
     Defer,
     /// A plain request, its rewritten head written out.
@@ -361,7 +363,10 @@ pub fn request(
     let length = match parsed.parse_with_uninit_headers(buffer, &mut fields) {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Request::Partial,
-        Err(_) => return Request::Defer,
+        // Too many fields for the stack array: hyper, which reads up to the configured limit,
+        // decides. Another version than 1.x: perhaps HTTP/2's preface, which hyper takes.
+        Err(httparse::Error::TooManyHeaders | httparse::Error::Version) => return Request::Defer,
+        Err(_) => return Request::Malformed,
     };
     // Near a limit, hyper decides (431).
     if parsed.headers.len() >= limits.headers || length >= limits.bytes {
@@ -890,8 +895,6 @@ mod tests {
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n",
-            "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n",
-            "GET / HTTP/1.1\r\nHost: a\rX: 1\r\n\r\n",
             "GET http://a/ HTTP/1.1\r\nHost: b\r\n\r\n",
             "GET / HTTP/1.0\r\nHost: a\r\n\r\n",
             "GET / HTTP/1.1\r\n\r\n",
@@ -904,6 +907,26 @@ mod tests {
             assert_eq!(head(raw).0, Request::Defer, "{raw:?}");
         }
         assert_eq!(head("GET / HTTP/1.1\r\nHost: a\r\n").0, Request::Partial);
+    }
+
+    #[test]
+    fn heads_that_are_not_http_are_malformed_and_hyper_keeps_what_it_may_take() {
+        for raw in [
+            "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\rX: 1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nBad Name: 1\r\n\r\n",
+            "G(T / HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(head(raw).0, Request::Malformed, "{raw:?}");
+        }
+        // HTTP/2's preface (h2c with prior knowledge) and a head of more fields than the stack
+        // array holds stay hyper's.
+        assert_eq!(head("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").0, Request::Defer);
+        let many: String = (0..MAX_HEADERS + 1)
+            .map(|n| format!("X-{n}: 1\r\n"))
+            .collect();
+        let raw = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+        assert_eq!(head(&raw).0, Request::Defer);
     }
 
     #[test]

@@ -223,8 +223,31 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
         }
         connection.hold_exchange_buffers();
         let snapshot = proxy.snapshot();
-        let Request::Ready(request) = connection.rewrite_head(&snapshot) else {
-            return End::HandOver { first };
+        let mut head_deadline = None;
+        let request = loop {
+            match connection.rewrite_head(&snapshot) {
+                Request::Ready(request) => break request,
+                // The rest of a head that came in pieces, by the header timeout counted from
+                // its first piece (a client trickling header lines is cut then, whatever it
+                // sends); past the head's byte limit, hyper answers 431.
+                Request::Partial if connection.input.len() < snapshot.client.limits.bytes => {
+                    let deadline = *head_deadline.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + snapshot.client.header_read_timeout
+                    });
+                    // A trickling client holds no exchange buffers while it trickles.
+                    connection.release_exchange_buffers();
+                    let more = connection.client.read_buf(&mut connection.input);
+                    match tokio::time::timeout_at(deadline, more).await {
+                        Ok(Ok(1..)) => connection.hold_exchange_buffers(),
+                        _ => return End::Close,
+                    }
+                }
+                Request::Malformed => {
+                    refuse_malformed(connection).await;
+                    return End::Close;
+                }
+                Request::Partial | Request::Defer => return End::HandOver { first },
+            }
         };
         match exchange(proxy, &snapshot, listener, connection, &request, control).await {
             Exchanged::KeepAlive => first = false,
@@ -232,6 +255,20 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
             Exchanged::Defer => return End::HandOver { first },
         }
     }
+}
+
+/// Answers a head that is not HTTP (a broken field or request line) with trafik's 400, as
+/// hyper's server would answer it, and leaves the connection to close: nothing after it can be
+/// told apart.
+async fn refuse_malformed<S: AsyncWrite + Unpin>(connection: &mut Connection<S>) {
+    let _ = pipeline::write_answer(
+        &mut connection.client,
+        &mut connection.relay,
+        ProxyError::MalformedRequest.response(),
+        false,
+        true,
+    )
+    .await;
 }
 
 /// One request on the fast path, with the pool's retry rules: a failed connect goes to another
@@ -1156,7 +1193,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn idle_connections_and_those_hyper_serves_hold_no_exchange_buffers() {
+    async fn idle_and_trickling_connections_hold_no_exchange_buffers() {
         let local = tokio::task::LocalSet::new();
         local
             .run_until(async {
@@ -1185,8 +1222,8 @@ mod tests {
                 // Two idle connections: each took an input buffer, neither the exchange set.
                 assert_eq!(super::buffers::spares().1, 1);
 
-                // A head in pieces (slowloris) goes to hyper, which keeps the connection open
-                // waiting for the rest; the exchange buffers come back at once.
+                // A head in pieces (slowloris): the connection waits for the rest, the exchange
+                // buffers back in the spares while it does.
                 clients[0]
                     .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n")
                     .await
@@ -1195,8 +1232,8 @@ mod tests {
                 assert_eq!(super::buffers::spares().1, 1);
                 drop(clients);
                 settle().await;
-                // The idle one gave its input back; the one hyper had was replayed and freed.
-                assert_eq!(super::buffers::spares(), (1, 1));
+                // Both gave their input back when their clients left.
+                assert_eq!(super::buffers::spares(), (2, 1));
             })
             .await;
     }
