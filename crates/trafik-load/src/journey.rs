@@ -27,7 +27,9 @@ use tokio::time::Instant;
 use trafik_gateway::jq::{self, Value};
 
 use crate::client::Stream;
-use crate::record::{Outcome, Percentiles, Recorder, Sample, histogram};
+use crate::record::{
+    CurvePoint, Outcome, Percentiles, Recorder, Sample, histogram, percentile_curve,
+};
 use crate::runner::{Live, Progress, RunResult, dispatch};
 use crate::scenario::{Capture, Scenario, Step, StepCapture, Threshold};
 use crate::schedule::RatePlan;
@@ -116,6 +118,8 @@ pub struct StepReport {
     pub failed_checks: u64,
     pub errors: u64,
     pub latency_ms: Percentiles,
+    /// The step's latency by percentile, for the report's curve.
+    pub percentile_curve: Vec<CurvePoint>,
     pub thresholds: Vec<ThresholdResult>,
     /// Why checks failed, with how often.
     pub failures: BTreeMap<String, u64>,
@@ -140,6 +144,8 @@ pub struct FlowReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct ThresholdResult {
     pub threshold: String,
+    /// The limit, for the report's threshold lines.
+    pub limit_ms: f64,
     /// The percentile measured; null when nothing was.
     pub value_ms: Option<f64>,
     pub passed: bool,
@@ -150,6 +156,7 @@ impl ThresholdResult {
         let (value_ms, passed) = threshold.judge(latency);
         ThresholdResult {
             threshold: threshold.to_string(),
+            limit_ms: threshold.limit_ms,
             value_ms,
             passed,
         }
@@ -692,6 +699,7 @@ fn scenario_report(shared: &Shared) -> ScenarioReport {
                 failed_checks: stats.failed_checks,
                 errors: stats.errors,
                 latency_ms: Percentiles::of(&stats.latency),
+                percentile_curve: percentile_curve(&stats.latency),
                 thresholds: step
                     .thresholds
                     .iter()

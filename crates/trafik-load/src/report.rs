@@ -6,7 +6,9 @@ use serde::Serialize;
 
 use crate::journey::{ScenarioReport, ThresholdResult};
 use crate::merge::AgentReport;
-use crate::record::{self, Errors, Interval, Percentiles, Quarters, SpikeReport, Tenth};
+use crate::record::{
+    self, CurvePoint, Errors, Interval, Percentiles, Quarters, SpikeReport, Tenth,
+};
 use crate::runner::RunResult;
 
 /// Which latency a threshold applies to.
@@ -141,6 +143,8 @@ pub struct Report {
     pub latency_ms: Percentiles,
     /// From the actual send: what the server took.
     pub service_time_ms: Percentiles,
+    /// `latency_ms` at every percentile HdrHistogram would print, for the report's curve.
+    pub percentile_curve: Vec<CurvePoint>,
     pub threshold_ms: Option<f64>,
     pub threshold_on: ThresholdOn,
     /// Corrected latencies above the threshold.
@@ -296,6 +300,7 @@ impl Report {
             measured: recorder.corrected.len(),
             latency_ms,
             service_time_ms,
+            percentile_curve: record::percentile_curve(&recorder.corrected),
             threshold_ms: inputs.threshold_ms,
             threshold_on: inputs.threshold_on,
             over_threshold,

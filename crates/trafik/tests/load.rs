@@ -197,10 +197,23 @@ fn the_html_report_is_a_self_contained_page_with_plots() {
     let _ = std::fs::remove_file(&path);
     assert!(page.starts_with("<!doctype html>"));
     assert!(page.trim_end().ends_with("</html>"));
-    assert_eq!(page.matches("<svg").count(), 2);
-    assert_eq!(page.matches("</svg>").count(), 2);
-    // The latency plot draws the threshold it is judged against.
+    // The percentile curve, latency over time and rate over time.
+    assert_eq!(page.matches("<svg").count(), 3);
+    assert_eq!(page.matches("</svg>").count(), 3);
+    assert!(
+        page.contains("Latency by percentile, whole run (ms)"),
+        "{page}"
+    );
+    // Its x axis is in decades of 1/(1-p), up to the maximum.
+    for tick in [">0%</text>", ">90%</text>", ">99%</text>", ">max</text>"] {
+        assert!(page.contains(tick), "{tick}: {page}");
+    }
+    // The latency plot and the curve draw the threshold they are judged against.
     assert!(page.contains(">threshold</text>"), "{page}");
+    assert!(
+        page.contains(">latency.p95 &lt;= 10000 ms</text>"),
+        "{page}"
+    );
     assert!(
         !page.contains("<script"),
         "no scripts: the page must work offline"

@@ -310,6 +310,20 @@ fn a_journey_logs_in_takes_a_token_and_makes_three_calls_with_checks_and_thresho
             && html.contains("p99 &lt; 10s passed, max &lt;= 10s passed"),
         "{html}"
     );
+    // A percentile curve for the run with the scenario's threshold, and one per step with
+    // the step's thresholds as lines.
+    assert!(html.contains("Latency by percentile, whole run (ms)"));
+    assert!(html.contains("Latency by percentile, step takip/sorgu (ms)"));
+    assert_eq!(
+        html.matches("aria-label=\"Latency by percentile, step ")
+            .count(),
+        4,
+        "{html}"
+    );
+    assert_eq!(html.matches("class=\"threshold\"").count(), 1 + 1 + 2);
+    let curve = steps[1]["percentile_curve"].as_array().unwrap();
+    assert_eq!(curve.last().unwrap()["percentile"], 100.0);
+    assert_eq!(curve.last().unwrap()["ms"], steps[1]["latency_ms"]["max"]);
 
     // The application saw every step, each user of the data file logged in, and each
     // session's query came at least the think time after its login was answered.
