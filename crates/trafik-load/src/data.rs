@@ -89,7 +89,8 @@ impl Rows {
         Ok(Rows { columns, rows })
     }
 
-    /// The row virtual user `n` takes: rows are dealt out in turn and start over at the end.
+    /// The `n`th row dealt (to a virtual user or an iteration): rows are dealt out in turn and
+    /// start over at the end.
     pub fn row(&self, n: u64) -> Option<&[String]> {
         if self.rows.is_empty() {
             return None;

@@ -1,7 +1,8 @@
 //! Running a scenario. Arrivals stay open loop: the dispatcher starts one virtual user at each
 //! intended time of the rate plan, whether or not earlier ones have finished, so a slow server
 //! shows as latency and as users in flight, never as a slower schedule. A virtual user runs its
-//! flow's steps in order on its own connections, with its own cookie jar and captures; each
+//! flow's steps in order (its `iterations` times) on its own connections, with its own cookie
+//! jar and captures; each
 //! step's latency counts from when the step was due (the arrival, or the previous answer plus
 //! the think time), so a stall inside a journey is not hidden either.
 //!
@@ -31,7 +32,7 @@ use crate::record::{
     CurvePoint, Outcome, Percentiles, Recorder, Sample, histogram, percentile_curve,
 };
 use crate::runner::{Live, Progress, RunResult, dispatch};
-use crate::scenario::{Capture, Scenario, Step, StepCapture, Threshold};
+use crate::scenario::{Capture, DataPer, Scenario, Step, StepCapture, Threshold};
 use crate::schedule::RatePlan;
 
 /// Distinct reasons for failed checks kept per step; further ones are counted as "other".
@@ -215,6 +216,8 @@ struct Shared {
     late: AtomicU64,
     dropped: AtomicU64,
     connections_opened: AtomicU64,
+    /// Iterations begun by every user: the next row with `[data] per = "iteration"`.
+    iterations: AtomicU64,
     /// Closed when the run is over: users still on their way stop.
     stop: Semaphore,
     runtime: tokio::runtime::Handle,
@@ -249,6 +252,7 @@ pub async fn run(
         late: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         connections_opened: AtomicU64::new(0),
+        iterations: AtomicU64::new(0),
         stop: Semaphore::new(0),
         runtime: tokio::runtime::Handle::current(),
         options,
@@ -280,6 +284,7 @@ pub async fn run(
                 .iter()
                 .map(|s| s.think + shared.options.timeout)
                 .sum::<Duration>()
+                * f.iterations
         })
         .max()
         .unwrap_or_default();
@@ -361,7 +366,7 @@ fn arrive(
     });
 }
 
-/// One virtual user's flow, from its first step to its last or the first that fails.
+/// One virtual user's flow, every iteration from its first step to its last, until a step fails.
 async fn journey(
     shared: &Shared,
     samples: &mpsc::UnboundedSender<Vec<Sample>>,
@@ -373,59 +378,68 @@ async fn journey(
     let flow = &scenario.flows[index];
     let counters = &shared.flows[index];
     counters.started.fetch_add(1, Ordering::Relaxed);
-    let row = scenario.rows.row(n).unwrap_or(&[]);
     let mut user = User {
         connections: Vec::new(),
         cookies: Vec::new(),
         variables: vec![None; flow.variables.len()],
     };
     let timeout = shared.options.timeout;
-    let mut batch = Vec::with_capacity(flow.steps.len());
+    let mut batch = Vec::with_capacity(flow.steps.len() * flow.iterations as usize);
     let mut due = arrival;
     let mut passed = true;
-    for (i, step) in flow.steps.iter().enumerate() {
-        due += step.think;
-        tokio::time::sleep_until(due).await;
-        let sent_at = Instant::now();
-        if i == 0 && sent_at.saturating_duration_since(due) > shared.options.late_after {
-            shared.late.fetch_add(1, Ordering::Relaxed);
-        }
-        let exchange = user.step(
-            step,
-            row,
-            shared.options.tls.as_ref(),
-            &shared.connections_opened,
-        );
-        let (outcome, reason) = match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => (Outcome::Timeout, None),
+    'iterations: for iteration in 0..flow.iterations {
+        let row = match scenario.per {
+            DataPer::User => n,
+            DataPer::Iteration => shared.iterations.fetch_add(1, Ordering::Relaxed),
         };
-        if outcome != Outcome::Passed && outcome != Outcome::FailedCheck {
-            // Whatever went wrong on the way, the next user's connection starts afresh.
-            user.connections
-                .retain(|(address, _)| *address != step.address);
+        let row = scenario.rows.row(row).unwrap_or(&[]);
+        for (i, step) in flow.steps.iter().enumerate() {
+            due += step.think;
+            tokio::time::sleep_until(due).await;
+            let sent_at = Instant::now();
+            if iteration == 0
+                && i == 0
+                && sent_at.saturating_duration_since(due) > shared.options.late_after
+            {
+                shared.late.fetch_add(1, Ordering::Relaxed);
+            }
+            let exchange = user.step(
+                step,
+                row,
+                shared.options.tls.as_ref(),
+                &shared.connections_opened,
+            );
+            let (outcome, reason) = match tokio::time::timeout(timeout, exchange).await {
+                Ok(result) => result,
+                Err(_) => (Outcome::Timeout, None),
+            };
+            if outcome != Outcome::Passed && outcome != Outcome::FailedCheck {
+                // Whatever went wrong on the way, the next user's connection starts afresh.
+                user.connections
+                    .retain(|(address, _)| *address != step.address);
+            }
+            let done = match outcome {
+                Outcome::Timeout => sent_at + timeout,
+                _ => Instant::now(),
+            };
+            let corrected_us = (done - due).as_micros() as u64;
+            shared.steps[shared.first_step[index] + i]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .count(outcome, corrected_us, reason);
+            batch.push(Sample {
+                second: (due.saturating_duration_since(shared.start)).as_secs() as u32,
+                corrected_us,
+                service_us: (done - sent_at).as_micros() as u64,
+                done_ms: (done - shared.start).as_millis() as u32,
+                outcome,
+            });
+            if outcome != Outcome::Passed {
+                passed = false;
+                break 'iterations;
+            }
+            due = done;
         }
-        let done = match outcome {
-            Outcome::Timeout => sent_at + timeout,
-            _ => Instant::now(),
-        };
-        let corrected_us = (done - due).as_micros() as u64;
-        shared.steps[shared.first_step[index] + i]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .count(outcome, corrected_us, reason);
-        batch.push(Sample {
-            second: (due.saturating_duration_since(shared.start)).as_secs() as u32,
-            corrected_us,
-            service_us: (done - sent_at).as_micros() as u64,
-            done_ms: (done - shared.start).as_millis() as u32,
-            outcome,
-        });
-        if outcome != Outcome::Passed {
-            passed = false;
-            break;
-        }
-        due = done;
     }
     let _ = samples.send(batch);
     let finished = if passed {
@@ -489,7 +503,7 @@ impl User {
         row: &[String],
     ) -> Result<http::Request<Full<Bytes>>, http::Error> {
         let mut path = String::new();
-        step.path.render(row, &self.variables, &mut path);
+        step.path.render_in_url(row, &self.variables, &mut path);
         let mut request = http::Request::builder()
             .method(step.method.clone())
             .uri(path)

@@ -11,7 +11,7 @@ use toml::Spanned;
 use trafik_gateway::jq::Expression;
 use trafik_load::data::Rows;
 use trafik_load::scenario::{
-    Capture, Columns, Flow, Scenario, Step, StepCapture, Template, Threshold,
+    Capture, Columns, DataPer, Flow, Scenario, Step, StepCapture, Template, Threshold,
 };
 
 use crate::config::report::{ConfigError, Report};
@@ -33,8 +33,10 @@ struct File {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Data {
-    /// CSV with a header line, or JSON lines (`.jsonl`): a row per virtual user.
+    /// CSV with a header line, or JSON lines (`.jsonl`).
     file: Spanned<String>,
+    /// "user" (default): a row per virtual user; "iteration": a row per iteration of a flow.
+    per: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -42,6 +44,8 @@ struct Data {
 struct FlowFile {
     name: Option<Spanned<String>>,
     weight: Option<Spanned<i64>>,
+    /// How many times each virtual user runs the steps (default 1).
+    iterations: Option<Spanned<i64>>,
     #[serde(default)]
     step: Vec<Spanned<StepFile>>,
 }
@@ -185,6 +189,23 @@ fn compile(file: File, report: &mut Report) -> Option<Scenario> {
         (Some(_), true) => Columns::Read(&rows.columns),
         (Some(_), false) => Columns::Unread,
     };
+    let per = match file.data.as_ref().and_then(|d| d.get_ref().per.as_ref()) {
+        None => DataPer::User,
+        Some(per) => match per.get_ref().as_str() {
+            "user" => DataPer::User,
+            "iteration" => DataPer::Iteration,
+            other => {
+                report.error(
+                    per.span(),
+                    "data.per",
+                    format!(
+                        "expected \"user\" (a row per virtual user) or \"iteration\" (a row per iteration of a flow), found {other:?}"
+                    ),
+                );
+                DataPer::User
+            }
+        },
+    };
     let thresholds = thresholds(report, "threshold", file.threshold);
     if file.flow.is_empty() {
         report.error(
@@ -235,6 +256,23 @@ fn compile(file: File, report: &mut Report) -> Option<Scenario> {
                 }
             },
         };
+        let iterations = match &flow.iterations {
+            None => 1,
+            Some(iterations) => match u32::try_from(*iterations.get_ref()) {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    report.error(
+                        iterations.span(),
+                        &format!("{field}.iterations"),
+                        format!(
+                            "expected at least 1 iteration, found {}",
+                            iterations.get_ref()
+                        ),
+                    );
+                    1
+                }
+            },
+        };
         if flow.step.is_empty() {
             report.error(
                 span.clone(),
@@ -264,6 +302,7 @@ fn compile(file: File, report: &mut Report) -> Option<Scenario> {
         flows.push(Flow {
             name: name.map(|n| n.get_ref().clone()).unwrap_or_default(),
             weight,
+            iterations,
             steps,
             variables,
         });
@@ -272,6 +311,7 @@ fn compile(file: File, report: &mut Report) -> Option<Scenario> {
     clean.then_some(Scenario {
         flows,
         rows,
+        per,
         thresholds,
     })
 }
