@@ -29,7 +29,7 @@ use trafik_gateway::jq::{self, Value};
 
 use crate::client::Stream;
 use crate::record::{
-    CurvePoint, Outcome, Percentiles, Recorder, Sample, histogram, percentile_curve,
+    CurvePoint, Outcome, Percentiles, Recorder, Sample, TlsReasons, histogram, percentile_curve,
 };
 use crate::runner::{Live, Progress, RunResult, dispatch};
 use crate::scenario::{Capture, DataPer, Scenario, Step, StepCapture, Threshold};
@@ -216,6 +216,7 @@ struct Shared {
     late: AtomicU64,
     dropped: AtomicU64,
     connections_opened: AtomicU64,
+    tls_failures: TlsReasons,
     /// Iterations begun by every user: the next row with `[data] per = "iteration"`.
     iterations: AtomicU64,
     /// Closed when the run is over: users still on their way stop.
@@ -252,6 +253,7 @@ pub async fn run(
         late: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         connections_opened: AtomicU64::new(0),
+        tls_failures: TlsReasons::default(),
         iterations: AtomicU64::new(0),
         stop: Semaphore::new(0),
         runtime: tokio::runtime::Handle::current(),
@@ -338,6 +340,7 @@ pub async fn run(
         dropped: shared.dropped.load(Ordering::Relaxed),
         window,
         connections_opened: shared.connections_opened.load(Ordering::Relaxed),
+        tls_failures: shared.tls_failures.take(),
     };
     (result, report)
 }
@@ -403,12 +406,7 @@ async fn journey(
             {
                 shared.late.fetch_add(1, Ordering::Relaxed);
             }
-            let exchange = user.step(
-                step,
-                row,
-                shared.options.tls.as_ref(),
-                &shared.connections_opened,
-            );
+            let exchange = user.step(step, row, shared);
             let (outcome, reason) = match tokio::time::timeout(timeout, exchange).await {
                 Ok(result) => result,
                 Err(_) => (Outcome::Timeout, None),
@@ -473,8 +471,7 @@ impl User {
         &mut self,
         step: &Step,
         row: &[String],
-        tls: Option<&Arc<rustls::ClientConfig>>,
-        opened: &AtomicU64,
+        shared: &Shared,
     ) -> (Outcome, Option<String>) {
         // A rendered value that is not valid in a URI or a header is the scenario's fault, and
         // may show only with some rows: the step fails its check, saying why.
@@ -485,7 +482,7 @@ impl User {
                 return (Outcome::FailedCheck, Some(reason));
             }
         };
-        let answer = match self.exchange(step, tls, request, opened).await {
+        let answer = match self.exchange(step, request, shared).await {
             Ok(answer) => answer,
             Err(outcome) => return (outcome, None),
         };
@@ -534,11 +531,10 @@ impl User {
     async fn exchange(
         &mut self,
         step: &Step,
-        tls: Option<&Arc<rustls::ClientConfig>>,
         request: http::Request<Full<Bytes>>,
-        opened: &AtomicU64,
+        shared: &Shared,
     ) -> Result<Answer, Outcome> {
-        let sender = self.connection(step, tls, opened).await?;
+        let sender = self.connection(step, shared).await?;
         let response = sender.send_request(request).await.map_err(failure)?;
         let status = response.status().as_u16();
         let (parts, body) = response.into_parts();
@@ -554,8 +550,7 @@ impl User {
     async fn connection(
         &mut self,
         step: &Step,
-        tls: Option<&Arc<rustls::ClientConfig>>,
-        opened: &AtomicU64,
+        shared: &Shared,
     ) -> Result<&mut SendRequest<Full<Bytes>>, Outcome> {
         let address = step.address;
         self.connections
@@ -570,16 +565,16 @@ impl User {
                         _ => Outcome::ConnectFailed,
                     })?;
                 let _ = stream.set_nodelay(true);
-                let stream = match (step.tls, tls) {
+                let stream = match (step.tls, shared.options.tls.as_ref()) {
                     (false, _) => Stream::Plain(stream),
                     (true, Some(config)) => {
                         let name = ServerName::try_from(step.server_name.clone())
                             .map_err(|_| Outcome::ConnectFailed)?;
                         let connector = tokio_rustls::TlsConnector::from(config.clone());
-                        let tls = connector
-                            .connect(name, stream)
-                            .await
-                            .map_err(|_| Outcome::Tls)?;
+                        let tls = connector.connect(name, stream).await.map_err(|error| {
+                            shared.tls_failures.count(&error.to_string());
+                            Outcome::Tls
+                        })?;
                         Stream::Tls(Box::new(tls))
                     }
                     (true, None) => return Err(Outcome::Tls),
@@ -589,7 +584,7 @@ impl User {
                         .await
                         .map_err(|_| Outcome::ConnectFailed)?;
                 tokio::spawn(connection);
-                opened.fetch_add(1, Ordering::Relaxed);
+                shared.connections_opened.fetch_add(1, Ordering::Relaxed);
                 self.connections.push((address, sender));
                 self.connections.len() - 1
             }

@@ -193,6 +193,37 @@ impl Percentiles {
     }
 }
 
+/// Distinct TLS failure reasons kept; further ones are counted as "other".
+const MAX_TLS_REASONS: usize = 5;
+
+/// Why TLS handshakes failed, with how often, in rustls' words ("invalid peer certificate:
+/// UnknownIssuer"): a wrong CA, name or version is told, not only counted. The first few
+/// distinct reasons are kept, so a server that fails in many ways cannot grow the report.
+#[derive(Debug, Default)]
+pub struct TlsReasons(std::sync::Mutex<BTreeMap<String, u64>>);
+
+impl TlsReasons {
+    pub fn count(&self, reason: &str) {
+        let mut reasons = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        add_reason(&mut reasons, reason, 1);
+    }
+
+    pub fn take(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Counts `reason` `times` in `reasons`, as "other" past the first few distinct ones.
+pub fn add_reason(reasons: &mut BTreeMap<String, u64>, reason: &str, times: u64) {
+    let reason = reason.strip_prefix("TLS: ").unwrap_or(reason);
+    let key = if reasons.len() < MAX_TLS_REASONS || reasons.contains_key(reason) {
+        reason
+    } else {
+        "other"
+    };
+    *reasons.entry(key.to_owned()).or_default() += times;
+}
+
 /// A point of the percentile curve: `percentile` % of the measured requests took at most `ms`.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CurvePoint {
@@ -514,6 +545,20 @@ mod tests {
             h.record(v * 1000).unwrap();
         }
         h
+    }
+
+    #[test]
+    fn tls_reasons_keep_the_first_few_distinct_ones_and_count_the_rest_as_other() {
+        let reasons = TlsReasons::default();
+        for i in 0..8 {
+            reasons.count(&format!("TLS: reason {i}"));
+        }
+        reasons.count("reason 0");
+        let kept = reasons.take();
+        assert_eq!(kept.len(), MAX_TLS_REASONS + 1, "{kept:?}");
+        assert_eq!(kept["reason 0"], 2);
+        assert_eq!(kept["other"], 3);
+        assert!(reasons.take().is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A run's report: everything as JSON, a readable summary, and the profile tables.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -133,6 +134,8 @@ pub struct Report {
     pub late: u64,
     pub dropped: u64,
     pub errors: Errors,
+    /// Why TLS handshakes failed (`errors.tls`), the first few distinct reasons with how often.
+    pub tls_failures: BTreeMap<String, u64>,
     /// Failed requests over finished ones (completed or failed).
     pub error_rate: f64,
     pub max_error_rate: MaxErrorRate,
@@ -294,6 +297,7 @@ impl Report {
             late: run.late,
             dropped: run.dropped,
             errors: recorder.errors.clone(),
+            tls_failures: run.tls_failures.clone(),
             error_rate,
             max_error_rate: inputs.max_error_rate,
             connections_opened: run.connections_opened,
@@ -393,6 +397,14 @@ impl Report {
             self.max_error_rate,
             if kinds.is_empty() { "" } else { ": " }
         );
+        if !self.tls_failures.is_empty() {
+            let reasons: Vec<String> = self
+                .tls_failures
+                .iter()
+                .map(|(reason, times)| format!("{times} × {reason}"))
+                .collect();
+            let _ = writeln!(out, "  TLS handshakes failed: {}", reasons.join("; "));
+        }
         let line = |name: &str, p: &Percentiles| {
             format!(
                 "  {name:<13} p50 {:.2}  p90 {:.2}  p95 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} ms\n",

@@ -492,6 +492,21 @@ fn https_with_a_ca_file_or_insecure_over_http1_and_h2_and_a_failed_handshake_is_
     assert_eq!(status, Some(99));
     assert_eq!(report["errors"]["tls"], report["sent"], "{report}");
     assert_eq!(report["completed"], 0);
+    // Why, in rustls' words: the one reason in the JSON with every failed handshake's count,
+    // and in the summary.
+    let reasons = report["tls_failures"].as_object().unwrap();
+    assert_eq!(reasons.len(), 1, "{report}");
+    assert_eq!(
+        reasons["invalid peer certificate: UnknownIssuer"], report["errors"]["tls"],
+        "{report}"
+    );
+    let output = load(&[url.as_str(), "--rate", "20", "--duration", "1s"]);
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.contains("TLS handshakes failed: ")
+            && summary.contains(" × invalid peer certificate: UnknownIssuer"),
+        "{summary}"
+    );
 }
 
 #[test]

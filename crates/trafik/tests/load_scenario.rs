@@ -739,4 +739,9 @@ fn a_journey_over_https_trusts_the_ca_it_is_given_and_a_failed_handshake_is_an_e
     assert_eq!(report["steps"][0]["errors"], report["flows"][0]["started"]);
     assert_eq!(report["errors"]["tls"], report["flows"][0]["started"]);
     assert_eq!(report["steps"][0]["failed_checks"], 0);
+    // And why: rustls' reason, counted.
+    assert_eq!(
+        report["tls_failures"]["invalid peer certificate: UnknownIssuer"], report["errors"]["tls"],
+        "{report}"
+    );
 }
