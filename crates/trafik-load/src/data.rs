@@ -5,7 +5,8 @@
 use std::path::Path;
 
 /// Every row of a data file; each row has a value for every column.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Serializable: a distributed run's coordinator sends the rows to its agents.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rows {
     pub columns: Vec<String>,
     pub rows: Vec<Vec<String>>,

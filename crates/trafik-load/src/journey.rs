@@ -22,12 +22,13 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use trafik_gateway::jq::{self, Value};
 
 use crate::client::Stream;
+use crate::merge::Buckets;
 use crate::record::{
     CurvePoint, Outcome, Percentiles, Recorder, Sample, TlsReasons, histogram, percentile_curve,
 };
@@ -52,6 +53,25 @@ pub struct ScenarioOptions {
     pub keep_seconds: bool,
     /// The client configuration for `https://` steps.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub deal: Deal,
+}
+
+/// Which of the scenario's arrivals this run's are: its `n`th is `first + n × every`. Agent
+/// `k` of `N` runs arrivals k, k + N, k + 2N …, so the agents together take flows and rows in
+/// turn as one machine would, rather than each starting again at the first row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deal {
+    pub first: u64,
+    pub every: u64,
+}
+
+impl Deal {
+    /// A run on one machine: every arrival.
+    pub const ALL: Deal = Deal { first: 0, every: 1 };
+
+    fn nth(self, n: u64) -> u64 {
+        self.first + n * self.every.max(1)
+    }
 }
 
 /// What one step measured.
@@ -91,12 +111,7 @@ impl StepStats {
             let _ = self.latency.record(latency_us.max(1));
         }
         if let Some(reason) = reason {
-            let key = if self.failures.len() < MAX_REASONS || self.failures.contains_key(&reason) {
-                reason
-            } else {
-                "other".to_owned()
-            };
-            *self.failures.entry(key).or_default() += 1;
+            add_reason(&mut self.failures, reason, 1);
         }
     }
 }
@@ -230,7 +245,7 @@ pub async fn run(
     scenario: Arc<Scenario>,
     options: ScenarioOptions,
     mut progress: impl FnMut(Progress),
-) -> (RunResult, ScenarioReport) {
+) -> (RunResult, StepsMeasured) {
     let start = Instant::now();
     let mut first_step = Vec::new();
     let mut steps = Vec::new();
@@ -277,19 +292,7 @@ pub async fn run(
     }
 
     let mut recorder = Recorder::new(shared.options.threshold_us, shared.options.keep_seconds);
-    let longest = shared
-        .scenario
-        .flows
-        .iter()
-        .map(|f| {
-            f.steps
-                .iter()
-                .map(|s| s.think + shared.options.timeout)
-                .sum::<Duration>()
-                * f.iterations
-        })
-        .max()
-        .unwrap_or_default();
+    let longest = shared.scenario.longest_journey(shared.options.timeout);
     let settle = longest.as_secs() as u32 + 2;
     let mut tick = tokio::time::interval_at(start + Live::TICK, Live::TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -330,7 +333,7 @@ pub async fn run(
     }
     recorder.close_before(u32::MAX);
     recorder.close_tenths_before(u32::MAX);
-    let report = scenario_report(&shared);
+    let report = measured(&shared);
     let result = RunResult {
         recorder,
         planned,
@@ -377,6 +380,8 @@ async fn journey(
     arrival: Instant,
 ) {
     let scenario = &shared.scenario;
+    let deal = shared.options.deal;
+    let n = deal.nth(n);
     let index = scenario.flow_of(n);
     let flow = &scenario.flows[index];
     let counters = &shared.flows[index];
@@ -393,7 +398,7 @@ async fn journey(
     'iterations: for iteration in 0..flow.iterations {
         let row = match scenario.per {
             DataPer::User => n,
-            DataPer::Iteration => shared.iterations.fetch_add(1, Ordering::Relaxed),
+            DataPer::Iteration => deal.nth(shared.iterations.fetch_add(1, Ordering::Relaxed)),
         };
         let row = scenario.rows.row(row).unwrap_or(&[]);
         for (i, step) in flow.steps.iter().enumerate() {
@@ -690,61 +695,163 @@ fn failure(error: hyper::Error) -> Outcome {
     }
 }
 
-fn scenario_report(shared: &Shared) -> ScenarioReport {
-    let scenario = &shared.scenario;
-    let mut all = histogram();
-    let mut steps = Vec::new();
-    for (f, flow) in scenario.flows.iter().enumerate() {
-        for (i, step) in flow.steps.iter().enumerate() {
-            let stats = shared.steps[shared.first_step[f] + i]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let _ = all.add(&stats.latency);
-            steps.push(StepReport {
-                flow: flow.name.clone(),
-                name: step.name.clone(),
-                sent: stats.sent,
-                completed: stats.completed,
-                failed_checks: stats.failed_checks,
-                errors: stats.errors,
-                latency_ms: Percentiles::of(&stats.latency),
-                percentile_curve: percentile_curve(&stats.latency),
-                thresholds: step
-                    .thresholds
-                    .iter()
-                    .map(|t| ThresholdResult::of(t, &stats.latency))
-                    .collect(),
-                failures: stats.failures.clone(),
-            });
-        }
-    }
-    let flows = scenario
-        .flows
-        .iter()
-        .zip(&shared.flows)
-        .map(|(flow, counters)| {
-            let started = counters.started.load(Ordering::Relaxed);
-            let completed = counters.completed.load(Ordering::Relaxed);
-            let failed = counters.failed.load(Ordering::Relaxed);
-            FlowReport {
-                name: flow.name.clone(),
-                weight: flow.weight,
-                started,
-                completed,
-                failed,
-                unfinished: started.saturating_sub(completed + failed),
-            }
-        })
-        .collect::<Vec<_>>();
-    ScenarioReport {
-        steps,
-        flows,
-        thresholds: scenario
-            .thresholds
+/// What the run measured, from its shared counters.
+fn measured(shared: &Shared) -> StepsMeasured {
+    StepsMeasured {
+        steps: shared
+            .steps
             .iter()
-            .map(|t| ThresholdResult::of(t, &all))
+            .map(|stats| {
+                let stats = stats.lock().unwrap_or_else(|p| p.into_inner());
+                StepMeasured {
+                    sent: stats.sent,
+                    completed: stats.completed,
+                    failed_checks: stats.failed_checks,
+                    errors: stats.errors,
+                    latency: Buckets::of(&stats.latency),
+                    failures: stats.failures.clone(),
+                }
+            })
+            .collect(),
+        flows: shared
+            .flows
+            .iter()
+            .map(|counters| FlowMeasured {
+                started: counters.started.load(Ordering::Relaxed),
+                completed: counters.completed.load(Ordering::Relaxed),
+                failed: counters.failed.load(Ordering::Relaxed),
+            })
             .collect(),
     }
+}
+
+/// What a scenario run measured per step and per flow, before it is judged: an agent of a
+/// distributed run sends it to the coordinator, where the parts add up exactly (each step's
+/// histogram as its buckets, as [`crate::merge`] does for the run's own).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepsMeasured {
+    /// Every step of every flow, in order.
+    pub steps: Vec<StepMeasured>,
+    pub flows: Vec<FlowMeasured>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepMeasured {
+    pub sent: u64,
+    pub completed: u64,
+    pub failed_checks: u64,
+    pub errors: u64,
+    pub latency: Buckets,
+    pub failures: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowMeasured {
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+impl StepsMeasured {
+    /// Adds another run's numbers (an agent's) to these.
+    pub fn add(&mut self, other: &StepsMeasured) -> Result<(), String> {
+        self.steps.resize(
+            self.steps.len().max(other.steps.len()),
+            StepMeasured::default(),
+        );
+        for (step, more) in self.steps.iter_mut().zip(&other.steps) {
+            step.sent += more.sent;
+            step.completed += more.completed;
+            step.failed_checks += more.failed_checks;
+            step.errors += more.errors;
+            let mut latency = histogram();
+            step.latency.add_to(&mut latency)?;
+            more.latency.add_to(&mut latency)?;
+            step.latency = Buckets::of(&latency);
+            for (reason, times) in &more.failures {
+                add_reason(&mut step.failures, reason.clone(), *times);
+            }
+        }
+        self.flows.resize(
+            self.flows.len().max(other.flows.len()),
+            FlowMeasured::default(),
+        );
+        for (flow, more) in self.flows.iter_mut().zip(&other.flows) {
+            flow.started += more.started;
+            flow.completed += more.completed;
+            flow.failed += more.failed;
+        }
+        Ok(())
+    }
+
+    /// The report for `scenario`: each step's latency and thresholds, the flows, and the
+    /// scenario's thresholds over every step's latency together.
+    pub fn report(&self, scenario: &Scenario) -> Result<ScenarioReport, String> {
+        let mut all = histogram();
+        let mut steps = Vec::new();
+        let mut measured = self.steps.iter();
+        for flow in &scenario.flows {
+            for step in &flow.steps {
+                let stats = measured.next().cloned().unwrap_or_default();
+                let mut latency = histogram();
+                stats.latency.add_to(&mut latency)?;
+                let _ = all.add(&latency);
+                steps.push(StepReport {
+                    flow: flow.name.clone(),
+                    name: step.name.clone(),
+                    sent: stats.sent,
+                    completed: stats.completed,
+                    failed_checks: stats.failed_checks,
+                    errors: stats.errors,
+                    latency_ms: Percentiles::of(&latency),
+                    percentile_curve: percentile_curve(&latency),
+                    thresholds: step
+                        .thresholds
+                        .iter()
+                        .map(|t| ThresholdResult::of(t, &latency))
+                        .collect(),
+                    failures: stats.failures,
+                });
+            }
+        }
+        let flows = scenario
+            .flows
+            .iter()
+            .enumerate()
+            .map(|(i, flow)| {
+                let counts = self.flows.get(i).cloned().unwrap_or_default();
+                FlowReport {
+                    name: flow.name.clone(),
+                    weight: flow.weight,
+                    started: counts.started,
+                    completed: counts.completed,
+                    failed: counts.failed,
+                    unfinished: counts
+                        .started
+                        .saturating_sub(counts.completed + counts.failed),
+                }
+            })
+            .collect();
+        Ok(ScenarioReport {
+            steps,
+            flows,
+            thresholds: scenario
+                .thresholds
+                .iter()
+                .map(|t| ThresholdResult::of(t, &all))
+                .collect(),
+        })
+    }
+}
+
+/// Counts `reason` `times`, as "other" past the first few distinct ones.
+fn add_reason(failures: &mut BTreeMap<String, u64>, reason: String, times: u64) {
+    let key = if failures.len() < MAX_REASONS || failures.contains_key(&reason) {
+        reason
+    } else {
+        "other".to_owned()
+    };
+    *failures.entry(key).or_default() += times;
 }
 
 #[cfg(test)]

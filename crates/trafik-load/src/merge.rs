@@ -9,6 +9,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::journey::StepsMeasured;
 use crate::record::{Errors, Interval, Percentiles, Recorder, add_reason, count_above, histogram};
 use crate::runner::RunResult;
 
@@ -78,6 +79,9 @@ pub struct Measured {
     /// Needs a run that kept each second's histogram (`keep_seconds`).
     pub seconds: Vec<Second>,
     pub tls_failures: BTreeMap<String, u64>,
+    /// A scenario's steps and flows; none for a run of plain requests.
+    #[serde(default)]
+    pub scenario: Option<StepsMeasured>,
 }
 
 impl Measured {
@@ -106,6 +110,7 @@ impl Measured {
                 })
                 .collect(),
             tls_failures: run.tls_failures.clone(),
+            scenario: None,
         }
     }
 }

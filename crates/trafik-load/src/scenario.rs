@@ -40,6 +40,16 @@ impl Scenario {
         0
     }
 
+    /// The longest a virtual user can take, each step at its think time and `timeout`: how long
+    /// the users that started at the end of a run may still be on their way.
+    pub fn longest_journey(&self, timeout: Duration) -> Duration {
+        self.flows
+            .iter()
+            .map(|f| f.steps.iter().map(|s| s.think + timeout).sum::<Duration>() * f.iterations)
+            .max()
+            .unwrap_or_default()
+    }
+
     /// Every step of every flow in order: the index a step has in the run's step statistics.
     pub fn step_count(&self) -> usize {
         self.flows.iter().map(|f| f.steps.len()).sum()

@@ -140,17 +140,19 @@ impl<'de, T: Item + Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 pub fn load(path: &Path) -> Result<Scenario, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the scenario {}: {e}", path.display()))?;
-    let name = path.display().to_string();
-    let source = Source::File {
-        name: &name,
-        text: &text,
-    };
+    from_text(&path.display().to_string(), &text, None)
+}
+
+/// Checks and compiles a scenario's `text`, written at `name`; `rows`, when given, are its
+/// data file's (a distributed run's agent gets them from the coordinator, not from a file).
+pub fn from_text(name: &str, text: &str, rows: Option<Rows>) -> Result<Scenario, String> {
+    let source = Source::File { name, text };
     let mut reading_report = Report::new(source);
-    let (file, reading) = read::file::<File>(&text, &mut reading_report);
+    let (file, reading) = read::file::<File>(text, &mut reading_report);
     let mut errors = reading_report.into_errors();
     let scenario = file.and_then(|file| {
         let mut report = Report::new(source);
-        let scenario = compile(file, &mut report);
+        let scenario = compile(file, rows, &mut report);
         errors.extend(reading.as_written(report.into_errors()));
         scenario
     });
@@ -172,11 +174,12 @@ fn render(mut errors: Vec<ConfigError>) -> String {
     lines.join("\n")
 }
 
-fn compile(file: File, report: &mut Report) -> Option<Scenario> {
+fn compile(file: File, given: Option<Rows>, report: &mut Report) -> Option<Scenario> {
     let mut clean = report.is_clean();
-    let (rows, columns_read) = match &file.data {
-        None => (Rows::default(), false),
-        Some(data) => match Rows::read(&report.path(data.get_ref().file.get_ref())) {
+    let (rows, columns_read) = match (&file.data, given) {
+        (None, _) => (Rows::default(), false),
+        (Some(_), Some(rows)) => (rows, true),
+        (Some(data), None) => match Rows::read(&report.path(data.get_ref().file.get_ref())) {
             Ok(rows) => (rows, true),
             Err(message) => {
                 report.error(data.get_ref().file.span(), "data.file", message);
