@@ -858,6 +858,58 @@ fn add_reason(failures: &mut BTreeMap<String, u64>, reason: String, times: u64) 
 mod tests {
     use super::*;
 
+    fn part(latencies_us: &[u64], reasons: &[&str]) -> StepsMeasured {
+        let mut latency = histogram();
+        for &us in latencies_us {
+            latency.record(us).unwrap();
+        }
+        StepsMeasured {
+            steps: vec![StepMeasured {
+                sent: latencies_us.len() as u64,
+                completed: latencies_us.len() as u64 - reasons.len() as u64,
+                failed_checks: reasons.len() as u64,
+                errors: 0,
+                latency: Buckets::of(&latency),
+                failures: reasons.iter().map(|r| (r.to_string(), 1)).collect(),
+            }],
+            flows: vec![FlowMeasured {
+                started: latencies_us.len() as u64,
+                completed: latencies_us.len() as u64 - reasons.len() as u64,
+                failed: reasons.len() as u64,
+            }],
+        }
+    }
+
+    #[test]
+    fn agents_steps_add_up_to_those_of_one_run_with_every_latency() {
+        let fast: Vec<u64> = (1..=900).map(|i| i * 10).collect();
+        let slow: Vec<u64> = (1..=100).map(|i| 50_000 + i * 1000).collect();
+        let mut merged = part(&fast, &["status 500"]);
+        merged
+            .add(&part(&slow, &["status 500", "status 404"]))
+            .unwrap();
+        let all: Vec<u64> = fast.iter().chain(&slow).copied().collect();
+        let together = part(&all, &[]);
+        let step = &merged.steps[0];
+        assert_eq!(step.sent, 1000);
+        assert_eq!(step.failed_checks, 3);
+        assert_eq!(step.latency, together.steps[0].latency);
+        assert_eq!(
+            step.failures,
+            BTreeMap::from([("status 404".to_owned(), 1), ("status 500".to_owned(), 2)])
+        );
+        assert_eq!(merged.flows[0].started, 1000);
+        assert_eq!(merged.flows[0].failed, 3);
+    }
+
+    #[test]
+    fn agent_k_of_n_deals_every_nth_arrival() {
+        let deal = Deal { first: 1, every: 3 };
+        let arrivals: Vec<u64> = (0..4).map(|n| deal.nth(n)).collect();
+        assert_eq!(arrivals, [1, 4, 7, 10]);
+        assert_eq!(Deal::ALL.nth(5), 5);
+    }
+
     #[test]
     fn the_cookie_jar_keeps_cookies_per_authority_and_forgets_expired_ones() {
         let mut user = User {

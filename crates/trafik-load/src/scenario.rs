@@ -49,11 +49,6 @@ impl Scenario {
             .max()
             .unwrap_or_default()
     }
-
-    /// Every step of every flow in order: the index a step has in the run's step statistics.
-    pub fn step_count(&self) -> usize {
-        self.flows.iter().map(|f| f.steps.len()).sum()
-    }
 }
 
 /// What takes the next row of the data file.
