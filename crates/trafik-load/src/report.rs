@@ -325,12 +325,20 @@ impl Report {
     /// Adds a distributed run's agents; one that died fails the run.
     pub fn with_agents(mut self, agents: Vec<AgentReport>) -> Report {
         for agent in agents.iter().filter(|a| !a.reported) {
-            self.failures.push(format!(
-                "agent {} stopped before reporting: its {} planned requests ({:.0} % of the plan) were not measured",
-                agent.name,
-                agent.planned,
-                100.0 * agent.share
-            ));
+            self.failures.push(if self.target_rate.is_some() {
+                format!(
+                    "agent {} stopped before reporting: its {} planned requests ({:.0} % of the plan) were not measured",
+                    agent.name,
+                    agent.planned,
+                    100.0 * agent.share
+                )
+            } else {
+                // A closed loop plans nothing: what the agent sent is simply missing.
+                format!(
+                    "agent {} stopped before reporting: its closed loop was not measured",
+                    agent.name
+                )
+            });
         }
         self.passed = self.failures.is_empty();
         self.agents = Some(agents);

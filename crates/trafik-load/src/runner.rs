@@ -23,8 +23,8 @@ const MAX_QUEUED: usize = 1_000_000;
 /// Samples a worker collects before handing them to the aggregator.
 const BATCH: usize = 64;
 
-/// How requests are paced.
-#[derive(Clone, Debug)]
+/// How requests are paced (sent to a distributed run's agents as it is).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Pacing {
     /// Open loop on a rate plan.
     Open(RatePlan),

@@ -678,7 +678,12 @@ pub struct LoadArgs {
     /// Distributed: send through N `trafik load agent`s registered at this etcd (http://HOST:PORT),
     /// each its share of the rate (or of a scenario's arrivals) from a common start time; their
     /// histograms, per step too, are merged exactly.
-    #[arg(long, value_name = "URL", requires = "agents", conflicts_with_all = ["max", "metrics_url"])]
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "agents",
+        conflicts_with = "metrics_url"
+    )]
     pub etcd: Option<String>,
     /// The number of agents a distributed run waits for.
     #[arg(long, value_name = "N", requires = "etcd", value_parser = clap::value_parser!(u32).range(1..))]

@@ -205,6 +205,68 @@ fn two_agents_run_a_scenario_and_its_steps_merge_exactly() {
 }
 
 #[test]
+fn two_agents_run_a_closed_loop_each_and_the_report_adds_them_up() {
+    let dir = std::env::temp_dir().join(format!("trafik-load-agents-max-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let etcd = Etcd::start(&dir.join("etcd"));
+    let url = etcd.url();
+    let upstream = Upstream::start(&[]);
+    let _a = agent(&url, "a1");
+    let _b = agent(&url, "a2");
+    let output = load(&[
+        &upstream.url("/takip/TR-{n}"),
+        "--max",
+        "--connections",
+        "2",
+        "--duration",
+        "1s",
+        "--etcd",
+        &url,
+        "--etcd-prefix",
+        PREFIX,
+        "--agents",
+        "2",
+        "--json",
+    ]);
+    let report = json(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(report["pacing"], "closed");
+    let agents = report["agents"].as_array().unwrap();
+    assert!(agents.iter().all(|a| a["reported"] == true), "{report}");
+    let sum = |key: &str| agents.iter().map(|a| a[key].as_u64().unwrap()).sum::<u64>();
+    // Both agents sent for the whole second; the report is their sum, and its rate is the
+    // completed requests over the one second they shared.
+    assert!(
+        agents.iter().all(|a| a["completed"].as_u64().unwrap() > 0),
+        "{report}"
+    );
+    assert_eq!(report["completed"].as_u64().unwrap(), sum("completed"));
+    assert_eq!(report["sent"].as_u64().unwrap(), sum("sent"));
+    assert_eq!(
+        get_json(&upstream.address, "/sayac")["istek"],
+        report["sent"]
+    );
+    assert_eq!(
+        report["achieved_rate"].as_f64().unwrap(),
+        sum("completed") as f64
+    );
+    let parts = results(&url);
+    let mut all = histogram();
+    for part in &parts {
+        part.corrected.add_to(&mut all).unwrap();
+    }
+    let reported: Percentiles = serde_json::from_value(report["latency_ms"].clone()).unwrap();
+    assert_eq!(reported, Percentiles::of(&all));
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn an_agent_that_dies_is_reported_and_its_share_counts_as_not_sent() {
     let dir = std::env::temp_dir().join(format!("trafik-load-agents-dead-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,7 +1,8 @@
 //! Distributed runs on etcd. Each machine runs `trafik load agent --etcd URL`: it registers
 //! under `<prefix>agents/<name>` on a lease it keeps alive, and waits for a work order under
 //! `<prefix>jobs/<name>`. `trafik load … --etcd URL --agents N` waits for N agents, writes
-//! each its order — the requests, its share of the rate plan and a common start time — and
+//! each its order — the requests or a scenario, its share of the rate plan (a closed loop: the
+//! whole duration on its own connections) and a common start time — and
 //! collects what they measured from `<prefix>results/<run>/<name>`, merged exactly
 //! ([`trafik_load::merge`]). An agent whose lease expires before it reports is named in the
 //! report, and its share of the plan counts as planned and not sent: nothing is lost quietly.
@@ -18,7 +19,7 @@ use trafik_load::data::Rows;
 use trafik_load::journey::{Deal, ScenarioOptions, StepsMeasured};
 use trafik_load::merge::{AgentReport, Measured, merge};
 use trafik_load::tls::TlsOptions;
-use trafik_load::{RatePlan, RunOptions, RunResult, Target};
+use trafik_load::{Pacing, RatePlan, RunOptions, RunResult, Target};
 
 /// An agent's registration lives this long without a keep-alive.
 const LEASE: Duration = Duration::from_secs(3);
@@ -31,8 +32,9 @@ const START_DELAY: Duration = Duration::from_millis(1500);
 pub struct Order {
     pub run: String,
     pub work: Work,
-    /// This agent's share of the plan.
-    pub plan: RatePlan,
+    /// This agent's share of the rate plan, or the closed loop's duration (each agent runs
+    /// its own connections for all of it).
+    pub pacing: Pacing,
     pub start_unix_ms: u64,
     /// For `https://`: the agent builds its TLS client from these.
     pub tls: TlsOptions,
@@ -166,7 +168,7 @@ async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String
             };
             let options = RunOptions {
                 target,
-                pacing: trafik_load::Pacing::Open(order.plan),
+                pacing: order.pacing,
                 connections,
                 max_connections,
                 http2,
@@ -188,6 +190,9 @@ async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String
             max_users,
             deal,
         } => {
+            let Pacing::Open(plan) = order.pacing else {
+                return Err("a scenario runs open loop: its order has no rate plan".into());
+            };
             let scenario =
                 std::sync::Arc::new(super::scenario::from_text(&name, &text, Some(rows))?);
             let https = scenario.flows.iter().flat_map(|f| &f.steps).any(|s| s.tls);
@@ -197,7 +202,7 @@ async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String
                 } else {
                     None
                 },
-                plan: order.plan,
+                plan,
                 max_users,
                 timeout,
                 late_after,
@@ -231,7 +236,8 @@ pub struct Merged {
     pub steps: Option<StepsMeasured>,
 }
 
-/// Waits for the agents, sends each its share of `plan` and merges what they measured; `drain`
+/// Waits for the agents, sends each its share of an open loop's plan (or the whole of a closed
+/// loop's duration) and merges what they measured; `drain`
 /// is how long an agent may still be finishing after the plan (its requests' timeout, or a
 /// scenario's longest journey).
 pub async fn coordinate(
@@ -240,7 +246,7 @@ pub async fn coordinate(
     tls: &TlsOptions,
     timeout: Duration,
     late_after: Duration,
-    plan: &RatePlan,
+    pacing: &Pacing,
     drain: Duration,
 ) -> Result<Merged, String> {
     let etcd = Etcd::new(how.url).map_err(|e| e.to_string())?;
@@ -273,7 +279,10 @@ pub async fn coordinate(
     };
     let run = format!("{}-{}", now_unix_ms(), std::process::id());
     let share = 1.0 / how.agents as f64;
-    let part = plan.scaled(share);
+    let (part, duration) = match pacing {
+        Pacing::Open(plan) => (Pacing::Open(plan.scaled(share)), plan.duration()),
+        Pacing::Closed(duration) => (Pacing::Closed(*duration), duration.as_secs_f64()),
+    };
     let start_unix_ms = now_unix_ms() + START_DELAY.as_millis() as u64;
     for (k, name) in names.iter().enumerate() {
         let mut work = work.clone();
@@ -286,7 +295,7 @@ pub async fn coordinate(
         let order = Order {
             run: run.clone(),
             work,
-            plan: part.clone(),
+            pacing: part.clone(),
             start_unix_ms,
             tls: tls.clone(),
             timeout_ms: timeout.as_millis() as u64,
@@ -302,7 +311,7 @@ pub async fn coordinate(
     // registry without a result has died.
     let results = key(how.prefix, &format!("results/{run}/"));
     let last = Duration::from_millis(START_DELAY.as_millis() as u64)
-        + Duration::from_secs_f64(plan.duration())
+        + Duration::from_secs_f64(duration)
         + drain
         + Duration::from_secs(10);
     let deadline = tokio::time::Instant::now() + last;
@@ -348,9 +357,12 @@ pub async fn coordinate(
     for part in parts.iter().filter_map(|p| p.scenario.as_ref()) {
         steps.get_or_insert_with(StepsMeasured::default).add(part)?;
     }
-    result.window = Duration::from_secs_f64(plan.duration());
+    result.window = Duration::from_secs_f64(duration);
     // A dead agent's share was planned and never measured.
-    let (lost, lost_per_second) = planned(&part);
+    let (lost, lost_per_second) = match &part {
+        Pacing::Open(plan) => planned(plan),
+        Pacing::Closed(_) => (0, Vec::new()),
+    };
     for _ in &dead {
         result.planned += lost;
         if result.planned_per_second.len() < lost_per_second.len() {

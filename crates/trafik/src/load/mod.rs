@@ -141,8 +141,8 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     threshold_us,
                     keep_seconds,
                 };
-                match (&args.etcd, &options.pacing) {
-                    (Some(url), Pacing::Open(plan)) => {
+                match &args.etcd {
+                    Some(url) => {
                         let work = agents::Work::Requests {
                             urls: urls(&args)?,
                             method: options.target.method.to_string(),
@@ -159,13 +159,13 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                             &tls,
                             args.timeout,
                             args.late_after,
-                            plan,
+                            &options.pacing,
                             args.timeout + Duration::from_secs(1),
                         )
                         .await?;
                         (merged.result, None, Some(merged.agents))
                     }
-                    _ => (trafik_load::run(options, show).await, None, None),
+                    None => (trafik_load::run(options, show).await, None, None),
                 }
             }
             (None, Some(journeys), Pacing::Open(plan)) if args.etcd.is_some() => {
@@ -185,7 +185,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     &tls,
                     args.timeout,
                     args.late_after,
-                    &plan,
+                    &Pacing::Open(plan),
                     journeys.longest_journey(args.timeout) + Duration::from_secs(1),
                 )
                 .await?;
