@@ -5,7 +5,8 @@
 use std::path::Path;
 
 /// Every row of a data file; each row has a value for every column.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Serializable: a distributed run's coordinator sends the rows to its agents.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rows {
     pub columns: Vec<String>,
     pub rows: Vec<Vec<String>>,
@@ -89,7 +90,8 @@ impl Rows {
         Ok(Rows { columns, rows })
     }
 
-    /// The row virtual user `n` takes: rows are dealt out in turn and start over at the end.
+    /// The `n`th row dealt (to a virtual user or an iteration): rows are dealt out in turn and
+    /// start over at the end.
     pub fn row(&self, n: u64) -> Option<&[String]> {
         if self.rows.is_empty() {
             return None;

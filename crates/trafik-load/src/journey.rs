@@ -1,7 +1,8 @@
 //! Running a scenario. Arrivals stay open loop: the dispatcher starts one virtual user at each
 //! intended time of the rate plan, whether or not earlier ones have finished, so a slow server
 //! shows as latency and as users in flight, never as a slower schedule. A virtual user runs its
-//! flow's steps in order on its own connections, with its own cookie jar and captures; each
+//! flow's steps in order (its `iterations` times) on its own connections, with its own cookie
+//! jar and captures; each
 //! step's latency counts from when the step was due (the arrival, or the previous answer plus
 //! the think time), so a stall inside a journey is not hidden either.
 //!
@@ -21,15 +22,18 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use trafik_gateway::jq::{self, Value};
 
 use crate::client::Stream;
-use crate::record::{Outcome, Percentiles, Recorder, Sample, histogram};
+use crate::merge::Buckets;
+use crate::record::{
+    CurvePoint, Outcome, Percentiles, Recorder, Sample, TlsReasons, histogram, percentile_curve,
+};
 use crate::runner::{Live, Progress, RunResult, dispatch};
-use crate::scenario::{Capture, Scenario, Step, StepCapture, Threshold};
+use crate::scenario::{Capture, DataPer, Scenario, Step, StepCapture, Threshold};
 use crate::schedule::RatePlan;
 
 /// Distinct reasons for failed checks kept per step; further ones are counted as "other".
@@ -49,6 +53,25 @@ pub struct ScenarioOptions {
     pub keep_seconds: bool,
     /// The client configuration for `https://` steps.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub deal: Deal,
+}
+
+/// Which of the scenario's arrivals this run's are: its `n`th is `first + n × every`. Agent
+/// `k` of `N` runs arrivals k, k + N, k + 2N …, so the agents together take flows and rows in
+/// turn as one machine would, rather than each starting again at the first row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deal {
+    pub first: u64,
+    pub every: u64,
+}
+
+impl Deal {
+    /// A run on one machine: every arrival.
+    pub const ALL: Deal = Deal { first: 0, every: 1 };
+
+    fn nth(self, n: u64) -> u64 {
+        self.first + n * self.every.max(1)
+    }
 }
 
 /// What one step measured.
@@ -88,12 +111,7 @@ impl StepStats {
             let _ = self.latency.record(latency_us.max(1));
         }
         if let Some(reason) = reason {
-            let key = if self.failures.len() < MAX_REASONS || self.failures.contains_key(&reason) {
-                reason
-            } else {
-                "other".to_owned()
-            };
-            *self.failures.entry(key).or_default() += 1;
+            add_reason(&mut self.failures, reason, 1);
         }
     }
 }
@@ -116,6 +134,8 @@ pub struct StepReport {
     pub failed_checks: u64,
     pub errors: u64,
     pub latency_ms: Percentiles,
+    /// The step's latency by percentile, for the report's curve.
+    pub percentile_curve: Vec<CurvePoint>,
     pub thresholds: Vec<ThresholdResult>,
     /// Why checks failed, with how often.
     pub failures: BTreeMap<String, u64>,
@@ -140,6 +160,8 @@ pub struct FlowReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct ThresholdResult {
     pub threshold: String,
+    /// The limit, for the report's threshold lines.
+    pub limit_ms: f64,
     /// The percentile measured; null when nothing was.
     pub value_ms: Option<f64>,
     pub passed: bool,
@@ -150,6 +172,7 @@ impl ThresholdResult {
         let (value_ms, passed) = threshold.judge(latency);
         ThresholdResult {
             threshold: threshold.to_string(),
+            limit_ms: threshold.limit_ms,
             value_ms,
             passed,
         }
@@ -208,6 +231,9 @@ struct Shared {
     late: AtomicU64,
     dropped: AtomicU64,
     connections_opened: AtomicU64,
+    tls_failures: TlsReasons,
+    /// Iterations begun by every user: the next row with `[data] per = "iteration"`.
+    iterations: AtomicU64,
     /// Closed when the run is over: users still on their way stop.
     stop: Semaphore,
     runtime: tokio::runtime::Handle,
@@ -219,7 +245,7 @@ pub async fn run(
     scenario: Arc<Scenario>,
     options: ScenarioOptions,
     mut progress: impl FnMut(Progress),
-) -> (RunResult, ScenarioReport) {
+) -> (RunResult, StepsMeasured) {
     let start = Instant::now();
     let mut first_step = Vec::new();
     let mut steps = Vec::new();
@@ -242,6 +268,8 @@ pub async fn run(
         late: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         connections_opened: AtomicU64::new(0),
+        tls_failures: TlsReasons::default(),
+        iterations: AtomicU64::new(0),
         stop: Semaphore::new(0),
         runtime: tokio::runtime::Handle::current(),
         options,
@@ -264,18 +292,7 @@ pub async fn run(
     }
 
     let mut recorder = Recorder::new(shared.options.threshold_us, shared.options.keep_seconds);
-    let longest = shared
-        .scenario
-        .flows
-        .iter()
-        .map(|f| {
-            f.steps
-                .iter()
-                .map(|s| s.think + shared.options.timeout)
-                .sum::<Duration>()
-        })
-        .max()
-        .unwrap_or_default();
+    let longest = shared.scenario.longest_journey(shared.options.timeout);
     let settle = longest.as_secs() as u32 + 2;
     let mut tick = tokio::time::interval_at(start + Live::TICK, Live::TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -316,7 +333,7 @@ pub async fn run(
     }
     recorder.close_before(u32::MAX);
     recorder.close_tenths_before(u32::MAX);
-    let report = scenario_report(&shared);
+    let report = measured(&shared);
     let result = RunResult {
         recorder,
         planned,
@@ -326,6 +343,7 @@ pub async fn run(
         dropped: shared.dropped.load(Ordering::Relaxed),
         window,
         connections_opened: shared.connections_opened.load(Ordering::Relaxed),
+        tls_failures: shared.tls_failures.take(),
     };
     (result, report)
 }
@@ -354,7 +372,7 @@ fn arrive(
     });
 }
 
-/// One virtual user's flow, from its first step to its last or the first that fails.
+/// One virtual user's flow, every iteration from its first step to its last, until a step fails.
 async fn journey(
     shared: &Shared,
     samples: &mpsc::UnboundedSender<Vec<Sample>>,
@@ -362,63 +380,69 @@ async fn journey(
     arrival: Instant,
 ) {
     let scenario = &shared.scenario;
+    let deal = shared.options.deal;
+    let n = deal.nth(n);
     let index = scenario.flow_of(n);
     let flow = &scenario.flows[index];
     let counters = &shared.flows[index];
     counters.started.fetch_add(1, Ordering::Relaxed);
-    let row = scenario.rows.row(n).unwrap_or(&[]);
     let mut user = User {
         connections: Vec::new(),
         cookies: Vec::new(),
         variables: vec![None; flow.variables.len()],
     };
     let timeout = shared.options.timeout;
-    let mut batch = Vec::with_capacity(flow.steps.len());
+    let mut batch = Vec::with_capacity(flow.steps.len() * flow.iterations as usize);
     let mut due = arrival;
     let mut passed = true;
-    for (i, step) in flow.steps.iter().enumerate() {
-        due += step.think;
-        tokio::time::sleep_until(due).await;
-        let sent_at = Instant::now();
-        if i == 0 && sent_at.saturating_duration_since(due) > shared.options.late_after {
-            shared.late.fetch_add(1, Ordering::Relaxed);
-        }
-        let exchange = user.step(
-            step,
-            row,
-            shared.options.tls.as_ref(),
-            &shared.connections_opened,
-        );
-        let (outcome, reason) = match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => (Outcome::Timeout, None),
+    'iterations: for iteration in 0..flow.iterations {
+        let row = match scenario.per {
+            DataPer::User => n,
+            DataPer::Iteration => deal.nth(shared.iterations.fetch_add(1, Ordering::Relaxed)),
         };
-        if outcome != Outcome::Passed && outcome != Outcome::FailedCheck {
-            // Whatever went wrong on the way, the next user's connection starts afresh.
-            user.connections
-                .retain(|(address, _)| *address != step.address);
+        let row = scenario.rows.row(row).unwrap_or(&[]);
+        for (i, step) in flow.steps.iter().enumerate() {
+            due += step.think;
+            tokio::time::sleep_until(due).await;
+            let sent_at = Instant::now();
+            if iteration == 0
+                && i == 0
+                && sent_at.saturating_duration_since(due) > shared.options.late_after
+            {
+                shared.late.fetch_add(1, Ordering::Relaxed);
+            }
+            let exchange = user.step(step, row, shared);
+            let (outcome, reason) = match tokio::time::timeout(timeout, exchange).await {
+                Ok(result) => result,
+                Err(_) => (Outcome::Timeout, None),
+            };
+            if outcome != Outcome::Passed && outcome != Outcome::FailedCheck {
+                // Whatever went wrong on the way, the next user's connection starts afresh.
+                user.connections
+                    .retain(|(address, _)| *address != step.address);
+            }
+            let done = match outcome {
+                Outcome::Timeout => sent_at + timeout,
+                _ => Instant::now(),
+            };
+            let corrected_us = (done - due).as_micros() as u64;
+            shared.steps[shared.first_step[index] + i]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .count(outcome, corrected_us, reason);
+            batch.push(Sample {
+                second: (due.saturating_duration_since(shared.start)).as_secs() as u32,
+                corrected_us,
+                service_us: (done - sent_at).as_micros() as u64,
+                done_ms: (done - shared.start).as_millis() as u32,
+                outcome,
+            });
+            if outcome != Outcome::Passed {
+                passed = false;
+                break 'iterations;
+            }
+            due = done;
         }
-        let done = match outcome {
-            Outcome::Timeout => sent_at + timeout,
-            _ => Instant::now(),
-        };
-        let corrected_us = (done - due).as_micros() as u64;
-        shared.steps[shared.first_step[index] + i]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .count(outcome, corrected_us, reason);
-        batch.push(Sample {
-            second: (due.saturating_duration_since(shared.start)).as_secs() as u32,
-            corrected_us,
-            service_us: (done - sent_at).as_micros() as u64,
-            done_ms: (done - shared.start).as_millis() as u32,
-            outcome,
-        });
-        if outcome != Outcome::Passed {
-            passed = false;
-            break;
-        }
-        due = done;
     }
     let _ = samples.send(batch);
     let finished = if passed {
@@ -452,8 +476,7 @@ impl User {
         &mut self,
         step: &Step,
         row: &[String],
-        tls: Option<&Arc<rustls::ClientConfig>>,
-        opened: &AtomicU64,
+        shared: &Shared,
     ) -> (Outcome, Option<String>) {
         // A rendered value that is not valid in a URI or a header is the scenario's fault, and
         // may show only with some rows: the step fails its check, saying why.
@@ -464,7 +487,7 @@ impl User {
                 return (Outcome::FailedCheck, Some(reason));
             }
         };
-        let answer = match self.exchange(step, tls, request, opened).await {
+        let answer = match self.exchange(step, request, shared).await {
             Ok(answer) => answer,
             Err(outcome) => return (outcome, None),
         };
@@ -482,7 +505,7 @@ impl User {
         row: &[String],
     ) -> Result<http::Request<Full<Bytes>>, http::Error> {
         let mut path = String::new();
-        step.path.render(row, &self.variables, &mut path);
+        step.path.render_in_url(row, &self.variables, &mut path);
         let mut request = http::Request::builder()
             .method(step.method.clone())
             .uri(path)
@@ -513,11 +536,10 @@ impl User {
     async fn exchange(
         &mut self,
         step: &Step,
-        tls: Option<&Arc<rustls::ClientConfig>>,
         request: http::Request<Full<Bytes>>,
-        opened: &AtomicU64,
+        shared: &Shared,
     ) -> Result<Answer, Outcome> {
-        let sender = self.connection(step, tls, opened).await?;
+        let sender = self.connection(step, shared).await?;
         let response = sender.send_request(request).await.map_err(failure)?;
         let status = response.status().as_u16();
         let (parts, body) = response.into_parts();
@@ -533,8 +555,7 @@ impl User {
     async fn connection(
         &mut self,
         step: &Step,
-        tls: Option<&Arc<rustls::ClientConfig>>,
-        opened: &AtomicU64,
+        shared: &Shared,
     ) -> Result<&mut SendRequest<Full<Bytes>>, Outcome> {
         let address = step.address;
         self.connections
@@ -549,16 +570,16 @@ impl User {
                         _ => Outcome::ConnectFailed,
                     })?;
                 let _ = stream.set_nodelay(true);
-                let stream = match (step.tls, tls) {
+                let stream = match (step.tls, shared.options.tls.as_ref()) {
                     (false, _) => Stream::Plain(stream),
                     (true, Some(config)) => {
                         let name = ServerName::try_from(step.server_name.clone())
                             .map_err(|_| Outcome::ConnectFailed)?;
                         let connector = tokio_rustls::TlsConnector::from(config.clone());
-                        let tls = connector
-                            .connect(name, stream)
-                            .await
-                            .map_err(|_| Outcome::Tls)?;
+                        let tls = connector.connect(name, stream).await.map_err(|error| {
+                            shared.tls_failures.count(&error.to_string());
+                            Outcome::Tls
+                        })?;
                         Stream::Tls(Box::new(tls))
                     }
                     (true, None) => return Err(Outcome::Tls),
@@ -568,7 +589,7 @@ impl User {
                         .await
                         .map_err(|_| Outcome::ConnectFailed)?;
                 tokio::spawn(connection);
-                opened.fetch_add(1, Ordering::Relaxed);
+                shared.connections_opened.fetch_add(1, Ordering::Relaxed);
                 self.connections.push((address, sender));
                 self.connections.len() - 1
             }
@@ -674,65 +695,220 @@ fn failure(error: hyper::Error) -> Outcome {
     }
 }
 
-fn scenario_report(shared: &Shared) -> ScenarioReport {
-    let scenario = &shared.scenario;
-    let mut all = histogram();
-    let mut steps = Vec::new();
-    for (f, flow) in scenario.flows.iter().enumerate() {
-        for (i, step) in flow.steps.iter().enumerate() {
-            let stats = shared.steps[shared.first_step[f] + i]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let _ = all.add(&stats.latency);
-            steps.push(StepReport {
-                flow: flow.name.clone(),
-                name: step.name.clone(),
-                sent: stats.sent,
-                completed: stats.completed,
-                failed_checks: stats.failed_checks,
-                errors: stats.errors,
-                latency_ms: Percentiles::of(&stats.latency),
-                thresholds: step
-                    .thresholds
-                    .iter()
-                    .map(|t| ThresholdResult::of(t, &stats.latency))
-                    .collect(),
-                failures: stats.failures.clone(),
-            });
-        }
-    }
-    let flows = scenario
-        .flows
-        .iter()
-        .zip(&shared.flows)
-        .map(|(flow, counters)| {
-            let started = counters.started.load(Ordering::Relaxed);
-            let completed = counters.completed.load(Ordering::Relaxed);
-            let failed = counters.failed.load(Ordering::Relaxed);
-            FlowReport {
-                name: flow.name.clone(),
-                weight: flow.weight,
-                started,
-                completed,
-                failed,
-                unfinished: started.saturating_sub(completed + failed),
-            }
-        })
-        .collect::<Vec<_>>();
-    ScenarioReport {
-        steps,
-        flows,
-        thresholds: scenario
-            .thresholds
+/// What the run measured, from its shared counters.
+fn measured(shared: &Shared) -> StepsMeasured {
+    StepsMeasured {
+        steps: shared
+            .steps
             .iter()
-            .map(|t| ThresholdResult::of(t, &all))
+            .map(|stats| {
+                let stats = stats.lock().unwrap_or_else(|p| p.into_inner());
+                StepMeasured {
+                    sent: stats.sent,
+                    completed: stats.completed,
+                    failed_checks: stats.failed_checks,
+                    errors: stats.errors,
+                    latency: Buckets::of(&stats.latency),
+                    failures: stats.failures.clone(),
+                }
+            })
+            .collect(),
+        flows: shared
+            .flows
+            .iter()
+            .map(|counters| FlowMeasured {
+                started: counters.started.load(Ordering::Relaxed),
+                completed: counters.completed.load(Ordering::Relaxed),
+                failed: counters.failed.load(Ordering::Relaxed),
+            })
             .collect(),
     }
+}
+
+/// What a scenario run measured per step and per flow, before it is judged: an agent of a
+/// distributed run sends it to the coordinator, where the parts add up exactly (each step's
+/// histogram as its buckets, as [`crate::merge`] does for the run's own).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepsMeasured {
+    /// Every step of every flow, in order.
+    pub steps: Vec<StepMeasured>,
+    pub flows: Vec<FlowMeasured>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepMeasured {
+    pub sent: u64,
+    pub completed: u64,
+    pub failed_checks: u64,
+    pub errors: u64,
+    pub latency: Buckets,
+    pub failures: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowMeasured {
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+impl StepsMeasured {
+    /// Adds another run's numbers (an agent's) to these.
+    pub fn add(&mut self, other: &StepsMeasured) -> Result<(), String> {
+        self.steps.resize(
+            self.steps.len().max(other.steps.len()),
+            StepMeasured::default(),
+        );
+        for (step, more) in self.steps.iter_mut().zip(&other.steps) {
+            step.sent += more.sent;
+            step.completed += more.completed;
+            step.failed_checks += more.failed_checks;
+            step.errors += more.errors;
+            let mut latency = histogram();
+            step.latency.add_to(&mut latency)?;
+            more.latency.add_to(&mut latency)?;
+            step.latency = Buckets::of(&latency);
+            for (reason, times) in &more.failures {
+                add_reason(&mut step.failures, reason.clone(), *times);
+            }
+        }
+        self.flows.resize(
+            self.flows.len().max(other.flows.len()),
+            FlowMeasured::default(),
+        );
+        for (flow, more) in self.flows.iter_mut().zip(&other.flows) {
+            flow.started += more.started;
+            flow.completed += more.completed;
+            flow.failed += more.failed;
+        }
+        Ok(())
+    }
+
+    /// The report for `scenario`: each step's latency and thresholds, the flows, and the
+    /// scenario's thresholds over every step's latency together.
+    pub fn report(&self, scenario: &Scenario) -> Result<ScenarioReport, String> {
+        let mut all = histogram();
+        let mut steps = Vec::new();
+        let mut measured = self.steps.iter();
+        for flow in &scenario.flows {
+            for step in &flow.steps {
+                let stats = measured.next().cloned().unwrap_or_default();
+                let mut latency = histogram();
+                stats.latency.add_to(&mut latency)?;
+                let _ = all.add(&latency);
+                steps.push(StepReport {
+                    flow: flow.name.clone(),
+                    name: step.name.clone(),
+                    sent: stats.sent,
+                    completed: stats.completed,
+                    failed_checks: stats.failed_checks,
+                    errors: stats.errors,
+                    latency_ms: Percentiles::of(&latency),
+                    percentile_curve: percentile_curve(&latency),
+                    thresholds: step
+                        .thresholds
+                        .iter()
+                        .map(|t| ThresholdResult::of(t, &latency))
+                        .collect(),
+                    failures: stats.failures,
+                });
+            }
+        }
+        let flows = scenario
+            .flows
+            .iter()
+            .enumerate()
+            .map(|(i, flow)| {
+                let counts = self.flows.get(i).cloned().unwrap_or_default();
+                FlowReport {
+                    name: flow.name.clone(),
+                    weight: flow.weight,
+                    started: counts.started,
+                    completed: counts.completed,
+                    failed: counts.failed,
+                    unfinished: counts
+                        .started
+                        .saturating_sub(counts.completed + counts.failed),
+                }
+            })
+            .collect();
+        Ok(ScenarioReport {
+            steps,
+            flows,
+            thresholds: scenario
+                .thresholds
+                .iter()
+                .map(|t| ThresholdResult::of(t, &all))
+                .collect(),
+        })
+    }
+}
+
+/// Counts `reason` `times`, as "other" past the first few distinct ones.
+fn add_reason(failures: &mut BTreeMap<String, u64>, reason: String, times: u64) {
+    let key = if failures.len() < MAX_REASONS || failures.contains_key(&reason) {
+        reason
+    } else {
+        "other".to_owned()
+    };
+    *failures.entry(key).or_default() += times;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn part(latencies_us: &[u64], reasons: &[&str]) -> StepsMeasured {
+        let mut latency = histogram();
+        for &us in latencies_us {
+            latency.record(us).unwrap();
+        }
+        StepsMeasured {
+            steps: vec![StepMeasured {
+                sent: latencies_us.len() as u64,
+                completed: latencies_us.len() as u64 - reasons.len() as u64,
+                failed_checks: reasons.len() as u64,
+                errors: 0,
+                latency: Buckets::of(&latency),
+                failures: reasons.iter().map(|r| (r.to_string(), 1)).collect(),
+            }],
+            flows: vec![FlowMeasured {
+                started: latencies_us.len() as u64,
+                completed: latencies_us.len() as u64 - reasons.len() as u64,
+                failed: reasons.len() as u64,
+            }],
+        }
+    }
+
+    #[test]
+    fn agents_steps_add_up_to_those_of_one_run_with_every_latency() {
+        let fast: Vec<u64> = (1..=900).map(|i| i * 10).collect();
+        let slow: Vec<u64> = (1..=100).map(|i| 50_000 + i * 1000).collect();
+        let mut merged = part(&fast, &["status 500"]);
+        merged
+            .add(&part(&slow, &["status 500", "status 404"]))
+            .unwrap();
+        let all: Vec<u64> = fast.iter().chain(&slow).copied().collect();
+        let together = part(&all, &[]);
+        let step = &merged.steps[0];
+        assert_eq!(step.sent, 1000);
+        assert_eq!(step.failed_checks, 3);
+        assert_eq!(step.latency, together.steps[0].latency);
+        assert_eq!(
+            step.failures,
+            BTreeMap::from([("status 404".to_owned(), 1), ("status 500".to_owned(), 2)])
+        );
+        assert_eq!(merged.flows[0].started, 1000);
+        assert_eq!(merged.flows[0].failed, 3);
+    }
+
+    #[test]
+    fn agent_k_of_n_deals_every_nth_arrival() {
+        let deal = Deal { first: 1, every: 3 };
+        let arrivals: Vec<u64> = (0..4).map(|n| deal.nth(n)).collect();
+        assert_eq!(arrivals, [1, 4, 7, 10]);
+        assert_eq!(Deal::ALL.nth(5), 5);
+    }
 
     #[test]
     fn the_cookie_jar_keeps_cookies_per_authority_and_forgets_expired_ones() {

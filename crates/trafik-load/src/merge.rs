@@ -9,7 +9,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{Errors, Interval, Percentiles, Recorder, count_above, histogram};
+use crate::journey::StepsMeasured;
+use crate::record::{Errors, Interval, Percentiles, Recorder, add_reason, count_above, histogram};
 use crate::runner::RunResult;
 
 /// A histogram's non-empty buckets as (highest value in the bucket, count). Recorded again
@@ -77,6 +78,10 @@ pub struct Measured {
     pub service: Buckets,
     /// Needs a run that kept each second's histogram (`keep_seconds`).
     pub seconds: Vec<Second>,
+    pub tls_failures: BTreeMap<String, u64>,
+    /// A scenario's steps and flows; none for a run of plain requests.
+    #[serde(default)]
+    pub scenario: Option<StepsMeasured>,
 }
 
 impl Measured {
@@ -104,6 +109,8 @@ impl Measured {
                     latency: kept.as_ref().map(Buckets::of).unwrap_or_default(),
                 })
                 .collect(),
+            tls_failures: run.tls_failures.clone(),
+            scenario: None,
         }
     }
 }
@@ -125,6 +132,7 @@ pub fn merge(
         dropped: 0,
         window: Duration::ZERO,
         connections_opened: 0,
+        tls_failures: BTreeMap::new(),
     };
     for part in parts {
         run.planned += part.planned;
@@ -143,6 +151,9 @@ pub fn merge(
             .zip(&part.planned_per_second)
         {
             *total += count;
+        }
+        for (reason, &times) in &part.tls_failures {
+            add_reason(&mut run.tls_failures, reason, times);
         }
         recorder.completed += part.completed;
         recorder.errors.add(&part.errors);
@@ -205,6 +216,10 @@ mod tests {
             dropped: 0,
             window: Duration::from_secs(3),
             connections_opened: 2,
+            tls_failures: BTreeMap::from([(
+                "invalid peer certificate: UnknownIssuer".to_owned(),
+                1,
+            )]),
         }
     }
 
@@ -245,6 +260,10 @@ mod tests {
         assert_eq!(merged.planned, 8000);
         assert_eq!(merged.late, 2);
         assert_eq!(merged.planned_per_second, [2, 4, 6]);
+        assert_eq!(
+            merged.tls_failures,
+            BTreeMap::from([("invalid peer certificate: UnknownIssuer".to_owned(), 2)])
+        );
         let intervals = |run: &RunResult| -> Vec<Interval> {
             run.recorder
                 .closed

@@ -193,6 +193,72 @@ impl Percentiles {
     }
 }
 
+/// Distinct TLS failure reasons kept; further ones are counted as "other".
+const MAX_TLS_REASONS: usize = 5;
+
+/// Why TLS handshakes failed, with how often, in rustls' words ("invalid peer certificate:
+/// UnknownIssuer"): a wrong CA, name or version is told, not only counted. The first few
+/// distinct reasons are kept, so a server that fails in many ways cannot grow the report.
+#[derive(Debug, Default)]
+pub struct TlsReasons(std::sync::Mutex<BTreeMap<String, u64>>);
+
+impl TlsReasons {
+    pub fn count(&self, reason: &str) {
+        let mut reasons = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        add_reason(&mut reasons, reason, 1);
+    }
+
+    pub fn take(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Counts `reason` `times` in `reasons`, as "other" past the first few distinct ones.
+pub fn add_reason(reasons: &mut BTreeMap<String, u64>, reason: &str, times: u64) {
+    let reason = reason.strip_prefix("TLS: ").unwrap_or(reason);
+    let key = if reasons.len() < MAX_TLS_REASONS || reasons.contains_key(reason) {
+        reason
+    } else {
+        "other"
+    };
+    *reasons.entry(key.to_owned()).or_default() += times;
+}
+
+/// A point of the percentile curve: `percentile` % of the measured requests took at most `ms`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CurvePoint {
+    pub percentile: f64,
+    pub ms: f64,
+}
+
+/// Latency by percentile as HdrHistogram prints it: the steps halve towards 100 %, so the tail
+/// (99.9, 99.99 …) has as many points as the middle and reads on a log axis of 1/(1-p).
+pub fn percentile_curve(histogram: &Histogram<u64>) -> Vec<CurvePoint> {
+    let mut points: Vec<CurvePoint> = Vec::new();
+    for step in histogram.iter_quantiles(CURVE_TICKS) {
+        let quantile = step.quantile_iterated_to();
+        // The values as the percentile table reads them, so the two agree to the microsecond.
+        let us = if quantile < 1.0 {
+            histogram.value_at_quantile(quantile)
+        } else {
+            histogram.max()
+        };
+        let point = CurvePoint {
+            percentile: 100.0 * quantile,
+            ms: us as f64 / 1000.0,
+        };
+        // The iterator repeats a percentile when one bucket spans several ticks: keep the last.
+        match points.last_mut() {
+            Some(last) if last.percentile == point.percentile => *last = point,
+            _ => points.push(point),
+        }
+    }
+    points
+}
+
+/// Points per halving of the distance to 100 % (HdrHistogram's own default is 5).
+const CURVE_TICKS: u32 = 4;
+
 /// One second of the run, by intended send time.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Interval {
@@ -479,6 +545,43 @@ mod tests {
             h.record(v * 1000).unwrap();
         }
         h
+    }
+
+    #[test]
+    fn tls_reasons_keep_the_first_few_distinct_ones_and_count_the_rest_as_other() {
+        let reasons = TlsReasons::default();
+        for i in 0..8 {
+            reasons.count(&format!("TLS: reason {i}"));
+        }
+        reasons.count("reason 0");
+        let kept = reasons.take();
+        assert_eq!(kept.len(), MAX_TLS_REASONS + 1, "{kept:?}");
+        assert_eq!(kept["reason 0"], 2);
+        assert_eq!(kept["other"], 3);
+        assert!(reasons.take().is_empty());
+    }
+
+    #[test]
+    fn the_percentile_curve_rises_to_the_maximum_with_more_points_in_the_tail() {
+        let latency = filled(&(1..=1000).collect::<Vec<u64>>());
+        let curve = percentile_curve(&latency);
+        assert!(
+            curve
+                .windows(2)
+                .all(|w| w[0].percentile < w[1].percentile && w[0].ms <= w[1].ms),
+            "{curve:?}"
+        );
+        assert_eq!(curve.first().unwrap().percentile, 0.0);
+        let last = curve.last().unwrap();
+        assert_eq!(
+            (last.percentile, last.ms),
+            (100.0, Percentiles::of(&latency).max)
+        );
+        // As many points between 90 and 99 % as between 0 and 90 %.
+        let below = |p: f64| curve.iter().filter(|c| c.percentile < p).count();
+        assert_eq!(below(90.0) - 1, below(99.0) - below(90.0), "{curve:?}");
+        let p99 = curve.iter().find(|c| c.percentile >= 99.0).unwrap();
+        assert!((990.0..=992.0).contains(&p99.ms), "{p99:?}");
     }
 
     #[test]

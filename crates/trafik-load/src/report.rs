@@ -1,12 +1,15 @@
 //! A run's report: everything as JSON, a readable summary, and the profile tables.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use crate::journey::{ScenarioReport, ThresholdResult};
 use crate::merge::AgentReport;
-use crate::record::{self, Errors, Interval, Percentiles, Quarters, SpikeReport, Tenth};
+use crate::record::{
+    self, CurvePoint, Errors, Interval, Percentiles, Quarters, SpikeReport, Tenth,
+};
 use crate::runner::RunResult;
 
 /// Which latency a threshold applies to.
@@ -131,6 +134,8 @@ pub struct Report {
     pub late: u64,
     pub dropped: u64,
     pub errors: Errors,
+    /// Why TLS handshakes failed (`errors.tls`), the first few distinct reasons with how often.
+    pub tls_failures: BTreeMap<String, u64>,
     /// Failed requests over finished ones (completed or failed).
     pub error_rate: f64,
     pub max_error_rate: MaxErrorRate,
@@ -141,6 +146,8 @@ pub struct Report {
     pub latency_ms: Percentiles,
     /// From the actual send: what the server took.
     pub service_time_ms: Percentiles,
+    /// `latency_ms` at every percentile HdrHistogram would print, for the report's curve.
+    pub percentile_curve: Vec<CurvePoint>,
     pub threshold_ms: Option<f64>,
     pub threshold_on: ThresholdOn,
     /// Corrected latencies above the threshold.
@@ -290,12 +297,14 @@ impl Report {
             late: run.late,
             dropped: run.dropped,
             errors: recorder.errors.clone(),
+            tls_failures: run.tls_failures.clone(),
             error_rate,
             max_error_rate: inputs.max_error_rate,
             connections_opened: run.connections_opened,
             measured: recorder.corrected.len(),
             latency_ms,
             service_time_ms,
+            percentile_curve: record::percentile_curve(&recorder.corrected),
             threshold_ms: inputs.threshold_ms,
             threshold_on: inputs.threshold_on,
             over_threshold,
@@ -316,12 +325,20 @@ impl Report {
     /// Adds a distributed run's agents; one that died fails the run.
     pub fn with_agents(mut self, agents: Vec<AgentReport>) -> Report {
         for agent in agents.iter().filter(|a| !a.reported) {
-            self.failures.push(format!(
-                "agent {} stopped before reporting: its {} planned requests ({:.0} % of the plan) were not measured",
-                agent.name,
-                agent.planned,
-                100.0 * agent.share
-            ));
+            self.failures.push(if self.target_rate.is_some() {
+                format!(
+                    "agent {} stopped before reporting: its {} planned requests ({:.0} % of the plan) were not measured",
+                    agent.name,
+                    agent.planned,
+                    100.0 * agent.share
+                )
+            } else {
+                // A closed loop plans nothing: what the agent sent is simply missing.
+                format!(
+                    "agent {} stopped before reporting: its closed loop was not measured",
+                    agent.name
+                )
+            });
         }
         self.passed = self.failures.is_empty();
         self.agents = Some(agents);
@@ -388,6 +405,14 @@ impl Report {
             self.max_error_rate,
             if kinds.is_empty() { "" } else { ": " }
         );
+        if !self.tls_failures.is_empty() {
+            let reasons: Vec<String> = self
+                .tls_failures
+                .iter()
+                .map(|(reason, times)| format!("{times} × {reason}"))
+                .collect();
+            let _ = writeln!(out, "  TLS handshakes failed: {}", reasons.join("; "));
+        }
         let line = |name: &str, p: &Percentiles| {
             format!(
                 "  {name:<13} p50 {:.2}  p90 {:.2}  p95 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} ms\n",

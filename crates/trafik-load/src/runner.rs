@@ -4,7 +4,7 @@
 //! into a closed loop. What it cannot send in time is counted (late, dropped), not hidden.
 //! Closed loop (`--max`): every connection sends as fast as the server answers.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::client::{Connection, Scratch};
-use crate::record::{Errors, Outcome, Percentiles, Recorder, Sample};
+use crate::record::{Errors, Outcome, Percentiles, Recorder, Sample, TlsReasons};
 use crate::schedule::RatePlan;
 use crate::target::Target;
 
@@ -23,8 +23,8 @@ const MAX_QUEUED: usize = 1_000_000;
 /// Samples a worker collects before handing them to the aggregator.
 const BATCH: usize = 64;
 
-/// How requests are paced.
-#[derive(Clone, Debug)]
+/// How requests are paced (sent to a distributed run's agents as it is).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Pacing {
     /// Open loop on a rate plan.
     Open(RatePlan),
@@ -77,6 +77,8 @@ pub struct RunResult {
     /// The send window: the plan's length, or the closed loop's duration.
     pub window: Duration,
     pub connections_opened: u64,
+    /// Why TLS handshakes failed, with how often.
+    pub tls_failures: BTreeMap<String, u64>,
 }
 
 /// The live view's numbers, every 100 ms.
@@ -174,6 +176,7 @@ struct Shared {
     late: AtomicU64,
     dropped: AtomicU64,
     connections_opened: AtomicU64,
+    tls_failures: TlsReasons,
     stop: AtomicBool,
     /// HTTP/2 connections shared by up to `streams` workers each; held while one is opened,
     /// so the workers that start together share it instead of each opening its own.
@@ -201,6 +204,7 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
         late: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         connections_opened: AtomicU64::new(0),
+        tls_failures: TlsReasons::default(),
         stop: AtomicBool::new(false),
         shared_connections: tokio::sync::Mutex::new(Vec::new()),
         handles: Mutex::new(Vec::new()),
@@ -318,6 +322,7 @@ pub async fn run(options: RunOptions, mut progress: impl FnMut(Progress)) -> Run
         dropped: shared.dropped.load(Ordering::Relaxed),
         window,
         connections_opened: shared.connections_opened.load(Ordering::Relaxed),
+        tls_failures: shared.tls_failures.take(),
     }
 }
 
@@ -328,7 +333,10 @@ async fn open(shared: &Shared) -> Result<Connection, Outcome> {
         .await
         .map_err(|error| match error.kind() {
             io::ErrorKind::ConnectionRefused => Outcome::ConnectRefused,
-            io::ErrorKind::InvalidData => Outcome::Tls,
+            io::ErrorKind::InvalidData => {
+                shared.tls_failures.count(&error.to_string());
+                Outcome::Tls
+            }
             _ => Outcome::ConnectFailed,
         })?;
     shared.connections_opened.fetch_add(1, Ordering::Relaxed);

@@ -19,8 +19,9 @@ use crate::record::Percentiles;
 #[derive(Debug)]
 pub struct Scenario {
     pub flows: Vec<Flow>,
-    /// The data file's rows; virtual user `n` takes row `n` (cycling).
+    /// The data file's rows, dealt in turn (cycling) as `per` says.
     pub rows: Rows,
+    pub per: DataPer,
     /// Thresholds over the latency of every step together.
     pub thresholds: Vec<Threshold>,
 }
@@ -39,16 +40,34 @@ impl Scenario {
         0
     }
 
-    /// Every step of every flow in order: the index a step has in the run's step statistics.
-    pub fn step_count(&self) -> usize {
-        self.flows.iter().map(|f| f.steps.len()).sum()
+    /// The longest a virtual user can take, each step at its think time and `timeout`: how long
+    /// the users that started at the end of a run may still be on their way.
+    pub fn longest_journey(&self, timeout: Duration) -> Duration {
+        self.flows
+            .iter()
+            .map(|f| f.steps.iter().map(|s| s.think + timeout).sum::<Duration>() * f.iterations)
+            .max()
+            .unwrap_or_default()
     }
+}
+
+/// What takes the next row of the data file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DataPer {
+    /// A virtual user keeps one row through all its iterations (one account, many visits).
+    #[default]
+    User,
+    /// Each iteration of a flow takes the next row (a new search, order or item each time).
+    Iteration,
 }
 
 #[derive(Debug)]
 pub struct Flow {
     pub name: String,
     pub weight: u32,
+    /// How many times a virtual user runs the steps, keeping its connections, cookies and
+    /// captures from one iteration to the next.
+    pub iterations: u32,
     pub steps: Vec<Step>,
     /// The names captured by the flow's steps; a virtual user keeps one value for each.
     pub variables: Vec<String>,
@@ -178,19 +197,48 @@ impl Template {
         }
     }
 
-    /// Appends the text with this virtual user's row and captured values to `out`.
+    /// Appends the text with this virtual user's row and captured values to `out`, as they
+    /// are (headers and bodies).
     pub fn render(&self, row: &[String], variables: &[Option<String>], out: &mut String) {
+        self.render_with(row, variables, out, |value, out| out.push_str(value));
+    }
+
+    /// The same for a path and query: each value is percent-encoded as a URL component, so a
+    /// row with spaces, `&`, `/` or non-ASCII letters stays one value and makes a valid URI;
+    /// the text around the values is the scenario's own URL and stays as written.
+    pub fn render_in_url(&self, row: &[String], variables: &[Option<String>], out: &mut String) {
+        self.render_with(row, variables, out, |value, out| {
+            out.extend(percent_encoding::utf8_percent_encode(value, COMPONENT));
+        });
+    }
+
+    fn render_with(
+        &self,
+        row: &[String],
+        variables: &[Option<String>],
+        out: &mut String,
+        value: impl Fn(&str, &mut String),
+    ) {
         for part in &self.parts {
             match part {
                 Part::Text(text) => out.push_str(text),
-                Part::Row(i) => out.push_str(row.get(*i).map_or("", String::as_str)),
-                Part::Variable(i) => {
-                    out.push_str(variables.get(*i).and_then(Option::as_deref).unwrap_or(""))
-                }
+                Part::Row(i) => value(row.get(*i).map_or("", String::as_str), out),
+                Part::Variable(i) => value(
+                    variables.get(*i).and_then(Option::as_deref).unwrap_or(""),
+                    out,
+                ),
             }
         }
     }
 }
+
+/// What a value in a URL keeps as it is: letters, digits and `-._~` (RFC 3986's unreserved
+/// characters, as JavaScript's encodeURIComponent keeps them); everything else is encoded.
+const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 fn listing(names: impl Iterator<Item = String>) -> String {
     let names: Vec<String> = names.collect();
@@ -302,6 +350,26 @@ mod tests {
     }
 
     #[test]
+    fn values_in_a_url_are_percent_encoded_and_in_headers_and_bodies_kept() {
+        let columns = vec!["ad".to_owned()];
+        let url = Template::compile(
+            "/ara/{{row.ad}}?q={{row.ad}}&dil=tr",
+            Columns::Read(&columns),
+            &[],
+        )
+        .unwrap();
+        let row = vec!["Ayşe & Veli/ğ ~x".to_owned()];
+        let mut out = String::new();
+        url.render_in_url(&row, &[], &mut out);
+        let value = "Ay%C5%9Fe%20%26%20Veli%2F%C4%9F%20~x";
+        assert_eq!(out, format!("/ara/{value}?q={value}&dil=tr"));
+        let body = Template::compile("{{row.ad}}", Columns::Read(&columns), &[]).unwrap();
+        out.clear();
+        body.render(&row, &[], &mut out);
+        assert_eq!(out, row[0]);
+    }
+
+    #[test]
     fn unknown_names_are_all_reported() {
         let columns = vec!["no".to_owned()];
         let errors =
@@ -344,12 +412,14 @@ mod tests {
         let flow = |name: &str, weight| Flow {
             name: name.to_owned(),
             weight,
+            iterations: 1,
             steps: Vec::new(),
             variables: Vec::new(),
         };
         let scenario = Scenario {
             flows: vec![flow("a", 3), flow("b", 1)],
             rows: Rows::default(),
+            per: DataPer::User,
             thresholds: Vec::new(),
         };
         let picks: Vec<usize> = (0..8).map(|n| scenario.flow_of(n)).collect();

@@ -586,8 +586,9 @@ pub struct LoadArgs {
     #[arg(long)]
     pub url_file: Option<PathBuf>,
     /// User journeys instead of one URL: a TOML file of weighted flows of steps (captures,
-    /// checks, think times, thresholds; examples/load-scenario.toml). Flows start open loop at
-    /// --rate per second; --max-connections caps the virtual users in flight.
+    /// checks, think times, thresholds; examples/load/takip.toml). Flows start open loop at
+    /// --rate per second; --max-connections caps the virtual users in flight; with --etcd, the
+    /// agents share the arrivals.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "url_file", "max", "http2", "method", "headers", "body"])]
     pub scenario: Option<PathBuf>,
     /// The course's tests with their defaults: load (3 s), soak (12 s, quarters), spike (9 s).
@@ -675,8 +676,14 @@ pub struct LoadArgs {
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Distributed: send through N `trafik load agent`s registered at this etcd (http://HOST:PORT),
-    /// each its share of the rate from a common start time; their histograms are merged exactly.
-    #[arg(long, value_name = "URL", requires = "agents", conflicts_with_all = ["scenario", "max", "metrics_url"])]
+    /// each its share of the rate (or of a scenario's arrivals) from a common start time; their
+    /// histograms, per step too, are merged exactly.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "agents",
+        conflicts_with = "metrics_url"
+    )]
     pub etcd: Option<String>,
     /// The number of agents a distributed run waits for.
     #[arg(long, value_name = "N", requires = "etcd", value_parser = clap::value_parser!(u32).range(1..))]

@@ -197,10 +197,23 @@ fn the_html_report_is_a_self_contained_page_with_plots() {
     let _ = std::fs::remove_file(&path);
     assert!(page.starts_with("<!doctype html>"));
     assert!(page.trim_end().ends_with("</html>"));
-    assert_eq!(page.matches("<svg").count(), 2);
-    assert_eq!(page.matches("</svg>").count(), 2);
-    // The latency plot draws the threshold it is judged against.
+    // The percentile curve, latency over time and rate over time.
+    assert_eq!(page.matches("<svg").count(), 3);
+    assert_eq!(page.matches("</svg>").count(), 3);
+    assert!(
+        page.contains("Latency by percentile, whole run (ms)"),
+        "{page}"
+    );
+    // Its x axis is in decades of 1/(1-p), up to the maximum.
+    for tick in [">0%</text>", ">90%</text>", ">99%</text>", ">max</text>"] {
+        assert!(page.contains(tick), "{tick}: {page}");
+    }
+    // The latency plot and the curve draw the threshold they are judged against.
     assert!(page.contains(">threshold</text>"), "{page}");
+    assert!(
+        page.contains(">latency.p95 &lt;= 10000 ms</text>"),
+        "{page}"
+    );
     assert!(
         !page.contains("<script"),
         "no scripts: the page must work offline"
@@ -479,6 +492,21 @@ fn https_with_a_ca_file_or_insecure_over_http1_and_h2_and_a_failed_handshake_is_
     assert_eq!(status, Some(99));
     assert_eq!(report["errors"]["tls"], report["sent"], "{report}");
     assert_eq!(report["completed"], 0);
+    // Why, in rustls' words: the one reason in the JSON with every failed handshake's count,
+    // and in the summary.
+    let reasons = report["tls_failures"].as_object().unwrap();
+    assert_eq!(reasons.len(), 1, "{report}");
+    assert_eq!(
+        reasons["invalid peer certificate: UnknownIssuer"], report["errors"]["tls"],
+        "{report}"
+    );
+    let output = load(&[url.as_str(), "--rate", "20", "--duration", "1s"]);
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.contains("TLS handshakes failed: ")
+            && summary.contains(" × invalid peer certificate: UnknownIssuer"),
+        "{summary}"
+    );
 }
 
 #[test]

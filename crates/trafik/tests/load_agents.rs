@@ -113,6 +113,160 @@ fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
 }
 
 #[test]
+fn two_agents_run_a_scenario_and_its_steps_merge_exactly() {
+    let dir = std::env::temp_dir().join(format!("trafik-load-agents-scn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let etcd = Etcd::start(&dir.join("etcd"));
+    let url = etcd.url();
+    let upstream = Upstream::start(&[]);
+    let _a = agent(&url, "a1");
+    let _b = agent(&url, "a2");
+    // The example scenario against this replica, without its latency thresholds (this test
+    // is about counts and merging, not about how fast a shared machine answers). The agents
+    // get the file's text and the data rows from the coordinator: they are in `dir` only.
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/load");
+    let text: String = std::fs::read_to_string(examples.join("takip.toml"))
+        .unwrap()
+        .replace("127.0.0.1:8080", &upstream.address)
+        .lines()
+        .filter(|line| !line.starts_with("threshold"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let scenario = dir.join("takip.toml");
+    std::fs::write(&scenario, text).unwrap();
+    std::fs::copy(
+        examples.join("kullanicilar.csv"),
+        dir.join("kullanicilar.csv"),
+    )
+    .unwrap();
+    let output = load(&[
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--rate",
+        "40",
+        "--duration",
+        "1s",
+        "--etcd",
+        &url,
+        "--etcd-prefix",
+        PREFIX,
+        "--agents",
+        "2",
+        "--json",
+    ]);
+    let report = json(&output);
+    assert!(
+        matches!(output.status.code(), Some(0 | 98)),
+        "{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let agents = report["agents"].as_array().unwrap();
+    assert!(agents.iter().all(|a| a["reported"] == true), "{report}");
+    assert_eq!(agents[0]["planned"], 20, "each agent plans half");
+    assert_eq!(report["dropped"], 0, "{report}");
+    let users = report["sent"].as_u64().unwrap();
+    assert_eq!(users, 40);
+
+    // Agent k of 2 runs the scenario's arrivals k, k + 2, …: together the flows take their
+    // turns by weight (3 : 1) exactly as on one machine.
+    let flows = report["flows"].as_array().unwrap();
+    let started = |f: usize| flows[f]["started"].as_u64().unwrap();
+    assert_eq!(started(0), (0..users).filter(|n| n % 4 != 3).count() as u64);
+    assert_eq!(started(1), (0..users).filter(|n| n % 4 == 3).count() as u64);
+    for flow in flows {
+        assert_eq!(flow["completed"], flow["started"], "{flow}");
+    }
+
+    // Each step's counts are the sum of the agents', and its percentiles those of both
+    // agents' latencies together.
+    let parts = results(&url);
+    assert_eq!(parts.len(), 2);
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    let mut requests = 0;
+    for (i, step) in steps.iter().enumerate() {
+        let mut all = histogram();
+        let mut sent = 0;
+        for part in &parts {
+            let measured = &part.scenario.as_ref().unwrap().steps[i];
+            measured.latency.add_to(&mut all).unwrap();
+            sent += measured.sent;
+        }
+        assert_eq!(step["sent"].as_u64().unwrap(), sent, "{step}");
+        assert_eq!(step["completed"], step["sent"], "{step}");
+        let reported: Percentiles = serde_json::from_value(step["latency_ms"].clone()).unwrap();
+        assert_eq!(reported, Percentiles::of(&all), "{step}");
+        requests += sent;
+    }
+    assert_eq!(requests, 2 * users);
+    assert_eq!(report["completed"].as_u64().unwrap(), requests);
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_agents_run_a_closed_loop_each_and_the_report_adds_them_up() {
+    let dir = std::env::temp_dir().join(format!("trafik-load-agents-max-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let etcd = Etcd::start(&dir.join("etcd"));
+    let url = etcd.url();
+    let upstream = Upstream::start(&[]);
+    let _a = agent(&url, "a1");
+    let _b = agent(&url, "a2");
+    let output = load(&[
+        &upstream.url("/takip/TR-{n}"),
+        "--max",
+        "--connections",
+        "2",
+        "--duration",
+        "1s",
+        "--etcd",
+        &url,
+        "--etcd-prefix",
+        PREFIX,
+        "--agents",
+        "2",
+        "--json",
+    ]);
+    let report = json(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(report["pacing"], "closed");
+    let agents = report["agents"].as_array().unwrap();
+    assert!(agents.iter().all(|a| a["reported"] == true), "{report}");
+    let sum = |key: &str| agents.iter().map(|a| a[key].as_u64().unwrap()).sum::<u64>();
+    // Both agents sent for the whole second; the report is their sum, and its rate is the
+    // completed requests over the one second they shared.
+    assert!(
+        agents.iter().all(|a| a["completed"].as_u64().unwrap() > 0),
+        "{report}"
+    );
+    assert_eq!(report["completed"].as_u64().unwrap(), sum("completed"));
+    assert_eq!(report["sent"].as_u64().unwrap(), sum("sent"));
+    assert_eq!(
+        get_json(&upstream.address, "/sayac")["istek"],
+        report["sent"]
+    );
+    assert_eq!(
+        report["achieved_rate"].as_f64().unwrap(),
+        sum("completed") as f64
+    );
+    let parts = results(&url);
+    let mut all = histogram();
+    for part in &parts {
+        part.corrected.add_to(&mut all).unwrap();
+    }
+    let reported: Percentiles = serde_json::from_value(report["latency_ms"].clone()).unwrap();
+    assert_eq!(reported, Percentiles::of(&all));
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn an_agent_that_dies_is_reported_and_its_share_counts_as_not_sent() {
     let dir = std::env::temp_dir().join(format!("trafik-load-agents-dead-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

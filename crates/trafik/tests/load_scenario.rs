@@ -26,11 +26,14 @@ struct Seen {
     logins: HashMap<u64, Instant>,
     /// When each session's `/takip` request arrived.
     tracked: HashMap<u64, Instant>,
+    /// `/yanki` requests as they arrived: the path and query as sent, `x-not`, the body.
+    echoed: Vec<(String, String, String)>,
 }
 
 /// A small tracking application: `POST /giris` with `{"kullanici": NAME}` answers a token in
 /// JSON, a session number in `x-oturum` and a cookie; `/takip/NO` wants the token,
-/// `/profil` the cookie, `POST /olay` the token and a JSON body; `/yavas` takes 30 ms.
+/// `/profil` the cookie, `POST /olay` the token and a JSON body; `/yavas` takes 30 ms;
+/// `/yanki…` keeps what it was sent.
 struct App {
     address: SocketAddr,
     seen: Arc<Mutex<Seen>>,
@@ -99,6 +102,7 @@ async fn answer(
     sessions: &std::sync::atomic::AtomicU64,
 ) -> Response<Full<Bytes>> {
     let path = request.uri().path().to_owned();
+    let sent_uri = request.uri().to_string();
     let key = if path.starts_with("/takip/") {
         "/takip".to_owned()
     } else {
@@ -116,6 +120,7 @@ async fn answer(
         header("authorization").and_then(|a| a.strip_prefix("Bearer t-").map(str::to_owned));
     let cookie = header("cookie");
     let session: Option<u64> = header("x-oturum").and_then(|s| s.parse().ok());
+    let note = header("x-not").unwrap_or_default();
     let method = request.method().clone();
     let body = request.into_body().collect().await.unwrap().to_bytes();
     let unauthorized = || reply(StatusCode::UNAUTHORIZED, "{\"hata\":\"yetki\"}".into());
@@ -176,6 +181,11 @@ async fn answer(
                 ),
                 Err(_) => reply(StatusCode::BAD_REQUEST, "{}".into()),
             }
+        }
+        (_, echo) if echo.starts_with("/yanki") => {
+            let body = String::from_utf8_lossy(&body).into_owned();
+            seen.lock().unwrap().echoed.push((sent_uri, note, body));
+            reply(StatusCode::OK, "{}".into())
         }
         ("GET", "/yavas") => {
             tokio::time::sleep(std::time::Duration::from_millis(30)).await;
@@ -310,6 +320,20 @@ fn a_journey_logs_in_takes_a_token_and_makes_three_calls_with_checks_and_thresho
             && html.contains("p99 &lt; 10s passed, max &lt;= 10s passed"),
         "{html}"
     );
+    // A percentile curve for the run with the scenario's threshold, and one per step with
+    // the step's thresholds as lines.
+    assert!(html.contains("Latency by percentile, whole run (ms)"));
+    assert!(html.contains("Latency by percentile, step takip/sorgu (ms)"));
+    assert_eq!(
+        html.matches("aria-label=\"Latency by percentile, step ")
+            .count(),
+        4,
+        "{html}"
+    );
+    assert_eq!(html.matches("class=\"threshold\"").count(), 1 + 1 + 2);
+    let curve = steps[1]["percentile_curve"].as_array().unwrap();
+    assert_eq!(curve.last().unwrap()["percentile"], 100.0);
+    assert_eq!(curve.last().unwrap()["ms"], steps[1]["latency_ms"]["max"]);
 
     // The application saw every step, each user of the data file logged in, and each
     // session's query came at least the think time after its login was answered.
@@ -326,6 +350,119 @@ fn a_journey_logs_in_takes_a_token_and_makes_three_calls_with_checks_and_thresho
             "session {session} queried {:?} after its login",
             tracked.duration_since(login)
         );
+    }
+}
+
+/// Runs `scenario` (written into a folder of its own with `files`) at `rate` for a second and
+/// gives its JSON report, having checked that every flow started and finished.
+fn run_scenario(
+    name: &str,
+    scenario: &str,
+    files: &[(&str, &str)],
+    rate: &str,
+) -> serde_json::Value {
+    let dir = folder(name);
+    for (file, text) in files {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    let path = dir.join("senaryo.toml");
+    std::fs::write(&path, scenario).unwrap();
+    let output = load(&[
+        "--scenario",
+        path.to_str().unwrap(),
+        "--rate",
+        rate,
+        "--duration",
+        "1s",
+        "--json",
+    ]);
+    let report = json(&output);
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    let flow = &report["flows"][0];
+    assert_eq!(report["dropped"], 0, "{report}");
+    assert_eq!(flow["completed"], flow["started"], "{report}");
+    report
+}
+
+#[test]
+fn rows_go_to_each_virtual_user_or_to_each_iteration() {
+    let rows: String = std::iter::once("no".to_owned())
+        .chain((0..500).map(|i| format!("N-{i}")))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for per in ["user", "iteration"] {
+        let app = App::start();
+        let scenario = format!(
+            r#"[data]
+file = "satirlar.csv"
+per = "{per}"
+
+[[flow]]
+name = "tekrar"
+iterations = 3
+
+[[flow.step]]
+name = "yanki"
+url = "http://{}/yanki/{{{{row.no}}}}"
+"#,
+            app.address
+        );
+        let report = run_scenario(per, &scenario, &[("satirlar.csv", &rows)], "10");
+        let users = report["flows"][0]["started"].as_u64().unwrap();
+        assert!(users >= 5, "{report}");
+        assert_eq!(report["steps"][0]["sent"], 3 * users, "{report}");
+        let mut seen: Vec<String> = app
+            .seen
+            .lock()
+            .unwrap()
+            .echoed
+            .iter()
+            .map(|(uri, _, _)| uri.trim_start_matches("/yanki/").to_owned())
+            .collect();
+        seen.sort_by_key(|no| no[2..].parse::<u64>().unwrap());
+        // Rows are dealt in turn: a user keeps its row for its three iterations, or each
+        // iteration of every user takes the next one.
+        let expected: Vec<String> = match per {
+            "user" => (0..users)
+                .flat_map(|i| [format!("N-{i}"), format!("N-{i}"), format!("N-{i}")])
+                .collect(),
+            _ => (0..3 * users).map(|i| format!("N-{i}")).collect(),
+        };
+        assert_eq!(seen, expected, "per = {per}");
+    }
+}
+
+#[test]
+fn values_in_urls_are_percent_encoded_and_headers_and_bodies_keep_them_as_written() {
+    let app = App::start();
+    let scenario = format!(
+        r#"[data]
+file = "adlar.csv"
+
+[[flow]]
+name = "ara"
+
+[[flow.step]]
+name = "yanki"
+method = "POST"
+url = "http://{}/yanki/{{{{row.ad}}}}?q={{{{row.ad}}}}&dil=tr"
+headers = {{ x-not = "{{{{row.not}}}}" }}
+body = "{{{{row.ad}}}}"
+check = {{ status = 200 }}
+"#,
+        app.address
+    );
+    let data = "ad,not\n\"Ayşe Kaya & Veli/Ğ?\",a & b=c\n";
+    let report = run_scenario("kodlama", &scenario, &[("adlar.csv", data)], "5");
+    let users = report["flows"][0]["completed"].as_u64().unwrap();
+    assert!(users >= 2, "{report}");
+    let value = "Ay%C5%9Fe%20Kaya%20%26%20Veli%2F%C4%9E%3F";
+    let seen = app.seen.lock().unwrap();
+    assert_eq!(seen.echoed.len() as u64, users);
+    for (uri, note, body) in &seen.echoed {
+        assert_eq!(uri, &format!("/yanki/{value}?q={value}&dil=tr"));
+        assert_eq!(note, "a & b=c");
+        assert_eq!(body, "Ayşe Kaya & Veli/Ğ?");
     }
 }
 
@@ -448,10 +585,12 @@ fn every_error_in_a_scenario_file_is_reported_at_its_line_and_column() {
 
 [data]
 file = "veri.csv"
+per = "request"
 
 [[flow]]
 name = "takip"
 weight = 0
+iterations = -2
 
 [[flow.step]]
 name = "giris"
@@ -478,6 +617,12 @@ url = "ftp://127.0.0.1:1/olay"
     for (needle, field, message) in [
         ("p97", "threshold", "expected PERCENTILE < DURATION"),
         ("weight = 0", "flow[0].weight", "at least 1"),
+        ("per = ", "data.per", "expected \"user\""),
+        (
+            "iterations",
+            "flow[0].iterations",
+            "at least 1 iteration, found -2",
+        ),
         ("methd", "flow[0].step[0].methd", "unknown field `methd`"),
         (
             "row.no",
@@ -594,4 +739,9 @@ fn a_journey_over_https_trusts_the_ca_it_is_given_and_a_failed_handshake_is_an_e
     assert_eq!(report["steps"][0]["errors"], report["flows"][0]["started"]);
     assert_eq!(report["errors"]["tls"], report["flows"][0]["started"]);
     assert_eq!(report["steps"][0]["failed_checks"], 0);
+    // And why: rustls' reason, counted.
+    assert_eq!(
+        report["tls_failures"]["invalid peer certificate: UnknownIssuer"], report["errors"]["tls"],
+        "{report}"
+    );
 }

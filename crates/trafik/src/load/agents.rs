@@ -1,7 +1,8 @@
 //! Distributed runs on etcd. Each machine runs `trafik load agent --etcd URL`: it registers
 //! under `<prefix>agents/<name>` on a lease it keeps alive, and waits for a work order under
 //! `<prefix>jobs/<name>`. `trafik load … --etcd URL --agents N` waits for N agents, writes
-//! each its order — the requests, its share of the rate plan and a common start time — and
+//! each its order — the requests or a scenario, its share of the rate plan (a closed loop: the
+//! whole duration on its own connections) and a common start time — and
 //! collects what they measured from `<prefix>results/<run>/<name>`, merged exactly
 //! ([`trafik_load::merge`]). An agent whose lease expires before it reports is named in the
 //! report, and its share of the plan counts as planned and not sent: nothing is lost quietly.
@@ -14,9 +15,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use trafik_etcd::Etcd;
+use trafik_load::data::Rows;
+use trafik_load::journey::{Deal, ScenarioOptions, StepsMeasured};
 use trafik_load::merge::{AgentReport, Measured, merge};
 use trafik_load::tls::TlsOptions;
-use trafik_load::{RatePlan, RunOptions, RunResult, Target};
+use trafik_load::{Pacing, RatePlan, RunOptions, RunResult, Target};
 
 /// An agent's registration lives this long without a keep-alive.
 const LEASE: Duration = Duration::from_secs(3);
@@ -28,21 +31,40 @@ const START_DELAY: Duration = Duration::from_millis(1500);
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Order {
     pub run: String,
-    pub urls: Vec<String>,
-    pub method: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    /// This agent's share of the plan.
-    pub plan: RatePlan,
+    pub work: Work,
+    /// This agent's share of the rate plan, or the closed loop's duration (each agent runs
+    /// its own connections for all of it).
+    pub pacing: Pacing,
     pub start_unix_ms: u64,
-    pub connections: usize,
-    pub max_connections: usize,
-    pub http2: bool,
-    pub streams: usize,
-    /// For an `https://` target: the agent builds its TLS client from these.
+    /// For `https://`: the agent builds its TLS client from these.
     pub tls: TlsOptions,
     pub timeout_ms: u64,
     pub late_after_us: u64,
+}
+
+/// Requests or a scenario.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Work {
+    /// Requests to URLs, as `trafik load URL` sends them.
+    Requests {
+        urls: Vec<String>,
+        method: String,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        connections: usize,
+        max_connections: usize,
+        http2: bool,
+        streams: usize,
+    },
+    /// A scenario file as written, with its data file's rows (the coordinator reads both, so
+    /// agents need no copy of the files), and which of its arrivals this agent runs.
+    Scenario {
+        name: String,
+        text: String,
+        rows: Rows,
+        max_users: usize,
+        deal: Deal,
+    },
 }
 
 fn now_unix_ms() -> u64 {
@@ -95,7 +117,10 @@ pub async fn serve(url: &str, prefix: &str, name: &str) -> Result<(), String> {
         done = Some(order.run.clone());
         let run = order.run.clone();
         let measured = match work(order).await {
-            Ok(run) => Measured::of(&run),
+            Ok((result, scenario)) => Measured {
+                scenario,
+                ..Measured::of(&result)
+            },
             Err(message) => {
                 eprintln!("agent: run {run} could not start: {message}");
                 continue;
@@ -115,32 +140,81 @@ pub async fn serve(url: &str, prefix: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// Runs one order from its start time.
-async fn work(order: Order) -> Result<RunResult, String> {
-    let method = http::Method::from_bytes(order.method.as_bytes()).map_err(|e| e.to_string())?;
-    let target = Target::new(&order.urls, method, order.headers, order.body.into())?;
-    let tls = if target.tls {
-        Some(trafik_load::tls::client_config(&order.tls, order.http2)?)
-    } else {
-        None
+/// Runs one order from its start time: what it measured, and a scenario's steps.
+async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String> {
+    let timeout = Duration::from_millis(order.timeout_ms);
+    let late_after = Duration::from_micros(order.late_after_us);
+    let start = || async {
+        let wait = order.start_unix_ms.saturating_sub(now_unix_ms());
+        tokio::time::sleep(Duration::from_millis(wait)).await;
     };
-    let wait = order.start_unix_ms.saturating_sub(now_unix_ms());
-    tokio::time::sleep(Duration::from_millis(wait)).await;
-    let options = RunOptions {
-        target,
-        pacing: trafik_load::Pacing::Open(order.plan),
-        connections: order.connections,
-        max_connections: order.max_connections,
-        http2: order.http2,
-        streams: order.streams,
-        tls,
-        timeout: Duration::from_millis(order.timeout_ms),
-        late_after: Duration::from_micros(order.late_after_us),
-        // The coordinator judges thresholds on the merged histograms.
-        threshold_us: u64::MAX,
-        keep_seconds: true,
-    };
-    Ok(trafik_load::run(options, |_| {}).await)
+    match order.work {
+        Work::Requests {
+            urls,
+            method,
+            headers,
+            body,
+            connections,
+            max_connections,
+            http2,
+            streams,
+        } => {
+            let method = http::Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+            let target = Target::new(&urls, method, headers, body.into())?;
+            let tls = if target.tls {
+                Some(trafik_load::tls::client_config(&order.tls, http2)?)
+            } else {
+                None
+            };
+            let options = RunOptions {
+                target,
+                pacing: order.pacing,
+                connections,
+                max_connections,
+                http2,
+                streams,
+                tls,
+                timeout,
+                late_after,
+                // The coordinator judges thresholds on the merged histograms.
+                threshold_us: u64::MAX,
+                keep_seconds: true,
+            };
+            start().await;
+            Ok((trafik_load::run(options, |_| {}).await, None))
+        }
+        Work::Scenario {
+            name,
+            text,
+            rows,
+            max_users,
+            deal,
+        } => {
+            let Pacing::Open(plan) = order.pacing else {
+                return Err("a scenario runs open loop: its order has no rate plan".into());
+            };
+            let scenario =
+                std::sync::Arc::new(super::scenario::from_text(&name, &text, Some(rows))?);
+            let https = scenario.flows.iter().flat_map(|f| &f.steps).any(|s| s.tls);
+            let options = ScenarioOptions {
+                tls: if https {
+                    Some(trafik_load::tls::client_config(&order.tls, false)?)
+                } else {
+                    None
+                },
+                plan,
+                max_users,
+                timeout,
+                late_after,
+                threshold_us: u64::MAX,
+                keep_seconds: true,
+                deal,
+            };
+            start().await;
+            let (result, steps) = trafik_load::journey::run(scenario, options, |_| {}).await;
+            Ok((result, Some(steps)))
+        }
+    }
 }
 
 /// What the coordinator needs besides the orders' contents.
@@ -154,14 +228,27 @@ pub struct Coordination<'a> {
     pub keep_seconds: bool,
 }
 
-/// Waits for the agents, sends each its share of `plan` and merges what they measured.
+/// What the agents measured together.
+pub struct Merged {
+    pub result: RunResult,
+    pub agents: Vec<AgentReport>,
+    /// A scenario's steps and flows, summed over the agents.
+    pub steps: Option<StepsMeasured>,
+}
+
+/// Waits for the agents, sends each its share of an open loop's plan (or the whole of a closed
+/// loop's duration) and merges what they measured; `drain`
+/// is how long an agent may still be finishing after the plan (its requests' timeout, or a
+/// scenario's longest journey).
 pub async fn coordinate(
     how: Coordination<'_>,
-    target: &RunOptions,
+    work: Work,
     tls: &TlsOptions,
-    urls: Vec<String>,
-    plan: &RatePlan,
-) -> Result<(RunResult, Vec<AgentReport>), String> {
+    timeout: Duration,
+    late_after: Duration,
+    pacing: &Pacing,
+    drain: Duration,
+) -> Result<Merged, String> {
     let etcd = Etcd::new(how.url).map_err(|e| e.to_string())?;
     let registered = key(how.prefix, "agents/");
     let deadline = tokio::time::Instant::now() + how.wait;
@@ -192,24 +279,27 @@ pub async fn coordinate(
     };
     let run = format!("{}-{}", now_unix_ms(), std::process::id());
     let share = 1.0 / how.agents as f64;
-    let part = plan.scaled(share);
+    let (part, duration) = match pacing {
+        Pacing::Open(plan) => (Pacing::Open(plan.scaled(share)), plan.duration()),
+        Pacing::Closed(duration) => (Pacing::Closed(*duration), duration.as_secs_f64()),
+    };
     let start_unix_ms = now_unix_ms() + START_DELAY.as_millis() as u64;
-    for name in &names {
+    for (k, name) in names.iter().enumerate() {
+        let mut work = work.clone();
+        if let Work::Scenario { deal, .. } = &mut work {
+            *deal = Deal {
+                first: k as u64,
+                every: names.len() as u64,
+            };
+        }
         let order = Order {
             run: run.clone(),
-            urls: urls.clone(),
-            method: target.target.method.to_string(),
-            headers: target.target.headers.clone(),
-            body: target.target.body.to_vec(),
-            plan: part.clone(),
+            work,
+            pacing: part.clone(),
             start_unix_ms,
-            connections: target.connections,
-            max_connections: target.max_connections,
-            http2: target.http2,
-            streams: target.streams,
             tls: tls.clone(),
-            timeout_ms: target.timeout.as_millis() as u64,
-            late_after_us: target.late_after.as_micros() as u64,
+            timeout_ms: timeout.as_millis() as u64,
+            late_after_us: late_after.as_micros() as u64,
         };
         let text = serde_json::to_vec(&order).map_err(|e| e.to_string())?;
         etcd.put(&key(how.prefix, &format!("jobs/{name}")), &text, None)
@@ -221,8 +311,8 @@ pub async fn coordinate(
     // registry without a result has died.
     let results = key(how.prefix, &format!("results/{run}/"));
     let last = Duration::from_millis(START_DELAY.as_millis() as u64)
-        + Duration::from_secs_f64(plan.duration())
-        + target.timeout
+        + Duration::from_secs_f64(duration)
+        + drain
         + Duration::from_secs(10);
     let deadline = tokio::time::Instant::now() + last;
     let mut measured: BTreeMap<String, Measured> = BTreeMap::new();
@@ -263,9 +353,16 @@ pub async fn coordinate(
     dead.retain(|name| !measured.contains_key(name));
     let parts: Vec<Measured> = measured.values().cloned().collect();
     let mut result = merge(&parts, how.threshold_us, how.keep_seconds)?;
-    result.window = Duration::from_secs_f64(plan.duration());
+    let mut steps: Option<StepsMeasured> = None;
+    for part in parts.iter().filter_map(|p| p.scenario.as_ref()) {
+        steps.get_or_insert_with(StepsMeasured::default).add(part)?;
+    }
+    result.window = Duration::from_secs_f64(duration);
     // A dead agent's share was planned and never measured.
-    let (lost, lost_per_second) = planned(&part);
+    let (lost, lost_per_second) = match &part {
+        Pacing::Open(plan) => planned(plan),
+        Pacing::Closed(_) => (0, Vec::new()),
+    };
     for _ in &dead {
         result.planned += lost;
         if result.planned_per_second.len() < lost_per_second.len() {
@@ -298,7 +395,11 @@ pub async fn coordinate(
             },
         })
         .collect();
-    Ok((result, reports))
+    Ok(Merged {
+        result,
+        agents: reports,
+        steps,
+    })
 }
 
 /// The requests a plan sends, in total and per second.

@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use trafik_load::journey::ScenarioOptions;
+use trafik_load::journey::{Deal, ScenarioOptions};
 use trafik_load::tls::TlsOptions;
 use trafik_load::{
     Pacing, Profile, ProfileKind, ProfileShape, RatePlan, Report, ReportInputs, RunOptions,
@@ -121,7 +121,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
             Some(url) => Some(trafik_load::fetch_json(url).await?),
             None => None,
         };
-        let (result, extra) = match (target, journeys, pacing) {
+        let (result, steps, agents) = match (target, journeys, pacing) {
             (Some(target), _, pacing) => {
                 let client_tls = if target.tls {
                     Some(trafik_load::tls::client_config(&tls, args.http2)?)
@@ -141,22 +141,56 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     threshold_us,
                     keep_seconds,
                 };
-                match (&args.etcd, &options.pacing) {
-                    (Some(url), Pacing::Open(plan)) => {
-                        let how = agents::Coordination {
-                            url,
-                            prefix: &args.etcd_prefix,
-                            agents: args.agents.unwrap_or(1) as usize,
-                            wait: args.agents_wait,
-                            threshold_us,
-                            keep_seconds,
+                match &args.etcd {
+                    Some(url) => {
+                        let work = agents::Work::Requests {
+                            urls: urls(&args)?,
+                            method: options.target.method.to_string(),
+                            headers: options.target.headers.clone(),
+                            body: options.target.body.to_vec(),
+                            connections: options.connections,
+                            max_connections: options.max_connections,
+                            http2: options.http2,
+                            streams: options.streams,
                         };
-                        let (result, agents) =
-                            agents::coordinate(how, &options, &tls, urls(&args)?, plan).await?;
-                        (result, Some(Extra::Agents(agents)))
+                        let merged = agents::coordinate(
+                            coordination(&args, url, threshold_us, keep_seconds),
+                            work,
+                            &tls,
+                            args.timeout,
+                            args.late_after,
+                            &options.pacing,
+                            args.timeout + Duration::from_secs(1),
+                        )
+                        .await?;
+                        (merged.result, None, Some(merged.agents))
                     }
-                    _ => (trafik_load::run(options, show).await, None),
+                    None => (trafik_load::run(options, show).await, None, None),
                 }
+            }
+            (None, Some(journeys), Pacing::Open(plan)) if args.etcd.is_some() => {
+                let path = args.scenario.as_deref().unwrap_or(std::path::Path::new(""));
+                let work = agents::Work::Scenario {
+                    name: path.display().to_string(),
+                    text: std::fs::read_to_string(path)
+                        .map_err(|e| format!("cannot read the scenario {}: {e}", path.display()))?,
+                    rows: journeys.rows.clone(),
+                    max_users: args.max_connections.max(1),
+                    deal: Deal::ALL,
+                };
+                let url = args.etcd.as_deref().unwrap_or_default();
+                let merged = agents::coordinate(
+                    coordination(&args, url, threshold_us, keep_seconds),
+                    work,
+                    &tls,
+                    args.timeout,
+                    args.late_after,
+                    &Pacing::Open(plan),
+                    journeys.longest_journey(args.timeout) + Duration::from_secs(1),
+                )
+                .await?;
+                let steps = merged.steps.unwrap_or_default().report(&journeys)?;
+                (merged.result, Some(steps), Some(merged.agents))
             }
             (None, Some(journeys), Pacing::Open(plan)) => {
                 let https = journeys.flows.iter().flat_map(|f| &f.steps).any(|s| s.tls);
@@ -172,9 +206,11 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     late_after: args.late_after,
                     threshold_us,
                     keep_seconds,
+                    deal: Deal::ALL,
                 };
-                let (result, report) = trafik_load::journey::run(journeys, options, show).await;
-                (result, Some(Extra::Scenario(report)))
+                let (result, steps) =
+                    trafik_load::journey::run(journeys.clone(), options, show).await;
+                (result, Some(steps.report(&journeys)?), None)
             }
             _ => {
                 return Err("a scenario runs open loop: give --rate, --stages or --profile".into());
@@ -208,9 +244,12 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                 server_counters,
             },
         );
-        Ok::<_, String>(match extra {
-            Some(Extra::Scenario(journeys)) => report.with_scenario(journeys),
-            Some(Extra::Agents(agents)) => report.with_agents(agents),
+        let report = match steps {
+            Some(steps) => report.with_scenario(steps),
+            None => report,
+        };
+        Ok::<_, String>(match agents {
+            Some(agents) => report.with_agents(agents),
             None => report,
         })
     })?;
@@ -273,10 +312,21 @@ fn with_flags(mut profile: Profile, args: &LoadArgs) -> Profile {
     profile
 }
 
-/// What a scenario or a distributed run adds to the report.
-enum Extra {
-    Scenario(trafik_load::journey::ScenarioReport),
-    Agents(Vec<trafik_load::merge::AgentReport>),
+/// The etcd side of a distributed run, from the flags.
+fn coordination<'a>(
+    args: &'a LoadArgs,
+    url: &'a str,
+    threshold_us: u64,
+    keep_seconds: bool,
+) -> agents::Coordination<'a> {
+    agents::Coordination {
+        url,
+        prefix: &args.etcd_prefix,
+        agents: args.agents.unwrap_or(1) as usize,
+        wait: args.agents_wait,
+        threshold_us,
+        keep_seconds,
+    }
 }
 
 /// `trafik load agent`: serves work orders until stopped.

@@ -11,7 +11,7 @@ use toml::Spanned;
 use trafik_gateway::jq::Expression;
 use trafik_load::data::Rows;
 use trafik_load::scenario::{
-    Capture, Columns, Flow, Scenario, Step, StepCapture, Template, Threshold,
+    Capture, Columns, DataPer, Flow, Scenario, Step, StepCapture, Template, Threshold,
 };
 
 use crate::config::report::{ConfigError, Report};
@@ -33,8 +33,10 @@ struct File {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Data {
-    /// CSV with a header line, or JSON lines (`.jsonl`): a row per virtual user.
+    /// CSV with a header line, or JSON lines (`.jsonl`).
     file: Spanned<String>,
+    /// "user" (default): a row per virtual user; "iteration": a row per iteration of a flow.
+    per: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -42,6 +44,8 @@ struct Data {
 struct FlowFile {
     name: Option<Spanned<String>>,
     weight: Option<Spanned<i64>>,
+    /// How many times each virtual user runs the steps (default 1).
+    iterations: Option<Spanned<i64>>,
     #[serde(default)]
     step: Vec<Spanned<StepFile>>,
 }
@@ -136,17 +140,19 @@ impl<'de, T: Item + Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 pub fn load(path: &Path) -> Result<Scenario, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the scenario {}: {e}", path.display()))?;
-    let name = path.display().to_string();
-    let source = Source::File {
-        name: &name,
-        text: &text,
-    };
+    from_text(&path.display().to_string(), &text, None)
+}
+
+/// Checks and compiles a scenario's `text`, written at `name`; `rows`, when given, are its
+/// data file's (a distributed run's agent gets them from the coordinator, not from a file).
+pub fn from_text(name: &str, text: &str, rows: Option<Rows>) -> Result<Scenario, String> {
+    let source = Source::File { name, text };
     let mut reading_report = Report::new(source);
-    let (file, reading) = read::file::<File>(&text, &mut reading_report);
+    let (file, reading) = read::file::<File>(text, &mut reading_report);
     let mut errors = reading_report.into_errors();
     let scenario = file.and_then(|file| {
         let mut report = Report::new(source);
-        let scenario = compile(file, &mut report);
+        let scenario = compile(file, rows, &mut report);
         errors.extend(reading.as_written(report.into_errors()));
         scenario
     });
@@ -168,11 +174,12 @@ fn render(mut errors: Vec<ConfigError>) -> String {
     lines.join("\n")
 }
 
-fn compile(file: File, report: &mut Report) -> Option<Scenario> {
+fn compile(file: File, given: Option<Rows>, report: &mut Report) -> Option<Scenario> {
     let mut clean = report.is_clean();
-    let (rows, columns_read) = match &file.data {
-        None => (Rows::default(), false),
-        Some(data) => match Rows::read(&report.path(data.get_ref().file.get_ref())) {
+    let (rows, columns_read) = match (&file.data, given) {
+        (None, _) => (Rows::default(), false),
+        (Some(_), Some(rows)) => (rows, true),
+        (Some(data), None) => match Rows::read(&report.path(data.get_ref().file.get_ref())) {
             Ok(rows) => (rows, true),
             Err(message) => {
                 report.error(data.get_ref().file.span(), "data.file", message);
@@ -184,6 +191,23 @@ fn compile(file: File, report: &mut Report) -> Option<Scenario> {
         (None, _) => Columns::NoFile,
         (Some(_), true) => Columns::Read(&rows.columns),
         (Some(_), false) => Columns::Unread,
+    };
+    let per = match file.data.as_ref().and_then(|d| d.get_ref().per.as_ref()) {
+        None => DataPer::User,
+        Some(per) => match per.get_ref().as_str() {
+            "user" => DataPer::User,
+            "iteration" => DataPer::Iteration,
+            other => {
+                report.error(
+                    per.span(),
+                    "data.per",
+                    format!(
+                        "expected \"user\" (a row per virtual user) or \"iteration\" (a row per iteration of a flow), found {other:?}"
+                    ),
+                );
+                DataPer::User
+            }
+        },
     };
     let thresholds = thresholds(report, "threshold", file.threshold);
     if file.flow.is_empty() {
@@ -235,6 +259,23 @@ fn compile(file: File, report: &mut Report) -> Option<Scenario> {
                 }
             },
         };
+        let iterations = match &flow.iterations {
+            None => 1,
+            Some(iterations) => match u32::try_from(*iterations.get_ref()) {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    report.error(
+                        iterations.span(),
+                        &format!("{field}.iterations"),
+                        format!(
+                            "expected at least 1 iteration, found {}",
+                            iterations.get_ref()
+                        ),
+                    );
+                    1
+                }
+            },
+        };
         if flow.step.is_empty() {
             report.error(
                 span.clone(),
@@ -264,6 +305,7 @@ fn compile(file: File, report: &mut Report) -> Option<Scenario> {
         flows.push(Flow {
             name: name.map(|n| n.get_ref().clone()).unwrap_or_default(),
             weight,
+            iterations,
             steps,
             variables,
         });
@@ -272,6 +314,7 @@ fn compile(file: File, report: &mut Report) -> Option<Scenario> {
     clean.then_some(Scenario {
         flows,
         rows,
+        per,
         thresholds,
     })
 }
