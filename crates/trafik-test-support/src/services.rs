@@ -171,12 +171,19 @@ zone "{zone}" {{
         );
         let file = folder.join("named.conf");
         std::fs::write(&file, config).unwrap();
-        let log = std::fs::File::create(folder.join("named.log")).unwrap();
+        Named::run(&file, port)
+    }
+
+    /// named with the config `file` (an example's), which listens on 127.0.0.1:`port`; its
+    /// log is `named.log` beside the file.
+    pub fn run(file: &Path, port: u16) -> Named {
+        let log_file = file.with_file_name("named.log");
+        let log = std::fs::File::create(&log_file).unwrap();
         // -g: in the foreground, logging to stderr; as the user running the test.
         let child = Command::new("named")
             .arg("-g")
             .arg("-c")
-            .arg(&file)
+            .arg(file)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -186,7 +193,8 @@ zone "{zone}" {{
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
                 Instant::now() < deadline,
-                "named did not listen; see {dir}/named.log"
+                "named did not listen; see {}",
+                log_file.display()
             );
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use trafik_metrics_text::strict_reader;
-use trafik_test_support::{Trafik, Upstream, get_json, get_text};
+use trafik_test_support::{
+    INSIDE_NAMESPACE, Named, Trafik, Upstream, get_json, get_text, run_in_own_network_namespace,
+};
 
 /// A `trafik upstream` on a given address (to bring a stopped health target back).
 fn upstream_at(address: &str) -> Trafik {
@@ -827,28 +829,15 @@ fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
         &transfer_config("127.0.0.1/32", &format!("127.0.0.1:{named_port}")),
     );
     // named on the port trafik notifies: given the free port through its config.
-    let named = trafik_test_support::Named::secondary_on(
+    let named = Named::secondary_on(
         &folder.join("named"),
         named_port,
         "kargo.test",
         &dns.dns,
         ("aktarim", SECRET),
     );
-    let until = |name: &str, want: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let answer = dig(&named.address(), &[name, "A", "+short"]);
-            if answer.trim() == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "named never answered {want} for {name} (last {answer:?}); see {}",
-                folder.join("named/named.log").display()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    };
+    let log = folder.join("named/named.log");
+    let until = |name: &str, want: &str| converge(&named.address(), name, want, &log);
     until("posta.kargo.test", "127.0.0.25");
     until("devralma.kargo.test", "127.0.0.34");
     // A reload that changes a record: a new serial, NOTIFY, and named transfers again (its
@@ -860,6 +849,66 @@ fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
     .unwrap();
     dns.reload();
     until("posta.kargo.test", "127.0.0.26");
+}
+
+/// Asks `server` for `name` until it answers `want`, for at most 30 s (named's `log` in the
+/// failure).
+fn converge(server: &str, name: &str, want: &str, log: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = dig(server, &[name, "A", "+short"]);
+        if answer.trim() == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{server} never answered {want} for {name} (last {answer:?}); see {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// examples/dns-secondary/ as its README runs it, on its fixed ports (5300, 5301, 9090) in a
+/// network namespace of its own: named's files in the test's folder instead of
+/// /tmp/trafik-secondary, the zone file a copy so the reload's edit stays here.
+#[test]
+fn the_secondary_example_runs_with_bind_as_its_readme_says() {
+    if std::env::var_os(INSIDE_NAMESPACE).is_none() {
+        return run_in_own_network_namespace(
+            "the_secondary_example_runs_with_bind_as_its_readme_says",
+        );
+    }
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/dns-secondary");
+    let folder = directory("secondary-example");
+    for file in ["trafik.toml", "kargo.zone"] {
+        std::fs::copy(example.join(file), folder.join(file)).unwrap();
+    }
+    let named_folder = folder.join("named");
+    std::fs::create_dir_all(&named_folder).unwrap();
+    let conf = std::fs::read_to_string(example.join("named.conf"))
+        .unwrap()
+        .replace("/tmp/trafik-secondary", named_folder.to_str().unwrap());
+    std::fs::write(named_folder.join("named.conf"), conf).unwrap();
+    let config = folder.join("trafik.toml");
+    let _trafik = Trafik::start(
+        &["serve", "-c", config.to_str().unwrap()],
+        Stdio::null(),
+        "admin on",
+    );
+    let _named = Named::run(&named_folder.join("named.conf"), 5301);
+    let log = named_folder.join("named.log");
+    converge("127.0.0.1:5301", "posta.kargo.test", "127.0.0.25", &log);
+    converge("127.0.0.1:5301", "devralma.kargo.test", "127.0.0.34", &log);
+    let zone = folder.join("kargo.zone");
+    let text = std::fs::read_to_string(&zone).unwrap();
+    std::fs::write(&zone, text.replace("127.0.0.25", "127.0.0.26")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["reload", "--admin", "127.0.0.1:9090"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    converge("127.0.0.1:5301", "posta.kargo.test", "127.0.0.26", &log);
 }
 
 #[test]
