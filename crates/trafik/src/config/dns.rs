@@ -177,7 +177,7 @@ fn check_transfer(
         .collect();
     let tsig = transfer
         .tsig
-        .and_then(|tsig| check_tsig(report, &format!("{field}.tsig"), tsig.into_inner()));
+        .and_then(|tsig| check_tsig(report, &format!("{field}.tsig"), tsig));
     TransferPlan {
         allow,
         notify,
@@ -189,8 +189,10 @@ fn check_transfer(
 /// bytes for HMAC-SHA256); half of it is the floor.
 const MIN_TSIG_SECRET: usize = 16;
 
-fn check_tsig(report: &mut Report, field: &str, tsig: DnsTsig) -> Option<TsigKey> {
+fn check_tsig(report: &mut Report, field: &str, tsig: Spanned<DnsTsig>) -> Option<TsigKey> {
     use base64::Engine as _;
+    let span = tsig.span();
+    let tsig = tsig.into_inner();
     let errors_before = report.error_count();
     if !tsig.algorithm.get_ref().eq_ignore_ascii_case("hmac-sha256") {
         report.error(
@@ -202,39 +204,56 @@ fn check_tsig(report: &mut Report, field: &str, tsig: DnsTsig) -> Option<TsigKey
             ),
         );
     }
-    let name = tsig.name.get_ref();
-    if DomainName::from_ascii(name).is_err() || name.is_empty() {
+    let name = report.required(
+        tsig.name,
+        span.clone(),
+        &format!("{field}.name"),
+        "name = \"aktarim\", the key's name as the secondaries know it",
+    );
+    let secret = report.required(
+        tsig.secret,
+        span,
+        &format!("{field}.secret"),
+        "secret = \"BASE64\", the key (`tsig-keygen -a hmac-sha256 NAME` makes one)",
+    );
+    let name = name?;
+    if name.get_ref().is_empty() || DomainName::from_ascii(name.get_ref()).is_err() {
         report.error(
-            tsig.name.span(),
+            name.span(),
             &format!("{field}.name"),
-            format!("expected a key name such as \"aktarim\", found {name:?}"),
+            format!(
+                "expected a key name such as \"aktarim\", found {:?}",
+                name.get_ref()
+            ),
         );
     }
-    let secret = base64::engine::general_purpose::STANDARD
-        .decode(tsig.secret.get_ref().trim())
+    let secret = secret?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(secret.get_ref().trim())
         .map_err(|error| error.to_string())
-        .and_then(|secret| {
-            if secret.len() < MIN_TSIG_SECRET {
+        .and_then(|decoded| {
+            if decoded.len() < MIN_TSIG_SECRET {
                 Err(format!(
-                    "{} bytes is too short; make one with `tsig-keygen -a hmac-sha256 {name}` or `openssl rand -base64 32`",
-                    secret.len()
+                    "{} bytes is too short; make one with `tsig-keygen -a hmac-sha256 {}` or `openssl rand -base64 32`",
+                    decoded.len(),
+                    name.get_ref()
                 ))
             } else {
-                Ok(secret)
+                Ok(decoded)
             }
         });
-    let secret = secret
+    let decoded = decoded
         .map_err(|error| {
             report.error(
-                tsig.secret.span(),
+                secret.span(),
                 &format!("{field}.secret"),
                 format!("expected a base64 secret of at least {MIN_TSIG_SECRET} bytes: {error}"),
             )
         })
         .ok()?;
     (report.error_count() == errors_before).then(|| TsigKey {
-        name: name.clone(),
-        secret,
+        name: name.into_inner(),
+        secret: decoded,
     })
 }
 

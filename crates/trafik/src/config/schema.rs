@@ -790,11 +790,21 @@ pub struct DnsTransfer {
 
 /// `tsig = { name = "…", algorithm = "hmac-sha256", secret = "BASE64" }`.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct DnsTsig {
-    pub name: Spanned<String>,
+    pub name: Option<Spanned<String>>,
     pub algorithm: Spanned<String>,
-    pub secret: Spanned<String>,
+    pub secret: Option<Spanned<String>>,
+}
+
+impl Default for DnsTsig {
+    fn default() -> Self {
+        DnsTsig {
+            name: None,
+            algorithm: unplaced("hmac-sha256".to_owned()),
+            secret: None,
+        }
+    }
 }
 
 impl Default for DnsZone {
