@@ -369,6 +369,19 @@ impl DnsControl {
             &[("result", "miss")],
             counters.cache_misses.load(Ordering::Relaxed),
         );
+        let mut transfers = exposition.family(
+            "trafik_dns_transfers_total",
+            Kind::Counter,
+            "Zone transfers (AXFR, IXFR) sent, and refused for their address, key or signature.",
+        );
+        transfers.sample(
+            &[("result", "sent")],
+            counters.transfers.load(Ordering::Relaxed),
+        );
+        transfers.sample(
+            &[("result", "refused")],
+            counters.transfers_refused.load(Ordering::Relaxed),
+        );
         let mut limited = exposition.family(
             "trafik_dns_rate_limited_total",
             Kind::Counter,
@@ -875,23 +888,26 @@ impl Handler {
         let now = transfer::unix_now();
         let mut metadata = Metadata::response_from_request(&request.metadata);
         let asked = request.queries.queries().first();
-        let zone = current.authority.zones.iter().find(|zone| {
-            asked.is_some_and(|q| *q.name() == zone.origin) && zone.transfer.is_some()
+        let zone = current.authority.zones.iter().find_map(|zone| {
+            let settings = zone.transfer.as_ref()?;
+            asked
+                .is_some_and(|q| *q.name() == zone.origin)
+                .then_some((zone, settings))
         });
-        let admitted = match zone.and_then(|z| z.transfer.as_ref()) {
-            Some(settings) => settings
+        let admitted = match zone {
+            Some((zone, settings)) => settings
                 .admit(
                     request.src().ip(),
                     request.as_slice(),
                     request.signature.as_deref(),
                     now,
                 )
-                .map(|signing| (settings, signing)),
+                .map(|signing| (zone, settings, signing)),
             None => Err((Denied::Refused, None)),
         };
-        let (zone, (settings, signing)) = match (zone, admitted) {
-            (Some(zone), Ok(admitted)) => (zone, admitted),
-            (_, Err((denied, signing))) => {
+        let (zone, settings, signing) = match admitted {
+            Ok(admitted) => admitted,
+            Err((denied, signing)) => {
                 self.counters
                     .transfers_refused
                     .fetch_add(1, Ordering::Relaxed);
@@ -915,7 +931,6 @@ impl Handler {
                 }
                 return send(&mut responder, response, request).await;
             }
-            (None, Ok(_)) => unreachable!("admitted without a zone"),
         };
         let soa = zone.soa().clone();
         let up_to_date = asked.is_some_and(|q| q.query_type() == RecordType::IXFR)

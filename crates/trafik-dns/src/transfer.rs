@@ -266,7 +266,13 @@ pub fn notify(soa: Record, targets: Vec<SocketAddr>, signer: Option<TSigner>) {
 
 /// Sends one NOTIFY to `target` until it answers.
 fn notify_one(soa: &Record, target: SocketAddr, signer: Option<&TSigner>) -> Result<(), String> {
-    let id = (unix_now() as u16) ^ (std::process::id() as u16);
+    // An id not guessed from the time alone, so a forged answer does not end the retries.
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut hasher = DefaultHasher::new();
+    (nanos, std::process::id(), target).hash(&mut hasher);
+    let id = hasher.finish() as u16;
     let mut message = Message::new(id, MessageType::Query, OpCode::Notify);
     message.metadata.authoritative = true;
     message.add_query(Query::query(soa.name.clone(), RecordType::SOA));

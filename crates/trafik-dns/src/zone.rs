@@ -429,7 +429,12 @@ impl Zone {
         let nobody = Client::from_source(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         let live = Live::all(authority.regions.len());
         for name in self.policy_names() {
-            let decision = name.policy.decide(nobody, &authority.groups, live, 0);
+            // On a copy: a weighted name's copy starts at its pattern's first slot, and the
+            // served cursor does not move.
+            let decision = name
+                .policy
+                .clone()
+                .decide(nobody, &authority.groups, live, 0);
             for region in decision
                 .regions
                 .iter()
@@ -1035,6 +1040,37 @@ mod tests {
         let counters = &second.zones[0].names[&key].counters;
         assert_eq!(counters.queries.load(Ordering::Relaxed), 1);
         assert_eq!(counters.answers["b34"].load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_transferred_zone_keeps_its_serial_until_its_content_changes() {
+        let mut plan = plan();
+        plan.zones[0].transfer = Some(TransferPlan {
+            allow: vec![Prefix::parse("127.0.0.1/32").unwrap()],
+            notify: Vec::new(),
+            tsig: None,
+        });
+        let first = Authority::build(&plan, None).unwrap();
+        let zone = &first.zones[0];
+        assert!(zone.serial() > 1, "managed, not the written 1");
+        let owners: Vec<String> = zone
+            .transferred()
+            .iter()
+            .map(|r| format!("{} {}", r.name, r.record_type()))
+            .collect();
+        // The policy name as its first choice with every region live.
+        assert!(
+            owners.contains(&"devralma.kargo.test. A".to_owned()),
+            "{owners:?}"
+        );
+        let same = Authority::build(&plan, Some(&first)).unwrap();
+        assert_eq!(same.zones[0].serial(), zone.serial());
+        plan.zones[0].records[0].data = RecordData::A("127.0.0.2".parse().unwrap());
+        let changed = Authority::build(&plan, Some(&same)).unwrap();
+        assert!(changed.zones[0].serial() > zone.serial());
+        // Without transfers the written serial stands.
+        plan.zones[0].transfer = None;
+        assert_eq!(Authority::build(&plan, None).unwrap().zones[0].serial(), 1);
     }
 
     /// A zone read from a master file: mail, CAA, a wildcard, and a delegation with glue.
