@@ -3,6 +3,8 @@
 //! answering from the [`Authority`] in force. Messages hickory cannot parse get FORMERR (or are
 //! dropped when even the header is short); UDP answers larger than the client's EDNS buffer
 //! (512 bytes without EDNS) are truncated with TC set, and the client asks again over TCP.
+//! AXFR and IXFR over TCP are answered by `Handler::transfer` (see [`crate::transfer`]); a
+//! question signed with TSIG gets a signed answer.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
@@ -471,14 +473,13 @@ fn serve_failed(request: &Request) -> ResponseInfo {
     })
 }
 
-/// An AXFR or IXFR query.
+/// An AXFR or IXFR query (one question; more are FORMERR as for any query).
 fn is_transfer(request: &Request) -> bool {
     request.metadata.op_code == OpCode::Query
-        && request
-            .queries
-            .queries()
-            .iter()
-            .any(|q| matches!(q.query_type(), RecordType::AXFR | RecordType::IXFR))
+        && matches!(
+            request.queries.queries(),
+            [q] if matches!(q.query_type(), RecordType::AXFR | RecordType::IXFR)
+        )
 }
 
 /// Sends NOTIFY for each zone of `new` whose serial is not the one in `old`.
