@@ -22,7 +22,7 @@ const FUDGE: u16 = 300;
 const MESSAGE_BYTES: usize = 16 * 1024;
 
 /// `[dns.zone.transfer]`, checked.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct TransferPlan {
     /// Who may ask for AXFR and IXFR.
     pub allow: Vec<Prefix>,
@@ -33,10 +33,19 @@ pub struct TransferPlan {
 }
 
 /// An HMAC-SHA256 key shared with the secondaries.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone)]
 pub struct TsigKey {
     pub name: String,
     pub secret: Vec<u8>,
+}
+
+/// The name only: a plan's debug form must not print the secret.
+impl std::fmt::Debug for TsigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TsigKey")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A zone's transfer settings, ready to use.
