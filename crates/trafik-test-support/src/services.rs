@@ -180,7 +180,12 @@ zone "{zone}" {{
         let log_file = file.with_file_name("named.log");
         let log = std::fs::File::create(&log_file).unwrap();
         // -g: in the foreground, logging to stderr; as the user running the test.
-        let child = Command::new("named")
+        // Debian puts it in /usr/sbin, which a non-root PATH lacks.
+        let binary = ["/usr/sbin/named", "/usr/local/sbin/named"]
+            .into_iter()
+            .find(|path| Path::new(path).exists())
+            .unwrap_or("named");
+        let child = Command::new(binary)
             .arg("-g")
             .arg("-c")
             .arg(file)
