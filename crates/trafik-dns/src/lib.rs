@@ -6,6 +6,7 @@
 //! - [`master`]: RFC 1035 master files (zone files), with the line of each error;
 //! - [`rate`]: response rate limiting;
 //! - [`geoip`]: countries, continents and autonomous systems from a MaxMind database;
+//! - [`transfer`]: AXFR and IXFR to secondaries, TSIG, the managed serial and NOTIFY;
 //! - [`server`]: the UDP and TCP server on hickory-server, with EDNS(0), the client subnet
 //!   option and truncation, and the counters behind the admin API's `dns` block; its UDP
 //!   loops answer repeated questions from a packet cache (`packet_cache`).
@@ -16,6 +17,7 @@ mod packet_cache;
 pub mod policy;
 pub mod rate;
 pub mod server;
+pub mod transfer;
 pub mod zone;
 
 pub use hickory_proto::rr::Name as DomainName;

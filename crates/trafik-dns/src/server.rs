@@ -3,6 +3,8 @@
 //! answering from the [`Authority`] in force. Messages hickory cannot parse get FORMERR (or are
 //! dropped when even the header is short); UDP answers larger than the client's EDNS buffer
 //! (512 bytes without EDNS) are truncated with TC set, and the client asks again over TCP.
+//! AXFR and IXFR over TCP are answered by `Handler::transfer` (see [`crate::transfer`]); a
+//! question signed with TSIG gets a signed answer.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
@@ -14,7 +16,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use hickory_proto::op::{Edns, Header, HeaderCounts, LowerQuery, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
-use hickory_proto::rr::{DNSClass, LowerName, Record};
+use hickory_proto::rr::{DNSClass, LowerName, RData, Record, RecordType};
 use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::Server;
 use hickory_server::net::NetError;
@@ -29,6 +31,7 @@ use trafik_metrics_text::{Exposition, Kind};
 use crate::packet_cache::{Found, PacketCache, Reusable};
 use crate::policy::{Client, Decision, Live, mask};
 use crate::rate::{self, Verdict};
+use crate::transfer::{self, Chain, Denied};
 use crate::zone::{Authority, Code, DnsPlan, Lookup, PolicyName};
 
 /// The largest UDP answer trafik sends, whatever buffer a client offers (the 2020 DNS flag
@@ -72,6 +75,9 @@ struct ServerCounters {
     /// UDP questions answered from a packet cache, and built (then stored if reusable).
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
+    /// Zone transfers sent, and refused (address, key or signature).
+    transfers: AtomicU64,
+    transfers_refused: AtomicU64,
 }
 
 struct Handler {
@@ -182,6 +188,7 @@ impl DnsControl {
     /// Answers from `authority` with the regions `liveness` says are live; serve it with
     /// [`DnsServer::serve`].
     pub fn new(address: SocketAddr, authority: Authority, liveness: Arc<dyn Liveness>) -> Self {
+        notify_new_serials(None, &authority);
         DnsControl {
             handler: Arc::new(Handler {
                 current: ArcSwap::from_pointee(Current {
@@ -201,11 +208,13 @@ impl DnsControl {
     }
 
     /// Answers from `authority` from now on; queries in flight finish on the old one.
+    /// Secondaries of zones whose serial changed are notified.
     pub fn replace(&self, authority: Authority, liveness: Arc<dyn Liveness>) {
-        self.handler.current.store(Arc::new(Current {
+        let old = self.handler.current.swap(Arc::new(Current {
             authority: Arc::new(authority),
             liveness,
         }));
+        notify_new_serials(Some(&old.authority), &self.handler.current.load().authority);
     }
 
     /// Keeps the authority in force and takes region liveness from `liveness`.
@@ -250,8 +259,13 @@ impl DnsControl {
                 "hits": counters.cache_hits.load(Ordering::Relaxed),
                 "misses": counters.cache_misses.load(Ordering::Relaxed),
             },
+            "transfers": {
+                "sent": counters.transfers.load(Ordering::Relaxed),
+                "refused": counters.transfers_refused.load(Ordering::Relaxed),
+            },
             "zones": authority.zones.iter().map(|zone| json!({
                 "zone": zone.origin.to_string(),
+                "serial": zone.serial(),
                 "queries": zone.counters.queries.load(Ordering::Relaxed),
                 "nxdomain": zone.counters.nxdomain.load(Ordering::Relaxed),
                 "names": zone.policy_names().map(|name| {
@@ -357,6 +371,19 @@ impl DnsControl {
             &[("result", "miss")],
             counters.cache_misses.load(Ordering::Relaxed),
         );
+        let mut transfers = exposition.family(
+            "trafik_dns_transfers_total",
+            Kind::Counter,
+            "Zone transfers (AXFR, IXFR) sent, and refused for their address, key or signature.",
+        );
+        transfers.sample(
+            &[("result", "sent")],
+            counters.transfers.load(Ordering::Relaxed),
+        );
+        transfers.sample(
+            &[("result", "refused")],
+            counters.transfers_refused.load(Ordering::Relaxed),
+        );
         let mut limited = exposition.family(
             "trafik_dns_rate_limited_total",
             Kind::Counter,
@@ -428,8 +455,80 @@ impl RequestHandler for SharedHandler {
         request: &Request,
         response_handle: R,
     ) -> ResponseInfo {
+        // hickory-server carries TCP only: UDP is trafik's own loop.
+        if is_transfer(request) {
+            return self.0.transfer(request, response_handle).await;
+        }
         self.0.answer(request, response_handle, None).await.0
     }
+}
+
+/// What a request not answered counts as: SERVFAIL, no records.
+fn serve_failed(request: &Request) -> ResponseInfo {
+    let mut metadata = Metadata::response_from_request(&request.metadata);
+    metadata.response_code = ResponseCode::ServFail;
+    ResponseInfo::from(Header {
+        metadata,
+        counts: HeaderCounts::default(),
+    })
+}
+
+/// An AXFR or IXFR query (one question; more are FORMERR as for any query).
+fn is_transfer(request: &Request) -> bool {
+    request.metadata.op_code == OpCode::Query
+        && matches!(
+            request.queries.queries(),
+            [q] if matches!(q.query_type(), RecordType::AXFR | RecordType::IXFR)
+        )
+}
+
+/// Sends NOTIFY for each zone of `new` whose serial is not the one in `old`.
+fn notify_new_serials(old: Option<&Authority>, new: &Authority) {
+    for zone in &new.zones {
+        let Some(settings) = &zone.transfer else {
+            continue;
+        };
+        let before = old
+            .and_then(|old| old.zones.iter().find(|z| z.origin == zone.origin))
+            .map(|z| z.serial());
+        if before != Some(zone.serial()) {
+            transfer::notify(
+                zone.soa().clone(),
+                settings.notify.clone(),
+                settings.signer.clone(),
+            );
+        }
+    }
+}
+
+/// The TSIG record of an answer whose unsigned encoding is `bytes`.
+fn sign(
+    context: hickory_proto::rr::TSigResponseContext,
+    bytes: Result<Vec<u8>, String>,
+) -> Option<Box<hickory_proto::rr::Record<hickory_proto::rr::rdata::tsig::TSIG>>> {
+    let signed = bytes.and_then(|bytes| context.sign(&bytes).map_err(|e| e.to_string()));
+    signed
+        .map_err(|error| tracing::warn!(%error, "dns answer not signed"))
+        .ok()
+}
+
+/// The unsigned encoding of `response`, which TSIG signs.
+fn encoded<'a>(
+    response: hickory_server::zone_handler::MessageResponse<
+        '_,
+        'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+    >,
+) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::with_capacity(512);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    response
+        .destructive_emit(&mut encoder)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
 }
 
 /// The largest query read over UDP; a longer one arrives cut and gets FORMERR.
@@ -589,6 +688,12 @@ impl Handler {
         let code = if request.metadata.op_code != OpCode::Query {
             self.counters.notimp.fetch_add(1, Ordering::Relaxed);
             Some(ResponseCode::NotImp)
+        } else if is_transfer(request) {
+            // Transfers go over TCP (RFC 5936 §4.2; IXFR's UDP form is not offered).
+            self.counters
+                .transfers_refused
+                .fetch_add(1, Ordering::Relaxed);
+            Some(ResponseCode::Refused)
         } else if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
             Some(ResponseCode::BADVERS)
         } else {
@@ -615,6 +720,34 @@ impl Handler {
             let response = MessageResponseBuilder::new(&request.queries, edns.as_ref())
                 .build_no_records(metadata);
             return (send(&mut responder, response, request).await, None);
+        };
+        // A signed question (a secondary's SOA check) gets a signed answer, or NOTAUTH
+        // (RFC 8945 §5.2); neither is reused from a packet cache.
+        let signing = match request.signature.as_deref() {
+            Some(tsig) => {
+                let signer = current
+                    .authority
+                    .zones
+                    .iter()
+                    .find(|zone| zone.origin.zone_of(query.name()))
+                    .and_then(|zone| zone.transfer.as_ref()?.signer.as_ref());
+                match transfer::verify(signer, request.as_slice(), tsig, transfer::unix_now()) {
+                    Ok(context) => Some(context),
+                    Err((_, context)) => {
+                        metadata.response_code = ResponseCode::NotAuth;
+                        let build = || {
+                            MessageResponseBuilder::new(&request.queries, edns.as_ref())
+                                .build_no_records(metadata)
+                        };
+                        let mut response = build();
+                        if let Some(tsig) = context.and_then(|c| sign(c, encoded(build()))) {
+                            response.set_signature(tsig);
+                        }
+                        return (send(&mut responder, response, request).await, None);
+                    }
+                }
+            }
+            None => None,
         };
         let subnet = request
             .edns
@@ -713,13 +846,23 @@ impl Handler {
                 "dns query"
             );
         }
-        let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
-            metadata,
-            lookup.answers.iter(),
-            lookup.authority.iter(),
-            std::iter::empty::<&Record>(),
-            lookup.additional.iter(),
-        );
+        let build = || {
+            MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
+                metadata,
+                lookup.answers.iter(),
+                lookup.authority.iter(),
+                std::iter::empty::<&Record>(),
+                lookup.additional.iter(),
+            )
+        };
+        let mut response = build();
+        if let Some(context) = signing {
+            match sign(context, encoded(build())) {
+                Some(tsig) => response.set_signature(tsig),
+                None => return (serve_failed(request), None),
+            }
+            return (send(&mut responder, response, request).await, None);
+        }
         let info = send(&mut responder, response, request).await;
         let reusable = Reusable {
             live,
@@ -730,6 +873,139 @@ impl Handler {
                 .map(|(name, decision)| (name, decision, subnet_client)),
         };
         (info, Some(reusable))
+    }
+
+    /// Answers an AXFR or IXFR over TCP: the whole zone, SOA first and last, in messages of
+    /// at most 16 KiB, each signed when the request was (RFC 8945 §5.3.1); an IXFR from a
+    /// secondary already at our serial gets the SOA alone (RFC 1995 §4), any other the whole
+    /// zone. Refused for addresses outside `allow` and, when the zone has a key, for requests
+    /// not signed with it (NOTAUTH with the TSIG error for a bad key, MAC or time).
+    async fn transfer<R: ResponseHandler>(
+        &self,
+        request: &Request,
+        mut responder: R,
+    ) -> ResponseInfo {
+        let current = self.current.load();
+        let now = transfer::unix_now();
+        let mut metadata = Metadata::response_from_request(&request.metadata);
+        let asked = request.queries.queries().first();
+        let zone = current.authority.zones.iter().find_map(|zone| {
+            let settings = zone.transfer.as_ref()?;
+            asked
+                .is_some_and(|q| *q.name() == zone.origin)
+                .then_some((zone, settings))
+        });
+        let admitted = match zone {
+            Some((zone, settings)) => settings
+                .admit(
+                    request.src().ip(),
+                    request.as_slice(),
+                    request.signature.as_deref(),
+                    now,
+                )
+                .map(|signing| (zone, settings, signing)),
+            None => Err((Denied::Refused, None)),
+        };
+        let (zone, settings, signing) = match admitted {
+            Ok(admitted) => admitted,
+            Err((denied, signing)) => {
+                self.counters
+                    .transfers_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    target: "trafik::dns",
+                    client = %request.src(),
+                    zone = ?asked.map(|q| q.name().to_string()),
+                    why = ?denied,
+                    "dns transfer refused"
+                );
+                metadata.response_code = match denied {
+                    Denied::Refused => ResponseCode::Refused,
+                    Denied::NotAuth(_) => ResponseCode::NotAuth,
+                };
+                let build = || {
+                    MessageResponseBuilder::new(&request.queries, None).build_no_records(metadata)
+                };
+                let mut response = build();
+                if let Some(tsig) = signing.and_then(|c| sign(c, encoded(build()))) {
+                    response.set_signature(tsig);
+                }
+                return send(&mut responder, response, request).await;
+            }
+        };
+        let soa = zone.soa().clone();
+        let up_to_date = asked.is_some_and(|q| q.query_type() == RecordType::IXFR)
+            && request.authorities.iter().any(|r| match &r.data {
+                RData::SOA(theirs) => (zone.serial().wrapping_sub(theirs.serial) as i32) <= 0,
+                _ => false,
+            });
+        let all: Vec<Record> = if up_to_date {
+            vec![soa]
+        } else {
+            std::iter::once(soa.clone())
+                .chain(zone.transferred().iter().cloned())
+                .chain(std::iter::once(soa))
+                .collect()
+        };
+        metadata.authoritative = true;
+        let mut first = signing;
+        let mut chain: Option<Chain> = None;
+        let mut info = None;
+        for part in transfer::messages(&all) {
+            let build = || {
+                MessageResponseBuilder::new(&request.queries, None).build(
+                    metadata,
+                    part.iter(),
+                    std::iter::empty::<&Record>(),
+                    std::iter::empty::<&Record>(),
+                    std::iter::empty::<&Record>(),
+                )
+            };
+            let mut response = build();
+            if first.is_some() || chain.is_some() {
+                let signed = encoded(build()).and_then(|bytes| match (first.take(), &mut chain) {
+                    (Some(context), _) => {
+                        let tsig = context.sign(&bytes).map_err(|e| e.to_string())?;
+                        if let Some(signer) = &settings.signer {
+                            chain = Some(Chain::new(
+                                signer.clone(),
+                                tsig.data.mac.clone(),
+                                request.metadata.id,
+                                now,
+                            ));
+                        }
+                        Ok(tsig)
+                    }
+                    (None, Some(chain)) => chain.sign(&bytes),
+                    (None, None) => Err("no signer".to_string()),
+                });
+                match signed {
+                    Ok(tsig) => response.set_signature(tsig),
+                    Err(error) => {
+                        tracing::warn!(%error, "dns transfer not signed");
+                        return serve_failed(request);
+                    }
+                }
+            }
+            match responder.send_response(response).await {
+                Ok(sent) => info = Some(sent),
+                Err(error) => {
+                    tracing::debug!(%error, "dns transfer cut");
+                    return serve_failed(request);
+                }
+            }
+        }
+        self.counters.transfers.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            target: "trafik::dns",
+            client = %request.src(),
+            zone = %zone.origin,
+            serial = zone.serial(),
+            records = all.len(),
+            signed = settings.signer.is_some(),
+            "dns transfer sent"
+        );
+        info.unwrap_or_else(|| serve_failed(request))
     }
 
     /// The next draw for weighted random choice: a counter, mixed.
@@ -775,12 +1051,7 @@ async fn send<'a, R: ResponseHandler>(
         Ok(info) => info,
         Err(error) => {
             tracing::debug!(%error, "dns answer not sent");
-            let mut metadata = Metadata::response_from_request(&request.metadata);
-            metadata.response_code = ResponseCode::ServFail;
-            ResponseInfo::from(Header {
-                metadata,
-                counts: HeaderCounts::default(),
-            })
+            serve_failed(request)
         }
     }
 }

@@ -12,6 +12,7 @@ use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 
 use crate::policy::{Client, Decision, GeoGroups, Groups, Live, Policy, Prefix, Region};
 use crate::rate::{RateLimitPlan, RateLimiter};
+use crate::transfer::{self, Transfer, TransferPlan};
 
 /// What trafik serves over DNS: regions, client groups and zones.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +47,8 @@ pub struct ZonePlan {
     pub name_servers: Vec<String>,
     pub records: Vec<RecordPlan>,
     pub names: Vec<NamePlan>,
+    /// AXFR/IXFR and NOTIFY to secondaries; with it, trafik manages the serial.
+    pub transfer: Option<TransferPlan>,
 }
 
 #[derive(Clone, Debug)]
@@ -150,6 +153,13 @@ pub struct Zone {
     /// Whether some owner is a wildcard (`*.…`), so a missing name looks for one (RFC 4592).
     wildcards: bool,
     pub counters: Arc<ZoneCounters>,
+    pub transfer: Option<Transfer>,
+    /// What an AXFR carries between its two SOAs (transferring zones only).
+    transferred: Vec<Record>,
+    /// The serial written in the config or zone file, and the fingerprint of the transfer's
+    /// content with it: the serial in force changes when the fingerprint does.
+    written_serial: u32,
+    fingerprint: u64,
 }
 
 #[derive(Debug)]
@@ -273,8 +283,8 @@ impl Authority {
         for (group, (_, prefixes)) in plan.groups.iter().enumerate() {
             entries.extend(prefixes.iter().map(|p| (*p, group)));
         }
-        Ok(Authority {
-            zones,
+        let mut authority = Authority {
+            zones: Vec::new(),
             regions: plan.regions.clone(),
             groups: match &plan.geoip {
                 Some(geo) => Groups::new(entries).with_places(geo.clone()),
@@ -283,7 +293,25 @@ impl Authority {
             group_names: plan.groups.iter().map(|(name, _)| name.clone()).collect(),
             query_log: plan.query_log,
             rate_limiter: plan.rate_limit.clone().map(RateLimiter::new),
-        })
+        };
+        let now = transfer::unix_now();
+        for zone in &mut zones {
+            if zone.transfer.is_none() {
+                continue;
+            }
+            zone.transferred = zone.transfer_content(&authority);
+            zone.fingerprint = transfer::fingerprint(&zone.transferred, zone.written_serial);
+            let before = previous
+                .and_then(|p| p.zones.iter().find(|z| z.origin == zone.origin))
+                .filter(|old| old.transfer.is_some())
+                .map(|old| (old.serial(), old.fingerprint));
+            let serial = transfer::serial(before, zone.fingerprint, zone.written_serial, now);
+            if let RData::SOA(soa) = &mut zone.soa.data {
+                soa.serial = serial;
+            }
+        }
+        authority.zones = zones;
+        Ok(authority)
     }
 
     /// Answers `name`/`kind` for `client` with the regions in `live`; `random` feeds weighted
@@ -363,6 +391,67 @@ enum Found {
 }
 
 impl Zone {
+    /// The zone's SOA record, with the serial in force.
+    pub fn soa(&self) -> &Record {
+        &self.soa
+    }
+
+    pub fn serial(&self) -> u32 {
+        match &self.soa.data {
+            RData::SOA(soa) => soa.serial,
+            _ => 0,
+        }
+    }
+
+    /// What an AXFR carries between its two SOAs.
+    pub fn transferred(&self) -> &[Record] {
+        &self.transferred
+    }
+
+    /// The apex's NS records, the static records, the delegations and each policy name's
+    /// addresses as answered to a client in no group with every region live, in name order.
+    /// Health is left out on purpose: a secondary cannot follow it, and a serial that moved
+    /// with every health change would send it a transfer each time a region flaps.
+    fn transfer_content(&self, authority: &Authority) -> Vec<Record> {
+        let mut records: Vec<Record> = self.name_servers.clone();
+        let mut statics: Vec<&Record> = self
+            .records
+            .values()
+            .chain(self.cuts.values())
+            .flatten()
+            .collect();
+        statics.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then(u16::from(a.record_type()).cmp(&u16::from(b.record_type())))
+        });
+        records.extend(statics.into_iter().cloned());
+        let nobody = Client::from_source(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let live = Live::all(authority.regions.len());
+        for name in self.policy_names() {
+            // On a copy: a weighted name's copy starts at its pattern's first slot, and the
+            // served cursor does not move.
+            let decision = name
+                .policy
+                .clone()
+                .decide(nobody, &authority.groups, live, 0);
+            for region in decision
+                .regions
+                .iter()
+                .filter_map(|r| authority.regions.get(*r))
+            {
+                records.extend(region.addresses.iter().map(|address| {
+                    let data = match address {
+                        IpAddr::V4(v4) => RData::A(A(*v4)),
+                        IpAddr::V6(v6) => RData::AAAA(AAAA(*v6)),
+                    };
+                    Record::from_rdata(name.name.clone(), name.ttl, data)
+                }));
+            }
+        }
+        records
+    }
+
     /// The names answered by a policy, in name order.
     pub fn policy_names(&self) -> impl Iterator<Item = &PolicyName> {
         let mut names: Vec<&PolicyName> = self.names.values().map(Arc::as_ref).collect();
@@ -706,6 +795,11 @@ fn build_zone(
             .into_iter()
             .map(|problem| format!("zone {}: {problem}", plan.origin)),
     );
+    let transfer = plan.transfer.as_ref().and_then(|t| {
+        Transfer::new(t)
+            .map_err(|error| errors.push(format!("zone {}: transfer: {error}", plan.origin)))
+            .ok()
+    });
     let wildcards = records.keys().chain(names.keys()).any(|n| n.is_wildcard());
     let mut interior = std::collections::HashSet::new();
     for owner in records.keys().chain(names.keys()).chain(cuts.keys()) {
@@ -728,6 +822,10 @@ fn build_zone(
         interior,
         cuts,
         wildcards,
+        transfer,
+        transferred: Vec::new(),
+        written_serial: plan.soa.serial,
+        fingerprint: 0,
     })
 }
 
@@ -871,6 +969,7 @@ mod tests {
                         all_down: AllDown::Empty,
                     },
                 }],
+                transfer: None,
             }],
             query_log: false,
             rate_limit: None,
@@ -941,6 +1040,37 @@ mod tests {
         let counters = &second.zones[0].names[&key].counters;
         assert_eq!(counters.queries.load(Ordering::Relaxed), 1);
         assert_eq!(counters.answers["b34"].load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_transferred_zone_keeps_its_serial_until_its_content_changes() {
+        let mut plan = plan();
+        plan.zones[0].transfer = Some(TransferPlan {
+            allow: vec![Prefix::parse("127.0.0.1/32").unwrap()],
+            notify: Vec::new(),
+            tsig: None,
+        });
+        let first = Authority::build(&plan, None).unwrap();
+        let zone = &first.zones[0];
+        assert!(zone.serial() > 1, "managed, not the written 1");
+        let owners: Vec<String> = zone
+            .transferred()
+            .iter()
+            .map(|r| format!("{} {}", r.name, r.record_type()))
+            .collect();
+        // The policy name as its first choice with every region live.
+        assert!(
+            owners.contains(&"devralma.kargo.test. A".to_owned()),
+            "{owners:?}"
+        );
+        let same = Authority::build(&plan, Some(&first)).unwrap();
+        assert_eq!(same.zones[0].serial(), zone.serial());
+        plan.zones[0].records[0].data = RecordData::A("127.0.0.2".parse().unwrap());
+        let changed = Authority::build(&plan, Some(&same)).unwrap();
+        assert!(changed.zones[0].serial() > zone.serial());
+        // Without transfers the written serial stands.
+        plan.zones[0].transfer = None;
+        assert_eq!(Authority::build(&plan, None).unwrap().zones[0].serial(), 1);
     }
 
     /// A zone read from a master file: mail, CAA, a wildcard, and a delegation with glue.

@@ -124,6 +124,7 @@ fn course_plan() -> DnsPlan {
                     },
                 ),
             ],
+            transfer: None,
         }],
         query_log: false,
         rate_limit: None,

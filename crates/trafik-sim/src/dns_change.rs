@@ -277,6 +277,7 @@ mod tests {
                         None,
                     )),
                 }],
+                transfer: None,
             }],
             ..DnsPlan::default()
         }

@@ -1,6 +1,6 @@
 //! What trafik's test binaries share, as a dev-only crate: a free port ([`free_port`]), `trafik`
 //! child processes killed by their id when a test fails ([`process`]), a network namespace of a
-//! test's own, and the real services the tests talk to ([`services`]: Redis and etcd from
+//! test's own, and the real services the tests talk to ([`services`]: Redis, etcd and BIND from
 //! Debian's packages; [`webdriver`]: chromedriver driving headless chromium). Every service is
 //! started on free ports and stopped by its process id when dropped. [`proxy`] serves the data
 //! plane's in-process tests: plans, a client, replicas and stub backends on free ports.
@@ -14,7 +14,7 @@ pub use process::{
     INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, get_text, json, load,
     run_in_own_network_namespace, trafik_binary,
 };
-pub use services::{Etcd, Redis};
+pub use services::{Etcd, Named, Redis};
 
 /// A TCP port on 127.0.0.1 nobody listens on as of now, for a server a test starts.
 pub fn free_port() -> u16 {

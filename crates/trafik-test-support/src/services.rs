@@ -1,5 +1,6 @@
 //! The real services tests talk to, from Debian's packages, each on ports the test chose and
-//! killed by its process id when dropped: `redis-server` and `etcd` (`etcd-server`).
+//! killed by its process id when dropped: `redis-server`, `etcd` (`etcd-server`) and BIND's
+//! `named` (`bind9`).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -119,5 +120,101 @@ impl Etcd {
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// BIND's `named` (Debian's bind9) as the secondary of one zone, on a free port, with its config,
+/// zone copy and log (`named.log`) in a folder of its own; killed by its pid when dropped.
+pub struct Named {
+    child: Child,
+    port: u16,
+}
+
+impl Named {
+    /// Secondary on `port` for `zone`, transferred from `primary` (`address:port`) with the
+    /// HMAC-SHA256 key `key` (name, base64 secret), which also signs its SOA checks. The port
+    /// is the test's (from [`crate::free_port`]) so that the primary can be told where to
+    /// send NOTIFY before named starts.
+    pub fn secondary_on(
+        folder: &Path,
+        port: u16,
+        zone: &str,
+        primary: &str,
+        key: (&str, &str),
+    ) -> Named {
+        std::fs::create_dir_all(folder).unwrap();
+        let folder = folder.canonicalize().unwrap();
+        let (host, primary_port) = primary.rsplit_once(':').expect("address:port");
+        let (key_name, secret) = key;
+        let dir = folder.display();
+        let config = format!(
+            r#"options {{
+    directory "{dir}";
+    pid-file "{dir}/named.pid";
+    session-keyfile "{dir}/session.key";
+    managed-keys-directory "{dir}";
+    listen-on port {port} {{ 127.0.0.1; }};
+    listen-on-v6 {{ none; }};
+    recursion no;
+    dnssec-validation no;
+    notify no;
+}};
+controls {{ }};
+key "{key_name}" {{ algorithm hmac-sha256; secret "{secret}"; }};
+server {host} {{ keys {{ {key_name}; }}; }};
+zone "{zone}" {{
+    type secondary;
+    primaries port {primary_port} {{ {host} key {key_name}; }};
+    file "secondary.db";
+}};
+"#
+        );
+        let file = folder.join("named.conf");
+        std::fs::write(&file, config).unwrap();
+        Named::run(&file, port)
+    }
+
+    /// named with the config `file` (an example's), which listens on 127.0.0.1:`port`; its
+    /// log is `named.log` beside the file.
+    pub fn run(file: &Path, port: u16) -> Named {
+        let log_file = file.with_file_name("named.log");
+        let log = std::fs::File::create(&log_file).unwrap();
+        // -g: in the foreground, logging to stderr; as the user running the test.
+        // Debian puts it in /usr/sbin, which a non-root PATH lacks.
+        let binary = ["/usr/sbin/named", "/usr/local/sbin/named"]
+            .into_iter()
+            .find(|path| Path::new(path).exists())
+            .unwrap_or("named");
+        let child = Command::new(binary)
+            .arg("-g")
+            .arg("-c")
+            .arg(file)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("named is installed (Debian: bind9)");
+        let named = Named { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "named did not listen; see {}",
+                log_file.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        named
+    }
+
+    /// Where it answers (UDP and TCP).
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Named {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -427,5 +427,27 @@ fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
                 name.ttl
             );
         }
+        if let Some(transfer) = &zone.transfer {
+            let allow: Vec<String> = transfer
+                .allow
+                .iter()
+                .map(|p| format!("{}/{}", p.network, p.length))
+                .collect();
+            let notify: Vec<String> = transfer.notify.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                out,
+                "    transfers to {}{}; notify {}; serial managed",
+                allow.join(", "),
+                transfer
+                    .tsig
+                    .as_ref()
+                    .map_or_else(String::new, |key| format!(" signed with {}", key.name)),
+                if notify.is_empty() {
+                    "nobody".to_owned()
+                } else {
+                    notify.join(", ")
+                },
+            );
+        }
     }
 }

@@ -686,11 +686,13 @@ fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
 fn every_example_config_checks_clean() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut checked = Vec::new();
-    // Topologies of several files (the fleet) sit in a directory of their own.
+    // Topologies of several files (the fleet, the DNS secondary) sit in directories of their own.
     let fleet = std::fs::read_dir(dir.join("fleet")).expect("the examples/fleet/ directory");
+    let secondary = std::fs::read_dir(dir.join("dns-secondary")).expect("examples/dns-secondary/");
     for entry in std::fs::read_dir(&dir)
         .expect("the examples/ directory")
         .chain(fleet)
+        .chain(secondary)
     {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "toml") {

@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use trafik_metrics_text::strict_reader;
-use trafik_test_support::{Trafik, Upstream, get_json, get_text};
+use trafik_test_support::{
+    INSIDE_NAMESPACE, Named, Trafik, Upstream, get_json, get_text, run_in_own_network_namespace,
+};
 
 /// A `trafik upstream` on a given address (to bring a stopped health target back).
 fn upstream_at(address: &str) -> Trafik {
@@ -693,4 +695,270 @@ fn the_dns_models_print_the_course_tables_as_json() {
     ]);
     assert!(quicker["rows"][0]["window_s"].as_i64().unwrap() < 39);
     assert!(quicker["rows"][0]["budget_share"].as_f64().unwrap() > 0.0);
+}
+
+/// The transfer tests' TSIG key (32 bytes, base64, as `tsig-keygen` writes one).
+const SECRET: &str = "q1kNnYVsZQoeZ3pGJ7qR0lzCq4JXb0XkD9cj1nC7h8Y=";
+
+/// The zone-file config with `[dns.zone.transfer]`: transfers from `allow`, NOTIFY to `notify`.
+fn transfer_config(allow: &str, notify: &str) -> String {
+    zone_file_config().replace(
+        "[[dns.zone.record]]",
+        &format!(
+            "[dns.zone.transfer]\nallow = [\"{allow}\"]\nnotify = [\"{notify}\"]\n\
+             tsig = {{ name = \"aktarim\", algorithm = \"hmac-sha256\", secret = \"{SECRET}\" }}\n\n\
+             [[dns.zone.record]]"
+        ),
+    )
+}
+
+/// `dig` at `server` (`address:port`) with `args`; what it printed.
+fn dig(server: &str, args: &[&str]) -> String {
+    let (host, port) = server.rsplit_once(':').unwrap();
+    let output = Command::new("dig")
+        .args([&format!("@{host}"), "-p", port])
+        .args(args)
+        .args(["+tries=1", "+time=3"])
+        .output()
+        .expect("dig runs (install dnsutils)");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_transfer_needs_the_key_and_an_allowed_address() {
+    // Enough hosts for several messages, each signed on the previous one's MAC.
+    let hosts: String = (0..1500)
+        .map(|i| format!("host{i} IN A 127.1.{}.{}\n", i / 250, i % 250))
+        .collect();
+    let folder = directory("transfer");
+    std::fs::write(folder.join("kargo.zone"), format!("{ZONE_FILE}{hosts}")).unwrap();
+    let dns = Dns::start("transfer", &transfer_config("127.0.0.1/32", "127.0.0.1:9"));
+    let key = format!("hmac-sha256:aktarim:{SECRET}");
+    let axfr = dig(&dns.dns, &["kargo.test", "AXFR", "-y", &key]);
+    assert!(axfr.contains("posta.kargo.test.\t"), "{axfr}");
+    assert!(axfr.contains("host1499.kargo.test."), "{axfr}");
+    // The policy name, as answered with every region live.
+    assert!(
+        axfr.contains("devralma.kargo.test.\t300\tIN\tA\t127.0.0.34"),
+        "{axfr}"
+    );
+    let size = axfr
+        .lines()
+        .find_map(|l| l.strip_prefix(";; XFR size: "))
+        .unwrap_or_else(|| panic!("{axfr}"));
+    let messages: usize = size
+        .split("(messages ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{size}"));
+    assert!(size.starts_with("1512 records") && messages > 1, "{size}");
+    let soa = dig(&dns.dns, &["kargo.test", "SOA", "+short"]);
+    let serial: u32 = soa.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(serial > 7, "the managed serial, not the file's: {soa}");
+    // A secondary at our serial gets the SOA alone; one behind gets the zone (RFC 1995 §4).
+    let ixfr = dig(
+        &dns.dns,
+        &["kargo.test", &format!("IXFR={serial}"), "-y", &key],
+    );
+    assert!(ixfr.contains(";; XFR size: 1 records"), "{ixfr}");
+    let ixfr = dig(
+        &dns.dns,
+        &["kargo.test", &format!("IXFR={}", serial - 1), "-y", &key],
+    );
+    assert!(ixfr.contains(";; XFR size: 1512 records"), "{ixfr}");
+    // A signed question gets a signed answer, which dig checks.
+    let signed = dig(&dns.dns, &["kargo.test", "SOA", "-y", &key]);
+    assert!(signed.contains("status: NOERROR"), "{signed}");
+    assert!(signed.contains("aktarim.\t\t0\tANY\tTSIG"), "{signed}");
+    let refused = [
+        dig(&dns.dns, &["kargo.test", "AXFR"]),
+        dig(
+            &dns.dns,
+            &["kargo.test", "AXFR", "-b", "127.0.0.2", "-y", &key],
+        ),
+        dig(
+            &dns.dns,
+            &[
+                "kargo.test",
+                "AXFR",
+                "-y",
+                &format!("hmac-sha256:aktarim:{}", SECRET.replace('q', "Q")),
+            ],
+        ),
+        dig(
+            &dns.dns,
+            &[
+                "kargo.test",
+                "AXFR",
+                "-y",
+                &format!("hmac-sha256:baska:{SECRET}"),
+            ],
+        ),
+    ];
+    for (answer, why) in refused.iter().zip(["", "", "BADSIG", "BADKEY"]) {
+        assert!(answer.contains("Transfer failed."), "{answer}");
+        assert!(!answer.contains("posta.kargo.test."), "{answer}");
+        assert!(answer.contains(why), "{why}: {answer}");
+    }
+    let status = get_json(&dns.admin, "/status");
+    assert_eq!(status["dns"]["transfers"]["sent"], 3, "{status}");
+    assert_eq!(status["dns"]["transfers"]["refused"], 4, "{status}");
+    assert_eq!(status["dns"]["zones"][0]["serial"], serial, "{status}");
+    // A reload that changes nothing keeps the serial; one that changes a record raises it.
+    dns.reload();
+    assert_eq!(dig(&dns.dns, &["kargo.test", "SOA", "+short"]), soa);
+    std::fs::write(
+        folder.join("kargo.zone"),
+        ZONE_FILE.replace("10 posta", "5 posta"),
+    )
+    .unwrap();
+    dns.reload();
+    let after = dig(&dns.dns, &["kargo.test", "SOA", "+short"]);
+    let raised: u32 = after.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(raised > serial, "{soa} then {after}");
+}
+
+#[test]
+fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
+    let folder = directory("secondary");
+    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
+    let named_port = trafik_test_support::free_port();
+    let dns = Dns::start(
+        "secondary",
+        &transfer_config("127.0.0.1/32", &format!("127.0.0.1:{named_port}")),
+    );
+    // named on the port trafik notifies: given the free port through its config.
+    let named = Named::secondary_on(
+        &folder.join("named"),
+        named_port,
+        "kargo.test",
+        &dns.dns,
+        ("aktarim", SECRET),
+    );
+    let log = folder.join("named/named.log");
+    let until = |name: &str, want: &str| converge(&named.address(), name, want, &log);
+    until("posta.kargo.test", "127.0.0.25");
+    until("devralma.kargo.test", "127.0.0.34");
+    // A reload that changes a record: a new serial, NOTIFY, and named transfers again (its
+    // refresh timer is an hour away, so only the NOTIFY brings it).
+    std::fs::write(
+        folder.join("kargo.zone"),
+        ZONE_FILE.replace("127.0.0.25", "127.0.0.26"),
+    )
+    .unwrap();
+    dns.reload();
+    until("posta.kargo.test", "127.0.0.26");
+}
+
+/// Asks `server` for `name` until it answers `want`, for at most 30 s (named's `log` in the
+/// failure).
+fn converge(server: &str, name: &str, want: &str, log: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = dig(server, &[name, "A", "+short"]);
+        if answer.trim() == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{server} never answered {want} for {name} (last {answer:?}); see {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// examples/dns-secondary/ as its README runs it, on its fixed ports (5300, 5301, 9090) in a
+/// network namespace of its own: named's files in the test's folder instead of
+/// /tmp/trafik-secondary, the zone file a copy so the reload's edit stays here.
+#[test]
+fn the_secondary_example_runs_with_bind_as_its_readme_says() {
+    if std::env::var_os(INSIDE_NAMESPACE).is_none() {
+        return run_in_own_network_namespace(
+            "the_secondary_example_runs_with_bind_as_its_readme_says",
+        );
+    }
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/dns-secondary");
+    let folder = directory("secondary-example");
+    for file in ["trafik.toml", "kargo.zone"] {
+        std::fs::copy(example.join(file), folder.join(file)).unwrap();
+    }
+    let named_folder = folder.join("named");
+    std::fs::create_dir_all(&named_folder).unwrap();
+    let conf = std::fs::read_to_string(example.join("named.conf"))
+        .unwrap()
+        .replace("/tmp/trafik-secondary", named_folder.to_str().unwrap());
+    std::fs::write(named_folder.join("named.conf"), conf).unwrap();
+    let config = folder.join("trafik.toml");
+    let _trafik = Trafik::start(
+        &["serve", "-c", config.to_str().unwrap()],
+        Stdio::null(),
+        "admin on",
+    );
+    let _named = Named::run(&named_folder.join("named.conf"), 5301);
+    let log = named_folder.join("named.log");
+    converge("127.0.0.1:5301", "posta.kargo.test", "127.0.0.25", &log);
+    converge("127.0.0.1:5301", "devralma.kargo.test", "127.0.0.34", &log);
+    let zone = folder.join("kargo.zone");
+    let text = std::fs::read_to_string(&zone).unwrap();
+    std::fs::write(&zone, text.replace("127.0.0.25", "127.0.0.26")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["reload", "--admin", "127.0.0.1:9090"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    converge("127.0.0.1:5301", "posta.kargo.test", "127.0.0.26", &log);
+}
+
+#[test]
+fn transfer_config_errors_are_reported_at_their_place() {
+    let text = transfer_config("127.0.0.1/40", "127.0.0.1")
+        .replace("hmac-sha256\", secret", "hmac-md5\", secret")
+        .replace(SECRET, "c2hvcnQ=");
+    let folder = directory("transfer-errors");
+    let file = folder.join("bad.toml");
+    std::fs::write(&file, &text).unwrap();
+    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    let line_of = |needle: &str| text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let column_of = |needle: &str| {
+        let line = text.lines().find(|l| l.contains(needle)).unwrap();
+        line.find(needle).unwrap() + 1
+    };
+    for (needle, field, message) in [
+        (
+            "\"127.0.0.1/40\"",
+            "dns.zone[0].transfer.allow",
+            "expected an address prefix such as \"127.0.0.1/32\"",
+        ),
+        (
+            "\"127.0.0.1\"]",
+            "dns.zone[0].transfer.notify",
+            "expected a secondary's address and port",
+        ),
+        (
+            "\"hmac-md5\"",
+            "dns.zone[0].transfer.tsig.algorithm",
+            "expected \"hmac-sha256\", found \"hmac-md5\"",
+        ),
+        (
+            "\"c2hvcnQ=\"",
+            "dns.zone[0].transfer.tsig.secret",
+            "5 bytes is too short",
+        ),
+    ] {
+        let place = format!("bad.toml:{}:{}", line_of(needle), column_of(needle));
+        assert!(
+            errors
+                .lines()
+                .any(|l| l.contains(&place) && l.contains(field) && l.contains(message)),
+            "{place} {field} {message}:\n{errors}"
+        );
+    }
 }

@@ -1,8 +1,8 @@
 //! Seeded mutation fuzzing of what trafik reads from the network, each through a real server:
 //! the admin API (paths, methods, headers), a tls-passthrough listener's ClientHello sniffing,
-//! the DNS server over UDP and TCP (a `trafik serve` child process), and the load client's
-//! response parser (`trafik load`'s HTTP/1.1 client against a real socket server answering
-//! mutated responses). Every case gets an answer or a close within a bound (no hang); the
+//! the DNS server over UDP and TCP (queries, and AXFR/IXFR with and without TSIG; a `trafik
+//! serve` child process), and the load client's response parser (`trafik load`'s HTTP/1.1
+//! client against a real socket server answering mutated responses). Every case gets an answer or a close within a bound (no hang); the
 //! server still serves afterwards (no panic took it down) and its peak memory stays bounded.
 //!
 //! A short pass runs with the tests; `fuzz/run.sh` runs the `long_*` ones with
@@ -170,6 +170,23 @@ value = "127.0.0.53"
 name = "agirlik"
 policy = "weighted"
 weights = {{ b34 = 2, b35 = 1 }}
+
+[dns.zone.transfer]
+allow = ["127.0.0.1/32"]
+tsig = {{ name = "aktarim", algorithm = "hmac-sha256", secret = "q1kNnYVsZQoeZ3pGJ7qR0lzCq4JXb0XkD9cj1nC7h8Y=" }}
+
+# Transferred without a key: mutated transfer requests reach the sending path.
+[[dns.zone]]
+origin = "acik.test."
+name_servers = ["ns1.kargo.test."]
+
+[[dns.zone.record]]
+name = "kayit"
+type = "TXT"
+value = "bir"
+
+[dns.zone.transfer]
+allow = ["127.0.0.1/32"]
 "#,
             upstream = upstream.address
         );
@@ -250,6 +267,45 @@ fn dns_query(id: u16, name: &str) -> Vec<u8> {
         packet.extend_from_slice(label.as_bytes());
     }
     packet.extend_from_slice(&[0, 0, 1, 0, 1]);
+    packet
+}
+
+/// A zone transfer request: `kind` 252 (AXFR) or 251 (IXFR, with the client's SOA at serial 1
+/// in the authority section), and a TSIG record by `key` with a MAC of zeros when given.
+fn transfer_query(id: u16, zone: &str, kind: u16, key: Option<&str>) -> Vec<u8> {
+    let name = |packet: &mut Vec<u8>, name: &str| {
+        for label in name.split('.').filter(|l| !l.is_empty()) {
+            packet.push(label.len() as u8);
+            packet.extend_from_slice(label.as_bytes());
+        }
+        packet.push(0);
+    };
+    let mut packet = id.to_be_bytes().to_vec();
+    let authority = u8::from(kind == 251);
+    let additional = u8::from(key.is_some());
+    packet.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, authority, 0, additional]);
+    name(&mut packet, zone);
+    packet.extend_from_slice(&kind.to_be_bytes());
+    packet.extend_from_slice(&[0, 1]);
+    if kind == 251 {
+        // The client's SOA: a pointer to the question's name, serial 1.
+        packet.extend_from_slice(&[0xc0, 0x0c, 0, 6, 0, 1, 0, 0, 0, 0]);
+        let rdata = [&[0u8, 0][..], &1u32.to_be_bytes(), &[0; 16]].concat();
+        packet.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        packet.extend_from_slice(&rdata);
+    }
+    if let Some(key) = key {
+        name(&mut packet, key);
+        packet.extend_from_slice(&[0, 250, 0, 255, 0, 0, 0, 0]);
+        let mut rdata = Vec::new();
+        name(&mut rdata, "hmac-sha256");
+        rdata.extend_from_slice(&[0, 0, 0x6a, 0x0f, 0x44, 0x00, 1, 44, 0, 32]);
+        rdata.extend_from_slice(&[0x5a; 32]);
+        rdata.extend_from_slice(&id.to_be_bytes());
+        rdata.extend_from_slice(&[0, 0, 0, 0]);
+        packet.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        packet.extend_from_slice(&rdata);
+    }
     packet
 }
 
@@ -365,14 +421,22 @@ fn dns_cases(instance: &Instance, cases: u64, random: &SharedRng) {
         dns_query(4, "x.musteri.kargo.test"),
         dns_query(5, "www.bolge.kargo.test"),
         dns_query(6, "agirlik.kargo.test"),
+        transfer_query(7, "kargo.test", 252, None),
+        transfer_query(8, "kargo.test", 252, Some("aktarim")),
+        transfer_query(9, "kargo.test", 251, Some("aktarim")),
+        transfer_query(10, "kargo.test", 252, Some("baska")),
+        transfer_query(11, "acik.test", 252, None),
+        transfer_query(12, "acik.test", 251, None),
     ];
-    let pieces: [&[u8]; 6] = [
+    let pieces: [&[u8]; 8] = [
         &[0xc0, 0x0c],
         &[0],
         &[63],
         &[0xff, 0xff],
         &[0, 41],
         &[0, 252],
+        &[0, 251],
+        &[0, 250],
     ];
     for n in 0..cases {
         let packet = mutate(&seeds[random.below(seeds.len())], &pieces, random);

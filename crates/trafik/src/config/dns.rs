@@ -11,6 +11,7 @@ use trafik_dns::master::ZoneFile;
 use trafik_dns::policy::{AllDown, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights};
 use trafik_dns::policy::{GeoGroups, Places};
 use trafik_dns::rate::RateLimitPlan;
+use trafik_dns::transfer::{TransferPlan, TsigKey};
 use trafik_dns::zone::{
     DnsPlan, NamePlan, RecordData, RecordPlan, RegionPlan, SoaPlan, ZonePlan, parse_name,
 };
@@ -20,7 +21,8 @@ use trafik_proxy::dns::{DnsServicePlan, RegionHealth};
 use super::health;
 use super::report::Report;
 use super::schema::{
-    Dns, DnsGeoip, DnsGroup, DnsName, DnsRateLimit, DnsRecord, DnsRegion, DnsZone, Health,
+    Dns, DnsGeoip, DnsGroup, DnsName, DnsRateLimit, DnsRecord, DnsRegion, DnsTransfer, DnsTsig,
+    DnsZone, Health,
 };
 use crate::suggest::did_you_mean;
 
@@ -117,6 +119,142 @@ fn check_rate_limit(report: &mut Report, limit: Spanned<DnsRateLimit>) -> RateLi
         responses_per_second: *rate.get_ref(),
         slip: limit.slip,
     }
+}
+
+/// `[dns.zone.transfer]`: prefixes, secondaries' addresses and the TSIG key, each bad one
+/// reported where it is written.
+fn check_transfer(
+    report: &mut Report,
+    field: &str,
+    transfer: Spanned<DnsTransfer>,
+) -> TransferPlan {
+    let span = transfer.span();
+    let transfer = transfer.into_inner();
+    if transfer.allow.is_empty() {
+        report.error(
+            span,
+            &format!("{field}.allow"),
+            "missing `allow`: add allow = [\"192.0.2.53/32\"], the addresses that may transfer the zone",
+        );
+    }
+    let allow = transfer
+        .allow
+        .iter()
+        .filter_map(|prefix| {
+            let parsed = Prefix::parse(prefix.get_ref());
+            if parsed.is_none() {
+                report.error(
+                    prefix.span(),
+                    &format!("{field}.allow"),
+                    format!(
+                        "expected an address prefix such as \"127.0.0.1/32\" or \"2001:db8::/48\", found {:?}",
+                        prefix.get_ref()
+                    ),
+                );
+            }
+            parsed
+        })
+        .collect();
+    let notify = transfer
+        .notify
+        .iter()
+        .filter_map(|target| {
+            target
+                .get_ref()
+                .parse()
+                .map_err(|_| {
+                    report.error(
+                        target.span(),
+                        &format!("{field}.notify"),
+                        format!(
+                            "expected a secondary's address and port such as \"127.0.0.1:5301\", found {:?}",
+                            target.get_ref()
+                        ),
+                    )
+                })
+                .ok()
+        })
+        .collect();
+    let tsig = transfer
+        .tsig
+        .and_then(|tsig| check_tsig(report, &format!("{field}.tsig"), tsig));
+    TransferPlan {
+        allow,
+        notify,
+        tsig,
+    }
+}
+
+/// Keys shorter than this are refused: RFC 8945 §6 asks for at least the MAC's length (32
+/// bytes for HMAC-SHA256); half of it is the floor.
+const MIN_TSIG_SECRET: usize = 16;
+
+fn check_tsig(report: &mut Report, field: &str, tsig: Spanned<DnsTsig>) -> Option<TsigKey> {
+    use base64::Engine as _;
+    let span = tsig.span();
+    let tsig = tsig.into_inner();
+    let errors_before = report.error_count();
+    if !tsig.algorithm.get_ref().eq_ignore_ascii_case("hmac-sha256") {
+        report.error(
+            tsig.algorithm.span(),
+            &format!("{field}.algorithm"),
+            format!(
+                "expected \"hmac-sha256\", found {:?}",
+                tsig.algorithm.get_ref()
+            ),
+        );
+    }
+    let name = report.required(
+        tsig.name,
+        span.clone(),
+        &format!("{field}.name"),
+        "name = \"aktarim\", the key's name as the secondaries know it",
+    );
+    let secret = report.required(
+        tsig.secret,
+        span,
+        &format!("{field}.secret"),
+        "secret = \"BASE64\", the key (`tsig-keygen -a hmac-sha256 NAME` makes one)",
+    );
+    let name = name?;
+    if name.get_ref().is_empty() || DomainName::from_ascii(name.get_ref()).is_err() {
+        report.error(
+            name.span(),
+            &format!("{field}.name"),
+            format!(
+                "expected a key name such as \"aktarim\", found {:?}",
+                name.get_ref()
+            ),
+        );
+    }
+    let secret = secret?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(secret.get_ref().trim())
+        .map_err(|error| error.to_string())
+        .and_then(|decoded| {
+            if decoded.len() < MIN_TSIG_SECRET {
+                Err(format!(
+                    "{} bytes is too short; make one with `tsig-keygen -a hmac-sha256 {}` or `openssl rand -base64 32`",
+                    decoded.len(),
+                    name.get_ref()
+                ))
+            } else {
+                Ok(decoded)
+            }
+        });
+    let decoded = decoded
+        .map_err(|error| {
+            report.error(
+                secret.span(),
+                &format!("{field}.secret"),
+                format!("expected a base64 secret of at least {MIN_TSIG_SECRET} bytes: {error}"),
+            )
+        })
+        .ok()?;
+    (report.error_count() == errors_before).then(|| TsigKey {
+        name: name.into_inner(),
+        secret: decoded,
+    })
 }
 
 /// The region and group names, by position, for references and duplicates.
@@ -469,6 +607,9 @@ fn check_zone(
             check_name(report, &field, name, &apex, zone.ttl, known, &written)
         })
         .collect();
+    let transfer = zone
+        .transfer
+        .map(|transfer| check_transfer(report, &format!("{field}.transfer"), transfer));
     let soa = match imported.soa {
         Some(soa) => soa,
         None => SoaPlan {
@@ -488,6 +629,7 @@ fn check_zone(
         name_servers,
         records,
         names,
+        transfer,
     };
     // What only the whole zone shows (a CNAME beside a file's record, a policy name below a
     // delegation), once each part read clean.

@@ -775,6 +775,36 @@ pub struct DnsZone {
     pub records: Vec<Spanned<DnsRecord>>,
     #[serde(rename = "name")]
     pub names: Vec<Spanned<DnsName>>,
+    pub transfer: Option<Spanned<DnsTransfer>>,
+}
+
+/// `[dns.zone.transfer]`: who may take the zone by AXFR/IXFR, who is told of new serials, and
+/// the key transfers must be signed with.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsTransfer {
+    pub allow: Vec<Spanned<String>>,
+    pub notify: Vec<Spanned<String>>,
+    pub tsig: Option<Spanned<DnsTsig>>,
+}
+
+/// `tsig = { name = "…", algorithm = "hmac-sha256", secret = "BASE64" }`.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsTsig {
+    pub name: Option<Spanned<String>>,
+    pub algorithm: Spanned<String>,
+    pub secret: Option<Spanned<String>>,
+}
+
+impl Default for DnsTsig {
+    fn default() -> Self {
+        DnsTsig {
+            name: None,
+            algorithm: unplaced("hmac-sha256".to_owned()),
+            secret: None,
+        }
+    }
 }
 
 impl Default for DnsZone {
@@ -787,6 +817,7 @@ impl Default for DnsZone {
             soa: DnsSoa::default(),
             records: Vec::new(),
             names: Vec::new(),
+            transfer: None,
         }
     }
 }
