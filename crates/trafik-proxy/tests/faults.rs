@@ -271,12 +271,9 @@ async fn a_get_whose_answer_is_cut_before_its_body_goes_to_another_backend() {
 /// Connecting failed, so nothing was sent: a POST goes to the next backend like a GET.
 #[tokio::test]
 async fn a_post_whose_connect_failed_goes_to_another_backend() {
-    let closed = {
-        let listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT).unwrap();
-        listener.local_addr().unwrap()
-    };
+    let closed = refusing_port();
     let (healthy, answered) = recording_backend(Behaviour::Answer).await;
-    let running = trafik_proxy::start(plan(&[closed, healthy])).unwrap();
+    let running = trafik_proxy::start(plan(&[closed.address, healthy])).unwrap();
     for _ in 0..4 {
         let answer = raw_exchange(
             web(&running),
@@ -386,13 +383,9 @@ async fn answers_with_a_retried_status_go_to_another_backend() {
 /// retries add at most a fifth of the requests.
 #[tokio::test]
 async fn the_retry_budget_holds_while_every_backend_fails() {
-    let closed: Vec<SocketAddr> = (0..3)
-        .map(|_| {
-            let listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT).unwrap();
-            listener.local_addr().unwrap()
-        })
-        .collect();
-    let mut plan = plan(&closed);
+    let closed: Vec<RefusingPort> = (0..3).map(|_| refusing_port()).collect();
+    let addresses: Vec<SocketAddr> = closed.iter().map(|port| port.address).collect();
+    let mut plan = plan(&addresses);
     plan.pools[0].retries = 2;
     plan.pools[0].retry.budget_floor = 0;
     let running = trafik_proxy::start(plan).unwrap();

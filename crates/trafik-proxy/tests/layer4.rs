@@ -257,17 +257,11 @@ async fn a_client_that_stops_sending_still_gets_the_answer() {
     stop(running).await;
 }
 
-/// A port where nothing listens (bound, then closed).
-async fn closed_port() -> SocketAddr {
-    let listener = TcpListener::bind(LOOPBACK_ANY_PORT).await.unwrap();
-    listener.local_addr().unwrap()
-}
-
 #[tokio::test]
 async fn a_failed_connect_is_retried_on_another_backend() {
     let replicas = replicas(1).await;
-    let dead = closed_port().await;
-    let running = trafik_proxy::start(tcp_plan(&[dead, replicas[0].address()])).unwrap();
+    let dead = refusing_port();
+    let running = trafik_proxy::start(tcp_plan(&[dead.address, replicas[0].address()])).unwrap();
     for _ in 0..4 {
         let answer = get(web(&running), "/takip/TR-1").await;
         assert_eq!(answer.header("x-kopya"), Some("k1"));
@@ -290,8 +284,8 @@ async fn a_failed_connect_is_retried_on_another_backend() {
 
 #[tokio::test]
 async fn with_no_backend_reachable_the_client_connection_is_closed() {
-    let dead = closed_port().await;
-    let mut plan = tcp_plan(&[dead]);
+    let dead = refusing_port();
+    let mut plan = tcp_plan(&[dead.address]);
     plan.pools[0].retries = 0;
     let running = trafik_proxy::start(plan).unwrap();
     let mut client = TcpStream::connect(web(&running)).await.unwrap();
@@ -474,8 +468,8 @@ async fn the_proxy_protocol_tells_the_backend_who_the_client_is() {
 #[tokio::test]
 async fn passive_health_ejects_a_backend_that_refuses_connections() {
     let replicas = replicas(1).await;
-    let dead = closed_port().await;
-    let mut plan = tcp_plan(&[dead, replicas[0].address()]);
+    let dead = refusing_port();
+    let mut plan = tcp_plan(&[dead.address, replicas[0].address()]);
     plan.pools[0].outlier = Some(trafik_balance::OutlierRules::default());
     let running = trafik_proxy::start(plan).unwrap();
     let (by_replica, failures) = tally(web(&running), 12).await;
@@ -547,10 +541,8 @@ async fn the_circuit_breaker_limits_connections_to_a_backend() {
 #[tokio::test]
 async fn retries_of_failed_connects_stay_within_the_budget() {
     let replicas = replicas(1).await;
-    let mut backends = Vec::new();
-    for _ in 0..3 {
-        backends.push(closed_port().await);
-    }
+    let refusing: Vec<RefusingPort> = (0..3).map(|_| refusing_port()).collect();
+    let mut backends: Vec<_> = refusing.iter().map(|port| port.address).collect();
     backends.push(replicas[0].address());
     let mut plan = tcp_plan(&backends);
     plan.pools[0].retries = 3;

@@ -1,7 +1,6 @@
 //! Passive health through real sockets: a backend whose requests fail is ejected for a while,
 //! by the rule it broke, within the pool's cap, and comes back when its time is up.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use trafik_balance::OutlierRules;
@@ -12,20 +11,14 @@ fn backend(status: &serde_json::Value, index: usize) -> &serde_json::Value {
     &status["pools"][0]["backends"][index]
 }
 
-/// A port nothing listens on.
-fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT).unwrap();
-    listener.local_addr().unwrap()
-}
-
 /// A pool of a backend that refuses connections, then `replicas`, with passive health ejecting
 /// for `base_ejection` at first.
 fn dead_first(
     replicas: &[trafik_upstream::RunningReplica],
     base_ejection: Duration,
-) -> (trafik_proxy::Plan, SocketAddr) {
-    let dead = closed_port();
-    let mut backends = vec![dead];
+) -> (trafik_proxy::Plan, RefusingPort) {
+    let dead = refusing_port();
+    let mut backends = vec![dead.address];
     backends.extend(replicas.iter().map(|r| r.address()));
     let mut plan = plan(&backends);
     plan.pools[0].outlier = Some(OutlierRules {
@@ -38,7 +31,7 @@ fn dead_first(
 #[tokio::test]
 async fn a_backend_that_refuses_connections_is_ejected_and_comes_back() {
     let replicas = replicas(2).await;
-    let (plan, _) = dead_first(&replicas, Duration::from_millis(500));
+    let (plan, _dead) = dead_first(&replicas, Duration::from_millis(500));
     let running = trafik_proxy::start(plan).unwrap();
     // Three connect failures in a row eject it; every request is retried elsewhere meanwhile.
     let (_, failed) = tally(web(&running), 12).await;
@@ -79,9 +72,9 @@ async fn a_backend_answering_500_is_ejected_for_its_errors() {
 
 #[tokio::test]
 async fn the_pool_never_ejects_more_than_its_share() {
-    let (first, second) = (closed_port(), closed_port());
+    let (first, second) = (refusing_port(), refusing_port());
     let healthy = replicas(1).await;
-    let mut plan = plan(&[first, second, healthy[0].address()]);
+    let mut plan = plan(&[first.address, second.address, healthy[0].address()]);
     plan.pools[0].retries = 2;
     plan.pools[0].outlier = Some(OutlierRules::default());
     let running = trafik_proxy::start(plan).unwrap();
@@ -95,9 +88,9 @@ async fn the_pool_never_ejects_more_than_its_share() {
 
 #[tokio::test]
 async fn without_passive_health_nothing_is_ejected() {
-    let dead = closed_port();
+    let dead = refusing_port();
     let replicas = replicas(1).await;
-    let running = trafik_proxy::start(plan(&[dead, replicas[0].address()])).unwrap();
+    let running = trafik_proxy::start(plan(&[dead.address, replicas[0].address()])).unwrap();
     tally(web(&running), 10).await;
     let status = status(&running).await;
     assert!(backend(&status, 0).get("ejected").is_none(), "{status}");
@@ -114,7 +107,10 @@ async fn a_returning_backend_ramps_up_over_the_slow_start() {
     let running = trafik_proxy::start(plan).unwrap();
     tally(web(&running), 12).await;
     assert_eq!(backend(&status(&running).await, 0)["ejected"], true);
-    let _revived = replica("k9", dead, Duration::ZERO).await;
+    // The port is given up for the replica that comes back on it.
+    let address = dead.address;
+    drop(dead);
+    let _revived = replica("k9", address, Duration::ZERO).await;
     wait_for_status(&running, |s| backend(s, 0)["ejected"] == false).await;
     let (by_replica, failed) = tally(web(&running), 90).await;
     assert!(failed.is_empty(), "{failed:?}");

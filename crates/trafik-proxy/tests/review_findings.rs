@@ -109,11 +109,8 @@ async fn key_stickiness_counts_sessions_not_requests() {
 #[tokio::test]
 async fn a_cookie_binding_is_counted_only_when_the_cookie_is_sent() {
     // Nothing listens on the backend: every request fails, so no client is ever bound.
-    let closed = {
-        let listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT).unwrap();
-        listener.local_addr().unwrap()
-    };
-    let mut plan = plan(&[closed]);
+    let closed = refusing_port();
+    let mut plan = plan(&[closed.address]);
     plan.pools[0].sticky = Some(StickyPlan::Cookie {
         name: "trafik".into(),
         secret: b"secret".to_vec(),

@@ -26,7 +26,8 @@ impl Redis {
             .spawn()
             .expect("redis-server (Debian's redis-server package)");
         let redis = Redis(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // Long: a loaded machine (a CI run beside builds) may take seconds to start a server.
+        let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "redis-server did not listen");
             std::thread::sleep(Duration::from_millis(20));
@@ -42,6 +43,9 @@ impl Drop for Redis {
     }
 }
 
+/// etcd exited before it answered (a port taken meanwhile, most likely).
+struct EtcdExited;
+
 /// A real etcd on free ports with its own data directory; killed by its pid when dropped.
 pub struct Etcd {
     child: Option<Child>,
@@ -51,6 +55,8 @@ pub struct Etcd {
 }
 
 impl Etcd {
+    /// Starts etcd on free ports. Ports are chosen free, then bound by etcd: should another
+    /// process take one in between, etcd exits at once and is started again on new ones.
     pub fn start(data: &Path) -> Etcd {
         let mut etcd = Etcd {
             child: None,
@@ -58,19 +64,36 @@ impl Etcd {
             peer: crate::free_port(),
             data: data.to_owned(),
         };
-        etcd.run();
-        etcd
+        for _ in 0..3 {
+            match etcd.try_run() {
+                Ok(()) => return etcd,
+                Err(EtcdExited) => {
+                    (etcd.client, etcd.peer) = (crate::free_port(), crate::free_port());
+                }
+            }
+        }
+        panic!("etcd exited at start three times: {}", etcd.log());
     }
 
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.client)
     }
 
-    /// Starts (or starts again, on the same ports and data) and waits until it answers.
+    /// Starts again, on the same ports and data, and waits until it answers.
     pub fn run(&mut self) {
+        if self.try_run().is_err() {
+            panic!("etcd exited at start: {}", self.log());
+        }
+    }
+
+    /// Starts etcd and waits until it answers its health check, or until it exits. The wait
+    /// is long: a loaded machine (a CI run beside builds) can take many seconds to start it.
+    fn try_run(&mut self) -> Result<(), EtcdExited> {
         let client = self.url();
         let peer = format!("http://127.0.0.1:{}", self.peer);
-        let child = Command::new("etcd")
+        std::fs::create_dir_all(&self.data).expect("etcd's data directory");
+        let log = std::fs::File::create(self.data.with_extension("log")).expect("etcd's log");
+        let mut child = Command::new("etcd")
             .args(["--name", "filo", "--data-dir"])
             .arg(&self.data)
             .args([
@@ -87,12 +110,14 @@ impl Etcd {
             ])
             .args(["--initial-cluster", &format!("filo={peer}")])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("etcd is installed (Debian: etcd-server)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                return Err(EtcdExited);
+            }
             if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.client)) {
                 let _ = write!(
                     stream,
@@ -101,12 +126,24 @@ impl Etcd {
                 let mut answer = String::new();
                 let _ = stream.read_to_string(&mut answer);
                 if answer.contains("\"health\":\"true\"") {
-                    return;
+                    self.child = Some(child);
+                    return Ok(());
                 }
             }
-            assert!(Instant::now() < deadline, "etcd did not come up");
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("etcd did not answer within 90 s: {}", self.log());
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The end of what etcd wrote, for a failure's message.
+    fn log(&self) -> String {
+        let text = std::fs::read_to_string(self.data.with_extension("log")).unwrap_or_default();
+        let start = text.len().saturating_sub(2000);
+        text.get(start..).unwrap_or(&text).to_owned()
     }
 
     pub fn kill(&mut self) {
@@ -194,7 +231,7 @@ zone "{zone}" {{
             .spawn()
             .expect("named is installed (Debian: bind9)");
         let named = Named { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
                 Instant::now() < deadline,

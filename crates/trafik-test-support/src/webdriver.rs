@@ -43,7 +43,7 @@ impl Driver {
             child,
             address: format!("127.0.0.1:{port}"),
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok((_, status)) = driver.call("GET", "/status", None)
                 && status["value"]["ready"] == true

@@ -53,6 +53,32 @@ pub async fn replica(name: &str, address: SocketAddr, delay: Duration) -> Runnin
     .expect("replica binds")
 }
 
+/// A backend that is down: an address on 127.0.0.1 whose socket is bound but never listens,
+/// so every connect gets a reset, and whose port stays reserved while this lives (a port bound
+/// and closed again may be taken by another test's server meanwhile).
+pub struct RefusingPort {
+    pub address: SocketAddr,
+    _reserved: socket2::Socket,
+}
+
+/// A [`RefusingPort`] on a free port.
+pub fn refusing_port() -> RefusingPort {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("a free port on 127.0.0.1");
+    let address = socket
+        .local_addr()
+        .ok()
+        .and_then(|address| address.as_socket())
+        .expect("a bound address");
+    RefusingPort {
+        address,
+        _reserved: socket,
+    }
+}
+
 /// A backend on a free loopback port that serves every connection with hyper's HTTP/1 server
 /// and `service`, until the test's runtime ends.
 pub async fn hyper_backend<F, Fut, E>(service: F) -> SocketAddr
