@@ -10,7 +10,9 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::journey::StepsMeasured;
-use crate::record::{Errors, Interval, Percentiles, Recorder, add_reason, count_above, histogram};
+use crate::record::{
+    Errors, Interval, Percentiles, Recorder, Tenth, add_reason, count_above, histogram,
+};
 use crate::runner::RunResult;
 
 /// A histogram's non-empty buckets as (highest value in the bucket, count). Recorded again
@@ -62,6 +64,15 @@ pub struct Second {
     pub latency: Buckets,
 }
 
+/// 100 ms of an agent's run, its latencies as buckets so the coordinator's merge is exact.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenthMeasured {
+    pub t_ms: u32,
+    pub completed: u64,
+    pub errors: u64,
+    pub latency: Buckets,
+}
+
 /// Everything an agent measured that the coordinator's report needs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
@@ -78,6 +89,9 @@ pub struct Measured {
     pub service: Buckets,
     /// Needs a run that kept each second's histogram (`keep_seconds`).
     pub seconds: Vec<Second>,
+    /// The run's 100 ms buckets (the JSON's `buckets_100ms`).
+    #[serde(default)]
+    pub tenths: Vec<TenthMeasured>,
     pub tls_failures: BTreeMap<String, u64>,
     /// A scenario's steps and flows; none for a run of plain requests.
     #[serde(default)]
@@ -109,6 +123,17 @@ impl Measured {
                     latency: kept.as_ref().map(Buckets::of).unwrap_or_default(),
                 })
                 .collect(),
+            tenths: recorder
+                .tenths
+                .iter()
+                .zip(&recorder.tenth_latency)
+                .map(|(tenth, latency)| TenthMeasured {
+                    t_ms: tenth.t_ms,
+                    completed: tenth.completed,
+                    errors: tenth.errors,
+                    latency: latency.clone(),
+                })
+                .collect(),
             tls_failures: run.tls_failures.clone(),
             scenario: None,
         }
@@ -123,6 +148,7 @@ pub fn merge(
 ) -> Result<RunResult, String> {
     let mut recorder = Recorder::new(threshold_us, keep_seconds);
     let mut seconds: BTreeMap<u32, (Histogram<u64>, u64, u64)> = BTreeMap::new();
+    let mut tenths: BTreeMap<u32, (Histogram<u64>, u64, u64)> = BTreeMap::new();
     let mut run = RunResult {
         recorder: Recorder::new(threshold_us, keep_seconds),
         planned: 0,
@@ -167,6 +193,25 @@ pub fn merge(
             *completed += second.completed;
             *errors += second.errors;
         }
+        for tenth in &part.tenths {
+            let (latency, completed, errors) = tenths
+                .entry(tenth.t_ms)
+                .or_insert_with(|| (histogram(), 0, 0));
+            tenth.latency.add_to(latency)?;
+            *completed += tenth.completed;
+            *errors += tenth.errors;
+        }
+    }
+    for (t_ms, (latency, completed, errors)) in tenths {
+        let percentiles = Percentiles::of(&latency);
+        recorder.tenths.push(Tenth {
+            t_ms,
+            completed,
+            errors,
+            p50: percentiles.p50,
+            p99: percentiles.p99,
+        });
+        recorder.tenth_latency.push(Buckets::of(&latency));
     }
     for (second, (latency, completed, errors)) in seconds {
         let interval = Interval {
@@ -207,6 +252,7 @@ mod tests {
             });
         }
         recorder.close_before(u32::MAX);
+        recorder.close_tenths_before(u32::MAX);
         RunResult {
             recorder,
             planned: latencies_us.len() as u64,
@@ -272,5 +318,8 @@ mod tests {
                 .collect()
         };
         assert_eq!(intervals(&merged), intervals(&together));
+        // The 100 ms buckets too: counts summed, percentiles of the merged latencies.
+        assert_eq!(merged.recorder.tenths.len(), 3, "ends up to 251 ms");
+        assert_eq!(merged.recorder.tenths, together.recorder.tenths);
     }
 }

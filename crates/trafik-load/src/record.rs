@@ -324,6 +324,9 @@ pub struct Recorder {
     recent: BTreeMap<u32, Bucket>,
     /// 100 ms buckets folded into summaries, in order.
     pub tenths: Vec<Tenth>,
+    /// Each of `tenths`' latencies as sparse buckets, so an agent's 100 ms buckets merge
+    /// exactly at the coordinator (percentiles alone do not merge).
+    pub tenth_latency: Vec<crate::merge::Buckets>,
 }
 
 impl Recorder {
@@ -340,6 +343,7 @@ impl Recorder {
             keep_seconds,
             recent: BTreeMap::new(),
             tenths: Vec::new(),
+            tenth_latency: Vec::new(),
         }
     }
 
@@ -392,6 +396,8 @@ impl Recorder {
                 p50: latency.p50,
                 p99: latency.p99,
             });
+            self.tenth_latency
+                .push(crate::merge::Buckets::of(&bucket.latency));
         }
     }
 

@@ -108,6 +108,30 @@ fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
         parts.iter().map(|p| p.completed).sum::<u64>(),
         report["completed"].as_u64().unwrap()
     );
+
+    // The 100 ms buckets merge too: each one's counts are the agents' at that time summed, and
+    // they add up to the run's.
+    let mut agents_tenths = std::collections::BTreeMap::<u64, (u64, u64)>::new();
+    for tenth in parts.iter().flat_map(|p| &p.tenths) {
+        let counts = agents_tenths.entry(u64::from(tenth.t_ms)).or_default();
+        counts.0 += tenth.completed;
+        counts.1 += tenth.errors;
+    }
+    let merged_tenths: std::collections::BTreeMap<u64, (u64, u64)> = report["buckets_100ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let count = |key: &str| b[key].as_u64().unwrap();
+            (count("t_ms"), (count("completed"), count("errors")))
+        })
+        .collect();
+    assert!(!merged_tenths.is_empty());
+    assert_eq!(merged_tenths, agents_tenths);
+    assert_eq!(
+        merged_tenths.values().map(|c| c.0).sum::<u64>(),
+        report["completed"].as_u64().unwrap()
+    );
     drop(etcd);
     let _ = std::fs::remove_dir_all(&dir);
 }
