@@ -68,6 +68,8 @@ fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
         PREFIX,
         "--agents",
         "2",
+        "--metrics-url",
+        &upstream.url("/sayac"),
         "--json",
     ]);
     let report = json(&output);
@@ -80,6 +82,11 @@ fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
     assert_eq!(agents.len(), 2);
     let sum = |key: &str| agents.iter().map(|a| a[key].as_u64().unwrap()).sum::<u64>();
     assert_eq!(report["planned"], 200);
+    // The coordinator scraped the server before the jobs went out and after both agents
+    // reported: the difference is the whole fleet's requests.
+    let counters = &report["server_counters"];
+    assert_eq!(counters["before"]["istek"], 0);
+    assert_eq!(counters["difference"]["istek"], report["sent"]);
     assert_eq!(sum("planned"), 200);
     assert_eq!(agents[0]["planned"], 100, "each agent plans half");
     assert_eq!(report["sent"].as_u64().unwrap(), sum("sent"));
