@@ -13,7 +13,7 @@ use crate::journey::StepsMeasured;
 use crate::record::{
     Errors, Interval, Percentiles, Recorder, Tenth, add_reason, count_above, histogram,
 };
-use crate::runner::RunResult;
+use crate::runner::{Progress, RunResult};
 
 /// A histogram's non-empty buckets as (highest value in the bucket, count). Recorded again
 /// into a histogram of the same precision, each lands in the bucket it came from: the
@@ -231,6 +231,42 @@ pub fn merge(
     Ok(run)
 }
 
+/// The agents' latest progress as one live view: counts and rates summed, the last second's
+/// percentiles those of every agent's latencies together.
+pub fn merge_progress(parts: &[Progress]) -> Result<Progress, String> {
+    let mut latency = histogram();
+    let mut merged = Progress {
+        elapsed: Duration::ZERO,
+        sent: 0,
+        completed: 0,
+        errors: Errors::default(),
+        connections: 0,
+        rate: 0.0,
+        target_rate: None,
+        in_flight: 0,
+        last_second: (0, Percentiles::default()),
+        last_second_latency: Buckets::default(),
+    };
+    for part in parts {
+        merged.elapsed = merged.elapsed.max(part.elapsed);
+        merged.sent += part.sent;
+        merged.completed += part.completed;
+        merged.errors.add(&part.errors);
+        merged.connections += part.connections;
+        merged.rate += part.rate;
+        merged.target_rate = match (merged.target_rate, part.target_rate) {
+            (Some(total), Some(rate)) => Some(total + rate),
+            (total, rate) => total.or(rate),
+        };
+        merged.in_flight += part.in_flight;
+        merged.last_second.0 += part.last_second.0;
+        part.last_second_latency.add_to(&mut latency)?;
+    }
+    merged.last_second.1 = Percentiles::of(&latency);
+    merged.last_second_latency = Buckets::of(&latency);
+    Ok(merged)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +357,46 @@ mod tests {
         // The 100 ms buckets too: counts summed, percentiles of the merged latencies.
         assert_eq!(merged.recorder.tenths.len(), 3, "ends up to 251 ms");
         assert_eq!(merged.recorder.tenths, together.recorder.tenths);
+    }
+
+    #[test]
+    fn merged_progress_sums_counts_and_merges_the_last_seconds_latencies() {
+        let progress = |latencies_us: &[u64], target: f64| {
+            let mut latency = histogram();
+            for &us in latencies_us {
+                latency.record(us).unwrap();
+            }
+            Progress {
+                elapsed: Duration::from_millis(1200 + latencies_us.len() as u64),
+                sent: 10 * latencies_us.len() as u64,
+                completed: 9 * latencies_us.len() as u64,
+                errors: Errors {
+                    timeout: 1,
+                    ..Default::default()
+                },
+                connections: 4,
+                rate: target - 1.0,
+                target_rate: Some(target),
+                in_flight: 3,
+                last_second: (latencies_us.len() as u64, Percentiles::of(&latency)),
+                last_second_latency: Buckets::of(&latency),
+            }
+        };
+        let fast: Vec<u64> = (1..=99).map(|i| i * 10).collect();
+        let slow: Vec<u64> = vec![900_000];
+        let merged = merge_progress(&[progress(&fast, 100.0), progress(&slow, 50.0)]).unwrap();
+        assert_eq!(merged.elapsed, Duration::from_millis(1299));
+        assert_eq!(merged.sent, 1000);
+        assert_eq!(merged.completed, 900);
+        assert_eq!(merged.errors.timeout, 2);
+        assert_eq!((merged.connections, merged.in_flight), (8, 6));
+        assert_eq!(merged.target_rate, Some(150.0));
+        assert_eq!(merged.rate, 148.0);
+        let mut all = histogram();
+        for &us in fast.iter().chain(&slow) {
+            all.record(us).unwrap();
+        }
+        assert_eq!(merged.last_second, (100, Percentiles::of(&all)));
+        assert!(merged.last_second.1.p99 < 1.0, "99 of 100 took under 1 ms");
     }
 }

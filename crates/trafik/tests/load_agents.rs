@@ -6,9 +6,10 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use trafik_load::Progress;
 use trafik_load::merge::Measured;
 use trafik_load::record::{Percentiles, histogram};
-use trafik_test_support::{Etcd, Trafik, Upstream, get_json, json, load};
+use trafik_test_support::{Etcd, Trafik, Upstream, get_json, json, load, trafik_binary};
 
 const PREFIX: &str = "/yuk/";
 
@@ -138,6 +139,61 @@ fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
     assert_eq!(
         merged_tenths.values().map(|c| c.0).sum::<u64>(),
         report["completed"].as_u64().unwrap()
+    );
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The coordinator on a terminal (util-linux's `script` gives it one) draws the live view from
+/// the progress both agents publish to etcd: their targets of 100/s each show as 200/s.
+#[test]
+fn the_coordinators_live_view_merges_the_progress_the_agents_publish() {
+    let dir = std::env::temp_dir().join(format!("trafik-load-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let etcd = Etcd::start(&dir.join("etcd"));
+    let url = etcd.url();
+    let upstream = Upstream::start(&[]);
+    let _a = agent(&url, "a1");
+    let _b = agent(&url, "a2");
+    let command = format!(
+        "{} load {} --rate 200 --duration 2s --etcd {url} --etcd-prefix {PREFIX} --agents 2",
+        trafik_binary().display(),
+        upstream.url("/takip/TR-{n}"),
+    );
+    let output = std::process::Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&output.stdout);
+    assert!(matches!(output.status.code(), Some(0 | 98)), "{screen}");
+    assert!(screen.contains("(target 200/s)"), "{screen}");
+    assert!(screen.contains("last second: "), "{screen}");
+
+    // What the agents published: each its own share, on its lease under progress/RUN/NAME.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let published: Vec<Progress> = runtime.block_on(async {
+        let etcd = trafik_etcd::Etcd::new(&url).unwrap();
+        etcd.list(&format!("{PREFIX}progress/"))
+            .await
+            .unwrap()
+            .iter()
+            .map(|kv| serde_json::from_slice(&kv.value).unwrap())
+            .collect()
+    });
+    assert_eq!(published.len(), 2);
+    let parts = results(&url);
+    assert!(
+        published
+            .iter()
+            .all(|p| p.sent > 0 && p.target_rate.is_some())
+    );
+    assert!(
+        published.iter().map(|p| p.sent).sum::<u64>() <= parts.iter().map(|p| p.sent).sum(),
+        "progress is published during the run, before the result"
     );
     drop(etcd);
     let _ = std::fs::remove_dir_all(&dir);

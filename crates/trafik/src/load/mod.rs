@@ -161,6 +161,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                             args.late_after,
                             &options.pacing,
                             args.timeout + Duration::from_secs(1),
+                            show,
                         )
                         .await?;
                         (merged.result, None, Some(merged.agents))
@@ -187,6 +188,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     args.late_after,
                     &Pacing::Open(plan),
                     journeys.longest_journey(args.timeout) + Duration::from_secs(1),
+                    show,
                 )
                 .await?;
                 let steps = merged.steps.unwrap_or_default().report(&journeys)?;
@@ -446,6 +448,7 @@ mod tests {
                     ..Default::default()
                 },
             ),
+            last_second_latency: Default::default(),
         };
         let view = live_view(&progress);
         assert_eq!(view.lines().count(), 3, "{view}");
