@@ -588,8 +588,8 @@ pub struct LoadArgs {
     /// User journeys instead of one URL: a TOML file of weighted flows of steps (captures,
     /// checks, think times, thresholds; examples/load/takip.toml). Flows start open loop at
     /// --rate per second; --max-connections caps the virtual users in flight; with --etcd, the
-    /// agents share the arrivals.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "url_file", "max", "http2", "method", "headers", "body"])]
+    /// agents share the arrivals; with --http2, each user's connections speak HTTP/2.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "url_file", "max", "streams", "method", "headers", "body"])]
     pub scenario: Option<PathBuf>,
     /// The course's tests with their defaults: load (3 s), soak (12 s, quarters), spike (9 s).
     #[arg(long, value_enum)]

@@ -71,6 +71,9 @@ pub enum Work {
         rows: Rows,
         max_users: usize,
         deal: Deal,
+        /// Steps over HTTP/2.
+        #[serde(default)]
+        http2: bool,
     },
 }
 
@@ -216,6 +219,7 @@ async fn work(
             rows,
             max_users,
             deal,
+            http2,
         } => {
             let Pacing::Open(plan) = order.pacing else {
                 return Err("a scenario runs open loop: its order has no rate plan".into());
@@ -225,7 +229,7 @@ async fn work(
             let https = scenario.flows.iter().flat_map(|f| &f.steps).any(|s| s.tls);
             let options = ScenarioOptions {
                 tls: if https {
-                    Some(trafik_load::tls::client_config(&order.tls, false)?)
+                    Some(trafik_load::tls::client_config(&order.tls, http2)?)
                 } else {
                     None
                 },
@@ -236,6 +240,7 @@ async fn work(
                 threshold_us: u64::MAX,
                 keep_seconds: true,
                 deal,
+                http2,
             };
             start().await;
             let (result, steps) = trafik_load::journey::run(scenario, options, publish).await;

@@ -178,6 +178,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     rows: journeys.rows.clone(),
                     max_users: args.max_connections.max(1),
                     deal: Deal::ALL,
+                    http2: args.http2,
                 };
                 let url = args.etcd.as_deref().unwrap_or_default();
                 let merged = agents::coordinate(
@@ -198,7 +199,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                 let https = journeys.flows.iter().flat_map(|f| &f.steps).any(|s| s.tls);
                 let options = ScenarioOptions {
                     tls: if https {
-                        Some(trafik_load::tls::client_config(&tls, false)?)
+                        Some(trafik_load::tls::client_config(&tls, args.http2)?)
                     } else {
                         None
                     },
@@ -209,6 +210,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     threshold_us,
                     keep_seconds,
                     deal: Deal::ALL,
+                    http2: args.http2,
                 };
                 let (result, steps) =
                     trafik_load::journey::run(journeys.clone(), options, show).await;
