@@ -6,6 +6,9 @@
 //! step's latency counts from when the step was due (the arrival, or the previous answer plus
 //! the think time), so a stall inside a journey is not hidden either.
 //!
+//! With `http2`, a user's connections speak HTTP/2 (`h2` by ALPN over TLS, prior knowledge
+//! over cleartext), one stream at a time as the user's steps are in order.
+//!
 //! A step that fails (no answer, or an answer its checks refuse) ends the user's journey: the
 //! steps after it would act on an answer they did not get.
 
@@ -19,8 +22,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
@@ -54,6 +58,8 @@ pub struct ScenarioOptions {
     /// The client configuration for `https://` steps.
     pub tls: Option<Arc<rustls::ClientConfig>>,
     pub deal: Deal,
+    /// Speak HTTP/2 on every connection (the TLS configuration then offers `h2` by ALPN).
+    pub http2: bool,
 }
 
 /// Which of the scenario's arrivals this run's are: its `n`th is `first + n × every`. Agent
@@ -453,10 +459,42 @@ async fn journey(
     finished.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A connection's sending half, in the protocol the run speaks.
+enum Sender {
+    Http1(http1::SendRequest<Full<Bytes>>),
+    Http2(http2::SendRequest<Full<Bytes>>),
+}
+
+impl Sender {
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::Http1(sender) => sender.is_closed(),
+            Sender::Http2(sender) => sender.is_closed(),
+        }
+    }
+
+    async fn ready(&mut self) -> hyper::Result<()> {
+        match self {
+            Sender::Http1(sender) => sender.ready().await,
+            Sender::Http2(sender) => sender.ready().await,
+        }
+    }
+
+    async fn send(
+        &mut self,
+        request: http::Request<Full<Bytes>>,
+    ) -> hyper::Result<http::Response<Incoming>> {
+        match self {
+            Sender::Http1(sender) => sender.send_request(request).await,
+            Sender::Http2(sender) => sender.send_request(request).await,
+        }
+    }
+}
+
 /// A virtual user's state between steps.
 struct User {
     /// One keep-alive connection per address.
-    connections: Vec<(SocketAddr, SendRequest<Full<Bytes>>)>,
+    connections: Vec<(SocketAddr, Sender)>,
     /// The cookie jar: (authority, name, value).
     cookies: Vec<(String, String, String)>,
     /// The flow's captured values, by index.
@@ -480,7 +518,7 @@ impl User {
     ) -> (Outcome, Option<String>) {
         // A rendered value that is not valid in a URI or a header is the scenario's fault, and
         // may show only with some rows: the step fails its check, saying why.
-        let request = match self.request(step, row) {
+        let request = match self.request(step, row, shared.options.http2) {
             Ok(request) => request,
             Err(error) => {
                 let reason = format!("the request is not valid HTTP: {error}");
@@ -498,18 +536,25 @@ impl User {
         }
     }
 
-    /// The step's request with this user's row, captures and cookies.
+    /// The step's request with this user's row, captures and cookies. HTTP/2 takes the
+    /// authority from the URI (`:authority`), HTTP/1.1 from the Host header.
     fn request(
         &self,
         step: &Step,
         row: &[String],
+        http2: bool,
     ) -> Result<http::Request<Full<Bytes>>, http::Error> {
         let mut path = String::new();
         step.path.render_in_url(row, &self.variables, &mut path);
-        let mut request = http::Request::builder()
-            .method(step.method.clone())
-            .uri(path)
-            .header(http::header::HOST, &step.authority);
+        let request = http::Request::builder().method(step.method.clone());
+        let mut request = if http2 {
+            let scheme = if step.tls { "https" } else { "http" };
+            request.uri(format!("{scheme}://{}{path}", step.authority))
+        } else {
+            request
+                .uri(path)
+                .header(http::header::HOST, &step.authority)
+        };
         let mut value = String::new();
         for (name, template) in &step.headers {
             value.clear();
@@ -540,7 +585,7 @@ impl User {
         shared: &Shared,
     ) -> Result<Answer, Outcome> {
         let sender = self.connection(step, shared).await?;
-        let response = sender.send_request(request).await.map_err(failure)?;
+        let response = sender.send(request).await.map_err(failure)?;
         let status = response.status().as_u16();
         let (parts, body) = response.into_parts();
         let body = body.collect().await.map_err(failure)?.to_bytes();
@@ -552,11 +597,7 @@ impl User {
     }
 
     /// The open connection to `address`, or a new one.
-    async fn connection(
-        &mut self,
-        step: &Step,
-        shared: &Shared,
-    ) -> Result<&mut SendRequest<Full<Bytes>>, Outcome> {
+    async fn connection(&mut self, step: &Step, shared: &Shared) -> Result<&mut Sender, Outcome> {
         let address = step.address;
         self.connections
             .retain(|(a, sender)| *a != address || !sender.is_closed());
@@ -584,11 +625,20 @@ impl User {
                     }
                     (true, None) => return Err(Outcome::Tls),
                 };
-                let (sender, connection) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                let sender = if shared.options.http2 {
+                    let (sender, connection) =
+                        http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                            .await
+                            .map_err(|_| Outcome::ConnectFailed)?;
+                    tokio::spawn(connection);
+                    Sender::Http2(sender)
+                } else {
+                    let (sender, connection) = http1::handshake(TokioIo::new(stream))
                         .await
                         .map_err(|_| Outcome::ConnectFailed)?;
-                tokio::spawn(connection);
+                    tokio::spawn(connection);
+                    Sender::Http1(sender)
+                };
                 shared.connections_opened.fetch_add(1, Ordering::Relaxed);
                 self.connections.push((address, sender));
                 self.connections.len() - 1

@@ -10,8 +10,10 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::journey::StepsMeasured;
-use crate::record::{Errors, Interval, Percentiles, Recorder, add_reason, count_above, histogram};
-use crate::runner::RunResult;
+use crate::record::{
+    Errors, Interval, Percentiles, Recorder, Tenth, add_reason, count_above, histogram,
+};
+use crate::runner::{Progress, RunResult};
 
 /// A histogram's non-empty buckets as (highest value in the bucket, count). Recorded again
 /// into a histogram of the same precision, each lands in the bucket it came from: the
@@ -62,6 +64,15 @@ pub struct Second {
     pub latency: Buckets,
 }
 
+/// 100 ms of an agent's run, its latencies as buckets so the coordinator's merge is exact.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenthMeasured {
+    pub t_ms: u32,
+    pub completed: u64,
+    pub errors: u64,
+    pub latency: Buckets,
+}
+
 /// Everything an agent measured that the coordinator's report needs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
@@ -78,6 +89,9 @@ pub struct Measured {
     pub service: Buckets,
     /// Needs a run that kept each second's histogram (`keep_seconds`).
     pub seconds: Vec<Second>,
+    /// The run's 100 ms buckets (the JSON's `buckets_100ms`).
+    #[serde(default)]
+    pub tenths: Vec<TenthMeasured>,
     pub tls_failures: BTreeMap<String, u64>,
     /// A scenario's steps and flows; none for a run of plain requests.
     #[serde(default)]
@@ -109,6 +123,17 @@ impl Measured {
                     latency: kept.as_ref().map(Buckets::of).unwrap_or_default(),
                 })
                 .collect(),
+            tenths: recorder
+                .tenths
+                .iter()
+                .zip(&recorder.tenth_latency)
+                .map(|(tenth, latency)| TenthMeasured {
+                    t_ms: tenth.t_ms,
+                    completed: tenth.completed,
+                    errors: tenth.errors,
+                    latency: latency.clone(),
+                })
+                .collect(),
             tls_failures: run.tls_failures.clone(),
             scenario: None,
         }
@@ -123,6 +148,7 @@ pub fn merge(
 ) -> Result<RunResult, String> {
     let mut recorder = Recorder::new(threshold_us, keep_seconds);
     let mut seconds: BTreeMap<u32, (Histogram<u64>, u64, u64)> = BTreeMap::new();
+    let mut tenths: BTreeMap<u32, (Histogram<u64>, u64, u64)> = BTreeMap::new();
     let mut run = RunResult {
         recorder: Recorder::new(threshold_us, keep_seconds),
         planned: 0,
@@ -167,6 +193,25 @@ pub fn merge(
             *completed += second.completed;
             *errors += second.errors;
         }
+        for tenth in &part.tenths {
+            let (latency, completed, errors) = tenths
+                .entry(tenth.t_ms)
+                .or_insert_with(|| (histogram(), 0, 0));
+            tenth.latency.add_to(latency)?;
+            *completed += tenth.completed;
+            *errors += tenth.errors;
+        }
+    }
+    for (t_ms, (latency, completed, errors)) in tenths {
+        let percentiles = Percentiles::of(&latency);
+        recorder.tenths.push(Tenth {
+            t_ms,
+            completed,
+            errors,
+            p50: percentiles.p50,
+            p99: percentiles.p99,
+        });
+        recorder.tenth_latency.push(Buckets::of(&latency));
     }
     for (second, (latency, completed, errors)) in seconds {
         let interval = Interval {
@@ -184,6 +229,42 @@ pub fn merge(
     }
     run.recorder = recorder;
     Ok(run)
+}
+
+/// The agents' latest progress as one live view: counts and rates summed, the last second's
+/// percentiles those of every agent's latencies together.
+pub fn merge_progress(parts: &[Progress]) -> Result<Progress, String> {
+    let mut latency = histogram();
+    let mut merged = Progress {
+        elapsed: Duration::ZERO,
+        sent: 0,
+        completed: 0,
+        errors: Errors::default(),
+        connections: 0,
+        rate: 0.0,
+        target_rate: None,
+        in_flight: 0,
+        last_second: (0, Percentiles::default()),
+        last_second_latency: Buckets::default(),
+    };
+    for part in parts {
+        merged.elapsed = merged.elapsed.max(part.elapsed);
+        merged.sent += part.sent;
+        merged.completed += part.completed;
+        merged.errors.add(&part.errors);
+        merged.connections += part.connections;
+        merged.rate += part.rate;
+        merged.target_rate = match (merged.target_rate, part.target_rate) {
+            (Some(total), Some(rate)) => Some(total + rate),
+            (total, rate) => total.or(rate),
+        };
+        merged.in_flight += part.in_flight;
+        merged.last_second.0 += part.last_second.0;
+        part.last_second_latency.add_to(&mut latency)?;
+    }
+    merged.last_second.1 = Percentiles::of(&latency);
+    merged.last_second_latency = Buckets::of(&latency);
+    Ok(merged)
 }
 
 #[cfg(test)]
@@ -207,6 +288,7 @@ mod tests {
             });
         }
         recorder.close_before(u32::MAX);
+        recorder.close_tenths_before(u32::MAX);
         RunResult {
             recorder,
             planned: latencies_us.len() as u64,
@@ -272,5 +354,49 @@ mod tests {
                 .collect()
         };
         assert_eq!(intervals(&merged), intervals(&together));
+        // The 100 ms buckets too: counts summed, percentiles of the merged latencies.
+        assert_eq!(merged.recorder.tenths.len(), 3, "ends up to 251 ms");
+        assert_eq!(merged.recorder.tenths, together.recorder.tenths);
+    }
+
+    #[test]
+    fn merged_progress_sums_counts_and_merges_the_last_seconds_latencies() {
+        let progress = |latencies_us: &[u64], target: f64| {
+            let mut latency = histogram();
+            for &us in latencies_us {
+                latency.record(us).unwrap();
+            }
+            Progress {
+                elapsed: Duration::from_millis(1200 + latencies_us.len() as u64),
+                sent: 10 * latencies_us.len() as u64,
+                completed: 9 * latencies_us.len() as u64,
+                errors: Errors {
+                    timeout: 1,
+                    ..Default::default()
+                },
+                connections: 4,
+                rate: target - 1.0,
+                target_rate: Some(target),
+                in_flight: 3,
+                last_second: (latencies_us.len() as u64, Percentiles::of(&latency)),
+                last_second_latency: Buckets::of(&latency),
+            }
+        };
+        let fast: Vec<u64> = (1..=99).map(|i| i * 10).collect();
+        let slow: Vec<u64> = vec![900_000];
+        let merged = merge_progress(&[progress(&fast, 100.0), progress(&slow, 50.0)]).unwrap();
+        assert_eq!(merged.elapsed, Duration::from_millis(1299));
+        assert_eq!(merged.sent, 1000);
+        assert_eq!(merged.completed, 900);
+        assert_eq!(merged.errors.timeout, 2);
+        assert_eq!((merged.connections, merged.in_flight), (8, 6));
+        assert_eq!(merged.target_rate, Some(150.0));
+        assert_eq!(merged.rate, 148.0);
+        let mut all = histogram();
+        for &us in fast.iter().chain(&slow) {
+            all.record(us).unwrap();
+        }
+        assert_eq!(merged.last_second, (100, Percentiles::of(&all)));
+        assert!(merged.last_second.1.p99 < 1.0, "99 of 100 took under 1 ms");
     }
 }

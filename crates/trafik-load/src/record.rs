@@ -324,6 +324,9 @@ pub struct Recorder {
     recent: BTreeMap<u32, Bucket>,
     /// 100 ms buckets folded into summaries, in order.
     pub tenths: Vec<Tenth>,
+    /// Each of `tenths`' latencies as sparse buckets, so an agent's 100 ms buckets merge
+    /// exactly at the coordinator (percentiles alone do not merge).
+    pub tenth_latency: Vec<crate::merge::Buckets>,
 }
 
 impl Recorder {
@@ -340,6 +343,7 @@ impl Recorder {
             keep_seconds,
             recent: BTreeMap::new(),
             tenths: Vec::new(),
+            tenth_latency: Vec::new(),
         }
     }
 
@@ -392,11 +396,13 @@ impl Recorder {
                 p50: latency.p50,
                 p99: latency.p99,
             });
+            self.tenth_latency
+                .push(crate::merge::Buckets::of(&bucket.latency));
         }
     }
 
     /// What ended in the second before `now_ms`: finished requests and their latency.
-    pub fn last_second(&self, now_ms: u32) -> (u64, Percentiles) {
+    pub fn last_second(&self, now_ms: u32) -> (u64, Histogram<u64>) {
         let from = now_ms.saturating_sub(1000) / 100;
         let mut latency = histogram();
         let mut finished = 0;
@@ -404,7 +410,7 @@ impl Recorder {
             let _ = latency.add(&bucket.latency);
             finished += bucket.completed + bucket.errors;
         }
-        (finished, Percentiles::of(&latency))
+        (finished, latency)
     }
 
     /// Folds every open second before `before` into its summary.
@@ -664,6 +670,7 @@ mod tests {
         r.record(at(1180, 40, Outcome::Status(500)));
         r.record(at(1930, 8, Outcome::Status(200)));
         let (finished, latency) = r.last_second(2000);
+        let latency = Percentiles::of(&latency);
         assert_eq!(finished, 3, "what ended from 1.0 s to 2.0 s");
         assert!((latency.p99 - 40.0).abs() < 0.1, "{latency:?}");
         r.close_tenths_before(1200);

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
@@ -81,8 +82,8 @@ pub struct RunResult {
     pub tls_failures: BTreeMap<String, u64>,
 }
 
-/// The live view's numbers, every 100 ms.
-#[derive(Clone, Debug)]
+/// The live view's numbers, every 100 ms; a distributed run's agents publish them to etcd.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Progress {
     pub elapsed: Duration,
     /// Requests sent (a scenario: flows started).
@@ -98,6 +99,8 @@ pub struct Progress {
     pub in_flight: u64,
     /// Requests finished in the last second, and their latency from the intended send.
     pub last_second: (u64, Percentiles),
+    /// The same latencies as buckets, so a coordinator merges agents' last seconds exactly.
+    pub last_second_latency: crate::merge::Buckets,
 }
 
 /// What the live view needs between ticks: the sent count over the last second.
@@ -138,6 +141,7 @@ impl Live {
             }
             _ => 0.0,
         };
+        let (finished, latency) = recorder.last_second(elapsed.as_millis() as u32);
         Progress {
             elapsed,
             sent,
@@ -147,7 +151,8 @@ impl Live {
             rate,
             target_rate,
             in_flight,
-            last_second: recorder.last_second(elapsed.as_millis() as u32),
+            last_second: (finished, Percentiles::of(&latency)),
+            last_second_latency: crate::merge::Buckets::of(&latency),
         }
     }
 }

@@ -588,8 +588,8 @@ pub struct LoadArgs {
     /// User journeys instead of one URL: a TOML file of weighted flows of steps (captures,
     /// checks, think times, thresholds; examples/load/takip.toml). Flows start open loop at
     /// --rate per second; --max-connections caps the virtual users in flight; with --etcd, the
-    /// agents share the arrivals.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "url_file", "max", "http2", "method", "headers", "body"])]
+    /// agents share the arrivals; with --http2, each user's connections speak HTTP/2.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "url_file", "max", "streams", "method", "headers", "body"])]
     pub scenario: Option<PathBuf>,
     /// The course's tests with their defaults: load (3 s), soak (12 s, quarters), spike (9 s).
     #[arg(long, value_enum)]
@@ -666,7 +666,9 @@ pub struct LoadArgs {
     /// fraction such as 0.01.
     #[arg(long, default_value = "1%", allow_negative_numbers = true)]
     pub max_error_rate: trafik_load::MaxErrorRate,
-    /// A JSON counters endpoint of the server, fetched before and after the run.
+    /// A JSON counters endpoint of the server, fetched before and after the run; with --etcd,
+    /// by the coordinator before it hands out the jobs and after every agent reported, since the
+    /// server's counters are the whole fleet's doing.
     #[arg(long)]
     pub metrics_url: Option<String>,
     /// Print everything as JSON instead of the summary.
@@ -678,12 +680,7 @@ pub struct LoadArgs {
     /// Distributed: send through N `trafik load agent`s registered at this etcd (http://HOST:PORT),
     /// each its share of the rate (or of a scenario's arrivals) from a common start time; their
     /// histograms, per step too, are merged exactly.
-    #[arg(
-        long,
-        value_name = "URL",
-        requires = "agents",
-        conflicts_with = "metrics_url"
-    )]
+    #[arg(long, value_name = "URL", requires = "agents")]
     pub etcd: Option<String>,
     /// The number of agents a distributed run waits for.
     #[arg(long, value_name = "N", requires = "etcd", value_parser = clap::value_parser!(u32).range(1..))]

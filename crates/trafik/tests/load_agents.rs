@@ -6,9 +6,10 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use trafik_load::Progress;
 use trafik_load::merge::Measured;
 use trafik_load::record::{Percentiles, histogram};
-use trafik_test_support::{Etcd, Trafik, Upstream, get_json, json, load};
+use trafik_test_support::{Etcd, Trafik, Upstream, get_json, json, load, trafik_binary};
 
 const PREFIX: &str = "/yuk/";
 
@@ -68,6 +69,8 @@ fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
         PREFIX,
         "--agents",
         "2",
+        "--metrics-url",
+        &upstream.url("/sayac"),
         "--json",
     ]);
     let report = json(&output);
@@ -80,6 +83,11 @@ fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
     assert_eq!(agents.len(), 2);
     let sum = |key: &str| agents.iter().map(|a| a[key].as_u64().unwrap()).sum::<u64>();
     assert_eq!(report["planned"], 200);
+    // The coordinator scraped the server before the jobs went out and after both agents
+    // reported: the difference is the whole fleet's requests.
+    let counters = &report["server_counters"];
+    assert_eq!(counters["before"]["istek"], 0);
+    assert_eq!(counters["difference"]["istek"], report["sent"]);
     assert_eq!(sum("planned"), 200);
     assert_eq!(agents[0]["planned"], 100, "each agent plans half");
     assert_eq!(report["sent"].as_u64().unwrap(), sum("sent"));
@@ -107,6 +115,85 @@ fn two_agents_send_their_shares_and_the_report_merges_them_exactly() {
     assert_eq!(
         parts.iter().map(|p| p.completed).sum::<u64>(),
         report["completed"].as_u64().unwrap()
+    );
+
+    // The 100 ms buckets merge too: each one's counts are the agents' at that time summed, and
+    // they add up to the run's.
+    let mut agents_tenths = std::collections::BTreeMap::<u64, (u64, u64)>::new();
+    for tenth in parts.iter().flat_map(|p| &p.tenths) {
+        let counts = agents_tenths.entry(u64::from(tenth.t_ms)).or_default();
+        counts.0 += tenth.completed;
+        counts.1 += tenth.errors;
+    }
+    let merged_tenths: std::collections::BTreeMap<u64, (u64, u64)> = report["buckets_100ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let count = |key: &str| b[key].as_u64().unwrap();
+            (count("t_ms"), (count("completed"), count("errors")))
+        })
+        .collect();
+    assert!(!merged_tenths.is_empty());
+    assert_eq!(merged_tenths, agents_tenths);
+    assert_eq!(
+        merged_tenths.values().map(|c| c.0).sum::<u64>(),
+        report["completed"].as_u64().unwrap()
+    );
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The coordinator on a terminal (util-linux's `script` gives it one) draws the live view from
+/// the progress both agents publish to etcd: their targets of 100/s each show as 200/s.
+#[test]
+fn the_coordinators_live_view_merges_the_progress_the_agents_publish() {
+    let dir = std::env::temp_dir().join(format!("trafik-load-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let etcd = Etcd::start(&dir.join("etcd"));
+    let url = etcd.url();
+    let upstream = Upstream::start(&[]);
+    let _a = agent(&url, "a1");
+    let _b = agent(&url, "a2");
+    let command = format!(
+        "{} load {} --rate 200 --duration 2s --etcd {url} --etcd-prefix {PREFIX} --agents 2",
+        trafik_binary().display(),
+        upstream.url("/takip/TR-{n}"),
+    );
+    let output = std::process::Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&output.stdout);
+    assert!(matches!(output.status.code(), Some(0 | 98)), "{screen}");
+    assert!(screen.contains("(target 200/s)"), "{screen}");
+    assert!(screen.contains("last second: "), "{screen}");
+
+    // What the agents published: each its own share, on its lease under progress/RUN/NAME.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let published: Vec<Progress> = runtime.block_on(async {
+        let etcd = trafik_etcd::Etcd::new(&url).unwrap();
+        etcd.list(&format!("{PREFIX}progress/"))
+            .await
+            .unwrap()
+            .iter()
+            .map(|kv| serde_json::from_slice(&kv.value).unwrap())
+            .collect()
+    });
+    assert_eq!(published.len(), 2);
+    let parts = results(&url);
+    assert!(
+        published
+            .iter()
+            .all(|p| p.sent > 0 && p.target_rate.is_some())
+    );
+    assert!(
+        published.iter().map(|p| p.sent).sum::<u64>() <= parts.iter().map(|p| p.sent).sum(),
+        "progress is published during the run, before the result"
     );
     drop(etcd);
     let _ = std::fs::remove_dir_all(&dir);

@@ -28,12 +28,14 @@ struct Seen {
     tracked: HashMap<u64, Instant>,
     /// `/yanki` requests as they arrived: the path and query as sent, `x-not`, the body.
     echoed: Vec<(String, String, String)>,
+    /// Requests that came over HTTP/2.
+    http2: u64,
 }
 
 /// A small tracking application: `POST /giris` with `{"kullanici": NAME}` answers a token in
 /// JSON, a session number in `x-oturum` and a cookie; `/takip/NO` wants the token,
 /// `/profil` the cookie, `POST /olay` the token and a JSON body; `/yavas` takes 30 ms;
-/// `/yanki…` keeps what it was sent.
+/// `/yanki…` keeps what it was sent. It speaks HTTP/1.1 and, by prior knowledge, HTTP/2.
 struct App {
     address: SocketAddr,
     seen: Arc<Mutex<Seen>>,
@@ -69,9 +71,11 @@ impl App {
                             )
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
                 });
             }
         });
@@ -103,6 +107,9 @@ async fn answer(
 ) -> Response<Full<Bytes>> {
     let path = request.uri().path().to_owned();
     let sent_uri = request.uri().to_string();
+    if request.version() == http::Version::HTTP_2 {
+        seen.lock().unwrap().http2 += 1;
+    }
     let key = if path.starts_with("/takip/") {
         "/takip".to_owned()
     } else {
@@ -699,6 +706,35 @@ fn the_example_scenario_runs_against_the_replica() {
 }
 
 #[test]
+fn with_http2_a_journeys_steps_speak_h2c_by_prior_knowledge() {
+    let app = App::start();
+    let dir = folder("http2");
+    std::fs::write(dir.join("kullanicilar.csv"), "kullanici,no\nayse,TR-1\n").unwrap();
+    let scenario = dir.join("takip.toml");
+    std::fs::write(&scenario, journey(&app)).unwrap();
+    let output = load(&[
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--rate",
+        "10",
+        "--duration",
+        "1s",
+        "--http2",
+        "--json",
+    ]);
+    let report = json(&output);
+    let started = report["flows"][0]["started"].as_u64().unwrap();
+    assert!(started > 0);
+    for step in report["steps"].as_array().unwrap() {
+        assert_eq!(step["completed"], started, "{step}");
+    }
+    // Every step of every journey came over HTTP/2, captures and the cookie jar working as
+    // over HTTP/1.1.
+    assert_eq!(app.seen.lock().unwrap().http2, 4 * started);
+    assert_eq!(app.count("/profil"), started);
+}
+
+#[test]
 fn a_journey_over_https_trusts_the_ca_it_is_given_and_a_failed_handshake_is_an_error() {
     let app = App::start();
     let demo = |file: &str| format!("{}/../../examples/certs/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -727,11 +763,14 @@ fn a_journey_over_https_trusts_the_ca_it_is_given_and_a_failed_handshake_is_an_e
         json(&load(&args))
     };
     let ca = demo("ca.pem");
-    let report = run(&["--cacert", &ca]);
-    let started = report["flows"][0]["started"].as_u64().unwrap();
-    assert!(started > 0);
-    for step in report["steps"].as_array().unwrap() {
-        assert_eq!(step["completed"], started, "{step}");
+    // Over HTTP/1.1, and over HTTP/2 offered by ALPN.
+    for extra in [&["--cacert", &ca][..], &["--cacert", &ca, "--http2"][..]] {
+        let report = run(extra);
+        let started = report["flows"][0]["started"].as_u64().unwrap();
+        assert!(started > 0, "{extra:?}");
+        for step in report["steps"].as_array().unwrap() {
+            assert_eq!(step["completed"], started, "{extra:?}: {step}");
+        }
     }
     // The demo CA is not among the system's roots: the login's handshake fails, an error and
     // not a failed check.

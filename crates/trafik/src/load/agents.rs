@@ -7,8 +7,13 @@
 //! ([`trafik_load::merge`]). An agent whose lease expires before it reports is named in the
 //! report, and its share of the plan counts as planned and not sent: nothing is lost quietly.
 //!
-//! Control traffic is a few keys a run, so orders and results are polled every 100 ms rather
-//! than watched.
+//! While it runs, each agent publishes its live numbers every 200 ms under
+//! `<prefix>progress/<run>/<name>` (on its lease), and the coordinator's live view merges them
+//! every 100 ms: the 200 ms keep etcd's writes at 5 a second per agent, and a view 100 ms
+//! behind at most.
+//!
+//! Control traffic is a few keys a run, so orders, progress and results are polled every
+//! 100 ms rather than watched.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,15 +22,17 @@ use serde::{Deserialize, Serialize};
 use trafik_etcd::Etcd;
 use trafik_load::data::Rows;
 use trafik_load::journey::{Deal, ScenarioOptions, StepsMeasured};
-use trafik_load::merge::{AgentReport, Measured, merge};
+use trafik_load::merge::{AgentReport, Measured, merge, merge_progress};
 use trafik_load::tls::TlsOptions;
-use trafik_load::{Pacing, RatePlan, RunOptions, RunResult, Target};
+use trafik_load::{Pacing, Progress, RatePlan, RunOptions, RunResult, Target};
 
 /// An agent's registration lives this long without a keep-alive.
 const LEASE: Duration = Duration::from_secs(3);
 const POLL: Duration = Duration::from_millis(100);
 /// Agents start this long after the orders are written: time for each to see its order.
 const START_DELAY: Duration = Duration::from_millis(1500);
+/// An agent publishes every this many of its 100 ms progress ticks (every 200 ms).
+const PUBLISH_EVERY: u64 = 2;
 
 /// What one agent is to send.
 #[derive(Debug, Serialize, Deserialize)]
@@ -64,6 +71,9 @@ pub enum Work {
         rows: Rows,
         max_users: usize,
         deal: Deal,
+        /// Steps over HTTP/2.
+        #[serde(default)]
+        http2: bool,
     },
 }
 
@@ -116,7 +126,23 @@ pub async fn serve(url: &str, prefix: &str, name: &str) -> Result<(), String> {
         }
         done = Some(order.run.clone());
         let run = order.run.clone();
-        let measured = match work(order).await {
+        let publisher = etcd.clone();
+        let progress_key = key(prefix, &format!("progress/{run}/{name}"));
+        let mut ticks = 0u64;
+        let publish = move |progress: Progress| {
+            ticks += 1;
+            if !ticks.is_multiple_of(PUBLISH_EVERY) {
+                return;
+            }
+            let (etcd, key) = (publisher.clone(), progress_key.clone());
+            if let Ok(text) = serde_json::to_vec(&progress) {
+                // Off the run's loop: a slow etcd must not hold up the sends.
+                tokio::spawn(async move {
+                    let _ = etcd.put(&key, &text, Some(lease)).await;
+                });
+            }
+        };
+        let measured = match work(order, publish).await {
             Ok((result, scenario)) => Measured {
                 scenario,
                 ..Measured::of(&result)
@@ -140,8 +166,12 @@ pub async fn serve(url: &str, prefix: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// Runs one order from its start time: what it measured, and a scenario's steps.
-async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String> {
+/// Runs one order from its start time, handing `publish` its live numbers: what it measured,
+/// and a scenario's steps.
+async fn work(
+    order: Order,
+    publish: impl FnMut(Progress),
+) -> Result<(RunResult, Option<StepsMeasured>), String> {
     let timeout = Duration::from_millis(order.timeout_ms);
     let late_after = Duration::from_micros(order.late_after_us);
     let start = || async {
@@ -181,7 +211,7 @@ async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String
                 keep_seconds: true,
             };
             start().await;
-            Ok((trafik_load::run(options, |_| {}).await, None))
+            Ok((trafik_load::run(options, publish).await, None))
         }
         Work::Scenario {
             name,
@@ -189,6 +219,7 @@ async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String
             rows,
             max_users,
             deal,
+            http2,
         } => {
             let Pacing::Open(plan) = order.pacing else {
                 return Err("a scenario runs open loop: its order has no rate plan".into());
@@ -198,7 +229,7 @@ async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String
             let https = scenario.flows.iter().flat_map(|f| &f.steps).any(|s| s.tls);
             let options = ScenarioOptions {
                 tls: if https {
-                    Some(trafik_load::tls::client_config(&order.tls, false)?)
+                    Some(trafik_load::tls::client_config(&order.tls, http2)?)
                 } else {
                     None
                 },
@@ -209,9 +240,10 @@ async fn work(order: Order) -> Result<(RunResult, Option<StepsMeasured>), String
                 threshold_us: u64::MAX,
                 keep_seconds: true,
                 deal,
+                http2,
             };
             start().await;
-            let (result, steps) = trafik_load::journey::run(scenario, options, |_| {}).await;
+            let (result, steps) = trafik_load::journey::run(scenario, options, publish).await;
             Ok((result, Some(steps)))
         }
     }
@@ -237,9 +269,10 @@ pub struct Merged {
 }
 
 /// Waits for the agents, sends each its share of an open loop's plan (or the whole of a closed
-/// loop's duration) and merges what they measured; `drain`
-/// is how long an agent may still be finishing after the plan (its requests' timeout, or a
-/// scenario's longest journey).
+/// loop's duration), hands `show` their merged live numbers while they run and merges what
+/// they measured; `drain` is how long an agent may still be finishing after the plan (its
+/// requests' timeout, or a scenario's longest journey).
+#[allow(clippy::too_many_arguments)]
 pub async fn coordinate(
     how: Coordination<'_>,
     work: Work,
@@ -248,6 +281,7 @@ pub async fn coordinate(
     late_after: Duration,
     pacing: &Pacing,
     drain: Duration,
+    mut show: impl FnMut(Progress),
 ) -> Result<Merged, String> {
     let etcd = Etcd::new(how.url).map_err(|e| e.to_string())?;
     let registered = key(how.prefix, "agents/");
@@ -310,6 +344,7 @@ pub async fn coordinate(
     // Results come after the plan and the last requests' timeout; an agent gone from the
     // registry without a result has died.
     let results = key(how.prefix, &format!("results/{run}/"));
+    let progress = key(how.prefix, &format!("progress/{run}/"));
     let last = Duration::from_millis(START_DELAY.as_millis() as u64)
         + Duration::from_secs_f64(duration)
         + drain
@@ -335,6 +370,16 @@ pub async fn coordinate(
             let result = serde_json::from_slice(&kv.value)
                 .map_err(|e| format!("agent {name} reported what cannot be read: {e}"))?;
             measured.insert(name.to_owned(), result);
+        }
+        let live: Vec<Progress> = etcd
+            .list(&progress)
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
+            .collect();
+        if !live.is_empty() {
+            show(merge_progress(&live)?);
         }
         let alive: Vec<String> = etcd
             .list(&registered)

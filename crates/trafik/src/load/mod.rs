@@ -161,6 +161,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                             args.late_after,
                             &options.pacing,
                             args.timeout + Duration::from_secs(1),
+                            show,
                         )
                         .await?;
                         (merged.result, None, Some(merged.agents))
@@ -177,6 +178,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     rows: journeys.rows.clone(),
                     max_users: args.max_connections.max(1),
                     deal: Deal::ALL,
+                    http2: args.http2,
                 };
                 let url = args.etcd.as_deref().unwrap_or_default();
                 let merged = agents::coordinate(
@@ -187,6 +189,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     args.late_after,
                     &Pacing::Open(plan),
                     journeys.longest_journey(args.timeout) + Duration::from_secs(1),
+                    show,
                 )
                 .await?;
                 let steps = merged.steps.unwrap_or_default().report(&journeys)?;
@@ -196,7 +199,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                 let https = journeys.flows.iter().flat_map(|f| &f.steps).any(|s| s.tls);
                 let options = ScenarioOptions {
                     tls: if https {
-                        Some(trafik_load::tls::client_config(&tls, false)?)
+                        Some(trafik_load::tls::client_config(&tls, args.http2)?)
                     } else {
                         None
                     },
@@ -207,6 +210,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode, String> {
                     threshold_us,
                     keep_seconds,
                     deal: Deal::ALL,
+                    http2: args.http2,
                 };
                 let (result, steps) =
                     trafik_load::journey::run(journeys.clone(), options, show).await;
@@ -446,6 +450,7 @@ mod tests {
                     ..Default::default()
                 },
             ),
+            last_second_latency: Default::default(),
         };
         let view = live_view(&progress);
         assert_eq!(view.lines().count(), 3, "{view}");
