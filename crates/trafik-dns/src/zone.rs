@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 
+use crate::dnssec::ZoneKeys;
 use crate::policy::{Client, Decision, GeoGroups, Groups, Live, Policy, Prefix, Region};
 use crate::rate::{RateLimitPlan, RateLimiter};
 use crate::transfer::{self, Transfer, TransferPlan};
@@ -49,6 +50,8 @@ pub struct ZonePlan {
     pub names: Vec<NamePlan>,
     /// AXFR/IXFR and NOTIFY to secondaries; with it, trafik manages the serial.
     pub transfer: Option<TransferPlan>,
+    /// The zone's DNSSEC keys, read or made when the config was checked.
+    pub dnssec: Option<ZoneKeys>,
 }
 
 #[derive(Clone, Debug)]
@@ -970,6 +973,7 @@ mod tests {
                     },
                 }],
                 transfer: None,
+                dnssec: None,
             }],
             query_log: false,
             rate_limit: None,
