@@ -993,6 +993,8 @@ fn dnssec_keys_are_made_once_and_trafik_dns_ds_prints_the_ksk_s_ds() {
             file.to_str().unwrap(),
         ]);
         assert!(output.status.success(), "{output:?}");
+        let warning = String::from_utf8_lossy(&output.stderr);
+        assert!(warning.contains("does not sign answers yet"), "{warning}");
         String::from_utf8(output.stdout).unwrap()
     };
     let first = ds();
