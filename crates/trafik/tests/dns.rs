@@ -993,8 +993,6 @@ fn dnssec_keys_are_made_once_and_trafik_dns_ds_prints_the_ksk_s_ds() {
             file.to_str().unwrap(),
         ]);
         assert!(output.status.success(), "{output:?}");
-        let warning = String::from_utf8_lossy(&output.stderr);
-        assert!(warning.contains("does not sign answers yet"), "{warning}");
         String::from_utf8(output.stdout).unwrap()
     };
     let first = ds();
@@ -1058,4 +1056,64 @@ fn dnssec_config_errors_are_reported_at_their_place() {
             "{place} {field} {message}:\n{errors}"
         );
     }
+}
+
+#[test]
+fn signed_answers_validate_with_delv_from_the_zone_s_ds() {
+    std::fs::write(directory("dnssec").join("kargo.zone"), ZONE_FILE).unwrap();
+    let dns = Dns::start("dnssec", &signed_config("nsec"));
+    let ds = trafik(&[
+        "dns",
+        "ds",
+        "kargo.test",
+        "--config",
+        dns.file.to_str().unwrap(),
+    ]);
+    let ds = String::from_utf8(ds.stdout).unwrap();
+    let ds: Vec<&str> = ds.split_whitespace().collect();
+    let anchors = dns.file.with_file_name("anchors.conf");
+    std::fs::write(
+        &anchors,
+        format!(
+            "trust-anchors {{ kargo.test. static-ds {} {} {} \"{}\"; }};\n",
+            ds[3], ds[4], ds[5], ds[6]
+        ),
+    )
+    .unwrap();
+    // Without the DO bit the answer is as unsigned as before; with it, RRSIGs.
+    let plain = dig(&dns.dns, &["posta.kargo.test", "A"]);
+    assert!(
+        plain.contains("127.0.0.25") && !plain.contains("RRSIG"),
+        "{plain}"
+    );
+    let signed = dig(&dns.dns, &["+dnssec", "posta.kargo.test", "A"]);
+    assert!(signed.contains("RRSIG\tA 13 3"), "{signed}");
+    let (host, port) = dns.dns.rsplit_once(':').unwrap();
+    // A static answer, a policy answer, a name that does not exist, a type it does not have.
+    for (name, kind) in [
+        ("posta.kargo.test", "A"),
+        ("devralma.kargo.test", "A"),
+        ("yok.kargo.test", "A"),
+        ("posta.kargo.test", "TXT"),
+    ] {
+        let output = Command::new("delv")
+            .args([&format!("@{host}"), "-p", port, "-a"])
+            .arg(&anchors)
+            .args(["+root=kargo.test", name, kind])
+            .output()
+            .expect("delv runs (install bind9-dnsutils)");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            printed.contains("fully validated"),
+            "{name} {kind}:\n{printed}"
+        );
+    }
+    // The DO bit is part of the packet cache's key: a plain question after the signed ones
+    // still gets the plain answer.
+    let plain_again = dig(&dns.dns, &["posta.kargo.test", "A"]);
+    assert!(!plain_again.contains("RRSIG"), "{plain_again}");
 }
