@@ -31,7 +31,7 @@ const BACKDATE: u64 = 3600;
 /// And stay valid a week past signing.
 const VALIDITY: u64 = 7 * 86_400;
 /// A cached signature is made again once a day old, long before it expires.
-const REFRESH: u64 = 86_400;
+pub const REFRESH: u64 = 86_400;
 /// Signatures kept per zone (policy answers differ by region set, wildcards by name).
 const CACHED_SIGNATURES: usize = 16_384;
 

@@ -627,7 +627,7 @@ impl Handler {
             .map(|(group, _)| group);
         let mut forced = None;
         if !bypass {
-            cache.follow(authority);
+            cache.follow(authority, std::time::Instant::now());
             let live = current.liveness.live();
             let draw = |name: &PolicyName, client: Option<Client>| {
                 let client = client.unwrap_or_else(|| Client::from_source(source.ip()));
