@@ -11,6 +11,7 @@
 //!   option and truncation, and the counters behind the admin API's `dns` block; its UDP
 //!   loops answer repeated questions from a packet cache (`packet_cache`).
 
+pub mod dnssec;
 pub mod geoip;
 pub mod master;
 mod packet_cache;

@@ -12,12 +12,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::policy::{Client, Decision, Live};
 use crate::zone::{Authority, PolicyName, Tally};
 
 /// Entries one cache holds before it starts afresh: memory stays bounded whatever the mix.
 const MAX_ENTRIES: usize = 8192;
+
+/// How long entries live at most: a signed answer carries RRSIGs the signer remakes daily
+/// (and which expire in a week), so a cache that never fills must not serve them for longer.
+const MAX_AGE: Duration = Duration::from_secs(crate::dnssec::REFRESH);
 
 /// The most answers one weighted name keeps per key (one per region it may pick, at most).
 const MAX_VARIANTS: usize = 64;
@@ -76,11 +81,15 @@ pub struct PacketCache {
     /// The configuration the entries were built from.
     authority: Option<Arc<Authority>>,
     key: Vec<u8>,
+    /// When the entries started, for `MAX_AGE`.
+    since: Option<Instant>,
 }
 
 impl PacketCache {
-    /// Empties the cache when `authority` is not the one its entries came from.
-    pub fn follow(&mut self, authority: &Arc<Authority>) {
+    /// Empties the cache when `authority` is not the one its entries came from, or when its
+    /// entries are `MAX_AGE` old at `now`.
+    pub fn follow(&mut self, authority: &Arc<Authority>, now: Instant) {
+        self.age(now);
         if !self
             .authority
             .as_ref()
@@ -88,6 +97,16 @@ impl PacketCache {
         {
             self.entries.clear();
             self.authority = Some(authority.clone());
+        }
+    }
+
+    fn age(&mut self, now: Instant) {
+        match self.since {
+            Some(since) if now.saturating_duration_since(since) < MAX_AGE => {}
+            _ => {
+                self.entries.clear();
+                self.since = Some(now);
+            }
         }
     }
 
@@ -286,6 +305,23 @@ mod tests {
             no_draw,
             &mut out
         )));
+    }
+
+    #[test]
+    fn entries_are_dropped_a_day_after_they_started() {
+        let mut cache = PacketCache::default();
+        let start = Instant::now();
+        cache.age(start);
+        let asked = query(1, "www.kargo.test");
+        let mut response = asked.clone();
+        response[2] |= 0x80;
+        let live = Live::all(1);
+        cache.store(&asked, None, &response, reusable(live));
+        let mut out = Vec::new();
+        cache.age(start + MAX_AGE / 2);
+        assert!(hit(cache.answer(&asked, live, None, no_draw, &mut out)));
+        cache.age(start + MAX_AGE);
+        assert!(!hit(cache.answer(&asked, live, None, no_draw, &mut out)));
     }
 
     #[test]

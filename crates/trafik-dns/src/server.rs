@@ -627,7 +627,7 @@ impl Handler {
             .map(|(group, _)| group);
         let mut forced = None;
         if !bypass {
-            cache.follow(authority);
+            cache.follow(authority, std::time::Instant::now());
             let live = current.liveness.live();
             let draw = |name: &PolicyName, client: Option<Client>| {
                 let client = client.unwrap_or_else(|| Client::from_source(source.ip()));
@@ -683,6 +683,8 @@ impl Handler {
             let mut ours = Edns::new();
             ours.set_max_payload(theirs.max_payload().clamp(512, MAX_UDP_PAYLOAD));
             ours.set_version(0);
+            // RFC 3225 §3: the DO bit is copied into the response.
+            ours.set_dnssec_ok(theirs.flags().dnssec_ok);
             ours
         });
         let code = if request.metadata.op_code != OpCode::Query {
@@ -768,7 +770,11 @@ impl Handler {
         let lookup = if matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
             let (name, kind) = (query.name(), query.query_type());
             let authority = &current.authority;
-            authority.lookup(name, kind, client, live, self.draw(), forced)
+            let mut lookup = authority.lookup(name, kind, client, live, self.draw(), forced);
+            if request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok) {
+                authority.sign(&mut lookup, name, kind, transfer::unix_now());
+            }
+            lookup
         } else {
             Lookup {
                 code: Code::Refused,

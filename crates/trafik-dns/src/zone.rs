@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 
+use crate::dnssec::{Signing, ZoneKeys};
 use crate::policy::{Client, Decision, GeoGroups, Groups, Live, Policy, Prefix, Region};
 use crate::rate::{RateLimitPlan, RateLimiter};
 use crate::transfer::{self, Transfer, TransferPlan};
@@ -49,6 +50,8 @@ pub struct ZonePlan {
     pub names: Vec<NamePlan>,
     /// AXFR/IXFR and NOTIFY to secondaries; with it, trafik manages the serial.
     pub transfer: Option<TransferPlan>,
+    /// The zone's DNSSEC keys, read or made when the config was checked.
+    pub dnssec: Option<ZoneKeys>,
 }
 
 #[derive(Clone, Debug)]
@@ -160,6 +163,8 @@ pub struct Zone {
     /// content with it: the serial in force changes when the fingerprint does.
     written_serial: u32,
     fingerprint: u64,
+    /// Online signing, when the zone has DNSSEC keys.
+    pub dnssec: Option<Signing>,
 }
 
 #[derive(Debug)]
@@ -370,6 +375,17 @@ impl Authority {
         }
         lookup
     }
+
+    /// Signs `lookup`, the answer to `name`/`kind`, when its zone has keys (for a query with
+    /// the DO bit); `now` in Unix seconds.
+    pub fn sign(&self, lookup: &mut Lookup, name: &LowerName, kind: RecordType, now: u64) {
+        let Some(zone) = self.zones.iter().find(|z| z.origin.zone_of(name)) else {
+            return;
+        };
+        if let Some(signing) = &zone.dnssec {
+            signing.complete(lookup, name, kind, || zone.types_at(name), now);
+        }
+    }
 }
 
 /// One question's conditions, as a lookup passes them down.
@@ -391,6 +407,25 @@ enum Found {
 }
 
 impl Zone {
+    /// The types `name` owns, for the NSEC of a NODATA answer.
+    pub fn types_at(&self, name: &LowerName) -> Vec<RecordType> {
+        let mut types: Vec<RecordType> = self
+            .records
+            .get(name)
+            .map(|records| records.iter().map(Record::record_type).collect())
+            .unwrap_or_default();
+        if self.names.contains_key(name) {
+            types.extend([RecordType::A, RecordType::AAAA]);
+        }
+        if *name == self.origin {
+            types.extend([RecordType::SOA, RecordType::NS]);
+            if self.dnssec.is_some() {
+                types.push(RecordType::DNSKEY);
+            }
+        }
+        types
+    }
+
     /// The zone's SOA record, with the serial in force.
     pub fn soa(&self) -> &Record {
         &self.soa
@@ -826,6 +861,10 @@ fn build_zone(
         transferred: Vec::new(),
         written_serial: plan.soa.serial,
         fingerprint: 0,
+        dnssec: plan
+            .dnssec
+            .as_ref()
+            .map(|keys| Signing::new(keys, origin.clone(), plan.ttl)),
     })
 }
 
@@ -970,6 +1009,7 @@ mod tests {
                     },
                 }],
                 transfer: None,
+                dnssec: None,
             }],
             query_log: false,
             rate_limit: None,

@@ -125,6 +125,7 @@ fn course_plan() -> DnsPlan {
                 ),
             ],
             transfer: None,
+            dnssec: None,
         }],
         query_log: false,
         rate_limit: None,

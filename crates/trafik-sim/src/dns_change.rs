@@ -278,6 +278,7 @@ mod tests {
                     )),
                 }],
                 transfer: None,
+                dnssec: None,
             }],
             ..DnsPlan::default()
         }

@@ -68,6 +68,24 @@ pub enum Command {
     /// A fleet's configuration in etcd.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// The authoritative DNS server's zones.
+    #[command(subcommand)]
+    Dns(DnsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DnsCommand {
+    /// Print the DS record (SHA-256 digest) of a signed zone's KSK, to hand to the parent zone.
+    Ds(DsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DsArgs {
+    /// The zone, such as `kargo.test`.
+    pub zone: String,
+    /// The TOML config file.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

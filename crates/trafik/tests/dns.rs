@@ -962,3 +962,158 @@ fn transfer_config_errors_are_reported_at_their_place() {
         );
     }
 }
+
+/// The zone-file config signed with DNSSEC, keys in `dns-keys/` beside the config.
+fn signed_config(denial: &str) -> String {
+    format!(
+        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\ndenial = \"{denial}\"\n",
+        zone_file_config()
+    )
+}
+
+fn trafik(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn dnssec_keys_are_made_once_and_trafik_dns_ds_prints_the_ksk_s_ds() {
+    let folder = directory("dnssec-keys");
+    let file = folder.join("dns.toml");
+    std::fs::write(&file, signed_config("nsec")).unwrap();
+    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
+    let ds = || {
+        let output = trafik(&[
+            "dns",
+            "ds",
+            "kargo.test",
+            "--config",
+            file.to_str().unwrap(),
+        ]);
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let first = ds();
+    let fields: Vec<&str> = first.split_whitespace().collect();
+    assert_eq!(fields[..3], ["kargo.test.", "IN", "DS"], "{first}");
+    assert!(fields[4..6] == ["13", "2"], "ECDSA P-256, SHA-256: {first}");
+    assert_eq!(fields[6].len(), 64, "{first}");
+    for key in ["kargo.test.ksk.pk8", "kargo.test.zsk.pk8"] {
+        assert!(folder.join("dns-keys").join(key).is_file(), "{key}");
+    }
+    // The keys are read back, not made again: the same DS.
+    assert_eq!(ds(), first);
+    let unsigned = trafik(&[
+        "dns",
+        "ds",
+        "devralma.kargo.test",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    assert!(!unsigned.status.success());
+    assert!(String::from_utf8_lossy(&unsigned.stderr).contains("no zone devralma.kargo.test."));
+}
+
+#[test]
+fn dnssec_config_errors_are_reported_at_their_place() {
+    let folder = directory("dnssec-errors");
+    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
+    std::fs::create_dir_all(folder.join("dns-keys")).unwrap();
+    std::fs::write(folder.join("dns-keys/kargo.test.ksk.pk8"), "not a key").unwrap();
+    let text = signed_config("nsec3");
+    let file = folder.join("bad.toml");
+    std::fs::write(&file, &text).unwrap();
+    let output = trafik(&["check", "--config", file.to_str().unwrap()]);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    for (needle, field, message) in [
+        (
+            "\"nsec3\"",
+            "dns.zone[0].dnssec.denial",
+            "only \"nsec\" is supported yet",
+        ),
+        (
+            "\"dns-keys/\"",
+            "dns.zone[0].dnssec.keys",
+            "kargo.test.ksk.pk8 is not an ECDSA P-256 key",
+        ),
+    ] {
+        let line = text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+        let column = text
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap()
+            .find(needle)
+            .unwrap()
+            + 1;
+        let place = format!("bad.toml:{line}:{column}");
+        assert!(
+            errors
+                .lines()
+                .any(|l| l.contains(&place) && l.contains(field) && l.contains(message)),
+            "{place} {field} {message}:\n{errors}"
+        );
+    }
+}
+
+#[test]
+fn signed_answers_validate_with_delv_from_the_zone_s_ds() {
+    std::fs::write(directory("dnssec").join("kargo.zone"), ZONE_FILE).unwrap();
+    let dns = Dns::start("dnssec", &signed_config("nsec"));
+    let ds = trafik(&[
+        "dns",
+        "ds",
+        "kargo.test",
+        "--config",
+        dns.file.to_str().unwrap(),
+    ]);
+    let ds = String::from_utf8(ds.stdout).unwrap();
+    let ds: Vec<&str> = ds.split_whitespace().collect();
+    let anchors = dns.file.with_file_name("anchors.conf");
+    std::fs::write(
+        &anchors,
+        format!(
+            "trust-anchors {{ kargo.test. static-ds {} {} {} \"{}\"; }};\n",
+            ds[3], ds[4], ds[5], ds[6]
+        ),
+    )
+    .unwrap();
+    // Without the DO bit the answer is as unsigned as before; with it, RRSIGs.
+    let plain = dig(&dns.dns, &["posta.kargo.test", "A"]);
+    assert!(
+        plain.contains("127.0.0.25") && !plain.contains("RRSIG"),
+        "{plain}"
+    );
+    let signed = dig(&dns.dns, &["+dnssec", "posta.kargo.test", "A"]);
+    assert!(signed.contains("RRSIG\tA 13 3"), "{signed}");
+    let (host, port) = dns.dns.rsplit_once(':').unwrap();
+    // A static answer, a policy answer, a name that does not exist, a type it does not have.
+    for (name, kind) in [
+        ("posta.kargo.test", "A"),
+        ("devralma.kargo.test", "A"),
+        ("yok.kargo.test", "A"),
+        ("posta.kargo.test", "TXT"),
+    ] {
+        let output = Command::new("delv")
+            .args([&format!("@{host}"), "-p", port, "-a"])
+            .arg(&anchors)
+            .args(["+root=kargo.test", name, kind])
+            .output()
+            .expect("delv runs (install bind9-dnsutils)");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            printed.contains("fully validated"),
+            "{name} {kind}:\n{printed}"
+        );
+    }
+    // The DO bit is part of the packet cache's key: a plain question after the signed ones
+    // still gets the plain answer.
+    let plain_again = dig(&dns.dns, &["posta.kargo.test", "A"]);
+    assert!(!plain_again.contains("RRSIG"), "{plain_again}");
+}

@@ -2,6 +2,7 @@
 
 pub mod admin_client;
 pub mod check;
+pub mod dns;
 pub mod fleet;
 pub mod plan;
 pub mod proxy;

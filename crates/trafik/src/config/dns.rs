@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use toml::Spanned;
+use trafik_dns::dnssec::ZoneKeys;
 use trafik_dns::geoip::GeoDatabase;
 use trafik_dns::master::ZoneFile;
 use trafik_dns::policy::{AllDown, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights};
@@ -21,8 +22,8 @@ use trafik_proxy::dns::{DnsServicePlan, RegionHealth};
 use super::health;
 use super::report::Report;
 use super::schema::{
-    Dns, DnsGeoip, DnsGroup, DnsName, DnsRateLimit, DnsRecord, DnsRegion, DnsTransfer, DnsTsig,
-    DnsZone, Health,
+    Dns, DnsDnssec, DnsGeoip, DnsGroup, DnsName, DnsRateLimit, DnsRecord, DnsRegion, DnsTransfer,
+    DnsTsig, DnsZone, Health,
 };
 use crate::suggest::did_you_mean;
 
@@ -610,6 +611,9 @@ fn check_zone(
     let transfer = zone
         .transfer
         .map(|transfer| check_transfer(report, &format!("{field}.transfer"), transfer));
+    let dnssec = zone
+        .dnssec
+        .and_then(|dnssec| check_dnssec(report, &format!("{field}.dnssec"), dnssec, &apex));
     let soa = match imported.soa {
         Some(soa) => soa,
         None => SoaPlan {
@@ -630,6 +634,7 @@ fn check_zone(
         records,
         names,
         transfer,
+        dnssec,
     };
     // What only the whole zone shows (a CNAME beside a file's record, a policy name below a
     // delegation), once each part read clean.
@@ -639,6 +644,44 @@ fn check_zone(
         }
     }
     Some(plan)
+}
+
+/// `[dns.zone.dnssec]`: reads the zone's keys from `keys` (relative to the config file),
+/// making those absent, so start and reload both see the files as they are now.
+fn check_dnssec(
+    report: &mut Report,
+    field: &str,
+    dnssec: Spanned<DnsDnssec>,
+    apex: &DomainName,
+) -> Option<ZoneKeys> {
+    let span = dnssec.span();
+    let dnssec = dnssec.into_inner();
+    if let Some(denial) = &dnssec.denial {
+        let value = denial.get_ref();
+        if value.eq_ignore_ascii_case("nsec3") {
+            report.error(
+                denial.span(),
+                &format!("{field}.denial"),
+                "only \"nsec\" is supported yet; NSEC3 is not built",
+            );
+        } else if !value.eq_ignore_ascii_case("nsec") {
+            report.error(
+                denial.span(),
+                &format!("{field}.denial"),
+                format!("expected \"nsec\", found {value:?}"),
+            );
+        }
+    }
+    let keys = report.required(
+        dnssec.keys,
+        span,
+        &format!("{field}.keys"),
+        "keys = \"dns-keys/\", the folder with the zone's KSK and ZSK (made when absent)",
+    )?;
+    let folder = report.path(keys.get_ref());
+    ZoneKeys::load(&folder, apex)
+        .map_err(|error| report.error(keys.span(), &format!("{field}.keys"), error))
+        .ok()
 }
 
 /// Reads the master file `file` names for the zone `apex`; an error names the file's line.

@@ -776,6 +776,18 @@ pub struct DnsZone {
     #[serde(rename = "name")]
     pub names: Vec<Spanned<DnsName>>,
     pub transfer: Option<Spanned<DnsTransfer>>,
+    pub dnssec: Option<Spanned<DnsDnssec>>,
+}
+
+/// `[dns.zone.dnssec]`: where the zone's KSK and ZSK live (made when absent) and how absence
+/// is proven.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsDnssec {
+    /// A folder, relative to the config file's.
+    pub keys: Option<Spanned<String>>,
+    /// `"nsec"`; `"nsec3"` is refused until it is built.
+    pub denial: Option<Spanned<String>>,
 }
 
 /// `[dns.zone.transfer]`: who may take the zone by AXFR/IXFR, who is told of new serials, and
@@ -818,6 +830,7 @@ impl Default for DnsZone {
             records: Vec::new(),
             names: Vec::new(),
             transfer: None,
+            dnssec: None,
         }
     }
 }

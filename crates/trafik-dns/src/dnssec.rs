@@ -1,0 +1,384 @@
+//! DNSSEC keys: a zone's KSK and ZSK, ECDSA P-256 with SHA-256 (algorithm 13, RFC 6605) — the
+//! common choice: short keys and signatures keep signed answers under UDP's size, and every
+//! validator supports it. Keys are hickory's signing keys on ring, kept as PKCS#8 files.
+
+use std::fmt;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_proto::dnssec::crypto::EcdsaSigningKey;
+use hickory_proto::dnssec::rdata::{DNSKEY, DNSSECRData, DS, NSEC, RRSIG};
+use hickory_proto::dnssec::{Algorithm, DigestType, DnssecSigner, SigningKey};
+use hickory_proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordSet, RecordType};
+use hickory_proto::serialize::binary::BinEncodable;
+use rustls_pki_types::PrivatePkcs8KeyDer;
+use time::OffsetDateTime;
+
+use crate::zone::{Code, Lookup};
+
+/// ECDSA P-256 with SHA-256.
+pub const ALGORITHM: Algorithm = Algorithm::ECDSAP256SHA256;
+
+/// DNSKEY flags (RFC 4034 2.1.1): a zone key, and the KSK also a secure entry point.
+const ZSK_FLAGS: u16 = 256;
+const KSK_FLAGS: u16 = 257;
+
+/// Signatures start an hour back, for validators whose clocks lag.
+const BACKDATE: u64 = 3600;
+/// And stay valid a week past signing.
+const VALIDITY: u64 = 7 * 86_400;
+/// A cached signature is made again once a day old, long before it expires.
+pub const REFRESH: u64 = 86_400;
+/// Signatures kept per zone (policy answers differ by region set, wildcards by name).
+const CACHED_SIGNATURES: usize = 16_384;
+
+/// A zone's two keys, read (or made) from the `keys` folder.
+#[derive(Clone, Debug)]
+pub struct ZoneKeys {
+    /// Signs the apex's DNSKEY RRset; the parent's DS names it.
+    pub ksk: ZoneKey,
+    /// Signs every other RRset.
+    pub zsk: ZoneKey,
+}
+
+/// One key: where it lives, and hickory's signer with its public half as the zone publishes it.
+#[derive(Clone)]
+pub struct ZoneKey {
+    pub path: PathBuf,
+    pub signer: Arc<DnssecSigner>,
+}
+
+/// Names the file and key tag, never the private key.
+impl fmt::Debug for ZoneKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZoneKey")
+            .field("path", &self.path)
+            .field("tag", &self.signer.dnskey().calculate_key_tag().ok())
+            .finish()
+    }
+}
+
+impl ZoneKeys {
+    /// Reads the zone's KSK and ZSK from `folder`, making (and storing) each one that is absent,
+    /// so a first start signs without a key ceremony and later starts keep the same keys.
+    pub fn load(folder: &Path, zone: &Name) -> Result<ZoneKeys, String> {
+        std::fs::create_dir_all(folder)
+            .map_err(|error| format!("cannot make the key folder {}: {error}", folder.display()))?;
+        let stem = if zone.is_root() {
+            "root".to_owned()
+        } else {
+            zone.to_ascii().trim_end_matches('.').to_owned()
+        };
+        Ok(ZoneKeys {
+            ksk: ZoneKey::load(folder.join(format!("{stem}.ksk.pk8")), KSK_FLAGS, zone)?,
+            zsk: ZoneKey::load(folder.join(format!("{stem}.zsk.pk8")), ZSK_FLAGS, zone)?,
+        })
+    }
+
+    /// The DS record (SHA-256 digest) of the KSK, for the parent zone.
+    pub fn ds(&self, zone: &Name) -> Result<DS, String> {
+        let dnskey = self.ksk.signer.dnskey();
+        let tag = dnskey.calculate_key_tag().map_err(|e| e.to_string())?;
+        let digest = dnskey
+            .to_digest(zone, DigestType::SHA256)
+            .map_err(|e| e.to_string())?;
+        Ok(DS::new(
+            tag,
+            ALGORITHM,
+            DigestType::SHA256,
+            digest.as_ref().to_vec(),
+        ))
+    }
+}
+
+impl ZoneKey {
+    fn load(path: PathBuf, flags: u16, zone: &Name) -> Result<ZoneKey, String> {
+        let der = match std::fs::read(&path) {
+            Ok(der) => der,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => make(&path)?,
+            Err(error) => return Err(format!("cannot read the key {}: {error}", path.display())),
+        };
+        let key = EcdsaSigningKey::from_pkcs8(&PrivatePkcs8KeyDer::from(der), ALGORITHM)
+            .map_err(|error| {
+                format!(
+                    "{} is not an ECDSA P-256 key in PKCS#8 (DER): {error}; remove it to have a new one made",
+                    path.display()
+                )
+            })?;
+        let public = key.to_public_key().map_err(|error| error.to_string())?;
+        let signer = DnssecSigner::new(
+            DNSKEY::with_flags(flags, public),
+            Box::new(key),
+            zone.clone(),
+            Duration::from_secs(BACKDATE + VALIDITY),
+        );
+        Ok(ZoneKey {
+            path,
+            signer: Arc::new(signer),
+        })
+    }
+}
+
+/// Online signing of one zone's answers (to queries with the DO bit): the apex's DNSKEY RRset
+/// by the KSK, every other RRset by the ZSK, when it is answered — so policy answers are signed
+/// as they are chosen — with the signatures cached by the RRset's bytes. Denial is by "black
+/// lies" (minimally covering NSEC, RFC 4470 as Cloudflare does it): a name that does not exist
+/// gets NODATA with an NSEC at the name itself, next name `\000.name`, types RRSIG and NSEC; a
+/// missing type gets the same NSEC listing the types the name has. Nothing of the zone's order
+/// is revealed, and no signing happens at load.
+pub struct Signing {
+    apex: Name,
+    ksk: Arc<DnssecSigner>,
+    zsk: Arc<DnssecSigner>,
+    dnskeys: Vec<Record>,
+    cache: quick_cache::sync::Cache<Vec<u8>, (u64, Record)>,
+}
+
+impl fmt::Debug for Signing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Signing").field("apex", &self.apex).finish()
+    }
+}
+
+impl Signing {
+    /// `ttl` is the DNSKEY RRset's.
+    pub fn new(keys: &ZoneKeys, apex: Name, ttl: u32) -> Signing {
+        let dnskeys = [&keys.ksk, &keys.zsk]
+            .iter()
+            .map(|key| {
+                let dnskey = DNSSECRData::DNSKEY(key.signer.dnskey().clone());
+                Record::from_rdata(apex.clone(), ttl, RData::DNSSEC(dnskey))
+            })
+            .collect();
+        Signing {
+            apex,
+            ksk: keys.ksk.signer.clone(),
+            zsk: keys.zsk.signer.clone(),
+            dnskeys,
+            cache: quick_cache::sync::Cache::new(CACHED_SIGNATURES),
+        }
+    }
+
+    /// Turns `lookup`, the answer to `name`/`kind`, into its signed form at `now` (Unix
+    /// seconds); `types` lists the types the name owns, for a NODATA proof. Referrals stay
+    /// unsigned (no DS or NSEC at a cut yet).
+    pub fn complete(
+        &self,
+        lookup: &mut Lookup,
+        name: &LowerName,
+        kind: RecordType,
+        types: impl FnOnce() -> Vec<RecordType>,
+        now: u64,
+    ) {
+        if lookup.referral || lookup.code == Code::Refused {
+            return;
+        }
+        let name = Name::from(name);
+        if kind == RecordType::DNSKEY && name == self.apex && lookup.answers.is_empty() {
+            lookup.answers = self.dnskeys.clone();
+            lookup.authority.clear();
+            lookup.code = Code::NoError;
+        }
+        if lookup.answers.is_empty() {
+            let mut bitmap = match lookup.code {
+                Code::NxDomain => Vec::new(),
+                _ => types(),
+            };
+            bitmap.retain(|owned| *owned != kind);
+            bitmap.extend([RecordType::RRSIG, RecordType::NSEC]);
+            let ttl = lookup.authority.first().map_or(0, |soa| soa.ttl);
+            if let Ok(next) = name.prepend_label(&[0u8][..]) {
+                let nsec = DNSSECRData::NSEC(NSEC::new(next, bitmap));
+                lookup
+                    .authority
+                    .push(Record::from_rdata(name, ttl, RData::DNSSEC(nsec)));
+                lookup.code = Code::NoError;
+            }
+        }
+        lookup.answers = self.signed(std::mem::take(&mut lookup.answers), now);
+        lookup.authority = self.signed(std::mem::take(&mut lookup.authority), now);
+    }
+
+    /// `records` with each RRset followed by its RRSIG.
+    fn signed(&self, records: Vec<Record>, now: u64) -> Vec<Record> {
+        let mut sets: Vec<RecordSet> = Vec::new();
+        for record in records {
+            let same = |set: &&mut RecordSet| {
+                set.name() == &record.name && set.record_type() == record.record_type()
+            };
+            match sets.iter_mut().find(same) {
+                Some(set) => {
+                    set.insert(record, 0);
+                }
+                None => {
+                    let mut set =
+                        RecordSet::with_ttl(record.name.clone(), record.record_type(), record.ttl);
+                    set.insert(record, 0);
+                    sets.push(set);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for set in sets {
+            let signature = self.signature(&set, now);
+            out.extend(set.records_without_rrsigs().cloned());
+            out.extend(signature);
+        }
+        out
+    }
+
+    /// The RRSIG of `set`, from the cache while younger than a day; `None` only if hickory
+    /// cannot encode or sign it (the RRset then goes unsigned rather than the query failing).
+    fn signature(&self, set: &RecordSet, now: u64) -> Option<Record> {
+        let mut key = Vec::new();
+        for record in set.records_without_rrsigs() {
+            key.extend(record.to_bytes().ok()?);
+        }
+        if let Some((signed, record)) = self.cache.get(&key)
+            && now.saturating_sub(signed) < REFRESH
+        {
+            return Some(record);
+        }
+        let signer = match set.record_type() {
+            RecordType::DNSKEY => &self.ksk,
+            _ => &self.zsk,
+        };
+        let inception = i64::try_from(now.saturating_sub(BACKDATE)).ok()?;
+        let inception = OffsetDateTime::from_unix_timestamp(inception).ok()?;
+        let rrsig = RRSIG::from_rrset(set, DNSClass::IN, inception, signer).ok()?;
+        let rdata = RData::DNSSEC(DNSSECRData::RRSIG(rrsig));
+        let record = Record::from_rdata(set.name().clone(), set.ttl(), rdata);
+        self.cache.insert(key, (now, record.clone()));
+        Some(record)
+    }
+}
+
+/// Makes a key and writes it readable by its owner only; `create_new` so two starts never
+/// overwrite each other's key.
+fn make(path: &Path) -> Result<Vec<u8>, String> {
+    let der = EcdsaSigningKey::generate_pkcs8(ALGORITHM)
+        .map_err(|error| format!("cannot make a key: {error}"))?
+        .secret_pkcs8_der()
+        .to_vec();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut file| file.write_all(&der))
+        .map_err(|error| format!("cannot write the key {}: {error}", path.display()))?;
+    Ok(der)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(name: &str) -> PathBuf {
+        let folder =
+            std::env::temp_dir().join(format!("trafik-dnssec-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&folder);
+        folder
+    }
+
+    #[test]
+    fn keys_are_made_once_then_read_back() {
+        let folder = folder("made");
+        let zone = Name::from_ascii("kargo.test.").unwrap();
+        let made = ZoneKeys::load(&folder, &zone).unwrap();
+        let (ksk, zsk) = (made.ksk.signer.dnskey(), made.zsk.signer.dnskey());
+        assert!(ksk.secure_entry_point() && ksk.zone_key());
+        assert!(!zsk.secure_entry_point() && zsk.zone_key());
+        assert_ne!(ksk.public_key(), zsk.public_key());
+        let read = ZoneKeys::load(&folder, &zone).unwrap();
+        assert_eq!(read.ksk.signer.dnskey(), ksk);
+        assert_eq!(read.zsk.signer.dnskey(), zsk);
+        let ds = read.ds(&zone).unwrap();
+        assert_eq!(ds.algorithm(), ALGORITHM);
+        assert_eq!(ds.digest().len(), 32);
+        assert!(ds.covers(&zone, ksk).unwrap());
+        std::fs::remove_dir_all(folder).unwrap();
+    }
+
+    #[test]
+    fn a_missing_name_gets_a_black_lie_and_signatures_come_from_the_cache() {
+        let folder = folder("lies");
+        let zone = Name::from_ascii("kargo.test.").unwrap();
+        let signing = Signing::new(&ZoneKeys::load(&folder, &zone).unwrap(), zone.clone(), 300);
+        let missing = Name::from_ascii("yok.kargo.test.").unwrap();
+        let negative = || Lookup {
+            code: Code::NxDomain,
+            authority: vec![Record::from_rdata(
+                zone.clone(),
+                30,
+                RData::A("127.0.0.1".parse().unwrap()),
+            )],
+            ..Lookup::default()
+        };
+        let mut lookup = negative();
+        let now = 1_800_000_000;
+        signing.complete(
+            &mut lookup,
+            &LowerName::from(&missing),
+            RecordType::A,
+            Vec::new,
+            now,
+        );
+        assert_eq!(lookup.code, Code::NoError);
+        let kinds: Vec<_> = lookup.authority.iter().map(Record::record_type).collect();
+        assert_eq!(
+            kinds,
+            [
+                RecordType::A,
+                RecordType::RRSIG,
+                RecordType::NSEC,
+                RecordType::RRSIG
+            ]
+        );
+        let RData::DNSSEC(DNSSECRData::NSEC(nsec)) = &lookup.authority[2].data else {
+            panic!("{:?}", lookup.authority[2]);
+        };
+        assert_eq!(nsec.next_domain_name().to_ascii(), "\\000.yok.kargo.test.");
+        // The same RRsets an hour later: the same signatures, from the cache.
+        let mut again = negative();
+        let name = LowerName::from(&missing);
+        signing.complete(&mut again, &name, RecordType::A, Vec::new, now + 3600);
+        assert_eq!(again.authority, lookup.authority);
+        // A name of 254 octets, too long for `\000.` before it: no NSEC, and no panic.
+        let long = Name::from_ascii(format!(
+            "{}.kargo.test.",
+            [
+                "a".repeat(61),
+                "a".repeat(61),
+                "a".repeat(61),
+                "a".repeat(55)
+            ]
+            .join(".")
+        ))
+        .unwrap();
+        let mut lookup = negative();
+        signing.complete(
+            &mut lookup,
+            &LowerName::from(&long),
+            RecordType::A,
+            Vec::new,
+            now,
+        );
+        assert_eq!(lookup.code, Code::NxDomain);
+        std::fs::remove_dir_all(folder).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_key_file_is_an_error_not_a_new_key() {
+        let folder = folder("damaged");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("kargo.test.ksk.pk8"), b"not a key").unwrap();
+        let zone = Name::from_ascii("kargo.test.").unwrap();
+        let error = ZoneKeys::load(&folder, &zone).unwrap_err();
+        assert!(error.contains("kargo.test.ksk.pk8"), "{error}");
+        std::fs::remove_dir_all(folder).unwrap();
+    }
+}
