@@ -11,10 +11,10 @@ use trafik_test_support::proxy::*;
 
 /// A raw backend: reads a request head, then writes `answer` and keeps the connection open
 /// (reading whatever comes) — the way a server that refuses an upload early behaves.
-async fn raw_backend(answer: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicIsize>) {
+async fn head_counting_backend(answer: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicIsize>) {
     let heads = Arc::new(AtomicIsize::new(0));
     let counted = heads.clone();
-    let address = trafik_test_support::proxy::raw_backend(move |mut stream| {
+    let address = raw_backend(move |mut stream| {
         let counted = counted.clone();
         async move {
             let mut buffer = [0u8; 4096];
@@ -41,7 +41,7 @@ async fn raw_backend(answer: &'static [u8]) -> (std::net::SocketAddr, Arc<Atomic
 #[tokio::test]
 async fn a_connection_still_carrying_an_upload_never_serves_another_client() {
     let (backend, _) =
-        raw_backend(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 3\r\n\r\nno\n").await;
+        head_counting_backend(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 3\r\n\r\nno\n").await;
     let mut plan = plan(&[backend]);
     plan.workers = 1;
     // Long enough that waiting for the busy connection would show.
@@ -123,7 +123,7 @@ async fn requests_a_proxy_must_not_pass_on_are_answered_with_their_status_on(eng
 
 #[tokio::test]
 async fn a_backend_answer_framed_twice_is_relayed_by_its_transfer_coding() {
-    let (backend, _) = raw_backend(
+    let (backend, _) = head_counting_backend(
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
     )
     .await;
@@ -222,7 +222,8 @@ async fn the_admin_api_refuses_a_malformed_escape_instead_of_reading_it_as_a_byt
 
 #[tokio::test]
 async fn kept_alive_upstream_connections_close_after_the_idle_timeout() {
-    let (backend, _) = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let (backend, _) =
+        head_counting_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let mut plan = plan(&[backend]);
     plan.workers = 1;
     plan.client.idle_timeout = Duration::from_secs(1);
@@ -403,7 +404,7 @@ async fn a_silent_kept_alive_client_is_closed_after_the_header_timeout() {
 async fn h2c_backend() -> (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
     let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
     let recording = heads.clone();
-    let address = trafik_test_support::proxy::raw_backend(move |mut stream| {
+    let address = raw_backend(move |mut stream| {
         let recording = recording.clone();
         async move {
             let mut buffer = [0u8; 4096];
@@ -474,7 +475,7 @@ async fn an_h2c_upgrade_never_reaches_a_backend() {
 /// A backend that starts an answer head and never ends it: `X-E: ` then header bytes, up to
 /// 64 MiB or until the proxy stops reading, then it holds the connection open.
 async fn endless_head_backend() -> std::net::SocketAddr {
-    trafik_test_support::proxy::raw_backend(move |mut stream| async move {
+    raw_backend(move |mut stream| async move {
         let mut buffer = [0u8; 4096];
         let mut seen = Vec::new();
         while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
