@@ -300,3 +300,120 @@ listen = "127.0.0.1:{admin}"
     drop(trafik);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The panel's page: two credentialed fetches with a custom header (so each is preflighted)
+/// to another origin, through trafik's CORS and around it; what became of them in
+/// `window.sonuc`.
+const PANEL: &str = r#"<!doctype html>
+<title>panel</title>
+<script>
+async function dene(url) {
+  try {
+    const answer = await fetch(url, {credentials: "include", headers: {"x-istemci": "panel"}});
+    const body = await answer.json();
+    return "ok " + answer.status + " " + body.no + " " + (answer.headers.get("x-kopya") || "-");
+  } catch (error) {
+    return "hata " + error.name;
+  }
+}
+document.cookie = "oturum=panel";
+const api = new URLSearchParams(location.search).get("api");
+Promise.all(["/takip/TR-4821", "/acik/TR-4821", "/kimliksiz/TR-4821"].map(path => dene(api + path)))
+  .then(results => { window.sonuc = results; });
+</script>
+"#;
+
+#[test]
+fn a_browser_calls_another_origin_through_cors_and_fails_without_it() {
+    let dir = std::env::temp_dir().join(format!("trafik-edge-cors-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("panel")).unwrap();
+    std::fs::write(dir.join("panel").join("index.html"), PANEL).unwrap();
+    let [page, api, replica] = free_ports();
+    let config = format!(
+        r#"
+[[upstream]]
+name = "k1"
+listen = "127.0.0.1:{replica}"
+
+[[listener]]
+name = "panel"
+listen = "127.0.0.1:{page}"
+
+[[listener.route]]
+static = "panel"
+index = "index.html"
+
+[[listener]]
+name = "api"
+listen = "127.0.0.1:{api}"
+
+[[listener.route]]
+path_prefix = "/takip"
+pool = "takip"
+
+[listener.route.cors]
+origins = ["http://127.0.0.1:{page}", "https://*.kargo.test"]
+headers = ["x-istemci"]
+expose = ["x-kopya"]
+credentials = true
+max_age = "1m"
+
+[[listener.route]]
+path_prefix = "/acik"
+pool = "takip"
+
+[[listener.route]]
+path_prefix = "/kimliksiz"
+pool = "takip"
+
+[listener.route.cors]
+origins = ["http://127.0.0.1:{page}"]
+headers = ["x-istemci"]
+
+[[pool]]
+name = "takip"
+backends = [{{ address = "127.0.0.1:{replica}" }}]
+"#
+    );
+    let trafik = serve(&dir, &config);
+    let driver = trafik_test_support::webdriver::Driver::start();
+    let browser = driver.session(800, 600);
+    browser.go(&format!(
+        "http://127.0.0.1:{page}/?api=http://127.0.0.1:{api}"
+    ));
+    let done = browser.wait_until(
+        "return Array.isArray(window.sonuc);",
+        std::time::Duration::from_secs(30),
+    );
+    let results = browser.run("return window.sonuc;");
+    assert!(
+        done.is_some(),
+        "the page's fetches never ended: {results} {:?}",
+        browser.console()
+    );
+    assert_eq!(
+        results,
+        serde_json::json!([
+            // Preflighted, credentialed, and the exposed header readable.
+            "ok 200 TR-4821 k1",
+            // No CORS: the replica's own 404 to the preflight carries no permission.
+            "hata TypeError",
+            // CORS without credentials: a credentialed answer may not be read.
+            "hata TypeError",
+        ]),
+        "{:?}",
+        browser.console()
+    );
+    // The preflights were answered at the edge: the replica saw one GET on /takip, and on
+    // /acik only the OPTIONS that trafik relayed as any request.
+    let counts = get_json(&format!("127.0.0.1:{replica}"), "/sayac");
+    assert_eq!(counts["yol"]["/takip"], 1, "{counts}");
+    assert_eq!(
+        counts["yol"]["/kimliksiz"],
+        serde_json::Value::Null,
+        "{counts}"
+    );
+    drop(browser);
+    drop(trafik);
+    let _ = std::fs::remove_dir_all(dir);
+}
