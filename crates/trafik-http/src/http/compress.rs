@@ -439,3 +439,117 @@ impl Compressing {
         &self.inner
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    fn shared() -> Arc<Shared> {
+        Arc::new(Shared {
+            plan: CompressPlan {
+                encodings: vec![Coding::Gzip],
+                types: vec!["text/*".into()],
+                min_length: 4,
+                gzip_level: 5,
+                br_level: 4,
+                zstd_level: 3,
+            },
+            counters: PerWorker::new(1),
+        })
+    }
+
+    fn poll(body: &mut Compressing) -> Poll<Option<Bytes>> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        body.poll(&mut cx)
+            .map(|frame| frame.map(|f| f.unwrap().into_data().unwrap()))
+    }
+
+    #[test]
+    fn a_streamed_answer_is_flushed_when_its_upstream_pauses() {
+        let (pieces, receiver) = tokio::sync::mpsc::channel(4);
+        let shared = shared();
+        let mut body = Compressing {
+            inner: ProxyBody::Chunks(receiver),
+            coder: Some(Coder::new(Coding::Gzip, &shared.plan).unwrap()),
+            unflushed: false,
+            shared,
+            worker: 0,
+        };
+        let mut decoded = flate2::write::GzDecoder::new(Vec::new());
+        pieces
+            .try_send(Bytes::from_static(b"data: TR-4821 teslim\n\n"))
+            .unwrap();
+        // The upstream has nothing more yet: what it sent so far comes out, flushed.
+        while let Poll::Ready(Some(piece)) = poll(&mut body) {
+            decoded.write_all(&piece).unwrap();
+        }
+        decoded.flush().unwrap();
+        assert_eq!(decoded.get_ref().as_slice(), b"data: TR-4821 teslim\n\n");
+        pieces
+            .try_send(Bytes::from_static(b"data: son\n\n"))
+            .unwrap();
+        drop(pieces);
+        while let Poll::Ready(Some(piece)) = poll(&mut body) {
+            decoded.write_all(&piece).unwrap();
+        }
+        assert!(body.is_end_stream());
+        let decoded = decoded.finish().unwrap();
+        assert_eq!(decoded, b"data: TR-4821 teslim\n\ndata: son\n\n");
+        let counters = body.shared.counters.mine(0);
+        assert_eq!(read(&counters.bytes_in), 33);
+    }
+
+    #[test]
+    fn only_listed_types_at_the_minimum_size_are_compressed_and_never_twice() {
+        let negotiated = Negotiated {
+            shared: shared(),
+            coding: Some(Coding::Gzip),
+            range: false,
+            head: false,
+        };
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.append(*name, HeaderValue::from_static(value));
+            }
+            headers
+        };
+        let mut plain = headers(&[
+            ("content-type", "text/plain"),
+            ("etag", "\"v1\""),
+            ("vary", "origin"),
+        ]);
+        let chosen = negotiated.prepare(StatusCode::OK, &mut plain, Some(100), 0);
+        assert_eq!(chosen, Some(Coding::Gzip));
+        assert_eq!(plain["content-encoding"], "gzip");
+        assert_eq!(plain["etag"], "W/\"v1\"");
+        let vary: Vec<_> = plain.get_all("vary").iter().collect();
+        assert_eq!(vary, ["origin", "accept-encoding"]);
+        let mut image = headers(&[("content-type", "image/png")]);
+        assert_eq!(
+            negotiated.prepare(StatusCode::OK, &mut image, Some(100), 0),
+            None
+        );
+        assert!(!image.contains_key("vary"));
+        let mut small = headers(&[("content-type", "text/plain")]);
+        assert_eq!(
+            negotiated.prepare(StatusCode::OK, &mut small, Some(3), 0),
+            None
+        );
+        let mut encoded = headers(&[("content-type", "text/plain"), ("content-encoding", "br")]);
+        assert_eq!(
+            negotiated.prepare(StatusCode::OK, &mut encoded, None, 0),
+            None
+        );
+        assert_eq!(encoded["content-encoding"], "br");
+        assert_eq!(encoded["vary"], "accept-encoding");
+        let mut unchanged = headers(&[("etag", "\"v1\"")]);
+        assert_eq!(
+            negotiated.prepare(StatusCode::NOT_MODIFIED, &mut unchanged, None, 0),
+            None
+        );
+        assert_eq!(unchanged["etag"], "W/\"v1\"");
+    }
+}
