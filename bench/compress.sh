@@ -67,6 +67,7 @@ pids+=($!)
 wait_for_port "$origin_port"
 
 declare -A RPS P50 CPU SIZES
+WRK_HEADER="Accept-Encoding: gzip" # measure() sends it with every request
 names=()
 echo "compression: ${size}-byte JSON, wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s -H 'Accept-Encoding: gzip', $ROUNDS interleaved rounds, $WORKERS workers each, $(nproc) cores"
 for level in $LEVELS; do

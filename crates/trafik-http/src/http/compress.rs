@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use trafik_policy::negotiate::{self, Coding};
 
@@ -124,7 +124,6 @@ pub struct Negotiated {
     pub shared: Arc<Shared>,
     pub coding: Option<Coding>,
     pub range: bool,
-    pub head: bool,
 }
 
 impl Filter for Compress {
@@ -146,7 +145,6 @@ impl Filter for Compress {
             shared: self.shared.clone(),
             coding,
             range,
-            head: request.method() == Method::HEAD,
         };
         request.extensions_mut().insert(negotiated.clone());
         exchange.notes.borrow_mut().insert(negotiated);
@@ -178,6 +176,9 @@ impl Filter for Compress {
             inner,
             coder: Some(coder),
             unflushed: false,
+            // An answer of unknown length may be a stream (events, a long poll): what it sent
+            // goes out when it pauses. One with a length ends soon, compressed whole.
+            flush_on_pause: length.is_none(),
             shared: self.shared.clone(),
             worker: exchange.worker,
         }));
@@ -342,7 +343,8 @@ impl Coder {
     }
 
     /// Pushes out what was written so far (a sync flush), so a client sees a streamed answer's
-    /// pieces when its upstream pauses.
+    /// pieces when its upstream pauses (an answer of unknown length only: a flush costs CPU and
+    /// ratio).
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Coder::Gzip(coder) => coder.flush(),
@@ -378,6 +380,8 @@ pub struct Compressing {
     coder: Option<Coder>,
     /// Bytes written since the last flush.
     unflushed: bool,
+    /// Whether a pause of the upstream flushes the compressor.
+    flush_on_pause: bool,
     shared: Arc<Shared>,
     worker: usize,
 }
@@ -408,7 +412,7 @@ impl Compressing {
                     Some(coder) => Bytes::from(coder.finish()?),
                     None => return Poll::Ready(None),
                 },
-                Poll::Pending if self.unflushed => {
+                Poll::Pending if self.unflushed && self.flush_on_pause => {
                     self.unflushed = false;
                     coder.flush()?;
                     let flushed = coder.take();
@@ -474,6 +478,7 @@ mod tests {
             inner: ProxyBody::Chunks(receiver),
             coder: Some(Coder::new(Coding::Gzip, &shared.plan).unwrap()),
             unflushed: false,
+            flush_on_pause: true,
             shared,
             worker: 0,
         };
@@ -507,7 +512,6 @@ mod tests {
             shared: shared(),
             coding: Some(Coding::Gzip),
             range: false,
-            head: false,
         };
         let headers = |pairs: &[(&'static str, &'static str)]| {
             let mut headers = HeaderMap::new();
