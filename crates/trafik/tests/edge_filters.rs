@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use trafik_test_support::{Trafik, free_ports, get_json};
+use trafik_metrics_text::strict_reader;
+use trafik_test_support::{Trafik, free_ports, get_json, get_text};
 
 /// A 1.5 MB JSON text of varied records: past the static files' 1 MiB in-memory bound, so
 /// static answers stream too.
@@ -297,6 +298,15 @@ listen = "127.0.0.1:{admin}"
     );
     assert_eq!(route("kenar /hazir")["already_encoded"], 1);
     assert_eq!(route("kenar /dosya")["ranges"], 1);
+    let text = get_text(&format!("127.0.0.1:{admin}"), "/metrics");
+    let metrics = strict_reader::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let akis = [("route", "kenar /akis"), ("outcome", "zstd")];
+    assert_eq!(metrics.value("trafik_compress_answers_total", &akis), 1.0);
+    let into = [("route", "kenar /akis"), ("direction", "in")];
+    assert_eq!(
+        metrics.value("trafik_compress_bytes_total", &into),
+        streamed["bytes_in"].as_f64().unwrap()
+    );
     drop(trafik);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -328,7 +338,7 @@ fn a_browser_calls_another_origin_through_cors_and_fails_without_it() {
     let dir = std::env::temp_dir().join(format!("trafik-edge-cors-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("panel")).unwrap();
     std::fs::write(dir.join("panel").join("index.html"), PANEL).unwrap();
-    let [page, api, replica] = free_ports();
+    let [page, api, replica, admin] = free_ports();
     let config = format!(
         r#"
 [[upstream]]
@@ -373,6 +383,9 @@ headers = ["x-istemci"]
 [[pool]]
 name = "takip"
 backends = [{{ address = "127.0.0.1:{replica}" }}]
+
+[admin]
+listen = "127.0.0.1:{admin}"
 "#
     );
     let trafik = serve(&dir, &config);
@@ -407,6 +420,14 @@ backends = [{{ address = "127.0.0.1:{replica}" }}]
     // The preflights were answered at the edge: the replica saw one GET on /takip, and on
     // /acik only the OPTIONS that trafik relayed as any request.
     let counts = get_json(&format!("127.0.0.1:{replica}"), "/sayac");
+    let status = get_json(&format!("127.0.0.1:{admin}"), "/status");
+    let cors = &status["cors"][0];
+    assert_eq!(cors["route"], "api /takip", "{status}");
+    assert_eq!(
+        (cors["preflights"].as_i64(), cors["allowed"].as_i64()),
+        (Some(1), Some(1)),
+        "{cors}"
+    );
     assert_eq!(counts["yol"]["/takip"], 1, "{counts}");
     assert_eq!(
         counts["yol"]["/kimliksiz"],
