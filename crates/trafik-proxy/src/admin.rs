@@ -169,6 +169,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             crate::http::gateway::metrics(&snapshot, &mut exposition);
             gate::metrics(&snapshot.gates, &mut exposition);
             redis::metrics(&snapshot.global_limits, &mut exposition);
+            snapshot.edge.metrics(&mut exposition);
             crate::concurrency::metrics(&snapshot.pools, &mut exposition);
             crate::metrics::export::write_connection_limits(&snapshot, &mut exposition);
             instance.dns_metrics(&mut exposition);
@@ -385,6 +386,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             entry
         })
         .collect();
+    let (cors, compress) = snapshot.edge.status();
     json!({
         "config": {
             "generation": snapshot.generation,
@@ -397,6 +399,8 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "gateway": crate::http::gateway::status(snapshot),
         "gates": gate::status(&snapshot.gates),
         "rate_limits": redis::status(&snapshot.global_limits),
+        "cors": cors,
+        "compress": compress,
     })
 }
 

@@ -108,6 +108,18 @@ pub fn build(plan: &FilterPlan, stats: &mut policy::Stats<'_>) -> Result<Box<dyn
         FilterPlan::Jwt(jwt) => Box::new(policy::auth::Jwt::new(jwt)?),
         FilterPlan::RateLimit(limit) => policy::rate_limit::build(limit, stats)?,
         FilterPlan::AccessLog => Box::new(policy::access_log::AccessLog::new(stats.route)),
+        FilterPlan::Cors(cors) => Box::new(super::cors::Cors::new(
+            cors,
+            stats.workers,
+            stats.route,
+            &mut stats.edge.cors,
+        )),
+        FilterPlan::Compress(compress) => Box::new(super::compress::Compress::new(
+            compress,
+            stats.workers,
+            stats.route,
+            &mut stats.edge.compress,
+        )),
     })
 }
 
@@ -123,7 +135,9 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
         | FilterPlan::Gate(_)
         | FilterPlan::Jwt(_)
         | FilterPlan::RateLimit(_)
-        | FilterPlan::AccessLog => None,
+        | FilterPlan::AccessLog
+        | FilterPlan::Cors(_)
+        | FilterPlan::Compress(_) => None,
     }
 }
 
@@ -169,7 +183,7 @@ impl Filter for UpstreamForm {
     }
 
     fn on_response(&self, response: &mut Response<ProxyBody>, _: &Exchange<'_>) {
-        if matches!(response.body(), ProxyBody::Upstream { .. }) {
+        if response.body().is_relayed() {
             if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                 upgrade::keep_upgrade_headers(response.headers_mut());
             } else {
@@ -202,7 +216,7 @@ impl Filter for Forwarding {
     }
 
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
-        if matches!(response.body(), ProxyBody::Upstream { .. }) {
+        if response.body().is_relayed() {
             append_via(response.headers_mut(), &exchange.snapshot.via);
         }
     }

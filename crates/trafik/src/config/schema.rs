@@ -288,6 +288,60 @@ pub struct Route {
     pub gate: Option<Spanned<Gate>>,
     pub jwt: Option<Spanned<Jwt>>,
     pub rate_limit: Option<Spanned<RateLimit>>,
+    /// Cross-origin requests from browsers, answered at the edge.
+    pub cors: Option<Spanned<Cors>>,
+    /// Answers compressed at the edge.
+    pub compress: Option<Spanned<Compress>>,
+}
+
+/// `[listener.route.cors]`: the origins that may call the route from a browser, and how.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cors {
+    pub origins: Option<Spanned<Vec<Spanned<String>>>>,
+    pub methods: Option<Vec<Spanned<String>>>,
+    pub headers: Vec<Spanned<String>>,
+    pub expose: Vec<Spanned<String>>,
+    pub credentials: bool,
+    pub max_age: Option<Spanned<Dur>>,
+}
+
+/// `[listener.route.compress]`: which answers go out compressed, in which codings.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Compress {
+    pub encodings: Spanned<Vec<Spanned<String>>>,
+    pub types: Vec<Spanned<String>>,
+    pub min_length: Spanned<Size>,
+    pub gzip_level: Spanned<u32>,
+    pub br_level: Spanned<u32>,
+    pub zstd_level: Spanned<i32>,
+}
+
+impl Default for Compress {
+    fn default() -> Self {
+        let texts = |list: &[&str]| list.iter().map(|t| unplaced(t.to_string())).collect();
+        Compress {
+            encodings: unplaced(texts(&["zstd", "br", "gzip"])),
+            types: texts(Compress::DEFAULT_TYPES),
+            min_length: unplaced(Size(256)),
+            gzip_level: unplaced(5),
+            br_level: unplaced(4),
+            zstd_level: unplaced(3),
+        }
+    }
+}
+
+impl Compress {
+    /// Text formats worth compressing; images, video and archives are compressed already.
+    pub const DEFAULT_TYPES: &[&str] = &[
+        "text/*",
+        "application/json",
+        "application/javascript",
+        "application/xml",
+        "application/wasm",
+        "image/svg+xml",
+    ];
 }
 
 impl Route {
@@ -459,6 +513,8 @@ impl Default for Route {
             gate: None,
             jwt: None,
             rate_limit: None,
+            cors: None,
+            compress: None,
         }
     }
 }
