@@ -35,7 +35,7 @@ pub enum Command {
     /// course's tracking service behind a health-checked round-robin balancer on 127.0.0.1:8080).
     Serve(ServeArgs),
     /// Validate a config file and print the plan it resolves to (listeners → routes → pools →
-    /// backends); exits non-zero on any error. With no file, checks the embedded default.
+    /// backends); exits 2 on any error. With no file, checks the embedded default.
     Check(CheckArgs),
     /// Ask a running `trafik serve` to read its config file again (as SIGHUP does): a file
     /// with errors changes nothing, and its errors are printed.
@@ -211,8 +211,9 @@ pub struct ServeArgs {
 /// Where a fleet's configuration lives in etcd.
 #[derive(Clone, Debug, clap::Args)]
 pub struct EtcdArgs {
-    /// etcd's client URL (http://HOST:PORT): read the configuration from `<prefix>config` and
-    /// watch it.
+    /// etcd's client URL (http://HOST:PORT) of the fleet whose configuration is
+    /// `<prefix>config` (serve reads and watches it; status and plan read it; config push
+    /// writes it).
     #[arg(long, value_name = "URL")]
     pub etcd: Option<String>,
     /// The prefix of the fleet's keys: `config`, `status`, `instances/<id>`.
@@ -284,7 +285,8 @@ pub struct ProxyArgs {
     #[arg(long = "to", required = true)]
     pub to: Vec<Addr>,
     /// The selection rule (a config file's `algorithm`).
-    #[arg(long, default_value_t = Algorithm::default().name().to_owned())]
+    #[arg(long, default_value_t = Algorithm::default().name().to_owned(),
+        value_parser = clap::builder::PossibleValuesParser::new(Algorithm::ALL.iter().map(|rule| rule.name())))]
     pub algorithm: String,
     /// What hash-based algorithms key on: header:NAME, cookie:NAME, query:NAME, path or
     /// client-ip (the default for them).
@@ -315,7 +317,8 @@ pub struct ProxyArgs {
     /// --admin-allow-remote.
     #[arg(long)]
     pub admin: Option<Addr>,
-    /// Allow a non-loopback --admin address (the admin API has no authentication).
+    /// Allow a non-loopback --admin address; then --admin-token-file is required, and every
+    /// admin request must carry its token.
     #[arg(long, requires = "admin")]
     pub admin_allow_remote: bool,
     /// A file whose first line is the admin API's bearer token (required beyond loopback).
@@ -413,16 +416,20 @@ pub struct DnsArgs {
     /// Seconds modelled.
     #[arg(long, default_value_t = 3600)]
     pub duration: u64,
+    /// Print the tables as JSON, for tools, instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct FailoverArgs {
+    /// Caching resolvers; resolver j carries a share proportional to 1/(j+1).
     #[arg(long, default_value_t = 40)]
     pub resolvers: usize,
+    /// Requests per second, all resolvers together.
     #[arg(long, default_value_t = 514)]
     pub rate: u64,
+    /// The TTLs of the sweep, in seconds.
     #[arg(long, value_delimiter = ',', default_value = "30,60,300,900")]
     pub ttls: Vec<u64>,
     /// The TTL of the summary, in seconds.
@@ -434,6 +441,7 @@ pub struct FailoverArgs {
     /// Seconds until the health checks mark it dead (interval × fall).
     #[arg(long, default_value_t = 10)]
     pub detection: u64,
+    /// Seconds modelled.
     #[arg(long, default_value_t = 1200)]
     pub duration: u64,
     /// The region that fails.
@@ -445,64 +453,82 @@ pub struct FailoverArgs {
     /// The availability target (percent) whose monthly downtime budget losses are counted in.
     #[arg(long, default_value_t = 99.9)]
     pub availability: f64,
+    /// Print the tables as JSON, for tools, instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct SubjectsArgs {
+    /// Seed of the random request stream (the course's by default).
     #[arg(long, default_value_t = 20_260_812)]
     pub seed: u64,
+    /// Subjects (back ends) of unequal capacity.
     #[arg(long, default_value_t = 40)]
     pub subjects: usize,
+    /// Offered loads of the table's rows, requests per second.
     #[arg(long, value_delimiter = ',', default_value = "1200,2000,2600")]
     pub loads: Vec<u64>,
+    /// Virtual nodes per subject on the consistent-hash ring.
     #[arg(long, default_value_t = 128)]
     pub vnodes: u32,
     /// The subject (numbered from 1) that leaves.
     #[arg(long, default_value_t = 20)]
     pub remove: usize,
+    /// Offered load while the subject leaves, requests per second.
     #[arg(long, default_value_t = 1200)]
     pub removal_load: u64,
+    /// Print the tables as JSON, for tools, instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct QueueArgs {
+    /// Replicas behind the balancer.
     #[arg(long, default_value_t = 3)]
     pub replicas: usize,
+    /// Requests per run.
     #[arg(long, default_value_t = 300)]
     pub requests: usize,
     /// Rounds between arrivals.
     #[arg(long, default_value_t = 2)]
     pub arrival: u64,
+    /// Seed of the random service times (the course's by default).
     #[arg(long, default_value_t = 20_240_730)]
     pub seed: u64,
     /// Speed multipliers of the slow scenario, one per replica.
     #[arg(long, value_delimiter = ',', default_value = "3,1,1")]
     pub slow: Vec<u64>,
+    /// Print the tables as JSON, for tools, instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct HashArgs {
+    /// Keys hashed.
     #[arg(long, default_value_t = 100_000)]
     pub keys: usize,
+    /// The keys' common prefix (keys are PREFIX + a number).
     #[arg(long, default_value = "G")]
     pub key_prefix: String,
+    /// The first key's number.
     #[arg(long, default_value_t = 1_000_000)]
     pub key_base: u64,
+    /// The replicas before one is added, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "k1,k2,k3")]
     pub replicas: Vec<String>,
     /// The replica added; k<N+1> by default.
     #[arg(long)]
     pub added: Option<String>,
+    /// Virtual nodes per replica of the ring's rows, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
     pub vnodes: Vec<u32>,
+    /// Maglev's lookup table size (a prime).
     #[arg(long, default_value_t = trafik_balance::DEFAULT_TABLE_SIZE)]
     pub maglev_size: u32,
+    /// Bounded loads' factor: no replica over this × the mean.
     #[arg(long, default_value_t = 1.25)]
     pub balance_factor: f64,
     /// Reads per second at peak.
@@ -520,6 +546,7 @@ pub struct HashArgs {
     /// The warm-up window.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub warmup: std::time::Duration,
+    /// Print the tables as JSON, for tools, instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -529,14 +556,17 @@ pub struct StickyArgs {
     /// name:clients:requests-per-client, comma separated.
     #[arg(long, default_value = "buyuk:1:2000,orta:9:400,kucuk:90:50", value_parser = parse_clients)]
     pub clients: ClientGroups,
+    /// Virtual nodes per replica on the ring.
     #[arg(long, default_value_t = 200)]
     pub vnodes: u32,
+    /// Print the tables as JSON, for tools, instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct CacheArgs {
+    /// Requests in the trace.
     #[arg(long, default_value_t = 200_000)]
     pub requests: u64,
     /// Queries per shipment (a burst is at most this long).
@@ -557,17 +587,20 @@ pub struct CacheArgs {
     /// The store's eviction policy: lru (the course's) or admission (quick_cache).
     #[arg(long, default_value = "lru")]
     pub policy: trafik_cache::Policy,
+    /// Print the tables as JSON, for tools, instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct DistributionArgs {
+    /// Edge servers.
     #[arg(long, default_value_t = 12)]
     pub edges: u64,
     /// Rounds a pulled copy stays fresh.
     #[arg(long, default_value_t = 300)]
     pub ttl: u64,
+    /// Rounds modelled.
     #[arg(long, default_value_t = 900)]
     pub rounds: u64,
     /// The round in which the common objects change.
@@ -582,6 +615,7 @@ pub struct DistributionArgs {
     /// Edge k's first copy expires in round 1 + (k × stagger) mod ttl.
     #[arg(long, default_value_t = 27)]
     pub stagger: u64,
+    /// Print the tables as JSON, for tools, instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -615,8 +649,8 @@ pub struct LoadArgs {
     /// Requests per second (open loop); 514 under a profile.
     #[arg(long)]
     pub rate: Option<f64>,
-    /// How long to send.
-    #[arg(long, value_parser = parse_duration)]
+    /// How long to send: 10s by default, or the profile's own length.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_negative_numbers = true)]
     pub duration: Option<std::time::Duration>,
     /// Piecewise-linear ramps as DURATION:TARGET,... (k6's ramping arrival rate), e.g. 5s:100,10s:500,5s:0.
     #[arg(long)]
@@ -658,6 +692,7 @@ pub struct LoadArgs {
     /// https: the TLS versions to offer, 1.2 and/or 1.3 (repeat for both; default both).
     #[arg(long = "tls-version", value_name = "VERSION", value_parser = ["1.2", "1.3"])]
     pub tls_versions: Vec<String>,
+    /// The HTTP method of every request (GET, POST, PUT, …); with --body for a body.
     #[arg(long, default_value = "GET")]
     pub method: String,
     /// A request header as NAME:VALUE; repeat for more.
@@ -725,6 +760,7 @@ pub struct AgentArgs {
     /// etcd's client URL (http://HOST:PORT).
     #[arg(long, value_name = "URL")]
     pub etcd: String,
+    /// The prefix of a distributed run's keys: `agents/NAME`, `jobs/NAME`, `results/RUN/NAME`.
     #[arg(long, value_name = "PREFIX", default_value = "/trafik-load/")]
     pub etcd_prefix: String,
     /// The agent's name in etcd (default: host name and process id).
@@ -757,5 +793,37 @@ impl From<Profile> for trafik_load::ProfileKind {
             Profile::Soak => trafik_load::ProfileKind::Soak,
             Profile::Spike => trafik_load::ProfileKind::Spike,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every option and argument of every command, nested ones included, says what it is for
+    /// in `--help`: a new flag without a doc comment fails here.
+    #[test]
+    fn every_option_has_a_description() {
+        fn undescribed(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", command.get_name());
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && !arg.is_hide_set() && arg.get_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                undescribed(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        undescribed(&Cli::command(), "", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "options without a description:\n{}",
+            missing.join("\n")
+        );
     }
 }

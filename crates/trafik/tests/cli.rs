@@ -191,7 +191,7 @@ fn bad_quick_mode_flags_are_refused_with_status_2() {
     for (extra, expected) in [
         (
             &["--algorithm", "fastest"][..],
-            "unknown algorithm \"fastest\"",
+            "invalid value 'fastest' for '--algorithm <ALGORITHM>'\n  [possible values: round-robin,",
         ),
         (&["--admin", "0.0.0.0:0"][..], "needs --admin-allow-remote"),
         (&["--hash-key", "headr:x"][..], "expected header:NAME"),
