@@ -949,7 +949,7 @@ impl Handler {
             vec![soa]
         } else {
             std::iter::once(soa.clone())
-                .chain(zone.transferred().iter().cloned())
+                .chain(zone.transfer_records(now).iter().cloned())
                 .chain(std::iter::once(soa))
                 .collect()
         };

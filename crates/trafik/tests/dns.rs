@@ -357,7 +357,7 @@ fn dns_config_errors_are_all_reported_at_their_place() {
         (
             "type = \"DNAME\"",
             "dns.zone[0].record[0].type",
-            "expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR",
+            "expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR or DS",
         ),
         (
             "countries = [\"TUR\"]",
@@ -1062,24 +1062,8 @@ fn dnssec_config_errors_are_reported_at_their_place() {
 fn signed_answers_validate_with_delv_from_the_zone_s_ds() {
     std::fs::write(directory("dnssec").join("kargo.zone"), ZONE_FILE).unwrap();
     let dns = Dns::start("dnssec", &signed_config("nsec"));
-    let ds = trafik(&[
-        "dns",
-        "ds",
-        "kargo.test",
-        "--config",
-        dns.file.to_str().unwrap(),
-    ]);
-    let ds = String::from_utf8(ds.stdout).unwrap();
-    let ds: Vec<&str> = ds.split_whitespace().collect();
     let anchors = dns.file.with_file_name("anchors.conf");
-    std::fs::write(
-        &anchors,
-        format!(
-            "trust-anchors {{ kargo.test. static-ds {} {} {} \"{}\"; }};\n",
-            ds[3], ds[4], ds[5], ds[6]
-        ),
-    )
-    .unwrap();
+    anchors_for(&ds_of("kargo.test", &dns.file), &anchors);
     // Without the DO bit the answer is as unsigned as before; with it, RRSIGs.
     let plain = dig(&dns.dns, &["posta.kargo.test", "A"]);
     assert!(
@@ -1088,32 +1072,180 @@ fn signed_answers_validate_with_delv_from_the_zone_s_ds() {
     );
     let signed = dig(&dns.dns, &["+dnssec", "posta.kargo.test", "A"]);
     assert!(signed.contains("RRSIG\tA 13 3"), "{signed}");
-    let (host, port) = dns.dns.rsplit_once(':').unwrap();
     // A static answer, a policy answer, a name that does not exist, a type it does not have.
-    for (name, kind) in [
-        ("posta.kargo.test", "A"),
-        ("devralma.kargo.test", "A"),
-        ("yok.kargo.test", "A"),
-        ("posta.kargo.test", "TXT"),
-    ] {
-        let output = Command::new("delv")
-            .args([&format!("@{host}"), "-p", port, "-a"])
-            .arg(&anchors)
-            .args(["+root=kargo.test", name, kind])
-            .output()
-            .expect("delv runs (install bind9-dnsutils)");
-        let printed = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+    validates(
+        &dns.dns,
+        &anchors,
+        &[
+            ("posta.kargo.test", "A"),
+            ("devralma.kargo.test", "A"),
+            ("yok.kargo.test", "A"),
+            ("posta.kargo.test", "TXT"),
+        ],
+    );
+    // The DO bit is part of the packet cache's key: a plain question after the signed ones
+    // still gets the plain answer.
+    let plain_again = dig(&dns.dns, &["posta.kargo.test", "A"]);
+    assert!(!plain_again.contains("RRSIG"), "{plain_again}");
+}
+
+/// The DS line `trafik dns ds` prints for `zone` of the config `file`.
+fn ds_of(zone: &str, file: &std::path::Path) -> String {
+    let output = trafik(&["dns", "ds", zone, "--config", file.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// Asks `delv` at `server`, trusting the DS in `anchors` for `kargo.test`, each of `questions`
+/// (name, type): each answer must be "fully validated".
+fn validates(server: &str, anchors: &std::path::Path, questions: &[(&str, &str)]) {
+    let (host, port) = server.rsplit_once(':').unwrap();
+    for (name, kind) in questions {
+        let printed = printed(
+            Command::new("delv")
+                .args([&format!("@{host}"), "-p", port, "-a"])
+                .arg(anchors)
+                .args(["+root=kargo.test", name, kind]),
+            "delv (install bind9-dnsutils)",
+        )
+        .1;
         assert!(
             printed.contains("fully validated"),
             "{name} {kind}:\n{printed}"
         );
     }
-    // The DO bit is part of the packet cache's key: a plain question after the signed ones
-    // still gets the plain answer.
-    let plain_again = dig(&dns.dns, &["posta.kargo.test", "A"]);
-    assert!(!plain_again.contains("RRSIG"), "{plain_again}");
+}
+
+/// Runs `command` (`what` names it if it cannot start): whether it succeeded, and what it
+/// printed on stdout and stderr.
+fn printed(command: &mut Command, what: &str) -> (bool, String) {
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// A trust-anchors file for delv holding `ds` (a `trafik dns ds` line).
+fn anchors_for(ds: &str, file: &std::path::Path) {
+    let ds: Vec<&str> = ds.split_whitespace().collect();
+    let anchor = format!(
+        "trust-anchors {{ {} static-ds {} {} {} \"{}\"; }};\n",
+        ds[0], ds[3], ds[4], ds[5], ds[6]
+    );
+    std::fs::write(file, anchor).unwrap();
+}
+
+#[test]
+fn a_signed_zone_transfers_signed_and_ldns_verify_zone_accepts_it() {
+    let folder = directory("signed-transfer");
+    let zone = format!(
+        "{ZONE_FILE}uzak IN NS ns.disari.test.\nuzak IN DS 12345 13 2 {}\nkopuk IN CNAME yok\n",
+        "ab".repeat(32)
+    );
+    std::fs::write(folder.join("kargo.zone"), zone).unwrap();
+    let config = format!(
+        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\n",
+        transfer_config("127.0.0.1/32", "127.0.0.1:9")
+    );
+    let dns = Dns::start("signed-transfer", &config);
+    let key = format!("hmac-sha256:aktarim:{SECRET}");
+    let axfr = dig(&dns.dns, &["kargo.test", "AXFR", "+onesoa", "-y", &key]);
+    for needle in ["\tDNSKEY\t257 3 13 ", "\tRRSIG\tSOA 13 2 ", "\tNSEC\t"] {
+        assert!(axfr.contains(needle), "{needle}: {axfr}");
+    }
+    // The zone as a master file: dig's records without its comments and TSIGs.
+    let records: String = axfr
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.is_empty() && !l.contains("\tTSIG\t"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let transferred = folder.join("transferred.zone");
+    std::fs::write(&transferred, &records).unwrap();
+    let trusted = folder.join("kargo.ds");
+    std::fs::write(&trusted, ds_of("kargo.test", &dns.file)).unwrap();
+    let verify = |file: &std::path::Path| {
+        let mut command = Command::new("ldns-verify-zone");
+        command.arg("-k").arg(&trusted).arg(file);
+        printed(&mut command, "ldns-verify-zone (install ldnsutils)")
+    };
+    let (verified, printed) = verify(&transferred);
+    assert!(verified, "{printed}\n{records}");
+    assert!(
+        printed.contains("Zone is verified and complete"),
+        "{printed}"
+    );
+    // A zone missing one NSEC of the chain fails: the check can fail.
+    let broken = folder.join("broken.zone");
+    let cut: String = records
+        .lines()
+        .filter(|l| !(l.starts_with("posta.kargo.test.") && l.contains("\tNSEC\t")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&broken, cut).unwrap();
+    let (verified, printed) = verify(&broken);
+    assert!(!verified, "{printed}");
+}
+
+#[test]
+fn delegations_validate_with_delv_signed_and_unsigned() {
+    let folder = directory("delegation");
+    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
+    std::fs::write(
+        folder.join("bolge.zone"),
+        "$TTL 60\n@ IN SOA ns1 hostmaster 1 3600 600 604800 30\n@ IN NS ns1\n\
+         ns1 IN A 127.0.0.53\nwww IN A 127.0.0.80\n",
+    )
+    .unwrap();
+    // The parent with its DNSSEC keys, then the child zone (`bolge`) with its own: both
+    // served here, so delv finds the whole chain at one server.
+    let config = format!(
+        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\n\n\
+         [[dns.zone]]\norigin = \"bolge.kargo.test.\"\nfile = \"bolge.zone\"\n\
+         [dns.zone.dnssec]\nkeys = \"dns-keys/\"\n",
+        zone_file_config()
+    );
+    let file = folder.join("dns.toml");
+    std::fs::write(&file, &config).unwrap();
+    // The child's DS goes into the parent's zone file, as a registrar would publish it;
+    // `disari` is an unsigned delegation (no DS).
+    let child_ds = ds_of("bolge.kargo.test", &file);
+    let ds_data = child_ds.split_once(" DS ").unwrap().1;
+    std::fs::write(
+        folder.join("kargo.zone"),
+        format!("{ZONE_FILE}bolge IN DS {ds_data}\ndisari IN NS ns.disari.test.\n"),
+    )
+    .unwrap();
+    let dns = Dns::start("delegation", &config);
+    let anchors = folder.join("anchors.conf");
+    anchors_for(&ds_of("kargo.test", &dns.file), &anchors);
+    // The child's DS comes from the parent, signed; the child's answers chain to it.
+    let ds = dig(&dns.dns, &["+dnssec", "+norec", "bolge.kargo.test", "DS"]);
+    assert!(ds.contains("\tRRSIG\tDS 13 3 "), "{ds}");
+    validates(
+        &dns.dns,
+        &anchors,
+        &[
+            ("bolge.kargo.test", "DS"),
+            ("www.bolge.kargo.test", "A"),
+            ("yok.bolge.kargo.test", "A"),
+            ("disari.kargo.test", "DS"),
+        ],
+    );
+    // A referral to the unsigned child proves it has no DS: the NSEC at the cut, signed.
+    let referral = dig(
+        &dns.dns,
+        &["+dnssec", "+norec", "www.disari.kargo.test", "A"],
+    );
+    assert!(
+        referral
+            .contains("disari.kargo.test.\t30\tIN\tNSEC\t\\000.disari.kargo.test. NS RRSIG NSEC"),
+        "{referral}"
+    );
+    assert!(referral.contains("\tRRSIG\tNSEC 13 3 "), "{referral}");
+    assert!(!referral.contains("flags: qr aa"), "{referral}");
 }

@@ -723,7 +723,7 @@ fn check_record(
         record.kind,
         span.clone(),
         &format!("{field}.type"),
-        "type = \"A\" (or AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR)",
+        "type = \"A\" (or AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR, DS)",
     );
     let value = report.required(
         record.value,
@@ -782,10 +782,11 @@ fn check_record(
                 }
             }
         }
-        "MX" | "CAA" | "PTR" => {
+        "MX" | "CAA" | "PTR" | "DS" => {
             let (kind, example) = match kind.get_ref().to_ascii_uppercase().as_str() {
                 "MX" => (RecordType::MX, "\"10 posta\""),
                 "CAA" => (RecordType::CAA, "\"0 issue \\\"letsencrypt.org\\\"\""),
+                "DS" => (RecordType::DS, "\"12345 13 2 <digest in hex>\""),
                 _ => (RecordType::PTR, "\"posta.kargo.test.\""),
             };
             match trafik_dns::master::parse_value(kind, text, apex) {
@@ -804,7 +805,9 @@ fn check_record(
             report.error(
                 kind.span(),
                 &format!("{field}.type"),
-                format!("expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR, found {other:?}"),
+                format!(
+                    "expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR or DS, found {other:?}"
+                ),
             );
             return None;
         }

@@ -887,7 +887,7 @@ impl Default for DnsSoa {
 #[serde(default, deny_unknown_fields)]
 pub struct DnsRecord {
     pub name: Spanned<String>,
-    /// A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR.
+    /// A, AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR or DS (at a delegation).
     #[serde(rename = "type")]
     pub kind: Option<Spanned<String>>,
     /// The data as a zone file writes it (SRV: `priority weight port target`; MX:
