@@ -38,6 +38,9 @@ use crate::zone::{Authority, Code, DnsPlan, Lookup, PolicyName};
 /// day's value, which avoids IP fragmentation).
 pub const MAX_UDP_PAYLOAD: u16 = 1232;
 
+/// How often the server looks whether a signed zone that transfers is due for re-signing.
+const RESIGN_CHECK: Duration = Duration::from_secs(600);
+
 /// How long a TCP connection may stay without a request.
 const TCP_IDLE: Duration = Duration::from_secs(10);
 
@@ -92,8 +95,8 @@ pub struct DnsServer {
     control: DnsControl,
     /// TCP, on hickory-server's transport.
     server: Server<SharedHandler>,
-    /// The UDP loops, one per socket.
-    udp: Vec<tokio::task::JoinHandle<()>>,
+    /// The UDP loops, one per socket, and the re-signing timer of the server that has TCP.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// What a running server answers from, its counters, and the way to change both.
@@ -135,11 +138,19 @@ impl DnsServer {
         if let Some(tcp) = tcp {
             tcp.set_nonblocking(true)?;
             server.register_listener(TcpListener::from_std(tcp)?, TCP_IDLE, 64);
+            // One timer for all the sockets: the one taking TCP takes it.
+            let control = control.clone();
+            loops.push(tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(RESIGN_CHECK).await;
+                    control.resign(transfer::unix_now());
+                }
+            }));
         }
         Ok(DnsServer {
             control: control.clone(),
             server,
-            udp: loops,
+            tasks: loops,
         })
     }
 
@@ -154,9 +165,9 @@ impl DnsServer {
 
     /// Stops accepting and waits for the transports to end.
     pub async fn stop(mut self) {
-        for udp in self.udp.drain(..) {
-            udp.abort();
-            let _ = udp.await;
+        for task in self.tasks.drain(..) {
+            task.abort();
+            let _ = task.await;
         }
         if let Err(error) = self.server.shutdown_gracefully().await {
             tracing::warn!(%error, "dns server stopped with an error");
@@ -215,6 +226,17 @@ impl DnsControl {
             liveness,
         }));
         notify_new_serials(Some(&old.authority), &self.handler.current.load().authority);
+    }
+
+    /// Builds the zones in force again when a signed zone that transfers is due for new
+    /// signatures at `now` (Unix seconds), and answers from them: the zone's serial rises and
+    /// its secondaries are notified ([`Authority::resigned`]).
+    pub fn resign(&self, now: u64) {
+        let current = self.handler.current.load();
+        if let Some(authority) = current.authority.resigned(now) {
+            tracing::info!("dns: signed zones re-signed for their secondaries");
+            self.replace(authority, current.liveness.clone());
+        }
     }
 
     /// Keeps the authority in force and takes region liveness from `liveness`.

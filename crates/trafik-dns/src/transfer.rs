@@ -214,10 +214,12 @@ pub fn messages(records: &[Record]) -> Vec<&[Record]> {
     cuts
 }
 
-/// What a zone's transfer carries, as a number: the serial changes when it does.
-pub fn fingerprint(records: &[Record], written_serial: u32) -> u64 {
+/// What a zone's transfer carries, as a number: the serial changes when it does. `signing_day`
+/// stands for a signed zone's signatures (0 for an unsigned zone).
+pub fn fingerprint(records: &[Record], written_serial: u32, signing_day: u64) -> u64 {
     let mut hasher = DefaultHasher::new();
     written_serial.hash(&mut hasher);
+    signing_day.hash(&mut hasher);
     for record in records {
         record.to_bytes().unwrap_or_default().hash(&mut hasher);
     }

@@ -164,6 +164,8 @@ pub struct Zone {
     /// content with it: the serial in force changes when the fingerprint does.
     written_serial: u32,
     fingerprint: u64,
+    /// The day (Unix days, in [`RESIGN_EVERY`]) whose signatures a signed zone transfers.
+    signing_day: Option<u64>,
     /// Online signing, when the zone has DNSSEC keys.
     pub dnssec: Option<Signing>,
 }
@@ -185,6 +187,8 @@ pub struct Authority {
     pub group_names: Vec<String>,
     pub query_log: bool,
     pub rate_limiter: Option<RateLimiter>,
+    /// The plan this was built from, to build it again when signed zones are re-signed.
+    plan: DnsPlan,
 }
 
 /// The answer to one question.
@@ -266,12 +270,25 @@ pub enum Code {
     Refused,
 }
 
+/// How often a signed zone that transfers gets a new serial, so secondaries take signatures
+/// made that day (they last a week): a day, as the signature cache.
+const RESIGN_EVERY: u64 = crate::dnssec::REFRESH;
+
 /// How deep a CNAME chain inside the zone is followed.
 const MAX_CHAIN: usize = 8;
 
 impl Authority {
     /// Builds the zones of `plan`, keeping the counters of `previous` for what stays the same.
     pub fn build(plan: &DnsPlan, previous: Option<&Authority>) -> Result<Authority, Vec<String>> {
+        Authority::build_at(plan, previous, transfer::unix_now())
+    }
+
+    /// [`Authority::build`] at `now` (Unix seconds), which sets the serials.
+    fn build_at(
+        plan: &DnsPlan,
+        previous: Option<&Authority>,
+        now: u64,
+    ) -> Result<Authority, Vec<String>> {
         let mut errors = Vec::new();
         let mut zones = Vec::new();
         for zone in &plan.zones {
@@ -299,14 +316,21 @@ impl Authority {
             group_names: plan.groups.iter().map(|(name, _)| name.clone()).collect(),
             query_log: plan.query_log,
             rate_limiter: plan.rate_limit.clone().map(RateLimiter::new),
+            plan: plan.clone(),
         };
-        let now = transfer::unix_now();
         for zone in &mut zones {
             if zone.transfer.is_none() {
                 continue;
             }
             zone.transferred = zone.transfer_content(&authority);
-            zone.fingerprint = transfer::fingerprint(&zone.transferred, zone.written_serial);
+            // A signed zone's transfer carries signatures made that day: a new day is new
+            // content, so secondaries take fresh signatures long before theirs expire.
+            zone.signing_day = zone.dnssec.is_some().then_some(now / RESIGN_EVERY);
+            zone.fingerprint = transfer::fingerprint(
+                &zone.transferred,
+                zone.written_serial,
+                zone.signing_day.unwrap_or(0),
+            );
             let before = previous
                 .and_then(|p| p.zones.iter().find(|z| z.origin == zone.origin))
                 .filter(|old| old.transfer.is_some())
@@ -375,6 +399,22 @@ impl Authority {
             }
         }
         lookup
+    }
+
+    /// The same zones built again at `now` when a signed zone that transfers has entered a
+    /// new signing day: its serial rises, so its secondaries are notified and transfer it
+    /// with fresh signatures. `None` when nothing is due.
+    pub fn resigned(&self, now: u64) -> Option<Authority> {
+        let due = self.zones.iter().any(|zone| {
+            zone.signing_day
+                .is_some_and(|day| day != now / RESIGN_EVERY)
+        });
+        if !due {
+            return None;
+        }
+        Authority::build_at(&self.plan, Some(self), now)
+            .map_err(|errors| tracing::warn!(?errors, "dns zones not re-signed"))
+            .ok()
     }
 
     /// Signs `lookup`, the answer to `name`/`kind`, when its zone has keys (for a query with
@@ -977,6 +1017,7 @@ fn build_zone(
         transferred: Vec::new(),
         written_serial: plan.soa.serial,
         fingerprint: 0,
+        signing_day: None,
         dnssec: plan
             .dnssec
             .as_ref()
@@ -1607,5 +1648,24 @@ ns1.bolge      A   127.0.0.53
             &*unsigned.zones[0].transfer_records(NOW),
             unsigned.zones[0].transferred()
         );
+    }
+
+    #[test]
+    fn a_signed_zone_that_transfers_gets_a_new_serial_each_signing_day() {
+        let mut plan = signed_plan("resign");
+        transferring(&mut plan);
+        let day = 20_000 * RESIGN_EVERY;
+        let first = Authority::build_at(&plan, None, day + 10).unwrap();
+        let serial = first.zones[0].serial();
+        assert!(first.resigned(day + RESIGN_EVERY - 1).is_none());
+        let later = first.resigned(day + RESIGN_EVERY).expect("a new day");
+        assert!(later.zones[0].serial() > serial);
+        assert!(later.resigned(day + RESIGN_EVERY + 5).is_none());
+        // An unsigned zone keeps its serial from day to day.
+        plan.zones[0].dnssec = None;
+        let unsigned = Authority::build_at(&plan, None, day).unwrap();
+        assert!(unsigned.resigned(day + 3 * RESIGN_EVERY).is_none());
+        let rebuilt = Authority::build_at(&plan, Some(&unsigned), day + 3 * RESIGN_EVERY).unwrap();
+        assert_eq!(rebuilt.zones[0].serial(), unsigned.zones[0].serial());
     }
 }

@@ -1249,3 +1249,50 @@ fn delegations_validate_with_delv_signed_and_unsigned() {
     assert!(referral.contains("\tRRSIG\tNSEC 13 3 "), "{referral}");
     assert!(!referral.contains("flags: qr aa"), "{referral}");
 }
+
+#[test]
+fn bind_serves_the_signed_transfer_and_delv_validates_it_there() {
+    let folder = directory("signed-secondary");
+    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
+    let named_port = trafik_test_support::free_port();
+    let config = format!(
+        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\n",
+        transfer_config("127.0.0.1/32", &format!("127.0.0.1:{named_port}"))
+    );
+    let dns = Dns::start("signed-secondary", &config);
+    let named = Named::secondary_on(
+        &folder.join("named"),
+        named_port,
+        "kargo.test",
+        &dns.dns,
+        ("aktarim", SECRET),
+    );
+    converge(
+        &named.address(),
+        "posta.kargo.test",
+        "127.0.0.25",
+        &folder.join("named/named.log"),
+    );
+    let anchors = folder.join("anchors.conf");
+    anchors_for(&ds_of("kargo.test", &dns.file), &anchors);
+    // named answers from the transferred zone alone: its RRSIGs, and its NSEC chain for the
+    // names and types that do not exist (real denial, where trafik itself tells black lies).
+    let missing = dig(&named.address(), &["+dnssec", "yok.kargo.test", "A"]);
+    assert!(missing.contains("status: NXDOMAIN"), "{missing}");
+    assert!(
+        missing.contains("posta.kargo.test.\t30\tIN\tNSEC\tkargo.test. A RRSIG NSEC"),
+        "{missing}"
+    );
+    validates(
+        &named.address(),
+        &anchors,
+        &[
+            ("posta.kargo.test", "A"),
+            ("devralma.kargo.test", "A"),
+            ("yok.kargo.test", "A"),
+            ("posta.kargo.test", "TXT"),
+            ("biri.musteri.kargo.test", "TXT"),
+            ("kargo.test", "MX"),
+        ],
+    );
+}
