@@ -819,16 +819,16 @@ fn a_transfer_needs_the_key_and_an_allowed_address() {
     assert!(raised > serial, "{soa} then {after}");
 }
 
-#[test]
-fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
-    let folder = directory("secondary");
+/// trafik serving ZONE_FILE with transfers (the config followed by `more`) in the test folder
+/// `name`, and named as its secondary on the port trafik notifies (a free port given to
+/// trafik's config first).
+fn primary_and_secondary(name: &str, more: &str) -> (Dns, Named) {
+    let folder = directory(name);
     std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
     let named_port = trafik_test_support::free_port();
-    let dns = Dns::start(
-        "secondary",
-        &transfer_config("127.0.0.1/32", &format!("127.0.0.1:{named_port}")),
-    );
-    // named on the port trafik notifies: given the free port through its config.
+    let notify = format!("127.0.0.1:{named_port}");
+    let config = format!("{}{more}", transfer_config("127.0.0.1/32", &notify));
+    let dns = Dns::start(name, &config);
     let named = Named::secondary_on(
         &folder.join("named"),
         named_port,
@@ -836,6 +836,13 @@ fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
         &dns.dns,
         ("aktarim", SECRET),
     );
+    (dns, named)
+}
+
+#[test]
+fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
+    let folder = directory("secondary");
+    let (dns, named) = primary_and_secondary("secondary", "");
     let log = folder.join("named/named.log");
     let until = |name: &str, want: &str| converge(&named.address(), name, want, &log);
     until("posta.kargo.test", "127.0.0.25");
@@ -1253,20 +1260,8 @@ fn delegations_validate_with_delv_signed_and_unsigned() {
 #[test]
 fn bind_serves_the_signed_transfer_and_delv_validates_it_there() {
     let folder = directory("signed-secondary");
-    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
-    let named_port = trafik_test_support::free_port();
-    let config = format!(
-        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\n",
-        transfer_config("127.0.0.1/32", &format!("127.0.0.1:{named_port}"))
-    );
-    let dns = Dns::start("signed-secondary", &config);
-    let named = Named::secondary_on(
-        &folder.join("named"),
-        named_port,
-        "kargo.test",
-        &dns.dns,
-        ("aktarim", SECRET),
-    );
+    let signed = "\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\n";
+    let (dns, named) = primary_and_secondary("signed-secondary", signed);
     converge(
         &named.address(),
         "posta.kargo.test",
