@@ -905,8 +905,8 @@ impl Handler {
 
     /// Answers an AXFR or IXFR over TCP: the whole zone, SOA first and last, in messages of
     /// at most 16 KiB, each signed when the request was (RFC 8945 §5.3.1); an IXFR from a
-    /// secondary already at our serial gets the SOA alone (RFC 1995 §4), any other the whole
-    /// zone. Refused for addresses outside `allow` and, when the zone has a key, for requests
+    /// secondary already at our serial gets the SOA alone, one at a serial the zone's journal
+    /// reaches the changes since (RFC 1995 §4), any other the whole zone. Refused for addresses outside `allow` and, when the zone has a key, for requests
     /// not signed with it (NOTAUTH with the TSIG error for a bad key, MAC or time).
     async fn transfer<R: ResponseHandler>(
         &self,
@@ -962,18 +962,28 @@ impl Handler {
             }
         };
         let soa = zone.soa().clone();
-        let up_to_date = asked.is_some_and(|q| q.query_type() == RecordType::IXFR)
-            && request.authorities.iter().any(|r| match &r.data {
-                RData::SOA(theirs) => (zone.serial().wrapping_sub(theirs.serial) as i32) <= 0,
-                _ => false,
+        // An IXFR names the secondary's serial in the SOA of its authority section.
+        let theirs = asked
+            .filter(|q| q.query_type() == RecordType::IXFR)
+            .and_then(|_| {
+                request.authorities.iter().find_map(|r| match &r.data {
+                    RData::SOA(theirs) => Some(theirs.serial),
+                    _ => None,
+                })
             });
-        let all: Vec<Record> = if up_to_date {
-            vec![soa]
-        } else {
-            std::iter::once(soa.clone())
+        let incremental = theirs.and_then(|serial| {
+            if (zone.serial().wrapping_sub(serial) as i32) <= 0 {
+                Some(vec![soa.clone()])
+            } else {
+                zone.changes_since(serial)
+            }
+        });
+        let all: Vec<Record> = match incremental {
+            Some(records) => records,
+            None => std::iter::once(soa.clone())
                 .chain(zone.transfer_records(now).iter().cloned())
                 .chain(std::iter::once(soa))
-                .collect()
+                .collect(),
         };
         metadata.authoritative = true;
         let mut first = signing;

@@ -164,6 +164,8 @@ pub struct Zone {
     /// content with it: the serial in force changes when the fingerprint does.
     written_serial: u32,
     fingerprint: u64,
+    /// The last changes of an unsigned transferring zone, oldest first, for IXFR.
+    journal: Vec<transfer::Delta>,
     /// The day (Unix days, in [`RESIGN_EVERY`]) whose signatures a signed zone transfers.
     signing_day: Option<u64>,
     /// Online signing, when the zone has DNSSEC keys.
@@ -331,13 +333,25 @@ impl Authority {
                 zone.written_serial,
                 zone.signing_day.unwrap_or(0),
             );
-            let before = previous
+            let old = previous
                 .and_then(|p| p.zones.iter().find(|z| z.origin == zone.origin))
-                .filter(|old| old.transfer.is_some())
-                .map(|old| (old.serial(), old.fingerprint));
+                .filter(|old| old.transfer.is_some());
+            let before = old.map(|old| (old.serial(), old.fingerprint));
             let serial = transfer::serial(before, zone.fingerprint, zone.written_serial, now);
             if let RData::SOA(soa) = &mut zone.soa.data {
                 soa.serial = serial;
+            }
+            // The changes an IXFR can send; a signed zone's secondaries hold signatures made
+            // at their transfer, which no difference of ours could name, so it has none.
+            if let Some(old) = old.filter(|_| zone.dnssec.is_none()) {
+                zone.journal = old.journal.clone();
+                if old.serial() != serial {
+                    zone.journal.push(transfer::Delta::between(
+                        (&old.soa, &old.transferred),
+                        (&zone.soa, &zone.transferred),
+                    ));
+                    transfer::trim(&mut zone.journal, zone.transferred.len());
+                }
             }
         }
         authority.zones = zones;
@@ -508,6 +522,12 @@ impl Zone {
             RData::SOA(soa) => soa.serial,
             _ => 0,
         }
+    }
+
+    /// The changes since a secondary's `serial`, as an IXFR answer carries them (RFC 1995
+    /// §4), when the zone still knows them.
+    pub fn changes_since(&self, serial: u32) -> Option<Vec<Record>> {
+        transfer::incremental(&self.journal, serial, &self.soa)
     }
 
     /// What an AXFR carries between its two SOAs, unsigned.
@@ -1018,6 +1038,7 @@ fn build_zone(
         written_serial: plan.soa.serial,
         fingerprint: 0,
         signing_day: None,
+        journal: Vec::new(),
         dnssec: plan
             .dnssec
             .as_ref()
@@ -1667,5 +1688,55 @@ ns1.bolge      A   127.0.0.53
         assert!(unsigned.resigned(day + 3 * RESIGN_EVERY).is_none());
         let rebuilt = Authority::build_at(&plan, Some(&unsigned), day + 3 * RESIGN_EVERY).unwrap();
         assert_eq!(rebuilt.zones[0].serial(), unsigned.zones[0].serial());
+    }
+
+    #[test]
+    fn ixfr_sends_the_changes_since_a_serial_the_journal_holds() {
+        let mut plan = plan();
+        transferring(&mut plan);
+        let first = Authority::build_at(&plan, None, NOW).unwrap();
+        plan.zones[0].records[0].data = RecordData::A("127.0.0.2".parse().unwrap());
+        let second = Authority::build_at(&plan, Some(&first), NOW + 1).unwrap();
+        let (one, two) = (first.zones[0].serial(), second.zones[0].serial());
+        let shown = |records: Vec<Record>| -> Vec<String> {
+            records
+                .iter()
+                .map(|r| match &r.data {
+                    RData::SOA(soa) => format!("SOA {}", soa.serial),
+                    data => format!("{} {data}", r.name),
+                })
+                .collect()
+        };
+        let changes = second.zones[0].changes_since(one).unwrap();
+        assert_eq!(
+            shown(changes),
+            [
+                format!("SOA {two}"),
+                format!("SOA {one}"),
+                "ns1.kargo.test. 127.0.0.1".to_owned(),
+                format!("SOA {two}"),
+                "ns1.kargo.test. 127.0.0.2".to_owned(),
+                format!("SOA {two}"),
+            ]
+        );
+        // A reload that changes nothing adds nothing; another change adds a second step.
+        let same = Authority::build_at(&plan, Some(&second), NOW + 2).unwrap();
+        plan.zones[0].records[0].data = RecordData::A("127.0.0.3".parse().unwrap());
+        let third = Authority::build_at(&plan, Some(&same), NOW + 3).unwrap();
+        let since_one = third.zones[0].changes_since(one).unwrap();
+        assert_eq!(since_one.len(), 10, "{:?}", shown(since_one));
+        assert_eq!(third.zones[0].changes_since(two).unwrap().len(), 6);
+        assert!(third.zones[0].changes_since(12345).is_none());
+        // A signed zone keeps no journal: its secondaries get the whole zone.
+        let mut signed = signed_plan("journal");
+        transferring(&mut signed);
+        let first = Authority::build_at(&signed, None, NOW).unwrap();
+        signed.zones[0].records[0].data = RecordData::A("127.0.0.2".parse().unwrap());
+        let second = Authority::build_at(&signed, Some(&first), NOW + 1).unwrap();
+        assert!(
+            second.zones[0]
+                .changes_since(first.zones[0].serial())
+                .is_none()
+        );
     }
 }

@@ -810,13 +810,24 @@ fn a_transfer_needs_the_key_and_an_allowed_address() {
     assert_eq!(dig(&dns.dns, &["kargo.test", "SOA", "+short"]), soa);
     std::fs::write(
         folder.join("kargo.zone"),
-        ZONE_FILE.replace("10 posta", "5 posta"),
+        format!("{}{hosts}", ZONE_FILE.replace("10 posta", "5 posta")),
     )
     .unwrap();
     dns.reload();
     let after = dig(&dns.dns, &["kargo.test", "SOA", "+short"]);
     let raised: u32 = after.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert!(raised > serial, "{soa} then {after}");
+    // A secondary at the old serial gets the change alone (RFC 1995): new SOA, old SOA, the
+    // MX removed, new SOA, the MX added, new SOA.
+    let ixfr = dig(
+        &dns.dns,
+        &["kargo.test", &format!("IXFR={serial}"), "-y", &key],
+    );
+    assert!(ixfr.contains(";; XFR size: 6 records"), "{ixfr}");
+    assert!(
+        ixfr.contains("MX\t10 posta") && ixfr.contains("MX\t5 posta"),
+        "{ixfr}"
+    );
 }
 
 /// trafik serving ZONE_FILE with transfers (the config followed by `more`) in the test folder
@@ -856,6 +867,15 @@ fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
     .unwrap();
     dns.reload();
     until("posta.kargo.test", "127.0.0.26");
+    // By IXFR: the change alone (the new SOA; the old SOA and A; the new SOA and A; the new SOA).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("Transfer completed: 1 messages, 6 records")
+    {
+        assert!(Instant::now() < deadline, "no IXFR; see {}", log.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Asks `server` for `name` until it answers `want`, for at most 30 s (named's `log` in the
