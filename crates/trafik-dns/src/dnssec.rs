@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::dnssec::crypto::EcdsaSigningKey;
-use hickory_proto::dnssec::rdata::{DNSKEY, DNSSECRData, DS, NSEC, RRSIG};
-use hickory_proto::dnssec::{Algorithm, DigestType, DnssecSigner, SigningKey};
+use hickory_proto::dnssec::rdata::{DNSKEY, DNSSECRData, DS, NSEC, NSEC3, NSEC3PARAM, RRSIG};
+use hickory_proto::dnssec::{Algorithm, DigestType, DnssecSigner, Nsec3HashAlgorithm, SigningKey};
 use hickory_proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordSet, RecordType};
 use hickory_proto::serialize::binary::BinEncodable;
 use rustls_pki_types::PrivatePkcs8KeyDer;
@@ -35,13 +35,25 @@ pub const REFRESH: u64 = 86_400;
 /// Signatures kept per zone (policy answers differ by region set, wildcards by name).
 const CACHED_SIGNATURES: usize = 16_384;
 
-/// A zone's two keys, read (or made) from the `keys` folder.
+/// A zone's DNSSEC: its two keys, read (or made) from the `keys` folder, and its denial.
 #[derive(Clone, Debug)]
 pub struct ZoneKeys {
     /// Signs the apex's DNSKEY RRset; the parent's DS names it.
     pub ksk: ZoneKey,
     /// Signs every other RRset.
     pub zsk: ZoneKey,
+    pub denial: Denial,
+}
+
+/// How the zone proves that a name or type does not exist.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Denial {
+    /// NSEC (RFC 4034): names in the clear.
+    #[default]
+    Nsec,
+    /// NSEC3 (RFC 5155) with RFC 9276's parameters: SHA-1, no extra iterations, no salt; the
+    /// chain of a transferred zone names hashes only, so a secondary cannot be walked.
+    Nsec3,
 }
 
 /// One key: where it lives, and hickory's signer with its public half as the zone publishes it.
@@ -75,6 +87,7 @@ impl ZoneKeys {
         Ok(ZoneKeys {
             ksk: ZoneKey::load(folder.join(format!("{stem}.ksk.pk8")), KSK_FLAGS, zone)?,
             zsk: ZoneKey::load(folder.join(format!("{stem}.zsk.pk8")), ZSK_FLAGS, zone)?,
+            denial: Denial::Nsec,
         })
     }
 
@@ -131,6 +144,7 @@ impl ZoneKey {
 /// is revealed, and no signing happens at load.
 pub struct Signing {
     apex: Name,
+    denial: Denial,
     ksk: Arc<DnssecSigner>,
     zsk: Arc<DnssecSigner>,
     dnskeys: Vec<Record>,
@@ -155,11 +169,16 @@ impl Signing {
             .collect();
         Signing {
             apex,
+            denial: keys.denial,
             ksk: keys.ksk.signer.clone(),
             zsk: keys.zsk.signer.clone(),
             dnskeys,
             cache: quick_cache::sync::Cache::new(CACHED_SIGNATURES),
         }
+    }
+
+    pub fn denial(&self) -> Denial {
+        self.denial
     }
 
     /// The apex's DNSKEY records, both keys.
@@ -190,18 +209,12 @@ impl Signing {
             };
             let mut proof = zone.ds_at(&LowerName::from(&cut));
             if proof.is_empty() {
-                let types = vec![RecordType::NS, RecordType::RRSIG, RecordType::NSEC];
-                proof.extend(black_lie(cut, types, zone.negative_ttl()));
+                proof.extend(self.black_lie(cut, vec![RecordType::NS], zone.negative_ttl()));
             }
             lookup.answers = self.signed(std::mem::take(&mut lookup.answers), now);
             let signed = self.signed(proof, now);
             lookup.authority.extend(signed);
             return;
-        }
-        if kind == RecordType::DNSKEY && name == self.apex && lookup.answers.is_empty() {
-            lookup.answers = self.dnskeys.clone();
-            lookup.authority.clear();
-            lookup.code = Code::NoError;
         }
         let negative = lookup.code == Code::NxDomain
             || lookup
@@ -223,15 +236,64 @@ impl Signing {
             };
             // The type asked at the name denied: the question's, or its CNAME's target's.
             bitmap.retain(|owned| *owned != kind);
-            bitmap.extend([RecordType::RRSIG, RecordType::NSEC]);
             let ttl = lookup.authority.first().map_or(0, |soa| soa.ttl);
-            if let Some(nsec) = black_lie(denied, bitmap, ttl) {
+            if let Some(nsec) = self.black_lie(denied, bitmap, ttl) {
                 lookup.authority.push(nsec);
                 lookup.code = Code::NoError;
             }
         }
         lookup.answers = self.signed(std::mem::take(&mut lookup.answers), now);
         lookup.authority = self.signed(std::mem::take(&mut lookup.authority), now);
+    }
+
+    /// The apex's records of type `kind` that signing adds: DNSKEY, and NSEC3PARAM with NSEC3.
+    pub fn apex_records(&self, kind: RecordType) -> Vec<Record> {
+        match kind {
+            RecordType::DNSKEY => self.dnskeys.clone(),
+            RecordType::NSEC3PARAM => self.nsec3param().into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The NSEC3PARAM record at the apex (TTL 0, as BIND serves it) of an NSEC3 zone.
+    pub fn nsec3param(&self) -> Option<Record> {
+        (self.denial == Denial::Nsec3).then(|| {
+            let param = NSEC3PARAM::new(
+                Nsec3HashAlgorithm::SHA1,
+                false,
+                NSEC3_ITERATIONS,
+                Vec::new(),
+            );
+            let data = RData::DNSSEC(DNSSECRData::NSEC3PARAM(param));
+            Record::from_rdata(self.apex.clone(), 0, data)
+        })
+    }
+
+    /// The minimally covering denial at `name` ("black lie", RFC 4470; RFC 7129 §B for
+    /// NSEC3): the name claimed to own `types` (and RRSIG), nothing between it and the next
+    /// name to deny. NSEC: next name `\000.name`; NSEC3: at the name's hash, next the hash
+    /// plus one. `None` for a name too long to have the next one.
+    fn black_lie(&self, name: Name, mut types: Vec<RecordType>, ttl: u32) -> Option<Record> {
+        types.push(RecordType::RRSIG);
+        match self.denial {
+            Denial::Nsec => {
+                types.push(RecordType::NSEC);
+                let next = name.prepend_label(&[0u8][..]).ok()?;
+                let nsec = DNSSECRData::NSEC(NSEC::new(next, types));
+                Some(Record::from_rdata(name, ttl, RData::DNSSEC(nsec)))
+            }
+            Denial::Nsec3 => {
+                let hash = nsec3_hash(&name)?;
+                let mut next = hash.clone();
+                for byte in next.iter_mut().rev() {
+                    *byte = byte.wrapping_add(1);
+                    if *byte != 0 {
+                        break;
+                    }
+                }
+                nsec3(&self.apex, &hash, next, types, ttl)
+            }
+        }
     }
 
     /// `records` with each RRset followed by its RRSIG.
@@ -288,13 +350,43 @@ impl Signing {
     }
 }
 
-/// The minimally covering NSEC at `name` (RFC 4470, "black lie"): next name `\000.name`,
-/// nothing between them to deny; `types` the types it claims. `None` for a name too long to
-/// have the next one.
-fn black_lie(name: Name, types: Vec<RecordType>, ttl: u32) -> Option<Record> {
-    let next = name.prepend_label(&[0u8][..]).ok()?;
-    let nsec = DNSSECRData::NSEC(NSEC::new(next, types));
-    Some(Record::from_rdata(name, ttl, RData::DNSSEC(nsec)))
+/// NSEC3 hashes with no extra iterations and no salt (RFC 9276 §3.1).
+const NSEC3_ITERATIONS: u16 = 0;
+
+/// The NSEC3 hash of `name` (SHA-1, RFC 5155 §5).
+pub fn nsec3_hash(name: &Name) -> Option<Vec<u8>> {
+    let digest = Nsec3HashAlgorithm::SHA1
+        .hash(&[], name, NSEC3_ITERATIONS)
+        .ok()?;
+    Some(digest.as_ref().to_vec())
+}
+
+/// The NSEC3 record at the hash `owner` in the zone `apex`, next hash `next`, `types` at the
+/// name hashed.
+pub fn nsec3(
+    apex: &Name,
+    owner: &[u8],
+    next: Vec<u8>,
+    types: Vec<RecordType>,
+    ttl: u32,
+) -> Option<Record> {
+    let label = data_encoding::BASE32HEX_NOPAD
+        .encode(owner)
+        .to_ascii_lowercase();
+    let name = Name::from_ascii(label).ok()?.append_domain(apex).ok()?;
+    let data = NSEC3::new(
+        Nsec3HashAlgorithm::SHA1,
+        false,
+        NSEC3_ITERATIONS,
+        Vec::new(),
+        next,
+        types,
+    );
+    Some(Record::from_rdata(
+        name,
+        ttl,
+        RData::DNSSEC(DNSSECRData::NSEC3(data)),
+    ))
 }
 
 /// Makes a key and writes it readable by its owner only; `create_new` so two starts never

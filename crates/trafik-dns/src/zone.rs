@@ -11,7 +11,7 @@ use hickory_proto::dnssec::rdata::{DNSSECRData, NSEC};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 
-use crate::dnssec::{Signing, ZoneKeys};
+use crate::dnssec::{Denial, Signing, ZoneKeys};
 use crate::policy::{Client, Decision, GeoGroups, Groups, Live, Policy, Prefix, Region};
 use crate::rate::{RateLimitPlan, RateLimiter};
 use crate::transfer::{self, Transfer, TransferPlan};
@@ -455,6 +455,29 @@ impl Authority {
     }
 }
 
+/// The key after each of `sorted`'s, the last one's the first: a denial chain's next names.
+fn successors<K: Clone, V>(sorted: &[(K, V)]) -> Vec<K> {
+    let mut keys: Vec<K> = sorted.iter().map(|(key, _)| key.clone()).collect();
+    if !keys.is_empty() {
+        keys.rotate_left(1);
+    }
+    keys
+}
+
+/// The NSEC chain (RFC 4034 §4) over `names` (each with its types), in canonical order.
+fn nsec_chain(names: Vec<(Name, Vec<RecordType>)>, ttl: u32) -> Vec<Record> {
+    let nexts = successors(&names);
+    names
+        .into_iter()
+        .zip(nexts)
+        .map(|((name, mut kinds), next)| {
+            kinds.extend([RecordType::RRSIG, RecordType::NSEC]);
+            let nsec = DNSSECRData::NSEC(NSEC::new(next, kinds));
+            Record::from_rdata(name, ttl, RData::DNSSEC(nsec))
+        })
+        .collect()
+}
+
 /// Where an owner name stands in its zone, for signing a transfer.
 #[derive(Clone, Copy, PartialEq)]
 enum Place {
@@ -505,8 +528,11 @@ impl Zone {
         }
         if *name == self.origin {
             types.extend([RecordType::SOA, RecordType::NS]);
-            if self.dnssec.is_some() {
+            if let Some(signing) = &self.dnssec {
                 types.push(RecordType::DNSKEY);
+                if signing.denial() == Denial::Nsec3 {
+                    types.push(RecordType::NSEC3PARAM);
+                }
             }
         }
         types
@@ -562,29 +588,34 @@ impl Zone {
             .filter(|owner| place(owner) != Place::Glue)
             .cloned()
             .collect();
-        let ttl = self.negative_soa().ttl;
-        for (index, owner) in chain.iter().enumerate() {
-            let next = chain[(index + 1) % chain.len()].clone();
-            let at_cut = place(owner) == Place::Cut;
-            if let Some(records) = owners.get_mut(owner) {
-                let types = records
+        // Each name's types as its denial record lists them: at a cut only NS and DS are
+        // the parent's.
+        let types: Vec<(Name, Vec<RecordType>)> = chain
+            .iter()
+            .map(|owner| {
+                let at_cut = place(owner) == Place::Cut;
+                let kinds = owners[owner]
                     .iter()
                     .map(Record::record_type)
                     .filter(|kind| !at_cut || matches!(kind, RecordType::NS | RecordType::DS))
-                    .chain([RecordType::RRSIG, RecordType::NSEC]);
-                let nsec = NSEC::new(next, types);
-                let data = RData::DNSSEC(DNSSECRData::NSEC(nsec));
-                records.push(Record::from_rdata(owner.clone(), ttl, data));
-            }
+                    .collect();
+                (owner.clone(), kinds)
+            })
+            .collect();
+        let ttl = self.negative_soa().ttl;
+        let denials = match signing.denial() {
+            Denial::Nsec => nsec_chain(types, ttl),
+            Denial::Nsec3 => self.nsec3_chain(types, ttl),
+        };
+        for record in denials {
+            owners.entry(record.name.clone()).or_default().push(record);
         }
         let mut out = Vec::with_capacity(self.transferred.len() * 3);
         for (owner, records) in owners {
             let (signed, unsigned): (Vec<Record>, Vec<Record>) =
                 records.into_iter().partition(|record| match place(&owner) {
                     Place::Authoritative => true,
-                    Place::Cut => {
-                        matches!(record.record_type(), RecordType::DS | RecordType::NSEC)
-                    }
+                    Place::Cut => matches!(record.record_type(), RecordType::DS | RecordType::NSEC),
                     Place::Glue => false,
                 });
             out.extend(unsigned);
@@ -599,6 +630,38 @@ impl Zone {
         std::borrow::Cow::Owned(out)
     }
 
+    /// The NSEC3 chain (RFC 5155 §7.1) over `names` (each with its types) and the empty
+    /// non-terminals above them, in hash order; the RRSIG bit where something is signed (all
+    /// but an unsigned cut), none at an empty non-terminal.
+    fn nsec3_chain(&self, names: Vec<(Name, Vec<RecordType>)>, ttl: u32) -> Vec<Record> {
+        let apex = Name::from(&self.origin);
+        let mut nodes: std::collections::BTreeMap<Name, Vec<RecordType>> = Default::default();
+        for (name, mut kinds) in names {
+            if kinds.iter().any(|kind| *kind != RecordType::NS) {
+                kinds.push(RecordType::RRSIG);
+            }
+            let mut parent = name.base_name();
+            while parent.num_labels() > apex.num_labels() {
+                nodes.entry(parent.clone()).or_default();
+                parent = parent.base_name();
+            }
+            nodes.insert(name, kinds);
+        }
+        let mut hashed: Vec<(Vec<u8>, Vec<RecordType>)> = nodes
+            .into_iter()
+            .filter_map(|(name, kinds)| Some((crate::dnssec::nsec3_hash(&name)?, kinds)))
+            .collect();
+        hashed.sort();
+        let nexts = successors(&hashed);
+        hashed
+            .into_iter()
+            .zip(nexts)
+            .filter_map(|((hash, kinds), next)| {
+                crate::dnssec::nsec3(&apex, &hash, next, kinds, ttl)
+            })
+            .collect()
+    }
+
     /// The apex's NS records, the static records, the delegations and each policy name's
     /// addresses as answered to a client in no group with every region live, in name order.
     /// Health is left out on purpose: a secondary cannot follow it, and a serial that moved
@@ -608,6 +671,7 @@ impl Zone {
         // A signed zone's keys: a new key is a new serial, so secondaries take it.
         if let Some(signing) = &self.dnssec {
             records.extend(signing.dnskeys().iter().cloned());
+            records.extend(signing.nsec3param());
         }
         let mut statics: Vec<&Record> = self
             .records
@@ -690,7 +754,12 @@ impl Zone {
             match kind {
                 RecordType::SOA => lookup.answers.push(self.soa.clone()),
                 RecordType::NS => lookup.answers.extend(self.name_servers.iter().cloned()),
-                _ => {}
+                // Asked with or without DO: they are the zone's records like any other.
+                _ => lookup.answers.extend(
+                    self.dnssec
+                        .iter()
+                        .flat_map(|signing| signing.apex_records(kind)),
+                ),
             }
         }
         // A wildcard's records answer with the question's name as their owner.
@@ -1738,5 +1807,54 @@ ns1.bolge      A   127.0.0.53
                 .changes_since(first.zones[0].serial())
                 .is_none()
         );
+    }
+
+    #[test]
+    fn an_nsec3_zone_denies_by_hashes_and_transfers_a_chain_with_its_empty_non_terminals() {
+        let mut plan = signed_plan("nsec3");
+        if let Some(keys) = &mut plan.zones[0].dnssec {
+            keys.denial = Denial::Nsec3;
+        }
+        transferring(&mut plan);
+        let authority = Authority::build(&plan, None).unwrap();
+        let lie = ask_signed(&authority, "yok.kargo.test.", RecordType::A, NOW);
+        let hash = crate::dnssec::nsec3_hash(&Name::from_ascii("yok.kargo.test.").unwrap());
+        let label = data_encoding::BASE32HEX_NOPAD
+            .encode(&hash.unwrap())
+            .to_ascii_lowercase();
+        assert_eq!(
+            lie.authority[2].name.to_ascii(),
+            format!("{label}.kargo.test.")
+        );
+        assert_eq!(lie.authority[2].record_type(), RecordType::NSEC3);
+        let param = ask(
+            &authority,
+            "kargo.test.",
+            RecordType::NSEC3PARAM,
+            Live::all(2),
+        );
+        assert_eq!(kinds(&param.answers), [RecordType::NSEC3PARAM]);
+        let records = authority.zones[0].transfer_records(NOW);
+        let chain: Vec<(Vec<u8>, Vec<u8>)> = records
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::DNSSEC(DNSSECRData::NSEC3(nsec3)) => {
+                    let first = r.name.iter().next().unwrap().to_ascii_uppercase();
+                    let owner = data_encoding::BASE32HEX_NOPAD.decode(&first).unwrap();
+                    Some((owner, nsec3.next_hashed_owner_name().to_vec()))
+                }
+                _ => None,
+            })
+            .collect();
+        // 11 names with records (as in the NSEC chain) and 3 empty non-terminals (api,
+        // musteri, cdn); no glue, no NSEC.
+        assert_eq!(chain.len(), 14);
+        assert!(records.iter().all(|r| r.record_type() != RecordType::NSEC));
+        let mut owners: Vec<&Vec<u8>> = chain.iter().map(|(owner, _)| owner).collect();
+        owners.sort();
+        for (index, owner) in owners.iter().enumerate() {
+            let next = &chain.iter().find(|(o, _)| o == *owner).unwrap().1;
+            assert_eq!(next, owners[(index + 1) % owners.len()]);
+        }
     }
 }

@@ -1049,7 +1049,7 @@ fn dnssec_config_errors_are_reported_at_their_place() {
     std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
     std::fs::create_dir_all(folder.join("dns-keys")).unwrap();
     std::fs::write(folder.join("dns-keys/kargo.test.ksk.pk8"), "not a key").unwrap();
-    let text = signed_config("nsec3");
+    let text = signed_config("nsec5");
     let file = folder.join("bad.toml");
     std::fs::write(&file, &text).unwrap();
     let output = trafik(&["check", "--config", file.to_str().unwrap()]);
@@ -1057,9 +1057,9 @@ fn dnssec_config_errors_are_reported_at_their_place() {
     assert!(!output.status.success());
     for (needle, field, message) in [
         (
-            "\"nsec3\"",
+            "\"nsec5\"",
             "dns.zone[0].dnssec.denial",
-            "only \"nsec\" is supported yet",
+            "expected \"nsec\" or \"nsec3\"",
         ),
         (
             "\"dns-keys/\"",
@@ -1087,8 +1087,12 @@ fn dnssec_config_errors_are_reported_at_their_place() {
 
 #[test]
 fn signed_answers_validate_with_delv_from_the_zone_s_ds() {
-    std::fs::write(directory("dnssec").join("kargo.zone"), ZONE_FILE).unwrap();
-    let dns = Dns::start("dnssec", &signed_config("nsec"));
+    each_denial("dnssec", signed_answers_validate);
+}
+
+fn signed_answers_validate(denial: &str, name: &str) {
+    std::fs::write(directory(name).join("kargo.zone"), ZONE_FILE).unwrap();
+    let dns = Dns::start(name, &signed_config(denial));
     let anchors = dns.file.with_file_name("anchors.conf");
     anchors_for(&ds_of("kargo.test", &dns.file), &anchors);
     // Without the DO bit the answer is as unsigned as before; with it, RRSIGs.
@@ -1099,21 +1103,48 @@ fn signed_answers_validate_with_delv_from_the_zone_s_ds() {
     );
     let signed = dig(&dns.dns, &["+dnssec", "posta.kargo.test", "A"]);
     assert!(signed.contains("RRSIG\tA 13 3"), "{signed}");
-    // A static answer, a policy answer, a name that does not exist, a type it does not have.
-    validates(
-        &dns.dns,
-        &anchors,
-        &[
-            ("posta.kargo.test", "A"),
-            ("devralma.kargo.test", "A"),
-            ("yok.kargo.test", "A"),
-            ("posta.kargo.test", "TXT"),
-        ],
+    // The denial asked for: NSEC, or NSEC3 at the name's hash (and NSEC3PARAM at the apex).
+    let missing = dig(&dns.dns, &["+dnssec", "yok.kargo.test", "A"]);
+    assert!(
+        missing
+            .lines()
+            .any(|l| record_type(l) == denial.to_uppercase()),
+        "{missing}"
     );
+    let param = dig(&dns.dns, &["kargo.test", "NSEC3PARAM", "+short"]);
+    assert_eq!(param.trim() == "1 0 0 -", denial == "nsec3", "{param}");
+    // The keys are the zone's records, asked with DO or without.
+    let keys = dig(&dns.dns, &["kargo.test", "DNSKEY", "+short"]);
+    assert_eq!(keys.lines().count(), 2, "{keys}");
+    validates(&dns.dns, &anchors, SIGNED_QUESTIONS);
+    validates(&dns.dns, &anchors, &[("biri.musteri.kargo.test", "AAAA")]);
     // The DO bit is part of the packet cache's key: a plain question after the signed ones
     // still gets the plain answer.
     let plain_again = dig(&dns.dns, &["posta.kargo.test", "A"]);
     assert!(!plain_again.contains("RRSIG"), "{plain_again}");
+}
+
+/// The type of a record as dig prints it (owner, TTL, class, type, data).
+fn record_type(line: &str) -> &str {
+    line.split_whitespace().nth(3).unwrap_or_default()
+}
+
+/// What the DNSSEC tests ask delv of ZONE_FILE's zone: a static answer, a policy answer, a
+/// name that does not exist, a type a name does not have, a wildcard's answer.
+const SIGNED_QUESTIONS: &[(&str, &str)] = &[
+    ("posta.kargo.test", "A"),
+    ("devralma.kargo.test", "A"),
+    ("yok.kargo.test", "A"),
+    ("posta.kargo.test", "TXT"),
+    ("biri.musteri.kargo.test", "TXT"),
+];
+
+/// Runs `test` with each denial a signed zone may have, and a test folder's name for it
+/// (`prefix-denial`).
+fn each_denial(prefix: &str, test: fn(&str, &str)) {
+    for denial in ["nsec", "nsec3"] {
+        test(denial, &format!("{prefix}-{denial}"));
+    }
 }
 
 /// The DS line `trafik dns ds` prints for `zone` of the config `file`.
@@ -1169,22 +1200,28 @@ fn anchors_for(ds: &str, file: &std::path::Path) {
 
 #[test]
 fn a_signed_zone_transfers_signed_and_ldns_verify_zone_accepts_it() {
-    let folder = directory("signed-transfer");
+    each_denial("signed-transfer", signed_transfer_verifies);
+}
+
+fn signed_transfer_verifies(denial: &str, name: &str) {
+    let folder = directory(name);
     let zone = format!(
         "{ZONE_FILE}uzak IN NS ns.disari.test.\nuzak IN DS 12345 13 2 {}\nkopuk IN CNAME yok\n",
         "ab".repeat(32)
     );
     std::fs::write(folder.join("kargo.zone"), zone).unwrap();
     let config = format!(
-        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\n",
+        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\ndenial = \"{denial}\"\n",
         transfer_config("127.0.0.1/32", "127.0.0.1:9")
     );
-    let dns = Dns::start("signed-transfer", &config);
+    let dns = Dns::start(name, &config);
     let key = format!("hmac-sha256:aktarim:{SECRET}");
     let axfr = dig(&dns.dns, &["kargo.test", "AXFR", "+onesoa", "-y", &key]);
-    for needle in ["\tDNSKEY\t257 3 13 ", "\tRRSIG\tSOA 13 2 ", "\tNSEC\t"] {
+    let chain = denial.to_uppercase();
+    for needle in ["\tDNSKEY\t257 3 13 ", "\tRRSIG\tSOA 13 2 "] {
         assert!(axfr.contains(needle), "{needle}: {axfr}");
     }
+    assert!(axfr.lines().any(|l| record_type(l) == chain), "{axfr}");
     // The zone as a master file: dig's records without its comments and TSIGs.
     let records: String = axfr
         .lines()
@@ -1206,11 +1243,21 @@ fn a_signed_zone_transfers_signed_and_ldns_verify_zone_accepts_it() {
         printed.contains("Zone is verified and complete"),
         "{printed}"
     );
-    // A zone missing one NSEC of the chain fails: the check can fail.
+    // A zone missing one record of the chain (and its RRSIG) fails: the check can fail.
     let broken = folder.join("broken.zone");
+    let owner = |l: &str| l.split_whitespace().next().unwrap_or_default().to_owned();
+    let dropped = records
+        .lines()
+        .find(|l| record_type(l) == chain && !l.starts_with("kargo.test."))
+        .map(owner)
+        .unwrap();
+    let in_chain = |l: &str| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        record_type(l) == chain || (record_type(l) == "RRSIG" && fields.get(4) == Some(&&*chain))
+    };
     let cut: String = records
         .lines()
-        .filter(|l| !(l.starts_with("posta.kargo.test.") && l.contains("\tNSEC\t")))
+        .filter(|l| !(owner(l) == dropped && in_chain(l)))
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&broken, cut).unwrap();
@@ -1279,9 +1326,13 @@ fn delegations_validate_with_delv_signed_and_unsigned() {
 
 #[test]
 fn bind_serves_the_signed_transfer_and_delv_validates_it_there() {
-    let folder = directory("signed-secondary");
-    let signed = "\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\n";
-    let (dns, named) = primary_and_secondary("signed-secondary", signed);
+    each_denial("signed-secondary", bind_serves_signed);
+}
+
+fn bind_serves_signed(denial: &str, name: &str) {
+    let folder = directory(name);
+    let signed = format!("\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\ndenial = \"{denial}\"\n");
+    let (dns, named) = primary_and_secondary(name, &signed);
     converge(
         &named.address(),
         "posta.kargo.test",
@@ -1290,24 +1341,18 @@ fn bind_serves_the_signed_transfer_and_delv_validates_it_there() {
     );
     let anchors = folder.join("anchors.conf");
     anchors_for(&ds_of("kargo.test", &dns.file), &anchors);
-    // named answers from the transferred zone alone: its RRSIGs, and its NSEC chain for the
-    // names and types that do not exist (real denial, where trafik itself tells black lies).
+    // named answers from the transferred zone alone: its RRSIGs, and its NSEC or NSEC3 chain
+    // for the names and types that do not exist (real denial, where trafik itself tells black
+    // lies): NSEC names the neighbours, NSEC3 their hashes.
     let missing = dig(&named.address(), &["+dnssec", "yok.kargo.test", "A"]);
     assert!(missing.contains("status: NXDOMAIN"), "{missing}");
-    assert!(
-        missing.contains("posta.kargo.test.\t30\tIN\tNSEC\tkargo.test. A RRSIG NSEC"),
-        "{missing}"
-    );
-    validates(
-        &named.address(),
-        &anchors,
-        &[
-            ("posta.kargo.test", "A"),
-            ("devralma.kargo.test", "A"),
-            ("yok.kargo.test", "A"),
-            ("posta.kargo.test", "TXT"),
-            ("biri.musteri.kargo.test", "TXT"),
-            ("kargo.test", "MX"),
-        ],
-    );
+    let denials = missing
+        .lines()
+        .filter(|l| record_type(l) == denial.to_uppercase())
+        .count();
+    assert_eq!(denials, if denial == "nsec" { 2 } else { 3 }, "{missing}");
+    validates(&named.address(), &anchors, SIGNED_QUESTIONS);
+    // A wildcard's NODATA below an empty non-terminal (musteri) needs the chain to hold it.
+    let more = [("biri.musteri.kargo.test", "MX"), ("kargo.test", "MX")];
+    validates(&named.address(), &anchors, &more);
 }

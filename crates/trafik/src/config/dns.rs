@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use toml::Spanned;
-use trafik_dns::dnssec::ZoneKeys;
+use trafik_dns::dnssec::{Denial, ZoneKeys};
 use trafik_dns::geoip::GeoDatabase;
 use trafik_dns::master::ZoneFile;
 use trafik_dns::policy::{AllDown, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights};
@@ -656,22 +656,21 @@ fn check_dnssec(
 ) -> Option<ZoneKeys> {
     let span = dnssec.span();
     let dnssec = dnssec.into_inner();
-    if let Some(denial) = &dnssec.denial {
-        let value = denial.get_ref();
-        if value.eq_ignore_ascii_case("nsec3") {
-            report.error(
-                denial.span(),
-                &format!("{field}.denial"),
-                "only \"nsec\" is supported yet; NSEC3 is not built",
-            );
-        } else if !value.eq_ignore_ascii_case("nsec") {
-            report.error(
-                denial.span(),
-                &format!("{field}.denial"),
-                format!("expected \"nsec\", found {value:?}"),
-            );
-        }
-    }
+    let denial = match &dnssec.denial {
+        None => Denial::Nsec,
+        Some(denial) => match denial.get_ref().to_ascii_lowercase().as_str() {
+            "nsec" => Denial::Nsec,
+            "nsec3" => Denial::Nsec3,
+            other => {
+                report.error(
+                    denial.span(),
+                    &format!("{field}.denial"),
+                    format!("expected \"nsec\" or \"nsec3\", found {other:?}"),
+                );
+                Denial::Nsec
+            }
+        },
+    };
     let keys = report.required(
         dnssec.keys,
         span,
@@ -680,6 +679,7 @@ fn check_dnssec(
     )?;
     let folder = report.path(keys.get_ref());
     ZoneKeys::load(&folder, apex)
+        .map(|keys| ZoneKeys { denial, ..keys })
         .map_err(|error| report.error(keys.span(), &format!("{field}.keys"), error))
         .ok()
 }

@@ -786,7 +786,7 @@ pub struct DnsZone {
 pub struct DnsDnssec {
     /// A folder, relative to the config file's.
     pub keys: Option<Spanned<String>>,
-    /// `"nsec"`; `"nsec3"` is refused until it is built.
+    /// `"nsec"` (the default) or `"nsec3"`.
     pub denial: Option<Spanned<String>>,
 }
 
