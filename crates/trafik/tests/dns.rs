@@ -1032,6 +1032,12 @@ fn dnssec_keys_are_made_once_and_trafik_dns_ds_prints_the_ksk_s_ds() {
     }
     // The keys are read back, not made again: the same DS.
     assert_eq!(ds(), first);
+    // `trafik check` names the keys by tag, the KSK's the DS's.
+    let check = trafik(&["check", "--config", file.to_str().unwrap()]);
+    let printed = String::from_utf8_lossy(&check.stdout);
+    let signed = format!("signed: KSK {}, ZSK ", fields[3]);
+    assert!(printed.contains(&signed), "{printed}");
+    assert!(printed.contains("denial by NSEC black lies"), "{printed}");
     let unsigned = trafik(&[
         "dns",
         "ds",
