@@ -42,6 +42,7 @@ pub struct ZoneKeys {
     pub ksk: ZoneKey,
     /// Signs every other RRset.
     pub zsk: ZoneKey,
+    /// `denial` in the config; [`ZoneKeys::load`] gives NSEC.
     pub denial: Denial,
 }
 
@@ -140,8 +141,9 @@ impl ZoneKey {
 /// as they are chosen — with the signatures cached by the RRset's bytes. Denial is by "black
 /// lies" (minimally covering NSEC, RFC 4470 as Cloudflare does it): a name that does not exist
 /// gets NODATA with an NSEC at the name itself, next name `\000.name`, types RRSIG and NSEC; a
-/// missing type gets the same NSEC listing the types the name has. Nothing of the zone's order
-/// is revealed, and no signing happens at load.
+/// missing type gets the same NSEC listing the types the name has (NSEC3 likewise, at the
+/// name's hash). Nothing of the zone's order is revealed, and no signing happens at load; only
+/// a transfer gets the real chain ([`Zone::transfer_records`]).
 pub struct Signing {
     apex: Name,
     denial: Denial,
@@ -177,6 +179,7 @@ impl Signing {
         }
     }
 
+    /// NSEC or NSEC3: what its black lies and its transferred chain are made of.
     pub fn denial(&self) -> Denial {
         self.denial
     }

@@ -232,10 +232,23 @@ impl DnsControl {
     /// signatures at `now` (Unix seconds), and answers from them: the zone's serial rises and
     /// its secondaries are notified ([`Authority::resigned`]).
     pub fn resign(&self, now: u64) {
-        let current = self.handler.current.load();
-        if let Some(authority) = current.authority.resigned(now) {
+        let current = self.handler.current.load_full();
+        let Some(authority) = current.authority.resigned(now) else {
+            return;
+        };
+        let resigned = Arc::new(Current {
+            authority: Arc::new(authority),
+            liveness: current.liveness.clone(),
+        });
+        // Only in place of what it was built from: a reload meanwhile wins, and the next
+        // check re-signs that.
+        let before = self
+            .handler
+            .current
+            .compare_and_swap(&current, resigned.clone());
+        if Arc::ptr_eq(&before, &current) {
             tracing::info!("dns: signed zones re-signed for their secondaries");
-            self.replace(authority, current.liveness.clone());
+            notify_new_serials(Some(&current.authority), &resigned.authority);
         }
     }
 
