@@ -11,6 +11,9 @@
 # interleaved; medians of queries per second and of the server's CPU microseconds per query
 # (utime+stime from /proc, all threads), then each row's ratio to PowerDNS's static answers
 # (which come from its packet cache, as trafik's static and geo answers come from its own).
+# trafik's zone is signed (online, ECDSA P-256): the static and weighted mixes are asked again
+# with the DO bit (trafik-dnssec*), RRSIGs and black-lie NSECs in the answers; without DO its
+# answers are unsigned as before. PowerDNS's zone stays unsigned (no DNSSEC database set up).
 #
 #   bench/dns.sh                      # 5 rounds of 10 s, 2 server threads each
 #   ROUNDS=3 DURATION=5 bench/dns.sh
@@ -111,6 +114,9 @@ origin = "kargo.test."
 ttl = 30
 name_servers = ["ns1"]
 
+[dns.zone.dnssec]
+keys = "keys/"
+
 [[dns.zone.record]]
 name = "ns1"
 type = "A"
@@ -198,7 +204,7 @@ run() { # target port pid queries-file [dnsperf options]
   qps[$target]+=" $rate"
   cpu[$target]+=" $(awk -v t=$((after - before)) -v hz="$hz" -v n="$sent" 'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }')"
 }
-targets=(trafik powerdns trafik-geo-ecs trafik-weighted)
+targets=(trafik powerdns trafik-geo-ecs trafik-weighted trafik-dnssec trafik-dnssec-weighted)
 ((LUA)) && targets+=(powerdns-lua-geo powerdns-lua-weighted)
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS" >&2
@@ -206,6 +212,8 @@ for round in $(seq "$ROUNDS"); do
   run powerdns "$pdns_port" "$pdns_pid" "$work/static.txt"
   run trafik-geo-ecs "$trafik_port" "$trafik_pid" "$work/geo.txt" -E "$ecs"
   run trafik-weighted "$trafik_port" "$trafik_pid" "$work/weighted.txt"
+  run trafik-dnssec "$trafik_port" "$trafik_pid" "$work/static.txt" -D
+  run trafik-dnssec-weighted "$trafik_port" "$trafik_pid" "$work/weighted.txt" -D
   if ((LUA)); then
     run powerdns-lua-geo "$pdns_port" "$pdns_pid" "$work/geo.txt" -E "$ecs"
     run powerdns-lua-weighted "$pdns_port" "$pdns_pid" "$work/weighted.txt"

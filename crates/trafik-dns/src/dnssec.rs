@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::dnssec::crypto::EcdsaSigningKey;
-use hickory_proto::dnssec::rdata::{DNSKEY, DNSSECRData, DS, NSEC, RRSIG};
-use hickory_proto::dnssec::{Algorithm, DigestType, DnssecSigner, SigningKey};
+use hickory_proto::dnssec::rdata::{DNSKEY, DNSSECRData, DS, NSEC, NSEC3, NSEC3PARAM, RRSIG};
+use hickory_proto::dnssec::{Algorithm, DigestType, DnssecSigner, Nsec3HashAlgorithm, SigningKey};
 use hickory_proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordSet, RecordType};
 use hickory_proto::serialize::binary::BinEncodable;
 use rustls_pki_types::PrivatePkcs8KeyDer;
 use time::OffsetDateTime;
 
-use crate::zone::{Code, Lookup};
+use crate::zone::{Code, Lookup, Zone};
 
 /// ECDSA P-256 with SHA-256.
 pub const ALGORITHM: Algorithm = Algorithm::ECDSAP256SHA256;
@@ -35,13 +35,26 @@ pub const REFRESH: u64 = 86_400;
 /// Signatures kept per zone (policy answers differ by region set, wildcards by name).
 const CACHED_SIGNATURES: usize = 16_384;
 
-/// A zone's two keys, read (or made) from the `keys` folder.
+/// A zone's DNSSEC: its two keys, read (or made) from the `keys` folder, and its denial.
 #[derive(Clone, Debug)]
 pub struct ZoneKeys {
     /// Signs the apex's DNSKEY RRset; the parent's DS names it.
     pub ksk: ZoneKey,
     /// Signs every other RRset.
     pub zsk: ZoneKey,
+    /// `denial` in the config; [`ZoneKeys::load`] gives NSEC.
+    pub denial: Denial,
+}
+
+/// How the zone proves that a name or type does not exist.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Denial {
+    /// NSEC (RFC 4034): names in the clear.
+    #[default]
+    Nsec,
+    /// NSEC3 (RFC 5155) with RFC 9276's parameters: SHA-1, no extra iterations, no salt; the
+    /// chain of a transferred zone names hashes only, so a secondary cannot be walked.
+    Nsec3,
 }
 
 /// One key: where it lives, and hickory's signer with its public half as the zone publishes it.
@@ -75,6 +88,7 @@ impl ZoneKeys {
         Ok(ZoneKeys {
             ksk: ZoneKey::load(folder.join(format!("{stem}.ksk.pk8")), KSK_FLAGS, zone)?,
             zsk: ZoneKey::load(folder.join(format!("{stem}.zsk.pk8")), ZSK_FLAGS, zone)?,
+            denial: Denial::Nsec,
         })
     }
 
@@ -127,10 +141,12 @@ impl ZoneKey {
 /// as they are chosen — with the signatures cached by the RRset's bytes. Denial is by "black
 /// lies" (minimally covering NSEC, RFC 4470 as Cloudflare does it): a name that does not exist
 /// gets NODATA with an NSEC at the name itself, next name `\000.name`, types RRSIG and NSEC; a
-/// missing type gets the same NSEC listing the types the name has. Nothing of the zone's order
-/// is revealed, and no signing happens at load.
+/// missing type gets the same NSEC listing the types the name has (NSEC3 likewise, at the
+/// name's hash). Nothing of the zone's order is revealed, and no signing happens at load; only
+/// a transfer gets the real chain ([`Zone::transfer_records`]).
 pub struct Signing {
     apex: Name,
+    denial: Denial,
     ksk: Arc<DnssecSigner>,
     zsk: Arc<DnssecSigner>,
     dnskeys: Vec<Record>,
@@ -155,6 +171,7 @@ impl Signing {
             .collect();
         Signing {
             apex,
+            denial: keys.denial,
             ksk: keys.ksk.signer.clone(),
             zsk: keys.zsk.signer.clone(),
             dnskeys,
@@ -162,39 +179,69 @@ impl Signing {
         }
     }
 
-    /// Turns `lookup`, the answer to `name`/`kind`, into its signed form at `now` (Unix
-    /// seconds); `types` lists the types the name owns, for a NODATA proof. Referrals stay
-    /// unsigned (no DS or NSEC at a cut yet).
+    /// NSEC or NSEC3: what its black lies and its transferred chain are made of.
+    pub fn denial(&self) -> Denial {
+        self.denial
+    }
+
+    /// The apex's DNSKEY records, both keys.
+    pub fn dnskeys(&self) -> &[Record] {
+        &self.dnskeys
+    }
+
+    /// Turns `lookup`, the answer to `name`/`kind` from `zone`, into its signed form at `now`
+    /// (Unix seconds). A referral gets the DS at the cut, or an NSEC there proving it has
+    /// none (so a validator knows the child is unsigned); its NS and glue stay unsigned, as
+    /// they are the child's. A negative answer gets a black lie at the name denied: the name
+    /// asked, or the last target of a CNAME chain that ends in nothing.
     pub fn complete(
         &self,
         lookup: &mut Lookup,
         name: &LowerName,
         kind: RecordType,
-        types: impl FnOnce() -> Vec<RecordType>,
+        zone: &Zone,
         now: u64,
     ) {
-        if lookup.referral || lookup.code == Code::Refused {
+        if lookup.code == Code::Refused {
             return;
         }
         let name = Name::from(name);
-        if kind == RecordType::DNSKEY && name == self.apex && lookup.answers.is_empty() {
-            lookup.answers = self.dnskeys.clone();
-            lookup.authority.clear();
-            lookup.code = Code::NoError;
+        if lookup.referral {
+            let Some(cut) = lookup.authority.first().map(|ns| ns.name.clone()) else {
+                return;
+            };
+            let mut proof = zone.ds_at(&LowerName::from(&cut));
+            if proof.is_empty() {
+                proof.extend(self.black_lie(cut, vec![RecordType::NS], zone.negative_ttl()));
+            }
+            lookup.answers = self.signed(std::mem::take(&mut lookup.answers), now);
+            let signed = self.signed(proof, now);
+            lookup.authority.extend(signed);
+            return;
         }
-        if lookup.answers.is_empty() {
+        let negative = lookup.code == Code::NxDomain
+            || lookup
+                .authority
+                .iter()
+                .any(|r| r.record_type() == RecordType::SOA);
+        let denied = match lookup.answers.last() {
+            _ if !negative => None,
+            None => Some(name),
+            Some(last) => match &last.data {
+                RData::CNAME(target) => Some(target.0.clone()),
+                _ => None,
+            },
+        };
+        if let Some(denied) = denied {
             let mut bitmap = match lookup.code {
                 Code::NxDomain => Vec::new(),
-                _ => types(),
+                _ => zone.types_at(&LowerName::from(&denied)),
             };
+            // The type asked at the name denied: the question's, or its CNAME's target's.
             bitmap.retain(|owned| *owned != kind);
-            bitmap.extend([RecordType::RRSIG, RecordType::NSEC]);
             let ttl = lookup.authority.first().map_or(0, |soa| soa.ttl);
-            if let Ok(next) = name.prepend_label(&[0u8][..]) {
-                let nsec = DNSSECRData::NSEC(NSEC::new(next, bitmap));
-                lookup
-                    .authority
-                    .push(Record::from_rdata(name, ttl, RData::DNSSEC(nsec)));
+            if let Some(nsec) = self.black_lie(denied, bitmap, ttl) {
+                lookup.authority.push(nsec);
                 lookup.code = Code::NoError;
             }
         }
@@ -202,8 +249,58 @@ impl Signing {
         lookup.authority = self.signed(std::mem::take(&mut lookup.authority), now);
     }
 
+    /// The apex's records of type `kind` that signing adds: DNSKEY, and NSEC3PARAM with NSEC3.
+    pub fn apex_records(&self, kind: RecordType) -> Vec<Record> {
+        match kind {
+            RecordType::DNSKEY => self.dnskeys.clone(),
+            RecordType::NSEC3PARAM => self.nsec3param().into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The NSEC3PARAM record at the apex (TTL 0, as BIND serves it) of an NSEC3 zone.
+    pub fn nsec3param(&self) -> Option<Record> {
+        (self.denial == Denial::Nsec3).then(|| {
+            let param = NSEC3PARAM::new(
+                Nsec3HashAlgorithm::SHA1,
+                false,
+                NSEC3_ITERATIONS,
+                Vec::new(),
+            );
+            let data = RData::DNSSEC(DNSSECRData::NSEC3PARAM(param));
+            Record::from_rdata(self.apex.clone(), 0, data)
+        })
+    }
+
+    /// The minimally covering denial at `name` ("black lie", RFC 4470; RFC 7129 §B for
+    /// NSEC3): the name claimed to own `types` (and RRSIG), nothing between it and the next
+    /// name to deny. NSEC: next name `\000.name`; NSEC3: at the name's hash, next the hash
+    /// plus one. `None` for a name too long to have the next one.
+    fn black_lie(&self, name: Name, mut types: Vec<RecordType>, ttl: u32) -> Option<Record> {
+        types.push(RecordType::RRSIG);
+        match self.denial {
+            Denial::Nsec => {
+                types.push(RecordType::NSEC);
+                let next = name.prepend_label(&[0u8][..]).ok()?;
+                let nsec = DNSSECRData::NSEC(NSEC::new(next, types));
+                Some(Record::from_rdata(name, ttl, RData::DNSSEC(nsec)))
+            }
+            Denial::Nsec3 => {
+                let hash = nsec3_hash(&name)?;
+                let mut next = hash.clone();
+                for byte in next.iter_mut().rev() {
+                    *byte = byte.wrapping_add(1);
+                    if *byte != 0 {
+                        break;
+                    }
+                }
+                nsec3(&self.apex, &hash, next, types, ttl)
+            }
+        }
+    }
+
     /// `records` with each RRset followed by its RRSIG.
-    fn signed(&self, records: Vec<Record>, now: u64) -> Vec<Record> {
+    pub(crate) fn signed(&self, records: Vec<Record>, now: u64) -> Vec<Record> {
         let mut sets: Vec<RecordSet> = Vec::new();
         for record in records {
             let same = |set: &&mut RecordSet| {
@@ -256,6 +353,45 @@ impl Signing {
     }
 }
 
+/// NSEC3 hashes with no extra iterations and no salt (RFC 9276 §3.1).
+const NSEC3_ITERATIONS: u16 = 0;
+
+/// The NSEC3 hash of `name` (SHA-1, RFC 5155 §5).
+pub fn nsec3_hash(name: &Name) -> Option<Vec<u8>> {
+    let digest = Nsec3HashAlgorithm::SHA1
+        .hash(&[], name, NSEC3_ITERATIONS)
+        .ok()?;
+    Some(digest.as_ref().to_vec())
+}
+
+/// The NSEC3 record at the hash `owner` in the zone `apex`, next hash `next`, `types` at the
+/// name hashed.
+pub fn nsec3(
+    apex: &Name,
+    owner: &[u8],
+    next: Vec<u8>,
+    types: Vec<RecordType>,
+    ttl: u32,
+) -> Option<Record> {
+    let label = data_encoding::BASE32HEX_NOPAD
+        .encode(owner)
+        .to_ascii_lowercase();
+    let name = Name::from_ascii(label).ok()?.append_domain(apex).ok()?;
+    let data = NSEC3::new(
+        Nsec3HashAlgorithm::SHA1,
+        false,
+        NSEC3_ITERATIONS,
+        Vec::new(),
+        next,
+        types,
+    );
+    Some(Record::from_rdata(
+        name,
+        ttl,
+        RData::DNSSEC(DNSSECRData::NSEC3(data)),
+    ))
+}
+
 /// Makes a key and writes it readable by its owner only; `create_new` so two starts never
 /// overwrite each other's key.
 fn make(path: &Path) -> Result<Vec<u8>, String> {
@@ -300,74 +436,6 @@ mod tests {
         assert_eq!(ds.algorithm(), ALGORITHM);
         assert_eq!(ds.digest().len(), 32);
         assert!(ds.covers(&zone, ksk).unwrap());
-        std::fs::remove_dir_all(folder).unwrap();
-    }
-
-    #[test]
-    fn a_missing_name_gets_a_black_lie_and_signatures_come_from_the_cache() {
-        let folder = folder("lies");
-        let zone = Name::from_ascii("kargo.test.").unwrap();
-        let signing = Signing::new(&ZoneKeys::load(&folder, &zone).unwrap(), zone.clone(), 300);
-        let missing = Name::from_ascii("yok.kargo.test.").unwrap();
-        let negative = || Lookup {
-            code: Code::NxDomain,
-            authority: vec![Record::from_rdata(
-                zone.clone(),
-                30,
-                RData::A("127.0.0.1".parse().unwrap()),
-            )],
-            ..Lookup::default()
-        };
-        let mut lookup = negative();
-        let now = 1_800_000_000;
-        signing.complete(
-            &mut lookup,
-            &LowerName::from(&missing),
-            RecordType::A,
-            Vec::new,
-            now,
-        );
-        assert_eq!(lookup.code, Code::NoError);
-        let kinds: Vec<_> = lookup.authority.iter().map(Record::record_type).collect();
-        assert_eq!(
-            kinds,
-            [
-                RecordType::A,
-                RecordType::RRSIG,
-                RecordType::NSEC,
-                RecordType::RRSIG
-            ]
-        );
-        let RData::DNSSEC(DNSSECRData::NSEC(nsec)) = &lookup.authority[2].data else {
-            panic!("{:?}", lookup.authority[2]);
-        };
-        assert_eq!(nsec.next_domain_name().to_ascii(), "\\000.yok.kargo.test.");
-        // The same RRsets an hour later: the same signatures, from the cache.
-        let mut again = negative();
-        let name = LowerName::from(&missing);
-        signing.complete(&mut again, &name, RecordType::A, Vec::new, now + 3600);
-        assert_eq!(again.authority, lookup.authority);
-        // A name of 254 octets, too long for `\000.` before it: no NSEC, and no panic.
-        let long = Name::from_ascii(format!(
-            "{}.kargo.test.",
-            [
-                "a".repeat(61),
-                "a".repeat(61),
-                "a".repeat(61),
-                "a".repeat(55)
-            ]
-            .join(".")
-        ))
-        .unwrap();
-        let mut lookup = negative();
-        signing.complete(
-            &mut lookup,
-            &LowerName::from(&long),
-            RecordType::A,
-            Vec::new,
-            now,
-        );
-        assert_eq!(lookup.code, Code::NxDomain);
         std::fs::remove_dir_all(folder).unwrap();
     }
 

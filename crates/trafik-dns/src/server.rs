@@ -38,6 +38,9 @@ use crate::zone::{Authority, Code, DnsPlan, Lookup, PolicyName};
 /// day's value, which avoids IP fragmentation).
 pub const MAX_UDP_PAYLOAD: u16 = 1232;
 
+/// How often the server looks whether a signed zone that transfers is due for re-signing.
+const RESIGN_CHECK: Duration = Duration::from_secs(600);
+
 /// How long a TCP connection may stay without a request.
 const TCP_IDLE: Duration = Duration::from_secs(10);
 
@@ -92,8 +95,8 @@ pub struct DnsServer {
     control: DnsControl,
     /// TCP, on hickory-server's transport.
     server: Server<SharedHandler>,
-    /// The UDP loops, one per socket.
-    udp: Vec<tokio::task::JoinHandle<()>>,
+    /// The UDP loops, one per socket, and the re-signing timer of the server that has TCP.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// What a running server answers from, its counters, and the way to change both.
@@ -135,11 +138,19 @@ impl DnsServer {
         if let Some(tcp) = tcp {
             tcp.set_nonblocking(true)?;
             server.register_listener(TcpListener::from_std(tcp)?, TCP_IDLE, 64);
+            // One timer for all the sockets: the one taking TCP takes it.
+            let control = control.clone();
+            loops.push(tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(RESIGN_CHECK).await;
+                    control.resign(transfer::unix_now());
+                }
+            }));
         }
         Ok(DnsServer {
             control: control.clone(),
             server,
-            udp: loops,
+            tasks: loops,
         })
     }
 
@@ -154,9 +165,9 @@ impl DnsServer {
 
     /// Stops accepting and waits for the transports to end.
     pub async fn stop(mut self) {
-        for udp in self.udp.drain(..) {
-            udp.abort();
-            let _ = udp.await;
+        for task in self.tasks.drain(..) {
+            task.abort();
+            let _ = task.await;
         }
         if let Err(error) = self.server.shutdown_gracefully().await {
             tracing::warn!(%error, "dns server stopped with an error");
@@ -215,6 +226,30 @@ impl DnsControl {
             liveness,
         }));
         notify_new_serials(Some(&old.authority), &self.handler.current.load().authority);
+    }
+
+    /// Builds the zones in force again when a signed zone that transfers is due for new
+    /// signatures at `now` (Unix seconds), and answers from them: the zone's serial rises and
+    /// its secondaries are notified ([`Authority::resigned`]).
+    pub fn resign(&self, now: u64) {
+        let current = self.handler.current.load_full();
+        let Some(authority) = current.authority.resigned(now) else {
+            return;
+        };
+        let resigned = Arc::new(Current {
+            authority: Arc::new(authority),
+            liveness: current.liveness.clone(),
+        });
+        // Only in place of what it was built from: a reload meanwhile wins, and the next
+        // check re-signs that.
+        let before = self
+            .handler
+            .current
+            .compare_and_swap(&current, resigned.clone());
+        if Arc::ptr_eq(&before, &current) {
+            tracing::info!("dns: signed zones re-signed for their secondaries");
+            notify_new_serials(Some(&current.authority), &resigned.authority);
+        }
     }
 
     /// Keeps the authority in force and takes region liveness from `liveness`.
@@ -883,8 +918,8 @@ impl Handler {
 
     /// Answers an AXFR or IXFR over TCP: the whole zone, SOA first and last, in messages of
     /// at most 16 KiB, each signed when the request was (RFC 8945 §5.3.1); an IXFR from a
-    /// secondary already at our serial gets the SOA alone (RFC 1995 §4), any other the whole
-    /// zone. Refused for addresses outside `allow` and, when the zone has a key, for requests
+    /// secondary already at our serial gets the SOA alone, one at a serial the zone's journal
+    /// reaches the changes since (RFC 1995 §4), any other the whole zone. Refused for addresses outside `allow` and, when the zone has a key, for requests
     /// not signed with it (NOTAUTH with the TSIG error for a bad key, MAC or time).
     async fn transfer<R: ResponseHandler>(
         &self,
@@ -940,18 +975,28 @@ impl Handler {
             }
         };
         let soa = zone.soa().clone();
-        let up_to_date = asked.is_some_and(|q| q.query_type() == RecordType::IXFR)
-            && request.authorities.iter().any(|r| match &r.data {
-                RData::SOA(theirs) => (zone.serial().wrapping_sub(theirs.serial) as i32) <= 0,
-                _ => false,
+        // An IXFR names the secondary's serial in the SOA of its authority section.
+        let theirs = asked
+            .filter(|q| q.query_type() == RecordType::IXFR)
+            .and_then(|_| {
+                request.authorities.iter().find_map(|r| match &r.data {
+                    RData::SOA(theirs) => Some(theirs.serial),
+                    _ => None,
+                })
             });
-        let all: Vec<Record> = if up_to_date {
-            vec![soa]
-        } else {
-            std::iter::once(soa.clone())
-                .chain(zone.transferred().iter().cloned())
+        let incremental = theirs.and_then(|serial| {
+            if (zone.serial().wrapping_sub(serial) as i32) <= 0 {
+                Some(vec![soa.clone()])
+            } else {
+                zone.changes_since(serial)
+            }
+        });
+        let all: Vec<Record> = match incremental {
+            Some(records) => records,
+            None => std::iter::once(soa.clone())
+                .chain(zone.transfer_records(now).iter().cloned())
                 .chain(std::iter::once(soa))
-                .collect()
+                .collect(),
         };
         metadata.authoritative = true;
         let mut first = signing;

@@ -1,6 +1,6 @@
 //! Zone transfers to secondaries: who may ask (address prefixes, a TSIG key), the serial trafik
-//! keeps for a zone, the AXFR messages (IXFR is answered with the whole zone, RFC 1995 §4, as
-//! no history is kept), their TSIG signatures (RFC 8945, hickory's HMAC), and NOTIFY
+//! keeps for a zone, the AXFR messages, the journal of changes IXFR answers from (RFC 1995),
+//! their TSIG signatures (RFC 8945, hickory's HMAC), and NOTIFY
 //! (RFC 1996) to the secondaries when the serial changes.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::tsig::{TSIG, TsigAlgorithm, TsigError, make_tsig_record};
-use hickory_proto::rr::{Name, Record, RecordType, TSigResponseContext, TSigner};
+use hickory_proto::rr::{Name, RData, Record, RecordType, TSigResponseContext, TSigner};
 use hickory_proto::serialize::binary::BinEncodable;
 
 use crate::policy::Prefix;
@@ -214,10 +214,90 @@ pub fn messages(records: &[Record]) -> Vec<&[Record]> {
     cuts
 }
 
-/// What a zone's transfer carries, as a number: the serial changes when it does.
-pub fn fingerprint(records: &[Record], written_serial: u32) -> u64 {
+/// At most this many changes are kept for IXFR.
+const JOURNAL: usize = 16;
+
+/// One change of a transferring zone: the SOAs before and after, the records it removed and
+/// those it added (RFC 1995 §4's difference sequence).
+#[derive(Clone, Debug)]
+pub struct Delta {
+    from: Record,
+    to: Record,
+    deleted: Vec<Record>,
+    added: Vec<Record>,
+}
+
+impl Delta {
+    /// The change from `old` to `new`, each a SOA and the records between a transfer's SOAs;
+    /// records compare by their wire bytes, TTL included.
+    pub fn between(old: (&Record, &[Record]), new: (&Record, &[Record])) -> Delta {
+        let bytes = |records: &[Record]| -> std::collections::HashSet<Vec<u8>> {
+            records.iter().filter_map(|r| r.to_bytes().ok()).collect()
+        };
+        let (before, after) = (bytes(old.1), bytes(new.1));
+        let missing_from = |records: &[Record], other: &std::collections::HashSet<Vec<u8>>| {
+            records
+                .iter()
+                .filter(|r| r.to_bytes().is_ok_and(|b| !other.contains(&b)))
+                .cloned()
+                .collect()
+        };
+        Delta {
+            from: old.0.clone(),
+            to: new.0.clone(),
+            deleted: missing_from(old.1, &after),
+            added: missing_from(new.1, &before),
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.deleted.len() + self.added.len()
+    }
+
+    fn serial_before(&self) -> Option<u32> {
+        match &self.from.data {
+            RData::SOA(soa) => Some(soa.serial),
+            _ => None,
+        }
+    }
+}
+
+/// Keeps the journal's last [`JOURNAL`] changes, and drops the oldest while all of them carry
+/// more records than the zone (`zone_records`) itself: then the whole zone is the smaller answer.
+pub fn trim(journal: &mut Vec<Delta>, zone_records: usize) {
+    let excess = journal.len().saturating_sub(JOURNAL);
+    journal.drain(..excess);
+    while journal.iter().map(Delta::size).sum::<usize>() > zone_records.max(1)
+        && !journal.is_empty()
+    {
+        journal.remove(0);
+    }
+}
+
+/// An IXFR answer for a secondary at `serial` from `journal`: the SOA, each change since that
+/// serial (its old SOA, what it removed, its new SOA, what it added), the SOA again (RFC 1995
+/// §4). `None` when the journal does not reach back to that serial.
+pub fn incremental(journal: &[Delta], serial: u32, soa: &Record) -> Option<Vec<Record>> {
+    let first = journal
+        .iter()
+        .position(|delta| delta.serial_before() == Some(serial))?;
+    let mut records = vec![soa.clone()];
+    for delta in &journal[first..] {
+        records.push(delta.from.clone());
+        records.extend(delta.deleted.iter().cloned());
+        records.push(delta.to.clone());
+        records.extend(delta.added.iter().cloned());
+    }
+    records.push(soa.clone());
+    Some(records)
+}
+
+/// What a zone's transfer carries, as a number: the serial changes when it does. `signing_day`
+/// stands for a signed zone's signatures (0 for an unsigned zone).
+pub fn fingerprint(records: &[Record], written_serial: u32, signing_day: u64) -> u64 {
     let mut hasher = DefaultHasher::new();
     written_serial.hash(&mut hasher);
+    signing_day.hash(&mut hasher);
     for record in records {
         record.to_bytes().unwrap_or_default().hash(&mut hasher);
     }
@@ -373,5 +453,36 @@ mod tests {
         assert!(cut.len() > 2, "{}", cut.len());
         assert_eq!(cut.iter().map(|m| m.len()).sum::<usize>(), 2000);
         assert_eq!(messages(&[]).len(), 1);
+    }
+
+    #[test]
+    fn the_journal_keeps_the_last_changes_smaller_than_the_zone() {
+        let soa = |serial: u32| {
+            let data =
+                hickory_proto::rr::rdata::SOA::new(Name::root(), Name::root(), serial, 1, 1, 1, 1);
+            Record::from_rdata(Name::root(), 60, RData::SOA(data))
+        };
+        let host = |i: u8| {
+            let data = RData::A(hickory_proto::rr::rdata::A::new(10, 0, 0, i));
+            Record::from_rdata(Name::from_ascii("h.kargo.test.").unwrap(), 60, data)
+        };
+        let mut journal: Vec<Delta> = (0..20u8)
+            .map(|i| {
+                Delta::between(
+                    (&soa(i.into()), &[host(i)]),
+                    (&soa(u32::from(i) + 1), &[host(i + 1)]),
+                )
+            })
+            .collect();
+        trim(&mut journal, 100);
+        assert_eq!(journal.len(), JOURNAL);
+        assert!(incremental(&journal, 3, &soa(20)).is_none());
+        assert_eq!(
+            incremental(&journal, 4, &soa(20)).unwrap().len(),
+            2 + 4 * JOURNAL
+        );
+        // Changes carrying more records than the zone: the oldest go.
+        trim(&mut journal, 5);
+        assert_eq!(journal.len(), 2);
     }
 }

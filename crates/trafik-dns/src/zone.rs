@@ -7,10 +7,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use hickory_proto::dnssec::rdata::{DNSSECRData, NSEC};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 
-use crate::dnssec::{Signing, ZoneKeys};
+use crate::dnssec::{Denial, Signing, ZoneKeys};
 use crate::policy::{Client, Decision, GeoGroups, Groups, Live, Policy, Prefix, Region};
 use crate::rate::{RateLimitPlan, RateLimiter};
 use crate::transfer::{self, Transfer, TransferPlan};
@@ -163,6 +164,10 @@ pub struct Zone {
     /// content with it: the serial in force changes when the fingerprint does.
     written_serial: u32,
     fingerprint: u64,
+    /// The last changes of an unsigned transferring zone, oldest first, for IXFR.
+    journal: Vec<transfer::Delta>,
+    /// The day (Unix days, in [`RESIGN_EVERY`]) whose signatures a signed zone transfers.
+    signing_day: Option<u64>,
     /// Online signing, when the zone has DNSSEC keys.
     pub dnssec: Option<Signing>,
 }
@@ -184,6 +189,8 @@ pub struct Authority {
     pub group_names: Vec<String>,
     pub query_log: bool,
     pub rate_limiter: Option<RateLimiter>,
+    /// The plan this was built from, to build it again when signed zones are re-signed.
+    plan: DnsPlan,
 }
 
 /// The answer to one question.
@@ -265,12 +272,25 @@ pub enum Code {
     Refused,
 }
 
+/// How often a signed zone that transfers gets a new serial, so secondaries take signatures
+/// made that day (they last a week): a day, as the signature cache.
+const RESIGN_EVERY: u64 = crate::dnssec::REFRESH;
+
 /// How deep a CNAME chain inside the zone is followed.
 const MAX_CHAIN: usize = 8;
 
 impl Authority {
     /// Builds the zones of `plan`, keeping the counters of `previous` for what stays the same.
     pub fn build(plan: &DnsPlan, previous: Option<&Authority>) -> Result<Authority, Vec<String>> {
+        Authority::build_at(plan, previous, transfer::unix_now())
+    }
+
+    /// [`Authority::build`] at `now` (Unix seconds), which sets the serials.
+    fn build_at(
+        plan: &DnsPlan,
+        previous: Option<&Authority>,
+        now: u64,
+    ) -> Result<Authority, Vec<String>> {
         let mut errors = Vec::new();
         let mut zones = Vec::new();
         for zone in &plan.zones {
@@ -298,21 +318,40 @@ impl Authority {
             group_names: plan.groups.iter().map(|(name, _)| name.clone()).collect(),
             query_log: plan.query_log,
             rate_limiter: plan.rate_limit.clone().map(RateLimiter::new),
+            plan: plan.clone(),
         };
-        let now = transfer::unix_now();
         for zone in &mut zones {
             if zone.transfer.is_none() {
                 continue;
             }
             zone.transferred = zone.transfer_content(&authority);
-            zone.fingerprint = transfer::fingerprint(&zone.transferred, zone.written_serial);
-            let before = previous
+            // A signed zone's transfer carries signatures made that day: a new day is new
+            // content, so secondaries take fresh signatures long before theirs expire.
+            zone.signing_day = zone.dnssec.is_some().then_some(now / RESIGN_EVERY);
+            zone.fingerprint = transfer::fingerprint(
+                &zone.transferred,
+                zone.written_serial,
+                zone.signing_day.unwrap_or(0),
+            );
+            let old = previous
                 .and_then(|p| p.zones.iter().find(|z| z.origin == zone.origin))
-                .filter(|old| old.transfer.is_some())
-                .map(|old| (old.serial(), old.fingerprint));
+                .filter(|old| old.transfer.is_some());
+            let before = old.map(|old| (old.serial(), old.fingerprint));
             let serial = transfer::serial(before, zone.fingerprint, zone.written_serial, now);
             if let RData::SOA(soa) = &mut zone.soa.data {
                 soa.serial = serial;
+            }
+            // The changes an IXFR can send; a signed zone's secondaries hold signatures made
+            // at their transfer, which no difference of ours could name, so it has none.
+            if let Some(old) = old.filter(|_| zone.dnssec.is_none()) {
+                zone.journal = old.journal.clone();
+                if old.serial() != serial {
+                    zone.journal.push(transfer::Delta::between(
+                        (&old.soa, &old.transferred),
+                        (&zone.soa, &zone.transferred),
+                    ));
+                    transfer::trim(&mut zone.journal, zone.transferred.len());
+                }
             }
         }
         authority.zones = zones;
@@ -331,7 +370,7 @@ impl Authority {
         random: u64,
         forced: Option<&Decision>,
     ) -> Lookup {
-        let Some(zone) = self.zones.iter().find(|z| z.origin.zone_of(name)) else {
+        let Some(zone) = self.zone_for(name, kind) else {
             return Lookup {
                 code: Code::Refused,
                 ..Lookup::default()
@@ -358,15 +397,15 @@ impl Authority {
                 }
                 Found::Cname(target) if zone.origin.zone_of(&target) => owner = target,
                 Found::Cname(_) => return lookup,
-                Found::Nothing if lookup.answers.is_empty() => {
+                // NXDOMAIN also when a CNAME chain ends at a name that does not exist: the
+                // code speaks of the chain's last name (RFC 6604 §2).
+                Found::Nothing => {
                     lookup.code = Code::NxDomain;
                     zone.counters.nxdomain.fetch_add(1, Ordering::Relaxed);
                     lookup.tally.nxdomain = true;
                     lookup.authority.push(zone.negative_soa());
                     return lookup;
                 }
-                // A CNAME pointing at nothing in the zone: the chain is the answer.
-                Found::Nothing => return lookup,
                 Found::NoData => {
                     lookup.authority.push(zone.negative_soa());
                     return lookup;
@@ -376,16 +415,78 @@ impl Authority {
         lookup
     }
 
+    /// The same zones built again at `now` when a signed zone that transfers has entered a
+    /// new signing day: its serial rises, so its secondaries are notified and transfer it
+    /// with fresh signatures. `None` when nothing is due.
+    pub fn resigned(&self, now: u64) -> Option<Authority> {
+        let due = self.zones.iter().any(|zone| {
+            zone.signing_day
+                .is_some_and(|day| day != now / RESIGN_EVERY)
+        });
+        if !due {
+            return None;
+        }
+        Authority::build_at(&self.plan, Some(self), now)
+            .map_err(|errors| tracing::warn!(?errors, "dns zones not re-signed"))
+            .ok()
+    }
+
     /// Signs `lookup`, the answer to `name`/`kind`, when its zone has keys (for a query with
     /// the DO bit); `now` in Unix seconds.
     pub fn sign(&self, lookup: &mut Lookup, name: &LowerName, kind: RecordType, now: u64) {
-        let Some(zone) = self.zones.iter().find(|z| z.origin.zone_of(name)) else {
+        let Some(zone) = self.zone_for(name, kind) else {
             return;
         };
         if let Some(signing) = &zone.dnssec {
-            signing.complete(lookup, name, kind, || zone.types_at(name), now);
+            signing.complete(lookup, name, kind, zone, now);
         }
     }
+
+    /// The zone that answers `name`/`kind`: the most specific one holding the name, except
+    /// that DS at a zone's apex is its parent's when trafik serves the parent too (RFC 4035
+    /// §3.1.4.1), so a validator finds the child's DS where it looks for it.
+    fn zone_for(&self, name: &LowerName, kind: RecordType) -> Option<&Zone> {
+        let mut holding = self.zones.iter().filter(|z| z.origin.zone_of(name));
+        let first = holding.next()?;
+        if kind == RecordType::DS && first.origin == *name {
+            return holding.next().or(Some(first));
+        }
+        Some(first)
+    }
+}
+
+/// The key after each of `sorted`'s, the last one's the first: a denial chain's next names.
+fn successors<K: Clone, V>(sorted: &[(K, V)]) -> Vec<K> {
+    let mut keys: Vec<K> = sorted.iter().map(|(key, _)| key.clone()).collect();
+    if !keys.is_empty() {
+        keys.rotate_left(1);
+    }
+    keys
+}
+
+/// The NSEC chain (RFC 4034 §4) over `names` (each with its types), in canonical order.
+fn nsec_chain(names: Vec<(Name, Vec<RecordType>)>, ttl: u32) -> Vec<Record> {
+    let nexts = successors(&names);
+    names
+        .into_iter()
+        .zip(nexts)
+        .map(|((name, mut kinds), next)| {
+            kinds.extend([RecordType::RRSIG, RecordType::NSEC]);
+            let nsec = DNSSECRData::NSEC(NSEC::new(next, kinds));
+            Record::from_rdata(name, ttl, RData::DNSSEC(nsec))
+        })
+        .collect()
+}
+
+/// Where an owner name stands in its zone, for signing a transfer.
+#[derive(Clone, Copy, PartialEq)]
+enum Place {
+    /// Ours: every RRset signed, in the NSEC chain.
+    Authoritative,
+    /// A delegation: its DS and NSEC are ours and signed, its NS the child's.
+    Cut,
+    /// Below a cut: glue, the child's.
+    Glue,
 }
 
 /// One question's conditions, as a lookup passes them down.
@@ -407,20 +508,31 @@ enum Found {
 }
 
 impl Zone {
-    /// The types `name` owns, for the NSEC of a NODATA answer.
+    /// The types `name` owns, for the NSEC of a NODATA answer: a name a wildcard answers for
+    /// owns the wildcard's types (its answers are signed as its own), a zone cut its NS.
     pub fn types_at(&self, name: &LowerName) -> Vec<RecordType> {
-        let mut types: Vec<RecordType> = self
-            .records
-            .get(name)
+        let node = match self.exists(name) {
+            true => Some(name.clone()),
+            false => self.wildcard_for(name),
+        };
+        let mut types: Vec<RecordType> = node
+            .as_ref()
+            .and_then(|node| self.records.get(node))
             .map(|records| records.iter().map(Record::record_type).collect())
             .unwrap_or_default();
-        if self.names.contains_key(name) {
+        if node.is_some_and(|node| self.names.contains_key(&node)) {
             types.extend([RecordType::A, RecordType::AAAA]);
+        }
+        if self.cuts.contains_key(name) {
+            types.push(RecordType::NS);
         }
         if *name == self.origin {
             types.extend([RecordType::SOA, RecordType::NS]);
-            if self.dnssec.is_some() {
+            if let Some(signing) = &self.dnssec {
                 types.push(RecordType::DNSKEY);
+                if signing.denial() == Denial::Nsec3 {
+                    types.push(RecordType::NSEC3PARAM);
+                }
             }
         }
         types
@@ -438,9 +550,116 @@ impl Zone {
         }
     }
 
-    /// What an AXFR carries between its two SOAs.
+    /// The changes since a secondary's `serial`, as an IXFR answer carries them (RFC 1995
+    /// §4), when the zone still knows them.
+    pub fn changes_since(&self, serial: u32) -> Option<Vec<Record>> {
+        transfer::incremental(&self.journal, serial, &self.soa)
+    }
+
+    /// What an AXFR carries between its two SOAs, unsigned.
     pub fn transferred(&self) -> &[Record] {
         &self.transferred
+    }
+
+    /// What an AXFR carries between its two SOAs at `now` (Unix seconds). A signed zone goes
+    /// signed, so a secondary can serve it as it is and `ldns-verify-zone` accepts it: every
+    /// authoritative RRset followed by its RRSIG (the SOA's too), the DNSKEYs, and an NSEC
+    /// chain over the zone's names in canonical order (RFC 4034 §4, §6.1) — online answers
+    /// deny by black lies, but a copy of the zone needs the real chain. The NS at a cut and
+    /// glue below it stay unsigned and out of the chain (RFC 4035 §2.2, §2.3).
+    pub fn transfer_records(&self, now: u64) -> std::borrow::Cow<'_, [Record]> {
+        let Some(signing) = &self.dnssec else {
+            return std::borrow::Cow::Borrowed(&self.transferred);
+        };
+        let mut owners: std::collections::BTreeMap<Name, Vec<Record>> = Default::default();
+        for record in std::iter::once(&self.soa).chain(&self.transferred) {
+            owners
+                .entry(record.name.clone())
+                .or_default()
+                .push(record.clone());
+        }
+        let place = |owner: &Name| match self.cut_above(&LowerName::from(owner)) {
+            None => Place::Authoritative,
+            Some((cut, _)) if *cut == LowerName::from(owner) => Place::Cut,
+            Some(_) => Place::Glue,
+        };
+        let chain: Vec<Name> = owners
+            .keys()
+            .filter(|owner| place(owner) != Place::Glue)
+            .cloned()
+            .collect();
+        // Each name's types as its denial record lists them: at a cut only NS and DS are
+        // the parent's.
+        let types: Vec<(Name, Vec<RecordType>)> = chain
+            .iter()
+            .map(|owner| {
+                let at_cut = place(owner) == Place::Cut;
+                let kinds = owners[owner]
+                    .iter()
+                    .map(Record::record_type)
+                    .filter(|kind| !at_cut || matches!(kind, RecordType::NS | RecordType::DS))
+                    .collect();
+                (owner.clone(), kinds)
+            })
+            .collect();
+        let ttl = self.negative_soa().ttl;
+        let denials = match signing.denial() {
+            Denial::Nsec => nsec_chain(types, ttl),
+            Denial::Nsec3 => self.nsec3_chain(types, ttl),
+        };
+        for record in denials {
+            owners.entry(record.name.clone()).or_default().push(record);
+        }
+        let mut out = Vec::with_capacity(self.transferred.len() * 3);
+        for (owner, records) in owners {
+            let (signed, unsigned): (Vec<Record>, Vec<Record>) =
+                records.into_iter().partition(|record| match place(&owner) {
+                    Place::Authoritative => true,
+                    Place::Cut => matches!(record.record_type(), RecordType::DS | RecordType::NSEC),
+                    Place::Glue => false,
+                });
+            out.extend(unsigned);
+            // The SOA itself opens and closes the transfer; its RRSIG goes here.
+            out.extend(
+                signing
+                    .signed(signed, now)
+                    .into_iter()
+                    .filter(|record| record.record_type() != RecordType::SOA),
+            );
+        }
+        std::borrow::Cow::Owned(out)
+    }
+
+    /// The NSEC3 chain (RFC 5155 §7.1) over `names` (each with its types) and the empty
+    /// non-terminals above them, in hash order; the RRSIG bit where something is signed (all
+    /// but an unsigned cut), none at an empty non-terminal.
+    fn nsec3_chain(&self, names: Vec<(Name, Vec<RecordType>)>, ttl: u32) -> Vec<Record> {
+        let apex = Name::from(&self.origin);
+        let mut nodes: std::collections::BTreeMap<Name, Vec<RecordType>> = Default::default();
+        for (name, mut kinds) in names {
+            if kinds.iter().any(|kind| *kind != RecordType::NS) {
+                kinds.push(RecordType::RRSIG);
+            }
+            let mut parent = name.base_name();
+            while parent.num_labels() > apex.num_labels() {
+                nodes.entry(parent.clone()).or_default();
+                parent = parent.base_name();
+            }
+            nodes.insert(name, kinds);
+        }
+        let mut hashed: Vec<(Vec<u8>, Vec<RecordType>)> = nodes
+            .into_iter()
+            .filter_map(|(name, kinds)| Some((crate::dnssec::nsec3_hash(&name)?, kinds)))
+            .collect();
+        hashed.sort();
+        let nexts = successors(&hashed);
+        hashed
+            .into_iter()
+            .zip(nexts)
+            .filter_map(|((hash, kinds), next)| {
+                crate::dnssec::nsec3(&apex, &hash, next, kinds, ttl)
+            })
+            .collect()
     }
 
     /// The apex's NS records, the static records, the delegations and each policy name's
@@ -449,6 +668,11 @@ impl Zone {
     /// with every health change would send it a transfer each time a region flaps.
     fn transfer_content(&self, authority: &Authority) -> Vec<Record> {
         let mut records: Vec<Record> = self.name_servers.clone();
+        // A signed zone's keys: a new key is a new serial, so secondaries take it.
+        if let Some(signing) = &self.dnssec {
+            records.extend(signing.dnskeys().iter().cloned());
+            records.extend(signing.nsec3param());
+        }
         let mut statics: Vec<&Record> = self
             .records
             .values()
@@ -530,7 +754,12 @@ impl Zone {
             match kind {
                 RecordType::SOA => lookup.answers.push(self.soa.clone()),
                 RecordType::NS => lookup.answers.extend(self.name_servers.iter().cloned()),
-                _ => {}
+                // Asked with or without DO: they are the zone's records like any other.
+                _ => lookup.answers.extend(
+                    self.dnssec
+                        .iter()
+                        .flat_map(|signing| signing.apex_records(kind)),
+                ),
             }
         }
         // A wildcard's records answer with the question's name as their owner.
@@ -608,6 +837,17 @@ impl Zone {
         found
     }
 
+    /// The DS records at the zone cut `cut` (none for an unsigned delegation).
+    pub fn ds_at(&self, cut: &LowerName) -> Vec<Record> {
+        self.records
+            .get(cut)
+            .into_iter()
+            .flatten()
+            .filter(|r| r.record_type() == RecordType::DS)
+            .cloned()
+            .collect()
+    }
+
     /// The addresses this zone holds for the targets of `servers` (glue).
     fn glue<'a>(&'a self, servers: &'a [Record]) -> impl Iterator<Item = Record> + 'a {
         servers
@@ -631,6 +871,11 @@ impl Zone {
         } else {
             RecordType::A
         }
+    }
+
+    /// The TTL of negative answers and of NSEC records (RFC 2308, RFC 4034 §4).
+    pub fn negative_ttl(&self) -> u32 {
+        self.negative_soa().ttl
     }
 
     /// The SOA in the authority section of a negative answer, with the negative TTL (RFC 2308).
@@ -861,6 +1106,8 @@ fn build_zone(
         transferred: Vec::new(),
         written_serial: plan.soa.serial,
         fingerprint: 0,
+        signing_day: None,
+        journal: Vec::new(),
         dnssec: plan
             .dnssec
             .as_ref()
@@ -915,6 +1162,11 @@ fn conflicts(
         if cnames > 0 && owner == origin {
             problems.push(format!(
                 "{owner} is the apex, which has SOA and NS records; it cannot have a CNAME"
+            ));
+        }
+        if owned.iter().any(|r| r.record_type() == RecordType::DS) && !cuts.contains_key(owner) {
+            problems.push(format!(
+                "{owner} has a DS record but no NS records; DS belongs at a delegation"
             ));
         }
         if names.contains_key(owner) {
@@ -1082,14 +1334,19 @@ mod tests {
         assert_eq!(counters.answers["b34"].load(Ordering::Relaxed), 1);
     }
 
-    #[test]
-    fn a_transferred_zone_keeps_its_serial_until_its_content_changes() {
-        let mut plan = plan();
+    /// Lets 127.0.0.1 transfer the plan's zone, without a key.
+    fn transferring(plan: &mut DnsPlan) {
         plan.zones[0].transfer = Some(TransferPlan {
             allow: vec![Prefix::parse("127.0.0.1/32").unwrap()],
             notify: Vec::new(),
             tsig: None,
         });
+    }
+
+    #[test]
+    fn a_transferred_zone_keeps_its_serial_until_its_content_changes() {
+        let mut plan = plan();
+        transferring(&mut plan);
         let first = Authority::build(&plan, None).unwrap();
         let zone = &first.zones[0];
         assert!(zone.serial() > 1, "managed, not the written 1");
@@ -1113,9 +1370,21 @@ mod tests {
         assert_eq!(Authority::build(&plan, None).unwrap().zones[0].serial(), 1);
     }
 
+    /// Adds the records of the master-file `text` to the plan's zone.
+    fn add_file_records(plan: &mut DnsPlan, text: &str) {
+        let origin = Name::from_ascii("kargo.test.").unwrap();
+        let records = crate::master::read(text, &origin, 60).unwrap();
+        plan.zones[0]
+            .records
+            .extend(records.into_iter().map(|record| RecordPlan {
+                name: record.name.to_string(),
+                ttl: Some(record.ttl),
+                data: RecordData::Parsed(record.data),
+            }));
+    }
+
     /// A zone read from a master file: mail, CAA, a wildcard, and a delegation with glue.
     fn file_plan() -> DnsPlan {
-        let origin = Name::from_ascii("kargo.test.").unwrap();
         let text = "\
 @        MX    10 posta
 @        CAA   0 issue \"letsencrypt.org\"
@@ -1128,15 +1397,8 @@ bolge    NS    ns1.bolge
 bolge    NS    ns.disari.test.
 ns1.bolge      A   127.0.0.53
 ";
-        let records = crate::master::read(text, &origin, 60).unwrap();
         let mut plan = plan();
-        plan.zones[0]
-            .records
-            .extend(records.into_iter().map(|record| RecordPlan {
-                name: record.name.to_string(),
-                ttl: Some(record.ttl),
-                data: RecordData::Parsed(record.data),
-            }));
+        add_file_records(&mut plan, text);
         plan
     }
 
@@ -1269,5 +1531,330 @@ ns1.bolge      A   127.0.0.53
                 .any(|p| p.contains("devralma.kargo.test. has static"))
         );
         assert!(Authority::build(&plan, None).is_err());
+    }
+
+    /// The file zone signed, with keys made in a folder of the test's own, an unsigned
+    /// delegation (`bolge`), a signed one (`uzak`, with its DS) and a CNAME to nothing.
+    fn signed_plan(test: &str) -> DnsPlan {
+        let folder =
+            std::env::temp_dir().join(format!("trafik-zone-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&folder);
+        let origin = Name::from_ascii("kargo.test.").unwrap();
+        let mut plan = file_plan();
+        let text = format!(
+            "uzak NS ns.disari.test.\nuzak DS 12345 13 2 {}\nkopuk CNAME yok\n",
+            "ab".repeat(32)
+        );
+        add_file_records(&mut plan, &text);
+        plan.zones[0].dnssec = Some(ZoneKeys::load(&folder, &origin).unwrap());
+        plan
+    }
+
+    /// `name`/`kind` asked with the DO bit at `now`.
+    fn ask_signed(authority: &Authority, name: &str, kind: RecordType, now: u64) -> Lookup {
+        let mut lookup = ask(authority, name, kind, Live::all(2));
+        let name = LowerName::from(Name::from_ascii(name).unwrap());
+        authority.sign(&mut lookup, &name, kind, now);
+        lookup
+    }
+
+    fn kinds(records: &[Record]) -> Vec<RecordType> {
+        records.iter().map(Record::record_type).collect()
+    }
+
+    fn nsec_of(record: &Record) -> &NSEC {
+        match &record.data {
+            RData::DNSSEC(DNSSECRData::NSEC(nsec)) => nsec,
+            other => panic!("not an NSEC: {other:?}"),
+        }
+    }
+
+    const NOW: u64 = 1_800_000_000;
+
+    #[test]
+    fn a_missing_name_gets_a_black_lie_and_signatures_come_from_the_cache() {
+        let authority = Authority::build(&signed_plan("lies"), None).unwrap();
+        let lookup = ask_signed(&authority, "yok.kargo.test.", RecordType::A, NOW);
+        assert_eq!(lookup.code, Code::NoError);
+        use RecordType::{NSEC as Nsec, RRSIG as Sig, SOA as Soa};
+        assert_eq!(kinds(&lookup.authority), [Soa, Sig, Nsec, Sig]);
+        let nsec = nsec_of(&lookup.authority[2]);
+        assert_eq!(nsec.next_domain_name().to_ascii(), "\\000.yok.kargo.test.");
+        assert_eq!(nsec.type_bit_maps().collect::<Vec<_>>(), [Sig, Nsec]);
+        // The same RRsets an hour later: the same signatures, from the cache.
+        let again = ask_signed(&authority, "yok.kargo.test.", RecordType::A, NOW + 3600);
+        assert_eq!(again.authority, lookup.authority);
+        // A name of 254 octets, too long for `\000.` before it: no NSEC, and no panic.
+        let long = format!(
+            "{}.kargo.test.",
+            [
+                "a".repeat(61),
+                "a".repeat(61),
+                "a".repeat(61),
+                "a".repeat(55)
+            ]
+            .join(".")
+        );
+        let lookup = ask_signed(&authority, &long, RecordType::A, NOW);
+        assert_eq!(lookup.code, Code::NxDomain);
+    }
+
+    #[test]
+    fn a_cname_to_nothing_is_nxdomain_and_signed_with_a_proof_for_its_target() {
+        let authority = Authority::build(&signed_plan("cname"), None).unwrap();
+        let plain = ask(&authority, "kopuk.kargo.test.", RecordType::A, Live::all(2));
+        assert_eq!(plain.code, Code::NxDomain);
+        assert_eq!(kinds(&plain.answers), [RecordType::CNAME]);
+        assert_eq!(kinds(&plain.authority), [RecordType::SOA]);
+        let signed = ask_signed(&authority, "kopuk.kargo.test.", RecordType::A, NOW);
+        assert_eq!(signed.code, Code::NoError);
+        assert_eq!(
+            kinds(&signed.answers),
+            [RecordType::CNAME, RecordType::RRSIG]
+        );
+        assert_eq!(signed.authority[2].name.to_ascii(), "yok.kargo.test.");
+        let nsec = nsec_of(&signed.authority[2]);
+        assert!(!nsec.type_bit_maps().any(|t| t == RecordType::A));
+        // A chain to a name that exists without the type: NODATA, proved at the target.
+        let nodata = ask_signed(&authority, "www.api.kargo.test.", RecordType::TXT, NOW);
+        assert_eq!(signed.code, Code::NoError);
+        let nsec = nodata
+            .authority
+            .iter()
+            .find(|r| r.record_type() == RecordType::NSEC)
+            .expect("an NSEC for the CNAME's target");
+        assert_eq!(nsec.name.to_ascii(), "devralma.kargo.test.");
+        let types: Vec<_> = nsec_of(nsec).type_bit_maps().collect();
+        assert!(types.contains(&RecordType::A) && types.contains(&RecordType::AAAA));
+    }
+
+    #[test]
+    fn a_wildcard_s_nodata_lists_the_wildcard_s_types() {
+        let authority = Authority::build(&signed_plan("wildcard"), None).unwrap();
+        let lookup = ask_signed(&authority, "y.musteri.kargo.test.", RecordType::AAAA, NOW);
+        let nsec = &lookup.authority[2];
+        assert_eq!(nsec.name.to_ascii(), "y.musteri.kargo.test.");
+        let types: Vec<_> = nsec_of(nsec).type_bit_maps().collect();
+        use RecordType::{MX, NSEC as Nsec, RRSIG as Sig, TXT};
+        assert_eq!(types, [MX, TXT, Sig, Nsec]);
+    }
+
+    #[test]
+    fn referrals_carry_the_ds_or_an_nsec_proving_there_is_none() {
+        let authority = Authority::build(&signed_plan("referral"), None).unwrap();
+        use RecordType::{DS, NS, NSEC as Nsec, RRSIG as Sig};
+        let unsigned = ask_signed(&authority, "www.bolge.kargo.test.", RecordType::A, NOW);
+        assert!(unsigned.referral);
+        assert_eq!(kinds(&unsigned.authority), [NS, NS, Nsec, Sig]);
+        let nsec = nsec_of(&unsigned.authority[2]);
+        assert_eq!(unsigned.authority[2].name.to_ascii(), "bolge.kargo.test.");
+        assert_eq!(nsec.type_bit_maps().collect::<Vec<_>>(), [NS, Sig, Nsec]);
+        // Glue stays unsigned: it is the child's.
+        assert_eq!(kinds(&unsigned.additional), [RecordType::A]);
+        let signed = ask_signed(&authority, "uzak.kargo.test.", RecordType::A, NOW);
+        assert_eq!(kinds(&signed.authority), [NS, DS, Sig]);
+        // DS is answered by the parent, signed; an unsigned cut's DS is denied there.
+        let ds = ask_signed(&authority, "uzak.kargo.test.", DS, NOW);
+        assert!(!ds.referral);
+        assert_eq!(kinds(&ds.answers), [DS, Sig]);
+        let no_ds = ask_signed(&authority, "bolge.kargo.test.", DS, NOW);
+        let nsec = nsec_of(&no_ds.authority[2]);
+        assert_eq!(nsec.type_bit_maps().collect::<Vec<_>>(), [NS, Sig, Nsec]);
+    }
+
+    #[test]
+    fn a_ds_outside_a_delegation_is_refused() {
+        let mut plan = plan();
+        let origin = Name::from_ascii("kargo.test.").unwrap();
+        let ds = crate::master::parse_value(DS, &format!("1 13 2 {}", "ab".repeat(32)), &origin);
+        use RecordType::DS;
+        plan.zones[0].records.push(RecordPlan {
+            name: "ns1".into(),
+            ttl: None,
+            data: RecordData::Parsed(ds.unwrap()),
+        });
+        let problems = plan.zones[0].problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("DS belongs at a delegation"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_signed_zone_transfers_with_its_nsec_chain_and_signatures() {
+        let mut plan = signed_plan("transfer");
+        transferring(&mut plan);
+        let authority = Authority::build(&plan, None).unwrap();
+        let zone = &authority.zones[0];
+        let records = zone.transfer_records(NOW);
+        let nsecs: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.record_type() == RecordType::NSEC)
+            .collect();
+        let chain: Vec<String> = nsecs.iter().map(|r| r.name.to_ascii()).collect();
+        // Canonical order (RFC 4034 §6.1); no empty non-terminal (musteri, api), no glue.
+        assert_eq!(
+            chain,
+            [
+                "kargo.test.",
+                "www.api.kargo.test.",
+                "bolge.kargo.test.",
+                "*.cdn.kargo.test.",
+                "devralma.kargo.test.",
+                "kopuk.kargo.test.",
+                "*.musteri.kargo.test.",
+                "ozel.musteri.kargo.test.",
+                "ns1.kargo.test.",
+                "posta.kargo.test.",
+                "uzak.kargo.test.",
+            ]
+            .map(str::to_owned)
+        );
+        for (index, nsec) in nsecs.iter().enumerate() {
+            let next = nsecs[(index + 1) % nsecs.len()];
+            assert_eq!(nsec_of(nsec).next_domain_name(), &next.name);
+        }
+        let signed = |owner: &str, kind: RecordType| {
+            records.iter().any(|r| match &r.data {
+                RData::DNSSEC(DNSSECRData::RRSIG(sig)) => {
+                    r.name.to_ascii() == owner && sig.input().type_covered == kind
+                }
+                _ => false,
+            })
+        };
+        assert!(signed("kargo.test.", RecordType::SOA));
+        assert!(signed("kargo.test.", RecordType::DNSKEY));
+        assert!(signed("kargo.test.", RecordType::NS));
+        assert!(signed("uzak.kargo.test.", RecordType::DS));
+        assert!(signed("bolge.kargo.test.", RecordType::NSEC));
+        assert!(!signed("bolge.kargo.test.", RecordType::NS));
+        assert!(!signed("ns1.bolge.kargo.test.", RecordType::A));
+        assert!(records.iter().all(|r| r.record_type() != RecordType::SOA));
+        // An unsigned zone transfers as before.
+        plan.zones[0].dnssec = None;
+        let unsigned = Authority::build(&plan, None).unwrap();
+        assert_eq!(
+            &*unsigned.zones[0].transfer_records(NOW),
+            unsigned.zones[0].transferred()
+        );
+    }
+
+    #[test]
+    fn a_signed_zone_that_transfers_gets_a_new_serial_each_signing_day() {
+        let mut plan = signed_plan("resign");
+        transferring(&mut plan);
+        let day = 20_000 * RESIGN_EVERY;
+        let first = Authority::build_at(&plan, None, day + 10).unwrap();
+        let serial = first.zones[0].serial();
+        assert!(first.resigned(day + RESIGN_EVERY - 1).is_none());
+        let later = first.resigned(day + RESIGN_EVERY).expect("a new day");
+        assert!(later.zones[0].serial() > serial);
+        assert!(later.resigned(day + RESIGN_EVERY + 5).is_none());
+        // An unsigned zone keeps its serial from day to day.
+        plan.zones[0].dnssec = None;
+        let unsigned = Authority::build_at(&plan, None, day).unwrap();
+        assert!(unsigned.resigned(day + 3 * RESIGN_EVERY).is_none());
+        let rebuilt = Authority::build_at(&plan, Some(&unsigned), day + 3 * RESIGN_EVERY).unwrap();
+        assert_eq!(rebuilt.zones[0].serial(), unsigned.zones[0].serial());
+    }
+
+    #[test]
+    fn ixfr_sends_the_changes_since_a_serial_the_journal_holds() {
+        let mut plan = plan();
+        transferring(&mut plan);
+        let first = Authority::build_at(&plan, None, NOW).unwrap();
+        plan.zones[0].records[0].data = RecordData::A("127.0.0.2".parse().unwrap());
+        let second = Authority::build_at(&plan, Some(&first), NOW + 1).unwrap();
+        let (one, two) = (first.zones[0].serial(), second.zones[0].serial());
+        let shown = |records: Vec<Record>| -> Vec<String> {
+            records
+                .iter()
+                .map(|r| match &r.data {
+                    RData::SOA(soa) => format!("SOA {}", soa.serial),
+                    data => format!("{} {data}", r.name),
+                })
+                .collect()
+        };
+        let changes = second.zones[0].changes_since(one).unwrap();
+        assert_eq!(
+            shown(changes),
+            [
+                format!("SOA {two}"),
+                format!("SOA {one}"),
+                "ns1.kargo.test. 127.0.0.1".to_owned(),
+                format!("SOA {two}"),
+                "ns1.kargo.test. 127.0.0.2".to_owned(),
+                format!("SOA {two}"),
+            ]
+        );
+        // A reload that changes nothing adds nothing; another change adds a second step.
+        let same = Authority::build_at(&plan, Some(&second), NOW + 2).unwrap();
+        plan.zones[0].records[0].data = RecordData::A("127.0.0.3".parse().unwrap());
+        let third = Authority::build_at(&plan, Some(&same), NOW + 3).unwrap();
+        let since_one = third.zones[0].changes_since(one).unwrap();
+        assert_eq!(since_one.len(), 10, "{:?}", shown(since_one));
+        assert_eq!(third.zones[0].changes_since(two).unwrap().len(), 6);
+        assert!(third.zones[0].changes_since(12345).is_none());
+        // A signed zone keeps no journal: its secondaries get the whole zone.
+        let mut signed = signed_plan("journal");
+        transferring(&mut signed);
+        let first = Authority::build_at(&signed, None, NOW).unwrap();
+        signed.zones[0].records[0].data = RecordData::A("127.0.0.2".parse().unwrap());
+        let second = Authority::build_at(&signed, Some(&first), NOW + 1).unwrap();
+        assert!(
+            second.zones[0]
+                .changes_since(first.zones[0].serial())
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn an_nsec3_zone_denies_by_hashes_and_transfers_a_chain_with_its_empty_non_terminals() {
+        let mut plan = signed_plan("nsec3");
+        if let Some(keys) = &mut plan.zones[0].dnssec {
+            keys.denial = Denial::Nsec3;
+        }
+        transferring(&mut plan);
+        let authority = Authority::build(&plan, None).unwrap();
+        let lie = ask_signed(&authority, "yok.kargo.test.", RecordType::A, NOW);
+        let hash = crate::dnssec::nsec3_hash(&Name::from_ascii("yok.kargo.test.").unwrap());
+        let label = data_encoding::BASE32HEX_NOPAD
+            .encode(&hash.unwrap())
+            .to_ascii_lowercase();
+        assert_eq!(
+            lie.authority[2].name.to_ascii(),
+            format!("{label}.kargo.test.")
+        );
+        assert_eq!(lie.authority[2].record_type(), RecordType::NSEC3);
+        let param = ask(
+            &authority,
+            "kargo.test.",
+            RecordType::NSEC3PARAM,
+            Live::all(2),
+        );
+        assert_eq!(kinds(&param.answers), [RecordType::NSEC3PARAM]);
+        let records = authority.zones[0].transfer_records(NOW);
+        let chain: Vec<(Vec<u8>, Vec<u8>)> = records
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::DNSSEC(DNSSECRData::NSEC3(nsec3)) => {
+                    let first = r.name.iter().next().unwrap().to_ascii_uppercase();
+                    let owner = data_encoding::BASE32HEX_NOPAD.decode(&first).unwrap();
+                    Some((owner, nsec3.next_hashed_owner_name().to_vec()))
+                }
+                _ => None,
+            })
+            .collect();
+        // 11 names with records (as in the NSEC chain) and 3 empty non-terminals (api,
+        // musteri, cdn); no glue, no NSEC.
+        assert_eq!(chain.len(), 14);
+        assert!(records.iter().all(|r| r.record_type() != RecordType::NSEC));
+        let mut owners: Vec<&Vec<u8>> = chain.iter().map(|(owner, _)| owner).collect();
+        owners.sort();
+        for (index, owner) in owners.iter().enumerate() {
+            let next = &chain.iter().find(|(o, _)| o == *owner).unwrap().1;
+            assert_eq!(next, owners[(index + 1) % owners.len()]);
+        }
     }
 }

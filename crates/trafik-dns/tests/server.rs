@@ -620,3 +620,30 @@ fn a_weighted_name_walks_its_pattern_when_the_same_packet_repeats() {
         "{counts:?}"
     );
 }
+
+#[test]
+fn a_signed_transferring_zone_is_re_signed_with_a_new_serial_each_day() {
+    let mut plan = course_plan();
+    let folder = std::env::temp_dir().join(format!("trafik-resign-{}", std::process::id()));
+    let origin = Name::from_ascii("kargo.test.").unwrap();
+    plan.zones[0].dnssec = Some(trafik_dns::dnssec::ZoneKeys::load(&folder, &origin).unwrap());
+    plan.zones[0].transfer = Some(trafik_dns::transfer::TransferPlan {
+        allow: vec![Prefix::parse("127.0.0.1/32").unwrap()],
+        notify: Vec::new(),
+        tsig: None,
+    });
+    let dns = Running::with(&plan);
+    let control = dns.server.as_ref().unwrap().control();
+    let serial = || control.status()["zones"][0]["serial"].as_u64().unwrap();
+    let before = serial();
+    let now = trafik_dns::transfer::unix_now();
+    // The same day: nothing to do; a day later: a new serial, answered over the wire too.
+    control.resign(now);
+    assert_eq!(serial(), before);
+    control.resign(now + 86_400);
+    let after = serial();
+    assert!(after > before, "{before} then {after}");
+    let soa = dns.dig(&["kargo.test", "SOA", "+short"]);
+    assert!(soa.contains(&format!(" {after} ")), "{soa}");
+    std::fs::remove_dir_all(folder).unwrap();
+}

@@ -484,5 +484,23 @@ fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
                 },
             );
         }
+        if let Some(keys) = &zone.dnssec {
+            let tag = |key: &trafik_dns::dnssec::ZoneKey| {
+                key.signer
+                    .dnskey()
+                    .calculate_key_tag()
+                    .map_or_else(|_| "?".to_owned(), |tag| tag.to_string())
+            };
+            let denial = match keys.denial {
+                trafik_dns::dnssec::Denial::Nsec => "NSEC",
+                trafik_dns::dnssec::Denial::Nsec3 => "NSEC3",
+            };
+            let _ = writeln!(
+                out,
+                "    signed: KSK {}, ZSK {} (ECDSA P-256), denial by {denial} black lies",
+                tag(&keys.ksk),
+                tag(&keys.zsk),
+            );
+        }
     }
 }

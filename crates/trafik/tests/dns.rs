@@ -357,7 +357,7 @@ fn dns_config_errors_are_all_reported_at_their_place() {
         (
             "type = \"DNAME\"",
             "dns.zone[0].record[0].type",
-            "expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR",
+            "expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR or DS",
         ),
         (
             "countries = [\"TUR\"]",
@@ -810,25 +810,36 @@ fn a_transfer_needs_the_key_and_an_allowed_address() {
     assert_eq!(dig(&dns.dns, &["kargo.test", "SOA", "+short"]), soa);
     std::fs::write(
         folder.join("kargo.zone"),
-        ZONE_FILE.replace("10 posta", "5 posta"),
+        format!("{}{hosts}", ZONE_FILE.replace("10 posta", "5 posta")),
     )
     .unwrap();
     dns.reload();
     let after = dig(&dns.dns, &["kargo.test", "SOA", "+short"]);
     let raised: u32 = after.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert!(raised > serial, "{soa} then {after}");
+    // A secondary at the old serial gets the change alone (RFC 1995): new SOA, old SOA, the
+    // MX removed, new SOA, the MX added, new SOA.
+    let ixfr = dig(
+        &dns.dns,
+        &["kargo.test", &format!("IXFR={serial}"), "-y", &key],
+    );
+    assert!(ixfr.contains(";; XFR size: 6 records"), "{ixfr}");
+    assert!(
+        ixfr.contains("MX\t10 posta") && ixfr.contains("MX\t5 posta"),
+        "{ixfr}"
+    );
 }
 
-#[test]
-fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
-    let folder = directory("secondary");
+/// trafik serving ZONE_FILE with transfers (the config followed by `more`) in the test folder
+/// `name`, and named as its secondary on the port trafik notifies (a free port given to
+/// trafik's config first).
+fn primary_and_secondary(name: &str, more: &str) -> (Dns, Named) {
+    let folder = directory(name);
     std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
     let named_port = trafik_test_support::free_port();
-    let dns = Dns::start(
-        "secondary",
-        &transfer_config("127.0.0.1/32", &format!("127.0.0.1:{named_port}")),
-    );
-    // named on the port trafik notifies: given the free port through its config.
+    let notify = format!("127.0.0.1:{named_port}");
+    let config = format!("{}{more}", transfer_config("127.0.0.1/32", &notify));
+    let dns = Dns::start(name, &config);
     let named = Named::secondary_on(
         &folder.join("named"),
         named_port,
@@ -836,6 +847,13 @@ fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
         &dns.dns,
         ("aktarim", SECRET),
     );
+    (dns, named)
+}
+
+#[test]
+fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
+    let folder = directory("secondary");
+    let (dns, named) = primary_and_secondary("secondary", "");
     let log = folder.join("named/named.log");
     let until = |name: &str, want: &str| converge(&named.address(), name, want, &log);
     until("posta.kargo.test", "127.0.0.25");
@@ -849,6 +867,15 @@ fn bind_as_a_secondary_takes_the_zone_and_each_reload() {
     .unwrap();
     dns.reload();
     until("posta.kargo.test", "127.0.0.26");
+    // By IXFR: the change alone (the new SOA; the old SOA and A; the new SOA and A; the new SOA).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("Transfer completed: 1 messages, 6 records")
+    {
+        assert!(Instant::now() < deadline, "no IXFR; see {}", log.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Asks `server` for `name` until it answers `want`, for at most 30 s (named's `log` in the
@@ -1005,6 +1032,12 @@ fn dnssec_keys_are_made_once_and_trafik_dns_ds_prints_the_ksk_s_ds() {
     }
     // The keys are read back, not made again: the same DS.
     assert_eq!(ds(), first);
+    // `trafik check` names the keys by tag, the KSK's the DS's.
+    let check = trafik(&["check", "--config", file.to_str().unwrap()]);
+    let printed = String::from_utf8_lossy(&check.stdout);
+    let signed = format!("signed: KSK {}, ZSK ", fields[3]);
+    assert!(printed.contains(&signed), "{printed}");
+    assert!(printed.contains("denial by NSEC black lies"), "{printed}");
     let unsigned = trafik(&[
         "dns",
         "ds",
@@ -1022,7 +1055,7 @@ fn dnssec_config_errors_are_reported_at_their_place() {
     std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
     std::fs::create_dir_all(folder.join("dns-keys")).unwrap();
     std::fs::write(folder.join("dns-keys/kargo.test.ksk.pk8"), "not a key").unwrap();
-    let text = signed_config("nsec3");
+    let text = signed_config("nsec5");
     let file = folder.join("bad.toml");
     std::fs::write(&file, &text).unwrap();
     let output = trafik(&["check", "--config", file.to_str().unwrap()]);
@@ -1030,9 +1063,9 @@ fn dnssec_config_errors_are_reported_at_their_place() {
     assert!(!output.status.success());
     for (needle, field, message) in [
         (
-            "\"nsec3\"",
+            "\"nsec5\"",
             "dns.zone[0].dnssec.denial",
-            "only \"nsec\" is supported yet",
+            "expected \"nsec\" or \"nsec3\"",
         ),
         (
             "\"dns-keys/\"",
@@ -1060,26 +1093,14 @@ fn dnssec_config_errors_are_reported_at_their_place() {
 
 #[test]
 fn signed_answers_validate_with_delv_from_the_zone_s_ds() {
-    std::fs::write(directory("dnssec").join("kargo.zone"), ZONE_FILE).unwrap();
-    let dns = Dns::start("dnssec", &signed_config("nsec"));
-    let ds = trafik(&[
-        "dns",
-        "ds",
-        "kargo.test",
-        "--config",
-        dns.file.to_str().unwrap(),
-    ]);
-    let ds = String::from_utf8(ds.stdout).unwrap();
-    let ds: Vec<&str> = ds.split_whitespace().collect();
+    each_denial("dnssec", signed_answers_validate);
+}
+
+fn signed_answers_validate(denial: &str, name: &str) {
+    std::fs::write(directory(name).join("kargo.zone"), ZONE_FILE).unwrap();
+    let dns = Dns::start(name, &signed_config(denial));
     let anchors = dns.file.with_file_name("anchors.conf");
-    std::fs::write(
-        &anchors,
-        format!(
-            "trust-anchors {{ kargo.test. static-ds {} {} {} \"{}\"; }};\n",
-            ds[3], ds[4], ds[5], ds[6]
-        ),
-    )
-    .unwrap();
+    anchors_for(&ds_of("kargo.test", &dns.file), &anchors);
     // Without the DO bit the answer is as unsigned as before; with it, RRSIGs.
     let plain = dig(&dns.dns, &["posta.kargo.test", "A"]);
     assert!(
@@ -1088,32 +1109,256 @@ fn signed_answers_validate_with_delv_from_the_zone_s_ds() {
     );
     let signed = dig(&dns.dns, &["+dnssec", "posta.kargo.test", "A"]);
     assert!(signed.contains("RRSIG\tA 13 3"), "{signed}");
-    let (host, port) = dns.dns.rsplit_once(':').unwrap();
-    // A static answer, a policy answer, a name that does not exist, a type it does not have.
-    for (name, kind) in [
-        ("posta.kargo.test", "A"),
-        ("devralma.kargo.test", "A"),
-        ("yok.kargo.test", "A"),
-        ("posta.kargo.test", "TXT"),
-    ] {
-        let output = Command::new("delv")
-            .args([&format!("@{host}"), "-p", port, "-a"])
-            .arg(&anchors)
-            .args(["+root=kargo.test", name, kind])
-            .output()
-            .expect("delv runs (install bind9-dnsutils)");
-        let printed = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+    // The denial asked for: NSEC, or NSEC3 at the name's hash (and NSEC3PARAM at the apex).
+    let missing = dig(&dns.dns, &["+dnssec", "yok.kargo.test", "A"]);
+    assert!(
+        missing
+            .lines()
+            .any(|l| record_type(l) == denial.to_uppercase()),
+        "{missing}"
+    );
+    let param = dig(&dns.dns, &["kargo.test", "NSEC3PARAM", "+short"]);
+    assert_eq!(param.trim() == "1 0 0 -", denial == "nsec3", "{param}");
+    // The keys are the zone's records, asked with DO or without.
+    let keys = dig(&dns.dns, &["kargo.test", "DNSKEY", "+short"]);
+    assert_eq!(keys.lines().count(), 2, "{keys}");
+    validates(&dns.dns, &anchors, SIGNED_QUESTIONS);
+    validates(&dns.dns, &anchors, &[("biri.musteri.kargo.test", "AAAA")]);
+    // The DO bit is part of the packet cache's key: a plain question after the signed ones
+    // still gets the plain answer.
+    let plain_again = dig(&dns.dns, &["posta.kargo.test", "A"]);
+    assert!(!plain_again.contains("RRSIG"), "{plain_again}");
+}
+
+/// The type of a record as dig prints it (owner, TTL, class, type, data).
+fn record_type(line: &str) -> &str {
+    line.split_whitespace().nth(3).unwrap_or_default()
+}
+
+/// What the DNSSEC tests ask delv of ZONE_FILE's zone: a static answer, a policy answer, a
+/// name that does not exist, a type a name does not have, a wildcard's answer.
+const SIGNED_QUESTIONS: &[(&str, &str)] = &[
+    ("posta.kargo.test", "A"),
+    ("devralma.kargo.test", "A"),
+    ("yok.kargo.test", "A"),
+    ("posta.kargo.test", "TXT"),
+    ("biri.musteri.kargo.test", "TXT"),
+];
+
+/// Runs `test` with each denial a signed zone may have, and a test folder's name for it
+/// (`prefix-denial`).
+fn each_denial(prefix: &str, test: fn(&str, &str)) {
+    for denial in ["nsec", "nsec3"] {
+        test(denial, &format!("{prefix}-{denial}"));
+    }
+}
+
+/// The DS line `trafik dns ds` prints for `zone` of the config `file`.
+fn ds_of(zone: &str, file: &std::path::Path) -> String {
+    let output = trafik(&["dns", "ds", zone, "--config", file.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// Asks `delv` at `server`, trusting the DS in `anchors` for `kargo.test`, each of `questions`
+/// (name, type): each answer must be "fully validated".
+fn validates(server: &str, anchors: &std::path::Path, questions: &[(&str, &str)]) {
+    let (host, port) = server.rsplit_once(':').unwrap();
+    for (name, kind) in questions {
+        let printed = printed(
+            Command::new("delv")
+                .args([&format!("@{host}"), "-p", port, "-a"])
+                .arg(anchors)
+                .args(["+root=kargo.test", name, kind]),
+            "delv (install bind9-dnsutils)",
+        )
+        .1;
         assert!(
             printed.contains("fully validated"),
             "{name} {kind}:\n{printed}"
         );
     }
-    // The DO bit is part of the packet cache's key: a plain question after the signed ones
-    // still gets the plain answer.
-    let plain_again = dig(&dns.dns, &["posta.kargo.test", "A"]);
-    assert!(!plain_again.contains("RRSIG"), "{plain_again}");
+}
+
+/// Runs `command` (`what` names it if it cannot start): whether it succeeded, and what it
+/// printed on stdout and stderr.
+fn printed(command: &mut Command, what: &str) -> (bool, String) {
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// A trust-anchors file for delv holding `ds` (a `trafik dns ds` line).
+fn anchors_for(ds: &str, file: &std::path::Path) {
+    let ds: Vec<&str> = ds.split_whitespace().collect();
+    let anchor = format!(
+        "trust-anchors {{ {} static-ds {} {} {} \"{}\"; }};\n",
+        ds[0], ds[3], ds[4], ds[5], ds[6]
+    );
+    std::fs::write(file, anchor).unwrap();
+}
+
+#[test]
+fn a_signed_zone_transfers_signed_and_ldns_verify_zone_accepts_it() {
+    each_denial("signed-transfer", signed_transfer_verifies);
+}
+
+fn signed_transfer_verifies(denial: &str, name: &str) {
+    let folder = directory(name);
+    let zone = format!(
+        "{ZONE_FILE}uzak IN NS ns.disari.test.\nuzak IN DS 12345 13 2 {}\nkopuk IN CNAME yok\n",
+        "ab".repeat(32)
+    );
+    std::fs::write(folder.join("kargo.zone"), zone).unwrap();
+    let config = format!(
+        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\ndenial = \"{denial}\"\n",
+        transfer_config("127.0.0.1/32", "127.0.0.1:9")
+    );
+    let dns = Dns::start(name, &config);
+    let key = format!("hmac-sha256:aktarim:{SECRET}");
+    let axfr = dig(&dns.dns, &["kargo.test", "AXFR", "+onesoa", "-y", &key]);
+    let chain = denial.to_uppercase();
+    for needle in ["\tDNSKEY\t257 3 13 ", "\tRRSIG\tSOA 13 2 "] {
+        assert!(axfr.contains(needle), "{needle}: {axfr}");
+    }
+    assert!(axfr.lines().any(|l| record_type(l) == chain), "{axfr}");
+    // The zone as a master file: dig's records without its comments and TSIGs.
+    let records: String = axfr
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.is_empty() && !l.contains("\tTSIG\t"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let transferred = folder.join("transferred.zone");
+    std::fs::write(&transferred, &records).unwrap();
+    let trusted = folder.join("kargo.ds");
+    std::fs::write(&trusted, ds_of("kargo.test", &dns.file)).unwrap();
+    let verify = |file: &std::path::Path| {
+        let mut command = Command::new("ldns-verify-zone");
+        command.arg("-k").arg(&trusted).arg(file);
+        printed(&mut command, "ldns-verify-zone (install ldnsutils)")
+    };
+    let (verified, printed) = verify(&transferred);
+    assert!(verified, "{printed}\n{records}");
+    assert!(
+        printed.contains("Zone is verified and complete"),
+        "{printed}"
+    );
+    // A zone missing one record of the chain (and its RRSIG) fails: the check can fail.
+    let broken = folder.join("broken.zone");
+    let owner = |l: &str| l.split_whitespace().next().unwrap_or_default().to_owned();
+    let dropped = records
+        .lines()
+        .find(|l| record_type(l) == chain && !l.starts_with("kargo.test."))
+        .map(owner)
+        .unwrap();
+    let in_chain = |l: &str| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        record_type(l) == chain || (record_type(l) == "RRSIG" && fields.get(4) == Some(&&*chain))
+    };
+    let cut: String = records
+        .lines()
+        .filter(|l| !(owner(l) == dropped && in_chain(l)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&broken, cut).unwrap();
+    let (verified, printed) = verify(&broken);
+    assert!(!verified, "{printed}");
+}
+
+#[test]
+fn delegations_validate_with_delv_signed_and_unsigned() {
+    let folder = directory("delegation");
+    std::fs::write(folder.join("kargo.zone"), ZONE_FILE).unwrap();
+    std::fs::write(
+        folder.join("bolge.zone"),
+        "$TTL 60\n@ IN SOA ns1 hostmaster 1 3600 600 604800 30\n@ IN NS ns1\n\
+         ns1 IN A 127.0.0.53\nwww IN A 127.0.0.80\n",
+    )
+    .unwrap();
+    // The parent with its DNSSEC keys, then the child zone (`bolge`) with its own: both
+    // served here, so delv finds the whole chain at one server.
+    let config = format!(
+        "{}\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\n\n\
+         [[dns.zone]]\norigin = \"bolge.kargo.test.\"\nfile = \"bolge.zone\"\n\
+         [dns.zone.dnssec]\nkeys = \"dns-keys/\"\n",
+        zone_file_config()
+    );
+    let file = folder.join("dns.toml");
+    std::fs::write(&file, &config).unwrap();
+    // The child's DS goes into the parent's zone file, as a registrar would publish it;
+    // `disari` is an unsigned delegation (no DS).
+    let child_ds = ds_of("bolge.kargo.test", &file);
+    let ds_data = child_ds.split_once(" DS ").unwrap().1;
+    std::fs::write(
+        folder.join("kargo.zone"),
+        format!("{ZONE_FILE}bolge IN DS {ds_data}\ndisari IN NS ns.disari.test.\n"),
+    )
+    .unwrap();
+    let dns = Dns::start("delegation", &config);
+    let anchors = folder.join("anchors.conf");
+    anchors_for(&ds_of("kargo.test", &dns.file), &anchors);
+    // The child's DS comes from the parent, signed; the child's answers chain to it.
+    let ds = dig(&dns.dns, &["+dnssec", "+norec", "bolge.kargo.test", "DS"]);
+    assert!(ds.contains("\tRRSIG\tDS 13 3 "), "{ds}");
+    validates(
+        &dns.dns,
+        &anchors,
+        &[
+            ("bolge.kargo.test", "DS"),
+            ("www.bolge.kargo.test", "A"),
+            ("yok.bolge.kargo.test", "A"),
+            ("disari.kargo.test", "DS"),
+        ],
+    );
+    // A referral to the unsigned child proves it has no DS: the NSEC at the cut, signed.
+    let referral = dig(
+        &dns.dns,
+        &["+dnssec", "+norec", "www.disari.kargo.test", "A"],
+    );
+    assert!(
+        referral
+            .contains("disari.kargo.test.\t30\tIN\tNSEC\t\\000.disari.kargo.test. NS RRSIG NSEC"),
+        "{referral}"
+    );
+    assert!(referral.contains("\tRRSIG\tNSEC 13 3 "), "{referral}");
+    assert!(!referral.contains("flags: qr aa"), "{referral}");
+}
+
+#[test]
+fn bind_serves_the_signed_transfer_and_delv_validates_it_there() {
+    each_denial("signed-secondary", bind_serves_signed);
+}
+
+fn bind_serves_signed(denial: &str, name: &str) {
+    let folder = directory(name);
+    let signed = format!("\n[dns.zone.dnssec]\nkeys = \"dns-keys/\"\ndenial = \"{denial}\"\n");
+    let (dns, named) = primary_and_secondary(name, &signed);
+    converge(
+        &named.address(),
+        "posta.kargo.test",
+        "127.0.0.25",
+        &folder.join("named/named.log"),
+    );
+    let anchors = folder.join("anchors.conf");
+    anchors_for(&ds_of("kargo.test", &dns.file), &anchors);
+    // named answers from the transferred zone alone: its RRSIGs, and its NSEC or NSEC3 chain
+    // for the names and types that do not exist (real denial, where trafik itself tells black
+    // lies): NSEC names the neighbours, NSEC3 their hashes.
+    let missing = dig(&named.address(), &["+dnssec", "yok.kargo.test", "A"]);
+    assert!(missing.contains("status: NXDOMAIN"), "{missing}");
+    let denials = missing
+        .lines()
+        .filter(|l| record_type(l) == denial.to_uppercase())
+        .count();
+    assert_eq!(denials, if denial == "nsec" { 2 } else { 3 }, "{missing}");
+    validates(&named.address(), &anchors, SIGNED_QUESTIONS);
+    // A wildcard's NODATA below an empty non-terminal (musteri) needs the chain to hold it.
+    let more = [("biri.musteri.kargo.test", "MX"), ("kargo.test", "MX")];
+    validates(&named.address(), &anchors, &more);
 }

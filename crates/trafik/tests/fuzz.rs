@@ -185,9 +185,30 @@ name = "kayit"
 type = "TXT"
 value = "bir"
 
+# Signed, with a signed delegation and a CNAME to nothing: DO questions and transfers reach
+# the signing paths.
+[[dns.zone.record]]
+name = "alt"
+type = "NS"
+value = "ns1.kargo.test."
+
+[[dns.zone.record]]
+name = "alt"
+type = "DS"
+value = "12345 13 2 {digest}"
+
+[[dns.zone.record]]
+name = "kopuk"
+type = "CNAME"
+value = "yok"
+
 [dns.zone.transfer]
 allow = ["127.0.0.1/32"]
+
+[dns.zone.dnssec]
+keys = "dns-keys/"
 "#,
+            digest = "ab".repeat(32),
             upstream = upstream.address
         );
         std::fs::write(&file, config).unwrap();
@@ -267,6 +288,14 @@ fn dns_query(id: u16, name: &str) -> Vec<u8> {
         packet.extend_from_slice(label.as_bytes());
     }
     packet.extend_from_slice(&[0, 0, 1, 0, 1]);
+    packet
+}
+
+/// [`dns_query`] with an EDNS OPT record asking for DNSSEC (the DO bit).
+fn dnssec_query(id: u16, name: &str) -> Vec<u8> {
+    let mut packet = dns_query(id, name);
+    packet[11] = 1;
+    packet.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0x80, 0, 0, 0]);
     packet
 }
 
@@ -427,6 +456,10 @@ fn dns_cases(instance: &Instance, cases: u64, random: &SharedRng) {
         transfer_query(10, "kargo.test", 252, Some("baska")),
         transfer_query(11, "acik.test", 252, None),
         transfer_query(12, "acik.test", 251, None),
+        dnssec_query(13, "kopuk.acik.test"),
+        dnssec_query(14, "www.alt.acik.test"),
+        dnssec_query(15, "yok.acik.test"),
+        dnssec_query(16, "kayit.acik.test"),
     ];
     let pieces: [&[u8]; 8] = [
         &[0xc0, 0x0c],

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use toml::Spanned;
-use trafik_dns::dnssec::ZoneKeys;
+use trafik_dns::dnssec::{Denial, ZoneKeys};
 use trafik_dns::geoip::GeoDatabase;
 use trafik_dns::master::ZoneFile;
 use trafik_dns::policy::{AllDown, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights};
@@ -656,22 +656,21 @@ fn check_dnssec(
 ) -> Option<ZoneKeys> {
     let span = dnssec.span();
     let dnssec = dnssec.into_inner();
-    if let Some(denial) = &dnssec.denial {
-        let value = denial.get_ref();
-        if value.eq_ignore_ascii_case("nsec3") {
-            report.error(
-                denial.span(),
-                &format!("{field}.denial"),
-                "only \"nsec\" is supported yet; NSEC3 is not built",
-            );
-        } else if !value.eq_ignore_ascii_case("nsec") {
-            report.error(
-                denial.span(),
-                &format!("{field}.denial"),
-                format!("expected \"nsec\", found {value:?}"),
-            );
-        }
-    }
+    let denial = match &dnssec.denial {
+        None => Denial::Nsec,
+        Some(denial) => match denial.get_ref().to_ascii_lowercase().as_str() {
+            "nsec" => Denial::Nsec,
+            "nsec3" => Denial::Nsec3,
+            other => {
+                report.error(
+                    denial.span(),
+                    &format!("{field}.denial"),
+                    format!("expected \"nsec\" or \"nsec3\", found {other:?}"),
+                );
+                Denial::Nsec
+            }
+        },
+    };
     let keys = report.required(
         dnssec.keys,
         span,
@@ -680,6 +679,7 @@ fn check_dnssec(
     )?;
     let folder = report.path(keys.get_ref());
     ZoneKeys::load(&folder, apex)
+        .map(|keys| ZoneKeys { denial, ..keys })
         .map_err(|error| report.error(keys.span(), &format!("{field}.keys"), error))
         .ok()
 }
@@ -723,7 +723,7 @@ fn check_record(
         record.kind,
         span.clone(),
         &format!("{field}.type"),
-        "type = \"A\" (or AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR)",
+        "type = \"A\" (or AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR, DS)",
     );
     let value = report.required(
         record.value,
@@ -782,10 +782,11 @@ fn check_record(
                 }
             }
         }
-        "MX" | "CAA" | "PTR" => {
+        "MX" | "CAA" | "PTR" | "DS" => {
             let (kind, example) = match kind.get_ref().to_ascii_uppercase().as_str() {
                 "MX" => (RecordType::MX, "\"10 posta\""),
                 "CAA" => (RecordType::CAA, "\"0 issue \\\"letsencrypt.org\\\"\""),
+                "DS" => (RecordType::DS, "\"12345 13 2 <digest in hex>\""),
                 _ => (RecordType::PTR, "\"posta.kargo.test.\""),
             };
             match trafik_dns::master::parse_value(kind, text, apex) {
@@ -804,7 +805,9 @@ fn check_record(
             report.error(
                 kind.span(),
                 &format!("{field}.type"),
-                format!("expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR, found {other:?}"),
+                format!(
+                    "expected A, AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR or DS, found {other:?}"
+                ),
             );
             return None;
         }

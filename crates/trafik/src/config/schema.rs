@@ -842,7 +842,7 @@ pub struct DnsZone {
 pub struct DnsDnssec {
     /// A folder, relative to the config file's.
     pub keys: Option<Spanned<String>>,
-    /// `"nsec"`; `"nsec3"` is refused until it is built.
+    /// `"nsec"` (the default) or `"nsec3"`.
     pub denial: Option<Spanned<String>>,
 }
 
@@ -943,7 +943,7 @@ impl Default for DnsSoa {
 #[serde(default, deny_unknown_fields)]
 pub struct DnsRecord {
     pub name: Spanned<String>,
-    /// A, AAAA, CNAME, TXT, SRV, NS, MX, CAA or PTR.
+    /// A, AAAA, CNAME, TXT, SRV, NS, MX, CAA, PTR or DS (at a delegation).
     #[serde(rename = "type")]
     pub kind: Option<Spanned<String>>,
     /// The data as a zone file writes it (SRV: `priority weight port target`; MX:
