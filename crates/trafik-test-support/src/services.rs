@@ -13,7 +13,7 @@ pub struct Redis(Child);
 
 impl Redis {
     pub fn start(port: u16) -> Redis {
-        let child = Command::new("redis-server")
+        let child = crate::process::tool("redis-server", "redis-server")
             .args([
                 "--port",
                 &port.to_string(),
@@ -93,7 +93,7 @@ impl Etcd {
         let peer = format!("http://127.0.0.1:{}", self.peer);
         std::fs::create_dir_all(&self.data).expect("etcd's data directory");
         let log = std::fs::File::create(self.data.with_extension("log")).expect("etcd's log");
-        let mut child = Command::new("etcd")
+        let mut child = crate::process::tool("etcd", "etcd-server")
             .args(["--name", "filo", "--data-dir"])
             .arg(&self.data)
             .args([
