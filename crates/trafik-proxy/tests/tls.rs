@@ -26,6 +26,7 @@ fn https(mut plan: Plan, certificates: &[&Issued]) -> Plan {
     plan.listeners[0].kind = ListenerKind::Https {
         routes,
         certificates: certificates.iter().map(|c| c.for_listener()).collect(),
+        client_auth: None,
     };
     plan
 }
@@ -229,7 +230,7 @@ fn tls_pool(backends: &[SocketAddr], roots: &TestCa, sni: Option<&str>) -> Plan 
         source: "the test CA".into(),
     };
     let name = sni.map(|name| server_name(name).unwrap());
-    plan.pools[0].tls = Some(BackendTls::new(&trusted, name).unwrap());
+    plan.pools[0].tls = Some(BackendTls::new(&trusted, name, None, &[b"http/1.1"]).unwrap());
     plan
 }
 

@@ -299,3 +299,77 @@ backends = [{{ address = "{}" }}]
     upstream.stop();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn check_reports_mutual_tls_and_protocol_problems_where_they_are_written() {
+    let dir = folder("mtls-check");
+    certificate(&dir, "site", &["kargo.test"]);
+    let text = r#"[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+protocol = "https"
+client_ca = "missing-ca.pem"
+client_auth = "sometimes"
+
+[listener.client_headers]
+subject = "not a header"
+
+[[listener.tls]]
+cert = "site.pem"
+key = "site.key"
+
+[[listener.route]]
+pool = "p"
+
+[[listener]]
+name = "plain"
+listen = "127.0.0.1:0"
+client_auth = "optional"
+
+[[listener.route]]
+pool = "p"
+
+[[pool]]
+name = "p"
+protocol = "h2"
+client_cert = "site.pem"
+backends = [{ address = "127.0.0.1:9" }]
+"#;
+    let path = dir.join("mtls.toml");
+    std::fs::write(&path, text).unwrap();
+    let output = trafik(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    let file = path.display();
+    for (needle, field, message) in [
+        ("\"missing-ca.pem\"", "listener[0].client_ca", "cannot read"),
+        (
+            "\"sometimes\"",
+            "listener[0].client_auth",
+            "expected \"required\"",
+        ),
+        (
+            "\"not a header\"",
+            "listener[0].client_headers.subject",
+            "not a header name",
+        ),
+        (
+            "\"optional\"",
+            "listener[1].client_auth",
+            "client certificates need the CA",
+        ),
+        ("\"h2\"", "pool[0].protocol", "h2 is HTTP/2 over TLS"),
+        (
+            "\"site.pem\"\nbackends",
+            "pool[0].client_cert",
+            "`client_cert` applies to TLS",
+        ),
+    ] {
+        let expected = format!("{file}:{}: {field}: {message}", place(text, needle));
+        assert!(
+            errors.contains(&expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -53,6 +53,10 @@ impl TestCa {
         let params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .unwrap();
+        self.sign(params)
+    }
+
+    fn sign(&self, params: CertificateParams) -> Issued {
         let key = KeyPair::generate().unwrap();
         let certificate = params.signed_by(&key, &self.issuer).unwrap();
         Issued {
@@ -60,6 +64,25 @@ impl TestCa {
             key_pem: key.serialize_pem(),
             der: certificate.der().clone(),
         }
+    }
+
+    /// A client certificate for mutual TLS: subject `CN=common_name`, SANs `names` (DNS names,
+    /// or `spiffe://…` URIs).
+    pub fn issue_client(&self, common_name: &str, names: &[&str]) -> Issued {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        for name in names {
+            params
+                .subject_alt_names
+                .push(match name.strip_prefix("spiffe:") {
+                    Some(_) => rcgen::SanType::URI(name.to_string().try_into().unwrap()),
+                    None => rcgen::SanType::DnsName(name.to_string().try_into().unwrap()),
+                });
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
     }
 
     pub fn roots(&self) -> RootCertStore {
@@ -81,11 +104,28 @@ impl Issued {
 
     /// A rustls server configuration serving this certificate alone.
     pub fn server_config(&self) -> ServerConfig {
+        self.server_config_with(None)
+    }
+
+    /// [`Issued::server_config`] that also demands a client certificate `clients` signed.
+    pub fn server_config_with(&self, clients: Option<&TestCa>) -> ServerConfig {
         let certificate = self.for_listener();
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
+            .unwrap();
+        let builder = match clients {
+            None => builder.with_no_client_auth(),
+            Some(ca) => builder.with_client_cert_verifier(
+                rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(ca.roots()),
+                    provider,
+                )
+                .build()
+                .unwrap(),
+            ),
+        };
+        builder
             .with_single_cert(
                 certificate.key.cert.clone(),
                 rustls::pki_types::PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).unwrap(),
@@ -214,7 +254,8 @@ pub struct Seen {
 }
 
 /// A backend that speaks HTTPS with `config` and answers every request with the name the
-/// client asked for in its hello (`x-sni`, `-` for none) and the request's path.
+/// client asked for in its hello (`x-sni`, `-` for none) and the request's path; `x-client-certificate`
+/// says whether the client showed a certificate (`yes`, `no`).
 pub async fn tls_backend(config: ServerConfig) -> (SocketAddr, Arc<Seen>) {
     use hyper::service::service_fn;
     let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
@@ -232,6 +273,10 @@ pub async fn tls_backend(config: ServerConfig) -> (SocketAddr, Arc<Seen>) {
                     return;
                 };
                 let sni = stream.get_ref().1.server_name().unwrap_or("-").to_owned();
+                let shown = match stream.get_ref().1.peer_certificates() {
+                    Some(_) => "yes",
+                    None => "no",
+                };
                 let service = service_fn(move |request: Request<hyper::body::Incoming>| {
                     let probe = request
                         .headers()
@@ -241,6 +286,7 @@ pub async fn tls_backend(config: ServerConfig) -> (SocketAddr, Arc<Seen>) {
                     counter.fetch_add(1, Ordering::Relaxed);
                     let answer = Response::builder()
                         .header("x-sni", sni.clone())
+                        .header("x-client-certificate", shown)
                         .body(Full::new(Bytes::from(request.uri().path().to_owned())));
                     async move { answer }
                 });

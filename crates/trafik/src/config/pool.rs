@@ -37,7 +37,8 @@ pub fn check(
     let span = pool.span();
     let mut pool = pool.into_inner();
     let selector_options = selector_options(report, &field, &pool);
-    let tls = tls::pool(report, &field, &pool);
+    let protocol = tls::protocol(report, &field, &pool);
+    let tls = tls::pool(report, &field, &pool, protocol.unwrap_or_default());
     let retry = retry(report, &field, &pool);
     let example = "name = \"takip\", the name routes use to send requests here";
     let name = report.required(
@@ -138,6 +139,7 @@ pub fn check(
         response_timeout,
         retries: pool.retries,
         tls: tls?,
+        protocol: protocol?,
         proxy_protocol,
         outlier,
         retry,
