@@ -466,7 +466,7 @@ pub struct PoolPlan {
 }
 
 /// Which HTTP a pool speaks to its backends.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum UpstreamProtocol {
     /// HTTP/1.1, one request per connection at a time.
     #[default]
@@ -496,11 +496,6 @@ impl UpstreamProtocol {
             UpstreamProtocol::H2 => &[b"h2"],
             UpstreamProtocol::Auto => &[b"h2", b"http/1.1"],
         }
-    }
-
-    /// Whether requests to it may take HTTP/1.1 (the own engine's inline relay speaks only that).
-    pub fn may_be_http1(self) -> bool {
-        matches!(self, UpstreamProtocol::Http1 | UpstreamProtocol::Auto)
     }
 }
 
@@ -556,6 +551,9 @@ pub enum HealthCheck {
     Http { path: String },
     /// A TCP connect that succeeds passes.
     Tcp,
+    /// `grpc.health.v1.Health/Check` for `service` (empty: the whole server) answering SERVING;
+    /// over HTTP/2 only.
+    Grpc { service: String },
 }
 
 /// The part of a request a hash-based rule keys on. Its bytes go through

@@ -171,6 +171,7 @@ pub fn plan(loaded: &Loaded) -> String {
                 let check = match &health.check {
                     HealthCheck::Http { path } => format!("GET {path}"),
                     HealthCheck::Tcp => "TCP connect".to_owned(),
+                    HealthCheck::Grpc { service } => format!("gRPC health of {service:?}"),
                 };
                 let _ = writeln!(
                     out,

@@ -36,6 +36,27 @@ fn certificate(dir: &Path, name: &str, names: &[&str]) {
     .unwrap();
 }
 
+/// What `trafik check` says of `text` written at `path`, which it must refuse, reporting each
+/// `(needle, field, message)`: the message for the field at the place of the needle.
+fn check_errors(path: &Path, text: &str, expected: &[(&str, &str, &str)]) -> String {
+    std::fs::write(path, text).unwrap();
+    let output = trafik(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr).into_owned();
+    for (needle, field, message) in expected {
+        let expected = format!(
+            "{}:{}: {field}: {message}",
+            path.display(),
+            place(text, needle)
+        );
+        assert!(
+            errors.contains(&expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
+    errors
+}
+
 /// `LINE:COLUMN` of the first `needle` in `text`, 1-based.
 fn place(text: &str, needle: &str) -> String {
     let offset = text
@@ -135,43 +156,35 @@ name = "q"
 ca = "site.pem"
 backends = [{ address = "127.0.0.1:9" }]
 "#;
-    let path = dir.join("tls.toml");
-    std::fs::write(&path, text).unwrap();
-    let output = trafik(&["check", "--config", path.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(2));
-    let errors = String::from_utf8_lossy(&output.stderr);
-    let file = path.display();
-    for (needle, field, message) in [
-        ("\"missing.pem\"", "listener[0].tls[0].cert", "cannot read"),
-        (
-            "\"not-pem.pem\"",
-            "listener[0].tls[1].cert",
-            "no certificate in this file",
-        ),
-        (
-            "\"other.key\"",
-            "listener[0].tls[2].key",
-            "this key does not belong to the certificate",
-        ),
-        (
-            "[[listener.tls]]\ncert = \"site.pem\"\nkey = \"site.key\"",
-            "listener[1].tls",
-            "certificates are for https listeners",
-        ),
-        ("\"missing-ca.pem\"", "pool[0].ca", "cannot read"),
-        ("\"not a name\"", "pool[0].sni", "expected a DNS name"),
-        (
-            "\"site.pem\"\nbackends",
-            "pool[1].ca",
-            "`ca` applies to TLS",
-        ),
-    ] {
-        let expected = format!("{file}:{}: {field}: {message}", place(text, needle));
-        assert!(
-            errors.contains(&expected),
-            "missing {expected:?} in\n{errors}"
-        );
-    }
+    let errors = check_errors(
+        &dir.join("tls.toml"),
+        text,
+        &[
+            ("\"missing.pem\"", "listener[0].tls[0].cert", "cannot read"),
+            (
+                "\"not-pem.pem\"",
+                "listener[0].tls[1].cert",
+                "no certificate in this file",
+            ),
+            (
+                "\"other.key\"",
+                "listener[0].tls[2].key",
+                "this key does not belong to the certificate",
+            ),
+            (
+                "[[listener.tls]]\ncert = \"site.pem\"\nkey = \"site.key\"",
+                "listener[1].tls",
+                "certificates are for https listeners",
+            ),
+            ("\"missing-ca.pem\"", "pool[0].ca", "cannot read"),
+            ("\"not a name\"", "pool[0].sni", "expected a DNS name"),
+            (
+                "\"site.pem\"\nbackends",
+                "pool[1].ca",
+                "`ca` applies to TLS",
+            ),
+        ],
+    );
     assert!(
         errors.contains("error: 7 errors in the configuration"),
         "{errors}"
@@ -335,41 +348,33 @@ protocol = "h2"
 client_cert = "site.pem"
 backends = [{ address = "127.0.0.1:9" }]
 "#;
-    let path = dir.join("mtls.toml");
-    std::fs::write(&path, text).unwrap();
-    let output = trafik(&["check", "--config", path.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(2));
-    let errors = String::from_utf8_lossy(&output.stderr);
-    let file = path.display();
-    for (needle, field, message) in [
-        ("\"missing-ca.pem\"", "listener[0].client_ca", "cannot read"),
-        (
-            "\"sometimes\"",
-            "listener[0].client_auth",
-            "expected \"required\"",
-        ),
-        (
-            "\"not a header\"",
-            "listener[0].client_headers.subject",
-            "not a header name",
-        ),
-        (
-            "\"optional\"",
-            "listener[1].client_auth",
-            "client certificates need the CA",
-        ),
-        ("\"h2\"", "pool[0].protocol", "h2 is HTTP/2 over TLS"),
-        (
-            "\"site.pem\"\nbackends",
-            "pool[0].client_cert",
-            "`client_cert` applies to TLS",
-        ),
-    ] {
-        let expected = format!("{file}:{}: {field}: {message}", place(text, needle));
-        assert!(
-            errors.contains(&expected),
-            "missing {expected:?} in\n{errors}"
-        );
-    }
+    check_errors(
+        &dir.join("mtls.toml"),
+        text,
+        &[
+            ("\"missing-ca.pem\"", "listener[0].client_ca", "cannot read"),
+            (
+                "\"sometimes\"",
+                "listener[0].client_auth",
+                "expected \"required\"",
+            ),
+            (
+                "\"not a header\"",
+                "listener[0].client_headers.subject",
+                "not a header name",
+            ),
+            (
+                "\"optional\"",
+                "listener[1].client_auth",
+                "client certificates need the CA",
+            ),
+            ("\"h2\"", "pool[0].protocol", "h2 is HTTP/2 over TLS"),
+            (
+                "\"site.pem\"\nbackends",
+                "pool[0].client_cert",
+                "`client_cert` applies to TLS",
+            ),
+        ],
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

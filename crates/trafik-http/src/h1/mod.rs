@@ -53,6 +53,7 @@ use crate::http::body::ErrorAnswer;
 use crate::http::server::{self, Client, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
 use crate::http::target::Target;
+use crate::plan::UpstreamProtocol;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
 use crate::tls::ClientIdentity;
@@ -309,7 +310,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         _ => None,
     };
     let inline = found.and_then(|(route, _)| match &route.target {
-        Target::Pool(target) if route.filters.iter().all(|filter| filter.head_only()) => {
+        // The inline relay speaks HTTP/1.1 upstream: a pool that speaks HTTP/2 (or may, by
+        // ALPN) takes the pipeline's transport.
+        Target::Pool(target)
+            if route.filters.iter().all(|filter| filter.head_only())
+                && snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1 =>
+        {
             Some((route, target))
         }
         _ => None,

@@ -10,6 +10,7 @@ pub mod conditional;
 pub mod files;
 pub mod filter;
 pub mod gateway;
+pub mod grpc;
 pub mod headers;
 pub mod path;
 pub mod policy;

@@ -145,7 +145,7 @@ pub async fn serve<S>(
 /// Runs HTTP/2 streams as tasks of the worker's own thread: the proxy's futures hold `Rc`s,
 /// which never cross threads.
 #[derive(Clone, Copy)]
-struct LocalExecutor;
+pub(crate) struct LocalExecutor;
 
 impl<F> hyper::rt::Executor<F> for LocalExecutor
 where

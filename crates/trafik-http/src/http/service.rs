@@ -124,6 +124,7 @@ impl WorkerProxy {
             .client
             .access_log
             .then(|| (request.method().clone(), request.uri().clone()));
+        let grpc = super::grpc::is_grpc(request.headers());
         let (response, backend, route) = self.pipeline(&snapshot, connection, request).await;
         // One clock reading for the listener's and the route's metrics and the access log.
         let micros = crate::metrics::micros_since(began);
@@ -134,6 +135,10 @@ impl WorkerProxy {
         if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
             stats.mine(self.id).traffic.record(status, micros);
         }
+        let response = match grpc {
+            true => super::grpc::own_answer(response),
+            false => response,
+        };
         match method {
             Some((method, uri)) => {
                 let line = AccessLine {

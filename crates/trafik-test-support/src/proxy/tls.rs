@@ -298,3 +298,87 @@ pub async fn tls_backend(config: ServerConfig) -> (SocketAddr, Arc<Seen>) {
     });
     (address, seen)
 }
+
+/// What an HTTP/2 backend has seen: connections, requests (health probes apart), the most
+/// streams open at once, and probes (`user-agent: trafik-health`) that came as HTTP/2.
+#[derive(Default)]
+pub struct SeenHttp2 {
+    pub connections: AtomicUsize,
+    pub requests: AtomicUsize,
+    pub probes: AtomicUsize,
+    open: AtomicUsize,
+    pub most_open: AtomicUsize,
+}
+
+/// A backend that speaks HTTP/2 only (h2c, or h2 by ALPN over TLS with `tls`), allowing
+/// `max_streams` streams per connection; it answers each request after `delay` with
+/// `HTTP/2 PATH` and trailers `x-trailer: end`.
+pub async fn h2_backend(
+    tls: Option<ServerConfig>,
+    max_streams: u32,
+    delay: std::time::Duration,
+) -> (SocketAddr, Arc<SeenHttp2>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let acceptor = tls.map(|mut config| {
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        TlsAcceptor::from(Arc::new(config))
+    });
+    let seen = Arc::new(SeenHttp2::default());
+    let counting = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), counting.clone());
+            seen.connections.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let probe = request
+                            .headers()
+                            .get("user-agent")
+                            .is_some_and(|agent| agent == "trafik-health");
+                        if probe {
+                            seen.probes.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            seen.requests.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let open = seen.open.fetch_add(1, Ordering::Relaxed) + 1;
+                        seen.most_open.fetch_max(open, Ordering::Relaxed);
+                        tokio::time::sleep(delay).await;
+                        seen.open.fetch_sub(1, Ordering::Relaxed);
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("x-trailer", http::HeaderValue::from_static("end"));
+                        let text = format!("{:?} {}", request.version(), request.uri().path());
+                        let body = http_body_util::BodyExt::with_trailers(
+                            Full::new(Bytes::from(text)),
+                            std::future::ready(Some(Ok(trailers))),
+                        );
+                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                    }
+                });
+                let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                builder.max_concurrent_streams(max_streams);
+                match acceptor {
+                    None => {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                    Some(acceptor) => {
+                        let Ok(stream) = acceptor.accept(stream).await else {
+                            return;
+                        };
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    (address, seen)
+}

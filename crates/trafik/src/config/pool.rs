@@ -86,9 +86,10 @@ pub fn check(
             key_needed(&format!("algorithm {algorithm}")),
         );
     }
-    let health = pool
-        .health
-        .map(|health| health::check(report, &field, health));
+    let health = pool.health.map(|health| {
+        let speaks_http2 = protocol != Some(trafik_proxy::plan::UpstreamProtocol::Http1);
+        health::check(report, &field, health, speaks_http2)
+    });
     let sticky = pool.sticky.map(|settings| {
         let has_key = pool.hash_key.is_some();
         sticky::check(

@@ -637,8 +637,10 @@ impl Default for Backend {
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Health {
-    pub kind: HealthKind,
+    pub kind: Spanned<HealthKind>,
     pub path: Spanned<String>,
+    /// For `kind = "grpc"`: the service asked about; empty for the server as a whole.
+    pub service: String,
     pub interval: Spanned<Dur>,
     /// How long one probe may take.
     pub timeout: Spanned<Dur>,
@@ -654,8 +656,9 @@ impl Health {
 impl Default for Health {
     fn default() -> Self {
         Health {
-            kind: HealthKind::Http,
+            kind: unplaced(HealthKind::Http),
             path: unplaced("/".into()),
+            service: String::new(),
             interval: unplaced(Dur(Self::DEFAULT_INTERVAL)),
             timeout: unplaced(Dur(Self::DEFAULT_TIMEOUT)),
             fall: unplaced(3),
@@ -670,6 +673,7 @@ pub enum HealthKind {
     #[default]
     Http,
     Tcp,
+    Grpc,
 }
 
 #[derive(Debug, Deserialize)]
