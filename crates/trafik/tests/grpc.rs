@@ -85,6 +85,43 @@ fn calls_of_every_kind_pass_with_their_trailers() {
     let failed = grpc_call(&web, "unary");
     assert_eq!(failed["code"], "UNAVAILABLE", "{failed}");
     assert!(server.stop().status.success());
+
+    // A backend that takes the connection and never answers: trafik's own wait ends at the
+    // call's grpc-timeout (not the pool's 30 s response timeout) with DEADLINE_EXCEEDED.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (server, web, _) = trafik(&dir, &[&silent.local_addr().unwrap().to_string()], "");
+    let output = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-m",
+            "20",
+            "--http2-prior-knowledge",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+        ])
+        .args([
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "grpc-timeout: 300m",
+        ])
+        .args([
+            "--data-binary",
+            "",
+            &format!("http://{web}/kargo.Takip/Sor"),
+        ])
+        .output()
+        .expect("curl runs");
+    let head = String::from_utf8_lossy(&output.stdout).to_ascii_lowercase();
+    assert!(head.starts_with("http/2 200"), "{head}");
+    assert!(head.contains("grpc-status: 4\r\n"), "{head}");
+    assert!(
+        head.contains("grpc-message: the backend did not answer in time"),
+        "{head}"
+    );
+    assert!(server.stop().status.success());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
