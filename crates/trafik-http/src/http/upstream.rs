@@ -92,23 +92,42 @@ impl Drop for Connecting {
 struct Multiplexed {
     sender: http2::SendRequest<RequestBody>,
     meter: Meter,
-    streams: Rc<Cell<usize>>,
+    streams: Rc<Streams>,
     max_streams: StreamLimit,
 }
 
+/// The streams a worker's requests hold on a shared connection, and since when it has had none.
+struct Streams {
+    open: Cell<usize>,
+    idle_since: Cell<Instant>,
+}
+
+impl Streams {
+    fn new() -> Rc<Self> {
+        Rc::new(Streams {
+            open: Cell::new(0),
+            idle_since: Cell::new(Instant::now()),
+        })
+    }
+}
+
 /// A stream of a shared HTTP/2 connection, given back when its request is done.
-struct StreamSlot(Rc<Cell<usize>>);
+struct StreamSlot(Rc<Streams>);
 
 impl StreamSlot {
-    fn take(streams: &Rc<Cell<usize>>) -> Self {
-        streams.set(streams.get() + 1);
+    fn take(streams: &Rc<Streams>) -> Self {
+        streams.open.set(streams.open.get() + 1);
         StreamSlot(streams.clone())
     }
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.0.set(self.0.get().saturating_sub(1));
+        let open = self.0.open.get().saturating_sub(1);
+        self.0.open.set(open);
+        if open == 0 {
+            self.0.idle_since.set(Instant::now());
+        }
     }
 }
 
@@ -244,12 +263,14 @@ impl Upstreams {
             let mut senders = stack.senders.borrow_mut();
             let stale = keep_alive::stale(senders.iter().map(|idle| idle.since), now, idle_timeout);
             senders.drain(..stale);
-            // An HTTP/2 connection no request uses is closed as an idle one would be; its
-            // backend's GOAWAY or a reset closes it sooner.
-            stack
-                .multiplexed
-                .borrow_mut()
-                .retain(|shared| !shared.sender.is_closed() && shared.streams.get() > 0);
+            // An HTTP/2 connection no request used for the idle timeout is closed as an idle
+            // HTTP/1.1 one would be; its backend's GOAWAY or a reset closes it sooner.
+            stack.multiplexed.borrow_mut().retain(|shared| {
+                let streams = &shared.streams;
+                !shared.sender.is_closed()
+                    && (streams.open.get() > 0
+                        || now.saturating_duration_since(streams.idle_since.get()) < idle_timeout)
+            });
         }
     }
 
@@ -314,7 +335,7 @@ impl Upstreams {
                 let shared = Multiplexed {
                     sender,
                     meter,
-                    streams: Rc::default(),
+                    streams: Streams::new(),
                     max_streams,
                 };
                 let checkout = shared.checkout(home.clone());
@@ -362,7 +383,7 @@ impl IdleList {
         multiplexed.retain(|shared| !shared.sender.is_closed());
         let room = multiplexed
             .iter()
-            .position(|shared| shared.streams.get() < shared.max_streams.get())?;
+            .position(|shared| shared.streams.open.get() < shared.max_streams.get())?;
         Some(std::cell::RefMut::map(multiplexed, |all| &mut all[room]))
     }
 }
