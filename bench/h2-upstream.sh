@@ -86,25 +86,7 @@ nginx -p "$work/front" -c "$work/front/nginx.conf" 2>"$work/front/stderr" &
 nginx_pid=$!
 pids+=("$nginx_pid")
 
-cat >"$work/haproxy.cfg" <<CONF
-global
-  nbthread $WORKERS
-  maxconn 4000
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
-  http-reuse always
-frontend fe
-  bind 127.0.0.1:$HAPROXY_PORT proto h2
-  default_backend be
-backend be
-  server s1 127.0.0.1:$BACKEND_PORT proto h2
-CONF
-haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.out" 2>&1 &
-haproxy_pid=$!
-pids+=("$haproxy_pid")
+start_haproxy_http "$HAPROXY_PORT" "$BACKEND_PORT" "proto h2" "proto h2"
 
 for port in "$TRAFIK_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do wait_for_port "$port"; done
 
