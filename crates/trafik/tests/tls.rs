@@ -57,6 +57,56 @@ fn check_errors(path: &Path, text: &str, expected: &[(&str, &str, &str)]) -> Str
     errors
 }
 
+/// `trafik serve` with one https listener (the demo certificate, copied into `dir`, and the
+/// listener's `extra` keys) in front of `upstream`.
+struct Served {
+    server: Trafik,
+    web: u16,
+    admin: u16,
+    config: PathBuf,
+    text: String,
+}
+
+fn serve_https(dir: &Path, extra: &str, upstream: &Upstream) -> Served {
+    let (web, admin) = (free_port(), free_port());
+    let config = dir.join("trafik.toml");
+    let text = format!(
+        r#"[admin]
+listen = "127.0.0.1:{admin}"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{web}"
+protocol = "https"
+{extra}
+[[listener.tls]]
+cert = "localhost.pem"
+key = "localhost.key"
+
+[[listener.route]]
+pool = "takip"
+
+[[pool]]
+name = "takip"
+backends = [{{ address = "{}" }}]
+"#,
+        upstream.address
+    );
+    std::fs::write(&config, &text).unwrap();
+    let (server, _) = Trafik::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        Stdio::piped(),
+        "listening on",
+    );
+    Served {
+        server,
+        web,
+        admin,
+        config,
+        text,
+    }
+}
+
 /// `LINE:COLUMN` of the first `needle` in `text`, 1-based.
 fn place(text: &str, needle: &str) -> String {
     let offset = text
@@ -244,36 +294,13 @@ fn a_reload_with_a_broken_key_changes_nothing() {
         std::fs::copy(demo(file), dir.join(file)).unwrap();
     }
     let upstream = Upstream::start(&[]);
-    let (web, admin) = (free_port(), free_port());
-    let config = dir.join("trafik.toml");
-    let text = format!(
-        r#"[admin]
-listen = "127.0.0.1:{admin}"
-
-[[listener]]
-name = "web"
-listen = "127.0.0.1:{web}"
-protocol = "https"
-
-[[listener.tls]]
-cert = "localhost.pem"
-key = "localhost.key"
-
-[[listener.route]]
-pool = "takip"
-
-[[pool]]
-name = "takip"
-backends = [{{ address = "{}" }}]
-"#,
-        upstream.address
-    );
-    std::fs::write(&config, &text).unwrap();
-    let (server, _) = Trafik::start(
-        &["serve", "--config", config.to_str().unwrap()],
-        Stdio::piped(),
-        "listening on",
-    );
+    let Served {
+        server,
+        web,
+        admin,
+        config,
+        text,
+    } = serve_https(&dir, "", &upstream);
     assert!(
         https_get(web, "/takip/TR-1")
             .unwrap()
@@ -376,5 +403,61 @@ backends = [{ address = "127.0.0.1:9" }]
             ),
         ],
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_reload_reads_the_client_ca_again() {
+    use trafik_test_support::proxy::tls::TestCa;
+    let dir = folder("client-ca-reload");
+    let (first, second) = (TestCa::new("clients 1"), TestCa::new("clients 2"));
+    let files = |name: &str, ca: &TestCa| {
+        let issued = ca.issue_client(name, &[]);
+        let (cert, key) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert, &issued.cert_pem).unwrap();
+        std::fs::write(&key, &issued.key_pem).unwrap();
+        (cert.display().to_string(), key.display().to_string())
+    };
+    let (old_client, new_client) = (files("eski", &first), files("yeni", &second));
+    std::fs::write(dir.join("clients.pem"), &first.pem).unwrap();
+    for file in ["localhost.pem", "localhost.key"] {
+        std::fs::copy(demo(file), dir.join(file)).unwrap();
+    }
+    let upstream = Upstream::start(&[]);
+    let Served {
+        server, web, admin, ..
+    } = serve_https(&dir, "client_ca = \"clients.pem\"\n", &upstream);
+    let ca = demo("ca.pem");
+    let curl = |(cert, key): &(String, String)| {
+        Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--cacert",
+                &ca,
+            ])
+            .args(["--cert", cert, "--key", key])
+            .arg(format!("https://localhost:{web}/takip/TR-1"))
+            .output()
+            .expect("curl runs")
+    };
+    let answered = |output: Output| String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(answered(curl(&old_client)), "200");
+    assert!(!curl(&new_client).status.success(), "another CA's client");
+
+    // The file now names the other CA: a reload reads it, and the clients change places.
+    std::fs::write(dir.join("clients.pem"), &second.pem).unwrap();
+    let reload = trafik(&["reload", "--admin", &format!("127.0.0.1:{admin}")]);
+    assert!(reload.status.success(), "{reload:?}");
+    assert_eq!(answered(curl(&new_client)), "200");
+    assert!(!curl(&old_client).status.success(), "the old CA's client");
+    assert!(server.stop().status.success());
+    upstream.stop();
     std::fs::remove_dir_all(&dir).unwrap();
 }
