@@ -620,7 +620,7 @@ async fn an_h2c_pool_multiplexes_requests_up_to_the_backends_stream_limit() {
 }
 
 #[tokio::test]
-async fn an_h2_pool_speaks_http2_by_alpn_with_trailers_and_health_checks() {
+async fn an_h2_pool_speaks_http2_by_alpn_and_so_do_its_health_checks() {
     let ca = TestCa::new("backend CA");
     let config = ca.issue(&["127.0.0.1"]).server_config();
     let (backend, seen) = h2_backend(Some(config), 100, Duration::ZERO).await;
@@ -638,7 +638,11 @@ async fn an_h2_pool_speaks_http2_by_alpn_with_trailers_and_health_checks() {
         .unwrap(),
     );
     plan = speaking(plan, UpstreamProtocol::H2);
-    plan.pools[0].health = Some(course_health_check());
+    // A probe's TLS and HTTP/2 handshakes may take a while on a loaded machine.
+    plan.pools[0].health = Some(trafik_proxy::HealthPlan {
+        timeout: Duration::from_secs(5),
+        ..course_health_check()
+    });
     let running = trafik_proxy::start(plan).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while seen.probes.load(Ordering::Relaxed) < 2 {
