@@ -33,7 +33,9 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 command -v etcd >/dev/null || need+=(etcd-server)
 # The GeoIP tests write MaxMind databases with the mmdb-writer Python package.
-python3 -c 'import mmdb_writer' 2>/dev/null || need_python=(mmdb-writer)
+python3 -c 'import mmdb_writer' 2>/dev/null || need_python+=(mmdb-writer)
+# The gRPC tests run a Python grpcio server and client through trafik.
+python3 -c 'import grpc' 2>/dev/null || need_python+=(grpcio)
 sudo=()
 if ((${#need[@]} + ${#need_python[@]})) && [[ $(id -u) != 0 ]]; then
   if command -v sudo >/dev/null; then

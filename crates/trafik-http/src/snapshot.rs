@@ -110,6 +110,8 @@ pub enum Listener {
     Https {
         routes: RouteTable,
         tls: TlsAcceptor,
+        /// With mutual TLS: the headers that carry a client certificate's identity.
+        identity: Option<Arc<crate::tls::IdentityHeaders>>,
     },
     /// Layer 4: every connection to the pool at this index of [`Snapshot::pools`].
     Tcp {
@@ -283,15 +285,21 @@ impl Snapshot {
             }
             let routes = RouteTable::new(table);
             let resolved_listener = match &listener.kind {
-                ListenerKind::Https { certificates, .. } => {
-                    match crate::tls::server::acceptor(certificates) {
-                        Ok(tls) => Listener::Https { routes, tls },
-                        Err(error) => {
-                            errors.push(format!("listener {:?}: {error}", listener.name));
-                            continue;
-                        }
+                ListenerKind::Https {
+                    certificates,
+                    client_auth,
+                    ..
+                } => match crate::tls::server::acceptor(certificates, client_auth.as_ref()) {
+                    Ok(tls) => Listener::Https {
+                        routes,
+                        tls,
+                        identity: client_auth.as_ref().map(|auth| auth.headers.clone()),
+                    },
+                    Err(error) => {
+                        errors.push(format!("listener {:?}: {error}", listener.name));
+                        continue;
                     }
-                }
+                },
                 _ => Listener::Http { routes },
             };
             resolved.push((id, resolved_listener));

@@ -45,7 +45,24 @@ pub fn plan(loaded: &Loaded) -> String {
             listener.kind.name(),
             listener.address
         );
-        if let ListenerKind::Https { certificates, .. } = &listener.kind {
+        if let ListenerKind::Https {
+            certificates,
+            client_auth,
+            ..
+        } = &listener.kind
+        {
+            if let Some(auth) = client_auth {
+                let _ = writeln!(
+                    out,
+                    "  client certificates {} by {}",
+                    if auth.required {
+                        "required"
+                    } else {
+                        "optional"
+                    },
+                    auth.roots.source
+                );
+            }
             for (i, certificate) in certificates.iter().enumerate() {
                 let names = match certificate.names.join(", ") {
                     names if names.is_empty() => "no DNS names".to_owned(),
@@ -121,6 +138,12 @@ pub fn plan(loaded: &Loaded) -> String {
                 None => "by each backend's IP address".to_owned(),
             };
             let _ = writeln!(out, "  tls: backends verified {name} against {}", tls.roots);
+            if let Some(certificate) = &tls.client_certificate {
+                let _ = writeln!(out, "  client certificate {certificate} shown to backends");
+            }
+        }
+        if pool.protocol != trafik_proxy::plan::UpstreamProtocol::Http1 {
+            let _ = writeln!(out, "  protocol {}", pool.protocol.name());
         }
         if let Some(version) = pool.proxy_protocol {
             let _ = writeln!(out, "  PROXY protocol {version} header to every backend");
@@ -148,6 +171,7 @@ pub fn plan(loaded: &Loaded) -> String {
                 let check = match &health.check {
                     HealthCheck::Http { path } => format!("GET {path}"),
                     HealthCheck::Tcp => "TCP connect".to_owned(),
+                    HealthCheck::Grpc { service } => format!("gRPC health of {service:?}"),
                 };
                 let _ = writeln!(
                     out,

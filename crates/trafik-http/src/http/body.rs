@@ -539,13 +539,16 @@ impl Body for RequestBody {
 pub enum ProxyBody {
     /// Relayed frame by frame, but for its trailer fields, which reach no client on any
     /// version (as on the own engine: a `Set-Cookie` there would pass unseen by any head
-    /// step); the upstream connection goes back to its pool at the end.
+    /// step) unless the answer is gRPC's, whose status is in them; the upstream connection
+    /// goes back to its pool at the end.
     Upstream {
         body: Incoming,
         /// The body's first piece, when it was read before the answer was given (to send the
         /// request elsewhere should the backend close first).
         first: Option<Bytes>,
         lease: Option<Lease>,
+        /// Whether its trailer fields are relayed (a gRPC answer's `grpc-status`).
+        trailers: bool,
     },
     /// A body trafik wrote (errors, admin answers, cached copies, small files).
     Local(Option<Bytes>),
@@ -580,14 +583,19 @@ impl Drop for Logged {
 impl ProxyBody {
     /// Wraps a backend's body, whose `first` piece may have been read already. A body that has
     /// ended releases its connection at once.
-    pub fn upstream(body: Incoming, first: Option<Bytes>, lease: Lease) -> Self {
+    pub fn upstream(body: Incoming, first: Option<Bytes>, lease: Lease, trailers: bool) -> Self {
         let lease = if body.is_end_stream() {
             lease.release();
             None
         } else {
             Some(lease)
         };
-        ProxyBody::Upstream { body, first, lease }
+        ProxyBody::Upstream {
+            body,
+            first,
+            lease,
+            trailers,
+        }
     }
 
     pub fn local(text: impl Into<Bytes>) -> Self {
@@ -637,13 +645,19 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyFailure>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { body, first, lease } => loop {
+            ProxyBody::Upstream {
+                body,
+                first,
+                lease,
+                trailers,
+            } => loop {
                 let polled = match first.take() {
                     Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
                     None => Pin::new(&mut *body).poll_frame(cx),
                 };
                 if let Poll::Ready(Some(Ok(frame))) = &polled
                     && frame.is_trailers()
+                    && !*trailers
                 {
                     continue;
                 }
@@ -655,10 +669,15 @@ impl Body for ProxyBody {
                     lease.release();
                 }
                 // An upstream body fails only when the backend cuts it short.
-                if let Poll::Ready(Some(Err(_))) = &polled
-                    && let Some(lease) = lease.take()
-                {
-                    lease.cut();
+                if let Poll::Ready(Some(Err(_))) = &polled {
+                    if let Some(lease) = lease.take() {
+                        lease.cut();
+                    }
+                    // A gRPC call ends with a status its client can act on.
+                    if *trailers {
+                        *trailers = false;
+                        return Poll::Ready(Some(Ok(super::grpc::lost_trailers())));
+                    }
                 }
                 return polled.map_err(BodyFailure::from);
             },

@@ -744,8 +744,12 @@ async fn run_job(worker: Rc<WorkerProxy>, job: Job) {
     let snapshot = worker.snapshot();
     let stored = match find_route(&snapshot, &job) {
         Some((listener, cached)) => {
-            let connection =
-                ClientConnection::new(listener, SocketAddr::from(([127, 0, 0, 1], 0)), "http");
+            let connection = ClientConnection::new(
+                listener,
+                SocketAddr::from(([127, 0, 0, 1], 0)),
+                "http",
+                None,
+            );
             let request = job_request(&job);
             let stored = cached
                 .refresh(&worker, &snapshot, &connection, request)

@@ -12,6 +12,7 @@ pub mod cors;
 pub mod files;
 pub mod filter;
 pub mod gateway;
+pub mod grpc;
 pub mod headers;
 pub mod path;
 pub mod policy;

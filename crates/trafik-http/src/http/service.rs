@@ -20,6 +20,7 @@ use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
 use crate::pool::Call;
 use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
+use crate::tls::ClientIdentity;
 
 /// What the proxy knows of one client connection.
 pub struct ClientConnection {
@@ -27,17 +28,26 @@ pub struct ClientConnection {
     pub listener: ListenerId,
     pub peer: SocketAddr,
     pub forwarding: ClientForwarding,
+    /// On a listener with mutual TLS: what the client's certificate proved, written on each
+    /// request by the forwarding step.
+    pub identity: Option<Arc<ClientIdentity>>,
     /// The tunnel of a relayed 101, once there is one.
     pub handover: Handover,
 }
 
 impl ClientConnection {
     /// `scheme` is what the client spoke (`http`, or `https` behind TLS), for `X-Forwarded-Proto`.
-    pub fn new(listener: ListenerId, peer: SocketAddr, scheme: &'static str) -> Self {
+    pub fn new(
+        listener: ListenerId,
+        peer: SocketAddr,
+        scheme: &'static str,
+        identity: Option<Arc<ClientIdentity>>,
+    ) -> Self {
         ClientConnection {
             listener,
             peer,
             forwarding: ClientForwarding::new(peer, scheme),
+            identity,
             handover: Handover::default(),
         }
     }
@@ -114,6 +124,7 @@ impl WorkerProxy {
             .client
             .access_log
             .then(|| (request.method().clone(), request.uri().clone()));
+        let grpc = super::grpc::is_grpc(request.headers());
         let (response, backend, route) = self.pipeline(&snapshot, connection, request).await;
         // One clock reading for the listener's and the route's metrics and the access log.
         let micros = crate::metrics::micros_since(began);
@@ -124,6 +135,10 @@ impl WorkerProxy {
         if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
             stats.mine(self.id).traffic.record(status, micros);
         }
+        let response = match grpc {
+            true => super::grpc::own_answer(response),
+            false => response,
+        };
         match method {
             Some((method, uri)) => {
                 let line = AccessLine {

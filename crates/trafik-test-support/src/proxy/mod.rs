@@ -269,6 +269,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         response_timeout: Duration::from_secs(5),
         retries: 1,
         tls: None,
+        protocol: trafik_proxy::plan::UpstreamProtocol::Http1,
         proxy_protocol: None,
         outlier: None,
         retry: trafik_proxy::RetryPlan::default(),

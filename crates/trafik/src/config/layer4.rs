@@ -256,6 +256,11 @@ pub fn check_pool(
             "a layer-4 relay waits for no answer; the listener's idle timeout ends a silent connection (remove it, or set [server.timeouts] idle)",
         ),
         (
+            "protocol",
+            pool.protocol.as_ref().map(Spanned::span),
+            "a layer-4 relay copies bytes and speaks no HTTP to its backends (remove it)",
+        ),
+        (
             "tls",
             (*pool.tls.get_ref()).then(|| pool.tls.span()),
             "a layer-4 relay passes the client's bytes as they are and cannot speak TLS to the backends (serve the route from an http or https listener, or use tls-passthrough)",

@@ -123,6 +123,7 @@ fn http(
             "an http listener sends each request to the pool of the route it matches; `pool` is for tcp listeners (protocol = \"tcp\")",
         );
     }
+    let client_auth = tls::client_auth(report, field, &listener);
     let certificates = tls::listener(report, field, &listener.protocol, listener.tls);
     if listener.routes.is_empty() {
         report.error(
@@ -142,11 +143,12 @@ fn http(
         .collect::<Vec<_>>()
         .into_iter()
         .collect();
-    let (routes, certificates) = (routes?, certificates?);
+    let (routes, certificates, client_auth) = (routes?, certificates?, client_auth?);
     Some(match listener.protocol.into_inner() {
         Protocol::Https => ListenerKind::Https {
             routes,
             certificates,
+            client_auth,
         },
         _ => ListenerKind::Http { routes },
     })

@@ -189,6 +189,12 @@ pub struct Listener {
     /// The certificates of an `https` listener, chosen by the name the client asks for; the
     /// first is the default.
     pub tls: Vec<Spanned<ListenerTls>>,
+    /// Mutual TLS: the CA (PEM) clients' certificates must chain to…
+    pub client_ca: Option<Spanned<String>>,
+    /// …`required` or `optional`…
+    pub client_auth: Option<Spanned<String>>,
+    /// …and the request headers that tell backends who the client is.
+    pub client_headers: Option<Spanned<ClientHeaders>>,
     /// Open connections at once; 0 is no cap.
     pub max_connections: u32,
     /// Open connections from one client IP address; 0 is no cap.
@@ -204,10 +210,22 @@ impl Default for Listener {
             pool: None,
             routes: Vec::new(),
             tls: Vec::new(),
+            client_ca: None,
+            client_auth: None,
+            client_headers: None,
             max_connections: 0,
             max_connections_per_client: 0,
         }
     }
+}
+
+/// `client_headers = { subject = "x-client-subject", … }`: header names, each optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientHeaders {
+    pub subject: Option<Spanned<String>>,
+    pub sans: Option<Spanned<String>>,
+    pub fingerprint: Option<Spanned<String>>,
 }
 
 /// One certificate of an `https` listener: PEM files, relative to the config file's folder.
@@ -540,6 +558,11 @@ pub struct Pool {
     pub tls: Spanned<bool>,
     pub ca: Option<Spanned<String>>,
     pub sni: Option<Spanned<String>>,
+    /// The certificate (PEM chain) and key shown to backends that ask for one.
+    pub client_cert: Option<Spanned<String>>,
+    pub client_key: Option<Spanned<String>>,
+    /// `http1` (default), `h2`, `h2c` or `auto`.
+    pub protocol: Option<Spanned<String>>,
     /// For layer-4 pools: `v1` or `v2`, the PROXY protocol header sent to backends.
     pub proxy_protocol: Option<Spanned<String>>,
     /// Passive health: on unless `enabled = false`.
@@ -585,6 +608,9 @@ impl Default for Pool {
             tls: unplaced(false),
             ca: None,
             sni: None,
+            client_cert: None,
+            client_key: None,
+            protocol: None,
             proxy_protocol: None,
             outlier: Outlier::default(),
             retry_statuses: unplaced(Vec::new()),
@@ -667,8 +693,10 @@ impl Default for Backend {
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Health {
-    pub kind: HealthKind,
+    pub kind: Spanned<HealthKind>,
     pub path: Spanned<String>,
+    /// For `kind = "grpc"`: the service asked about; empty for the server as a whole.
+    pub service: String,
     pub interval: Spanned<Dur>,
     /// How long one probe may take.
     pub timeout: Spanned<Dur>,
@@ -684,8 +712,9 @@ impl Health {
 impl Default for Health {
     fn default() -> Self {
         Health {
-            kind: HealthKind::Http,
+            kind: unplaced(HealthKind::Http),
             path: unplaced("/".into()),
+            service: String::new(),
             interval: unplaced(Dur(Self::DEFAULT_INTERVAL)),
             timeout: unplaced(Dur(Self::DEFAULT_TIMEOUT)),
             fall: unplaced(3),
@@ -700,6 +729,7 @@ pub enum HealthKind {
     #[default]
     Http,
     Tcp,
+    Grpc,
 }
 
 #[derive(Debug, Deserialize)]
