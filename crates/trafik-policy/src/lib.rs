@@ -1,7 +1,8 @@
 //! Request policy without I/O, for the data plane's gateway stages: [`jwt`] verification with
 //! pinned algorithms, [`gcra`] rate limiting (and the same rule as a Redis script), the
 //! [`breaker`] that remembers a Redis outage, the gatekeeper's [`gate`] rules, and the fixed
-//! [`stage`] order with what each stage may read.
+//! [`stage`] order with what each stage may read; a route's [`route_match`] conditions and
+//! address rules, and its [`rewrite`]s of paths and redirects.
 //! Every function that needs the time takes it as an argument.
 
 pub mod breaker;
@@ -9,6 +10,8 @@ mod decimal;
 pub mod gate;
 pub mod gcra;
 pub mod jwt;
+pub mod rewrite;
+pub mod route_match;
 pub mod stage;
 
 pub use jsonwebtoken::Algorithm;

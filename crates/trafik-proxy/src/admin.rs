@@ -397,6 +397,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "gateway": crate::http::gateway::status(snapshot),
         "gates": gate::status(&snapshot.gates),
         "rate_limits": redis::status(&snapshot.global_limits),
+        "routing": crate::http::routing::status(&snapshot.routing),
     })
 }
 

@@ -94,6 +94,17 @@ impl<'a> HeadView<'a> {
     }
 }
 
+impl HeadView<'_> {
+    /// A view of nothing, for a route table that reads no fields.
+    pub fn empty() -> Self {
+        HeadView {
+            fields: &[],
+            path: "",
+            query: None,
+        }
+    }
+}
+
 impl RequestView for HeadView<'_> {
     fn header_values<'v>(&'v self, name: &'v str) -> impl Iterator<Item = &'v [u8]> {
         self.fields

@@ -49,6 +49,7 @@ use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
+use crate::http::route::Asking;
 use crate::http::server::{self, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
 use crate::http::target::Target;
@@ -290,16 +291,29 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     // A pool with only the built-in head steps is served inline; anything else (filters,
     // other targets, the hop trace, no route, a head only the pipeline takes) goes through
     // the pipeline.
+    let find = |view: &HeadView<'_>| {
+        let asking = Asking {
+            view,
+            client: connection.peer.ip(),
+        };
+        let (host, path) = (Some(text(&request.host)), text(&request.path));
+        routes.find_parts(host, path, &request.method, &asking)
+    };
     let found = match (&snapshot.trace, request.pipeline) {
-        (None, false) => routes.find_parts(
-            Some(text(&request.host)),
-            text(&request.path),
-            &request.method,
-        ),
+        // Conditions read the head's fields, parsed again only for a table with any.
+        (None, false) if routes.asks_more() => {
+            let mut fields = [httparse::EMPTY_HEADER; head::MAX_HEADERS];
+            find(&HeadView::parse(&connection.input, request, &mut fields))
+        }
+        (None, false) => find(&HeadView::empty()),
         _ => None,
     };
+    // Address rules and mirrors are the pipeline's.
     let inline = found.and_then(|(route, _)| match &route.target {
-        Target::Pool(target) if route.filters.iter().all(|filter| filter.head_only()) => {
+        Target::Pool(target)
+            if route.filters.iter().all(|filter| filter.head_only())
+                && route.routing_counters.is_none() =>
+        {
             Some((route, target))
         }
         _ => None,

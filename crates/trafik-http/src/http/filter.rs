@@ -108,6 +108,7 @@ pub fn build(plan: &FilterPlan, stats: &mut policy::Stats<'_>) -> Result<Box<dyn
         FilterPlan::Jwt(jwt) => Box::new(policy::auth::Jwt::new(jwt)?),
         FilterPlan::RateLimit(limit) => policy::rate_limit::build(limit, stats)?,
         FilterPlan::AccessLog => Box::new(policy::access_log::AccessLog::new(stats.route)),
+        FilterPlan::RewritePath(rewrite) => Box::new(super::routing::RewritePath(rewrite.clone())),
     })
 }
 
@@ -123,7 +124,8 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
         | FilterPlan::Gate(_)
         | FilterPlan::Jwt(_)
         | FilterPlan::RateLimit(_)
-        | FilterPlan::AccessLog => None,
+        | FilterPlan::AccessLog
+        | FilterPlan::RewritePath(_) => None,
     }
 }
 
