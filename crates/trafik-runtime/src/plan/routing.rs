@@ -53,6 +53,28 @@ impl std::fmt::Display for SplitSticky {
     }
 }
 
+impl super::RoutePlan {
+    /// The one route of a `redirect_https` listener: every request to the same URL over https
+    /// with 308 (method and body kept), the host's port dropped (https's own is 443).
+    pub fn redirect_https() -> Self {
+        let to = RedirectTemplate::parse("https://{hostname}{path}", &[])
+            .unwrap_or_else(|_| unreachable!("a fixed template"));
+        super::RoutePlan {
+            host: None,
+            path_prefix: "/".into(),
+            methods: Vec::new(),
+            filters: Vec::new(),
+            target: super::TargetPlan::Redirect(RedirectPlan {
+                to,
+                status: 308,
+                keep_query: true,
+            }),
+            path_template: None,
+            routing: RoutingPlan::default(),
+        }
+    }
+}
+
 /// A redirect target: the route answers every request it takes with this.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedirectPlan {

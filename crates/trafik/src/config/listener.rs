@@ -149,7 +149,7 @@ fn http(
                 "a listener with redirect_https answers every request with the redirect itself; it has no routes",
             );
         }
-        let mut route = routing::redirect_https_route();
+        let mut route = RoutePlan::redirect_https();
         route.routing.access = access.into_iter().collect();
         return Some(ListenerKind::Http {
             routes: vec![route],

@@ -8,9 +8,7 @@ use http::HeaderName;
 use toml::Spanned;
 use trafik_policy::rewrite::{PathRewrite, RedirectTemplate};
 use trafik_policy::route_match::{Conditions, IpNet, IpRules, ValueMatch, parse_net};
-use trafik_proxy::{
-    FilterPlan, MirrorPlan, RedirectPlan, RoutePlan, RoutingPlan, SplitSticky, TargetPlan,
-};
+use trafik_proxy::{FilterPlan, MirrorPlan, RedirectPlan, RoutingPlan, SplitSticky, TargetPlan};
 
 use super::listener::named_pool;
 use super::report::Report;
@@ -304,26 +302,6 @@ pub fn rewrites(report: &mut Report, field: &str, route: &Route) -> Vec<FilterPl
         }
     }
     filters.into_iter().map(FilterPlan::RewritePath).collect()
-}
-
-/// `redirect_https = true`: the listener's one route, every request to the same URL over
-/// https with 308 (the method and body kept).
-pub fn redirect_https_route() -> RoutePlan {
-    let to = RedirectTemplate::parse("https://{hostname}{path}", &[])
-        .unwrap_or_else(|_| unreachable!("a fixed template"));
-    RoutePlan {
-        host: None,
-        path_prefix: "/".into(),
-        methods: Vec::new(),
-        filters: Vec::new(),
-        target: TargetPlan::Redirect(RedirectPlan {
-            to,
-            status: 308,
-            keep_query: true,
-        }),
-        path_template: None,
-        routing: RoutingPlan::default(),
-    }
 }
 
 fn path_like(report: &mut Report, field: &str, path: &Spanned<String>) -> bool {
