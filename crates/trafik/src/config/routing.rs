@@ -164,7 +164,8 @@ pub fn target(
             shares.push((pool.get_ref().clone(), *weight.get_ref()));
         }
     }
-    if shares.iter().all(|(_, weight)| *weight == 0) {
+    // Weights are judged once every share is known.
+    if report.error_count() == errors_before && shares.iter().all(|(_, weight)| *weight == 0) {
         report.error(
             split.span(),
             &format!("{field}.split"),
@@ -347,4 +348,68 @@ fn nets(report: &mut Report, field: &str, written: &[Spanned<String>]) -> Vec<Ip
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::load;
+    use trafik_proxy::{ListenerKind, TargetPlan};
+
+    const POOLS: &str = "[[pool]]\nname = \"v1\"\nbackends = [{ address = \"127.0.0.1:2\" }]\n\
+        [[pool]]\nname = \"v2\"\nbackends = [{ address = \"127.0.0.1:3\" }]\n\
+        [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\n";
+
+    fn errors(routes: &str) -> Vec<(String, String)> {
+        let text = format!("{POOLS}{routes}");
+        let errors = load("t.toml", &text).unwrap_err();
+        errors.into_iter().map(|e| (e.field, e.message)).collect()
+    }
+
+    #[test]
+    fn every_bad_routing_value_is_reported_at_its_key() {
+        let found = errors(
+            "[[listener.route]]\nheaders = { \"x-a\" = \"~(\" }\nclients = [\"10.0.0.0/33\"]\n\
+             split = [{ pool = \"v3\", weight = 1 }]\nsplit_sticky = \"kuki\"\n\
+             mirror = { pool = \"v2\", percent = 150.0 }\n\
+             [[listener.route]]\npath_prefix = \"/r\"\nredirect = { to = \"/{yok}\", status = 303, query = \"sil\" }\n\
+             [[listener.route]]\npath_prefix = \"/w\"\npool = \"v1\"\nstrip_prefix = \"api\"\nrewrite = { regex = \"(\", to = \"/\" }\n",
+        );
+        let fields: Vec<&str> = found.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "listener[0].route[0].headers",
+                "listener[0].route[0].clients",
+                "listener[0].route[0].split[0].pool",
+                "listener[0].route[0].split_sticky",
+                "listener[0].route[0].mirror.percent",
+                "listener[0].route[1].redirect.to",
+                "listener[0].route[1].redirect.status",
+                "listener[0].route[1].redirect.query",
+                "listener[0].route[2].strip_prefix",
+                "listener[0].route[2].rewrite.regex",
+            ],
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn a_split_and_a_redirect_are_targets_and_redirect_https_is_a_listener_s_only_route() {
+        let text = format!(
+            "{POOLS}[[listener.route]]\nsplit = [{{ pool = \"v1\", weight = 9 }}, {{ pool = \"v2\", weight = 1 }}]\n\
+             split_sticky = \"header:x-kullanici\"\n\
+             [[listener]]\nname = \"duz\"\nlisten = \"127.0.0.1:4\"\nredirect_https = true\ndeny = [\"10.0.0.0/8\"]\n"
+        );
+        let loaded = load("t.toml", &text).unwrap();
+        let routes = loaded.plan.listeners[0].kind.routes();
+        assert!(matches!(&routes[0].target, TargetPlan::Split { pools, .. } if pools.len() == 2));
+        let ListenerKind::Http { routes } = &loaded.plan.listeners[1].kind else {
+            panic!("a plain listener");
+        };
+        assert!(matches!(&routes[0].target, TargetPlan::Redirect(r) if r.status == 308));
+        assert_eq!(routes[0].routing.access.len(), 1);
+        let both =
+            errors("[[listener.route]]\npool = \"v1\"\nsplit = [{ pool = \"v1\", weight = 1 }]\n");
+        assert_eq!(both[0].0, "listener[0].route[0].pool");
+    }
 }
