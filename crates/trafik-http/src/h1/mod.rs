@@ -327,6 +327,18 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         connection.pipeline_client = Some(client);
         return exchanged;
     };
+    // The route's path rewrites, written into the head to send (and again into a head
+    // written anew for a retry).
+    let rewritten = route
+        .filters
+        .iter()
+        .fold(None, |rewritten: Option<String>, filter| {
+            let path = rewritten.as_deref().unwrap_or(text(&request.path));
+            filter.upstream_path(path).or(rewritten)
+        });
+    if let Some(path) = &rewritten {
+        head::replace_path(&mut connection.head, path.as_bytes());
+    }
     let pool = &snapshot.pools[target.pool];
     let me = proxy.id;
     let mut metrics = Answers {
@@ -430,6 +442,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     // The head buffer may hold an answer's head by now: it gets the
                     // request's again.
                     connection.rewrite_head(snapshot);
+                    if let Some(path) = &rewritten {
+                        head::replace_path(&mut connection.head, path.as_bytes());
+                    }
                     continue;
                 }
                 Err(error) => {
@@ -455,6 +470,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             // the head buffer, which holds the answer's head now, gets the request's again.
             drop((upstream, attempt));
             connection.rewrite_head(snapshot);
+            if let Some(path) = &rewritten {
+                head::replace_path(&mut connection.head, path.as_bytes());
+            }
             continue;
         }
         call.settled(index, attempt.sent_at, answered_at);

@@ -79,6 +79,12 @@ pub trait Filter: Send + Sync {
     fn head_only(&self) -> bool {
         false
     }
+
+    /// For a head-only step that sends the request to another path: that path, for the own
+    /// engine to write into the head it sends; `None` leaves the path alone.
+    fn upstream_path(&self, _path: &str) -> Option<String> {
+        None
+    }
 }
 
 /// The steps every route runs before its configured filters; [`Trace`] only when configured,

@@ -248,6 +248,14 @@ impl RedirectTarget {
 pub struct RewritePath(pub PathRewrite);
 
 impl Filter for RewritePath {
+    fn head_only(&self) -> bool {
+        true
+    }
+
+    fn upstream_path(&self, path: &str) -> Option<String> {
+        self.0.apply(path)
+    }
+
     fn on_request(&self, request: &mut Request<RequestBody>, _: &Exchange<'_>) -> Step {
         if let Some(path) = self.0.apply(request.uri().path()) {
             super::service::replace_path(request.uri_mut(), &path);
