@@ -19,6 +19,36 @@ pub fn has_target(route: &Route) -> bool {
     route.split.is_some() || route.redirect.is_some()
 }
 
+/// Each routing key the route writes, and where: for listeners that read no requests.
+pub fn written(route: &Route) -> Vec<(&'static str, Option<std::ops::Range<usize>>)> {
+    let first = |map: &BTreeMap<String, Spanned<String>>| map.values().next().map(Spanned::span);
+    vec![
+        ("headers", first(&route.headers)),
+        ("query", first(&route.query)),
+        ("cookies", first(&route.cookies)),
+        ("clients", route.clients.first().map(Spanned::span)),
+        ("priority", route.priority.as_ref().map(Spanned::span)),
+        ("split", route.split.as_ref().map(Spanned::span)),
+        (
+            "split_sticky",
+            route.split_sticky.as_ref().map(Spanned::span),
+        ),
+        ("mirror", route.mirror.as_ref().map(Spanned::span)),
+        ("redirect", route.redirect.as_ref().map(Spanned::span)),
+        (
+            "strip_prefix",
+            route.strip_prefix.as_ref().map(Spanned::span),
+        ),
+        (
+            "replace_prefix",
+            route.replace_prefix.as_ref().map(Spanned::span),
+        ),
+        ("rewrite", route.rewrite.as_ref().map(Spanned::span)),
+        ("allow", route.allow.first().map(Spanned::span)),
+        ("deny", route.deny.first().map(Spanned::span)),
+    ]
+}
+
 /// The route's conditions, priority, address rules (after the listener's `access`) and
 /// mirror.
 pub fn check(
