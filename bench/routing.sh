@@ -108,26 +108,12 @@ for port in "$ROUTED_PORT" "$NGINX_ROUTED_PORT"; do
 done
 
 declare -A RPS P50 CPU
-run() { # name port pid path [header]
-  local name=$1 port=$2 pid=$3 path=$4 header=${5:-X-Bench: 1} before after out requests errors
-  wrk -t"$THREADS" -c"$CONNECTIONS" -d1s -H "$header" "http://127.0.0.1:$port$path" >/dev/null
-  before=$(ticks "$pid")
-  out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -H "$header" "http://127.0.0.1:$port$path")
-  after=$(ticks "$pid")
-  requests=$(awk '/requests in/ {print $1}' <<<"$out")
-  errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out")
-  [[ -n $errors ]] && echo "warning: $name: $errors" >&2
-  RPS[$name]="${RPS[$name]:-} $(awk '/^Requests\/sec/ {print $2}' <<<"$out")"
-  P50[$name]="${P50[$name]:-} $(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
-  CPU[$name]="${CPU[$name]:-} $(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
-}
-
 echo "routing: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, $ROUNDS round(s), $WORKERS workers each, $(nproc) cores"
 for round in $(seq "$ROUNDS"); do
-  run trafik "$PLAIN_PORT" "$trafik_pid" "$PATH_UNDER_TEST"
-  run trafik+routed "$ROUTED_PORT" "$trafik_pid" "/api$PATH_UNDER_TEST" "x-surum: beta"
-  run nginx "$NGINX_PORT" "$nginx_pid" "$PATH_UNDER_TEST"
-  run nginx+routed "$NGINX_ROUTED_PORT" "$nginx_pid" "/api$PATH_UNDER_TEST" "x-surum: beta"
+  measure trafik "$PLAIN_PORT" "$trafik_pid" "$PATH_UNDER_TEST"
+  measure trafik+routed "$ROUTED_PORT" "$trafik_pid" "/api$PATH_UNDER_TEST" "x-surum: beta"
+  measure nginx "$NGINX_PORT" "$nginx_pid" "$PATH_UNDER_TEST"
+  measure nginx+routed "$NGINX_ROUTED_PORT" "$nginx_pid" "/api$PATH_UNDER_TEST" "x-surum: beta"
 done
 
 report trafik trafik+routed nginx nginx+routed
