@@ -169,6 +169,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             crate::http::gateway::metrics(&snapshot, &mut exposition);
             gate::metrics(&snapshot.gates, &mut exposition);
             redis::metrics(&snapshot.global_limits, &mut exposition);
+            crate::http::routing::metrics(&snapshot.routing, &mut exposition);
             crate::concurrency::metrics(&snapshot.pools, &mut exposition);
             crate::metrics::export::write_connection_limits(&snapshot, &mut exposition);
             instance.dns_metrics(&mut exposition);

@@ -581,6 +581,11 @@ async fn address_rules_refuse_with_403_and_are_counted() {
             .iter()
             .map(|r| (r["route"].as_str().unwrap(), r["denied"].as_u64().unwrap()))
             .collect();
+        let metrics = admin_get(&running, "/metrics").await.text();
+        assert!(
+            metrics.contains("trafik_route_denied_total{route=\"web /takip/dis\"} 3"),
+            "{metrics}"
+        );
         assert_eq!(
             denied,
             BTreeMap::from([

@@ -11,6 +11,7 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use trafik_balance::WeightedSplit;
 use trafik_balance::hash::stable_hash;
 use trafik_gateway::template::Captures;
+use trafik_metrics_text::{Exposition, Kind};
 use trafik_policy::rewrite::{Asked, PathRewrite};
 use trafik_policy::route_match::IpRules;
 
@@ -81,6 +82,55 @@ pub fn status(stats: &[RoutingStats]) -> serde_json::Value {
         })
         .collect();
     serde_json::Value::Array(routes)
+}
+
+/// The same counters in Prometheus text; nothing without a route that has any.
+pub fn metrics(stats: &[RoutingStats], exposition: &mut Exposition) {
+    if stats.is_empty() {
+        return;
+    }
+    let mut denied = exposition.family(
+        "trafik_route_denied_total",
+        Kind::Counter,
+        "Requests a route's address rules refused (403).",
+    );
+    for route in stats {
+        let count = route.counters.sum(|c| read(&c.denied));
+        denied.sample(&[("route", route.route.as_str())], count);
+    }
+    let mut mirrored = exposition.family(
+        "trafik_route_mirror_copies_total",
+        Kind::Counter,
+        "Copies a route's mirror sent (answered below 500), dropped unsent, or saw fail.",
+    );
+    for route in stats.iter().filter(|r| r.mirror_pool.is_some()) {
+        let counters = &route.counters;
+        let outcomes = [
+            ("sent", counters.sum(|c| read(&c.mirror_sent))),
+            ("dropped", counters.sum(|c| read(&c.mirror_dropped))),
+            ("failed", counters.sum(|c| read(&c.mirror_failed))),
+        ];
+        for (outcome, count) in outcomes {
+            mirrored.sample(
+                &[("route", route.route.as_str()), ("outcome", outcome)],
+                count,
+            );
+        }
+    }
+    let mut picks = exposition.family(
+        "trafik_route_split_picks_total",
+        Kind::Counter,
+        "Requests a route's split sent to each pool.",
+    );
+    for route in stats {
+        let Some(split) = &route.split else {
+            continue;
+        };
+        for (pool, count) in split.pools.iter().zip(&split.picks) {
+            let labels = [("route", route.route.as_str()), ("pool", pool.as_str())];
+            picks.sample(&labels, count.load(Ordering::Relaxed));
+        }
+    }
 }
 
 /// Whether every address rule of the route admits `client`; a refusal is counted.
