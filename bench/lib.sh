@@ -54,15 +54,15 @@ median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { 
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
-# One wrk run against http://127.0.0.1:PORT/PATH (with request header HEADER, if given) after a
-# 1 s warm-up: appends req/s, p50 ms and the CPU µs per request of process PID (and its
-# children) to RPS[NAME], P50[NAME], CPU[NAME] (declare -A RPS P50 CPU first). Uses THREADS,
-# CONNECTIONS and DURATION.
-measure() { # name port pid path [header]
-  local name=$1 port=$2 pid=$3 path=$4 header=${5:-X-Bench: 1} before after out rps requests p50 errors
-  wrk -t"$THREADS" -c"$CONNECTIONS" -d1s -H "$header" "http://127.0.0.1:$port$path" >/dev/null
+# One wrk run against http://127.0.0.1:PORT/PATH after a 1 s warm-up: appends req/s, p50 ms and
+# the CPU µs per request of process PID (and its children) to RPS[NAME], P50[NAME], CPU[NAME]
+# (declare -A RPS P50 CPU first). Uses THREADS, CONNECTIONS and DURATION, and WRK_HEADER (one
+# request header, "Name: value") when set.
+measure() { # name port pid path
+  local name=$1 port=$2 pid=$3 path=$4 before after out rps requests p50 errors
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d1s ${WRK_HEADER:+-H "$WRK_HEADER"} "http://127.0.0.1:$port$path" >/dev/null
   before=$(ticks "$pid")
-  out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -H "$header" "http://127.0.0.1:$port$path")
+  out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency ${WRK_HEADER:+-H "$WRK_HEADER"} "http://127.0.0.1:$port$path")
   after=$(ticks "$pid")
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")

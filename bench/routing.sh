@@ -111,9 +111,9 @@ declare -A RPS P50 CPU
 echo "routing: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, $ROUNDS round(s), $WORKERS workers each, $(nproc) cores"
 for round in $(seq "$ROUNDS"); do
   measure trafik "$PLAIN_PORT" "$trafik_pid" "$PATH_UNDER_TEST"
-  measure trafik+routed "$ROUTED_PORT" "$trafik_pid" "/api$PATH_UNDER_TEST" "x-surum: beta"
+  WRK_HEADER="x-surum: beta" measure trafik+routed "$ROUTED_PORT" "$trafik_pid" "/api$PATH_UNDER_TEST"
   measure nginx "$NGINX_PORT" "$nginx_pid" "$PATH_UNDER_TEST"
-  measure nginx+routed "$NGINX_ROUTED_PORT" "$nginx_pid" "/api$PATH_UNDER_TEST" "x-surum: beta"
+  WRK_HEADER="x-surum: beta" measure nginx+routed "$NGINX_ROUTED_PORT" "$nginx_pid" "/api$PATH_UNDER_TEST"
 done
 
 report trafik trafik+routed nginx nginx+routed

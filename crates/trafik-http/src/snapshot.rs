@@ -91,6 +91,8 @@ pub struct Snapshot {
     /// The counters of every route's gate, for `/status` and `/metrics` (they start again at
     /// zero with each reload).
     pub gates: Vec<GateStats>,
+    /// The counters of every route's CORS and compression steps, likewise.
+    pub edge: policy::EdgeStats,
     /// The counters of every route's global rate limit (Redis answered, failed, or was not
     /// asked while it was down), likewise.
     pub global_limits: Vec<GlobalLimitStats>,
@@ -191,6 +193,7 @@ impl Snapshot {
         };
         let mut resolved = Vec::with_capacity(plan.listeners.len());
         let mut gates = Vec::new();
+        let mut edge = policy::EdgeStats::default();
         let mut global_limits = Vec::new();
         let mut routing = Vec::new();
         let mut metrics = crate::metrics::Registry::default();
@@ -255,6 +258,7 @@ impl Snapshot {
                     workers: plan.workers,
                     gates: &mut gates,
                     global_limits: &mut global_limits,
+                    edge: &mut edge,
                 };
                 for configured in &route.filters {
                     match filter::build(configured, &mut stats) {
@@ -365,6 +369,7 @@ impl Snapshot {
             stateful,
             jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
             gates,
+            edge,
             global_limits,
             routing,
             connection_limits,

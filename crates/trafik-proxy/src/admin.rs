@@ -170,6 +170,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             gate::metrics(&snapshot.gates, &mut exposition);
             redis::metrics(&snapshot.global_limits, &mut exposition);
             crate::http::routing::metrics(&snapshot.routing, &mut exposition);
+            snapshot.edge.metrics(&mut exposition);
             crate::concurrency::metrics(&snapshot.pools, &mut exposition);
             crate::metrics::export::write_connection_limits(&snapshot, &mut exposition);
             instance.dns_metrics(&mut exposition);
@@ -386,6 +387,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             entry
         })
         .collect();
+    let (cors, compress) = snapshot.edge.status();
     json!({
         "config": {
             "generation": snapshot.generation,
@@ -399,6 +401,8 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "gates": gate::status(&snapshot.gates),
         "rate_limits": redis::status(&snapshot.global_limits),
         "routing": crate::http::routing::status(&snapshot.routing),
+        "cors": cors,
+        "compress": compress,
     })
 }
 

@@ -340,6 +340,40 @@ pub enum FilterPlan {
     AccessLog,
     /// Rewrite the path sent upstream (`strip_prefix`, `replace_prefix`, `rewrite`).
     RewritePath(trafik_policy::rewrite::PathRewrite),
+    /// Cross-origin requests: preflights answered at the edge, `Access-Control-*` on answers.
+    Cors(CorsPlan),
+    /// Answers compressed for clients that accept it.
+    Compress(CompressPlan),
+}
+
+/// `[listener.route.cors]`: which other origins may call the route from a browser.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CorsPlan {
+    pub origins: trafik_policy::cors::Origins,
+    /// Methods a preflight may ask for.
+    pub methods: Vec<Method>,
+    /// Request headers a preflight may ask for, lowercase; `*` any.
+    pub headers: Vec<String>,
+    /// Answer headers the page's script may read besides the safelisted ones.
+    pub expose: Vec<HeaderName>,
+    /// Whether the page may send cookies and read the answer to a credentialed request.
+    pub credentials: bool,
+    /// How long a browser may keep a preflight's verdict; `None` leaves it to the browser.
+    pub max_age: Option<Duration>,
+}
+
+/// `[listener.route.compress]`: answers compressed at the edge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompressPlan {
+    /// The codings offered, the preferred first.
+    pub encodings: Vec<trafik_policy::negotiate::Coding>,
+    /// Media types compressed (`text/*` for a whole top-level type).
+    pub types: Vec<String>,
+    /// Answers whose `Content-Length` is below this stay as they are.
+    pub min_length: u64,
+    pub gzip_level: u32,
+    pub br_level: u32,
+    pub zstd_level: i32,
 }
 
 /// A route's gate: what a request must look like to pass.

@@ -253,6 +253,41 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
         }
         FilterPlan::AccessLog => "access log with every stage's verdict".into(),
         FilterPlan::RewritePath(rewrite) => format!("path: {rewrite}"),
+        FilterPlan::Cors(cors) => {
+            let list = |names: Vec<String>| match names.is_empty() {
+                true => "none".to_owned(),
+                false => names.join(", "),
+            };
+            format!(
+                "cors: origins {}; methods {}; headers {}; expose {}; credentials {}{}; preflights answered here",
+                cors.origins.patterns().join(", "),
+                list(cors.methods.iter().map(|m| m.to_string()).collect()),
+                list(cors.headers.clone()),
+                list(cors.expose.iter().map(|h| h.to_string()).collect()),
+                if cors.credentials { "yes" } else { "no" },
+                cors.max_age
+                    .map(|age| format!("; preflight kept {}s", age.as_secs()))
+                    .unwrap_or_default(),
+            )
+        }
+        FilterPlan::Compress(compress) => {
+            let level = |coding| match coding {
+                trafik_policy::negotiate::Coding::Gzip => compress.gzip_level as i32,
+                trafik_policy::negotiate::Coding::Brotli => compress.br_level as i32,
+                trafik_policy::negotiate::Coding::Zstd => compress.zstd_level,
+            };
+            let codings: Vec<String> = compress
+                .encodings
+                .iter()
+                .map(|&c| format!("{} {}", c.token(), level(c)))
+                .collect();
+            format!(
+                "compress: {} (preferred first); types {}; from {} bytes",
+                codings.join(", "),
+                compress.types.join(", "),
+                compress.min_length
+            )
+        }
         FilterPlan::Gate(gate) => {
             let mut checks = Vec::new();
             if !gate.paths.is_empty() {

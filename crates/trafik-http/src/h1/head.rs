@@ -254,33 +254,82 @@ impl std::fmt::Write for Inline {
     }
 }
 
-/// Headers no hop passes on (RFC 9110 §7.6.1); `Transfer-Encoding` and `Upgrade` never reach
-/// here in a request (deferred). Told by length first: most names are none of them.
-fn is_hop_by_hop(name: &str) -> bool {
-    let is = |hop: &str| name.eq_ignore_ascii_case(hop);
-    match name.len() {
-        2 => is("te"),
-        7 => is("trailer") || is("upgrade"),
-        10 => is("connection") || is("keep-alive"),
-        14 => is("http2-settings"),
-        16 => is("proxy-connection"),
-        17 => is("transfer-encoding"),
-        18 => is("proxy-authenticate"),
-        19 => is("proxy-authorization"),
-        _ => false,
+/// The fields the rewriters act on, told apart once per field: by length first (most names
+/// are none of them), then by one comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Other,
+    Host,
+    ContentLength,
+    TransferEncoding,
+    Connection,
+    Upgrade,
+    Expect,
+    Via,
+    Traceparent,
+    Date,
+    RetryAfter,
+    /// Hop-by-hop (RFC 9110 §7.6.1) but none of the above: `TE`, `Trailer`, `Keep-Alive`,
+    /// `HTTP2-Settings`, `Proxy-Connection`, `Proxy-Authenticate`, `Proxy-Authorization`.
+    OtherHop,
+    /// Through which a client claims where a request came from: `Forwarded`,
+    /// `X-Forwarded-For`, `-Host`, `-Proto`.
+    Forwarding,
+}
+
+impl Field {
+    fn of(name: &str) -> Field {
+        let name = name.as_bytes();
+        match name.len() {
+            2 if is_lowercase(name, b"te") => Field::OtherHop,
+            3 if is_lowercase(name, b"via") => Field::Via,
+            4 if is_lowercase(name, b"host") => Field::Host,
+            4 if is_lowercase(name, b"date") => Field::Date,
+            6 if is_lowercase(name, b"expect") => Field::Expect,
+            7 if is_lowercase(name, b"upgrade") => Field::Upgrade,
+            7 if is_lowercase(name, b"trailer") => Field::OtherHop,
+            9 if is_lowercase(name, b"forwarded") => Field::Forwarding,
+            10 if is_lowercase(name, b"connection") => Field::Connection,
+            10 if is_lowercase(name, b"keep-alive") => Field::OtherHop,
+            11 if is_lowercase(name, b"traceparent") => Field::Traceparent,
+            11 if is_lowercase(name, b"retry-after") => Field::RetryAfter,
+            14 if is_lowercase(name, b"content-length") => Field::ContentLength,
+            14 if is_lowercase(name, b"http2-settings") => Field::OtherHop,
+            15 if is_lowercase(name, b"x-forwarded-for") => Field::Forwarding,
+            16 if is_lowercase(name, b"x-forwarded-host") => Field::Forwarding,
+            16 if is_lowercase(name, b"proxy-connection") => Field::OtherHop,
+            17 if is_lowercase(name, b"transfer-encoding") => Field::TransferEncoding,
+            17 if is_lowercase(name, b"x-forwarded-proto") => Field::Forwarding,
+            18 if is_lowercase(name, b"proxy-authenticate") => Field::OtherHop,
+            19 if is_lowercase(name, b"proxy-authorization") => Field::OtherHop,
+            _ => Field::Other,
+        }
+    }
+
+    /// Headers no hop passes on (RFC 9110 §7.6.1).
+    fn is_hop_by_hop(self) -> bool {
+        matches!(
+            self,
+            Field::OtherHop | Field::Connection | Field::Upgrade | Field::TransferEncoding
+        )
     }
 }
 
-/// Headers through which a client claims where a request came from.
-fn is_forwarding(name: &str) -> bool {
-    let is = |forwarding: &str| name.eq_ignore_ascii_case(forwarding);
-    match name.len() {
-        9 => is("forwarded"),
-        15 => is("x-forwarded-for"),
-        16 => is("x-forwarded-host"),
-        17 => is("x-forwarded-proto"),
-        _ => false,
+/// Whether the header name `name` is `lower` (lower-case letters, digits, `-`) in any case,
+/// compared without a branch per byte. Sound for names `httparse` took, which hold token
+/// characters only: setting bit 0x20 turns an upper-case letter into its lower-case one and
+/// leaves every other token character that could equal a byte of `lower` as it is (0x0D and
+/// 0x10–0x19, which would become `-` and digits, are no token characters).
+#[inline(always)]
+fn is_lowercase<const N: usize>(name: &[u8], lower: &[u8; N]) -> bool {
+    let Ok(name) = <&[u8; N]>::try_from(name) else {
+        return false;
+    };
+    let mut differ = 0;
+    for (byte, expected) in name.iter().zip(lower) {
+        differ |= (byte | 0x20) ^ expected;
     }
+    differ == 0
 }
 
 /// What a `Connection` value says: close after this exchange, upgrade, and whether it names
@@ -418,45 +467,37 @@ pub fn request(
     let (mut chunked, mut expect_continue) = (false, false);
     let (mut upgrade, mut connection_upgrade) = (None, false);
     for field in parsed.headers.iter() {
-        let name = field.name;
-        if name.eq_ignore_ascii_case("host") {
-            if host.is_some() || !is_host(field.value) {
-                return Request::Defer;
+        match Field::of(field.name) {
+            Field::Host => {
+                if host.is_some() || !is_host(field.value) {
+                    return Request::Defer;
+                }
+                host = Some(field.value);
             }
-            host = Some(field.value);
-        } else if name.eq_ignore_ascii_case("content-length") {
-            match decimal(field.value) {
+            Field::ContentLength => match decimal(field.value) {
                 Some(length) if body.is_none() => body = Some(length),
                 _ => return Request::Defer,
+            },
+            Field::Connection => {
+                let tokens = connection_tokens(field.value);
+                close |= tokens.close;
+                connection_upgrade |= tokens.upgrade;
+                pipeline |= tokens.names_others;
             }
-        } else if name.eq_ignore_ascii_case("connection") {
-            let tokens = connection_tokens(field.value);
-            close |= tokens.close;
-            connection_upgrade |= tokens.upgrade;
-            pipeline |= tokens.names_others;
-        } else if name.eq_ignore_ascii_case("upgrade") && upgrade.is_none() {
-            upgrade = Some(field.value);
-        } else if name.eq_ignore_ascii_case("transfer-encoding")
-            && !chunked
-            && field.value.eq_ignore_ascii_case(b"chunked")
-        {
-            chunked = true;
-        } else if name.eq_ignore_ascii_case("expect")
-            && !expect_continue
-            && field.value.eq_ignore_ascii_case(b"100-continue")
-        {
-            expect_continue = true;
-        } else if name.eq_ignore_ascii_case("transfer-encoding")
-            || name.eq_ignore_ascii_case("upgrade")
-            || name.eq_ignore_ascii_case("expect")
-        {
-            return Request::Defer;
-        } else if name.eq_ignore_ascii_case("via")
+            Field::Upgrade if upgrade.is_none() => upgrade = Some(field.value),
+            Field::TransferEncoding if !chunked && field.value.eq_ignore_ascii_case(b"chunked") => {
+                chunked = true
+            }
+            Field::Expect
+                if !expect_continue && field.value.eq_ignore_ascii_case(b"100-continue") =>
+            {
+                expect_continue = true
+            }
+            Field::TransferEncoding | Field::Upgrade | Field::Expect => return Request::Defer,
             // Trace context gets its span from the trace-context step of the pipeline.
-            || name.eq_ignore_ascii_case("traceparent")
-            || (trust_forwarded && is_forwarding(name))
-        {
-            pipeline = true;
+            Field::Via | Field::Traceparent => pipeline = true,
+            Field::Forwarding if trust_forwarded => pipeline = true,
+            _ => {}
         }
     }
     // A length beside a coding: hyper reads by the chunks and closes after (RFC 9112 §6.3).
@@ -524,7 +565,8 @@ pub fn request(
         }
     }
     for field in parsed.headers.iter() {
-        if is_hop_by_hop(field.name) || is_forwarding(field.name) {
+        let kind = Field::of(field.name);
+        if kind.is_hop_by_hop() || kind == Field::Forwarding {
             continue;
         }
         lines.push(field.name, field.value);
@@ -702,54 +744,57 @@ pub fn response(
     // Headers `Connection` names are hop-by-hop too (framing ones excepted).
     let mut named: [&[u8]; 16] = [b""; 16];
     let mut named_count = 0;
-    for field in parsed.headers.iter() {
-        let (name, value) = (field.name, field.value);
-        // Told by length first: most names are none of those looked for.
-        if !matches!(name.len(), 3 | 4 | 7 | 10 | 11 | 14 | 17) {
-            continue;
+    // Each field's kind, told once for both passes (past the stack's room, told again).
+    let mut kinds = [Field::Other; MAX_HEADERS];
+    for (field, index) in parsed.headers.iter().zip(0..) {
+        let kind = Field::of(field.name);
+        if let Some(slot) = kinds.get_mut(index) {
+            *slot = kind;
         }
-        if name.eq_ignore_ascii_case("content-length") {
-            let Some(n) = decimal(value) else {
-                return Response::Bad;
-            };
-            if content_length.is_some_and(|before| before != n) {
-                return Response::Bad;
+        let value = field.value;
+        match kind {
+            Field::ContentLength => {
+                let Some(n) = decimal(value) else {
+                    return Response::Bad;
+                };
+                if content_length.is_some_and(|before| before != n) {
+                    return Response::Bad;
+                }
+                content_length = Some(n);
             }
-            content_length = Some(n);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            // Only a final `chunked` frames the body; otherwise it runs to the close
-            // (RFC 9112 §6.3).
-            let last = value
-                .rsplit(|&b| b == b',')
-                .next()
-                .unwrap_or(b"")
-                .trim_ascii();
-            chunked = last.eq_ignore_ascii_case(b"chunked");
-            coded = true;
-        } else if name.eq_ignore_ascii_case("connection") {
-            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    reusable = false;
-                } else if !token.is_empty()
-                    && !token.eq_ignore_ascii_case(b"keep-alive")
-                    && !token.eq_ignore_ascii_case(b"content-length")
-                    && !token.eq_ignore_ascii_case(b"transfer-encoding")
-                {
-                    let Some(slot) = named.get_mut(named_count) else {
-                        return Response::Bad;
-                    };
-                    *slot = token;
-                    named_count += 1;
+            Field::TransferEncoding => {
+                // Only a final `chunked` frames the body; otherwise it runs to the close
+                // (RFC 9112 §6.3).
+                let last = value
+                    .rsplit(|&b| b == b',')
+                    .next()
+                    .unwrap_or(b"")
+                    .trim_ascii();
+                chunked = last.eq_ignore_ascii_case(b"chunked");
+                coded = true;
+            }
+            Field::Connection => {
+                for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        reusable = false;
+                    } else if !token.is_empty()
+                        && !token.eq_ignore_ascii_case(b"keep-alive")
+                        && !token.eq_ignore_ascii_case(b"content-length")
+                        && !token.eq_ignore_ascii_case(b"transfer-encoding")
+                    {
+                        let Some(slot) = named.get_mut(named_count) else {
+                            return Response::Bad;
+                        };
+                        *slot = token;
+                        named_count += 1;
+                    }
                 }
             }
-        } else if name.eq_ignore_ascii_case("via") {
-            existing_via = Some(value);
-        } else if name.eq_ignore_ascii_case("date") {
-            dated = true;
-        } else if name.eq_ignore_ascii_case("retry-after") {
-            retry_after = true;
-        } else if name.eq_ignore_ascii_case("upgrade") {
-            protocols = Some(value);
+            Field::Via => existing_via = Some(value),
+            Field::Date => dated = true,
+            Field::RetryAfter => retry_after = true,
+            Field::Upgrade => protocols = Some(value),
+            _ => {}
         }
     }
     let framing = if switched {
@@ -781,32 +826,27 @@ pub fn response(
     // No body follows a 204 or a 304, and no field says how long it is (RFC 9110 §8.6: never
     // on a 204; hyper's server drops it on a 304 too).
     let bodiless = status == 204 || status == 304;
-    for field in parsed.headers.iter() {
-        // The common case first: a field none of the rules below touch is copied as it is.
-        if named_count == 0 && !matches!(field.name.len(), 2 | 3 | 7 | 10 | 14 | 16 | 17 | 18 | 19)
-        {
+    for (field, index) in parsed.headers.iter().zip(0..) {
+        let kind = kinds
+            .get(index)
+            .copied()
+            .unwrap_or_else(|| Field::of(field.name));
+        let dropped = match kind {
+            Field::Via => true,
+            // No body follows an answer to HEAD: its coding is not relayed, as hyper's
+            // server does not (its length is: it says how long the GET's body would be).
+            Field::TransferEncoding => !chunked || head_request || bodiless,
+            // A length beside a coding is the coding's (RFC 9112 §6.3): it goes.
+            Field::ContentLength => coded || bodiless,
+            kind => kind.is_hop_by_hop(),
+        };
+        let withdrawn = named_count > 0
+            && named[..named_count]
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(field.name.as_bytes()));
+        if !(dropped || withdrawn) {
             lines.push(field.name, field.value);
-            continue;
         }
-        let coding = field.name.eq_ignore_ascii_case("transfer-encoding");
-        let length = field.name.eq_ignore_ascii_case("content-length");
-        // No body follows an answer to HEAD: its coding is not relayed, as hyper's server
-        // does not (its length is: it says how long the GET's body would be).
-        let keep_coding = chunked && coding && !head_request;
-        // A length beside a coding is the coding's (RFC 9112 §6.3): it goes.
-        let stale_length = coded && length;
-        let withdrawn = named[..named_count]
-            .iter()
-            .any(|n| n.eq_ignore_ascii_case(field.name.as_bytes()));
-        if (is_hop_by_hop(field.name) && !keep_coding)
-            || withdrawn
-            || stale_length
-            || (bodiless && (coding || length))
-            || field.name.eq_ignore_ascii_case("via")
-        {
-            continue;
-        }
-        lines.push(field.name, field.value);
     }
     let out = lines.out();
     out.extend_from_slice(b"via: ");
@@ -1021,6 +1061,55 @@ mod tests {
             &mut out,
         );
         (parsed, String::from_utf8(out).unwrap())
+    }
+
+    /// `Field::of` against `eq_ignore_ascii_case`: every spelling of a known name in any case
+    /// is that field, and a name one token character away from it is not (the bit trick of
+    /// `is_lowercase` must never take a neighbour for the name).
+    #[test]
+    fn fields_are_told_apart_in_any_case_and_never_by_a_neighbour() {
+        let known = [
+            ("te", Field::OtherHop),
+            ("via", Field::Via),
+            ("host", Field::Host),
+            ("date", Field::Date),
+            ("expect", Field::Expect),
+            ("upgrade", Field::Upgrade),
+            ("trailer", Field::OtherHop),
+            ("forwarded", Field::Forwarding),
+            ("connection", Field::Connection),
+            ("keep-alive", Field::OtherHop),
+            ("traceparent", Field::Traceparent),
+            ("retry-after", Field::RetryAfter),
+            ("content-length", Field::ContentLength),
+            ("http2-settings", Field::OtherHop),
+            ("x-forwarded-for", Field::Forwarding),
+            ("x-forwarded-host", Field::Forwarding),
+            ("proxy-connection", Field::OtherHop),
+            ("transfer-encoding", Field::TransferEncoding),
+            ("x-forwarded-proto", Field::Forwarding),
+            ("proxy-authenticate", Field::OtherHop),
+            ("proxy-authorization", Field::OtherHop),
+        ];
+        // RFC 9110 §5.6.2's tchar: what httparse lets through in a name.
+        let token =
+            (0u8..=127).filter(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b));
+        for (name, field) in known {
+            assert_eq!(Field::of(name), field, "{name}");
+            assert_eq!(Field::of(&name.to_ascii_uppercase()), field, "{name}");
+            for at in 0..name.len() {
+                for byte in token.clone() {
+                    let mut other = name.as_bytes().to_vec();
+                    other[at] = byte;
+                    let other = String::from_utf8(other).unwrap();
+                    let expected = known
+                        .iter()
+                        .find(|(known, _)| known.eq_ignore_ascii_case(&other))
+                        .map_or(Field::Other, |(_, field)| *field);
+                    assert_eq!(Field::of(&other), expected, "{other}");
+                }
+            }
+        }
     }
 
     #[test]

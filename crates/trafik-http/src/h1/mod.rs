@@ -559,7 +559,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         }
         match relayed {
             Ok(true) if answer.reusable && !early && upstream.0.holds_nothing_unread() => {
-                proxy.raw.release(pool, index, upstream.0)
+                proxy.raw.release(pool, index, upstream.0, answered_at)
             }
             Ok(_) => {}
             Err(_) => return Exchanged::Close,

@@ -641,7 +641,12 @@ pub enum ProxyBody {
     Chunks(tokio::sync::mpsc::Receiver<Bytes>),
     /// Another body whose request is logged when it ends.
     Logged(Box<Logged>),
+    /// Another body, compressed as it streams (a route's `compress`).
+    Compressed(Box<super::compress::Compressing>),
 }
+
+/// Why an answer's body broke off: the backend cut it (hyper's error), or its compressor failed.
+pub type BodyFailure = Box<dyn std::error::Error + Send + Sync>;
 
 /// A body and the access-log line of its request, written when the body has ended (or is
 /// dropped unfinished).
@@ -676,6 +681,16 @@ impl ProxyBody {
         ProxyBody::Local(Some(text.into()))
     }
 
+    /// Whether this is a backend's answer (relayed, perhaps compressed on its way), as opposed
+    /// to one trafik wrote: only relayed answers lose their hop-by-hop fields and gain `Via`.
+    pub fn is_relayed(&self) -> bool {
+        match self {
+            ProxyBody::Upstream { .. } => true,
+            ProxyBody::Compressed(compressed) => compressed.inner().is_relayed(),
+            ProxyBody::Local(_) | ProxyBody::Chunks(_) | ProxyBody::Logged(_) => false,
+        }
+    }
+
     /// `body`, with `line` written to the access log once it has ended.
     pub(crate) fn logged(body: ProxyBody, line: AccessLine) -> Self {
         let ended = body.is_end_stream().then(Instant::now);
@@ -702,12 +717,12 @@ fn ends<B: Body>(polled: &Polled<B>, body: &B) -> bool {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyFailure;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyFailure>>> {
         match self.get_mut() {
             ProxyBody::Upstream { body, first, lease } => loop {
                 let polled = match first.take() {
@@ -732,7 +747,7 @@ impl Body for ProxyBody {
                 {
                     lease.cut();
                 }
-                return polled;
+                return polled.map_err(BodyFailure::from);
             },
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             ProxyBody::Chunks(chunks) => {
@@ -745,6 +760,7 @@ impl Body for ProxyBody {
                 }
                 polled
             }
+            ProxyBody::Compressed(compressed) => compressed.poll(cx),
         }
     }
 
@@ -754,6 +770,7 @@ impl Body for ProxyBody {
             ProxyBody::Local(data) => data.is_none(),
             ProxyBody::Chunks(chunks) => chunks.is_closed() && chunks.is_empty(),
             ProxyBody::Logged(logged) => logged.body.is_end_stream(),
+            ProxyBody::Compressed(compressed) => compressed.is_end_stream(),
         }
     }
 
@@ -777,6 +794,7 @@ impl Body for ProxyBody {
             ProxyBody::Local(None) => SizeHint::with_exact(0),
             ProxyBody::Chunks(_) => SizeHint::default(),
             ProxyBody::Logged(logged) => logged.body.size_hint(),
+            ProxyBody::Compressed(compressed) => compressed.size_hint(),
         }
     }
 }

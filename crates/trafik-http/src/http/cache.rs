@@ -22,6 +22,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use trafik_cache::{Cache, CacheControl, Limits, Rules, Stored, Use, key, storable};
 
 use super::body::{ProxyBody, RequestBody};
+use super::compress::Negotiated;
 use super::conditional::not_modified;
 use super::headers::remove_hop_by_hop;
 use super::service::{ClientConnection, WorkerProxy};
@@ -419,6 +420,8 @@ impl CachedTarget {
         let counters = self.cache.counters.mine(worker.id);
         let client_headers = request.headers().clone();
         let head = request.method() == Method::HEAD;
+        // The route compresses: the copy stored is the variant in the client's coding.
+        let compress = request.extensions().get::<Negotiated>().cloned();
         // The store wants the whole representation, whatever this client asked for.
         *request.method_mut() = Method::GET;
         let headers = request.headers_mut();
@@ -501,8 +504,23 @@ impl CachedTarget {
                 Outcome::miss(forward),
             );
         };
-        let body = collected.to_bytes();
+        let mut body = collected.to_bytes();
         add(&counters.origin_bytes, body.len());
+        if let Some(negotiated) = &compress {
+            let length = Some(body.len() as u64);
+            if let Some(coding) =
+                negotiated.prepare(parts.status, &mut parts.headers, length, worker.id)
+            {
+                match negotiated.compress_whole(coding, &body, worker.id) {
+                    Ok(compressed) => body = compressed,
+                    Err(_) => {
+                        lead.finish(None);
+                        let failed = crate::ProxyError::UpstreamFailed.response();
+                        return (failed, backend, Outcome::miss(forward));
+                    }
+                }
+            }
+        }
         length_of(&mut parts.headers, parts.status, body.len());
         let mut stored_headers = parts.headers.clone();
         remove_hop_by_hop(&mut stored_headers);

@@ -115,6 +115,18 @@ pub fn build(plan: &FilterPlan, stats: &mut policy::Stats<'_>) -> Result<Box<dyn
         FilterPlan::RateLimit(limit) => policy::rate_limit::build(limit, stats)?,
         FilterPlan::AccessLog => Box::new(policy::access_log::AccessLog::new(stats.route)),
         FilterPlan::RewritePath(rewrite) => Box::new(super::routing::RewritePath(rewrite.clone())),
+        FilterPlan::Cors(cors) => Box::new(super::cors::Cors::new(
+            cors,
+            stats.workers,
+            stats.route,
+            &mut stats.edge.cors,
+        )),
+        FilterPlan::Compress(compress) => Box::new(super::compress::Compress::new(
+            compress,
+            stats.workers,
+            stats.route,
+            &mut stats.edge.compress,
+        )),
     })
 }
 
@@ -132,6 +144,7 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
         | FilterPlan::RateLimit(_)
         | FilterPlan::AccessLog
         | FilterPlan::RewritePath(_) => None,
+        FilterPlan::Cors(_) | FilterPlan::Compress(_) => None,
     }
 }
 
@@ -177,7 +190,7 @@ impl Filter for UpstreamForm {
     }
 
     fn on_response(&self, response: &mut Response<ProxyBody>, _: &Exchange<'_>) {
-        if matches!(response.body(), ProxyBody::Upstream { .. }) {
+        if response.body().is_relayed() {
             if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                 upgrade::keep_upgrade_headers(response.headers_mut());
             } else {
@@ -210,7 +223,7 @@ impl Filter for Forwarding {
     }
 
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
-        if matches!(response.body(), ProxyBody::Upstream { .. }) {
+        if response.body().is_relayed() {
             append_via(response.headers_mut(), &exchange.snapshot.via);
         }
     }

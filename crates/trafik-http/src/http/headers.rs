@@ -194,6 +194,20 @@ pub fn append_via(headers: &mut HeaderMap, via: &HeaderValue) {
     }
 }
 
+/// Adds `name` (lowercase) to the answer's `Vary` unless it is there already or `Vary` is `*`:
+/// the answer depends on that request header, which caches must key it by.
+pub fn vary_on(headers: &mut HeaderMap, name: &'static str) {
+    let named = headers.get_all(header::VARY).iter().any(|value| {
+        value.as_bytes().split(|&b| b == b',').any(|member| {
+            let member = member.trim_ascii();
+            member == b"*" || member.eq_ignore_ascii_case(name.as_bytes())
+        })
+    });
+    if !named {
+        headers.append(header::VARY, HeaderValue::from_static(name));
+    }
+}
+
 /// Appends `value` to a comma-separated list header, joining it to any existing values.
 fn append(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
     let joined = match headers.get(&name).and_then(|v| v.to_str().ok()) {

@@ -6,7 +6,9 @@
 
 pub mod body;
 pub mod cache;
+pub mod compress;
 pub mod conditional;
+pub mod cors;
 pub mod files;
 pub mod filter;
 pub mod gateway;

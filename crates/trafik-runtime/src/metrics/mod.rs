@@ -52,9 +52,11 @@ pub fn micros_since(started: Instant) -> u64 {
 /// Microseconds from `start` to `end`, saturating.
 #[inline]
 pub fn micros_between(start: Instant, end: Instant) -> u64 {
-    end.saturating_duration_since(start)
-        .as_micros()
-        .min(u64::MAX as u128) as u64
+    // In u64: `Duration::as_micros` works in u128.
+    let took = end.saturating_duration_since(start);
+    took.as_secs()
+        .saturating_mul(1_000_000)
+        .saturating_add(u64::from(took.subsec_micros()))
 }
 
 /// Requests answered by one listener, route, pool or backend: durations and status classes.

@@ -87,7 +87,8 @@ impl<'s> Call<'s> {
             Some(None) => return Err(ProxyError::ConcurrencyLimited),
             admitted => admitted.flatten(),
         };
-        let now = nanos_since(epoch);
+        // The request's own clock reading: no other is needed to start.
+        let now = began.saturating_duration_since(epoch).as_nanos() as Nanos;
         pool.retrying.first_try(now);
         let timed = pool.plan.algorithm.uses_latency();
         Ok(Call {

@@ -73,15 +73,16 @@ impl Streams {
         Ok((stream, false))
     }
 
-    /// Keeps a stream whose exchange ended cleanly for the next request to its endpoint.
-    pub fn release(&self, pool: &Pool, index: usize, stream: Stream) {
+    /// Keeps a stream whose exchange ended cleanly for the next request to its endpoint, idle
+    /// since `since` (a clock reading the caller has: its answer's, a little early at most).
+    pub fn release(&self, pool: &Pool, index: usize, stream: Stream, since: Instant) {
         let id = pool.members[index].endpoint.id;
         let mut idle = self.idle.borrow_mut();
         if idle.len() <= id {
             idle.resize_with(id + 1, Vec::new);
         }
         if idle[id].len() < MAX_IDLE_PER_ENDPOINT {
-            idle[id].push((stream, Instant::now()));
+            idle[id].push((stream, since));
         }
     }
 

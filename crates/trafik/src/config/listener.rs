@@ -10,7 +10,7 @@ use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
 use super::values::Buffering;
-use super::{cache, gate, jwt, layer4, rate_limit, routing, static_files};
+use super::{cache, compress, cors, gate, jwt, layer4, rate_limit, routing, static_files};
 use crate::suggest::did_you_mean;
 
 /// `pools` is every pool's name by position; `layer4_pools` those that layer-4 listeners use.
@@ -330,12 +330,18 @@ fn cache_named(
 }
 
 /// The route's configured filters, in the fixed order they run (`trafik_policy::stage`): the
-/// access log, the gate, the token, the rate limit, the body limit, request buffering, then
-/// headers.
+/// access log, CORS, the gate, the token, the rate limit, the body limit, request buffering,
+/// headers, then compression.
 fn check_filters(report: &mut Report, field: &str, route: &Route) -> Vec<FilterPlan> {
     let mut filters = Vec::new();
     if route.access_log {
         filters.push(FilterPlan::AccessLog);
+    }
+    // Before any check: a preflight carries no credentials, and is answered here.
+    if let Some(settings) = &route.cors
+        && let Some(plan) = cors::check(report, field, route, settings)
+    {
+        filters.push(FilterPlan::Cors(plan));
     }
     if let Some(gate) = &route.gate
         && let Some(plan) = gate::check(report, field, gate)
@@ -379,6 +385,12 @@ fn check_filters(report: &mut Report, field: &str, route: &Route) -> Vec<FilterP
     }
     for (name, value) in headers("response_headers", &route.response_headers) {
         filters.push(FilterPlan::SetResponseHeader { name, value });
+    }
+    // Last: its answer side runs first, on the answer as the target gave it.
+    if let Some(settings) = &route.compress
+        && let Some(plan) = compress::check(report, field, settings)
+    {
+        filters.push(FilterPlan::Compress(plan));
     }
     filters
 }

@@ -7,6 +7,8 @@
 mod adaptive_concurrency;
 mod admin;
 mod cache;
+mod compress;
+mod cors;
 mod dns;
 mod gate;
 mod gateway;

@@ -297,6 +297,10 @@ pub struct Route {
     pub gate: Option<Spanned<Gate>>,
     pub jwt: Option<Spanned<Jwt>>,
     pub rate_limit: Option<Spanned<RateLimit>>,
+    /// Cross-origin requests from browsers, answered at the edge.
+    pub cors: Option<Spanned<Cors>>,
+    /// Answers compressed at the edge.
+    pub compress: Option<Spanned<Compress>>,
     // Routing (see `routing.rs`): what the route asks of a request besides host, path and
     // method, and the split, mirror, redirect, rewrites and address rules.
     /// Header name → `value`, `prefix*`, `~regex`, `*` (present) or `!` (absent).
@@ -317,6 +321,56 @@ pub struct Route {
     pub rewrite: Option<Spanned<Rewrite>>,
     pub allow: Vec<Spanned<String>>,
     pub deny: Vec<Spanned<String>>,
+}
+
+/// `[listener.route.cors]`: the origins that may call the route from a browser, and how.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cors {
+    pub origins: Option<Spanned<Vec<Spanned<String>>>>,
+    pub methods: Option<Vec<Spanned<String>>>,
+    pub headers: Vec<Spanned<String>>,
+    pub expose: Vec<Spanned<String>>,
+    pub credentials: bool,
+    pub max_age: Option<Spanned<Dur>>,
+}
+
+/// `[listener.route.compress]`: which answers go out compressed, in which codings.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Compress {
+    pub encodings: Spanned<Vec<Spanned<String>>>,
+    pub types: Vec<Spanned<String>>,
+    pub min_length: Spanned<Size>,
+    pub gzip_level: Spanned<u32>,
+    pub br_level: Spanned<u32>,
+    pub zstd_level: Spanned<i32>,
+}
+
+impl Default for Compress {
+    fn default() -> Self {
+        let texts = |list: &[&str]| list.iter().map(|t| unplaced(t.to_string())).collect();
+        Compress {
+            encodings: unplaced(texts(&["zstd", "br", "gzip"])),
+            types: texts(Compress::DEFAULT_TYPES),
+            min_length: unplaced(Size(256)),
+            gzip_level: unplaced(5),
+            br_level: unplaced(4),
+            zstd_level: unplaced(3),
+        }
+    }
+}
+
+impl Compress {
+    /// Text formats worth compressing; images, video and archives are compressed already.
+    pub const DEFAULT_TYPES: &[&str] = &[
+        "text/*",
+        "application/json",
+        "application/javascript",
+        "application/xml",
+        "application/wasm",
+        "image/svg+xml",
+    ];
 }
 
 /// One pool of a split and its weight.
@@ -551,6 +605,8 @@ impl Default for Route {
             gate: None,
             jwt: None,
             rate_limit: None,
+            cors: None,
+            compress: None,
             headers: BTreeMap::new(),
             query: BTreeMap::new(),
             cookies: BTreeMap::new(),
