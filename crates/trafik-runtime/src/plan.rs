@@ -2,6 +2,7 @@
 //! file or from quick-mode flags; the data plane never reads configuration text itself.
 
 mod gateway;
+mod routing;
 mod server_name;
 
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ pub use gateway::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, ServiceChoice, ViewPlan,
     ViewsPlan,
 };
+pub use routing::{MirrorPlan, RedirectPlan, RoutingPlan, SplitSticky};
 pub use server_name::ServerNamePattern;
 pub use trafik_gateway::template::{PathTemplate, UpstreamTemplate};
 
@@ -231,6 +233,8 @@ pub struct RoutePlan {
     /// When set, the path is matched by segments instead of by `path_prefix`
     /// (`/takip/{no}/{part}`), and its captures are the target's to use.
     pub path_template: Option<PathTemplate>,
+    /// Header, query, cookie and client conditions, priority, address rules, mirror.
+    pub routing: RoutingPlan,
 }
 
 /// Where a route sends what it matched.
@@ -266,6 +270,14 @@ pub enum TargetPlan {
         cache: Arc<CachePlan>,
         target: Box<TargetPlan>,
     },
+    /// Pools by weight (a canary), optionally keeping each client on the pool it got.
+    Split {
+        pools: Vec<(String, u32)>,
+        sticky: Option<SplitSticky>,
+        retry_non_idempotent: bool,
+    },
+    /// An answer that sends the client elsewhere.
+    Redirect(RedirectPlan),
 }
 
 /// An edge cache: its store's bounds and how it treats freshness.
@@ -328,6 +340,8 @@ pub enum FilterPlan {
     RateLimit(RateLimitPlan),
     /// Log each request of the route as one JSON line with every stage's verdict.
     AccessLog,
+    /// Rewrite the path sent upstream (`strip_prefix`, `replace_prefix`, `rewrite`).
+    RewritePath(trafik_policy::rewrite::PathRewrite),
     /// Cross-origin requests: preflights answered at the edge, `Access-Control-*` on answers.
     Cors(CorsPlan),
     /// Answers compressed for clients that accept it.

@@ -50,6 +50,7 @@ use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
+use crate::http::route::Asking;
 use crate::http::server::{self, Client, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
 use crate::http::target::Target;
@@ -298,22 +299,33 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     // A pool with only the built-in head steps is served inline; anything else (filters,
     // other targets, the hop trace, no route, a head only the pipeline takes) goes through
     // the pipeline.
+    let find = |view: &HeadView<'_>| {
+        let asking = Asking {
+            view,
+            client: connection.peer.ip(),
+        };
+        let (host, path) = (Some(text(&request.host)), text(&request.path));
+        routes.find_parts(host, path, &request.method, &asking)
+    };
     let found = match (
         &snapshot.trace,
         request.pipeline || connection.identity.is_some(),
     ) {
-        (None, false) => routes.find_parts(
-            Some(text(&request.host)),
-            text(&request.path),
-            &request.method,
-        ),
+        // Conditions read the head's fields, parsed again only for a table with any.
+        (None, false) if routes.asks_more() => {
+            let mut fields = [httparse::EMPTY_HEADER; head::MAX_HEADERS];
+            find(&HeadView::parse(&connection.input, request, &mut fields))
+        }
+        (None, false) => find(&HeadView::empty()),
         _ => None,
     };
+    // Address rules and mirrors are the pipeline's.
     let inline = found.and_then(|(route, _)| match &route.target {
         // The inline relay speaks HTTP/1.1 upstream: a pool that speaks HTTP/2 (or may, by
         // ALPN) takes the pipeline's transport.
         Target::Pool(target)
             if route.filters.iter().all(|filter| filter.head_only())
+                && route.routing_counters.is_none()
                 && snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1 =>
         {
             Some((route, target))
@@ -333,6 +345,18 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         connection.pipeline_client = Some(client);
         return exchanged;
     };
+    // The route's path rewrites, written into the head to send (and again into a head
+    // written anew for a retry).
+    let rewritten = route
+        .filters
+        .iter()
+        .fold(None, |rewritten: Option<String>, filter| {
+            let path = rewritten.as_deref().unwrap_or(text(&request.path));
+            filter.upstream_path(path).or(rewritten)
+        });
+    if let Some(path) = &rewritten {
+        head::replace_path(&mut connection.head, path.as_bytes());
+    }
     let pool = &snapshot.pools[target.pool];
     let me = proxy.id;
     let mut metrics = Answers {
@@ -436,6 +460,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     // The head buffer may hold an answer's head by now: it gets the
                     // request's again.
                     connection.rewrite_head(snapshot);
+                    if let Some(path) = &rewritten {
+                        head::replace_path(&mut connection.head, path.as_bytes());
+                    }
                     continue;
                 }
                 Err(error) => {
@@ -461,6 +488,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             // the head buffer, which holds the answer's head now, gets the request's again.
             drop((upstream, attempt));
             connection.rewrite_head(snapshot);
+            if let Some(path) = &rewritten {
+                head::replace_path(&mut connection.head, path.as_bytes());
+            }
             continue;
         }
         call.settled(index, attempt.sent_at, answered_at);

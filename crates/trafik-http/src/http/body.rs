@@ -31,6 +31,35 @@ pub struct RequestBody {
     upload: Option<Rc<Upload>>,
     /// The slowest upload allowed, once it has run for [`BODY_RATE_GRACE`].
     min_rate: Option<MinRate>,
+    /// The bytes as they pass, for a mirror's copy ([`RequestBody::copy_up_to`]).
+    copy: Option<Tee>,
+}
+
+/// A body's bytes collected as they pass, up to a limit; past it the copy is given up.
+struct Tee {
+    held: BytesMut,
+    limit: u64,
+    done: tokio::sync::oneshot::Sender<Bytes>,
+}
+
+/// A copy of a request body for a mirror: at hand, or coming once the body has passed.
+pub enum BodyCopy {
+    Ready(Option<Bytes>),
+    Coming(tokio::sync::oneshot::Receiver<Bytes>),
+}
+
+impl BodyCopy {
+    /// The whole body (`Some(None)` for none); `None` when it did not pass whole within the
+    /// limit.
+    pub async fn whole(self) -> Option<Option<Bytes>> {
+        match self {
+            BodyCopy::Ready(body) => Some(body),
+            BodyCopy::Coming(coming) => coming
+                .await
+                .ok()
+                .map(|body| (!body.is_empty()).then_some(body)),
+        }
+    }
 }
 
 /// How long an upload may go at any pace before its rate counts (a slow start, a pause).
@@ -343,6 +372,7 @@ impl RequestBody {
             limit: None,
             upload,
             min_rate: None,
+            copy: None,
         }
     }
 
@@ -354,6 +384,7 @@ impl RequestBody {
             limit: None,
             upload: Some(Rc::default()),
             min_rate: None,
+            copy: None,
         }
     }
 
@@ -368,12 +399,60 @@ impl RequestBody {
     /// No body: for requests trafik makes itself, and a bodiless request sent again after a
     /// backend lost the first copy.
     pub fn empty() -> Self {
+        Self::read(None)
+    }
+
+    /// A body at hand, for a request trafik makes itself (a mirror's copy).
+    pub fn whole(body: Bytes) -> Self {
+        Self::read(Some(body))
+    }
+
+    fn read(body: Option<Bytes>) -> Self {
         RequestBody {
-            source: Source::Read(None),
+            source: Source::Read(body),
             passed: 0,
             limit: None,
             upload: None,
             min_rate: None,
+            copy: None,
+        }
+    }
+
+    /// A copy of the body for a mirror, made as the body passes on its way; `None` when the
+    /// body is longer than `limit` (as it says, or as it turns out: the copy then never comes).
+    pub fn copy_up_to(&mut self, limit: u64) -> Option<BodyCopy> {
+        if self.is_end_stream() {
+            return Some(BodyCopy::Ready(None));
+        }
+        match &self.source {
+            Source::Read(read) => {
+                let read = read.as_ref().filter(|body| body.len() as u64 <= limit)?;
+                Some(BodyCopy::Ready(Some(read.clone())))
+            }
+            Source::Spilled(_) => None,
+            Source::Client(_) | Source::Fed(_) => {
+                if self
+                    .size_hint()
+                    .exact()
+                    .is_some_and(|length| length > limit)
+                {
+                    return None;
+                }
+                let (done, coming) = tokio::sync::oneshot::channel();
+                self.copy = Some(Tee {
+                    held: BytesMut::new(),
+                    limit,
+                    done,
+                });
+                Some(BodyCopy::Coming(coming))
+            }
+        }
+    }
+
+    /// Hands the copied body to the mirror, the body having ended.
+    fn finish_copy(&mut self) {
+        if let Some(tee) = self.copy.take() {
+            let _ = tee.done.send(tee.held.freeze());
         }
     }
 
@@ -488,10 +567,17 @@ impl Body for RequestBody {
             }
             Poll::Ready(None) => {
                 this.report(UploadState::Sent);
+                this.finish_copy();
                 return Poll::Ready(None);
             }
         };
         if let Some(data) = frame.data_ref() {
+            if let Some(tee) = &mut this.copy {
+                match (tee.held.len() + data.len()) as u64 <= tee.limit {
+                    true => tee.held.extend_from_slice(data),
+                    false => this.copy = None,
+                }
+            }
             this.passed += data.len() as u64;
             if let Some(limit) = this.limit
                 && this.passed > limit
@@ -509,6 +595,7 @@ impl Body for RequestBody {
         }
         if this.is_end_stream() {
             this.report(UploadState::Sent);
+            this.finish_copy();
         }
         Poll::Ready(Some(Ok(frame)))
     }

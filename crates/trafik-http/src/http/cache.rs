@@ -793,7 +793,9 @@ fn find_route<'a>(
             Listener::Http { routes } | Listener::Https { routes, .. } => routes,
             _ => return None,
         };
-        match &routes.find(&request)?.0.target {
+        // Trafik's own fetches come from the loopback address (as `run_job` says).
+        let client = std::net::IpAddr::from([127, 0, 0, 1]);
+        match &routes.find(&request, client)?.0.target {
             Target::Cached(cached) if cached.cache.plan.name == job.cache => Some((id, cached)),
             _ => None,
         }

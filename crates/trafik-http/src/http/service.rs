@@ -60,6 +60,8 @@ pub struct WorkerProxy {
     pub upstreams: Upstreams,
     /// The own HTTP/1 engine's kept-alive upstream streams.
     pub raw: crate::transport::idle::Streams,
+    /// Mirrored copies waiting for the worker's mirror task ([`super::mirror::run`]).
+    pub mirrors: super::mirror::Outbox,
     /// The snapshot new requests use; requests in flight keep the one they started with.
     current: RefCell<Rc<WorkerSnapshot>>,
     /// Time zero of the clock given to latency-aware rules.
@@ -72,6 +74,7 @@ impl WorkerProxy {
             id,
             upstreams: Upstreams::new(id),
             raw: Default::default(),
+            mirrors: Default::default(),
             current: RefCell::new(Rc::new(WorkerSnapshot(snapshot))),
             epoch,
         }
@@ -197,7 +200,7 @@ impl WorkerProxy {
         }
         match path::normalize(request.uri().path()) {
             Ok(None) => {}
-            Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),
+            Ok(Some(normal)) => replace_path(request.uri_mut(), &normal),
             Err(path::Ambiguous) => {
                 return (
                     refuse(ProxyError::AmbiguousPath, snapshot, &request),
@@ -206,9 +209,23 @@ impl WorkerProxy {
                 );
             }
         }
-        let Some((route, captures)) = routes.find(&request) else {
+        let client = super::route::client_address(
+            connection.peer,
+            request.headers(),
+            snapshot.client.trust_forwarded,
+        );
+        let Some((route, captures)) = routes.find(&request, client) else {
             return (no_route(snapshot, &request), None, None);
         };
+        if let Some(counters) = &route.routing_counters
+            && !super::routing::admitted(&route.routing.access, client, counters, self.id)
+        {
+            let refusal = super::policy::refusal(
+                http::StatusCode::FORBIDDEN,
+                "this client may not use this route",
+            );
+            return (refusal, None, Some(&route.traffic));
+        }
         if let Some(captures) = captures {
             request.extensions_mut().insert(captures);
         }
@@ -236,6 +253,9 @@ impl WorkerProxy {
         let (mut response, backend) = match answer {
             Some(response) => (response, None),
             None => {
+                if let Some(mirror) = &route.mirror {
+                    mirror.copy(self, snapshot, connection, &mut request);
+                }
                 route
                     .target
                     .serve(self, snapshot, connection, request)
@@ -267,9 +287,8 @@ fn refuse(
     response
 }
 
-/// Replaces the URI's path with its normal form, keeping the query (and the authority of an
-/// absolute-form URI).
-fn normalize_uri(uri: &mut Uri, normal: &str) {
+/// Replaces the URI's path, keeping the query (and the authority of an absolute-form URI).
+pub(crate) fn replace_path(uri: &mut Uri, normal: &str) {
     let with_query = match uri.query() {
         Some(query) => format!("{normal}?{query}"),
         None => normal.to_owned(),

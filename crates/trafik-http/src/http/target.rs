@@ -40,6 +40,10 @@ pub enum Target {
     Static(Arc<super::files::Site>),
     /// Another target behind an edge cache.
     Cached(super::cache::CachedTarget),
+    /// Pools by weight (a canary).
+    Split(super::routing::SplitTarget),
+    /// An answer sending the client elsewhere.
+    Redirect(super::routing::RedirectTarget),
 }
 
 impl Target {
@@ -64,6 +68,8 @@ impl Target {
             }
             Target::Static(site) => (site.serve(worker.id, &request).await, None),
             Target::Cached(cached) => cached.serve(worker, snapshot, connection, request).await,
+            Target::Split(split) => split.serve(worker, snapshot, connection, request).await,
+            Target::Redirect(redirect) => (redirect.serve(connection, &request), None),
         }
     }
 }

@@ -237,6 +237,7 @@ pub fn route(prefix: &str, pool: &str) -> RoutePlan {
             retry_non_idempotent: false,
         },
         path_template: None,
+        routing: Default::default(),
     }
 }
 

@@ -132,7 +132,7 @@ fn sni_route(
             route.response_headers.first().map(Spanned::span),
         ),
     ];
-    for (key, place) in http_only {
+    for (key, place) in http_only.into_iter().chain(super::routing::written(&route)) {
         let Some(place) = place else {
             continue;
         };
