@@ -132,7 +132,7 @@ impl Copy {
         };
         let (parts, ()) = head.into_parts();
         let body = body.map_or_else(RequestBody::empty, RequestBody::whole);
-        let connection = ClientConnection::new(listener, peer, "http");
+        let connection = ClientConnection::new(listener, peer, "http", None);
         let target = PoolTarget {
             pool,
             retry_non_idempotent: false,
