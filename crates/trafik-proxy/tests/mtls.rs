@@ -203,3 +203,68 @@ async fn a_pool_shows_its_certificate_to_a_backend_that_demands_one() {
     assert_eq!(answer.header("x-client-certificate"), Some("yes"));
     stop(running).await;
 }
+
+/// A route may match the client certificate's identity headers: it reads the verified identity,
+/// set before routing, never what a client claims under the same name.
+#[tokio::test]
+async fn a_route_matches_the_verified_identity_and_never_a_claimed_one() {
+    let upstream = echo_server(Duration::ZERO).await;
+    let dir = folder("route");
+    let (site_ca, client_ca) = (TestCa::new("site CA"), TestCa::new("client CA"));
+    let site = site_ca.issue(&["kargo.test"]);
+    let courier = client_ca.issue_client("kurye", &[]);
+    let ca_file = write(&dir, "ca.pem", &site_ca.pem);
+    let (cert, key) = (
+        write(&dir, "kurye.pem", &courier.cert_pem),
+        write(&dir, "kurye.key", &courier.key_pem),
+    );
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let mut plan = plan_on(engine, &[upstream]);
+        let mut couriers_only = route("/takip", "takip");
+        couriers_only.routing.conditions.headers = vec![(
+            "x-client-subject".into(),
+            trafik_policy::route_match::ValueMatch::parse("CN=kurye").unwrap(),
+        )];
+        *routes(&mut plan) = vec![couriers_only];
+        let plan = mutual(plan, &site, &client_ca, false);
+        let running = trafik_proxy::start(plan).unwrap();
+        let port = web(&running).port();
+        let status = |identity: Option<(&str, &str)>| {
+            let mut args: Vec<String> = [
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--cacert",
+                &ca_file,
+                "--resolve",
+                &format!("kargo.test:{port}:127.0.0.1"),
+                "-H",
+                "x-client-subject: CN=kurye",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+            if let Some((cert, key)) = identity {
+                args.extend(["--cert".into(), cert.into(), "--key".into(), key.into()]);
+            }
+            args.push(format!("https://kargo.test:{port}/takip/TR-1"));
+            curl(args)
+        };
+        let verified = status(Some((&cert, &key))).await;
+        assert_eq!(
+            String::from_utf8_lossy(&verified.stdout),
+            "200",
+            "{engine:?}"
+        );
+        let claimed = status(None).await;
+        assert_eq!(
+            String::from_utf8_lossy(&claimed.stdout),
+            "404",
+            "{engine:?}"
+        );
+        stop(running).await;
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

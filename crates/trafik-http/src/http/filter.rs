@@ -201,8 +201,8 @@ impl Filter for UpstreamForm {
 }
 
 /// Says who asked and through whom: `Forwarded`, `X-Forwarded-For/-Proto/-Host` and `Via` on
-/// requests, `Via` on relayed responses; on a listener with mutual TLS, the client
-/// certificate's identity headers (a client's own copies removed).
+/// requests, `Via` on relayed responses. (A client certificate's identity headers are set
+/// before routing, in `service`.)
 pub struct Forwarding;
 
 impl Filter for Forwarding {
@@ -220,9 +220,6 @@ impl Filter for Forwarding {
             exchange.snapshot.client.trust_forwarded,
             via,
         );
-        if let Some(identity) = &exchange.connection.identity {
-            identity.apply(request.headers_mut());
-        }
         Step::Continue
     }
 

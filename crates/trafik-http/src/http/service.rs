@@ -209,6 +209,12 @@ impl WorkerProxy {
                 );
             }
         }
+        // A verified client certificate's headers replace whatever the client sent under their
+        // names before routing: a route matching them reads the verified identity, never a
+        // forged one.
+        if let Some(identity) = &connection.identity {
+            identity.apply(request.headers_mut());
+        }
         let client = super::route::client_address(
             connection.peer,
             request.headers(),
