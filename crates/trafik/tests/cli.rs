@@ -697,6 +697,17 @@ fn named_backends_check_without_resolving() {
         ),
         "{printed}"
     );
+    // `trafik plan` places the name as one backend, by the name as written.
+    let old = config_file("written.toml", GOOD);
+    let new = config_file("named-new.toml", &named);
+    let output = trafik(&["plan", old.to_str().unwrap(), new.to_str().unwrap()]);
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        printed.contains("added: api.kargo.invalid:18083"),
+        "{printed}"
+    );
+    assert!(printed.contains("removed: 127.0.0.1:18083"), "{printed}");
     let bad = GOOD.replace("127.0.0.1:18083", "api..kargo:18083");
     let (code, _, errors) = check("bad-name.toml", &bad);
     assert_eq!(code, 2);

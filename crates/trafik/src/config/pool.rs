@@ -288,7 +288,7 @@ fn backends(
         }
         let address = report.required(
             backend.address,
-            span,
+            span.clone(),
             &format!("{field}.address"),
             "address = \"127.0.0.1:8081\"",
         );
@@ -300,6 +300,13 @@ fn backends(
                 weight,
             }),
             BackendAddress::Name { host, port } => {
+                if backend.name.is_some() {
+                    report.error(
+                        span.clone(),
+                        &format!("{field}.name"),
+                        "expected no name on a backend written as a DNS name: each address it resolves to is a backend, shown by its address",
+                    );
+                }
                 names.push(Discover::Name { host, port, weight })
             }
         }
