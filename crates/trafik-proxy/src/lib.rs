@@ -233,7 +233,7 @@ impl Instance {
     }
 
     /// Every backend name with its addresses and lookups (the `names` block of `/status`).
-    pub fn names(&self) -> Vec<(Discover, names::Found)> {
+    pub fn names(&self) -> Vec<(String, names::Found)> {
         self.names.snapshot()
     }
 

@@ -22,10 +22,12 @@ use tokio::sync::watch;
 use crate::Instance;
 use crate::plan::{BackendPlan, Discover, Plan, ResolverPlan};
 
-/// What each name resolved to, shared by the resolving task, reloads and the admin API.
+/// What each name resolved to, shared by the resolving task, reloads and the admin API. Names
+/// are known by what is asked (`HOST:PORT`, `srv:NAME`), so a reload that changes only a
+/// name's weight keeps its addresses.
 pub struct Names {
     plan: ResolverPlan,
-    known: Mutex<BTreeMap<Discover, Found>>,
+    known: Mutex<BTreeMap<String, Found>>,
 }
 
 /// One name's last good answer and how asking for it went.
@@ -52,7 +54,7 @@ impl Names {
         }
     }
 
-    fn known(&self) -> std::sync::MutexGuard<'_, BTreeMap<Discover, Found>> {
+    fn known(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Found>> {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -63,10 +65,14 @@ impl Names {
         let mut expanded = plan.clone();
         for pool in &mut expanded.pools {
             for discover in &pool.discover {
-                let Some(found) = known.get(discover) else {
+                let Some(found) = known.get(&discover.to_string()) else {
                     continue;
                 };
-                for &(address, weight) in &found.addresses {
+                for &(address, answered) in &found.addresses {
+                    let weight = match discover {
+                        Discover::Name { weight, .. } => *weight,
+                        Discover::Srv { .. } => answered,
+                    };
                     if pool.backends.iter().all(|b| b.address != address) {
                         pool.backends.push(BackendPlan {
                             address,
@@ -81,7 +87,7 @@ impl Names {
     }
 
     /// Every name with its state, for `/status`.
-    pub fn snapshot(&self) -> Vec<(Discover, Found)> {
+    pub fn snapshot(&self) -> Vec<(String, Found)> {
         self.known()
             .iter()
             .map(|(name, found)| (name.clone(), found.clone()))
@@ -91,16 +97,19 @@ impl Names {
     /// Drops the names `plan` no longer has, adds its new ones (due at once) and returns the
     /// names due by `now`.
     fn due(&self, plan: &Plan, now: Instant) -> Vec<Discover> {
-        let wanted: Vec<&Discover> = plan.pools.iter().flat_map(|p| &p.discover).collect();
-        let mut known = self.known();
-        known.retain(|name, _| wanted.contains(&name));
-        for name in wanted {
-            known.entry(name.clone()).or_default();
+        let mut wanted: BTreeMap<String, &Discover> = BTreeMap::new();
+        for discover in plan.pools.iter().flat_map(|p| &p.discover) {
+            wanted.insert(discover.to_string(), discover);
         }
-        known
-            .iter()
-            .filter(|(_, found)| found.next.is_none_or(|next| next <= now))
-            .map(|(name, _)| name.clone())
+        let mut known = self.known();
+        known.retain(|name, _| wanted.contains_key(name));
+        wanted
+            .into_iter()
+            .filter(|(name, _)| {
+                let found = known.entry(name.clone()).or_default();
+                found.next.is_none_or(|next| next <= now)
+            })
+            .map(|(_, discover)| discover.clone())
             .collect()
     }
 
@@ -112,7 +121,7 @@ impl Names {
     /// Records an answer (or a failure); true when the set of addresses changed.
     fn record(&self, name: &Discover, answer: Result<Answer, String>, now: Instant) -> bool {
         let mut known = self.known();
-        let Some(found) = known.get_mut(name) else {
+        let Some(found) = known.get_mut(&name.to_string()) else {
             return false;
         };
         match answer {
@@ -286,7 +295,7 @@ pub fn status(instance: &Instance) -> serde_json::Value {
             let pools: Vec<&str> = plan
                 .pools
                 .iter()
-                .filter(|pool| pool.discover.contains(&name))
+                .filter(|pool| pool.discover.iter().any(|d| d.to_string() == name))
                 .map(|pool| pool.name.as_str())
                 .collect();
             let addresses: Vec<serde_json::Value> = found
@@ -295,7 +304,7 @@ pub fn status(instance: &Instance) -> serde_json::Value {
                 .map(|(address, weight)| serde_json::json!({"address": address.to_string(), "weight": weight}))
                 .collect();
             serde_json::json!({
-                "name": name.to_string(),
+                "name": name,
                 "pools": pools,
                 "addresses": addresses,
                 "resolved_at": found
@@ -323,7 +332,7 @@ pub fn metrics(instance: &Instance, exposition: &mut trafik_metrics_text::Exposi
         "Addresses the backend name resolved to last.",
     );
     for (name, found) in &names {
-        family.sample(&[("name", name.to_string())], found.addresses.len());
+        family.sample(&[("name", name)], found.addresses.len());
     }
     let mut family = exposition.family(
         "trafik_backend_name_failures_total",
@@ -331,6 +340,6 @@ pub fn metrics(instance: &Instance, exposition: &mut trafik_metrics_text::Exposi
         "Lookups of the backend name that failed (its last addresses were kept).",
     );
     for (name, found) in &names {
-        family.sample(&[("name", name.to_string())], found.failures);
+        family.sample(&[("name", name)], found.failures);
     }
 }

@@ -82,6 +82,7 @@ struct NamedProxy {
     _trafik: Trafik,
     web: u16,
     admin: String,
+    file: PathBuf,
 }
 
 impl NamedProxy {
@@ -105,7 +106,19 @@ impl NamedProxy {
             _trafik: trafik,
             web,
             admin: format!("127.0.0.1:{admin}"),
+            file,
         }
+    }
+
+    /// Rewrites the pool's lines in the config file and reloads it.
+    fn reload_pool(&self, from: &str, to: &str) {
+        let text = std::fs::read_to_string(&self.file).unwrap();
+        std::fs::write(&self.file, text.replace(from, to)).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(["reload", "--admin", &self.admin])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
     }
 
     fn status(&self) -> serde_json::Value {
@@ -149,8 +162,11 @@ fn decisions(status: &serde_json::Value, address: &str) -> u64 {
         .unwrap_or_else(|| panic!("no backend {address}: {status}"))
 }
 
+/// `list` sorted, as [`pool_addresses`] gives them.
 fn addresses(list: &[&str]) -> Vec<String> {
-    list.iter().map(|a| (*a).to_owned()).collect()
+    let mut list: Vec<String> = list.iter().map(|a| (*a).to_owned()).collect();
+    list.sort();
+    list
 }
 
 #[test]
@@ -321,6 +337,16 @@ fn a_resolution_failure_keeps_the_last_addresses_and_is_counted() {
     assert!(failed["names"][0]["last_error"].is_string(), "{failed}");
     let answer = get_text(&format!("127.0.0.1:{}", proxy.web), "/takip/TR-1");
     assert!(answer.contains("TR-1"), "still served: {answer}");
+
+    // A reload that changes only the name's weight keeps its addresses (the name cannot be
+    // asked now): the name is known by what is asked, not by its weight.
+    proxy.reload_pool("{ address = ", "{ weight = 2, address = ");
+    let reloaded = proxy.status();
+    assert_eq!(pool_addresses(&reloaded), addresses(&[&kept]), "{reloaded}");
+    assert_eq!(
+        reloaded["pools"][0]["backends"][0]["weight"], 2,
+        "{reloaded}"
+    );
     let metrics = get_text(&proxy.admin, "/metrics");
     assert!(
         metrics.lines().any(|line| line
