@@ -158,6 +158,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             if let Some(dns) = instance.dns_status() {
                 document["dns"] = dns;
             }
+            document["names"] = crate::names::status(instance);
             crate::metrics::summary::add(&snapshot, &mut document);
             crate::metrics::summary::add_connection_limits(&snapshot, &mut document["listeners"]);
             reply(StatusCode::OK, "application/json", document.to_string())
@@ -174,6 +175,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             crate::concurrency::metrics(&snapshot.pools, &mut exposition);
             crate::metrics::export::write_connection_limits(&snapshot, &mut exposition);
             instance.dns_metrics(&mut exposition);
+            crate::names::metrics(instance, &mut exposition);
             crate::metrics::export::write(&snapshot, &mut exposition);
             let text = exposition.into_text();
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)

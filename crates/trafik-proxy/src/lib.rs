@@ -12,6 +12,7 @@ pub mod admin;
 pub mod dns;
 pub mod health;
 pub mod metrics;
+pub mod names;
 pub mod worker;
 
 // HTTP and the configuration in force, under the names the modules above use.
@@ -47,6 +48,7 @@ pub use plan::{
     HealthCheck, HealthPlan, ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RetryPlan,
     RoutePlan, ServerNamePattern, SniRoutePlan, StickyPlan, TargetPlan,
 };
+pub use plan::{Discover, ResolverPlan};
 pub use plan::{MirrorPlan, RedirectPlan, RoutingPlan, SplitSticky};
 pub use pool::Pool;
 pub use snapshot::Snapshot;
@@ -91,6 +93,11 @@ pub struct Instance {
     stop: watch::Sender<bool>,
     /// The DNS server, when the plan it started from has one.
     dns: Option<dns::DnsService>,
+    /// The plan in force as configured, backend names unexpanded; guarded by `listeners`'
+    /// lock for writes like the rest of a reload.
+    configured: Mutex<Plan>,
+    /// What the pools' backend names resolve to.
+    names: Arc<names::Names>,
 }
 
 struct OpenListener {
@@ -218,6 +225,52 @@ impl Instance {
         self.dns.as_ref().map(dns::DnsService::status)
     }
 
+    /// The plan in force as configured (backend names not expanded).
+    pub fn configured(&self) -> Plan {
+        self.configured
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Every backend name with its addresses and lookups (the `names` block of `/status`).
+    pub fn names(&self) -> Vec<(String, names::Found)> {
+        self.names.snapshot()
+    }
+
+    /// Rebuilds the snapshot from the plan in force with the names' current addresses: the
+    /// path of a reload ([`Snapshot::build`] carrying pools by name and backends by address),
+    /// with the listeners and the DNS server as they are.
+    pub fn follow_names(&self) -> Result<u64, Vec<String>> {
+        let _one_at_a_time = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        let previous = self.snapshot();
+        let ids: Vec<ListenerId> = previous.listener_ids().collect();
+        let generation = self.publish(&self.configured(), &ids, &previous)?;
+        tracing::info!(generation, "pools follow their backend names");
+        Ok(generation)
+    }
+
+    /// Builds the next snapshot from `plan` (its backend names expanded) beside `previous`,
+    /// which hands over its state, and publishes it; returns its generation.
+    fn publish(
+        &self,
+        plan: &Plan,
+        ids: &[ListenerId],
+        previous: &Snapshot,
+    ) -> Result<u64, Vec<String>> {
+        let generation = previous.generation + 1;
+        let snapshot = Snapshot::build(
+            &self.names.expand(plan),
+            ids,
+            Some(previous),
+            &self.endpoints,
+            generation,
+            previous.file.clone(),
+        )?;
+        self.snapshots.send_replace(Arc::new(snapshot));
+        Ok(generation)
+    }
+
     /// The DNS server's families, written to `exposition`; none without one.
     pub fn dns_metrics(&self, exposition: &mut trafik_metrics_text::Exposition) {
         if let Some(dns) = &self.dns {
@@ -268,6 +321,9 @@ impl Instance {
         if plan.admin != self.admin && plan.admin.is_none_or(|a| a.port() != 0) {
             tracing::warn!("the admin address changes only on restart");
         }
+        if plan.resolver != self.configured().resolver {
+            tracing::warn!("the resolver and its bounds change only on restart");
+        }
         let mut ids = Vec::with_capacity(plan.listeners.len());
         let mut added = Vec::new();
         for (index, listener) in plan.listeners.iter().enumerate() {
@@ -315,16 +371,8 @@ impl Instance {
         if !errors.is_empty() {
             return Err(errors);
         }
-        let generation = previous.generation + 1;
-        let snapshot = Snapshot::build(
-            &plan,
-            &ids,
-            Some(&previous),
-            &self.endpoints,
-            generation,
-            previous.file.clone(),
-        )?;
-        self.snapshots.send_replace(Arc::new(snapshot));
+        let generation = self.publish(&plan, &ids, &previous)?;
+        *self.configured.lock().unwrap_or_else(|p| p.into_inner()) = plan.clone();
         if let Some((service, dns, authority)) = dns {
             service.install(dns, authority);
         }
@@ -421,7 +469,10 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
     let endpoints = Endpoints::new(workers);
     let ids: Vec<ListenerId> = open.iter().map(|l| l.id).collect();
     let file = reloader.as_ref().map(|r| r.file.clone());
-    let snapshot = Snapshot::build(&plan, &ids, None, &endpoints, 1, file)
+    // Names resolve on the control thread once it runs (the DNS server they ask may be this
+    // instance's own): until the first answer, their pools have only their written addresses.
+    let names = Arc::new(names::Names::new(plan.resolver.clone()));
+    let snapshot = Snapshot::build(&names.expand(&plan), &ids, None, &endpoints, 1, file)
         .map_err(|errors| io::Error::new(io::ErrorKind::InvalidInput, errors.join("; ")))?;
     let (snapshots, _) = watch::channel(Arc::new(snapshot));
     let (stop, shutdown) = watch::channel(false);
@@ -468,6 +519,8 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         admin_socket: Mutex::new(admin_listener.as_ref().and_then(|l| l.try_clone().ok())),
         stop,
         dns,
+        configured: Mutex::new(plan.clone()),
+        names,
     });
     // Runtimes are built here, so running out of descriptors is an error from `start`, not
     // a thread that dies alone.
@@ -489,6 +542,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             runtime.block_on(async move {
                 tokio::spawn(health::supervise(control.watch(), shutdown.clone()));
                 tokio::spawn(outlier::sweep(control.watch(), shutdown.clone()));
+                tokio::spawn(names::follow(control.clone(), shutdown.clone()));
                 #[cfg(all(target_os = "linux", target_env = "gnu"))]
                 tokio::spawn(memory::give_back(shutdown.clone()));
                 if let Some(listener) = admin_listener {

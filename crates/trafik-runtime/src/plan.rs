@@ -46,6 +46,31 @@ pub struct Plan {
     pub admin_token: Option<crate::admin_token::AdminToken>,
     /// W3C trace context and span export.
     pub tracing: TracingPlan,
+    /// How the names among the pools' backends are resolved.
+    pub resolver: ResolverPlan,
+}
+
+/// `[server] resolver`, `resolve_min`, `resolve_max`: where backend names are asked and how
+/// often again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolverPlan {
+    /// The DNS server asked (UDP, then TCP); the system's configuration when `None`.
+    pub server: Option<SocketAddr>,
+    /// A name is asked again when its answer's TTL runs out, but never sooner than this (a TTL
+    /// of 0 would ask without pause, and a failure is retried after this)…
+    pub min: Duration,
+    /// …and never later than this (a day-long TTL would hide a change for a day).
+    pub max: Duration,
+}
+
+impl Default for ResolverPlan {
+    fn default() -> Self {
+        ResolverPlan {
+            server: None,
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+        }
+    }
 }
 
 /// `[tracing]`: what trafik does with W3C trace context.
@@ -481,6 +506,9 @@ pub struct PoolPlan {
     /// Keeps a client on one backend across requests.
     pub sticky: Option<StickyPlan>,
     pub backends: Vec<BackendPlan>,
+    /// Names that add a backend per address they resolve to; the running instance appends
+    /// those to `backends` (see `Discover`).
+    pub discover: Vec<Discover>,
     pub health: Option<HealthPlan>,
     pub connect_timeout: Duration,
     /// Time from sending a request until the response head arrives.
@@ -578,6 +606,29 @@ pub struct BackendPlan {
     pub address: SocketAddr,
     pub name: Option<String>,
     pub weight: u32,
+}
+
+/// Backends found by name rather than written as addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Discover {
+    /// `HOST:PORT`: a backend on `port` at every address (A and AAAA) `host` has, of `weight`.
+    Name {
+        host: String,
+        port: u16,
+        weight: u32,
+    },
+    /// `srv:NAME`: a backend per SRV record of the lowest priority, its port and weight from
+    /// the record, at every address of its target.
+    Srv { name: String },
+}
+
+impl std::fmt::Display for Discover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Discover::Name { host, port, .. } => write!(f, "{host}:{port}"),
+            Discover::Srv { name } => write!(f, "srv:{name}"),
+        }
+    }
 }
 
 /// Active health checking of a pool's backends.

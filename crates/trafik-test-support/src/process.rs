@@ -186,6 +186,16 @@ pub fn json(output: &Output) -> serde_json::Value {
     })
 }
 
+/// The requests of a `trafik load --json` report that failed, of every kind.
+pub fn load_errors(report: &serde_json::Value) -> u64 {
+    report["errors"]
+        .as_object()
+        .expect("a load report's errors")
+        .values()
+        .map(|count| count.as_u64().expect("a count"))
+        .sum()
+}
+
 /// Set in the copy of this test binary that runs inside its own network namespace.
 pub const INSIDE_NAMESPACE: &str = "TRAFIK_TEST_INSIDE_NAMESPACE";
 

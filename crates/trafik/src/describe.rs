@@ -204,6 +204,32 @@ pub fn plan(loaded: &Loaded) -> String {
                 backend.address, backend.weight
             );
         }
+        for discover in &pool.discover {
+            let each = match discover {
+                trafik_proxy::Discover::Name { weight, .. } => {
+                    format!("a backend of weight {weight} per address")
+                }
+                trafik_proxy::Discover::Srv { .. } => {
+                    "a backend per record of the lowest priority, its port and weight".to_owned()
+                }
+            };
+            let _ = writeln!(
+                out,
+                "  backends by name {discover}: {each}, resolved at run time"
+            );
+        }
+    }
+    if plan.pools.iter().any(|pool| !pool.discover.is_empty()) {
+        let server = plan
+            .resolver
+            .server
+            .map_or("the system's resolver".to_owned(), |s| s.to_string());
+        let _ = writeln!(
+            out,
+            "names asked of {server}, again after their TTL (at least {}, at most {})",
+            Dur(plan.resolver.min),
+            Dur(plan.resolver.max)
+        );
     }
     if let Some(dns) = &plan.dns {
         dns_plan(&mut out, dns);

@@ -706,6 +706,40 @@ fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     assert!(!logs.contains('\u{1b}'), "an escape sequence in {logs:?}");
 }
 
+/// A backend name is checked for its form only: `trafik check` asks no DNS, and says what the
+/// name becomes at run time; `srv:` discovery likewise; a malformed one is refused.
+#[test]
+fn named_backends_check_without_resolving() {
+    let named = GOOD.replace("127.0.0.1:18083", "api.kargo.invalid:18083");
+    let (code, printed, errors) = check("named.toml", &named);
+    assert_eq!(code, 0, "{errors}");
+    assert!(
+        printed.contains("backends by name api.kargo.invalid:18083: a backend of weight 1 per address, resolved at run time"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(
+            "names asked of the system's resolver, again after their TTL (at least 1s, at most 60s)"
+        ),
+        "{printed}"
+    );
+    // `trafik plan` places the name as one backend, by the name as written.
+    let old = config_file("written.toml", GOOD);
+    let new = config_file("named-new.toml", &named);
+    let output = trafik(&["plan", old.to_str().unwrap(), new.to_str().unwrap()]);
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        printed.contains("added: api.kargo.invalid:18083"),
+        "{printed}"
+    );
+    assert!(printed.contains("removed: 127.0.0.1:18083"), "{printed}");
+    let bad = GOOD.replace("127.0.0.1:18083", "api..kargo:18083");
+    let (code, _, errors) = check("bad-name.toml", &bad);
+    assert_eq!(code, 2);
+    assert!(errors.contains("or NAME:PORT such as"), "{errors}");
+}
+
 /// Every file in `examples/` is a config `trafik check` accepts, so an example that drifts from
 /// the schema fails here, and a new one is checked without touching this test.
 #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use trafik_test_support::{Etcd, Trafik, free_port, get_json};
+use trafik_test_support::{Etcd, Trafik, free_port, get_json, json, load_errors};
 
 const PREFIX: &str = "/filo/";
 
@@ -261,15 +261,13 @@ fn three_instances_follow_one_configuration_in_etcd() {
     }
     for load in loads {
         let output = load.wait_with_output().unwrap();
-        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
-        let errors: u64 = report["errors"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_u64().unwrap())
-            .sum();
-        assert_eq!(errors, 0, "no request failed: {}", report["errors"]);
+        let report = json(&output);
+        assert_eq!(
+            load_errors(&report),
+            0,
+            "no request failed: {}",
+            report["errors"]
+        );
         assert!(report["sent"].as_u64().unwrap() >= 2_000, "{report}");
         assert_eq!(report["completed"], report["sent"]);
     }

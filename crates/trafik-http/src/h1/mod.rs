@@ -1223,6 +1223,7 @@ mod tests {
             dns: None,
             admin_token: None,
             tracing: Default::default(),
+            resolver: Default::default(),
         };
         let endpoints = crate::pool::Endpoints::new(1);
         let snapshot = crate::snapshot::Snapshot::build(

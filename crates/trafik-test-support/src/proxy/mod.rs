@@ -216,6 +216,7 @@ pub fn plan(backends: &[SocketAddr]) -> Plan {
         dns: None,
         admin_token: None,
         tracing: Default::default(),
+        resolver: Default::default(),
     }
 }
 
@@ -265,6 +266,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
                 weight: 1,
             })
             .collect(),
+        discover: Vec::new(),
         health: None,
         connect_timeout: Duration::from_secs(1),
         response_timeout: Duration::from_secs(5),

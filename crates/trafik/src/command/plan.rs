@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use trafik_balance::Algorithm;
 use trafik_proxy::dns::RegionHealth;
-use trafik_proxy::plan::{HealthPlan, PoolPlan, StickyPlan};
+use trafik_proxy::plan::{Discover, HealthPlan, PoolPlan, StickyPlan};
 use trafik_proxy::route_change::{self, RouteChange};
 use trafik_sim::change::{self, KeySample, PoolShape};
 use trafik_sim::dns_change::{self, DnsShape};
@@ -134,15 +134,28 @@ pub fn shape(pool: &PoolPlan) -> PoolShape {
         }
         _ => pool.algorithm,
     };
+    // A name's addresses are known only at run time: it is placed as one backend, by the name
+    // as written, so adding or removing a name shows as a backend added or removed.
+    let names = pool
+        .discover
+        .iter()
+        .map(|discover| trafik_balance::BackendSpec {
+            id: discover.to_string(),
+            weight: match discover {
+                Discover::Name { weight, .. } => (*weight).max(1),
+                Discover::Srv { .. } => 1,
+            },
+        });
     PoolShape {
         name: pool.name.clone(),
         algorithm,
         options,
-        backends: pool.backend_specs().collect(),
+        backends: pool.backend_specs().chain(names).collect(),
         labels: pool
             .backends
             .iter()
             .map(|b| b.name.clone().unwrap_or_else(|| b.address.to_string()))
+            .chain(pool.discover.iter().map(ToString::to_string))
             .collect(),
         sticky_clients: matches!(pool.sticky, Some(StickyPlan::Cookie { .. })),
     }

@@ -11,7 +11,7 @@ use crate::config::schema::{
     Admin, Backend, File, Health, Listener, ListenerTls, Outlier, Pool, Protocol, Route, Server,
     UpstreamTimeouts, unplaced,
 };
-use crate::config::values::Dur;
+use crate::config::values::{BackendAddress, Dur};
 use crate::config::{self, Source};
 
 /// The name of quick mode's only listener and pool.
@@ -33,7 +33,7 @@ impl From<ProxyArgs> for File {
             .or_else(|| keyed.then(|| "client-ip".to_owned()));
         let backends = args.to.into_iter().map(|address| {
             unplaced(Backend {
-                address: Some(unplaced(address)),
+                address: Some(unplaced(BackendAddress::Ip(address.0))),
                 ..Backend::default()
             })
         });

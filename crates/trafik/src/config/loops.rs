@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use super::report::Report;
 use super::schema::File;
+use super::values::BackendAddress;
 
 /// Reports every backend address on which one of `file`'s listeners accepts the requests it
 /// would send there: a listener whose routes lead into the pool that names it. (A pool may
@@ -38,7 +39,9 @@ pub fn check(report: &mut Report, file: &File) {
             let Some(address) = &backend.get_ref().address else {
                 continue;
             };
-            let target = address.get_ref().0;
+            let BackendAddress::Ip(target) = *address.get_ref() else {
+                continue;
+            };
             if let Some((i, _)) = feeding.iter().find(|(_, listen)| accepts(*listen, target)) {
                 report.error(
                     address.span(),

@@ -119,6 +119,7 @@ pub fn check(file: schema::File, source: Source) -> Result<Loaded, Vec<ConfigErr
                 dns,
                 admin_token,
                 tracing,
+                resolver: instance.resolver,
             },
             upstreams,
         }),

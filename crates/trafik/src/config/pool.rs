@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use toml::Spanned;
 use trafik_balance::{Algorithm, SelectorOptions};
-use trafik_proxy::{BackendPlan, HashKey, PoolPlan, RetryPlan};
+use trafik_proxy::{BackendPlan, Discover, HashKey, PoolPlan, RetryPlan};
 
 use super::report::Report;
 use super::schema::{Backend, Pool};
+use super::values::{BackendAddress, is_dns_name};
 use super::{adaptive_concurrency, health, layer4, outlier, sticky, tls};
 use crate::suggest::did_you_mean;
 
@@ -69,7 +70,7 @@ pub fn check(
         .is_some_and(|name| layer4_pools.contains(name.get_ref()));
     let proxy_protocol = layer4::check_pool(report, &field, &pool, layer4);
     let algorithm = algorithm(report, &field, &pool.algorithm);
-    let backends = backends(report, &field, span, pool.backends);
+    let backends = backends(report, &field, span, pool.backends, pool.discover);
     let hash_key = pool.hash_key.as_ref().and_then(|key| {
         let parsed = key.get_ref().parse::<HashKey>();
         parsed
@@ -134,7 +135,8 @@ pub fn check(
         selector_options,
         hash_key,
         sticky,
-        backends: backends?,
+        backends: backends.as_ref()?.0.clone(),
+        discover: backends?.1,
         health,
         connect_timeout,
         response_timeout,
@@ -229,12 +231,42 @@ fn algorithm(report: &mut Report, field: &str, name: &Spanned<String>) -> Option
         .ok()
 }
 
+/// The written addresses, and the names to resolve: `HOST:PORT` backends, or `discover`.
 fn backends(
     report: &mut Report,
     field: &str,
     pool: std::ops::Range<usize>,
     backends: Option<Spanned<Vec<Spanned<Backend>>>>,
-) -> Option<Vec<BackendPlan>> {
+    discover: Option<Spanned<String>>,
+) -> Option<(Vec<BackendPlan>, Vec<Discover>)> {
+    if let Some(discover) = discover {
+        if let Some(backends) = backends {
+            report.error(
+                backends.span(),
+                &format!("{field}.backends"),
+                "expected backends or discover, not both: discover finds the backends",
+            );
+        }
+        let name = discover
+            .get_ref()
+            .strip_prefix("srv:")
+            .filter(|n| is_dns_name(n));
+        let Some(name) = name else {
+            report.error(
+                discover.span(),
+                &format!("{field}.discover"),
+                format!(
+                    "expected \"srv:NAME\" such as \"srv:_http._tcp.api.kargo.test\", found {:?}",
+                    discover.get_ref()
+                ),
+            );
+            return None;
+        };
+        let srv = Discover::Srv {
+            name: name.to_owned(),
+        };
+        return Some((Vec::new(), vec![srv]));
+    }
     let example = "backends = [{ address = \"127.0.0.1:8081\" }]";
     let backends = report.required(backends, pool, &format!("{field}.backends"), example)?;
     if backends.get_ref().is_empty() {
@@ -245,6 +277,7 @@ fn backends(
         );
     }
     let mut plans = Vec::new();
+    let mut names = Vec::new();
     for (b, backend) in backends.into_inner().into_iter().enumerate() {
         let field = format!("{field}.backends[{b}]");
         let span = backend.span();
@@ -258,17 +291,30 @@ fn backends(
         }
         let address = report.required(
             backend.address,
-            span,
+            span.clone(),
             &format!("{field}.address"),
             "address = \"127.0.0.1:8081\"",
         );
-        plans.push(BackendPlan {
-            address: address?.get_ref().0,
-            name: backend.name,
-            weight: backend.weight.into_inner(),
-        });
+        let weight = backend.weight.into_inner();
+        match address?.into_inner() {
+            BackendAddress::Ip(address) => plans.push(BackendPlan {
+                address,
+                name: backend.name,
+                weight,
+            }),
+            BackendAddress::Name { host, port } => {
+                if backend.name.is_some() {
+                    report.error(
+                        span.clone(),
+                        &format!("{field}.name"),
+                        "expected no name on a backend written as a DNS name: each address it resolves to is a backend, shown by its address",
+                    );
+                }
+                names.push(Discover::Name { host, port, weight })
+            }
+        }
     }
-    Some(plans)
+    Some((plans, names))
 }
 
 /// Ring size, bounded-load factor and Maglev table size; absent ones keep trafik-balance's

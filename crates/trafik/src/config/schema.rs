@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::values::{Addr, Buffering, Dur, Size};
+use super::values::{Addr, BackendAddress, Buffering, Dur, Size};
 
 /// A value with no place in a file: a default, or a quick-mode flag.
 pub fn unplaced<T>(value: T) -> Spanned<T> {
@@ -70,6 +70,12 @@ pub struct Server {
     pub upstream_limits: UpstreamLimits,
     /// The HTTP/1.1 server of plain-HTTP listeners.
     pub engine: Engine,
+    /// The DNS server backend names are asked of (`IP:PORT`); the system's when absent.
+    pub resolver: Option<Spanned<Addr>>,
+    /// A name is asked again after its TTL, but not sooner than this…
+    pub resolve_min: Spanned<Dur>,
+    /// …and not later than this.
+    pub resolve_max: Spanned<Dur>,
 }
 
 /// `[server] engine`: trafik's own HTTP/1.1 engine, or hyper's.
@@ -137,6 +143,9 @@ impl Default for Server {
             limits: ClientLimits::default(),
             upstream_limits: UpstreamLimits::default(),
             engine: Engine::default(),
+            resolver: None,
+            resolve_min: unplaced(Dur(trafik_proxy::ResolverPlan::default().min)),
+            resolve_max: unplaced(Dur(trafik_proxy::ResolverPlan::default().max)),
         }
     }
 }
@@ -649,6 +658,8 @@ pub struct Pool {
     pub name: Option<Spanned<String>>,
     pub algorithm: Spanned<String>,
     pub backends: Option<Spanned<Vec<Spanned<Backend>>>>,
+    /// `srv:NAME`: the backends are the SRV records' targets, instead of `backends`.
+    pub discover: Option<Spanned<String>>,
     pub health: Option<Spanned<Health>>,
     pub timeouts: UpstreamTimeouts,
     pub retries: u32,
@@ -703,6 +714,7 @@ impl Default for Pool {
             name: None,
             algorithm: unplaced(trafik_balance::Algorithm::default().name().into()),
             backends: None,
+            discover: None,
             health: None,
             timeouts: UpstreamTimeouts::default(),
             retries: Self::DEFAULT_RETRIES,
@@ -781,7 +793,7 @@ impl Default for Sticky {
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Backend {
-    pub address: Option<Spanned<Addr>>,
+    pub address: Option<Spanned<BackendAddress>>,
     pub name: Option<String>,
     pub weight: Spanned<u32>,
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::HeaderName;
 use toml::Spanned;
 use trafik_proxy::http::headers::is_hop_by_hop;
-use trafik_proxy::{AnswerLimits, ClientPlan, HeadLimits};
+use trafik_proxy::{AnswerLimits, ClientPlan, HeadLimits, ResolverPlan};
 
 use super::report::Report;
 use super::schema::{ClientLimits, Engine, Server, UpstreamLimits};
@@ -19,9 +19,11 @@ pub struct Instance {
     pub client: ClientPlan,
     pub drain_timeout: Duration,
     pub trace_header: Option<HeaderName>,
+    pub resolver: ResolverPlan,
 }
 
 pub fn check(report: &mut Report, server: Server) -> Instance {
+    let resolver = resolver(report, &server);
     let workers = match server.workers {
         Some(workers) if *workers.get_ref() == 0 => {
             report.error(
@@ -80,12 +82,46 @@ pub fn check(report: &mut Report, server: Server) -> Instance {
         }
     });
     Instance {
+        resolver,
         name: server.name,
         workers,
         client,
         // Zero is allowed: stop at once, without waiting for requests in flight.
         drain_timeout: server.drain_timeout.0,
         trace_header,
+    }
+}
+
+/// Where backend names are asked, and the bounds on asking again: both above zero, the
+/// lower one not above the upper one.
+fn resolver(report: &mut Report, server: &Server) -> ResolverPlan {
+    let min = report.above_zero(
+        &server.resolve_min,
+        "server.resolve_min",
+        "a time",
+        "a name with a TTL of 0 would be asked without pause",
+    );
+    let max = report.above_zero(
+        &server.resolve_max,
+        "server.resolve_max",
+        "a time",
+        "every name would be asked without pause",
+    );
+    if min > max {
+        report.error(
+            server.resolve_min.span(),
+            "server.resolve_min",
+            format!(
+                "expected at most resolve_max ({}), found {}",
+                server.resolve_max.get_ref(),
+                server.resolve_min.get_ref()
+            ),
+        );
+    }
+    ResolverPlan {
+        server: server.resolver.as_ref().map(|address| address.get_ref().0),
+        min,
+        max,
     }
 }
 

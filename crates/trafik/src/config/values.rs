@@ -83,6 +83,65 @@ impl<'de> Deserialize<'de> for Addr {
     }
 }
 
+/// A backend's `address`: `IP:PORT`, or `HOST:PORT` with a DNS name asked at run time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendAddress {
+    Ip(SocketAddr),
+    Name { host: String, port: u16 },
+}
+
+impl FromStr for BackendAddress {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if let Ok(address) = text.parse() {
+            return Ok(BackendAddress::Ip(address));
+        }
+        let expected = || {
+            format!(
+                "expected an address as IP:PORT such as \"127.0.0.1:8080\" or NAME:PORT such as \"api.kargo.test:8080\", found {text:?}"
+            )
+        };
+        let (host, port) = text.rsplit_once(':').ok_or_else(expected)?;
+        let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(expected)?;
+        if !is_dns_name(host) {
+            return Err(expected());
+        }
+        Ok(BackendAddress::Name {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for BackendAddress {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer).map_err(|_| {
+            D::Error::custom("expected an address as a string such as \"127.0.0.1:8080\"")
+        })?;
+        text.parse().map_err(D::Error::custom)
+    }
+}
+
+/// A name DNS can ask for: dot-separated labels of letters, digits, `-` and `_` (SRV owners),
+/// each 1 to 63 long and not starting or ending with `-`, 253 at most in all, with an
+/// optional final dot; not all digits and dots (an IPv4 address that did not read).
+pub fn is_dns_name(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let label = |label: &str| {
+        (1..=63).contains(&label.len())
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(label)
+        && !name.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
 /// A size in bytes, written as a whole number of bytes or a string with a binary unit:
 /// `1048576`, `"512KiB"`, `"1MiB"`, `"2GiB"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
