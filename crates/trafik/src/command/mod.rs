@@ -9,6 +9,7 @@ pub mod proxy;
 pub mod reload;
 pub mod serve;
 pub mod sim;
+pub mod token;
 pub mod top;
 pub mod upgrade;
 pub mod upstream;
