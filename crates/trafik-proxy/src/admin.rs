@@ -359,6 +359,8 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             if pool.passive.is_some() {
                 entry["ejected"] = pool.backends.ejected_count().into();
             }
+            entry["panic"] = pool.backends.is_panicking().into();
+            entry["panics"] = pool.backends.panics().into();
             entry["retries"] = pool.retrying.sent.sum(read).into();
             entry["retries_refused"] = pool.retrying.refused.sum(read).into();
             entry["at_limit"] = pool.at_limit.sum(read).into();
@@ -494,7 +496,12 @@ pub fn metrics(pools: &[Arc<Pool>], exposition: &mut Exposition) {
         }
     }
     type PoolTotal = fn(&Pool) -> i64;
-    let pool_totals: [(&str, &str, PoolTotal); 3] = [
+    let pool_totals: [(&str, &str, PoolTotal); 4] = [
+        (
+            "trafik_pool_panics_total",
+            "Times every backend failed its health check at once and picks ignored the checks.",
+            |p| p.backends.panics() as i64,
+        ),
         (
             "trafik_pool_unreachable_total",
             "Requests answered 502/503 because no backend could be reached.",
