@@ -19,6 +19,10 @@ use command::{check, dns, fleet, plan, proxy, reload, say, serve, sim, token, to
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
+    command::JSON_LINES.store(
+        matches!(cli.log_format, LogFormat::Json),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     match run(cli.command) {
         Ok(code) => code,
         Err(message) => {

@@ -5,11 +5,14 @@
 //! holds. The examples bind the course's fixed ports, so each runs in a network namespace of its
 //! own (see `run_in_own_network_namespace`), where its processes cannot outlive the test.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use trafik_test_support::{INSIDE_NAMESPACE, run_in_own_network_namespace, trafik_binary};
+use trafik_test_support::{
+    INSIDE_NAMESPACE, Trafik, Upstream, run_in_own_network_namespace, trafik_binary,
+};
 
 /// One command of a header, with what the header says it answers.
 #[derive(Debug)]
@@ -223,4 +226,79 @@ fn a_header_is_read_into_commands_answers_and_byte_counts() {
     assert_eq!(steps[1].bytes, Some(79));
     assert_eq!(steps[1].answer.as_deref(), Some("{\"a\":1}"));
     assert_eq!(steps[2].bytes, Some(551));
+}
+
+/// What `trafik serve` prints at start: one JSON object a line under `--log-format json`, and a
+/// "try:" line whose URL answers (the ambassador's route is `/durum/{no}`, not the demo's
+/// `/takip/…`); a route behind a gate or a token gets no "try:" line rather than one that
+/// answers 404 or 401.
+#[test]
+fn startup_lines_are_json_under_log_format_json_and_the_try_line_answers() {
+    if std::env::var_os(INSIDE_NAMESPACE).is_none() {
+        return run_in_own_network_namespace(
+            "startup_lines_are_json_under_log_format_json_and_the_try_line_answers",
+        );
+    }
+    let root = repository();
+    let carrier = Upstream::start_at("127.0.0.1:8481", &["--role", "carrier"]);
+    let config = root.join("examples/ambassador-v1.toml");
+    let (serve, printed) = Trafik::start(
+        &[
+            "--log-format",
+            "json",
+            "serve",
+            "-c",
+            config.to_str().unwrap(),
+        ],
+        Stdio::null(),
+        "try: curl",
+    );
+    let mut try_url = None;
+    for line in printed.lines() {
+        let object: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let message = object["fields"]["message"].as_str().unwrap();
+        try_url = try_url.or(message.strip_prefix("try: curl ").map(str::to_owned));
+    }
+    let answer = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(try_url.unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&answer.stdout), "200");
+    serve.stop();
+    carrier.stop();
+
+    for gated in ["gatekeeper", "offload"] {
+        // A failed assertion leaves it to the namespace, whose end kills every process in it.
+        let mut child = Command::new(trafik_binary())
+            .args(["serve", "-c", &format!("examples/{gated}.toml")])
+            .current_dir(&root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (lines, printed_lines) = std::sync::mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+        let mut printed = String::new();
+        while !printed.contains("trafik listening on") {
+            let line = printed_lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("{gated} printed no listener: {printed}"));
+            printed.push_str(&line);
+            printed.push('\n');
+        }
+        // The rest of what it printed, to the end: SIGTERM drains and exits.
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        printed.extend(printed_lines.iter().map(|line| line + "\n"));
+        let _ = child.wait();
+        assert!(!printed.contains("try:"), "{gated}: {printed}");
+    }
 }
