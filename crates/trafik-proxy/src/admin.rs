@@ -326,7 +326,11 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                     let mut backend = json!({
                         "address": pool.address(i).to_string(),
                         "name": pool.display_name(i),
-                        "healthy": pool.backends.is_up(i),
+                        // Active checks' verdict; without checks the passive view: a backend
+                        // whose latest connect failed is not called healthy.
+                        "healthy": pool.backends.is_up(i)
+                            && (pool.plan.health.is_some()
+                                || counters.sum(|c| c.unreachable.load(Ordering::Relaxed) as i64) == 0),
                         "draining": pool.backends.is_draining(i),
                         "weight": pool.backends.spec(i).weight,
                         "decisions": counters.sum(|c| read(&c.decisions)),

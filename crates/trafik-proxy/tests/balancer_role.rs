@@ -79,7 +79,11 @@ async fn without_health_checks_or_retries_a_stopped_replica_costs_its_third() {
     let status = status(&running).await;
     assert_eq!(status["pools"][0]["unreachable"], 100);
     assert_eq!(backend(&status, "k2")["failures"], 100);
-    assert_eq!(backend(&status, "k2")["healthy"], true, "nothing checks it");
+    assert_eq!(
+        backend(&status, "k2")["healthy"],
+        false,
+        "nothing checks it, but its connects failed"
+    );
     stop(running).await;
 }
 
