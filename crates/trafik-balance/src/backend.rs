@@ -22,9 +22,10 @@ struct Slot {
 }
 
 impl Slot {
-    /// Whether any of the three reasons keeps new picks away.
-    fn blocked(&self) -> bool {
-        !self.up.load(Ordering::Relaxed)
+    /// Whether any of the three reasons keeps new picks away; in panic mode the health verdict
+    /// is not one of them.
+    fn blocked(&self, panicking: bool) -> bool {
+        (!panicking && !self.up.load(Ordering::Relaxed))
             || self.draining.load(Ordering::Relaxed)
             || self.ejected.load(Ordering::Relaxed)
     }
@@ -42,6 +43,13 @@ pub struct BackendSet {
     /// Bumped whenever a backend becomes available or unavailable, so a rule can keep work
     /// derived from the available set until the set changes.
     generation: AtomicU64,
+    /// Panic mode (Envoy's name): every backend fails its health check at once. That is more
+    /// often the checks failing (a loaded prober, a wrong check path) than every backend dead,
+    /// so the health verdict is set aside and picks spread over all of them, as Envoy does
+    /// below its panic threshold; trafik's threshold is "no backend healthy".
+    panicking: AtomicBool,
+    /// Times the set went into panic mode.
+    panics: AtomicU64,
     /// Serializes health and drain changes so `unavailable` never drifts; picks never take it.
     control: Mutex<()>,
 }
@@ -63,6 +71,8 @@ impl BackendSet {
             slots,
             unavailable: AtomicU32::new(0),
             generation: AtomicU64::new(0),
+            panicking: AtomicBool::new(false),
+            panics: AtomicU64::new(0),
             control: Mutex::new(()),
         }
     }
@@ -92,22 +102,48 @@ impl BackendSet {
         self.set_flag(index, |slot| &slot.up, up);
     }
 
-    /// Stores a new value in one of a slot's availability flags and keeps the count of
-    /// unavailable backends and the generation in step.
+    /// Stores a new value in one of a slot's availability flags and keeps panic mode, the
+    /// count of unavailable backends and the generation in step. Entering or leaving panic
+    /// mode changes every backend's availability at once, so the count is taken again.
     fn set_flag(&self, index: usize, flag: impl Fn(&Slot) -> &AtomicBool, value: bool) {
         let _serialized = self
             .control
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        let slot = &self.slots[index];
-        let was_blocked = slot.blocked();
-        flag(slot).store(value, Ordering::Relaxed);
-        match (was_blocked, slot.blocked()) {
-            (false, true) => self.unavailable.fetch_add(1, Ordering::Relaxed),
-            (true, false) => self.unavailable.fetch_sub(1, Ordering::Relaxed),
-            _ => return,
-        };
+        if flag(&self.slots[index]).swap(value, Ordering::Relaxed) == value {
+            return;
+        }
+        let every_one_down = self
+            .slots
+            .iter()
+            .all(|slot| !slot.up.load(Ordering::Relaxed));
+        if every_one_down && !self.panicking.swap(true, Ordering::Relaxed) {
+            self.panics.fetch_add(1, Ordering::Relaxed);
+        } else if !every_one_down {
+            self.panicking.store(false, Ordering::Relaxed);
+        }
+        let panicking = self.panicking.load(Ordering::Relaxed);
+        let unavailable = self
+            .slots
+            .iter()
+            .filter(|slot| slot.blocked(panicking))
+            .count();
+        self.unavailable.store(
+            u32::try_from(unavailable).unwrap_or(u32::MAX),
+            Ordering::Relaxed,
+        );
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Whether the pool is in panic mode now: every backend fails its health check, and
+    /// picks ignore the checks.
+    pub fn is_panicking(&self) -> bool {
+        self.panicking.load(Ordering::Relaxed)
+    }
+
+    /// How many times the pool went into panic mode.
+    pub fn panics(&self) -> u64 {
+        self.panics.load(Ordering::Relaxed)
     }
 
     /// Whether passive health has taken backend `index` out for now.
@@ -154,7 +190,7 @@ impl BackendSet {
     /// not yet tried.
     #[inline]
     pub fn is_available(&self, index: usize, context: &PickContext) -> bool {
-        !self.slots[index].blocked() && !context.tried.contains(index)
+        !self.slots[index].blocked(self.is_panicking()) && !context.tried.contains(index)
     }
 
     /// How many backends are available to the request; with [`Self::nth_available`], lets a
@@ -260,6 +296,30 @@ mod tests {
         set.set_draining(1, true);
         set.set_draining(1, false);
         assert!(set.all_available(), "a repeated drain is counted once");
+    }
+
+    #[test]
+    fn when_every_backend_fails_its_check_picks_ignore_the_checks_and_it_is_counted() {
+        let set = BackendSet::new((0..3).map(|i| BackendSpec {
+            id: i.to_string(),
+            weight: 1,
+        }));
+        let context = PickContext::default();
+        set.set_up(0, false);
+        set.set_up(1, false);
+        assert!(!set.is_panicking());
+        assert_eq!(set.available_count(&context), 1);
+        set.set_up(2, false);
+        assert!(set.is_panicking());
+        assert_eq!(set.available_count(&context), 3, "all of them, not none");
+        assert!(set.all_available());
+        set.set_draining(1, true);
+        assert_eq!(set.available_count(&context), 2, "draining still counts");
+        set.set_up(2, true);
+        assert!(!set.is_panicking());
+        assert_eq!(set.available_count(&context), 1);
+        set.set_up(2, false);
+        assert_eq!(set.panics(), 2);
     }
 
     #[test]

@@ -140,6 +140,46 @@ fn pinned_jwk(jwk: &Jwk) -> Option<PinnedKey> {
     })
 }
 
+/// A token to try a route with (`trafik token`): who it is for, and what the route expects.
+#[derive(Clone, Debug, Default)]
+pub struct DemoClaims {
+    pub subject: String,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    /// Seconds since the Unix epoch: the token's `iat`; `exp` is `issued_at + lifetime`.
+    pub issued_at: u64,
+    pub lifetime: u64,
+}
+
+/// Signs `claims` with a shared secret (HS256/384/512) or a PEM private key (the others).
+pub fn sign(algorithm: Algorithm, key: &[u8], claims: &DemoClaims) -> Result<String, String> {
+    use Algorithm::*;
+    use jsonwebtoken::EncodingKey;
+    let key = match algorithm {
+        HS256 | HS384 | HS512 => EncodingKey::from_secret(key),
+        RS256 | RS384 | RS512 | PS256 | PS384 | PS512 => EncodingKey::from_rsa_pem(key),
+        ES256 | ES384 => EncodingKey::from_ec_pem(key),
+        EdDSA => EncodingKey::from_ed_pem(key),
+        other => return Err(format!("cannot sign {other:?}")),
+    }
+    .map_err(|e| format!("not a signing key for {algorithm:?}: {e}"))?;
+    let mut body = Map::new();
+    body.insert("sub".into(), claims.subject.clone().into());
+    if let Some(issuer) = &claims.issuer {
+        body.insert("iss".into(), issuer.clone().into());
+    }
+    if let Some(audience) = &claims.audience {
+        body.insert("aud".into(), audience.clone().into());
+    }
+    body.insert("iat".into(), claims.issued_at.into());
+    body.insert(
+        "exp".into(),
+        claims.issued_at.saturating_add(claims.lifetime).into(),
+    );
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(algorithm), &body, &key)
+        .map_err(|e| format!("cannot sign: {e}"))
+}
+
 /// What a route requires of a token besides its signature.
 #[derive(Clone, Debug, Default)]
 pub struct Expectations {
@@ -357,6 +397,30 @@ mod tests {
 
     fn claims(exp: u64) -> Value {
         json!({"sub": "M7", "iss": "trafik-ornek", "aud": "takip", "exp": exp})
+    }
+
+    #[test]
+    fn a_signed_demo_token_passes_the_route_it_was_made_for() {
+        let demo = DemoClaims {
+            subject: "M7".into(),
+            issuer: Some("trafik-ornek".into()),
+            audience: Some("takip".into()),
+            issued_at: NOW,
+            lifetime: 60,
+        };
+        let token = sign(Algorithm::HS256, SECRET, &demo).unwrap();
+        let claims = verify(&token, &keys(), &expect(), NOW + 59).unwrap();
+        assert_eq!(claim_text(&claims, "sub").as_deref(), Some("M7"));
+        assert_eq!(
+            verify(&token, &keys(), &expect(), NOW + 65).err(),
+            Some(Refusal::Expired)
+        );
+        let wrong_secret = sign(Algorithm::HS256, b"baska", &demo).unwrap();
+        assert_eq!(
+            verify(&wrong_secret, &keys(), &expect(), NOW).err(),
+            Some(Refusal::BadSignature)
+        );
+        assert!(sign(Algorithm::RS256, b"not a pem", &demo).is_err());
     }
 
     #[test]

@@ -329,7 +329,11 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                     let mut backend = json!({
                         "address": pool.address(i).to_string(),
                         "name": pool.display_name(i),
-                        "healthy": pool.backends.is_up(i),
+                        // Active checks' verdict; without checks the passive view: a backend
+                        // whose latest connect failed is not called healthy.
+                        "healthy": pool.backends.is_up(i)
+                            && (pool.plan.health.is_some()
+                                || counters.sum(|c| c.unreachable.load(Ordering::Relaxed) as i64) == 0),
                         "draining": pool.backends.is_draining(i),
                         "weight": pool.backends.spec(i).weight,
                         "decisions": counters.sum(|c| read(&c.decisions)),
@@ -362,6 +366,8 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             if pool.passive.is_some() {
                 entry["ejected"] = pool.backends.ejected_count().into();
             }
+            entry["panic"] = pool.backends.is_panicking().into();
+            entry["panics"] = pool.backends.panics().into();
             entry["retries"] = pool.retrying.sent.sum(read).into();
             entry["retries_refused"] = pool.retrying.refused.sum(read).into();
             entry["at_limit"] = pool.at_limit.sum(read).into();
@@ -498,7 +504,12 @@ pub fn metrics(pools: &[Arc<Pool>], exposition: &mut Exposition) {
         }
     }
     type PoolTotal = fn(&Pool) -> i64;
-    let pool_totals: [(&str, &str, PoolTotal); 3] = [
+    let pool_totals: [(&str, &str, PoolTotal); 4] = [
+        (
+            "trafik_pool_panics_total",
+            "Times every backend failed its health check at once and picks ignored the checks.",
+            |p| p.backends.panics() as i64,
+        ),
         (
             "trafik_pool_unreachable_total",
             "Requests answered 502/503 because no backend could be reached.",

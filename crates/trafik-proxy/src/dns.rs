@@ -129,7 +129,8 @@ impl DnsService {
                 })?;
             handles.push(thread);
         }
-        tracing::info!(address = %bound.address, "dns listening (udp and tcp)");
+        // `trafik serve` says where the DNS server listens, once, with the other listeners.
+        tracing::debug!(address = %bound.address, "dns listening (udp and tcp)");
         Ok((service, handles))
     }
 

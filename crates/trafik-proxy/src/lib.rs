@@ -496,7 +496,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             budget: budget.clone(),
         });
     }
-    let mut threads = Vec::with_capacity(workers + 2);
+    let mut threads = Vec::with_capacity(workers + 3);
     let dns = match &plan.dns {
         Some(dns) => {
             let (service, dns_threads) =
@@ -534,13 +534,21 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             })?;
         threads.push(thread);
     }
+    // Health probes get a thread of their own: on the control thread a slow admin answer (a
+    // dashboard's /status) delayed them past their timeout and marked healthy backends down.
+    let runtime = single_thread_runtime()?;
+    let (snapshots, stopping) = (instance.watch(), shutdown.clone());
+    threads.push(
+        std::thread::Builder::new()
+            .name("trafik-health".into())
+            .spawn(move || runtime.block_on(health::supervise(snapshots, stopping)))?,
+    );
     let control = instance.clone();
     let runtime = single_thread_runtime()?;
     let thread = std::thread::Builder::new()
         .name("trafik-control".into())
         .spawn(move || {
             runtime.block_on(async move {
-                tokio::spawn(health::supervise(control.watch(), shutdown.clone()));
                 tokio::spawn(outlier::sweep(control.watch(), shutdown.clone()));
                 tokio::spawn(names::follow(control.clone(), shutdown.clone()));
                 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -79,7 +79,11 @@ async fn without_health_checks_or_retries_a_stopped_replica_costs_its_third() {
     let status = status(&running).await;
     assert_eq!(status["pools"][0]["unreachable"], 100);
     assert_eq!(backend(&status, "k2")["failures"], 100);
-    assert_eq!(backend(&status, "k2")["healthy"], true, "nothing checks it");
+    assert_eq!(
+        backend(&status, "k2")["healthy"],
+        false,
+        "nothing checks it, but its connects failed"
+    );
     stop(running).await;
 }
 
@@ -128,8 +132,43 @@ async fn a_replica_that_comes_back_is_marked_up_and_served_again() {
     stop(running).await;
 }
 
+/// Panic mode: a health check that every backend fails (here a path none of them serves) says
+/// more about the check than about the backends, so the pool ignores it and spreads over all of
+/// them instead of answering 503 to everything; `/status` and `/metrics` count it.
 #[tokio::test]
-async fn with_every_replica_down_the_answer_is_503_and_says_why() {
+async fn when_every_check_fails_but_the_replicas_answer_requests_are_still_served() {
+    let replicas = replicas(3).await;
+    let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
+    let mut plan = plan(&addresses);
+    let mut check = course_health_check();
+    check.check = trafik_proxy::HealthCheck::Http {
+        path: "/no-such-check".into(),
+    };
+    plan.pools[0].health = Some(check);
+    plan.pools[0].retries = 0;
+    let running = trafik_proxy::start(plan).unwrap();
+    wait_for_status(&running, |s| s["pools"][0]["panic"] == true).await;
+
+    let (by_replica, failures) = tally(web(&running), 30).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(by_replica, counts(&[("k1", 10), ("k2", 10), ("k3", 10)]));
+    let status = status(&running).await;
+    assert_eq!(status["pools"][0]["panics"], 1);
+    assert!(
+        ["k1", "k2", "k3"]
+            .iter()
+            .all(|k| backend(&status, k)["healthy"] == false)
+    );
+    let metrics = admin_get(&running, "/metrics").await.text();
+    assert!(
+        metrics.contains("trafik_pool_panics_total{pool=\"takip\"} 1"),
+        "{metrics}"
+    );
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn with_every_replica_down_the_answer_is_502_and_says_why() {
     let replicas = replicas(2).await;
     let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
     let mut plan = plan(&addresses);
@@ -147,9 +186,10 @@ async fn with_every_replica_down_the_answer_is_503_and_says_why() {
     })
     .await;
 
+    // Panic mode tries them anyway; none answers.
     let answer = get(web(&running), "/takip/TR-1").await;
-    assert_eq!(answer.status, 503);
-    assert_eq!(answer.text(), "no healthy backend in the pool\n");
+    assert_eq!(answer.status, 502);
+    assert_eq!(answer.text(), "could not connect to a backend\n");
     assert_eq!(status(&running).await["pools"][0]["unreachable"], 1);
     stop(running).await;
 }

@@ -30,6 +30,7 @@
 //! every N-th runs a maintenance pass over all the records accumulated so far — work that grows
 //! with the run, so a soak test's tail grows. `/saglik` and `/sayac` stay trafik's own and are
 //! not counted, so a balancer's health checks leave the lesson's counters alone.
+//! With another [`Role`] the replica plays one of the gateway lessons' Node.js services instead.
 //! HTTP/1.1 and HTTP/2 (cleartext, prior knowledge) are both served.
 
 use std::collections::BTreeMap;
@@ -54,7 +55,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::protocol::{Role as SocketRole, WebSocketConfig};
 
 /// Distinct first path segments counted by `/sayac`; the rest are counted under `other`, so a
 /// client sending random paths cannot grow the map without bound.
@@ -75,6 +76,85 @@ pub struct ReplicaConfig {
     /// A pause before every counted answer, to model a slow replica.
     pub delay: Duration,
     pub load_lesson: LoadLesson,
+    pub role: Role,
+}
+
+/// Which of the course's services the replica plays. The gateway lessons' services are
+/// Node.js scripts in the course's harness; these answers are theirs byte for byte, so the
+/// gateway examples run from the repository alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Role {
+    /// The parcel-tracking replica described above.
+    #[default]
+    Tracking,
+    /// The delivery operations service (`gecit/servis.mjs` on 8471): `GET …/<no>` → the
+    /// shipment's status record, 404 `{"hata":"bulunamadi"}` for an unknown number.
+    TrackingStatus,
+    /// The pricing service (`gecit/servis.mjs` on 8472): `GET …/<no>` → the fee record; only
+    /// TR-4821 has one.
+    TrackingFee,
+    /// The external carrier (`elci/tasiyici.mjs` on 8481), both contracts at once:
+    /// `GET /v1/durum?no=<no>` (code, zone, ts in unix seconds) and `GET /v2/status/<no>`
+    /// (state, region.code, updatedAt in RFC 3339).
+    Carrier,
+}
+
+/// The course services' fixed answers: status and body, as the Node.js scripts send them.
+mod course_services {
+    use http::StatusCode;
+
+    const NOT_FOUND: (StatusCode, &str) = (StatusCode::NOT_FOUND, r#"{"hata":"bulunamadi"}"#);
+
+    /// `gecit/servis.mjs`'s delivery operations table, keyed by the path's last segment.
+    pub fn status(number: &str) -> (StatusCode, &'static str) {
+        match number {
+            "TR-4821" => (
+                StatusCode::OK,
+                r#"{"takipNo":"TR-4821","durum":"dagitimda","bolge":"35","guncellenme":"2026-03-11T08:24:00Z","rota":["34","41","35"]}"#,
+            ),
+            "TR-9007" => (
+                StatusCode::OK,
+                r#"{"takipNo":"TR-9007","durum":"kabul","bolge":"34","guncellenme":"2026-03-11T07:02:00Z","rota":["34"]}"#,
+            ),
+            _ => NOT_FOUND,
+        }
+    }
+
+    /// `gecit/servis.mjs`'s pricing table.
+    pub fn fee(number: &str) -> (StatusCode, &'static str) {
+        match number {
+            "TR-4821" => (
+                StatusCode::OK,
+                r#"{"takipNo":"TR-4821","tarife":9600,"indirim":1440,"net":8160,"sozlesmeNo":"S7"}"#,
+            ),
+            _ => NOT_FOUND,
+        }
+    }
+
+    /// `elci/tasiyici.mjs`: the contract version is the path's first segment.
+    pub fn carrier(path: &str, query: Option<&str>) -> (StatusCode, &'static str) {
+        let mut segments = path.split('/').filter(|s| !s.is_empty());
+        let version = segments.next();
+        let number = if version == Some("v1") {
+            query
+                .unwrap_or_default()
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("no="))
+        } else {
+            segments.nth(1)
+        };
+        match (number, version) {
+            (Some("TR-4821"), Some("v1")) => (
+                StatusCode::OK,
+                r#"{"code":"OFD","zone":"35","ts":1773217440}"#,
+            ),
+            (Some("TR-4821"), _) => (
+                StatusCode::OK,
+                r#"{"state":"out_for_delivery","region":{"code":"35"},"updatedAt":"2026-03-11T08:24:00Z"}"#,
+            ),
+            _ => (StatusCode::NOT_FOUND, r#"{"error":"not_found"}"#),
+        }
+    }
 }
 
 /// The load-testing lesson's server behaviour; all zero (the default) turns it off.
@@ -254,6 +334,20 @@ impl Replica {
         if self.config.load_lesson.is_on() {
             return self.lesson_answer(request, number).await;
         }
+        let last_segment = path.rsplit('/').next().unwrap_or_default();
+        let course_service = match self.config.role {
+            Role::Tracking => None,
+            Role::TrackingStatus => Some(course_services::status(last_segment)),
+            Role::TrackingFee => Some(course_services::fee(last_segment)),
+            Role::Carrier => Some(course_services::carrier(path, request.uri().query())),
+        };
+        if let Some((status, body)) = course_service {
+            return self.reply(
+                status,
+                "application/json",
+                Bytes::from_static(body.as_bytes()),
+            );
+        }
         if path == "/yanki" {
             return self.echo_socket(request);
         }
@@ -320,7 +414,7 @@ impl Replica {
                 .max_frame_size(Some(MAX_ECHO_MESSAGE));
             let socket = WebSocketStream::from_raw_socket(
                 TokioIo::new(upgraded),
-                Role::Server,
+                SocketRole::Server,
                 Some(config),
             )
             .await;
@@ -636,6 +730,19 @@ mod tests {
         let mut post = handshake("13");
         *post.method_mut() = Method::POST;
         assert!(websocket_accept(&post).is_none());
+    }
+
+    #[test]
+    fn the_carrier_answers_both_contracts() {
+        let v1 = course_services::carrier("/v1/durum", Some("no=TR-4821"));
+        assert_eq!(v1.1, r#"{"code":"OFD","zone":"35","ts":1773217440}"#);
+        let v2 = course_services::carrier("/v2/status/TR-4821", None);
+        assert!(v2.1.contains("out_for_delivery"), "{v2:?}");
+        assert_eq!(
+            course_services::carrier("/v2/status/TR-0000", None).0,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(course_services::fee("TR-9007").0, StatusCode::NOT_FOUND);
     }
 
     #[test]

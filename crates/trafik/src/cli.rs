@@ -71,6 +71,38 @@ pub enum Command {
     /// The authoritative DNS server's zones.
     #[command(subcommand)]
     Dns(DnsCommand),
+    /// Sign a token to try a route's `[listener.route.jwt]` with (examples/offload.toml); prints
+    /// it on stdout. For demos and tests: the secret or key is given on the command line.
+    Token(TokenArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    /// The JOSE algorithm, such as HS256 or RS256.
+    #[arg(long, default_value = "HS256")]
+    pub algorithm: String,
+    /// The shared secret (HS256/384/512), as the route's `secret`.
+    #[arg(
+        long,
+        required_unless_present = "key_file",
+        conflicts_with = "key_file"
+    )]
+    pub secret: Option<String>,
+    /// A PEM private key (RS*, PS*, ES*, EdDSA); the route holds its public half.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// The token's subject (`sub`), which a route can forward as a header.
+    #[arg(long)]
+    pub sub: String,
+    /// The issuer (`iss`), as the route's `issuer`.
+    #[arg(long)]
+    pub issuer: Option<String>,
+    /// The audience (`aud`), one of the route's `audiences`.
+    #[arg(long)]
+    pub audience: Option<String>,
+    /// How long the token is valid from now (`exp`).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub valid_for: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,8 +164,32 @@ pub struct UpstreamArgs {
     /// Wait this long before each answer (a slow replica).
     #[arg(long, value_parser = parse_duration)]
     pub delay: Option<std::time::Duration>,
+    /// Which course service to play: the tracking replica, or the gateway lessons' status
+    /// service (gecit/servis.mjs on 8471), fee service (on 8472) or carrier with API v1 and v2
+    /// (elci/tasiyici.mjs on 8481).
+    #[arg(long, value_enum, default_value_t = UpstreamRole::Tracking)]
+    pub role: UpstreamRole,
     #[command(flatten)]
     pub lesson: LessonArgs,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum UpstreamRole {
+    Tracking,
+    TrackingStatus,
+    TrackingFee,
+    Carrier,
+}
+
+impl From<UpstreamRole> for trafik_upstream::Role {
+    fn from(role: UpstreamRole) -> Self {
+        match role {
+            UpstreamRole::Tracking => trafik_upstream::Role::Tracking,
+            UpstreamRole::TrackingStatus => trafik_upstream::Role::TrackingStatus,
+            UpstreamRole::TrackingFee => trafik_upstream::Role::TrackingFee,
+            UpstreamRole::Carrier => trafik_upstream::Role::Carrier,
+        }
+    }
 }
 
 /// The load lesson's server. Any of these flags turns it on: every path but `/olcut` (its

@@ -266,25 +266,66 @@ pub fn running(plan: &Plan, running: &Running) -> String {
     if let Some(admin) = running.admin_address() {
         lines.push(format!("admin on http://{admin}/status and /metrics"));
     }
-    let first_http = plan.listeners.iter().zip(&addresses).find(|(listener, _)| {
-        matches!(
-            listener.kind,
-            ListenerKind::Http { .. } | ListenerKind::Https { .. }
-        )
-    });
-    if let Some((listener, address)) = first_http {
-        // -k: the certificate is rarely issued for a bare address.
-        let insecure = if listener.kind.name() == "https" {
-            "-k "
-        } else {
-            ""
-        };
+    // The first HTTP(S) listener whose routes a plain GET can try.
+    let first_try = plan
+        .listeners
+        .iter()
+        .zip(&addresses)
+        .find_map(|(listener, address)| {
+            let routes = match &listener.kind {
+                ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
+                _ => return None,
+            };
+            routes
+                .iter()
+                .find_map(try_path)
+                .map(|path| (listener, address, path))
+        });
+    if let Some((listener, address, path)) = first_try {
         let scheme = listener.kind.name();
-        lines.push(format!(
-            "try: curl {insecure}{scheme}://{address}/takip/TR-4821"
-        ));
+        lines.push(if scheme == "https" {
+            // The certificate is rarely issued for a bare address: -k, and how to check it.
+            format!(
+                "try: curl -k {scheme}://{address}{path}   (-k skips the certificate check; \
+                 with its CA: curl --cacert CA.pem https://NAME:{}{path})",
+                address.port()
+            )
+        } else {
+            format!("try: curl {scheme}://{address}{path}")
+        });
     }
     lines.join("\n")
+}
+
+/// A path a plain `GET` with no token or body can try on `route`, or `None` when the route
+/// needs more (another method, a gate's checks, a bearer token): a hint that answers 404 or
+/// 401 is worse than none.
+fn try_path(route: &trafik_proxy::RoutePlan) -> Option<String> {
+    use trafik_proxy::FilterPlan;
+    if !route.methods.is_empty() && !route.methods.contains(&http::Method::GET) {
+        return None;
+    }
+    if route
+        .filters
+        .iter()
+        .any(|f| matches!(f, FilterPlan::Gate(_) | FilterPlan::Jwt(_)))
+    {
+        return None;
+    }
+    if let Some(template) = &route.path_template {
+        // One capture is the tracking number; a second (a service name) cannot be guessed.
+        return match template.names() {
+            [_] => {
+                let name = format!("{{{}}}", template.names()[0]);
+                Some(template.text().replace(&name, "TR-4821"))
+            }
+            _ => None,
+        };
+    }
+    Some(match route.path_prefix.trim_end_matches('/') {
+        "" | "/takip" => "/takip/TR-4821".to_owned(),
+        prefix => prefix.to_owned(),
+    })
 }
 
 fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {

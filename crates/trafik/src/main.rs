@@ -14,11 +14,15 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cli::{Cli, Command, LogFormat};
-use command::{check, dns, fleet, plan, proxy, reload, say, serve, sim, top, upstream};
+use command::{check, dns, fleet, plan, proxy, reload, say, serve, sim, token, top, upstream};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
+    command::JSON_LINES.store(
+        matches!(cli.log_format, LogFormat::Json),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     match run(cli.command) {
         Ok(code) => code,
         Err(message) => {
@@ -47,6 +51,7 @@ fn run(command: Command) -> Result<ExitCode, String> {
         Command::Status(args) => fleet::status(args),
         Command::Config(cli::ConfigCommand::Push(args)) => fleet::push(args),
         Command::Dns(cli::DnsCommand::Ds(args)) => dns::ds(args),
+        Command::Token(args) => token::run(args),
     }
 }
 

@@ -255,6 +255,31 @@ fn quick_mode_with_an_upstream_child_serves_and_stops_on_sigterm() {
     assert!(exit.success(), "the upstream exits 0 on SIGTERM: {exit}");
 }
 
+/// A backend nobody checks that cannot be reached is not met with silence: quick mode logs a
+/// warning once, and `/status` does not call it healthy (the passive view).
+#[test]
+fn quick_mode_warns_of_an_unreachable_backend_and_status_does_not_call_it_healthy() {
+    let [dead, admin] = trafik_test_support::free_ports();
+    let dead = format!("127.0.0.1:{dead}");
+    let admin = format!("127.0.0.1:{admin}");
+    let proxy = Proxy::start(&[], &["--to", &dead, "--admin", &admin]);
+    for _ in 0..2 {
+        let answer = curl(&proxy.address, "/takip/TR-4821");
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    }
+    let status = get_json(&admin, "/status");
+    assert_eq!(
+        status["pools"][0]["backends"][0]["healthy"], false,
+        "{status}"
+    );
+    let logged = String::from_utf8_lossy(&proxy.stop().stderr).into_owned();
+    let warnings: Vec<_> = logged
+        .lines()
+        .filter(|line| line.contains("backend unreachable") && line.contains(&dead))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logged}");
+}
+
 /// The course's lesson 5 without checks: round robin over three replicas, one of them dead, no
 /// retries. With `--outlier off` the dead one keeps its third of the requests, each a 502; by
 /// default passive health takes it out after a few failed connects.

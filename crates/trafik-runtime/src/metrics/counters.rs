@@ -1,7 +1,7 @@
 //! Counters written on the request path. Each worker writes its own cache-line-padded shard,
 //! so no two workers ever write the same line; the admin API sums the shards when asked.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -64,6 +64,9 @@ pub struct BackendCounters {
     pub served: crate::metrics::Served,
     /// How long opening a TCP connection to it took.
     pub connect: crate::metrics::histogram::Histogram,
+    /// The latest connect to it from this worker failed and nothing has answered since: the
+    /// passive view of its health, for pools without active checks (and their one warning).
+    pub unreachable: AtomicBool,
 }
 
 /// Adds one to a counter only its own worker writes.

@@ -222,7 +222,17 @@ impl<'s> Call<'s> {
             counters.served.unanswered();
         }
         self.pool.report(index, Outcome::ConnectFailure);
-        tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(index), "connect failed");
+        // Said once per outage: a backend nobody checks must not fail in silence.
+        let already_said = self.pool.members[index]
+            .counters
+            .sum(|c| c.unreachable.load(Ordering::Relaxed) as i64)
+            > 0;
+        counters.unreachable.store(true, Ordering::Relaxed);
+        if already_said {
+            tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(index), "connect failed");
+        } else {
+            tracing::warn!(pool = %self.pool.plan.name, backend = %self.pool.address(index), "backend unreachable: connect failed");
+        }
         self.context.tried.insert(index);
         self.failure = ProxyError::ConnectFailed;
         self.stopped = !self.another();
@@ -268,6 +278,10 @@ impl<'s> Call<'s> {
     pub fn answered(&mut self, attempt: &mut Attempt<'s>, status: u16, answered_at: Instant) {
         self.adapt();
         bump(&attempt.counters.requests);
+        if attempt.counters.unreachable.load(Ordering::Relaxed) {
+            attempt.counters.unreachable.store(false, Ordering::Relaxed);
+            tracing::info!(pool = %self.pool.plan.name, backend = %self.pool.address(attempt.index), "backend answers again");
+        }
         attempt
             .counters
             .served

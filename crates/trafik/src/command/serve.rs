@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use trafik_proxy::Reloader;
 use trafik_upstream::{ReplicaConfig, RunningReplica};
 
-use super::{load_config, say};
+use super::{load_config, say_status};
 use crate::cli::ServeArgs;
 use crate::config::{self, Loaded};
 use crate::describe;
@@ -102,7 +102,7 @@ pub fn serve_with(
         let replicas = start_replicas(loaded.upstreams).await?;
         let running =
             trafik_proxy::start_with(loaded.plan.clone(), reloader).map_err(|e| e.to_string())?;
-        say(&describe::running(&loaded.plan, &running));
+        say_status(&describe::running(&loaded.plan, &running));
         if let Some(companion) = companion {
             companion(&running);
         }
@@ -112,7 +112,7 @@ pub fn serve_with(
                 () = stop_signal.wait() => break,
                 _ = upgrade.recv() => match super::upgrade::replace(&running).await {
                     Ok(pid) => {
-                        say(&format!("upgrade: process {pid} serves now; draining"));
+                        say_status(&format!("upgrade: process {pid} serves now; draining"));
                         break;
                     }
                     Err(error) => tracing::error!("upgrade failed, this process serves on: {error}"),
@@ -150,7 +150,7 @@ pub async fn start_replicas(
         let replica = trafik_upstream::spawn(address, config)
             .await
             .map_err(|e| format!("upstream {name:?} cannot listen on {address}: {e}"))?;
-        say(&format!("upstream {name} on http://{}", replica.address()));
+        say_status(&format!("upstream {name} on http://{}", replica.address()));
         running.push(replica);
     }
     Ok(running)

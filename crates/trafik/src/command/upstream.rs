@@ -12,6 +12,7 @@ pub fn run(args: UpstreamArgs) -> Result<ExitCode, String> {
         load_lesson: args.lesson.load_lesson(),
         name: args.name,
         delay: args.delay.unwrap_or_default(),
+        role: args.role.into(),
     };
     serve_replicas(vec![(args.listen, replica)])?;
     Ok(ExitCode::SUCCESS)
