@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cli::{Cli, Command, LogFormat};
-use command::{check, dns, fleet, plan, proxy, reload, say, serve, sim, top, upstream};
+use command::{check, dns, explain, fleet, plan, proxy, reload, say, serve, sim, top, upstream};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -47,6 +47,7 @@ fn run(command: Command) -> Result<ExitCode, String> {
         Command::Status(args) => fleet::status(args),
         Command::Config(cli::ConfigCommand::Push(args)) => fleet::push(args),
         Command::Dns(cli::DnsCommand::Ds(args)) => dns::ds(args),
+        Command::Explain(args) => explain::run(args),
     }
 }
 

@@ -103,24 +103,123 @@ impl<R: Matching> RouteTable<R> {
         path: &str,
         method: &Method,
     ) -> Option<(&R, Option<Captures>)> {
-        self.routes.iter().find_map(|route| {
-            let wanted = method_matches(route.methods(), method)
-                && route
-                    .host()
-                    .is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)));
-            if !wanted {
-                return None;
+        self.routes
+            .iter()
+            .find_map(|route| Some((route, test(route, host, path, method).ok()?)))
+    }
+
+    /// Every route in the order they are tried, each with what [`test`] — the very function
+    /// [`RouteTable::find_parts`] chooses with — said of the request: the first that passes is
+    /// the one that serves it; later ones that pass too are shadowed by it.
+    pub fn considered(
+        &self,
+        host: Option<&str>,
+        path: &str,
+        method: &Method,
+    ) -> impl Iterator<Item = (&R, Result<Option<Captures>, Miss>)> {
+        self.routes
+            .iter()
+            .map(move |route| (route, test(route, host, path, method)))
+    }
+}
+
+/// The first of a route's tests a request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    Method,
+    Host,
+    Path,
+}
+
+/// A route's tests, in order: method, host, then path (a template's captures come with a
+/// match). The one place a route is matched, for serving and for explaining; a new kind of
+/// matcher is one more test here and one more [`Miss`].
+pub fn test<R: Matching>(
+    route: &R,
+    host: Option<&str>,
+    path: &str,
+    method: &Method,
+) -> Result<Option<Captures>, Miss> {
+    if !method_matches(route.methods(), method) {
+        return Err(Miss::Method);
+    }
+    if !host_matches(route.host(), host) {
+        return Err(Miss::Host);
+    }
+    path_test(route, path)
+}
+
+/// The path test alone, with its captures: explanations ask it of a route whose host or
+/// method failed, to tell a near miss.
+pub fn path_test<R: Matching>(route: &R, path: &str) -> Result<Option<Captures>, Miss> {
+    match route.path_template() {
+        Some(template) => template.matches(path).map(Some).ok_or(Miss::Path),
+        None => path_matches(route.path_prefix(), path)
+            .then_some(None)
+            .ok_or(Miss::Path),
+    }
+}
+
+/// Why `route` did not take the request (`miss`), saying what of it did match: "host matched,
+/// path `/takipx` is not under `/takip`".
+pub fn why_not<R: Matching>(
+    route: &R,
+    miss: Miss,
+    host: Option<&str>,
+    path: &str,
+    method: &Method,
+) -> String {
+    let path_fits = path_test(route, path).is_ok();
+    let path_wanted = || match route.path_template() {
+        Some(template) => format!(
+            "path `{path}` does not fit the template `{}`",
+            template.text()
+        ),
+        None => format!("path `{path}` is not under `{}`", route.path_prefix()),
+    };
+    match miss {
+        Miss::Method => {
+            let wanted: Vec<&str> = route.methods().iter().map(Method::as_str).collect();
+            let mut why = format!("method {method} is not one of {}", wanted.join(", "));
+            if path_fits && host_matches(route.host(), host) {
+                why.push_str(" (host and path matched)");
             }
-            match route.path_template() {
-                Some(template) => template.matches(path).map(|c| (route, Some(c))),
-                None => path_matches(route.path_prefix(), path).then_some((route, None)),
+            why
+        }
+        Miss::Host => {
+            let wanted = route.host().unwrap_or_default();
+            let mut why = match host {
+                Some(host) => format!("host `{host}` is not `{wanted}`"),
+                None => format!("the request names no host; the route wants `{wanted}`"),
+            };
+            if path_fits {
+                why.push_str(" (path matched)");
             }
-        })
+            why
+        }
+        Miss::Path => {
+            let mut matched = Vec::new();
+            if route.host().is_some() {
+                matched.push("host");
+            }
+            if !route.methods().is_empty() {
+                matched.push("method");
+            }
+            if matched.is_empty() {
+                path_wanted()
+            } else {
+                format!("{} matched, {}", matched.join(" and "), path_wanted())
+            }
+        }
     }
 }
 
 fn method_matches(methods: &[Method], method: &Method) -> bool {
     methods.is_empty() || methods.contains(method)
+}
+
+fn host_matches(wanted: Option<&str>, host: Option<&str>) -> bool {
+    wanted.is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
 }
 
 /// `prefix` matches `path` if equal, or if `path` continues it at a `/` boundary. `OPTIONS *`
@@ -136,7 +235,7 @@ fn path_matches(prefix: &str, path: &str) -> bool {
 }
 
 /// The request's host name without a port, from the URI or the `Host` header.
-fn request_host<B>(request: &Request<B>) -> Option<&str> {
+pub fn request_host<B>(request: &Request<B>) -> Option<&str> {
     if let Some(host) = request.uri().host() {
         return Some(host);
     }
@@ -144,7 +243,7 @@ fn request_host<B>(request: &Request<B>) -> Option<&str> {
     Some(strip_port(host))
 }
 
-fn strip_port(host: &str) -> &str {
+pub fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         // An IPv6 literal: up to and including the closing bracket (all of it if there is none).
         return host.find(']').map_or(host, |end| &host[..=end]);
