@@ -32,3 +32,16 @@ impl Explained {
         )
     }
 }
+
+/// The reason of a rule that draws two backends and keeps the better: `told` says what the
+/// rule read of each.
+pub(crate) fn compared(
+    (a, b): (usize, Option<usize>),
+    chosen: &str,
+    told: impl Fn(usize) -> String,
+) -> String {
+    match b {
+        Some(b) => format!("compared {} and {} → {chosen}", told(a), told(b)),
+        None => format!("{} is the only backend available", told(a)),
+    }
+}

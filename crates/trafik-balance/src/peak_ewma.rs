@@ -72,15 +72,7 @@ impl Selector for PeakEwma {
                 self.cost(backends, i, context.now) / 1e6
             )
         };
-        let reason = match drawn {
-            (a, Some(b)) => format!(
-                "compared {} and {} → {}",
-                told(a),
-                told(b),
-                backends.spec(pick).id
-            ),
-            (a, None) => format!("{} is the only backend available", told(a)),
-        };
+        let reason = crate::explain::compared(drawn, &backends.spec(pick).id, told);
         Explained {
             latency_estimates: (0..backends.len())
                 .map(|i| self.estimate(i, context.now))

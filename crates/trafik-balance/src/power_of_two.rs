@@ -64,15 +64,7 @@ impl Selector for PowerOfTwoChoices {
                 backends.in_flight(i)
             )
         };
-        let reason = match drawn {
-            (a, Some(b)) => format!(
-                "compared {} and {} → {}",
-                told(a),
-                told(b),
-                backends.spec(pick).id
-            ),
-            (a, None) => format!("{} is the only backend available", told(a)),
-        };
+        let reason = crate::explain::compared(drawn, &backends.spec(pick).id, told);
         Explained::new(Some(pick), reason)
     }
 
