@@ -88,6 +88,7 @@ struct Setup {
     proxy: Trafik,
     port: u16,
     web: String,
+    backends: [String; 3],
     admin: String,
     config: PathBuf,
 }
@@ -178,6 +179,7 @@ fn setup() -> Setup {
         _replicas: replicas,
         proxy,
         port: web,
+        backends: [b1, b2, b3].map(|port| format!("127.0.0.1:{port}")),
         web: format!("127.0.0.1:{web}"),
         admin: format!("127.0.0.1:{admin}"),
         config: path,
@@ -194,6 +196,14 @@ fn the_explained_backend_is_the_one_the_next_identical_request_reaches() {
     ];
     for n in 0..1_050usize {
         let pool = pools[n % pools.len()];
+        if n == 500 {
+            // Half way, k2 drains in every pool: the rules walk past it, and explain says so.
+            for pool in pools {
+                let drain = format!("/pools/{pool}/backends/{}/drain", setup.backends[1]);
+                let got = exchange((&setup.admin, &setup.admin), "POST", &drain, &[], "");
+                assert_eq!(got.status, 200, "{}", got.body);
+            }
+        }
         let path = format!("/takip/TR-{n}");
         let host = format!("{pool}.pool");
         let user = format!("kullanici-{}", n % 37);
@@ -209,7 +219,15 @@ fn the_explained_backend_is_the_one_the_next_identical_request_reaches() {
             .unwrap_or_else(|| panic!("no backend explained: {told}"))
             .to_owned();
         assert_eq!(told["pool"]["pool"], pool, "{told}");
-        assert!(told["candidates"].as_array().unwrap().len() == 3, "{told}");
+        let candidates = told["candidates"].as_array().unwrap();
+        assert_eq!(candidates.len(), 3, "{told}");
+        if n >= 500 {
+            assert_eq!(candidates[1]["draining"], true, "{told}");
+            // A draining backend keeps the sessions bound to it; only new picks avoid it.
+            if told["pool"]["decided_by"] != "sticky cookie" {
+                assert_ne!(expected, "k2", "{told}");
+            }
+        }
         let got = exchange((&setup.web, &host), "GET", &path, &headers, "");
         assert_eq!(got.status, 200, "{}", got.body);
         let reached = got.header("x-kopya").unwrap_or_default();

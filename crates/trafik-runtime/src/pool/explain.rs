@@ -25,8 +25,13 @@ pub fn explain(pool: &Pool, selection: &Selection, now: Nanos) -> Value {
             Explained {
                 pick: Some(index),
                 reason: format!(
-                    "the client's cookie binds it to {}, which is up",
-                    pool.display_name(index)
+                    "the client's cookie binds it to {}, which is up{}",
+                    pool.display_name(index),
+                    if backends.is_draining(index) {
+                        " (draining, it keeps the sessions bound to it)"
+                    } else {
+                        ""
+                    }
                 ),
                 latency_estimates: Vec::new(),
             },
