@@ -338,6 +338,46 @@ mod tests {
     }
 
     #[test]
+    fn considered_routes_tell_their_near_misses_and_shadows_in_the_order_find_tries_them() {
+        let table = RouteTable::new(vec![
+            route(None, "/", &[], 0),
+            route(None, "/takip", &[], 1),
+            route(Some("yonetim.local"), "/takip", &[], 2),
+            route(None, "/olay", &[Method::POST], 3),
+        ]);
+        let why = |host: Option<&str>, path: &str, method: Method| -> Vec<String> {
+            table
+                .considered(host, path, &method)
+                .map(|(r, verdict)| match verdict {
+                    Ok(_) => "ok".to_owned(),
+                    Err(miss) => why_not(r, miss, host, path, &method),
+                })
+                .collect()
+        };
+        assert_eq!(
+            why(Some("a"), "/takipx", Method::GET),
+            [
+                "host `a` is not `yonetim.local`",
+                "path `/takipx` is not under `/takip`",
+                "method GET is not one of POST",
+                "ok",
+            ]
+        );
+        assert_eq!(
+            why(Some("yonetim.local"), "/takipx", Method::GET)[0],
+            "host matched, path `/takipx` is not under `/takip`"
+        );
+        assert_eq!(
+            why(None, "/olay", Method::GET)[2],
+            "method GET is not one of POST (host and path matched)"
+        );
+        // The first that passes is the one find chooses; the catch-all after it is shadowed.
+        let verdicts = why(Some("a"), "/takip/1", Method::GET);
+        assert_eq!(verdicts[1..], ["ok", "method GET is not one of POST", "ok"]);
+        assert_eq!(pool_for(&table, Method::GET, "a", "/takip/1"), Some(1));
+    }
+
+    #[test]
     fn ports_are_stripped_from_hosts() {
         assert_eq!(strip_port("a.b:80"), "a.b");
         assert_eq!(strip_port("a.b"), "a.b");
