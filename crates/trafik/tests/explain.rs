@@ -329,3 +329,39 @@ fn an_explained_404_lists_the_near_miss_and_an_explained_429_gives_the_real_retr
     assert!(text.contains("→ backend k"), "{text}");
     setup.proxy.stop();
 }
+
+#[test]
+fn the_gate_and_jwt_verdicts_are_told_offline_from_the_examples() {
+    let explain = |file: &str, args: &[&str]| -> Value {
+        let output = Command::new(trafik_binary())
+            .args(["explain", "--json", "-c", file])
+            .args(args)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let gated = explain(
+        "examples/gatekeeper.toml",
+        &["POST", "http://127.0.0.1:8476/gizli"],
+    );
+    assert_eq!(gated["answer"]["status"], 404, "{gated}");
+    assert_eq!(gated["filters"][0]["filter"], "gate");
+    let tokenless = explain(
+        "examples/gatekeeper.toml",
+        &["POST", "http://127.0.0.1:8476/takip"],
+    );
+    assert_eq!(tokenless["answer"]["status"], 401, "{tokenless}");
+    let unsigned = explain(
+        "examples/offload.toml",
+        &[
+            "-H",
+            "authorization: Bearer a.b.c",
+            "GET",
+            "http://127.0.0.1:8476/takip/1",
+        ],
+    );
+    assert_eq!(unsigned["answer"]["status"], 401, "{unsigned}");
+    assert_eq!(unsigned["filters"][0]["filter"], "jwt", "{unsigned}");
+}
