@@ -11,7 +11,7 @@ pub mod services;
 pub mod webdriver;
 
 pub use process::{
-    INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, get_text, json, load,
+    INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, get_text, json, load, parse_head,
     run_in_own_network_namespace, trafik_binary,
 };
 pub use services::{Etcd, Named, Redis};

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use trafik_test_support::{Trafik, free_ports, trafik_binary};
+use trafik_test_support::{Trafik, free_ports, parse_head, trafik_binary};
 
 /// What a raw HTTP/1.1 exchange got: status and head fields (lowercase names).
 struct Got {
@@ -49,16 +49,7 @@ fn exchange(
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|line| line.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let head = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
+    let (status, head) = parse_head(head);
     Got {
         status,
         head,
