@@ -152,7 +152,7 @@ fn refusal(instance: &Instance, request: &Request<Incoming>) -> Option<Response<
 const MAX_EXPLAIN_BODY: usize = 64 * 1024;
 
 /// `POST /explain`: what the live instance would do with the request the body describes.
-async fn explain(instance: &Instance, request: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn explain(instance: &Arc<Instance>, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let body = match Limited::new(request.into_body(), MAX_EXPLAIN_BODY)
         .collect()
         .await
@@ -170,11 +170,18 @@ async fn explain(instance: &Instance, request: Request<Incoming>) -> Response<Fu
         .map_err(|error| format!("the body is not JSON: {error}"))
         .and_then(|value| trafik_http::explain::Question::from_json(&value));
     match question {
-        Ok(question) => reply(
-            StatusCode::OK,
-            "application/json",
-            instance.explain(&question).to_string(),
-        ),
+        Ok(question) => {
+            // A reload holds the listeners while it runs: wait for them off the admin's thread.
+            let explaining = instance.clone();
+            match tokio::task::spawn_blocking(move || explaining.explain(&question)).await {
+                Ok(document) => reply(StatusCode::OK, "application/json", document.to_string()),
+                Err(_) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    "the explanation stopped unexpectedly\n".into(),
+                ),
+            }
+        }
         Err(error) => reply(
             StatusCode::BAD_REQUEST,
             "application/json",
