@@ -82,3 +82,27 @@ report() { # names...
     printf '%-16s %12s %9s %14s\n' "$name" "$(median "${RPS[$name]}")" "$(median "${P50[$name]}")" "$(median "${CPU[$name]}")"
   done
 }
+
+# haproxy in HTTP mode on 127.0.0.1:PORT to one server, with WORKERS threads; its PID goes into
+# $haproxy_pid and pids. BIND_EXTRA and SERVER_EXTRA add options (`proto h2`).
+start_haproxy_http() { # port backend-port [bind-extra] [server-extra]
+  cat >"$work/haproxy.cfg" <<CONF
+global
+  nbthread $WORKERS
+  maxconn 4000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$1 ${3:-}
+  default_backend be
+backend be
+  server s1 127.0.0.1:$2 ${4:-}
+CONF
+  haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.out" 2>&1 &
+  haproxy_pid=$!
+  pids+=("$haproxy_pid")
+}

@@ -79,25 +79,7 @@ nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" 2>"$work/nginx/stderr" &
 nginx_pid=$!
 pids+=("$nginx_pid")
 
-cat >"$work/haproxy.cfg" <<CONF
-global
-  nbthread $WORKERS
-  maxconn 4000
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
-  http-reuse always
-frontend fe
-  bind 127.0.0.1:$HAPROXY_PORT
-  default_backend be
-backend be
-  server s1 127.0.0.1:$UPSTREAM_PORT
-CONF
-haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.out" 2>&1 &
-haproxy_pid=$!
-pids+=("$haproxy_pid")
+start_haproxy_http "$HAPROXY_PORT" "$UPSTREAM_PORT"
 
 for port in "$TRAFIK_PORT" "$TRAFIK_HYPER_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do wait_for_port "$port"; done
 

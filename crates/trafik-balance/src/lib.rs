@@ -12,7 +12,8 @@
 //!   configuration and builds them.
 //! - [`Health`]: the rise/fall state machine behind active health checks; [`Outlier`]: passive
 //!   health, which ejects a backend for a while on what its requests came to.
-//! - [`hash`]: the stable key hash; [`CapacityShare`]: the static proportional split.
+//! - [`hash`]: the stable key hash; [`CapacityShare`]: the static proportional split;
+//!   [`WeightedSplit`]: a route's requests across pools by weight (canaries).
 //!
 //! Time is never read here: a rule that needs it (peak-EWMA) is given `now` by its caller.
 
@@ -35,6 +36,7 @@ mod random_choice;
 mod retry_budget;
 mod ring;
 mod round_robin;
+mod split;
 mod weighted_round_robin;
 
 #[cfg(test)]
@@ -59,6 +61,7 @@ pub use random_choice::WeightedRandom;
 pub use retry_budget::RetryBudget;
 pub use ring::HashRing;
 pub use round_robin::RoundRobin;
+pub use split::WeightedSplit;
 pub use weighted_round_robin::SmoothWeightedRoundRobin;
 
 /// A point in time in nanoseconds from an epoch the caller chooses (the proxy's start, or a

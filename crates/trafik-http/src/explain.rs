@@ -132,8 +132,12 @@ pub fn explain(
     let path = request.uri().path();
     let method = request.method();
     let mut chosen: Option<(&Route, Option<Captures>)> = None;
+    let asking = route::Asking {
+        view: &request,
+        client: question.client,
+    };
     let considered: Vec<Value> = routes
-        .considered(host, path, method)
+        .considered(host, path, method, &asking)
         .map(|(candidate, verdict)| {
             let description = describe_route(snapshot, candidate);
             let (matched, why, captures) = match verdict {
@@ -169,7 +173,7 @@ pub fn explain(
     document["captures"] = json!(captures.as_ref().map(|c| c.0.clone()));
 
     let peer = SocketAddr::new(question.client, 0);
-    let connection = ClientConnection::new(listener.id, peer, "http");
+    let connection = ClientConnection::new(listener.id, peer, "http", None);
     let exchange = Exchange {
         connection: &connection,
         snapshot,
@@ -276,7 +280,11 @@ fn pool_of(target: &Target, captures: Option<&Captures>) -> Option<usize> {
         Target::Service(service) => service
             .pool_for(captures.unwrap_or(&Captures::default()))
             .map(|p| p.pool),
-        Target::Aggregate(_) | Target::Ambassador(_) | Target::Static(_) => None,
+        Target::Aggregate(_)
+        | Target::Ambassador(_)
+        | Target::Static(_)
+        | Target::Split(_)
+        | Target::Redirect(_) => None,
     }
 }
 
@@ -288,6 +296,8 @@ fn describe_target(snapshot: &Snapshot, target: &Target) -> String {
         Target::Aggregate(_) => "a gateway aggregate".into(),
         Target::Ambassador(_) => "a gateway ambassador".into(),
         Target::Static(site) => format!("static files under {}", site.root.display()),
+        Target::Split(_) => "a weighted split of pools".into(),
+        Target::Redirect(_) => "a redirect".into(),
     }
 }
 

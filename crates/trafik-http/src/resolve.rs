@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::http::cache::{CachedTarget, EdgeCache};
 use crate::http::files::Site;
 use crate::http::gateway::{self, counters::GatewayCounters};
+use crate::http::routing::{RedirectTarget, SplitTarget};
 use crate::http::target::{PoolTarget, Target};
 use crate::plan::{RoutePlan, TargetPlan};
 
@@ -47,6 +48,25 @@ pub fn target(
                 retry_non_idempotent: *retry_non_idempotent,
             }))
         }
+        TargetPlan::Split {
+            pools,
+            sticky,
+            retry_non_idempotent,
+        } => {
+            let mut shares = Vec::with_capacity(pools.len());
+            for (pool, weight) in pools {
+                let Some(&index) = context.pools.get(pool.as_str()) else {
+                    return Err(format!("a split names pool {pool:?}, which does not exist"));
+                };
+                shares.push((index, pool.clone(), *weight));
+            }
+            Ok(Target::Split(SplitTarget::new(
+                shares,
+                sticky.clone(),
+                *retry_non_idempotent,
+            )))
+        }
+        TargetPlan::Redirect(plan) => Ok(Target::Redirect(RedirectTarget { plan: plan.clone() })),
         TargetPlan::Static { root, index } => {
             let prefix = &route.path_prefix;
             let before = context

@@ -2,8 +2,11 @@
 //! derived from both configurations' routes, each chosen by the proxy's own [`RouteTable`] under
 //! the old and the new routes.
 
-use http::Method;
+use std::net::IpAddr;
+
+use http::{Method, Request};
 use trafik_gateway::template::Captures;
+use trafik_policy::route_match::Conditions;
 
 use crate::http::route::RouteTable;
 use crate::plan::ServiceChoice;
@@ -16,6 +19,9 @@ pub struct RouteChange {
     pub method: String,
     pub host: Option<String>,
     pub path: String,
+    /// What else the request carries to meet a route's conditions (`header x-surum=beta`);
+    /// empty for none.
+    pub asking: String,
     /// The target before and after, as [`target_label`] names it; `404` when no route matches.
     pub before: String,
     pub after: String,
@@ -45,10 +51,11 @@ pub fn changed_targets(before: &[ListenerPlan], after: &[ListenerPlan]) -> Vec<R
         let (old, new) = (routes_of(before, name), routes_of(after, name));
         let examples = examples(old.iter().chain(&new));
         let (old, new) = (RouteTable::new(old), RouteTable::new(new));
-        for (method, host, path) in examples {
+        for example in examples {
+            let request = example.request();
             let target = |table: &RouteTable<RoutePlan>| {
                 table
-                    .find_parts(host.as_deref(), &path, &method)
+                    .find(&request, example.client)
                     .map_or("404".to_owned(), |(route, captures)| {
                         target_label(route, captures.as_ref())
                     })
@@ -57,9 +64,10 @@ pub fn changed_targets(before: &[ListenerPlan], after: &[ListenerPlan]) -> Vec<R
             if was != will {
                 changes.push(RouteChange {
                     listener: name.to_owned(),
-                    method: method.to_string(),
-                    host: host.clone(),
-                    path: path.clone(),
+                    method: example.method.to_string(),
+                    host: example.host.clone(),
+                    path: example.path.clone(),
+                    asking: example.conditions.to_string(),
                     before: was,
                     after: will,
                 });
@@ -69,25 +77,101 @@ pub fn changed_targets(before: &[ListenerPlan], after: &[ListenerPlan]) -> Vec<R
     changes
 }
 
+/// An example request: a route's method, host and path, and what meets its conditions.
+#[derive(Clone, PartialEq)]
+struct Example {
+    method: Method,
+    host: Option<String>,
+    path: String,
+    conditions: Conditions,
+    client: IpAddr,
+}
+
+impl Example {
+    /// The request as the route table reads it: header, query and cookie values that meet the
+    /// conditions (a regular expression or an absence is left unmet: nothing is sent for it).
+    fn request(&self) -> Request<()> {
+        let mut query: Vec<String> = Vec::new();
+        for (name, want) in &self.conditions.query {
+            if let Some(value) = want.example() {
+                query.push(form_pair(name, value));
+            }
+        }
+        let uri = match query.is_empty() {
+            true => self.path.clone(),
+            false => format!("{}?{}", self.path, query.join("&")),
+        };
+        let mut request = Request::builder().method(self.method.clone()).uri(uri);
+        if let Some(host) = &self.host {
+            request = request.header(http::header::HOST, host.as_str());
+        }
+        for (name, want) in &self.conditions.headers {
+            if let Some(value) = want.example() {
+                request = request.header(name.as_str(), value);
+            }
+        }
+        let cookies: Vec<String> = self
+            .conditions
+            .cookies
+            .iter()
+            .filter_map(|(name, want)| Some(format!("{name}={}", want.example()?)))
+            .collect();
+        if !cookies.is_empty() {
+            request = request.header(http::header::COOKIE, cookies.join("; "));
+        }
+        // A value the builder refuses leaves the example without it.
+        request.body(()).unwrap_or_else(|_| Request::new(()))
+    }
+}
+
+fn form_pair(name: &str, value: &str) -> String {
+    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    format!(
+        "{}={}",
+        utf8_percent_encode(name, NON_ALPHANUMERIC),
+        utf8_percent_encode(value, NON_ALPHANUMERIC)
+    )
+}
+
 /// One request per route (its first method, its host, its prefix or its template with each
-/// capture filled in), then one that no route names; without repeats.
-fn examples<'a>(
-    routes: impl Iterator<Item = &'a RoutePlan>,
-) -> Vec<(Method, Option<String>, String)> {
-    let mut list: Vec<(Method, Option<String>, String)> = routes
+/// capture filled in, values meeting its conditions, a client in its first network), then one
+/// that no route names; without repeats.
+fn examples<'a>(routes: impl Iterator<Item = &'a RoutePlan>) -> Vec<Example> {
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    let mut list: Vec<Example> = routes
         .map(|route| {
             let path = match &route.path_template {
                 Some(template) => fill_captures(template.text()),
                 None => route.path_prefix.clone(),
             };
-            let method = route.methods.first().cloned().unwrap_or(Method::GET);
-            (method, route.host.clone(), path)
+            let conditions = route.routing.conditions.clone();
+            let client = conditions
+                .clients
+                .first()
+                .map_or(loopback, |net| net.network());
+            Example {
+                method: route.methods.first().cloned().unwrap_or(Method::GET),
+                host: route.host.clone(),
+                path,
+                conditions,
+                client,
+            }
         })
         .collect();
-    list.push((Method::GET, None, UNMATCHED_PATH.to_owned()));
-    let mut seen = std::collections::HashSet::new();
-    list.retain(|example| seen.insert(example.clone()));
-    list
+    list.push(Example {
+        method: Method::GET,
+        host: None,
+        path: UNMATCHED_PATH.to_owned(),
+        conditions: Conditions::default(),
+        client: loopback,
+    });
+    let mut unique: Vec<Example> = Vec::with_capacity(list.len());
+    for example in list {
+        if !unique.contains(&example) {
+            unique.push(example);
+        }
+    }
+    unique
 }
 
 /// `/takip/{no}` → `/takip/no-1`: a path the template matches.
@@ -133,6 +217,13 @@ fn label(target: &TargetPlan, path: &str, captures: Option<&Captures>) -> String
         TargetPlan::Cached { cache, target } => {
             format!("cache {} → {}", cache.name, label(target, path, captures))
         }
+        TargetPlan::Split { pools, .. } => {
+            let shares: Vec<String> = pools.iter().map(|(p, w)| format!("{p} {w}")).collect();
+            format!("split {}", shares.join(" / "))
+        }
+        TargetPlan::Redirect(redirect) => {
+            format!("redirect {} {}", redirect.status, redirect.to.text())
+        }
     }
 }
 
@@ -152,6 +243,7 @@ mod tests {
                 retry_non_idempotent: false,
             },
             path_template: None,
+            routing: Default::default(),
         }
     }
 
@@ -205,5 +297,28 @@ mod tests {
         assert_eq!(changes.len(), 1);
         assert_eq!(changes[0].path, "/takip/no-1");
         assert_eq!(changes[0].after, "pool ayrinti");
+    }
+
+    #[test]
+    fn a_route_s_conditions_are_met_by_its_example_and_a_new_split_is_listed() {
+        use trafik_policy::route_match::ValueMatch;
+        let mut beta = route(None, "/api", &[], "v2");
+        beta.routing.conditions.headers =
+            vec![("x-surum".into(), ValueMatch::parse("beta").unwrap())];
+        let before = [listener(vec![route(None, "/api", &[], "v1"), beta.clone()])];
+        let mut split = route(None, "/api", &[], "v1");
+        split.target = TargetPlan::Split {
+            pools: vec![("v1".into(), 90), ("v2".into(), 10)],
+            sticky: None,
+            retry_non_idempotent: false,
+        };
+        let after = [listener(vec![split, beta])];
+        let changes = changed_targets(&before, &after);
+        let summary: Vec<(&str, &str, &str)> = changes
+            .iter()
+            .map(|c| (c.asking.as_str(), c.before.as_str(), c.after.as_str()))
+            .collect();
+        // The beta request still goes to v2; the others now split.
+        assert_eq!(summary, [("", "pool v1", "split v1 90 / v2 10")]);
     }
 }

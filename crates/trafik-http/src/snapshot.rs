@@ -12,8 +12,11 @@ use tokio_rustls::TlsAcceptor;
 pub use crate::connections::ListenerId;
 use crate::http::cache::Jobs;
 use crate::http::filter::{self, Trace};
+use crate::http::mirror::Mirror;
 use crate::http::policy::{self, GateStats, GlobalLimitStats};
 use crate::http::route::{Route, RouteTable};
+use crate::http::routing::RoutingStats;
+use crate::http::target::Target;
 use crate::plan::{ClientPlan, ListenerKind, Plan};
 use crate::pool::{Endpoints, Pool, PoolSet};
 use crate::resolve::{self, Stateful};
@@ -93,6 +96,8 @@ pub struct Snapshot {
     /// The counters of every route's global rate limit (Redis answered, failed, or was not
     /// asked while it was down), likewise.
     pub global_limits: Vec<GlobalLimitStats>,
+    /// The routing counters of every route with address rules, a mirror or a split, likewise.
+    pub routing: Vec<RoutingStats>,
     /// The connection caps of the listeners that have any, by listener.
     connection_limits: Vec<(ListenerId, Arc<crate::admission::ConnectionLimit>)>,
     /// The listeners and routes with their golden metrics.
@@ -110,6 +115,8 @@ pub enum Listener {
     Https {
         routes: RouteTable,
         tls: TlsAcceptor,
+        /// With mutual TLS: the headers that carry a client certificate's identity.
+        identity: Option<Arc<crate::tls::IdentityHeaders>>,
     },
     /// Layer 4: every connection to the pool at this index of [`Snapshot::pools`].
     Tcp {
@@ -190,6 +197,7 @@ impl Snapshot {
         let mut gates = Vec::new();
         let mut edge = policy::EdgeStats::default();
         let mut global_limits = Vec::new();
+        let mut routing = Vec::new();
         let mut metrics = crate::metrics::Registry::default();
         let trace_context = crate::http::trace::TraceContext::new(
             &plan.tracing,
@@ -271,6 +279,33 @@ impl Snapshot {
                     previous.map(|p| &p.metrics),
                     plan.workers.max(1),
                 );
+                let uses_routing =
+                    !route.routing.access.is_empty() || route.routing.mirror.is_some();
+                let split = match &target {
+                    Target::Split(split) => Some(split.stats.clone()),
+                    _ => None,
+                };
+                let routing_counters = (uses_routing || split.is_some())
+                    .then(|| Arc::new(crate::counters::PerWorker::new(plan.workers.max(1))));
+                let mirror = route.routing.mirror.as_ref().and_then(|mirror| {
+                    let Some(&pool) = by_name.get(mirror.pool.as_str()) else {
+                        errors.push(format!(
+                            "route {label}: its mirror names pool {:?}, which does not exist",
+                            mirror.pool
+                        ));
+                        return None;
+                    };
+                    let counters = routing_counters.clone()?;
+                    Some(Mirror::new(mirror, pool, plan.workers.max(1), counters))
+                });
+                if let Some(counters) = &routing_counters {
+                    routing.push(RoutingStats {
+                        route: label.clone(),
+                        counters: counters.clone(),
+                        mirror_pool: route.routing.mirror.as_ref().map(|m| m.pool.clone()),
+                        split,
+                    });
+                }
                 table.push(Route {
                     traffic,
                     host: route.host.clone(),
@@ -279,19 +314,28 @@ impl Snapshot {
                     methods: route.methods.clone(),
                     filters,
                     target,
+                    routing: route.routing.clone(),
+                    mirror,
+                    routing_counters: routing_counters.filter(|_| uses_routing),
                 });
             }
             let routes = RouteTable::new(table);
             let resolved_listener = match &listener.kind {
-                ListenerKind::Https { certificates, .. } => {
-                    match crate::tls::server::acceptor(certificates) {
-                        Ok(tls) => Listener::Https { routes, tls },
-                        Err(error) => {
-                            errors.push(format!("listener {:?}: {error}", listener.name));
-                            continue;
-                        }
+                ListenerKind::Https {
+                    certificates,
+                    client_auth,
+                    ..
+                } => match crate::tls::server::acceptor(certificates, client_auth.as_ref()) {
+                    Ok(tls) => Listener::Https {
+                        routes,
+                        tls,
+                        identity: client_auth.as_ref().map(|auth| auth.headers.clone()),
+                    },
+                    Err(error) => {
+                        errors.push(format!("listener {:?}: {error}", listener.name));
+                        continue;
                     }
-                }
+                },
                 _ => Listener::Http { routes },
             };
             resolved.push((id, resolved_listener));
@@ -335,6 +379,7 @@ impl Snapshot {
             gates,
             edge,
             global_limits,
+            routing,
             connection_limits,
             metrics,
             trace_context,

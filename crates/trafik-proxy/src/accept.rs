@@ -91,7 +91,7 @@ pub async fn accept_loop(
                     scheme,
                     Protocol::Detect,
                     stream,
-                    peer,
+                    http::server::Client::at(peer),
                     connections,
                 ));
                 spawn_counted(serving, alive);
@@ -108,12 +108,13 @@ pub async fn accept_loop(
                     scheme,
                     Protocol::Detect,
                     stream,
-                    peer,
+                    http::server::Client::at(peer),
                     connections,
                 ));
                 spawn_counted(serving, alive);
             }
-            Listener::Https { tls, .. } => {
+            Listener::Https { tls, identity, .. } => {
+                let identity = identity.clone();
                 let timeout = snapshot.client.header_read_timeout;
                 let own_engine = snapshot.client.engine == crate::plan::Engine::Trafik;
                 let handshake = tls::server::handshake(tls.clone(), stream, timeout);
@@ -122,28 +123,36 @@ pub async fn accept_loop(
                     if let Some(open) = &alive.3 {
                         open.handshake(handshake.is_ok());
                     }
+                    // What the client's certificate says, once for the connection's requests.
+                    let handshake = handshake.map(|(stream, protocol)| {
+                        let identity = identity.map(|headers| {
+                            let chain = stream.get_ref().1.peer_certificates();
+                            Arc::new(tls::ClientIdentity::of(&headers, chain))
+                        });
+                        (stream, protocol, identity)
+                    });
                     match handshake {
                         // HTTP/1.1 behind TLS takes the own engine as plain TCP does.
-                        Ok((stream, Protocol::Http1)) if own_engine => {
+                        Ok((stream, Protocol::Http1, identity)) if own_engine => {
                             Box::pin(crate::h1::serve(
                                 proxy,
                                 id,
                                 scheme,
                                 Protocol::Http1,
                                 stream,
-                                peer,
+                                http::server::Client { peer, identity },
                                 connections,
                             ))
                             .await;
                         }
-                        Ok((stream, protocol)) => {
+                        Ok((stream, protocol, identity)) => {
                             http::server::serve(
                                 proxy,
                                 id,
                                 scheme,
                                 protocol,
                                 stream,
-                                peer,
+                                http::server::Client { peer, identity },
                                 connections,
                             )
                             .await;

@@ -214,6 +214,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             crate::http::gateway::metrics(&snapshot, &mut exposition);
             gate::metrics(&snapshot.gates, &mut exposition);
             redis::metrics(&snapshot.global_limits, &mut exposition);
+            crate::http::routing::metrics(&snapshot.routing, &mut exposition);
             snapshot.edge.metrics(&mut exposition);
             crate::concurrency::metrics(&snapshot.pools, &mut exposition);
             crate::metrics::export::write_connection_limits(&snapshot, &mut exposition);
@@ -445,6 +446,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "gateway": crate::http::gateway::status(snapshot),
         "gates": gate::status(&snapshot.gates),
         "rate_limits": redis::status(&snapshot.global_limits),
+        "routing": crate::http::routing::status(&snapshot.routing),
         "cors": cors,
         "compress": compress,
     })

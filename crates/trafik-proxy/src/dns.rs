@@ -226,14 +226,21 @@ impl DnsService {
         let region = region.to_owned();
         let check = plan.clone();
         self.runtime.spawn(async move {
-            health::watch_target(address, &check, None, up, retired, |up| {
-                flag.store(up, Ordering::Relaxed);
-                if up {
-                    tracing::info!(%region, target = %address, "dns region marked live");
-                } else {
-                    tracing::warn!(%region, target = %address, "dns region marked dead");
-                }
-            })
+            health::watch_target(
+                address,
+                &check,
+                (None, crate::plan::UpstreamProtocol::Http1),
+                up,
+                retired,
+                |up| {
+                    flag.store(up, Ordering::Relaxed);
+                    if up {
+                        tracing::info!(%region, target = %address, "dns region marked live");
+                    } else {
+                        tracing::warn!(%region, target = %address, "dns region marked dead");
+                    }
+                },
+            )
             .await;
         });
         RunningCheck {

@@ -10,7 +10,12 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use trafik_balance::{Health, HealthThresholds, Transition};
 
-use crate::plan::{HealthCheck, HealthPlan};
+use bytes::Bytes;
+use http::{Request, StatusCode, header};
+use http_body_util::{BodyExt, Collected, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use crate::plan::{HealthCheck, HealthPlan, UpstreamProtocol};
 use crate::snapshot::Snapshot;
 use crate::tls::backend::BackendTls;
 
@@ -22,7 +27,7 @@ pub async fn supervise(
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    type Check = (HealthPlan, Option<BackendTls>);
+    type Check = (HealthPlan, Option<BackendTls>, UpstreamProtocol);
     let mut loops: HashMap<(String, SocketAddr), (Check, watch::Sender<bool>)> = HashMap::new();
     loop {
         let snapshot = snapshots.borrow_and_update().clone();
@@ -31,7 +36,7 @@ pub async fn supervise(
             let Some(plan) = &pool.plan.health else {
                 continue;
             };
-            let check = (plan.clone(), pool.plan.tls.clone());
+            let check = (plan.clone(), pool.plan.tls.clone(), pool.plan.protocol);
             for index in 0..pool.backends.len() {
                 let key = (pool.plan.name.clone(), pool.address(index));
                 wanted.insert(key.clone());
@@ -80,27 +85,34 @@ pub async fn supervise(
 /// snapshot in force at that moment.
 async fn probe_loop(
     (pool_name, address): (String, SocketAddr),
-    (plan, tls): (HealthPlan, Option<BackendTls>),
+    (plan, tls, protocol): (HealthPlan, Option<BackendTls>, UpstreamProtocol),
     up: bool,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     retired: watch::Receiver<bool>,
 ) {
-    watch_target(address, &plan, tls.as_ref(), up, retired, |up| {
-        let snapshot = snapshots.borrow().clone();
-        if let Some(pool) = snapshot.pool(&pool_name)
-            && let Some(index) = pool.index_of(address)
-        {
-            pool.backends.set_up(index, up);
-            if up {
-                pool.slow_start.start(index);
+    watch_target(
+        address,
+        &plan,
+        (tls.as_ref(), protocol),
+        up,
+        retired,
+        |up| {
+            let snapshot = snapshots.borrow().clone();
+            if let Some(pool) = snapshot.pool(&pool_name)
+                && let Some(index) = pool.index_of(address)
+            {
+                pool.backends.set_up(index, up);
+                if up {
+                    pool.slow_start.start(index);
+                }
             }
-        }
-        if up {
-            tracing::info!(pool = %pool_name, backend = %address, "backend marked up");
-        } else {
-            tracing::warn!(pool = %pool_name, backend = %address, "backend marked down");
-        }
-    })
+            if up {
+                tracing::info!(pool = %pool_name, backend = %address, "backend marked up");
+            } else {
+                tracing::warn!(pool = %pool_name, backend = %address, "backend marked down");
+            }
+        },
+    )
     .await;
 }
 
@@ -110,7 +122,7 @@ async fn probe_loop(
 pub async fn watch_target(
     address: SocketAddr,
     plan: &HealthPlan,
-    tls: Option<&BackendTls>,
+    (tls, protocol): (Option<&BackendTls>, UpstreamProtocol),
     up: bool,
     mut retired: watch::Receiver<bool>,
     mut publish: impl FnMut(bool),
@@ -127,7 +139,7 @@ pub async fn watch_target(
             _ = ticker.tick() => {}
             _ = retired.wait_for(|retired| *retired) => return,
         }
-        let probing = probe(address, &plan.check, tls);
+        let probing = probe(address, &plan.check, tls, protocol);
         let Some(passed) = tokio::time::timeout(plan.timeout, probing)
             .await
             .unwrap_or(Some(false))
@@ -146,29 +158,53 @@ pub async fn watch_target(
 /// One probe; true when the backend passed, `None` when trafik itself had no file descriptor
 /// to probe with, which says nothing of the backend. A TLS pool's probes speak TLS too, with
 /// the pool's settings, so a backend whose certificate the pool would refuse is down: the check
-/// sees what requests would meet.
-async fn probe(address: SocketAddr, check: &HealthCheck, tls: Option<&BackendTls>) -> Option<bool> {
+/// sees what requests would meet; and they speak the HTTP version the pool's requests do.
+async fn probe(
+    address: SocketAddr,
+    check: &HealthCheck,
+    tls: Option<&BackendTls>,
+    protocol: UpstreamProtocol,
+) -> Option<bool> {
     let stream = match TcpStream::connect(address).await {
         Ok(stream) => stream,
         Err(error) if crate::descriptors::ran_out(&error) => return None,
         Err(_) => return Some(false),
     };
     Some(match tls {
-        None => ask(stream, address, check).await,
+        None => ask(stream, address, check, protocol == UpstreamProtocol::H2c).await,
         Some(tls) => match tls.connect(address, stream).await {
-            Ok(stream) => ask(stream, address, check).await,
+            Ok(stream) => {
+                let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                ask(stream, address, check, http2).await
+            }
             Err(_) => false,
         },
     })
 }
 
 /// The check itself, on a connected stream: a `tcp` check has passed by now.
-async fn ask<S>(mut stream: S, address: SocketAddr, check: &HealthCheck) -> bool
+async fn ask<S>(mut stream: S, address: SocketAddr, check: &HealthCheck, http2: bool) -> bool
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let path = match check {
         HealthCheck::Tcp => return true,
+        HealthCheck::Http { path } if http2 => {
+            let request = Request::get(format!("http://{address}{path}"))
+                .header(header::USER_AGENT, "trafik-health")
+                .body(Full::default());
+            return match request {
+                Ok(request) => ask_http2(stream, request)
+                    .await
+                    .is_some_and(|(status, _)| status.is_success() || status.is_redirection()),
+                Err(_) => false,
+            };
+        }
+        HealthCheck::Grpc { service } if http2 => {
+            return ask_grpc(stream, address, service).await;
+        }
+        // gRPC needs HTTP/2 (refused by the configuration unless ALPN might agree on it).
+        HealthCheck::Grpc { .. } => return false,
         HealthCheck::Http { path } => path,
     };
     let request = format!(
@@ -189,6 +225,87 @@ where
     passes(&head)
 }
 
+/// One request over a new HTTP/2 connection: its status and its body with trailers.
+async fn ask_http2<S>(
+    stream: S,
+    request: Request<Full<Bytes>>,
+) -> Option<(StatusCode, Collected<Bytes>)>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .ok()?;
+    tokio::spawn(connection);
+    let response = sender.send_request(request).await.ok()?;
+    let status = response.status();
+    Some((status, response.into_body().collect().await.ok()?))
+}
+
+/// `grpc.health.v1.Health/Check` for `service` ("" for the server as a whole): passes when
+/// the call succeeds (`grpc-status: 0`) and says SERVING.
+async fn ask_grpc<S>(stream: S, address: SocketAddr, service: &str) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let request = Request::post(format!("http://{address}/grpc.health.v1.Health/Check"))
+        .header(header::CONTENT_TYPE, "application/grpc")
+        .header(header::TE, "trailers")
+        .header(header::USER_AGENT, "trafik-health")
+        .body(Full::new(grpc_health::request(service)));
+    let Ok(request) = request else {
+        return false;
+    };
+    let Some((status, answer)) = ask_http2(stream, request).await else {
+        return false;
+    };
+    // A trailers-only answer carries its status in the head; hyper gives those as trailers.
+    let code = answer
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .cloned();
+    status == StatusCode::OK
+        && code.is_some_and(|code| code == "0")
+        && grpc_health::serving(&answer.to_bytes())
+}
+
+/// The two messages of grpc.health.v1, by hand: a request is one string field, an answer one
+/// enum field; a protobuf library would be more than both.
+mod grpc_health {
+    use bytes::{BufMut, Bytes, BytesMut};
+
+    /// A length-prefixed HealthCheckRequest { service = 1 }.
+    pub fn request(service: &str) -> Bytes {
+        let mut message = BytesMut::new();
+        if !service.is_empty() {
+            message.put_u8(0x0a);
+            let mut length = service.len();
+            while length >= 0x80 {
+                message.put_u8((length as u8 & 0x7f) | 0x80);
+                length >>= 7;
+            }
+            message.put_u8(length as u8);
+            message.put_slice(service.as_bytes());
+        }
+        let mut framed = BytesMut::with_capacity(5 + message.len());
+        framed.put_u8(0);
+        framed.put_u32(message.len() as u32);
+        framed.put_slice(&message);
+        framed.freeze()
+    }
+
+    /// Whether a length-prefixed HealthCheckResponse says SERVING (status = 1, field 1).
+    pub fn serving(framed: &[u8]) -> bool {
+        let Some(message) = framed.get(5..) else {
+            return false;
+        };
+        framed[0] == 0
+            && message.windows(2).any(|field| field == [0x08, 0x01])
+            && message.len() == 2
+    }
+}
+
 /// Whether a status line starts with a 2xx or 3xx status.
 fn passes(status_line: &[u8; 12]) -> bool {
     status_line.starts_with(b"HTTP/1.") && matches!(status_line[9], b'2' | b'3')
@@ -205,5 +322,17 @@ mod tests {
         assert!(!passes(b"HTTP/1.1 503"));
         assert!(!passes(b"HTTP/1.1 404"));
         assert!(!passes(b"SSH-2.0-Open"));
+    }
+
+    #[test]
+    fn grpc_health_messages_by_hand() {
+        assert_eq!(&grpc_health::request("")[..], [0, 0, 0, 0, 0]);
+        assert_eq!(
+            &grpc_health::request("takip")[..],
+            [0, 0, 0, 0, 7, 0x0a, 5, b't', b'a', b'k', b'i', b'p']
+        );
+        assert!(grpc_health::serving(&[0, 0, 0, 0, 2, 0x08, 0x01]));
+        assert!(!grpc_health::serving(&[0, 0, 0, 0, 2, 0x08, 0x02]));
+        assert!(!grpc_health::serving(&[0, 0, 0, 0, 0]));
     }
 }

@@ -47,6 +47,7 @@ pub use plan::{
     HealthCheck, HealthPlan, ListenerKind, ListenerPlan, Plan, PoolPlan, ProxyProtocol, RetryPlan,
     RoutePlan, ServerNamePattern, SniRoutePlan, StickyPlan, TargetPlan,
 };
+pub use plan::{MirrorPlan, RedirectPlan, RoutingPlan, SplitSticky};
 pub use pool::Pool;
 pub use snapshot::Snapshot;
 

@@ -57,6 +57,7 @@ pub async fn run(start: WorkerStart) {
     let connections = Connections::new(snapshot.client.idle_timeout);
     tokio::task::spawn_local(connections.clone().sweep(shutdown.clone()));
     tokio::task::spawn_local(crate::http::cache::run_jobs(proxy.clone()));
+    tokio::task::spawn_local(crate::http::mirror::run(proxy.clone()));
     let mut accepting: HashMap<ListenerId, watch::Sender<bool>> = HashMap::new();
     let add = |id: ListenerId,
                socket: std::net::TcpListener,

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use trafik_balance::Algorithm;
-use trafik_proxy::{HashKey, ListenerKind, Plan, ProxyProtocol};
+use trafik_proxy::{HashKey, HealthPlan, ListenerKind, Plan, ProxyProtocol};
 use trafik_test_support::proxy::*;
 
 /// A plan whose only listener is `tcp`, sending every connection to pool `takip`.
@@ -489,7 +489,13 @@ async fn a_backend_back_from_a_failed_health_check_ramps_up_over_its_slow_start(
     let mut replicas = replicas(2).await;
     let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
     let mut plan = tcp_plan(&addresses);
-    plan.pools[0].health = Some(course_health_check());
+    // Checks that a loaded machine cannot flap (a refused connect still fails at once): k1
+    // marked down by a slow probe would send k2 everything.
+    plan.pools[0].health = Some(HealthPlan {
+        timeout: Duration::from_secs(2),
+        fall: 3,
+        ..course_health_check()
+    });
     plan.pools[0].slow_start = Duration::from_secs(3600);
     let running = trafik_proxy::start(plan).unwrap();
 

@@ -11,10 +11,13 @@ use std::time::{Duration, Instant};
 use http::Version;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use trafik_proxy::plan::UpstreamProtocol;
 use trafik_proxy::tls::backend::{BackendTls, server_name};
 use trafik_proxy::tls::{Certificate, TrustRoots};
 use trafik_proxy::{ListenerKind, Plan};
-use trafik_test_support::proxy::tls::{Issued, TestCa, TlsClient, h2c, h2c_get, tls_backend};
+use trafik_test_support::proxy::tls::{
+    Issued, TestCa, TlsClient, h2_backend, h2c, h2c_get, tls_backend,
+};
 use trafik_test_support::proxy::*;
 
 const H2: &[&[u8]] = &[b"h2", b"http/1.1"];
@@ -26,6 +29,7 @@ fn https(mut plan: Plan, certificates: &[&Issued]) -> Plan {
     plan.listeners[0].kind = ListenerKind::Https {
         routes,
         certificates: certificates.iter().map(|c| c.for_listener()).collect(),
+        client_auth: None,
     };
     plan
 }
@@ -229,7 +233,7 @@ fn tls_pool(backends: &[SocketAddr], roots: &TestCa, sni: Option<&str>) -> Plan 
         source: "the test CA".into(),
     };
     let name = sni.map(|name| server_name(name).unwrap());
-    plan.pools[0].tls = Some(BackendTls::new(&trusted, name).unwrap());
+    plan.pools[0].tls = Some(BackendTls::new(&trusted, name, None, &[b"http/1.1"]).unwrap());
     plan
 }
 
@@ -572,5 +576,90 @@ async fn an_http2_client_gets_no_trailer_fields() {
         h2c_get_with(web(&running), &[("te", "trailers".to_owned())]).await;
     assert_eq!((status, &body[..]), (200, &b"wiki"[..]));
     assert_eq!(trailers, None);
+    stop(running).await;
+}
+
+/// `plan` whose pool speaks `protocol` to its backends.
+fn speaking(mut plan: Plan, protocol: UpstreamProtocol) -> Plan {
+    plan.pools[0].protocol = protocol;
+    plan
+}
+
+#[tokio::test]
+async fn an_h2c_pool_multiplexes_requests_up_to_the_backends_stream_limit() {
+    // Two streams a connection: six requests at once (each held 1.5 s, so they overlap however
+    // slowly a loaded machine starts them) need three connections.
+    let (backend, seen) = h2_backend(None, 2, Duration::from_millis(1500)).await;
+    let mut plan = speaking(plan(&[backend]), UpstreamProtocol::H2c);
+    plan.workers = 1;
+    let running = trafik_proxy::start(plan).unwrap();
+    let address = web(&running);
+    // The connection's SETTINGS are known once it served a request.
+    let answer = get(address, "/takip/TR-0").await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.text(), "HTTP/2.0 /takip/TR-0");
+    let paths: Vec<String> = (1..=6).map(|i| format!("/takip/TR-{i}")).collect();
+    let calls = paths.iter().map(|path| get(address, path));
+    for answer in futures_util::future::join_all(calls).await {
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    // More connections when the first is full (exactly three unless a connection's SETTINGS
+    // came late on a loaded machine and it took a refused stream first).
+    let opened = seen.connections.load(Ordering::Relaxed);
+    assert!(
+        opened >= 3,
+        "{opened} connections for six streams at two a connection"
+    );
+    assert!(seen.most_open.load(Ordering::Relaxed) > 2);
+    // One after another, they share the connections there are.
+    for i in 7..9 {
+        assert_eq!(get(address, &format!("/takip/TR-{i}")).await.status, 200);
+    }
+    assert_eq!(seen.connections.load(Ordering::Relaxed), opened);
+    stop(running).await;
+}
+
+#[tokio::test]
+async fn an_h2_pool_speaks_http2_by_alpn_and_so_do_its_health_checks() {
+    let ca = TestCa::new("backend CA");
+    let config = ca.issue(&["127.0.0.1"]).server_config();
+    let (backend, seen) = h2_backend(Some(config), 100, Duration::ZERO).await;
+    let mut plan = tls_pool(&[backend], &ca, None);
+    plan.pools[0].tls = Some(
+        BackendTls::new(
+            &TrustRoots {
+                store: Arc::new(ca.roots()),
+                source: "the test CA".into(),
+            },
+            None,
+            None,
+            UpstreamProtocol::H2.alpn(),
+        )
+        .unwrap(),
+    );
+    plan = speaking(plan, UpstreamProtocol::H2);
+    // A probe's TLS and HTTP/2 handshakes may take a while on a loaded machine.
+    plan.pools[0].health = Some(trafik_proxy::HealthPlan {
+        timeout: Duration::from_secs(5),
+        ..course_health_check()
+    });
+    let running = trafik_proxy::start(plan).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.probes.load(Ordering::Relaxed) < 2 {
+        assert!(Instant::now() < deadline, "no HTTP/2 health probes");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(running.snapshot().pools[0].backends.is_up(0));
+    // An HTTP/1.1 client's request reaches the backend as HTTP/2; the answer's trailers are
+    // not a gRPC answer's, so they stay behind.
+    let answer = get(web(&running), "/takip/TR-1").await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.text(), "HTTP/2.0 /takip/TR-1");
+    stop(running).await;
+
+    // The same pool as http1 offers only http/1.1 by ALPN, which this backend refuses.
+    let plain = tls_pool(&[backend], &ca, None);
+    let running = trafik_proxy::start(plain).unwrap();
+    assert_eq!(get(web(&running), "/takip/TR-2").await.status, 502);
     stop(running).await;
 }

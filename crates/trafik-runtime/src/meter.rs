@@ -141,7 +141,11 @@ mod tests {
         let first = Arc::new(PerWorker::<BackendCounters>::new(2));
         let second = Arc::new(PerWorker::<BackendCounters>::new(2));
         let (near, mut far) = tokio::io::duplex(64);
-        let endpoint = crate::pool::Endpoints::new(2).get("127.0.0.1:9".parse().unwrap(), None);
+        let endpoint = crate::pool::Endpoints::new(2).get(
+            "127.0.0.1:9".parse().unwrap(),
+            crate::plan::UpstreamProtocol::Http1,
+            None,
+        );
         let open = OpenConnection::new(&endpoint, 1);
         let mut metered = Metered::new(near, Meter::new(&first, 1), open);
         metered.meter().opened();

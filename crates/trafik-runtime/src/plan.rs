@@ -2,6 +2,7 @@
 //! file or from quick-mode flags; the data plane never reads configuration text itself.
 
 mod gateway;
+mod routing;
 mod server_name;
 
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ pub use gateway::{
     AggregatePlan, AmbassadorPlan, BatchPlan, ClientChooser, PartPlan, ServiceChoice, ViewPlan,
     ViewsPlan,
 };
+pub use routing::{MirrorPlan, RedirectPlan, RoutingPlan, SplitSticky};
 pub use server_name::ServerNamePattern;
 pub use trafik_gateway::template::{PathTemplate, UpstreamTemplate};
 
@@ -174,6 +176,8 @@ pub enum ListenerKind {
         /// The certificates served, chosen by the name the client asks for; the first is the
         /// default.
         certificates: Vec<Arc<Certificate>>,
+        /// Mutual TLS: clients' certificates asked for, verified, and named to backends.
+        client_auth: Option<crate::tls::ClientAuth>,
     },
     /// Layer 4: one decision per client connection among the backends of `pool`, then bytes
     /// copied both ways (the proxy's `tcp`).
@@ -229,6 +233,8 @@ pub struct RoutePlan {
     /// When set, the path is matched by segments instead of by `path_prefix`
     /// (`/takip/{no}/{part}`), and its captures are the target's to use.
     pub path_template: Option<PathTemplate>,
+    /// Header, query, cookie and client conditions, priority, address rules, mirror.
+    pub routing: RoutingPlan,
 }
 
 /// Where a route sends what it matched.
@@ -264,6 +270,14 @@ pub enum TargetPlan {
         cache: Arc<CachePlan>,
         target: Box<TargetPlan>,
     },
+    /// Pools by weight (a canary), optionally keeping each client on the pool it got.
+    Split {
+        pools: Vec<(String, u32)>,
+        sticky: Option<SplitSticky>,
+        retry_non_idempotent: bool,
+    },
+    /// An answer that sends the client elsewhere.
+    Redirect(RedirectPlan),
 }
 
 /// An edge cache: its store's bounds and how it treats freshness.
@@ -326,6 +340,8 @@ pub enum FilterPlan {
     RateLimit(RateLimitPlan),
     /// Log each request of the route as one JSON line with every stage's verdict.
     AccessLog,
+    /// Rewrite the path sent upstream (`strip_prefix`, `replace_prefix`, `rewrite`).
+    RewritePath(trafik_policy::rewrite::PathRewrite),
     /// Cross-origin requests: preflights answered at the edge, `Access-Control-*` on answers.
     Cors(CorsPlan),
     /// Answers compressed for clients that accept it.
@@ -473,6 +489,8 @@ pub struct PoolPlan {
     pub retries: u32,
     /// Speak TLS to the backends (and to their health checks).
     pub tls: Option<BackendTls>,
+    /// The HTTP version spoken to the backends (and to their health checks).
+    pub protocol: UpstreamProtocol,
     /// For layer-4 pools: the PROXY protocol header that tells each backend who the client is.
     pub proxy_protocol: Option<ProxyProtocol>,
     /// Passive health (outlier ejection); `None` turns it off.
@@ -493,6 +511,40 @@ pub struct PoolPlan {
     /// A limit on requests in flight to the whole pool that follows their latency; `None`
     /// (the default) for none.
     pub adaptive_concurrency: Option<trafik_balance::ConcurrencyRules>,
+}
+
+/// Which HTTP a pool speaks to its backends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, one request per connection at a time.
+    #[default]
+    Http1,
+    /// HTTP/2 over TLS (ALPN `h2` only): many requests on one connection.
+    H2,
+    /// HTTP/2 over plain TCP with prior knowledge.
+    H2c,
+    /// Over TLS, what ALPN agrees (`h2` preferred, else HTTP/1.1); HTTP/1.1 on plain TCP.
+    Auto,
+}
+
+impl UpstreamProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            UpstreamProtocol::Http1 => "http1",
+            UpstreamProtocol::H2 => "h2",
+            UpstreamProtocol::H2c => "h2c",
+            UpstreamProtocol::Auto => "auto",
+        }
+    }
+
+    /// What TLS offers by ALPN for it.
+    pub fn alpn(self) -> &'static [&'static [u8]] {
+        match self {
+            UpstreamProtocol::Http1 | UpstreamProtocol::H2c => &[b"http/1.1"],
+            UpstreamProtocol::H2 => &[b"h2"],
+            UpstreamProtocol::Auto => &[b"h2", b"http/1.1"],
+        }
+    }
 }
 
 /// What else makes a pool send a request to another backend, and what bounds it.
@@ -547,6 +599,9 @@ pub enum HealthCheck {
     Http { path: String },
     /// A TCP connect that succeeds passes.
     Tcp,
+    /// `grpc.health.v1.Health/Check` for `service` (empty: the whole server) answering SERVING;
+    /// over HTTP/2 only.
+    Grpc { service: String },
 }
 
 /// The part of a request a hash-based rule keys on. Its bytes go through

@@ -14,7 +14,7 @@ pub use process::{
     INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, get_text, json, load, parse_head,
     run_in_own_network_namespace, trafik_binary,
 };
-pub use services::{Etcd, Named, Redis};
+pub use services::{Etcd, GrpcServer, Named, Redis, grpc_call, grpc_client};
 
 /// A TCP port on 127.0.0.1 nobody listens on as of now, for a server a test starts.
 pub fn free_port() -> u16 {

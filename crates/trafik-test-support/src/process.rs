@@ -192,7 +192,7 @@ pub const INSIDE_NAMESPACE: &str = "TRAFIK_TEST_INSIDE_NAMESPACE";
 /// Runs `test` from this binary again in new user, network and PID namespaces (loopback up),
 /// and fails unless it ran there and passed.
 pub fn run_in_own_network_namespace(test: &str) {
-    let output = Command::new("unshare")
+    let output = tool("unshare", "util-linux")
         .args(["--user", "--map-root-user", "--net", "--pid", "--fork"])
         .args([
             "--kill-child",
@@ -232,4 +232,21 @@ pub fn parse_head(head: &str) -> (u16, Vec<(String, String)>) {
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     (status, fields)
+}
+
+/// A command for `program`, a tool from Debian's `package` the test needs; a missing one fails
+/// the test saying how to get it (the suite's other tests still run).
+pub fn tool(program: &str, package: &str) -> Command {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|directory| directory.join(program))
+        .find(|candidate| candidate.is_file());
+    match found {
+        Some(found) => Command::new(found),
+        None => panic!(
+            "this test needs `{program}`: run scripts/setup.sh, which installs what the tests \
+             need, or apt-get install {package}"
+        ),
+    }
 }

@@ -13,7 +13,7 @@ pub struct Redis(Child);
 
 impl Redis {
     pub fn start(port: u16) -> Redis {
-        let child = Command::new("redis-server")
+        let child = crate::process::tool("redis-server", "redis-server")
             .args([
                 "--port",
                 &port.to_string(),
@@ -93,7 +93,7 @@ impl Etcd {
         let peer = format!("http://127.0.0.1:{}", self.peer);
         std::fs::create_dir_all(&self.data).expect("etcd's data directory");
         let log = std::fs::File::create(self.data.with_extension("log")).expect("etcd's log");
-        let mut child = Command::new("etcd")
+        let mut child = crate::process::tool("etcd", "etcd-server")
             .args(["--name", "filo", "--data-dir"])
             .arg(&self.data)
             .args([
@@ -254,4 +254,80 @@ impl Drop for Named {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The repository's gRPC example server (`examples/grpc/kargo_grpc.py`, Python grpcio) on a
+/// free port, killed by its pid when dropped.
+pub struct GrpcServer {
+    child: Child,
+    pub address: String,
+}
+
+/// The example's script, which is both the server and the test's client.
+fn kargo_grpc() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grpc/kargo_grpc.py")
+}
+
+impl GrpcServer {
+    /// `health_file`: a file whose content `down` makes its health service say NOT_SERVING.
+    pub fn start(health_file: Option<&Path>) -> GrpcServer {
+        let port = crate::free_port();
+        let mut command = Command::new("python3");
+        command
+            .arg(kargo_grpc())
+            .args(["serve", &port.to_string()])
+            .stdout(Stdio::null());
+        if let Some(file) = health_file {
+            command.arg("--health-file").arg(file);
+        }
+        let child = command
+            .spawn()
+            .expect("python3 with grpcio (.ci/run installs it)");
+        let server = GrpcServer {
+            child,
+            address: format!("127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(&server.address).is_err() {
+            assert!(Instant::now() < deadline, "the gRPC server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// Kills it now (a backend lost mid-call).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts the example's client for one `scenario` against `target`; it prints a JSON line per
+/// event.
+pub fn grpc_client(target: &str, scenario: &str) -> Child {
+    Command::new("python3")
+        .arg(kargo_grpc())
+        .args(["call", target, scenario])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 with grpcio (.ci/run installs it)")
+}
+
+/// The last event of a whole call of `scenario`.
+pub fn grpc_call(target: &str, scenario: &str) -> serde_json::Value {
+    let output = grpc_client(target, scenario)
+        .wait_with_output()
+        .expect("the gRPC client ran");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let last = text
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no event from {scenario}"));
+    serde_json::from_str(last).expect("a JSON event")
 }

@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -33,7 +33,7 @@ impl Driver {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("chromedriver")
+        let child = crate::process::tool("chromedriver", "chromium-driver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -45,7 +45,24 @@ pub fn plan(loaded: &Loaded) -> String {
             listener.kind.name(),
             listener.address
         );
-        if let ListenerKind::Https { certificates, .. } = &listener.kind {
+        if let ListenerKind::Https {
+            certificates,
+            client_auth,
+            ..
+        } = &listener.kind
+        {
+            if let Some(auth) = client_auth {
+                let _ = writeln!(
+                    out,
+                    "  client certificates {} by {}",
+                    if auth.required {
+                        "required"
+                    } else {
+                        "optional"
+                    },
+                    auth.roots.source
+                );
+            }
             for (i, certificate) in certificates.iter().enumerate() {
                 let names = match certificate.names.join(", ") {
                     names if names.is_empty() => "no DNS names".to_owned(),
@@ -77,29 +94,39 @@ pub fn plan(loaded: &Loaded) -> String {
             }
         };
         for route in routes {
-            let host = route
-                .host
-                .as_deref()
-                .map(|h| format!("host {h} "))
-                .unwrap_or_default();
-            let methods = if route.methods.is_empty() {
-                String::new()
-            } else {
-                let names: Vec<_> = route.methods.iter().map(|m| m.as_str()).collect();
-                format!(" [{}]", names.join(","))
-            };
-            let path = route
-                .path_template
-                .as_ref()
-                .map_or(route.path_prefix.as_str(), |t| t.text());
             let _ = writeln!(
                 out,
-                "  route {host}{path}{methods} → {}",
+                "  route {} → {}",
+                route_text(route),
                 target_text(&route.target)
             );
+            let routing = &route.routing;
+            if routing.priority != 0 {
+                let _ = writeln!(out, "    priority {}", routing.priority);
+            }
+            for rules in &routing.access {
+                let _ = writeln!(out, "    clients: {rules} (others 403)");
+            }
+            if let Some(mirror) = &routing.mirror {
+                let _ = writeln!(
+                    out,
+                    "    mirror {}% to pool {} (bodies up to {} bytes, {} in flight per worker)",
+                    mirror.percent, mirror.pool, mirror.max_body, mirror.max_in_flight
+                );
+            }
             for filter in &route.filters {
                 let _ = writeln!(out, "    filter {}", filter_text(filter));
             }
+        }
+        let table = trafik_proxy::http::route::RouteTable::new(routes.clone());
+        for (earlier, later) in table.shadowed() {
+            let (earlier, later) = (&table.routes()[earlier], &table.routes()[later]);
+            let _ = writeln!(
+                out,
+                "  warning: route {} never matches: route {} is tried first and takes all its requests",
+                route_text(later),
+                route_text(earlier)
+            );
         }
     }
     for pool in &plan.pools {
@@ -121,6 +148,12 @@ pub fn plan(loaded: &Loaded) -> String {
                 None => "by each backend's IP address".to_owned(),
             };
             let _ = writeln!(out, "  tls: backends verified {name} against {}", tls.roots);
+            if let Some(certificate) = &tls.client_certificate {
+                let _ = writeln!(out, "  client certificate {certificate} shown to backends");
+            }
+        }
+        if pool.protocol != trafik_proxy::plan::UpstreamProtocol::Http1 {
+            let _ = writeln!(out, "  protocol {}", pool.protocol.name());
         }
         if let Some(version) = pool.proxy_protocol {
             let _ = writeln!(out, "  PROXY protocol {version} header to every backend");
@@ -148,6 +181,7 @@ pub fn plan(loaded: &Loaded) -> String {
                 let check = match &health.check {
                     HealthCheck::Http { path } => format!("GET {path}"),
                     HealthCheck::Tcp => "TCP connect".to_owned(),
+                    HealthCheck::Grpc { service } => format!("gRPC health of {service:?}"),
                 };
                 let _ = writeln!(
                     out,
@@ -242,6 +276,7 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
             format!("response header {name}: {}", show(value))
         }
         FilterPlan::AccessLog => "access log with every stage's verdict".into(),
+        FilterPlan::RewritePath(rewrite) => format!("path: {rewrite}"),
         FilterPlan::Cors(cors) => {
             let list = |names: Vec<String>| match names.is_empty() {
                 true => "none".to_owned(),
@@ -341,6 +376,31 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
     }
 }
 
+/// What a route matches, in words: `host a.test /api [GET] (header x-surum=beta)`.
+fn route_text(route: &trafik_proxy::RoutePlan) -> String {
+    let host = route
+        .host
+        .as_deref()
+        .map(|h| format!("host {h} "))
+        .unwrap_or_default();
+    let methods = if route.methods.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<_> = route.methods.iter().map(|m| m.as_str()).collect();
+        format!(" [{}]", names.join(","))
+    };
+    let path = route
+        .path_template
+        .as_ref()
+        .map_or(route.path_prefix.as_str(), |t| t.text());
+    let conditions = &route.routing.conditions;
+    let asking = match conditions.is_empty() {
+        true => String::new(),
+        false => format!(" ({conditions})"),
+    };
+    format!("{host}{path}{methods}{asking}")
+}
+
 /// Where a route goes, in words: `pool takip`, `files in DIR`, `cache kenar → pool takip`.
 fn target_text(target: &trafik_proxy::TargetPlan) -> String {
     use trafik_proxy::{ServiceChoice, TargetPlan};
@@ -352,6 +412,28 @@ fn target_text(target: &trafik_proxy::TargetPlan) -> String {
         },
         TargetPlan::Cached { cache, target } => {
             format!("cache {} → {}", cache.name, target_text(target))
+        }
+        TargetPlan::Split { pools, sticky, .. } => {
+            let shares: Vec<String> = pools
+                .iter()
+                .map(|(pool, weight)| format!("pool {pool} weight {weight}"))
+                .collect();
+            let sticky = match sticky {
+                Some(sticky) => format!(", clients kept by {sticky}"),
+                None => String::new(),
+            };
+            format!("split: {}{sticky}", shares.join(", "))
+        }
+        TargetPlan::Redirect(redirect) => {
+            let query = match redirect.keep_query {
+                true => "query kept",
+                false => "query dropped",
+            };
+            format!(
+                "redirect {} to {} ({query})",
+                redirect.status,
+                redirect.to.text()
+            )
         }
         TargetPlan::Service {
             service,

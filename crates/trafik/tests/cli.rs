@@ -86,6 +86,32 @@ fn check_prints_the_resolved_plan() {
 }
 
 #[test]
+fn check_prints_routing_and_warns_of_a_route_an_earlier_one_always_takes() {
+    let routed = GOOD.replace(
+        "[[listener.route]]\npath_prefix = \"/olay\"",
+        "[[listener.route]]\npath_prefix = \"/takip/ozel\"\nmethods = [\"GET\"]\n\
+         headers = { \"x-surum\" = \"beta\" }\nallow = [\"127.0.0.0/8\"]\npool = \"yazma\"\n\
+         [[listener.route]]\npath_prefix = \"/\"\npriority = 1\n\
+         split = [{ pool = \"okuma\", weight = 9 }, { pool = \"yazma\", weight = 1 }]\n\
+         mirror = { pool = \"yazma\", percent = 5 }\n\
+         [[listener.route]]\npath_prefix = \"/olay\"",
+    );
+    let (code, plan, errors) = check("routed.toml", &routed);
+    assert_eq!(code, 0, "{errors}");
+    for expected in [
+        "route /takip/ozel [GET] (header x-surum=beta) → pool yazma",
+        "clients: allow 127.0.0.0/8 (others 403)",
+        "route / → split: pool okuma weight 9, pool yazma weight 1",
+        "mirror 5% to pool yazma",
+        "priority 1",
+        "warning: route /takip never matches: route / is tried first and takes all its requests",
+        "warning: route /olay [POST] never matches: route / is tried first",
+    ] {
+        assert!(plan.contains(expected), "missing {expected:?} in\n{plan}");
+    }
+}
+
+#[test]
 fn an_unknown_key_is_reported_at_its_line_and_column_with_a_suggestion() {
     let bad = GOOD.replace("interval = \"200ms\"", "intervall = \"200ms\"");
     let (code, _, errors) = check("typo.toml", &bad);

@@ -36,6 +36,77 @@ fn certificate(dir: &Path, name: &str, names: &[&str]) {
     .unwrap();
 }
 
+/// What `trafik check` says of `text` written at `path`, which it must refuse, reporting each
+/// `(needle, field, message)`: the message for the field at the place of the needle.
+fn check_errors(path: &Path, text: &str, expected: &[(&str, &str, &str)]) -> String {
+    std::fs::write(path, text).unwrap();
+    let output = trafik(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr).into_owned();
+    for (needle, field, message) in expected {
+        let expected = format!(
+            "{}:{}: {field}: {message}",
+            path.display(),
+            place(text, needle)
+        );
+        assert!(
+            errors.contains(&expected),
+            "missing {expected:?} in\n{errors}"
+        );
+    }
+    errors
+}
+
+/// `trafik serve` with one https listener (the demo certificate, copied into `dir`, and the
+/// listener's `extra` keys) in front of `upstream`.
+struct Served {
+    server: Trafik,
+    web: u16,
+    admin: u16,
+    config: PathBuf,
+    text: String,
+}
+
+fn serve_https(dir: &Path, extra: &str, upstream: &Upstream) -> Served {
+    let (web, admin) = (free_port(), free_port());
+    let config = dir.join("trafik.toml");
+    let text = format!(
+        r#"[admin]
+listen = "127.0.0.1:{admin}"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{web}"
+protocol = "https"
+{extra}
+[[listener.tls]]
+cert = "localhost.pem"
+key = "localhost.key"
+
+[[listener.route]]
+pool = "takip"
+
+[[pool]]
+name = "takip"
+backends = [{{ address = "{}" }}]
+"#,
+        upstream.address
+    );
+    std::fs::write(&config, &text).unwrap();
+    let (server, _) = Trafik::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        Stdio::piped(),
+        "listening on",
+    );
+    Served {
+        server,
+        web,
+        admin,
+        config,
+        text,
+    }
+}
+
 /// `LINE:COLUMN` of the first `needle` in `text`, 1-based.
 fn place(text: &str, needle: &str) -> String {
     let offset = text
@@ -135,43 +206,35 @@ name = "q"
 ca = "site.pem"
 backends = [{ address = "127.0.0.1:9" }]
 "#;
-    let path = dir.join("tls.toml");
-    std::fs::write(&path, text).unwrap();
-    let output = trafik(&["check", "--config", path.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(2));
-    let errors = String::from_utf8_lossy(&output.stderr);
-    let file = path.display();
-    for (needle, field, message) in [
-        ("\"missing.pem\"", "listener[0].tls[0].cert", "cannot read"),
-        (
-            "\"not-pem.pem\"",
-            "listener[0].tls[1].cert",
-            "no certificate in this file",
-        ),
-        (
-            "\"other.key\"",
-            "listener[0].tls[2].key",
-            "this key does not belong to the certificate",
-        ),
-        (
-            "[[listener.tls]]\ncert = \"site.pem\"\nkey = \"site.key\"",
-            "listener[1].tls",
-            "certificates are for https listeners",
-        ),
-        ("\"missing-ca.pem\"", "pool[0].ca", "cannot read"),
-        ("\"not a name\"", "pool[0].sni", "expected a DNS name"),
-        (
-            "\"site.pem\"\nbackends",
-            "pool[1].ca",
-            "`ca` applies to TLS",
-        ),
-    ] {
-        let expected = format!("{file}:{}: {field}: {message}", place(text, needle));
-        assert!(
-            errors.contains(&expected),
-            "missing {expected:?} in\n{errors}"
-        );
-    }
+    let errors = check_errors(
+        &dir.join("tls.toml"),
+        text,
+        &[
+            ("\"missing.pem\"", "listener[0].tls[0].cert", "cannot read"),
+            (
+                "\"not-pem.pem\"",
+                "listener[0].tls[1].cert",
+                "no certificate in this file",
+            ),
+            (
+                "\"other.key\"",
+                "listener[0].tls[2].key",
+                "this key does not belong to the certificate",
+            ),
+            (
+                "[[listener.tls]]\ncert = \"site.pem\"\nkey = \"site.key\"",
+                "listener[1].tls",
+                "certificates are for https listeners",
+            ),
+            ("\"missing-ca.pem\"", "pool[0].ca", "cannot read"),
+            ("\"not a name\"", "pool[0].sni", "expected a DNS name"),
+            (
+                "\"site.pem\"\nbackends",
+                "pool[1].ca",
+                "`ca` applies to TLS",
+            ),
+        ],
+    );
     assert!(
         errors.contains("error: 7 errors in the configuration"),
         "{errors}"
@@ -231,36 +294,13 @@ fn a_reload_with_a_broken_key_changes_nothing() {
         std::fs::copy(demo(file), dir.join(file)).unwrap();
     }
     let upstream = Upstream::start(&[]);
-    let (web, admin) = (free_port(), free_port());
-    let config = dir.join("trafik.toml");
-    let text = format!(
-        r#"[admin]
-listen = "127.0.0.1:{admin}"
-
-[[listener]]
-name = "web"
-listen = "127.0.0.1:{web}"
-protocol = "https"
-
-[[listener.tls]]
-cert = "localhost.pem"
-key = "localhost.key"
-
-[[listener.route]]
-pool = "takip"
-
-[[pool]]
-name = "takip"
-backends = [{{ address = "{}" }}]
-"#,
-        upstream.address
-    );
-    std::fs::write(&config, &text).unwrap();
-    let (server, _) = Trafik::start(
-        &["serve", "--config", config.to_str().unwrap()],
-        Stdio::piped(),
-        "listening on",
-    );
+    let Served {
+        server,
+        web,
+        admin,
+        config,
+        text,
+    } = serve_https(&dir, "", &upstream);
     assert!(
         https_get(web, "/takip/TR-1")
             .unwrap()
@@ -295,6 +335,128 @@ backends = [{{ address = "{}" }}]
             .unwrap()
             .starts_with("HTTP/1.1 200")
     );
+    assert!(server.stop().status.success());
+    upstream.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn check_reports_mutual_tls_and_protocol_problems_where_they_are_written() {
+    let dir = folder("mtls-check");
+    certificate(&dir, "site", &["kargo.test"]);
+    let text = r#"[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+protocol = "https"
+client_ca = "missing-ca.pem"
+client_auth = "sometimes"
+
+[listener.client_headers]
+subject = "not a header"
+
+[[listener.tls]]
+cert = "site.pem"
+key = "site.key"
+
+[[listener.route]]
+pool = "p"
+
+[[listener]]
+name = "plain"
+listen = "127.0.0.1:0"
+client_auth = "optional"
+
+[[listener.route]]
+pool = "p"
+
+[[pool]]
+name = "p"
+protocol = "h2"
+client_cert = "site.pem"
+backends = [{ address = "127.0.0.1:9" }]
+"#;
+    check_errors(
+        &dir.join("mtls.toml"),
+        text,
+        &[
+            ("\"missing-ca.pem\"", "listener[0].client_ca", "cannot read"),
+            (
+                "\"sometimes\"",
+                "listener[0].client_auth",
+                "expected \"required\"",
+            ),
+            (
+                "\"not a header\"",
+                "listener[0].client_headers.subject",
+                "not a header name",
+            ),
+            (
+                "\"optional\"",
+                "listener[1].client_auth",
+                "client certificates need the CA",
+            ),
+            ("\"h2\"", "pool[0].protocol", "h2 is HTTP/2 over TLS"),
+            (
+                "\"site.pem\"\nbackends",
+                "pool[0].client_cert",
+                "`client_cert` applies to TLS",
+            ),
+        ],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_reload_reads_the_client_ca_again() {
+    use trafik_test_support::proxy::tls::TestCa;
+    let dir = folder("client-ca-reload");
+    let (first, second) = (TestCa::new("clients 1"), TestCa::new("clients 2"));
+    let files = |name: &str, ca: &TestCa| {
+        let issued = ca.issue_client(name, &[]);
+        let (cert, key) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert, &issued.cert_pem).unwrap();
+        std::fs::write(&key, &issued.key_pem).unwrap();
+        (cert.display().to_string(), key.display().to_string())
+    };
+    let (old_client, new_client) = (files("eski", &first), files("yeni", &second));
+    std::fs::write(dir.join("clients.pem"), &first.pem).unwrap();
+    for file in ["localhost.pem", "localhost.key"] {
+        std::fs::copy(demo(file), dir.join(file)).unwrap();
+    }
+    let upstream = Upstream::start(&[]);
+    let Served {
+        server, web, admin, ..
+    } = serve_https(&dir, "client_ca = \"clients.pem\"\n", &upstream);
+    let ca = demo("ca.pem");
+    let curl = |(cert, key): &(String, String)| {
+        Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--cacert",
+                &ca,
+            ])
+            .args(["--cert", cert, "--key", key])
+            .arg(format!("https://localhost:{web}/takip/TR-1"))
+            .output()
+            .expect("curl runs")
+    };
+    let answered = |output: Output| String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(answered(curl(&old_client)), "200");
+    assert!(!curl(&new_client).status.success(), "another CA's client");
+
+    // The file now names the other CA: a reload reads it, and the clients change places.
+    std::fs::write(dir.join("clients.pem"), &second.pem).unwrap();
+    let reload = trafik(&["reload", "--admin", &format!("127.0.0.1:{admin}")]);
+    assert!(reload.status.success(), "{reload:?}");
+    assert_eq!(answered(curl(&new_client)), "200");
+    assert!(!curl(&old_client).status.success(), "the old CA's client");
     assert!(server.stop().status.success());
     upstream.stop();
     std::fs::remove_dir_all(&dir).unwrap();

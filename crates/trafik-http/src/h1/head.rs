@@ -94,6 +94,17 @@ impl<'a> HeadView<'a> {
     }
 }
 
+impl HeadView<'_> {
+    /// A view of nothing, for a route table that reads no fields.
+    pub fn empty() -> Self {
+        HeadView {
+            fields: &[],
+            path: "",
+            query: None,
+        }
+    }
+}
+
 impl RequestView for HeadView<'_> {
     fn header_values<'v>(&'v self, name: &'v str) -> impl Iterator<Item = &'v [u8]> {
         self.fields
@@ -109,6 +120,18 @@ impl RequestView for HeadView<'_> {
     fn query(&self) -> Option<&str> {
         self.query
     }
+}
+
+/// Replaces the path of the request line at the start of a head written out (`GET /a?q
+/// HTTP/1.1`), keeping the query.
+pub fn replace_path(head: &mut Vec<u8>, path: &[u8]) {
+    let Some(start) = head.iter().position(|&b| b == b' ').map(|space| space + 1) else {
+        return;
+    };
+    let Some(length) = head[start..].iter().position(|&b| b == b'?' || b == b' ') else {
+        return;
+    };
+    head.splice(start..start + length, path.iter().copied());
 }
 
 /// Adds the field `name: value` to the end of a head written out (ending in its blank line).
@@ -855,6 +878,16 @@ pub fn response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_is_replaced_in_the_request_line_with_the_query_kept() {
+        let mut head = b"GET /api/takip?x=1 HTTP/1.1\r\nhost: a\r\n\r\n".to_vec();
+        replace_path(&mut head, b"/takip");
+        assert_eq!(head, b"GET /takip?x=1 HTTP/1.1\r\nhost: a\r\n\r\n");
+        let mut head = b"DELETE /a HTTP/1.1\r\n\r\n".to_vec();
+        replace_path(&mut head, b"/v2/uzun/yol");
+        assert_eq!(head, b"DELETE /v2/uzun/yol HTTP/1.1\r\n\r\n");
+    }
 
     fn forwarding() -> Forwarding {
         Forwarding::new("127.0.0.9:4000".parse().unwrap(), "http")

@@ -32,6 +32,7 @@ use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
@@ -49,11 +50,14 @@ use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
-use crate::http::server::{self, Protocol};
+use crate::http::route::Asking;
+use crate::http::server::{self, Client, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
 use crate::http::target::Target;
+use crate::plan::UpstreamProtocol;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
+use crate::tls::ClientIdentity;
 use crate::view::Selection;
 
 /// How serving a connection on the own engine ended.
@@ -87,6 +91,9 @@ struct Connection<S> {
     peer: SocketAddr,
     /// `http`, or `https` behind TLS.
     scheme: &'static str,
+    /// On a listener with mutual TLS, its client's certificate: every request then takes the
+    /// pipeline, whose forwarding step writes the identity headers.
+    identity: Option<Arc<ClientIdentity>>,
     /// The connection as the pipeline knows it, once a request went through the pipeline.
     pipeline_client: Option<ClientConnection>,
     /// The response timeout.
@@ -138,7 +145,7 @@ pub async fn serve<S>(
     scheme: &'static str,
     protocol: Protocol,
     stream: S,
-    peer: SocketAddr,
+    Client { peer, identity }: Client,
     connections: Rc<Connections>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -152,6 +159,7 @@ pub async fn serve<S>(
         forwarding: Forwarding::new(peer, scheme),
         peer,
         scheme,
+        identity,
         pipeline_client: None,
         deadline: Deadline::default(),
     };
@@ -189,6 +197,7 @@ pub async fn serve<S>(
     }
     // Once a request was served, the connection speaks HTTP/1.1 for good.
     let protocol = if first { protocol } else { Protocol::Http1 };
+    let identity = connection.identity.take();
     let stream = rewind(connection.input, connection.client.into_inner());
     // Boxed: the rare handover would otherwise make every connection's task as big as hyper's,
     // a size copied several times as a task is spawned and finished.
@@ -198,7 +207,7 @@ pub async fn serve<S>(
         scheme,
         protocol,
         stream,
-        peer,
+        Client { peer, identity },
         connections,
     ))
     .await;
@@ -290,29 +299,64 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     // A pool with only the built-in head steps is served inline; anything else (filters,
     // other targets, the hop trace, no route, a head only the pipeline takes) goes through
     // the pipeline.
-    let found = match (&snapshot.trace, request.pipeline) {
-        (None, false) => routes.find_parts(
-            Some(text(&request.host)),
-            text(&request.path),
-            &request.method,
-        ),
+    let find = |view: &HeadView<'_>| {
+        let asking = Asking {
+            view,
+            client: connection.peer.ip(),
+        };
+        let (host, path) = (Some(text(&request.host)), text(&request.path));
+        routes.find_parts(host, path, &request.method, &asking)
+    };
+    let found = match (
+        &snapshot.trace,
+        request.pipeline || connection.identity.is_some(),
+    ) {
+        // Conditions read the head's fields, parsed again only for a table with any.
+        (None, false) if routes.asks_more() => {
+            let mut fields = [httparse::EMPTY_HEADER; head::MAX_HEADERS];
+            find(&HeadView::parse(&connection.input, request, &mut fields))
+        }
+        (None, false) => find(&HeadView::empty()),
         _ => None,
     };
+    // Address rules and mirrors are the pipeline's.
     let inline = found.and_then(|(route, _)| match &route.target {
-        Target::Pool(target) if route.filters.iter().all(|filter| filter.head_only()) => {
+        // The inline relay speaks HTTP/1.1 upstream: a pool that speaks HTTP/2 (or may, by
+        // ALPN) takes the pipeline's transport.
+        Target::Pool(target)
+            if route.filters.iter().all(|filter| filter.head_only())
+                && route.routing_counters.is_none()
+                && snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1 =>
+        {
             Some((route, target))
         }
         _ => None,
     });
     let Some((route, target)) = inline else {
-        let client = connection
-            .pipeline_client
-            .take()
-            .unwrap_or_else(|| ClientConnection::new(listener, connection.peer, connection.scheme));
+        let client = connection.pipeline_client.take().unwrap_or_else(|| {
+            ClientConnection::new(
+                listener,
+                connection.peer,
+                connection.scheme,
+                connection.identity.clone(),
+            )
+        });
         let exchanged = pipeline::exchange(proxy, &client, connection, request, control).await;
         connection.pipeline_client = Some(client);
         return exchanged;
     };
+    // The route's path rewrites, written into the head to send (and again into a head
+    // written anew for a retry).
+    let rewritten = route
+        .filters
+        .iter()
+        .fold(None, |rewritten: Option<String>, filter| {
+            let path = rewritten.as_deref().unwrap_or(text(&request.path));
+            filter.upstream_path(path).or(rewritten)
+        });
+    if let Some(path) = &rewritten {
+        head::replace_path(&mut connection.head, path.as_bytes());
+    }
     let pool = &snapshot.pools[target.pool];
     let me = proxy.id;
     let mut metrics = Answers {
@@ -416,6 +460,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     // The head buffer may hold an answer's head by now: it gets the
                     // request's again.
                     connection.rewrite_head(snapshot);
+                    if let Some(path) = &rewritten {
+                        head::replace_path(&mut connection.head, path.as_bytes());
+                    }
                     continue;
                 }
                 Err(error) => {
@@ -441,6 +488,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             // the head buffer, which holds the answer's head now, gets the request's again.
             drop((upstream, attempt));
             connection.rewrite_head(snapshot);
+            if let Some(path) = &rewritten {
+                head::replace_path(&mut connection.head, path.as_bytes());
+            }
             continue;
         }
         call.settled(index, attempt.sent_at, answered_at);
@@ -1213,7 +1263,7 @@ mod tests {
                         "http",
                         super::Protocol::Http1,
                         server,
-                        "127.0.0.1:40000".parse().unwrap(),
+                        super::Client::at("127.0.0.1:40000".parse().unwrap()),
                         connections.clone(),
                     ));
                     clients.push(client);

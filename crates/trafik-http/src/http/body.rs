@@ -31,6 +31,35 @@ pub struct RequestBody {
     upload: Option<Rc<Upload>>,
     /// The slowest upload allowed, once it has run for [`BODY_RATE_GRACE`].
     min_rate: Option<MinRate>,
+    /// The bytes as they pass, for a mirror's copy ([`RequestBody::copy_up_to`]).
+    copy: Option<Tee>,
+}
+
+/// A body's bytes collected as they pass, up to a limit; past it the copy is given up.
+struct Tee {
+    held: BytesMut,
+    limit: u64,
+    done: tokio::sync::oneshot::Sender<Bytes>,
+}
+
+/// A copy of a request body for a mirror: at hand, or coming once the body has passed.
+pub enum BodyCopy {
+    Ready(Option<Bytes>),
+    Coming(tokio::sync::oneshot::Receiver<Bytes>),
+}
+
+impl BodyCopy {
+    /// The whole body (`Some(None)` for none); `None` when it did not pass whole within the
+    /// limit.
+    pub async fn whole(self) -> Option<Option<Bytes>> {
+        match self {
+            BodyCopy::Ready(body) => Some(body),
+            BodyCopy::Coming(coming) => coming
+                .await
+                .ok()
+                .map(|body| (!body.is_empty()).then_some(body)),
+        }
+    }
 }
 
 /// How long an upload may go at any pace before its rate counts (a slow start, a pause).
@@ -343,6 +372,7 @@ impl RequestBody {
             limit: None,
             upload,
             min_rate: None,
+            copy: None,
         }
     }
 
@@ -354,6 +384,7 @@ impl RequestBody {
             limit: None,
             upload: Some(Rc::default()),
             min_rate: None,
+            copy: None,
         }
     }
 
@@ -368,12 +399,60 @@ impl RequestBody {
     /// No body: for requests trafik makes itself, and a bodiless request sent again after a
     /// backend lost the first copy.
     pub fn empty() -> Self {
+        Self::read(None)
+    }
+
+    /// A body at hand, for a request trafik makes itself (a mirror's copy).
+    pub fn whole(body: Bytes) -> Self {
+        Self::read(Some(body))
+    }
+
+    fn read(body: Option<Bytes>) -> Self {
         RequestBody {
-            source: Source::Read(None),
+            source: Source::Read(body),
             passed: 0,
             limit: None,
             upload: None,
             min_rate: None,
+            copy: None,
+        }
+    }
+
+    /// A copy of the body for a mirror, made as the body passes on its way; `None` when the
+    /// body is longer than `limit` (as it says, or as it turns out: the copy then never comes).
+    pub fn copy_up_to(&mut self, limit: u64) -> Option<BodyCopy> {
+        if self.is_end_stream() {
+            return Some(BodyCopy::Ready(None));
+        }
+        match &self.source {
+            Source::Read(read) => {
+                let read = read.as_ref().filter(|body| body.len() as u64 <= limit)?;
+                Some(BodyCopy::Ready(Some(read.clone())))
+            }
+            Source::Spilled(_) => None,
+            Source::Client(_) | Source::Fed(_) => {
+                if self
+                    .size_hint()
+                    .exact()
+                    .is_some_and(|length| length > limit)
+                {
+                    return None;
+                }
+                let (done, coming) = tokio::sync::oneshot::channel();
+                self.copy = Some(Tee {
+                    held: BytesMut::new(),
+                    limit,
+                    done,
+                });
+                Some(BodyCopy::Coming(coming))
+            }
+        }
+    }
+
+    /// Hands the copied body to the mirror, the body having ended.
+    fn finish_copy(&mut self) {
+        if let Some(tee) = self.copy.take() {
+            let _ = tee.done.send(tee.held.freeze());
         }
     }
 
@@ -488,10 +567,17 @@ impl Body for RequestBody {
             }
             Poll::Ready(None) => {
                 this.report(UploadState::Sent);
+                this.finish_copy();
                 return Poll::Ready(None);
             }
         };
         if let Some(data) = frame.data_ref() {
+            if let Some(tee) = &mut this.copy {
+                match (tee.held.len() + data.len()) as u64 <= tee.limit {
+                    true => tee.held.extend_from_slice(data),
+                    false => this.copy = None,
+                }
+            }
             this.passed += data.len() as u64;
             if let Some(limit) = this.limit
                 && this.passed > limit
@@ -509,6 +595,7 @@ impl Body for RequestBody {
         }
         if this.is_end_stream() {
             this.report(UploadState::Sent);
+            this.finish_copy();
         }
         Poll::Ready(Some(Ok(frame)))
     }
@@ -539,13 +626,16 @@ impl Body for RequestBody {
 pub enum ProxyBody {
     /// Relayed frame by frame, but for its trailer fields, which reach no client on any
     /// version (as on the own engine: a `Set-Cookie` there would pass unseen by any head
-    /// step); the upstream connection goes back to its pool at the end.
+    /// step) unless the answer is gRPC's, whose status is in them; the upstream connection
+    /// goes back to its pool at the end.
     Upstream {
         body: Incoming,
         /// The body's first piece, when it was read before the answer was given (to send the
         /// request elsewhere should the backend close first).
         first: Option<Bytes>,
         lease: Option<Lease>,
+        /// Whether its trailer fields are relayed (a gRPC answer's `grpc-status`).
+        trailers: bool,
     },
     /// A body trafik wrote (errors, admin answers, cached copies, small files).
     Local(Option<Bytes>),
@@ -580,14 +670,19 @@ impl Drop for Logged {
 impl ProxyBody {
     /// Wraps a backend's body, whose `first` piece may have been read already. A body that has
     /// ended releases its connection at once.
-    pub fn upstream(body: Incoming, first: Option<Bytes>, lease: Lease) -> Self {
+    pub fn upstream(body: Incoming, first: Option<Bytes>, lease: Lease, trailers: bool) -> Self {
         let lease = if body.is_end_stream() {
             lease.release();
             None
         } else {
             Some(lease)
         };
-        ProxyBody::Upstream { body, first, lease }
+        ProxyBody::Upstream {
+            body,
+            first,
+            lease,
+            trailers,
+        }
     }
 
     pub fn local(text: impl Into<Bytes>) -> Self {
@@ -637,13 +732,19 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyFailure>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { body, first, lease } => loop {
+            ProxyBody::Upstream {
+                body,
+                first,
+                lease,
+                trailers,
+            } => loop {
                 let polled = match first.take() {
                     Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
                     None => Pin::new(&mut *body).poll_frame(cx),
                 };
                 if let Poll::Ready(Some(Ok(frame))) = &polled
                     && frame.is_trailers()
+                    && !*trailers
                 {
                     continue;
                 }
@@ -655,10 +756,15 @@ impl Body for ProxyBody {
                     lease.release();
                 }
                 // An upstream body fails only when the backend cuts it short.
-                if let Poll::Ready(Some(Err(_))) = &polled
-                    && let Some(lease) = lease.take()
-                {
-                    lease.cut();
+                if let Poll::Ready(Some(Err(_))) = &polled {
+                    if let Some(lease) = lease.take() {
+                        lease.cut();
+                    }
+                    // A gRPC call ends with a status its client can act on.
+                    if *trailers {
+                        *trailers = false;
+                        return Poll::Ready(Some(Ok(super::grpc::lost_trailers())));
+                    }
                 }
                 return polled.map_err(BodyFailure::from);
             },

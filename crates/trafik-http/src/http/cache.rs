@@ -744,8 +744,12 @@ async fn run_job(worker: Rc<WorkerProxy>, job: Job) {
     let snapshot = worker.snapshot();
     let stored = match find_route(&snapshot, &job) {
         Some((listener, cached)) => {
-            let connection =
-                ClientConnection::new(listener, SocketAddr::from(([127, 0, 0, 1], 0)), "http");
+            let connection = ClientConnection::new(
+                listener,
+                SocketAddr::from(([127, 0, 0, 1], 0)),
+                "http",
+                None,
+            );
             let request = job_request(&job);
             let stored = cached
                 .refresh(&worker, &snapshot, &connection, request)
@@ -789,7 +793,9 @@ fn find_route<'a>(
             Listener::Http { routes } | Listener::Https { routes, .. } => routes,
             _ => return None,
         };
-        match &routes.find(&request)?.0.target {
+        // Trafik's own fetches come from the loopback address (as `run_job` says).
+        let client = std::net::IpAddr::from([127, 0, 0, 1]);
+        match &routes.find(&request, client)?.0.target {
             Target::Cached(cached) if cached.cache.plan.name == job.cache => Some((id, cached)),
             _ => None,
         }

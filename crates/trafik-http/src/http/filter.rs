@@ -107,6 +107,12 @@ pub trait Filter: Send + Sync {
     fn head_only(&self) -> bool {
         false
     }
+
+    /// For a head-only step that sends the request to another path: that path, for the own
+    /// engine to write into the head it sends; `None` leaves the path alone.
+    fn upstream_path(&self, _path: &str) -> Option<String> {
+        None
+    }
 }
 
 /// The steps every route runs before its configured filters; [`Trace`] only when configured,
@@ -136,6 +142,7 @@ pub fn build(plan: &FilterPlan, stats: &mut policy::Stats<'_>) -> Result<Box<dyn
         FilterPlan::Jwt(jwt) => Box::new(policy::auth::Jwt::new(jwt)?),
         FilterPlan::RateLimit(limit) => policy::rate_limit::build(limit, stats)?,
         FilterPlan::AccessLog => Box::new(policy::access_log::AccessLog::new(stats.route)),
+        FilterPlan::RewritePath(rewrite) => Box::new(super::routing::RewritePath(rewrite.clone())),
         FilterPlan::Cors(cors) => Box::new(super::cors::Cors::new(
             cors,
             stats.workers,
@@ -164,8 +171,8 @@ pub fn unsettable_header(plan: &FilterPlan) -> Option<&HeaderName> {
         | FilterPlan::Jwt(_)
         | FilterPlan::RateLimit(_)
         | FilterPlan::AccessLog
-        | FilterPlan::Cors(_)
-        | FilterPlan::Compress(_) => None,
+        | FilterPlan::RewritePath(_) => None,
+        FilterPlan::Cors(_) | FilterPlan::Compress(_) => None,
     }
 }
 
@@ -222,7 +229,8 @@ impl Filter for UpstreamForm {
 }
 
 /// Says who asked and through whom: `Forwarded`, `X-Forwarded-For/-Proto/-Host` and `Via` on
-/// requests, `Via` on relayed responses.
+/// requests, `Via` on relayed responses. (A client certificate's identity headers are set
+/// before routing, in `service`.)
 pub struct Forwarding;
 
 impl Filter for Forwarding {

@@ -129,6 +129,11 @@ impl ClientForwarding {
         }
     }
 
+    /// The scheme the client spoke: `http`, or `https` behind TLS.
+    pub fn scheme(&self) -> &str {
+        self.proto.to_str().unwrap_or("http")
+    }
+
     /// Adds `Forwarded`, `X-Forwarded-For/-Proto/-Host` and `Via` to a request on its way to a
     /// backend. Untrusted incoming forwarding headers are dropped first, so a client cannot
     /// claim another address.

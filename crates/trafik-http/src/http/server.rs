@@ -25,7 +25,24 @@ use crate::connections::{Connections, Control, Watched};
 use crate::error::ProxyError;
 use crate::plan::HeadLimits;
 use crate::snapshot::ListenerId;
+use crate::tls::ClientIdentity;
 pub use crate::tls::server::Protocol;
+
+/// Who is at the other end of a client connection: its address, and on a listener with
+/// mutual TLS what its certificate proved.
+pub struct Client {
+    pub peer: SocketAddr,
+    pub identity: Option<Arc<ClientIdentity>>,
+}
+
+impl Client {
+    pub fn at(peer: SocketAddr) -> Self {
+        Client {
+            peer,
+            identity: None,
+        }
+    }
+}
 
 /// Serves HTTP on `stream` until the client leaves, the connection idles out or drains, or
 /// until the tunnel of an upgrade closes. The stream is `Send` because hyper hands an upgraded
@@ -36,7 +53,7 @@ pub async fn serve<S>(
     scheme: &'static str,
     protocol: Protocol,
     stream: S,
-    peer: SocketAddr,
+    Client { peer, identity }: Client,
     connections: Rc<Connections>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -54,7 +71,7 @@ pub async fn serve<S>(
         replacing: None,
     });
     let handler = proxy.clone();
-    let client = Rc::new(ClientConnection::new(listener, peer, scheme));
+    let client = Rc::new(ClientConnection::new(listener, peer, scheme, identity));
     let serving = client.clone();
     let draining = control.clone();
     let service = service_fn(move |request| {
@@ -128,7 +145,7 @@ pub async fn serve<S>(
 /// Runs HTTP/2 streams as tasks of the worker's own thread: the proxy's futures hold `Rc`s,
 /// which never cross threads.
 #[derive(Clone, Copy)]
-struct LocalExecutor;
+pub(crate) struct LocalExecutor;
 
 impl<F> hyper::rt::Executor<F> for LocalExecutor
 where

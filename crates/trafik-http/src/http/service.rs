@@ -20,6 +20,7 @@ use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
 use crate::pool::Call;
 use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
+use crate::tls::ClientIdentity;
 
 /// What the proxy knows of one client connection.
 pub struct ClientConnection {
@@ -27,17 +28,26 @@ pub struct ClientConnection {
     pub listener: ListenerId,
     pub peer: SocketAddr,
     pub forwarding: ClientForwarding,
+    /// On a listener with mutual TLS: what the client's certificate proved, written on each
+    /// request by the forwarding step.
+    pub identity: Option<Arc<ClientIdentity>>,
     /// The tunnel of a relayed 101, once there is one.
     pub handover: Handover,
 }
 
 impl ClientConnection {
     /// `scheme` is what the client spoke (`http`, or `https` behind TLS), for `X-Forwarded-Proto`.
-    pub fn new(listener: ListenerId, peer: SocketAddr, scheme: &'static str) -> Self {
+    pub fn new(
+        listener: ListenerId,
+        peer: SocketAddr,
+        scheme: &'static str,
+        identity: Option<Arc<ClientIdentity>>,
+    ) -> Self {
         ClientConnection {
             listener,
             peer,
             forwarding: ClientForwarding::new(peer, scheme),
+            identity,
             handover: Handover::default(),
         }
     }
@@ -50,6 +60,8 @@ pub struct WorkerProxy {
     pub upstreams: Upstreams,
     /// The own HTTP/1 engine's kept-alive upstream streams.
     pub raw: crate::transport::idle::Streams,
+    /// Mirrored copies waiting for the worker's mirror task ([`super::mirror::run`]).
+    pub mirrors: super::mirror::Outbox,
     /// The snapshot new requests use; requests in flight keep the one they started with.
     current: RefCell<Rc<WorkerSnapshot>>,
     /// Time zero of the clock given to latency-aware rules.
@@ -62,6 +74,7 @@ impl WorkerProxy {
             id,
             upstreams: Upstreams::new(id),
             raw: Default::default(),
+            mirrors: Default::default(),
             current: RefCell::new(Rc::new(WorkerSnapshot(snapshot))),
             epoch,
         }
@@ -114,6 +127,7 @@ impl WorkerProxy {
             .client
             .access_log
             .then(|| (request.method().clone(), request.uri().clone()));
+        let grpc = super::grpc::is_grpc(request.headers());
         let (response, backend, route) = self.pipeline(&snapshot, connection, request).await;
         // One clock reading for the listener's and the route's metrics and the access log.
         let micros = crate::metrics::micros_since(began);
@@ -124,6 +138,10 @@ impl WorkerProxy {
         if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
             stats.mine(self.id).traffic.record(status, micros);
         }
+        let response = match grpc {
+            true => super::grpc::own_answer(response),
+            false => response,
+        };
         match method {
             Some((method, uri)) => {
                 let line = AccessLine {
@@ -182,7 +200,7 @@ impl WorkerProxy {
         }
         match path::normalize(request.uri().path()) {
             Ok(None) => {}
-            Ok(Some(normal)) => normalize_uri(request.uri_mut(), &normal),
+            Ok(Some(normal)) => replace_path(request.uri_mut(), &normal),
             Err(path::Ambiguous) => {
                 return (
                     refuse(ProxyError::AmbiguousPath, snapshot, &request),
@@ -191,9 +209,29 @@ impl WorkerProxy {
                 );
             }
         }
-        let Some((route, captures)) = routes.find(&request) else {
+        // A verified client certificate's headers replace whatever the client sent under their
+        // names before routing: a route matching them reads the verified identity, never a
+        // forged one.
+        if let Some(identity) = &connection.identity {
+            identity.apply(request.headers_mut());
+        }
+        let client = super::route::client_address(
+            connection.peer,
+            request.headers(),
+            snapshot.client.trust_forwarded,
+        );
+        let Some((route, captures)) = routes.find(&request, client) else {
             return (no_route(snapshot, &request), None, None);
         };
+        if let Some(counters) = &route.routing_counters
+            && !super::routing::admitted(&route.routing.access, client, counters, self.id)
+        {
+            let refusal = super::policy::refusal(
+                http::StatusCode::FORBIDDEN,
+                "this client may not use this route",
+            );
+            return (refusal, None, Some(&route.traffic));
+        }
         if let Some(captures) = captures {
             request.extensions_mut().insert(captures);
         }
@@ -221,6 +259,9 @@ impl WorkerProxy {
         let (mut response, backend) = match answer {
             Some(response) => (response, None),
             None => {
+                if let Some(mirror) = &route.mirror {
+                    mirror.copy(self, snapshot, connection, &mut request);
+                }
                 route
                     .target
                     .serve(self, snapshot, connection, request)
@@ -252,9 +293,8 @@ fn refuse(
     response
 }
 
-/// Replaces the URI's path with its normal form, keeping the query (and the authority of an
-/// absolute-form URI).
-fn normalize_uri(uri: &mut Uri, normal: &str) {
+/// Replaces the URI's path, keeping the query (and the authority of an absolute-form URI).
+pub(crate) fn replace_path(uri: &mut Uri, normal: &str) {
     let with_query = match uri.query() {
         Some(query) => format!("{normal}?{query}"),
         None => normal.to_owned(),

@@ -40,6 +40,10 @@ pub enum Target {
     Static(Arc<super::files::Site>),
     /// Another target behind an edge cache.
     Cached(super::cache::CachedTarget),
+    /// Pools by weight (a canary).
+    Split(super::routing::SplitTarget),
+    /// An answer sending the client elsewhere.
+    Redirect(super::routing::RedirectTarget),
 }
 
 impl Target {
@@ -64,6 +68,8 @@ impl Target {
             }
             Target::Static(site) => (site.serve(worker.id, &request).await, None),
             Target::Cached(cached) => cached.serve(worker, snapshot, connection, request).await,
+            Target::Split(split) => split.serve(worker, snapshot, connection, request).await,
+            Target::Redirect(redirect) => (redirect.serve(connection, &request), None),
         }
     }
 }
@@ -120,6 +126,9 @@ impl PoolTarget {
         // after receiving it only if it may be repeated.
         let replay = Replay::of(&request, pool.plan.retries, self.retry_non_idempotent);
         let upload = request.body().upload();
+        // A gRPC call's deadline bounds the wait for its answer on every attempt.
+        let call_deadline = super::grpc::timeout(request.headers())
+            .map(|timeout| tokio::time::Instant::from_std(began) + timeout);
         // Set aside before sending: the request carries only what the next hop reads.
         let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
         while let Some(mut attempt) = call.next().await {
@@ -132,7 +141,7 @@ impl PoolTarget {
                 request,
                 upload.as_ref(),
                 replay.is_some(),
-                limits,
+                (limits, call_deadline),
             );
             match sent.await {
                 Ok(Answered {
@@ -222,7 +231,8 @@ fn relay(
     } = answered;
     if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
         let lease = checkout.into_lease(in_flight, upload);
-        return Ok(answer.map(|body| ProxyBody::upstream(body, first, lease)));
+        let trailers = super::grpc::is_grpc(answer.headers());
+        return Ok(answer.map(|body| ProxyBody::upstream(body, first, lease, trailers)));
     }
     let client = client_upgrade.ok_or(ProxyError::UnexpectedUpgrade)?;
     // A switch has no body to wait for the end of.
@@ -235,6 +245,7 @@ fn relay(
         body,
         first: None,
         lease: None,
+        trailers: false,
     }))
 }
 
@@ -256,6 +267,34 @@ fn frame_a_body_of_unknown_length(request: &mut Request<RequestBody>) {
     );
 }
 
+/// Makes an HTTP/1.1 request fit an HTTP/2 backend: the authority in the URI (`:authority`,
+/// from `Host`) with the pool's scheme, and `te: trailers` kept for gRPC, which needs it (the
+/// only `TE` HTTP/2 allows; the hop-by-hop step removed the client's).
+fn for_http2(request: &mut Request<RequestBody>, pool: &Pool) {
+    *request.version_mut() = http::Version::HTTP_2;
+    request.headers_mut().remove(header::TRANSFER_ENCODING);
+    if let Some(host) = request.headers_mut().remove(header::HOST) {
+        let scheme = match pool.plan.tls {
+            Some(_) => http::uri::Scheme::HTTPS,
+            None => http::uri::Scheme::HTTP,
+        };
+        let mut parts = request.uri().clone().into_parts();
+        parts.scheme = Some(scheme);
+        parts.authority = host.to_str().ok().and_then(|host| host.parse().ok());
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+        }
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+    if super::grpc::is_grpc(request.headers()) {
+        request
+            .headers_mut()
+            .insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
 /// Sends the request to backend `index` on a pooled or new connection; the answer comes back
 /// with the connection it arrived on. For a request that may be sent again (`replayable`,
 /// which is bodiless), an answer whose body has a length comes only with the first piece of
@@ -268,7 +307,7 @@ async fn send(
     mut request: Request<RequestBody>,
     upload: Option<&Rc<Upload>>,
     replayable: bool,
-    limits: AnswerLimits,
+    (limits, call_deadline): (AnswerLimits, Option<tokio::time::Instant>),
 ) -> Result<Answered, Failure> {
     frame_a_body_of_unknown_length(&mut request);
     // A pooled connection the backend closed while idle hands the request back unsent; that is
@@ -279,24 +318,38 @@ async fn send(
             Ok(checkout) => checkout,
             Err(_) => return Err(Failure::Connect(Box::new(request))),
         };
+        if checkout.sender.is_http2() {
+            for_http2(&mut request, pool);
+        }
         let sending = checkout.sender.try_send_request(request);
         tokio::pin!(sending);
         // The response timeout counts from when the request has been sent in full: a slow
         // upload is the client's time, not the backend's.
-        let deadline = tokio::time::Instant::now() + pool.plan.response_timeout;
-        let answered = match upload {
-            None => tokio::time::timeout_at(deadline, &mut sending).await,
-            Some(upload) => tokio::select! {
-                biased;
-                answered = &mut sending => Ok(answered),
-                () = upload.finished() => {
-                    tokio::time::timeout(pool.plan.response_timeout, &mut sending).await
-                }
-            },
+        let mut deadline = tokio::time::Instant::now() + pool.plan.response_timeout;
+        // A gRPC call's deadline also bounds a slow upload (a client stream).
+        let call_deadline = call_deadline.unwrap_or(deadline + pool.plan.response_timeout);
+        deadline = deadline.min(call_deadline);
+        let answering = async {
+            match upload {
+                None => tokio::time::timeout_at(deadline, &mut sending).await.ok(),
+                Some(upload) => tokio::select! {
+                    biased;
+                    answered = &mut sending => Some(answered),
+                    () = upload.finished() => {
+                        let deadline = (tokio::time::Instant::now() + pool.plan.response_timeout)
+                            .min(call_deadline);
+                        tokio::time::timeout_at(deadline, &mut sending).await.ok()
+                    }
+                },
+            }
         };
+        let answered = tokio::time::timeout_at(call_deadline, answering)
+            .await
+            .ok()
+            .flatten();
         match answered {
-            Err(_elapsed) => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
-            Ok(Ok(mut answer)) => {
+            None => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
+            Some(Ok(mut answer)) => {
                 let body_to_wait_for = replayable
                     && answer
                         .body()
@@ -322,7 +375,7 @@ async fn send(
                     first,
                 });
             }
-            Ok(Err(mut error)) => match error.take_message() {
+            Some(Err(mut error)) => match error.take_message() {
                 Some(unsent) if !fresh => {
                     fresh = true;
                     request = unsent;

@@ -1,5 +1,7 @@
 //! Upstream connections: one keep-alive stack per endpoint (backend address, and TLS settings
-//! for a pool that speaks TLS) in every worker.
+//! for a pool that speaks TLS) in every worker, and for HTTP/2 backends the worker's shared
+//! connections, each carrying up to the backend's `SETTINGS_MAX_CONCURRENT_STREAMS` requests
+//! at once (another is opened when all are full).
 //!
 //! A worker is a single-threaded runtime, so its stacks need no locks: a connection is taken
 //! from a plain stack, used for one request and pushed back when the response body ends. Reuse
@@ -13,30 +15,126 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::http1::{self, SendRequest};
+use std::cell::Cell;
+use std::future::Future;
+
+use futures_util::future::Either;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::{TrySendError, http1, http2};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::{RequestBody, Upload, UploadState};
+use super::server::LocalExecutor;
 use crate::meter::Meter;
-use crate::plan::AnswerLimits;
+use crate::plan::{AnswerLimits, UpstreamProtocol};
 use crate::pool::keep_alive::{self, MAX_IDLE_PER_ENDPOINT};
 use crate::pool::{Endpoint, InFlight, Pool};
 use crate::snapshot::Snapshot;
 use crate::transport;
 
-type Sender = SendRequest<RequestBody>;
+/// A connection's request side: HTTP/1.1 (one request at a time, lent out) or HTTP/2
+/// (shared: each request a stream).
+pub enum Sender {
+    Http1(http1::SendRequest<RequestBody>),
+    Http2(http2::SendRequest<RequestBody>),
+}
 
-/// One endpoint's idle connections in one worker.
+impl Sender {
+    /// Sends `request`; one the connection could not take comes back in the error.
+    pub fn try_send_request(
+        &mut self,
+        request: Request<RequestBody>,
+    ) -> impl Future<Output = Result<Response<Incoming>, TrySendError<Request<RequestBody>>>> + use<>
+    {
+        match self {
+            Sender::Http1(sender) => Either::Left(sender.try_send_request(request)),
+            Sender::Http2(sender) => Either::Right(sender.try_send_request(request)),
+        }
+    }
+
+    pub fn is_http2(&self) -> bool {
+        matches!(self, Sender::Http2(_))
+    }
+}
+
+/// One endpoint's connections in one worker: HTTP/1.1 ones idle between requests, HTTP/2 ones
+/// shared by the requests in flight.
 pub struct IdleList {
     senders: RefCell<Vec<Idle>>,
+    multiplexed: RefCell<Vec<Multiplexed>>,
+    /// A new HTTP/2 connection is being made, and its end is told here.
+    connecting: Cell<bool>,
+    connected: tokio::sync::Notify,
     endpoint: Arc<Endpoint>,
+}
+
+/// An HTTP/2 connection and how many of its streams this worker's requests hold.
+/// Marks a new HTTP/2 connection under way to an endpoint; its end (made, failed or given up)
+/// wakes the requests waiting for it.
+struct Connecting(Rc<IdleList>);
+
+impl Connecting {
+    fn start(home: &Rc<IdleList>) -> Self {
+        home.connecting.set(true);
+        Connecting(home.clone())
+    }
+}
+
+impl Drop for Connecting {
+    fn drop(&mut self) {
+        self.0.connecting.set(false);
+        self.0.connected.notify_waiters();
+    }
+}
+
+struct Multiplexed {
+    sender: http2::SendRequest<RequestBody>,
+    meter: Meter,
+    streams: Rc<Streams>,
+    max_streams: StreamLimit,
+}
+
+/// The streams a worker's requests hold on a shared connection, and since when it has had none.
+struct Streams {
+    open: Cell<usize>,
+    idle_since: Cell<Instant>,
+}
+
+impl Streams {
+    fn new() -> Rc<Self> {
+        Rc::new(Streams {
+            open: Cell::new(0),
+            idle_since: Cell::new(Instant::now()),
+        })
+    }
+}
+
+/// A stream of a shared HTTP/2 connection, given back when its request is done.
+struct StreamSlot(Rc<Streams>);
+
+impl StreamSlot {
+    fn take(streams: &Rc<Streams>) -> Self {
+        streams.open.set(streams.open.get() + 1);
+        StreamSlot(streams.clone())
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let open = self.0.open.get().saturating_sub(1);
+        self.0.open.set(open);
+        if open == 0 {
+            self.0.idle_since.set(Instant::now());
+        }
+    }
 }
 
 /// An idle connection, with the meter of its socket (the pool that uses it next is charged)
 /// and the moment it came back, for the idle timeout.
 struct Idle {
-    sender: Sender,
+    sender: http1::SendRequest<RequestBody>,
     meter: Meter,
     since: Instant,
 }
@@ -57,12 +155,17 @@ pub struct Lease {
     /// answered before reading it all) must not serve anyone else.
     upload: Option<Rc<Upload>>,
     in_flight: InFlight,
+    _stream: Option<StreamSlot>,
 }
 
 impl Lease {
-    /// The answer's body has ended: the connection goes back for reuse.
+    /// The answer's body has ended: the connection goes back for reuse (an HTTP/2 one never
+    /// left: its stream is given back).
     pub fn release(mut self) {
         self.in_flight.answer_ended();
+        let Sender::Http1(sender) = self.sender else {
+            return;
+        };
         if self
             .upload
             .as_ref()
@@ -73,7 +176,7 @@ impl Lease {
         let mut idle = self.home.senders.borrow_mut();
         if idle.len() < MAX_IDLE_PER_ENDPOINT {
             idle.push(Idle {
-                sender: self.sender,
+                sender,
                 meter: self.meter,
                 since: Instant::now(),
             });
@@ -91,6 +194,7 @@ pub struct Checkout {
     pub sender: Sender,
     meter: Meter,
     home: Rc<IdleList>,
+    stream: Option<StreamSlot>,
 }
 
 impl Checkout {
@@ -103,6 +207,7 @@ impl Checkout {
             home: self.home,
             upload,
             in_flight,
+            _stream: self.stream,
         }
     }
 }
@@ -124,6 +229,9 @@ impl Upstreams {
             .get_or_insert_with(|| {
                 Rc::new(IdleList {
                     senders: RefCell::default(),
+                    multiplexed: RefCell::default(),
+                    connecting: Cell::new(false),
+                    connected: tokio::sync::Notify::new(),
                     endpoint: endpoint.clone(),
                 })
             })
@@ -143,6 +251,7 @@ impl Upstreams {
                 && !named.contains(&id)
             {
                 stack.senders.borrow_mut().clear();
+                stack.multiplexed.borrow_mut().clear();
             }
         }
     }
@@ -154,6 +263,14 @@ impl Upstreams {
             let mut senders = stack.senders.borrow_mut();
             let stale = keep_alive::stale(senders.iter().map(|idle| idle.since), now, idle_timeout);
             senders.drain(..stale);
+            // An HTTP/2 connection no request used for the idle timeout is closed as an idle
+            // HTTP/1.1 one would be; its backend's GOAWAY or a reset closes it sooner.
+            stack.multiplexed.borrow_mut().retain(|shared| {
+                let streams = &shared.streams;
+                !shared.sender.is_closed()
+                    && (streams.open.get() > 0
+                        || now.saturating_duration_since(streams.idle_since.get()) < idle_timeout)
+            });
         }
     }
 
@@ -168,6 +285,23 @@ impl Upstreams {
     ) -> io::Result<Checkout> {
         let member = &pool.members[backend];
         let home = self.home(&member.endpoint);
+        // An HTTP/2 backend gets one new connection at a time from this worker: requests that
+        // find every stream taken wait for it rather than each opening one.
+        let multiplexed = matches!(
+            pool.plan.protocol,
+            UpstreamProtocol::H2 | UpstreamProtocol::H2c
+        );
+        loop {
+            if let Some(shared) = home.shared_with_room() {
+                shared.meter.charge(&member.counters);
+                return Ok(shared.checkout(home.clone()));
+            }
+            if !(multiplexed && home.connecting.get()) {
+                break;
+            }
+            home.connected.notified().await;
+        }
+        let _connecting = multiplexed.then(|| Connecting::start(&home));
         if !fresh {
             loop {
                 let Some(Idle {
@@ -184,9 +318,10 @@ impl Upstreams {
                 if matches!(ready, Ok(Ok(()))) {
                     meter.charge(&member.counters);
                     return Ok(Checkout {
-                        sender,
+                        sender: Sender::Http1(sender),
                         meter,
                         home,
+                        stream: None,
                     });
                 }
             }
@@ -195,10 +330,24 @@ impl Upstreams {
         // Boxed: a TLS handshake's state is large, and every request's future would carry its
         // size (and copy it) though most requests find an idle connection.
         let sender = Box::pin(self.connect(&home.endpoint, meter.clone(), pool, limits)).await?;
-        Ok(Checkout {
-            sender,
-            meter,
-            home,
+        Ok(match sender {
+            Connected::Http2(sender, max_streams) => {
+                let shared = Multiplexed {
+                    sender,
+                    meter,
+                    streams: Streams::new(),
+                    max_streams,
+                };
+                let checkout = shared.checkout(home.clone());
+                home.multiplexed.borrow_mut().push(shared);
+                checkout
+            }
+            Connected::Http1(sender) => Checkout {
+                sender: Sender::Http1(sender),
+                meter,
+                home,
+                stream: None,
+            },
         })
     }
 
@@ -210,19 +359,102 @@ impl Upstreams {
         meter: Meter,
         pool: &Pool,
         limits: AnswerLimits,
-    ) -> io::Result<Sender> {
+    ) -> io::Result<Connected> {
         let timeout = pool.plan.connect_timeout;
         let tls = pool.plan.tls.as_ref();
         let stream =
             transport::connect_upstream(endpoint, tls, meter, timeout, self.worker).await?;
-        start(stream, limits).await
+        let http2 = match pool.plan.protocol {
+            UpstreamProtocol::Http1 => false,
+            UpstreamProtocol::H2 | UpstreamProtocol::H2c => true,
+            UpstreamProtocol::Auto => stream.agreed_http2(),
+        };
+        match http2 {
+            true => start_http2(stream, limits).await,
+            false => start(stream, limits).await.map(Connected::Http1),
+        }
     }
+}
+
+impl IdleList {
+    /// A shared HTTP/2 connection with a stream to spare, dropping those that closed.
+    fn shared_with_room(&self) -> Option<std::cell::RefMut<'_, Multiplexed>> {
+        let mut multiplexed = self.multiplexed.borrow_mut();
+        multiplexed.retain(|shared| !shared.sender.is_closed());
+        let room = multiplexed
+            .iter()
+            .position(|shared| shared.streams.open.get() < shared.max_streams.get())?;
+        Some(std::cell::RefMut::map(multiplexed, |all| &mut all[room]))
+    }
+}
+
+impl Multiplexed {
+    fn checkout(&self, home: Rc<IdleList>) -> Checkout {
+        Checkout {
+            sender: Sender::Http2(self.sender.clone()),
+            meter: self.meter.clone(),
+            home,
+            stream: Some(StreamSlot::take(&self.streams)),
+        }
+    }
+}
+
+/// Starts HTTP/2 on a new upstream connection (prior knowledge, or agreed by ALPN); its streams
+/// are tasks of this worker. An answer head past `limits` is an error.
+async fn start_http2(stream: transport::Upstream, limits: AnswerLimits) -> io::Result<Connected> {
+    // Until the backend's SETTINGS say otherwise, hyper assumes 100 streams (the least RFC 9113
+    // §6.5.2 recommends a server allow).
+    let (sender, connection) = http2::Builder::new(LocalExecutor)
+        .max_header_list_size(u32::try_from(limits.bytes).unwrap_or(u32::MAX))
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(io::Error::other)?;
+    let limit = StreamLimit(Rc::new(RefCell::new(connection)));
+    let driven = limit.0.clone();
+    tokio::task::spawn_local(std::future::poll_fn(move |cx| {
+        std::pin::Pin::new(&mut *driven.borrow_mut())
+            .poll(cx)
+            .map(drop)
+    }));
+    // A backend sends its SETTINGS first thing: waiting briefly for its stream limit keeps a
+    // burst from piling onto a connection that would queue it. One that states no limit
+    // (grpcio does not) costs this wait once per connection, to its first request.
+    let assumed = limit.get();
+    let waited = tokio::time::Instant::now() + SETTINGS_WAIT;
+    while limit.get() == assumed && tokio::time::Instant::now() < waited {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(Connected::Http2(sender, limit))
+}
+
+/// How long a new HTTP/2 connection waits for its backend's stream limit.
+const SETTINGS_WAIT: Duration = Duration::from_millis(50);
+
+type Http2Connection = http2::Connection<TokioIo<transport::Upstream>, RequestBody, LocalExecutor>;
+
+/// The backend's `SETTINGS_MAX_CONCURRENT_STREAMS` as the connection knows it now (hyper's h2
+/// task reads SETTINGS whether or not a request is under way).
+struct StreamLimit(Rc<RefCell<Http2Connection>>);
+
+impl StreamLimit {
+    fn get(&self) -> usize {
+        // Never borrowed across an await: the driver holds it only while polled.
+        self.0
+            .try_borrow()
+            .map_or(0, |connection| connection.current_max_send_streams())
+    }
+}
+
+/// A new connection, as the protocol spoken on it makes it: lent out, or shared.
+enum Connected {
+    Http1(http1::SendRequest<RequestBody>),
+    Http2(http2::SendRequest<RequestBody>, StreamLimit),
 }
 
 /// Starts HTTP/1.1 on a new upstream connection. The driver hands the socket over when the
 /// backend switches protocols (a 101); the socket keeps its place in the endpoint's gauge
 /// until it closes, whichever of them has it then. An answer head past `limits` is an error.
-async fn start<S>(stream: S, limits: AnswerLimits) -> io::Result<Sender>
+async fn start<S>(stream: S, limits: AnswerLimits) -> io::Result<http1::SendRequest<RequestBody>>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

@@ -24,7 +24,7 @@ use trafik_balance::{BackendSet, PickContext, Selector};
 
 use crate::counters::{BackendCounters, PerWorker};
 use crate::outlier::{PassiveHealth, SlowStart};
-use crate::plan::PoolPlan;
+use crate::plan::{PoolPlan, UpstreamProtocol};
 use crate::sticky::Sticky;
 use crate::tls::backend::BackendTls;
 use retry::Retrying;
@@ -55,8 +55,9 @@ pub struct Endpoints {
     by_address: Mutex<HashMap<EndpointKey, Arc<Endpoint>>>,
 }
 
-/// An address, and the [`BackendTls::identity`] of the TLS spoken to it (none for plain).
-type EndpointKey = (SocketAddr, Option<String>);
+/// An address, the HTTP spoken to it, and the [`BackendTls::identity`] of the TLS spoken to it
+/// (none for plain): an h2c connection must not serve an HTTP/1.1 pool.
+type EndpointKey = (SocketAddr, UpstreamProtocol, Option<String>);
 
 impl Endpoints {
     pub fn new(workers: usize) -> Self {
@@ -66,12 +67,17 @@ impl Endpoints {
         }
     }
 
-    /// The endpoint for `address` spoken to with `tls`, created on first use.
-    pub fn get(&self, address: SocketAddr, tls: Option<&BackendTls>) -> Arc<Endpoint> {
+    /// The endpoint for `address` spoken to with `protocol` and `tls`, created on first use.
+    pub fn get(
+        &self,
+        address: SocketAddr,
+        protocol: UpstreamProtocol,
+        tls: Option<&BackendTls>,
+    ) -> Arc<Endpoint> {
         let mut known = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
         let next = known.len();
         known
-            .entry((address, tls.map(BackendTls::identity)))
+            .entry((address, protocol, tls.map(BackendTls::identity)))
             .or_insert_with(|| {
                 Arc::new(Endpoint {
                     id: next,
@@ -158,7 +164,7 @@ impl Pool {
                     None => Arc::new(PerWorker::new(workers)),
                 };
                 Backend {
-                    endpoint: endpoints.get(backend.address, plan.tls.as_ref()),
+                    endpoint: endpoints.get(backend.address, plan.protocol, plan.tls.as_ref()),
                     name: backend.name.clone(),
                     counters,
                 }

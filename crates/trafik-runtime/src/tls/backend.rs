@@ -1,6 +1,6 @@
 //! TLS to backends, for pools with `tls = true`: the backend's certificate is verified against
-//! the pool's trust roots and the name the pool expects, and only HTTP/1.1 is offered, since
-//! that is what trafik speaks upstream.
+//! the pool's trust roots and the name the pool expects; the pool's own certificate is shown to
+//! backends that ask for one (`client_cert`); ALPN offers what the pool's `protocol` speaks.
 
 use std::io;
 use std::net::SocketAddr;
@@ -12,7 +12,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use super::{TrustRoots, VERSIONS, provider};
+use rustls::sign::SingleCertAndKey;
+
+use super::{Certificate, TrustRoots, VERSIONS, provider};
 
 /// How a pool's connections to its backends speak TLS.
 #[derive(Clone, Debug)]
@@ -23,6 +25,9 @@ pub struct BackendTls {
     pub server_name: Option<ServerName<'static>>,
     /// Where the roots came from, for `trafik check`.
     pub roots: String,
+    /// Where the certificate shown to backends came from, if any.
+    pub client_certificate: Option<String>,
+    alpn: Vec<Vec<u8>>,
 }
 
 /// Settings are equal when they verify the same way (a reload compares pools by their plans).
@@ -33,20 +38,31 @@ impl PartialEq for BackendTls {
 }
 
 impl BackendTls {
+    /// `alpn`: the protocols offered, most wanted first (`http/1.1`, `h2`).
     pub fn new(
         roots: &TrustRoots,
         server_name: Option<ServerName<'static>>,
+        client_certificate: Option<&Certificate>,
+        alpn: &[&[u8]],
     ) -> Result<Self, String> {
-        let mut config = ClientConfig::builder_with_provider(provider())
+        let builder = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(VERSIONS)
             .map_err(|e| format!("TLS cannot be set up: {e}"))?
-            .with_root_certificates(roots.store.clone())
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            .with_root_certificates(roots.store.clone());
+        let mut config = match client_certificate {
+            None => builder.with_no_client_auth(),
+            Some(certificate) => builder.with_client_cert_resolver(Arc::new(
+                SingleCertAndKey::from(certificate.key.clone()),
+            )),
+        };
+        let alpn: Vec<Vec<u8>> = alpn.iter().map(|protocol| protocol.to_vec()).collect();
+        config.alpn_protocols = alpn.clone();
         Ok(BackendTls {
             config: Arc::new(config),
             server_name,
             roots: roots.source.clone(),
+            client_certificate: client_certificate.map(|c| c.origin.clone()),
+            alpn,
         })
     }
 
@@ -58,7 +74,13 @@ impl BackendTls {
             Some(name) => name.to_str().into_owned(),
             None => "-".into(),
         };
-        format!("tls {name} {}", self.roots)
+        let certificate = self.client_certificate.as_deref().unwrap_or("-");
+        let alpn = self
+            .alpn
+            .iter()
+            .map(|p| String::from_utf8_lossy(p))
+            .collect::<Vec<_>>();
+        format!("tls {name} {} {certificate} {}", self.roots, alpn.join(","))
     }
 
     /// The client handshake with the backend at `address`, over `stream`.

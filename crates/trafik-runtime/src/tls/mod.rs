@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod certificates;
+pub mod client_identity;
 pub mod server;
 
 use std::sync::{Arc, OnceLock};
@@ -13,6 +14,7 @@ use rustls::SupportedProtocolVersion;
 use rustls::crypto::CryptoProvider;
 
 pub use certificates::{Certificate, CertificateError, TrustRoots};
+pub use client_identity::{ClientAuth, ClientIdentity, IdentityHeaders};
 
 /// TLS 1.3 first, and 1.2 for the clients and backends that have nothing newer.
 const VERSIONS: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];

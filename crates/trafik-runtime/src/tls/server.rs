@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::ServerConfig;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::{Certificate, VERSIONS, provider};
+use super::{Certificate, ClientAuth, VERSIONS, provider};
 
 /// Which HTTP versions a client connection may speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,18 +27,36 @@ pub enum Protocol {
     Detect,
 }
 
-/// The server side of an `https` listener's connections.
-pub fn acceptor(certificates: &[Arc<Certificate>]) -> Result<TlsAcceptor, String> {
+/// The server side of an `https` listener's connections; with `client_auth`, clients'
+/// certificates are asked for and verified against its roots (rustls' WebPKI verifier).
+pub fn acceptor(
+    certificates: &[Arc<Certificate>],
+    client_auth: Option<&ClientAuth>,
+) -> Result<TlsAcceptor, String> {
     if certificates.is_empty() {
         return Err("an https listener needs at least one certificate".into());
     }
-    let mut config = ServerConfig::builder_with_provider(provider())
+    let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(VERSIONS)
-        .map_err(|e| format!("TLS cannot be set up: {e}"))?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(ByServerName {
-            certificates: certificates.to_vec(),
-        }));
+        .map_err(|e| format!("TLS cannot be set up: {e}"))?;
+    let builder = match client_auth {
+        None => builder.with_no_client_auth(),
+        Some(auth) => {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(auth.roots.store.clone(), provider());
+            let verifier = match auth.required {
+                true => verifier,
+                false => verifier.allow_unauthenticated(),
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|e| format!("client certificates cannot be verified: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(ByServerName {
+        certificates: certificates.to_vec(),
+    }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     // Resumption by ticket spares a returning client the full handshake, in any worker.
     config.ticketer = rustls::crypto::ring::Ticketer::new()

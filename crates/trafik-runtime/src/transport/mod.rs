@@ -118,6 +118,14 @@ pub async fn connect_upstream(
 }
 
 impl Upstream {
+    /// Whether TLS agreed on HTTP/2 by ALPN (an `h2` or `auto` pool's backend).
+    pub fn agreed_http2(&self) -> bool {
+        match self {
+            Upstream::Plain(_) => false,
+            Upstream::Tls(stream) => stream.get_ref().1.alpn_protocol() == Some(b"h2"),
+        }
+    }
+
     fn metered(&self) -> &Metered<TcpStream> {
         match self {
             Upstream::Plain(stream) => stream,

@@ -237,6 +237,7 @@ pub fn route(prefix: &str, pool: &str) -> RoutePlan {
             retry_non_idempotent: false,
         },
         path_template: None,
+        routing: Default::default(),
     }
 }
 
@@ -269,6 +270,7 @@ pub fn pool(name: &str, backends: &[SocketAddr]) -> PoolPlan {
         response_timeout: Duration::from_secs(5),
         retries: 1,
         tls: None,
+        protocol: trafik_proxy::plan::UpstreamProtocol::Http1,
         proxy_protocol: None,
         outlier: None,
         retry: trafik_proxy::RetryPlan::default(),

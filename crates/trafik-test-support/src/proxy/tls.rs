@@ -53,6 +53,10 @@ impl TestCa {
         let params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .unwrap();
+        self.sign(params)
+    }
+
+    fn sign(&self, params: CertificateParams) -> Issued {
         let key = KeyPair::generate().unwrap();
         let certificate = params.signed_by(&key, &self.issuer).unwrap();
         Issued {
@@ -60,6 +64,25 @@ impl TestCa {
             key_pem: key.serialize_pem(),
             der: certificate.der().clone(),
         }
+    }
+
+    /// A client certificate for mutual TLS: subject `CN=common_name`, SANs `names` (DNS names,
+    /// or `spiffe://…` URIs).
+    pub fn issue_client(&self, common_name: &str, names: &[&str]) -> Issued {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        for name in names {
+            params
+                .subject_alt_names
+                .push(match name.strip_prefix("spiffe:") {
+                    Some(_) => rcgen::SanType::URI(name.to_string().try_into().unwrap()),
+                    None => rcgen::SanType::DnsName(name.to_string().try_into().unwrap()),
+                });
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
     }
 
     pub fn roots(&self) -> RootCertStore {
@@ -81,11 +104,28 @@ impl Issued {
 
     /// A rustls server configuration serving this certificate alone.
     pub fn server_config(&self) -> ServerConfig {
+        self.server_config_with(None)
+    }
+
+    /// [`Issued::server_config`] that also demands a client certificate `clients` signed.
+    pub fn server_config_with(&self, clients: Option<&TestCa>) -> ServerConfig {
         let certificate = self.for_listener();
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
+            .unwrap();
+        let builder = match clients {
+            None => builder.with_no_client_auth(),
+            Some(ca) => builder.with_client_cert_verifier(
+                rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(ca.roots()),
+                    provider,
+                )
+                .build()
+                .unwrap(),
+            ),
+        };
+        builder
             .with_single_cert(
                 certificate.key.cert.clone(),
                 rustls::pki_types::PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).unwrap(),
@@ -214,7 +254,8 @@ pub struct Seen {
 }
 
 /// A backend that speaks HTTPS with `config` and answers every request with the name the
-/// client asked for in its hello (`x-sni`, `-` for none) and the request's path.
+/// client asked for in its hello (`x-sni`, `-` for none) and the request's path; `x-client-certificate`
+/// says whether the client showed a certificate (`yes`, `no`).
 pub async fn tls_backend(config: ServerConfig) -> (SocketAddr, Arc<Seen>) {
     use hyper::service::service_fn;
     let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
@@ -232,6 +273,10 @@ pub async fn tls_backend(config: ServerConfig) -> (SocketAddr, Arc<Seen>) {
                     return;
                 };
                 let sni = stream.get_ref().1.server_name().unwrap_or("-").to_owned();
+                let shown = match stream.get_ref().1.peer_certificates() {
+                    Some(_) => "yes",
+                    None => "no",
+                };
                 let service = service_fn(move |request: Request<hyper::body::Incoming>| {
                     let probe = request
                         .headers()
@@ -241,12 +286,97 @@ pub async fn tls_backend(config: ServerConfig) -> (SocketAddr, Arc<Seen>) {
                     counter.fetch_add(1, Ordering::Relaxed);
                     let answer = Response::builder()
                         .header("x-sni", sni.clone())
+                        .header("x-client-certificate", shown)
                         .body(Full::new(Bytes::from(request.uri().path().to_owned())));
                     async move { answer }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
+            });
+        }
+    });
+    (address, seen)
+}
+
+/// What an HTTP/2 backend has seen: connections, requests (health probes apart), the most
+/// streams open at once, and probes (`user-agent: trafik-health`) that came as HTTP/2.
+#[derive(Default)]
+pub struct SeenHttp2 {
+    pub connections: AtomicUsize,
+    pub requests: AtomicUsize,
+    pub probes: AtomicUsize,
+    open: AtomicUsize,
+    pub most_open: AtomicUsize,
+}
+
+/// A backend that speaks HTTP/2 only (h2c, or h2 by ALPN over TLS with `tls`), allowing
+/// `max_streams` streams per connection; it answers each request after `delay` with
+/// `HTTP/2 PATH` and trailers `x-trailer: end`.
+pub async fn h2_backend(
+    tls: Option<ServerConfig>,
+    max_streams: u32,
+    delay: std::time::Duration,
+) -> (SocketAddr, Arc<SeenHttp2>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let acceptor = tls.map(|mut config| {
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        TlsAcceptor::from(Arc::new(config))
+    });
+    let seen = Arc::new(SeenHttp2::default());
+    let counting = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), counting.clone());
+            seen.connections.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let probe = request
+                            .headers()
+                            .get("user-agent")
+                            .is_some_and(|agent| agent == "trafik-health");
+                        if probe {
+                            seen.probes.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            seen.requests.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let open = seen.open.fetch_add(1, Ordering::Relaxed) + 1;
+                        seen.most_open.fetch_max(open, Ordering::Relaxed);
+                        tokio::time::sleep(delay).await;
+                        seen.open.fetch_sub(1, Ordering::Relaxed);
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("x-trailer", http::HeaderValue::from_static("end"));
+                        let text = format!("{:?} {}", request.version(), request.uri().path());
+                        let body = http_body_util::BodyExt::with_trailers(
+                            Full::new(Bytes::from(text)),
+                            std::future::ready(Some(Ok(trailers))),
+                        );
+                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                    }
+                });
+                let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                builder.max_concurrent_streams(max_streams);
+                match acceptor {
+                    None => {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                    Some(acceptor) => {
+                        let Ok(stream) = acceptor.accept(stream).await else {
+                            return;
+                        };
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                }
             });
         }
     });

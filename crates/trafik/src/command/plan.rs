@@ -88,6 +88,7 @@ fn route_json(change: &RouteChange) -> serde_json::Value {
         "method": change.method,
         "host": change.host,
         "path": change.path,
+        "asking": change.asking,
         "before": change.before,
         "after": change.after,
     })
@@ -99,8 +100,12 @@ fn render_routes(changes: &[RouteChange]) -> String {
     }
     let mut out = "\nroutes: example requests that change target\n".to_owned();
     for c in changes {
+        let asking = match c.asking.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", c.asking),
+        };
         out.push_str(&format!(
-            "  {} {} {}{}: {} → {}\n",
+            "  {} {} {}{}{asking}: {} → {}\n",
             c.listener,
             c.method,
             c.host.as_deref().unwrap_or("*"),

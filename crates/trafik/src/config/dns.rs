@@ -365,7 +365,7 @@ fn check_region(
                 .unwrap_or_else(|| super::schema::unplaced(Health::default()));
             RegionHealth::Check {
                 address: check.into_inner().0,
-                plan: health::check(report, &field, settings),
+                plan: health::check(report, &field, settings, false),
             }
         }
         (None, Some(pool)) => {

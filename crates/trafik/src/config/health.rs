@@ -13,10 +13,18 @@ use super::values::Dur;
 /// The shortest time between probes of one backend.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
-/// `pool` is the pool's field path, such as `pool[0]`.
-pub fn check(report: &mut Report, pool: &str, health: Spanned<Health>) -> HealthPlan {
+/// `pool` is the pool's field path, such as `pool[0]`; `http2` whether its backends may speak
+/// HTTP/2, which gRPC checks need.
+pub fn check(report: &mut Report, pool: &str, health: Spanned<Health>, http2: bool) -> HealthPlan {
     let health = health.into_inner();
     let field = |key: &str| format!("{pool}.health.{key}");
+    if *health.kind.get_ref() == HealthKind::Grpc && !http2 {
+        report.error(
+            health.kind.span(),
+            &field("kind"),
+            "a gRPC health check speaks HTTP/2: set the pool's protocol = \"h2c\", \"h2\" or \"auto\"",
+        );
+    }
     if !health.path.get_ref().starts_with('/') {
         report.error(
             health.path.span(),
@@ -66,11 +74,14 @@ pub fn check(report: &mut Report, pool: &str, health: Spanned<Health>) -> Health
         }
     }
     HealthPlan {
-        check: match health.kind {
+        check: match health.kind.into_inner() {
             HealthKind::Http => HealthCheck::Http {
                 path: health.path.into_inner(),
             },
             HealthKind::Tcp => HealthCheck::Tcp,
+            HealthKind::Grpc => HealthCheck::Grpc {
+                service: health.service,
+            },
         },
         interval,
         timeout,

@@ -132,7 +132,7 @@ fn sni_route(
             route.response_headers.first().map(Spanned::span),
         ),
     ];
-    for (key, place) in http_only {
+    for (key, place) in http_only.into_iter().chain(super::routing::written(&route)) {
         let Some(place) = place else {
             continue;
         };
@@ -254,6 +254,11 @@ pub fn check_pool(
             "timeouts.response",
             is_written(&pool.timeouts.response).then(|| pool.timeouts.response.span()),
             "a layer-4 relay waits for no answer; the listener's idle timeout ends a silent connection (remove it, or set [server.timeouts] idle)",
+        ),
+        (
+            "protocol",
+            pool.protocol.as_ref().map(Spanned::span),
+            "a layer-4 relay copies bytes and speaks no HTTP to its backends (remove it)",
         ),
         (
             "tls",

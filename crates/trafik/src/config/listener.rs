@@ -10,7 +10,7 @@ use super::report::Report;
 use super::schema::{Listener, Protocol, Route};
 use super::tls;
 use super::values::Buffering;
-use super::{cache, compress, cors, gate, jwt, layer4, rate_limit, static_files};
+use super::{cache, compress, cors, gate, jwt, layer4, rate_limit, routing, static_files};
 use crate::suggest::did_you_mean;
 
 /// `pools` is every pool's name by position; `layer4_pools` those that layer-4 listeners use.
@@ -91,6 +91,15 @@ fn check(
         max_connections: listener.max_connections,
         max_connections_per_client: listener.max_connections_per_client,
     };
+    if protocol.get_ref().is_layer4()
+        && (listener.redirect_https || !listener.allow.is_empty() || !listener.deny.is_empty())
+    {
+        report.error(
+            protocol.span(),
+            &format!("{field}.protocol"),
+            "redirect_https, allow and deny are for http and https listeners; a layer-4 listener relays bytes without answering requests",
+        );
+    }
     let kind = match protocol.get_ref() {
         Protocol::Http | Protocol::Https => {
             http(report, field, span, listener, pools, layer4_pools, caches)
@@ -123,7 +132,30 @@ fn http(
             "an http listener sends each request to the pool of the route it matches; `pool` is for tcp listeners (protocol = \"tcp\")",
         );
     }
+    let client_auth = tls::client_auth(report, field, &listener);
     let certificates = tls::listener(report, field, &listener.protocol, listener.tls);
+    let access = routing::listener_access(report, field, &listener.allow, &listener.deny);
+    if listener.redirect_https {
+        if *listener.protocol.get_ref() != Protocol::Http {
+            report.error(
+                listener.protocol.span(),
+                &format!("{field}.redirect_https"),
+                "redirect_https sends a plain listener's clients to https; this listener is not plain http",
+            );
+        }
+        if let Some(route) = listener.routes.first() {
+            report.error(
+                route.span(),
+                &format!("{field}.route"),
+                "a listener with redirect_https answers every request with the redirect itself; it has no routes",
+            );
+        }
+        let mut route = RoutePlan::redirect_https();
+        route.routing.access = access.into_iter().collect();
+        return Some(ListenerKind::Http {
+            routes: vec![route],
+        });
+    }
     if listener.routes.is_empty() {
         report.error(
             span,
@@ -137,16 +169,17 @@ fn http(
         .enumerate()
         .map(|(r, route)| {
             let field = format!("{field}.route[{r}]");
-            check_route(report, &field, route, pools, layer4_pools, caches)
+            check_route(report, &field, route, &access, pools, layer4_pools, caches)
         })
         .collect::<Vec<_>>()
         .into_iter()
         .collect();
-    let (routes, certificates) = (routes?, certificates?);
+    let (routes, certificates, client_auth) = (routes?, certificates?, client_auth?);
     Some(match listener.protocol.into_inner() {
         Protocol::Https => ListenerKind::Https {
             routes,
             certificates,
+            client_auth,
         },
         _ => ListenerKind::Http { routes },
     })
@@ -156,6 +189,7 @@ fn check_route(
     report: &mut Report,
     field: &str,
     route: Spanned<Route>,
+    access: &Option<trafik_policy::route_match::IpRules>,
     pools: &[Option<String>],
     layer4_pools: &[String],
     caches: &cache::Known,
@@ -183,7 +217,10 @@ fn check_route(
     }
     let template = gateway::path_template(report, field, &route);
     let files = static_files::check(report, field, &route);
-    let target = if gateway::is_gateway(&route) {
+    let target = if routing::has_target(&route) {
+        let captures = template.as_ref().map_or(&[][..], |t| t.names());
+        routing::target(report, field, &route, captures, pools)
+    } else if gateway::is_gateway(&route) {
         let captures = template.as_ref().map_or(&[][..], |t| t.names());
         let broken_template = route.path.is_some() && template.is_none();
         (!broken_template)
@@ -247,7 +284,9 @@ fn check_route(
             ),
         }
     }
-    let filters = check_filters(report, field, &route);
+    let mut filters = check_filters(report, field, &route);
+    filters.extend(routing::rewrites(report, field, &route));
+    let routing = routing::check(report, field, &route, access, pools);
     let target = match (route.cache.is_some(), cache) {
         // The cache's own errors, or the name's, are reported.
         (true, None) => return None,
@@ -257,7 +296,9 @@ fn check_route(
         },
         (false, None) => target?,
     };
-    Some(route_plan(route, methods, filters, target, template))
+    let mut plan = route_plan(route, methods, filters, target, template);
+    plan.routing = routing;
+    Some(plan)
 }
 
 /// The plan of the cache a route names, or an error naming the caches there are.
@@ -385,6 +426,7 @@ fn route_plan(
         filters,
         target,
         path_template,
+        routing: Default::default(),
     }
 }
 

@@ -26,6 +26,7 @@ pub mod read;
 #[cfg(test)]
 mod readme_listing;
 pub mod report;
+mod routing;
 pub mod schema;
 mod server;
 mod static_files;

@@ -37,7 +37,8 @@ pub fn check(
     let span = pool.span();
     let mut pool = pool.into_inner();
     let selector_options = selector_options(report, &field, &pool);
-    let tls = tls::pool(report, &field, &pool);
+    let protocol = tls::protocol(report, &field, &pool);
+    let tls = tls::pool(report, &field, &pool, protocol.unwrap_or_default());
     let retry = retry(report, &field, &pool);
     let example = "name = \"takip\", the name routes use to send requests here";
     let name = report.required(
@@ -85,9 +86,10 @@ pub fn check(
             key_needed(&format!("algorithm {algorithm}")),
         );
     }
-    let health = pool
-        .health
-        .map(|health| health::check(report, &field, health));
+    let health = pool.health.map(|health| {
+        let speaks_http2 = protocol != Some(trafik_proxy::plan::UpstreamProtocol::Http1);
+        health::check(report, &field, health, speaks_http2)
+    });
     let sticky = pool.sticky.map(|settings| {
         let has_key = pool.hash_key.is_some();
         sticky::check(
@@ -138,6 +140,7 @@ pub fn check(
         response_timeout,
         retries: pool.retries,
         tls: tls?,
+        protocol: protocol?,
         proxy_protocol,
         outlier,
         retry,

@@ -3,6 +3,7 @@
 //! section checkers report them missing, so a mistake in a required key never stops serde from
 //! reading (and reporting) the rest. Each default is written once, in the section's `Default`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -189,10 +190,21 @@ pub struct Listener {
     /// The certificates of an `https` listener, chosen by the name the client asks for; the
     /// first is the default.
     pub tls: Vec<Spanned<ListenerTls>>,
+    /// Mutual TLS: the CA (PEM) clients' certificates must chain to…
+    pub client_ca: Option<Spanned<String>>,
+    /// …`required` or `optional`…
+    pub client_auth: Option<Spanned<String>>,
+    /// …and the request headers that tell backends who the client is.
+    pub client_headers: Option<Spanned<ClientHeaders>>,
     /// Open connections at once; 0 is no cap.
     pub max_connections: u32,
     /// Open connections from one client IP address; 0 is no cap.
     pub max_connections_per_client: u32,
+    /// Answer every request with a redirect to the same URL over https (a plain listener).
+    pub redirect_https: bool,
+    /// Client networks every route of the listener takes (`allow`) or refuses (`deny`).
+    pub allow: Vec<Spanned<String>>,
+    pub deny: Vec<Spanned<String>>,
 }
 
 impl Default for Listener {
@@ -204,10 +216,25 @@ impl Default for Listener {
             pool: None,
             routes: Vec::new(),
             tls: Vec::new(),
+            client_ca: None,
+            client_auth: None,
+            client_headers: None,
             max_connections: 0,
             max_connections_per_client: 0,
+            redirect_https: false,
+            allow: Vec::new(),
+            deny: Vec::new(),
         }
     }
+}
+
+/// `client_headers = { subject = "x-client-subject", … }`: header names, each optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientHeaders {
+    pub subject: Option<Spanned<String>>,
+    pub sans: Option<Spanned<String>>,
+    pub fingerprint: Option<Spanned<String>>,
 }
 
 /// One certificate of an `https` listener: PEM files, relative to the config file's folder.
@@ -292,6 +319,26 @@ pub struct Route {
     pub cors: Option<Spanned<Cors>>,
     /// Answers compressed at the edge.
     pub compress: Option<Spanned<Compress>>,
+    // Routing (see `routing.rs`): what the route asks of a request besides host, path and
+    // method, and the split, mirror, redirect, rewrites and address rules.
+    /// Header name → `value`, `prefix*`, `~regex`, `*` (present) or `!` (absent).
+    pub headers: BTreeMap<String, Spanned<String>>,
+    pub query: BTreeMap<String, Spanned<String>>,
+    pub cookies: BTreeMap<String, Spanned<String>>,
+    /// Client networks (`10.0.0.0/8`); the route takes only clients in one of them.
+    pub clients: Vec<Spanned<String>>,
+    pub priority: Option<Spanned<i32>>,
+    /// Pools by weight, instead of `pool`.
+    pub split: Option<Spanned<Vec<Spanned<SplitShare>>>>,
+    /// `cookie` or `header:NAME`.
+    pub split_sticky: Option<Spanned<String>>,
+    pub mirror: Option<Spanned<Mirror>>,
+    pub redirect: Option<Spanned<Redirect>>,
+    pub strip_prefix: Option<Spanned<String>>,
+    pub replace_prefix: Option<Spanned<ReplacePrefix>>,
+    pub rewrite: Option<Spanned<Rewrite>>,
+    pub allow: Vec<Spanned<String>>,
+    pub deny: Vec<Spanned<String>>,
 }
 
 /// `[listener.route.cors]`: the origins that may call the route from a browser, and how.
@@ -342,6 +389,69 @@ impl Compress {
         "application/wasm",
         "image/svg+xml",
     ];
+}
+
+/// One pool of a split and its weight.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SplitShare {
+    pub pool: Option<Spanned<String>>,
+    pub weight: Option<Spanned<u32>>,
+}
+
+/// `mirror = { pool, percent }`: a copy of a share of the requests to another pool.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Mirror {
+    pub pool: Option<Spanned<String>>,
+    pub percent: Spanned<f64>,
+    pub max_body: Size,
+    pub max_in_flight: Spanned<u32>,
+}
+
+impl Default for Mirror {
+    fn default() -> Self {
+        Mirror {
+            pool: None,
+            percent: unplaced(100.0),
+            max_body: Size(64 << 10),
+            max_in_flight: unplaced(64),
+        }
+    }
+}
+
+/// `redirect = { to, status, query }`.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Redirect {
+    pub to: Option<Spanned<String>>,
+    pub status: Spanned<u16>,
+    /// `keep` or `drop`.
+    pub query: Spanned<String>,
+}
+
+impl Default for Redirect {
+    fn default() -> Self {
+        Redirect {
+            to: None,
+            status: unplaced(302),
+            query: unplaced("keep".into()),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplacePrefix {
+    pub from: Option<Spanned<String>>,
+    pub to: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Rewrite {
+    pub regex: Option<Spanned<String>>,
+    pub to: Option<Spanned<String>>,
 }
 
 impl Route {
@@ -515,6 +625,20 @@ impl Default for Route {
             rate_limit: None,
             cors: None,
             compress: None,
+            headers: BTreeMap::new(),
+            query: BTreeMap::new(),
+            cookies: BTreeMap::new(),
+            clients: Vec::new(),
+            priority: None,
+            split: None,
+            split_sticky: None,
+            mirror: None,
+            redirect: None,
+            strip_prefix: None,
+            replace_prefix: None,
+            rewrite: None,
+            allow: Vec::new(),
+            deny: Vec::new(),
         }
     }
 }
@@ -540,6 +664,11 @@ pub struct Pool {
     pub tls: Spanned<bool>,
     pub ca: Option<Spanned<String>>,
     pub sni: Option<Spanned<String>>,
+    /// The certificate (PEM chain) and key shown to backends that ask for one.
+    pub client_cert: Option<Spanned<String>>,
+    pub client_key: Option<Spanned<String>>,
+    /// `http1` (default), `h2`, `h2c` or `auto`.
+    pub protocol: Option<Spanned<String>>,
     /// For layer-4 pools: `v1` or `v2`, the PROXY protocol header sent to backends.
     pub proxy_protocol: Option<Spanned<String>>,
     /// Passive health: on unless `enabled = false`.
@@ -585,6 +714,9 @@ impl Default for Pool {
             tls: unplaced(false),
             ca: None,
             sni: None,
+            client_cert: None,
+            client_key: None,
+            protocol: None,
             proxy_protocol: None,
             outlier: Outlier::default(),
             retry_statuses: unplaced(Vec::new()),
@@ -667,8 +799,10 @@ impl Default for Backend {
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Health {
-    pub kind: HealthKind,
+    pub kind: Spanned<HealthKind>,
     pub path: Spanned<String>,
+    /// For `kind = "grpc"`: the service asked about; empty for the server as a whole.
+    pub service: String,
     pub interval: Spanned<Dur>,
     /// How long one probe may take.
     pub timeout: Spanned<Dur>,
@@ -684,8 +818,9 @@ impl Health {
 impl Default for Health {
     fn default() -> Self {
         Health {
-            kind: HealthKind::Http,
+            kind: unplaced(HealthKind::Http),
             path: unplaced("/".into()),
+            service: String::new(),
             interval: unplaced(Dur(Self::DEFAULT_INTERVAL)),
             timeout: unplaced(Dur(Self::DEFAULT_TIMEOUT)),
             fall: unplaced(3),
@@ -700,6 +835,7 @@ pub enum HealthKind {
     #[default]
     Http,
     Tcp,
+    Grpc,
 }
 
 #[derive(Debug, Deserialize)]

@@ -39,7 +39,11 @@ pub fn build(
 ) -> Option<Result<Built, String>> {
     let resolve = Resolver { route, pools };
     Some(match plan {
-        TargetPlan::Pool { .. } | TargetPlan::Static { .. } | TargetPlan::Cached { .. } => {
+        TargetPlan::Pool { .. }
+        | TargetPlan::Static { .. }
+        | TargetPlan::Cached { .. }
+        | TargetPlan::Split { .. }
+        | TargetPlan::Redirect(_) => {
             return None;
         }
         TargetPlan::Service {

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# HTTP/2 end to end: h2load (h2c, prior knowledge) → proxy → an h2c backend, for trafik (pool
+# protocol = "h2c"), nginx (grpc_pass, its HTTP/2 upstream) and haproxy (server … proto h2), in
+# one run on loopback, the targets interleaved within each round.
+#
+# The backend is nginx serving a fixed 6-byte answer over h2c (`listen … http2` on a plain listener),
+# so every proxy meets the same HTTP/2 server. Prints the medians over the rounds of req/s and
+# the proxy's CPU microseconds per request (utime+stime from /proc over the run, all of its
+# processes and threads), then trafik's ratios to each peer. Every process it starts is stopped
+# by its PID on exit.
+#
+#   bench/h2-upstream.sh                           # 5 rounds of 100000 requests
+#   REQUESTS=50000 ROUNDS=3 CLIENTS=16 STREAMS=10 bench/h2-upstream.sh
+#
+# Needs: h2load (nghttp2-client), nginx, haproxy (Debian packages) and cargo.
+set -euo pipefail
+
+REQUESTS=${REQUESTS:-100000}
+CLIENTS=${CLIENTS:-16}
+STREAMS=${STREAMS:-10}
+ROUNDS=${ROUNDS:-5}
+WORKERS=${WORKERS:-2}
+
+for tool in h2load nginx haproxy cargo; do
+  command -v "$tool" >/dev/null || { echo "bench/h2-upstream.sh needs $tool (apt-get install nghttp2-client nginx haproxy)" >&2; exit 2; }
+done
+
+source "$(dirname "$0")/lib.sh"
+
+BACKEND_PORT=$(free_port)
+TRAFIK_PORT=$(free_port)
+NGINX_PORT=$(free_port)
+HAPROXY_PORT=$(free_port)
+
+# --- the backend: nginx over h2c ----------------------------------------------------------------
+nginx_conf() { # dir body-of-http-block
+  mkdir -p "$1/logs" "$1/tmp"
+  cat >"$1/nginx.conf" <<CONF
+worker_processes $WORKERS;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $1/tmp/body;
+  proxy_temp_path $1/tmp/proxy;
+  fastcgi_temp_path $1/tmp/fastcgi;
+  uwsgi_temp_path $1/tmp/uwsgi;
+  scgi_temp_path $1/tmp/scgi;
+  http2_max_concurrent_streams 128;
+  keepalive_requests 1000000;
+  $2
+}
+CONF
+}
+nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT http2; location / { return 200 \"kargo\\n\"; } }"
+nginx -p "$work/backend" -c "$work/backend/nginx.conf" 2>"$work/backend/stderr" &
+pids+=($!)
+wait_for_port "$BACKEND_PORT"
+
+# --- the proxies ---------------------------------------------------------------------------------
+cat >"$work/trafik.toml" <<CONF
+[server]
+workers = $WORKERS
+
+[[listener]]
+name = "h2"
+listen = "127.0.0.1:$TRAFIK_PORT"
+
+[[listener.route]]
+pool = "backend"
+
+[[pool]]
+name = "backend"
+protocol = "h2c"
+backends = [{ address = "127.0.0.1:$BACKEND_PORT" }]
+CONF
+RUST_LOG=warn "$trafik" serve --config "$work/trafik.toml" >/dev/null &
+trafik_pid=$!
+pids+=("$trafik_pid")
+
+nginx_conf "$work/front" "upstream up { server 127.0.0.1:$BACKEND_PORT; keepalive 128; }
+  server { listen 127.0.0.1:$NGINX_PORT http2; location / { grpc_pass grpc://up; } }"
+nginx -p "$work/front" -c "$work/front/nginx.conf" 2>"$work/front/stderr" &
+nginx_pid=$!
+pids+=("$nginx_pid")
+
+start_haproxy_http "$HAPROXY_PORT" "$BACKEND_PORT" "proto h2" "proto h2"
+
+for port in "$TRAFIK_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do wait_for_port "$port"; done
+
+# --- measuring -----------------------------------------------------------------------------------
+declare -A RPS CPU
+run() { # name port pid-to-charge (empty: none)
+  local name=$1 port=$2 pid=${3:-} before after out rps done_ok cpu="-"
+  h2load -n 2000 -c "$CLIENTS" -m "$STREAMS" "http://127.0.0.1:$port/takip" >/dev/null # warm-up
+  [[ -n $pid ]] && before=$(ticks "$pid")
+  out=$(h2load -n "$REQUESTS" -c "$CLIENTS" -m "$STREAMS" "http://127.0.0.1:$port/takip")
+  [[ -n $pid ]] && after=$(ticks "$pid")
+  rps=$(awk '/^finished in/ {print $4}' <<<"$out")
+  done_ok=$(awk '/^status codes:/ {print $3}' <<<"$out")
+  [[ $done_ok != "$REQUESTS" ]] && echo "warning: $name: $(grep -E '^(requests|status codes):' <<<"$out" | tr '\n' ' ')" >&2
+  if [[ -n $pid ]]; then
+    cpu=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$REQUESTS" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')
+  fi
+  RPS[$name]="${RPS[$name]:-} $rps"
+  CPU[$name]="${CPU[$name]:-} $cpu"
+}
+
+echo "h2 upstream bench: h2load -n $REQUESTS -c $CLIENTS -m $STREAMS (h2c), $ROUNDS round(s), $WORKERS proxy workers, $(nproc) cores"
+for round in $(seq "$ROUNDS"); do
+  run direct "$BACKEND_PORT"
+  run trafik "$TRAFIK_PORT" "$trafik_pid"
+  run nginx "$NGINX_PORT" "$nginx_pid"
+  run haproxy "$HAPROXY_PORT" "$haproxy_pid"
+done
+
+printf '\n%-10s %12s %14s\n' target "req/s" "CPU µs/req"
+for name in direct trafik nginx haproxy; do
+  printf '%-10s %12s %14s\n' "$name" "$(median "${RPS[$name]}")" "$(median "${CPU[$name]}")"
+done
+t_rps=$(median "${RPS[trafik]}"); t_cpu=$(median "${CPU[trafik]}")
+for peer in nginx haproxy; do
+  printf 'trafik /%-8s req/s %s×   CPU per request %s×\n' "$peer" \
+    "$(ratio "$t_rps" "$(median "${RPS[$peer]}")")" "$(ratio "$t_cpu" "$(median "${CPU[$peer]}")")"
+done
+echo
+echo "goal: trafik req/s ≥ 1.0× and CPU per request ≤ 1.0× the better peer"
