@@ -1,5 +1,5 @@
 use crate::ring::HashRing;
-use crate::{BackendSet, PickContext, Selector};
+use crate::{BackendSet, Explained, PickContext, Selector};
 
 /// Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam 2018; used by
 /// HAProxy's `hash-balance-factor`): a key goes to the first backend clockwise whose in-flight
@@ -27,8 +27,15 @@ impl BoundedLoadRing {
     }
 }
 
-impl Selector for BoundedLoadRing {
-    fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
+impl BoundedLoadRing {
+    /// The pick for the key `key` gives once a backend is known to be available, with the key
+    /// and the cap it was held to.
+    fn place(
+        &self,
+        key: impl FnOnce() -> u64,
+        backends: &BackendSet,
+        context: &PickContext,
+    ) -> Option<(usize, u64, u64)> {
         let mut total = 1u64;
         let mut available = 0u64;
         for i in 0..backends.len() {
@@ -41,10 +48,33 @@ impl Selector for BoundedLoadRing {
             return None;
         }
         let cap = self.cap(total, available);
-        let key = self.ring.key_or_spread(context);
+        let key = key();
         self.ring
             .walk(key)
             .find(|&i| backends.is_available(i, context) && u64::from(backends.in_flight(i)) < cap)
+            .map(|pick| (pick, key, cap))
+    }
+}
+
+impl Selector for BoundedLoadRing {
+    fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
+        self.place(|| self.ring.key_or_spread(context), backends, context)
+            .map(|(pick, _, _)| pick)
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        match self.place(|| self.ring.next_key(context), backends, context) {
+            Some((pick, key, cap)) => Explained::new(
+                Some(pick),
+                format!(
+                    "{}; bound {cap} in flight per backend ({} has {})",
+                    self.ring.tell(key, pick, backends, context),
+                    backends.spec(pick).id,
+                    backends.in_flight(pick)
+                ),
+            ),
+            None => Explained::none_available(),
+        }
     }
 
     fn name(&self) -> &'static str {

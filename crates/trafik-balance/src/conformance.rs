@@ -116,3 +116,51 @@ fn every_rule_is_reproducible_from_its_seed() {
         assert_eq!(picks(), picks(), "{algorithm}");
     }
 }
+
+/// The explanation runs the rule's own code on a copy of its moving parts: whatever the state
+/// (health, drain, in flight, tried, keys or none, latencies learned), the explained pick is the
+/// pick that follows it, and explaining twice changes nothing.
+#[test]
+fn every_rule_explains_the_pick_it_then_takes() {
+    let rng = SharedRng::new(7);
+    for &algorithm in Algorithm::ALL {
+        for count in [1, 3, 7] {
+            let set = backends(count);
+            let rule = algorithm.build(&set, &SelectorOptions::default());
+            for round in 0..300u64 {
+                for i in 0..count {
+                    set.set_up(i, rng.below(6) != 0);
+                    set.set_draining(i, rng.below(10) == 0);
+                    if rng.below(3) == 0 {
+                        set.start(i);
+                    }
+                }
+                let mut context = PickContext {
+                    key: (round % 4 != 0).then(|| rng.next_u64()),
+                    now: round * 1_000_000,
+                    ..PickContext::default()
+                };
+                if rng.below(4) == 0 {
+                    context.tried.insert(rng.below(count));
+                }
+                let first = rule.explain(&set, &context);
+                let again = rule.explain(&set, &context);
+                assert_eq!(first, again, "{algorithm}: explaining moved the rule");
+                let pick = rule.pick(&set, &context);
+                assert_eq!(
+                    first.pick, pick,
+                    "{algorithm} round {round}: {}",
+                    first.reason
+                );
+                assert!(!first.reason.is_empty());
+                if let Some(i) = pick {
+                    rule.observe(
+                        i,
+                        std::time::Duration::from_micros(round % 5 * 300),
+                        context.now,
+                    );
+                }
+            }
+        }
+    }
+}

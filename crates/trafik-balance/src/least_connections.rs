@@ -1,4 +1,4 @@
-use crate::{BackendSet, PickContext, Selector};
+use crate::{BackendSet, Explained, PickContext, Selector};
 
 /// The backend with the fewest requests in flight, optionally relative to its weight
 /// (`in_flight / weight`, the course's "en az bağlantı" over capacity). Ties go to the lowest
@@ -41,6 +41,26 @@ impl Selector for LeastConnections {
             }
         }
         best.map(|(i, _, _)| i)
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        let Some(pick) = self.pick(backends, context) else {
+            return Explained::none_available();
+        };
+        let measure = if self.weighted {
+            "in flight / weight"
+        } else {
+            "in flight"
+        };
+        Explained::new(
+            Some(pick),
+            format!(
+                "fewest {measure}: {} ({} in flight, weight {}; the first on a tie)",
+                backends.spec(pick).id,
+                backends.in_flight(pick),
+                backends.spec(pick).weight
+            ),
+        )
     }
 
     fn name(&self) -> &'static str {

@@ -22,6 +22,7 @@ mod algorithm;
 mod backend;
 mod bounded_load;
 mod capacity_share;
+mod explain;
 pub mod hash;
 mod health;
 mod least_connections;
@@ -48,6 +49,7 @@ pub use algorithm::{Algorithm, SelectorOptions, UnknownAlgorithm};
 pub use backend::{BackendSet, BackendSpec, PickContext, Tried};
 pub use bounded_load::BoundedLoadRing;
 pub use capacity_share::CapacityShare;
+pub use explain::Explained;
 pub use health::{Health, HealthThresholds, Transition};
 pub use least_connections::LeastConnections;
 pub use maglev::{DEFAULT_TABLE_SIZE, Maglev};
@@ -74,6 +76,11 @@ pub type Nanos = u64;
 pub trait Selector: Send + Sync {
     /// Chooses a backend for one request (or one connection, at layer 4).
     fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize>;
+
+    /// What [`Selector::pick`] would answer now for `context`, with the rule's reason, leaving
+    /// the rule's state as it is: `explain` then `pick` give the same backend while no other
+    /// pick comes between them.
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained;
 
     /// Learns how long backend `index` took to answer, at time `now`. Only latency-aware rules
     /// use it.

@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::hash::{mix64, stable_hash};
-use crate::{BackendSet, PickContext, Selector};
+use crate::{BackendSet, Explained, PickContext, Selector};
 
 /// The default Maglev table size: a prime well above 100 × the backends of a typical pool.
 pub const DEFAULT_TABLE_SIZE: u32 = 65_537;
@@ -83,6 +83,44 @@ impl Selector for Maglev {
         let key = context
             .key
             .unwrap_or_else(|| mix64(self.keyless.fetch_add(1, Ordering::Relaxed)));
+        self.place(key, backends, context)
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        if backends.is_empty() {
+            return Explained::none_available();
+        }
+        let key = context
+            .key
+            .unwrap_or_else(|| mix64(self.keyless.load(Ordering::Relaxed)));
+        let Some(pick) = self.place(key, backends, context) else {
+            return Explained::none_available();
+        };
+        let slot = key % self.table.len() as u64;
+        let owner = self.table[slot as usize] as usize;
+        let mut reason = format!(
+            "key {key:#018x} → table slot {slot} of {} owned by {}",
+            self.table.len(),
+            backends.spec(owner).id
+        );
+        if owner != pick {
+            reason.push_str(&format!(
+                ", which cannot take it; the next slots lead to {}",
+                backends.spec(pick).id
+            ));
+        }
+        Explained::new(Some(pick), reason)
+    }
+
+    fn name(&self) -> &'static str {
+        "maglev"
+    }
+}
+
+impl Maglev {
+    /// The backend of `key`'s slot, or of the first slot after it whose backend may take it.
+    #[inline]
+    fn place(&self, key: u64, backends: &BackendSet, context: &PickContext) -> Option<usize> {
         let size = self.table.len();
         let start = (key % size as u64) as usize;
         let first = self.table[start] as usize;
@@ -92,10 +130,6 @@ impl Selector for Maglev {
         (1..size)
             .map(|step| self.table[(start + step) % size] as usize)
             .find(|&i| backends.is_available(i, context))
-    }
-
-    fn name(&self) -> &'static str {
-        "maglev"
     }
 }
 

@@ -169,6 +169,11 @@ impl Outlier {
         self.ejected_until.is_some()
     }
 
+    /// When the current ejection ends, if the backend is ejected.
+    pub fn ejected_until(&self) -> Option<Nanos> {
+        self.ejected_until
+    }
+
     /// The rule behind the current or last ejection.
     pub fn reason(&self) -> Option<EjectionReason> {
         self.reason

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use crate::power_of_two::draw_two;
 use crate::random::SharedRng;
-use crate::{BackendSet, Nanos, PickContext, Selector};
+use crate::{BackendSet, Explained, Nanos, PickContext, Selector};
 
 /// Peak-EWMA (Finagle, linkerd): each backend's latency is a moving average that jumps up to
 /// any slower observation at once ("peak") and decays back over `decay`; the cost of a backend
@@ -39,6 +39,14 @@ impl PeakEwma {
         value * (-elapsed / self.decay_nanos).exp()
     }
 
+    /// The cheaper of the two drawn backends (the first on a tie).
+    fn cheaper(&self, backends: &BackendSet, (a, b): (usize, Option<usize>), now: Nanos) -> usize {
+        match b {
+            Some(b) if self.cost(backends, b, now) < self.cost(backends, a, now) => b,
+            _ => a,
+        }
+    }
+
     fn cost(&self, backends: &BackendSet, index: usize, now: Nanos) -> f64 {
         self.estimate(index, now) * f64::from(backends.in_flight(index) + 1)
     }
@@ -46,15 +54,31 @@ impl PeakEwma {
 
 impl Selector for PeakEwma {
     fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
-        let (a, b) = draw_two(&self.rng, backends, context)?;
-        Some(match b {
-            Some(b)
-                if self.cost(backends, b, context.now) < self.cost(backends, a, context.now) =>
-            {
-                b
-            }
-            _ => a,
-        })
+        let drawn = draw_two(&self.rng, backends, context)?;
+        Some(self.cheaper(backends, drawn, context.now))
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        let Some(drawn) = draw_two(&self.rng.fork(), backends, context) else {
+            return Explained::none_available();
+        };
+        let pick = self.cheaper(backends, drawn, context.now);
+        let told = |i: usize| {
+            format!(
+                "{} (EWMA {:.3} ms × {} in flight + 1 = cost {:.3})",
+                backends.spec(i).id,
+                self.estimate(i, context.now) / 1e6,
+                backends.in_flight(i),
+                self.cost(backends, i, context.now) / 1e6
+            )
+        };
+        let reason = crate::explain::compared(drawn, &backends.spec(pick).id, told);
+        Explained {
+            latency_estimates: (0..backends.len())
+                .map(|i| self.estimate(i, context.now))
+                .collect(),
+            ..Explained::new(Some(pick), reason)
+        }
     }
 
     fn observe(&self, index: usize, latency: Duration, now: Nanos) {

@@ -1,5 +1,5 @@
 use crate::random::SharedRng;
-use crate::{BackendSet, PickContext, Selector};
+use crate::{BackendSet, Explained, PickContext, Selector};
 
 /// Power of two choices: draw two different backends at random and take the one with fewer
 /// requests in flight. Nearly as good as scanning for the least loaded, at a constant cost, and
@@ -39,13 +39,33 @@ pub(crate) fn draw_two(
     ))
 }
 
+/// The less loaded of the two drawn backends (the first on a tie).
+fn lighter(backends: &BackendSet, (a, b): (usize, Option<usize>)) -> usize {
+    match b {
+        Some(b) if backends.in_flight(b) < backends.in_flight(a) => b,
+        _ => a,
+    }
+}
+
 impl Selector for PowerOfTwoChoices {
     fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
-        let (a, b) = draw_two(&self.rng, backends, context)?;
-        Some(match b {
-            Some(b) if backends.in_flight(b) < backends.in_flight(a) => b,
-            _ => a,
-        })
+        Some(lighter(backends, draw_two(&self.rng, backends, context)?))
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        let Some(drawn) = draw_two(&self.rng.fork(), backends, context) else {
+            return Explained::none_available();
+        };
+        let pick = lighter(backends, drawn);
+        let told = |i: usize| {
+            format!(
+                "{} ({} in flight)",
+                backends.spec(i).id,
+                backends.in_flight(i)
+            )
+        };
+        let reason = crate::explain::compared(drawn, &backends.spec(pick).id, told);
+        Explained::new(Some(pick), reason)
     }
 
     fn name(&self) -> &'static str {

@@ -21,6 +21,12 @@ impl SharedRng {
     }
 
     /// The next 64 random bits.
+    /// A generator that draws the numbers this one draws next, leaving this one as it is: what
+    /// explains a random pick before it is taken.
+    pub fn fork(&self) -> SharedRng {
+        SharedRng::new(self.state.load(Ordering::Relaxed))
+    }
+
     #[inline]
     pub fn next_u64(&self) -> u64 {
         let state = self

@@ -1,5 +1,5 @@
 use crate::random::SharedRng;
-use crate::{BackendSet, PickContext, Selector};
+use crate::{BackendSet, Explained, PickContext, Selector};
 
 /// Draws at random in proportion to weight, from a seeded generator.
 #[derive(Debug)]
@@ -23,15 +23,14 @@ impl WeightedRandom {
             rng: SharedRng::new(seed),
         }
     }
-}
 
-impl Selector for WeightedRandom {
-    fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
+    /// The pick with the draws of `rng`.
+    fn draw(&self, rng: &SharedRng, backends: &BackendSet, context: &PickContext) -> Option<usize> {
         let total = *self.cumulative.last()?;
         // A few draws find an available backend unless most are down; then draw among the
         // available ones only, by weight.
         for _ in 0..4 {
-            let point = self.rng.below_u64(total);
+            let point = rng.below_u64(total);
             let index = self.cumulative.partition_point(|&c| c <= point);
             if backends.is_available(index, context) {
                 return Some(index);
@@ -44,7 +43,7 @@ impl Selector for WeightedRandom {
         if available == 0 {
             return None;
         }
-        let mut point = self.rng.below_u64(available);
+        let mut point = rng.below_u64(available);
         (0..backends.len())
             .filter(|&i| backends.is_available(i, context))
             .find(|&i| {
@@ -56,6 +55,26 @@ impl Selector for WeightedRandom {
                     false
                 }
             })
+    }
+}
+
+impl Selector for WeightedRandom {
+    fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
+        self.draw(&self.rng, backends, context)
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        match self.draw(&self.rng.fork(), backends, context) {
+            Some(pick) => Explained::new(
+                Some(pick),
+                format!(
+                    "the next seeded draw by weight lands on {} (weight {})",
+                    backends.spec(pick).id,
+                    backends.spec(pick).weight
+                ),
+            ),
+            None => Explained::none_available(),
+        }
     }
 
     fn name(&self) -> &'static str {

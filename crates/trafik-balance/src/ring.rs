@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::hash::{mix64, virtual_node_point};
-use crate::{BackendSet, PickContext, Selector};
+use crate::{BackendSet, Explained, PickContext, Selector};
 
 /// Consistent hashing on a ring: every backend owns `virtual_nodes` points, and a key goes to
 /// the first point at or after its hash, wrapping around. Adding or removing a backend moves
@@ -65,14 +65,70 @@ impl HashRing {
             .key
             .unwrap_or_else(|| mix64(self.keyless.fetch_add(1, Ordering::Relaxed)))
     }
+
+    /// The key [`Self::key_or_spread`] gives next, without taking it.
+    pub(crate) fn next_key(&self, context: &PickContext) -> u64 {
+        context
+            .key
+            .unwrap_or_else(|| mix64(self.keyless.load(Ordering::Relaxed)))
+    }
+
+    /// The first available backend on the walk from `key`.
+    fn owner_available(
+        &self,
+        key: u64,
+        backends: &BackendSet,
+        context: &PickContext,
+    ) -> Option<usize> {
+        self.walk(key)
+            .take(self.points.len())
+            .find(|&i| backends.is_available(i, context))
+    }
+
+    /// The reason for a pick on the walk from `key`: the point it starts at, its owner, and
+    /// where the walk ended when the owner could not take the request.
+    pub(crate) fn tell(
+        &self,
+        key: u64,
+        pick: usize,
+        backends: &BackendSet,
+        context: &PickContext,
+    ) -> String {
+        let at = self.start(key);
+        let (point, owner) = self
+            .points
+            .get(at)
+            .map_or((0, pick), |&(p, b)| (p, b as usize));
+        let keyed = if context.key.is_some() {
+            "key"
+        } else {
+            "keyless request, spread as key"
+        };
+        let mut reason = format!(
+            "{keyed} {key:#018x} → ring point {point:#018x} owned by {}",
+            backends.spec(owner).id
+        );
+        if owner != pick {
+            reason.push_str(&format!(
+                ", which cannot take it; walked on clockwise to {}",
+                backends.spec(pick).id
+            ));
+        }
+        reason
+    }
 }
 
 impl Selector for HashRing {
     fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
-        let key = self.key_or_spread(context);
-        self.walk(key)
-            .take(self.points.len())
-            .find(|&i| backends.is_available(i, context))
+        self.owner_available(self.key_or_spread(context), backends, context)
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        let key = self.next_key(context);
+        match self.owner_available(key, backends, context) {
+            Some(pick) => Explained::new(Some(pick), self.tell(key, pick, backends, context)),
+            None => Explained::none_available(),
+        }
     }
 
     fn name(&self) -> &'static str {

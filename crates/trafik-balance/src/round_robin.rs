@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::{BackendSet, PickContext, Selector};
+use crate::{BackendSet, Explained, PickContext, Selector};
 
 /// Each request goes to the next available backend in turn.
 ///
@@ -17,13 +17,15 @@ pub struct RoundRobin {
     next: AtomicUsize,
 }
 
-impl Selector for RoundRobin {
-    fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
-        let available = backends.available_count(context);
-        if available == 0 {
-            return None;
-        }
-        let turn = self.next.fetch_add(1, Ordering::Relaxed);
+impl RoundRobin {
+    /// The backend turn `turn` gives the request, `available` (at least 1) backends being
+    /// available to it.
+    fn on_turn(
+        turn: usize,
+        available: usize,
+        backends: &BackendSet,
+        context: &PickContext,
+    ) -> Option<usize> {
         if context.tried.is_empty() {
             return backends.nth_available(turn % available, context);
         }
@@ -31,6 +33,35 @@ impl Selector for RoundRobin {
         (0..count)
             .map(|step| (turn + step) % count)
             .find(|&index| backends.is_available(index, context))
+    }
+}
+
+impl Selector for RoundRobin {
+    fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
+        let available = backends.available_count(context);
+        if available == 0 {
+            return None;
+        }
+        let turn = self.next.fetch_add(1, Ordering::Relaxed);
+        Self::on_turn(turn, available, backends, context)
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        let turn = self.next.load(Ordering::Relaxed);
+        let available = backends.available_count(context);
+        if available == 0 {
+            return Explained::none_available();
+        }
+        match Self::on_turn(turn, available, backends, context) {
+            Some(index) => Explained::new(
+                Some(index),
+                format!(
+                    "turn {turn} of the rotation over {available} available backend(s) → {}",
+                    backends.spec(index).id
+                ),
+            ),
+            None => Explained::none_available(),
+        }
     }
 
     fn name(&self) -> &'static str {

@@ -3,7 +3,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use arc_swap::ArcSwap;
 
-use crate::{BackendSet, PickContext, Selector};
+use crate::{BackendSet, Explained, PickContext, Selector};
 
 /// Longest precomputed cycle; larger total weights are scaled down to fit.
 const MAX_CYCLE: i64 = 1 << 20;
@@ -113,6 +113,21 @@ fn smooth_step(
     best
 }
 
+impl SmoothWeightedRoundRobin {
+    /// The backend turn `turn` of `cycle` gives the request.
+    fn on_turn(
+        cycle: &Cycle,
+        turn: usize,
+        backends: &BackendSet,
+        context: &PickContext,
+    ) -> Option<usize> {
+        let length = cycle.order.len();
+        (0..length)
+            .map(|step| cycle.order[(turn + step) % length] as usize)
+            .find(|&index| backends.is_available(index, context))
+    }
+}
+
 impl Selector for SmoothWeightedRoundRobin {
     fn pick(&self, backends: &BackendSet, context: &PickContext) -> Option<usize> {
         let mut cycle = self.cycle.load();
@@ -126,14 +141,35 @@ impl Selector for SmoothWeightedRoundRobin {
             self.computing.store(false, Ordering::Release);
             cycle = self.cycle.load();
         }
-        let length = cycle.order.len();
-        if length == 0 {
+        if cycle.order.is_empty() {
             return None;
         }
         let turn = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..length)
-            .map(|step| cycle.order[(turn + step) % length] as usize)
-            .find(|&index| backends.is_available(index, context))
+        Self::on_turn(&cycle, turn, backends, context)
+    }
+
+    fn explain(&self, backends: &BackendSet, context: &PickContext) -> Explained {
+        let stored = self.cycle.load_full();
+        // A stale cycle would be recomputed by the pick: explain with the one it would build.
+        let cycle = if stored.generation == backends.generation() {
+            stored
+        } else {
+            Arc::new(self.compute(backends))
+        };
+        let turn = self.next.load(Ordering::Relaxed);
+        match Self::on_turn(&cycle, turn, backends, context) {
+            Some(index) if !cycle.order.is_empty() => Explained::new(
+                Some(index),
+                format!(
+                    "turn {} of a smooth weighted cycle of {} slot(s) → {} (weight {})",
+                    turn % cycle.order.len(),
+                    cycle.order.len(),
+                    backends.spec(index).id,
+                    self.weights.get(index).copied().unwrap_or(1)
+                ),
+            ),
+            _ => Explained::none_available(),
+        }
     }
 
     fn name(&self) -> &'static str {

@@ -8,6 +8,7 @@
 //! (routes, pools, caches, connection caps); the layer-4 path reads it through
 //! `trafik_l4::Layer4Snapshot`.
 
+pub mod explain;
 pub mod h1;
 pub mod http;
 mod resolve;

@@ -123,10 +123,13 @@ impl Table {
     /// Whether a request for `key` at `now` would pass, without counting it: for limits that
     /// count only some requests (failures), decided after the request is looked at.
     pub fn would_allow(&self, gcra: &Gcra, key: impl Hash, now: u64) -> bool {
+        self.peek(gcra, key, now).allowed
+    }
+
+    /// The decision a request for `key` at `now` would get, without counting it.
+    pub fn peek(&self, gcra: &Gcra, key: impl Hash, now: u64) -> Decision {
         let slot = self.hasher.hash_one(key);
-        gcra.decide(self.arrivals.get(&slot).copied(), now)
-            .0
-            .allowed
+        gcra.decide(self.arrivals.get(&slot).copied(), now).0
     }
 
     pub fn len(&self) -> usize {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -78,6 +78,9 @@ pub async fn serve(
                         refusal
                     } else if page {
                         dashboard::page()
+                    } else if request.method() == Method::POST && request.uri().path() == "/explain"
+                    {
+                        explain(&instance, request).await
                     } else if caches::is_cache_path(request.uri().path()) {
                         caches::answer(&instance, request).await
                     } else {
@@ -145,6 +148,48 @@ fn refusal(instance: &Instance, request: &Request<Incoming>) -> Option<Response<
     None
 }
 
+/// The largest `POST /explain` body read.
+const MAX_EXPLAIN_BODY: usize = 64 * 1024;
+
+/// `POST /explain`: what the live instance would do with the request the body describes.
+async fn explain(instance: &Arc<Instance>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let body = match Limited::new(request.into_body(), MAX_EXPLAIN_BODY)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(_) => {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                "text/plain",
+                format!("the body did not arrive whole within {MAX_EXPLAIN_BODY} bytes\n"),
+            );
+        }
+    };
+    let question = serde_json::from_slice::<serde_json::Value>(&body)
+        .map_err(|error| format!("the body is not JSON: {error}"))
+        .and_then(|value| trafik_http::explain::Question::from_json(&value));
+    match question {
+        Ok(question) => {
+            // A reload holds the listeners while it runs: wait for them off the admin's thread.
+            let explaining = instance.clone();
+            match tokio::task::spawn_blocking(move || explaining.explain(&question)).await {
+                Ok(document) => reply(StatusCode::OK, "application/json", document.to_string()),
+                Err(_) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    "the explanation stopped unexpectedly\n".into(),
+                ),
+            }
+        }
+        Err(error) => reply(
+            StatusCode::BAD_REQUEST,
+            "application/json",
+            json!({ "errors": [error] }).to_string(),
+        ),
+    }
+}
+
 async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let method = request.method();
@@ -201,6 +246,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 ),
             }
         }
+        "/explain" => reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into()),
         _ => match drain_target(path) {
             Some(_) if method != Method::POST => {
                 reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
@@ -209,7 +255,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             None => reply(
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                "unknown admin path; try / (the dashboard), /status, /metrics, POST /reload or POST /pools/{pool}/backends/{address}/drain\n".into(),
+                "unknown admin path; try / (the dashboard), /status, /metrics, POST /reload, POST /explain or POST /pools/{pool}/backends/{address}/drain\n".into(),
             ),
         },
     }

@@ -16,7 +16,7 @@ pub mod names;
 pub mod worker;
 
 // HTTP and the configuration in force, under the names the modules above use.
-pub use trafik_http::{h1, http, route_change, snapshot};
+pub use trafik_http::{explain, h1, http, route_change, snapshot};
 
 // The layer below any protocol, under the names the modules above use.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -56,6 +56,7 @@ pub use snapshot::Snapshot;
 use crate::pool::Endpoints;
 use crate::snapshot::ListenerId;
 use crate::worker::{ListenerChange, WorkerStart};
+use trafik_http::explain::ListenerAddress;
 
 /// Where a reload reads the configuration from: the file's name (shown in `/status`) and a
 /// function that reads and checks it anew, returning every error when it is not valid.
@@ -98,6 +99,8 @@ pub struct Instance {
     configured: Mutex<Plan>,
     /// What the pools' backend names resolve to.
     names: Arc<names::Names>,
+    /// The pools' clock origin, the workers' too: explanations read latencies on it.
+    epoch: Instant,
 }
 
 struct OpenListener {
@@ -213,6 +216,23 @@ impl Running {
 impl Instance {
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshots.borrow().clone()
+    }
+
+    /// What this instance would do with `question` now: the live snapshot and live state.
+    pub fn explain(&self, question: &trafik_http::explain::Question) -> serde_json::Value {
+        let listeners: Vec<ListenerAddress> = self
+            .listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|open| ListenerAddress {
+                id: open.id,
+                name: open.name.clone(),
+                address: open.address,
+            })
+            .collect();
+        let now = self.epoch.elapsed().as_nanos() as trafik_balance::Nanos;
+        trafik_http::explain::explain(&self.snapshot(), &listeners, question, now)
     }
 
     /// A receiver that sees every snapshot published from now on.
@@ -521,6 +541,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
         dns,
         configured: Mutex::new(plan.clone()),
         names,
+        epoch,
     });
     // Runtimes are built here, so running out of descriptors is an error from `start`, not
     // a thread that dies alone.
@@ -573,4 +594,28 @@ fn single_thread_runtime() -> io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
+}
+
+/// What a configuration would do with `question` on a fresh start (`trafik explain -c FILE`):
+/// the snapshot `serve` would build, every backend up and nothing counted yet; nothing is bound.
+pub fn explain_offline(
+    plan: &Plan,
+    question: &trafik_http::explain::Question,
+) -> Result<serde_json::Value, Vec<String>> {
+    let listeners: Vec<ListenerAddress> = plan
+        .listeners
+        .iter()
+        .enumerate()
+        .map(|(index, listener)| ListenerAddress {
+            id: ListenerId(index as u64),
+            name: listener.name.clone(),
+            address: listener.address,
+        })
+        .collect();
+    let ids: Vec<ListenerId> = listeners.iter().map(|l| l.id).collect();
+    let endpoints = Endpoints::new(1);
+    let snapshot = Snapshot::build(plan, &ids, None, &endpoints, 1, None)?;
+    Ok(trafik_http::explain::explain(
+        &snapshot, &listeners, question, 0,
+    ))
 }

@@ -12,7 +12,7 @@ pub mod webdriver;
 
 pub use process::{
     INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, get_text, json, load, load_errors,
-    run_in_own_network_namespace, trafik_binary,
+    parse_head, run_in_own_network_namespace, trafik_binary,
 };
 pub use services::{Etcd, GrpcServer, Named, Redis, grpc_call, grpc_client};
 

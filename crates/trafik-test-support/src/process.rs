@@ -228,6 +228,22 @@ pub fn run_in_own_network_namespace(test: &str) {
     );
 }
 
+/// A response head's status and fields (names lowercased), from its text without the blank
+/// line; status 0 when the first line names none.
+pub fn parse_head(head: &str) -> (u16, Vec<(String, String)>) {
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let fields = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, fields)
+}
+
 /// A command for `program`, a tool from Debian's `package` the test needs; a missing one fails
 /// the test saying how to get it (the suite's other tests still run).
 pub fn tool(program: &str, package: &str) -> Command {

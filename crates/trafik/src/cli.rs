@@ -74,6 +74,34 @@ pub enum Command {
     /// Sign a token to try a route's `[listener.route.jwt]` with (examples/offload.toml); prints
     /// it on stdout. For demos and tests: the secret or key is given on the command line.
     Token(TokenArgs),
+    /// Why a request goes where it goes, told by the code that serves it and sending nothing
+    /// upstream: every route tried and why it did or did not match, each filter's verdict, the
+    /// pool's candidates and the rule's pick. Offline from a config file (-c), or from a running
+    /// instance's live state (--admin, its `POST /explain`).
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The TOML config file to explain offline (every backend up, nothing counted yet).
+    #[arg(long, short, conflicts_with = "admin")]
+    pub config: Option<PathBuf>,
+    /// Ask a running instance's admin API instead, against its live snapshot and state.
+    #[arg(long, value_parser = parse_addr)]
+    pub admin: Option<SocketAddr>,
+    /// A request header, `Name: value`; repeat for more.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// The client's address (hash keys, rate limits and gates by client read it).
+    #[arg(long)]
+    pub client: Option<String>,
+    /// Print the JSON document instead of the text.
+    #[arg(long)]
+    pub json: bool,
+    /// The request's method.
+    pub method: String,
+    /// The request's URL (`http://host:port/path?query`); its port chooses the listener.
+    pub url: String,
 }
 
 #[derive(Debug, clap::Args)]

@@ -14,7 +14,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cli::{Cli, Command, LogFormat};
-use command::{check, dns, fleet, plan, proxy, reload, say, serve, sim, token, top, upstream};
+use command::{
+    check, dns, explain, fleet, plan, proxy, reload, say, serve, sim, token, top, upstream,
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -52,6 +54,7 @@ fn run(command: Command) -> Result<ExitCode, String> {
         Command::Config(cli::ConfigCommand::Push(args)) => fleet::push(args),
         Command::Dns(cli::DnsCommand::Ds(args)) => dns::ds(args),
         Command::Token(args) => token::run(args),
+        Command::Explain(args) => explain::run(args),
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use trafik_metrics_text::strict_reader;
-use trafik_test_support::{Trafik, free_ports, get_json, get_text};
+use trafik_test_support::{Trafik, free_ports, get_json, get_text, parse_head};
 
 /// A 1.5 MB JSON text of varied records: past the static files' 1 MiB in-memory bound, so
 /// static answers stream too.
@@ -102,17 +102,7 @@ fn curl(url: &str, headers: &[&str], dir: &Path) -> Got {
         .output()
         .expect("curl (.ci/run installs it)");
     assert!(output.status.success(), "curl {url}: {output:?}");
-    let head = std::fs::read_to_string(&head_file).unwrap();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let head = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
+    let (status, head) = parse_head(&std::fs::read_to_string(&head_file).unwrap());
     Got {
         status,
         head,

@@ -33,6 +33,24 @@ use crate::plan::FilterPlan;
 use crate::snapshot::Snapshot;
 use trafik_policy::stage::Stage;
 
+/// A step's decision on a request, told by [`Filter::explain`].
+pub struct Verdict {
+    /// The step, as configuration names it.
+    pub filter: &'static str,
+    /// What it read and decided, in words.
+    pub told: String,
+    /// The answer the step would give itself, if it would stop the request.
+    pub answer: Option<OwnAnswer>,
+}
+
+/// An answer trafik gives itself instead of the target's.
+pub struct OwnAnswer {
+    pub status: u16,
+    pub reason: String,
+    /// Its `Retry-After`, in seconds.
+    pub retry_after: Option<u64>,
+}
+
 /// What a step knows of the exchange besides the message itself.
 pub struct Exchange<'a> {
     pub connection: &'a ClientConnection,
@@ -73,6 +91,16 @@ pub trait Filter: Send + Sync {
     }
 
     fn on_response(&self, _response: &mut Response<ProxyBody>, _exchange: &Exchange<'_>) {}
+
+    /// What this step would decide for `request`, told without sending it: nothing counted,
+    /// no state moved. `None` for a step with nothing to tell before a request is sent.
+    fn explain(
+        &self,
+        _request: &Request<RequestBody>,
+        _exchange: &Exchange<'_>,
+    ) -> Option<Verdict> {
+        None
+    }
 
     /// Whether the own HTTP/1 engine (`h1`) applies this step to head bytes itself, so
     /// a route made only of such steps needs no parsed request.
@@ -313,6 +341,33 @@ impl Filter for RequestBodyLimit {
         policy::access_log::record(exchange, Stage::BodyLimit, "pass");
         request.body_mut().limit(self.bytes);
         Step::Continue
+    }
+
+    fn explain(&self, request: &Request<RequestBody>, _: &Exchange<'_>) -> Option<Verdict> {
+        let limit = self.bytes;
+        let (told, answer) = match declared_length(request) {
+            Some(length) if length > limit => (
+                format!("Content-Length {length} is over the limit of {limit} bytes"),
+                Some(OwnAnswer {
+                    status: 413,
+                    reason: "request body too large".into(),
+                    retry_after: None,
+                }),
+            ),
+            Some(length) => (
+                format!("Content-Length {length} is within the limit of {limit} bytes"),
+                None,
+            ),
+            None => (
+                format!("no Content-Length: a body is cut at {limit} bytes as it streams"),
+                None,
+            ),
+        };
+        Some(Verdict {
+            filter: "request_body_limit",
+            told,
+            answer,
+        })
     }
 }
 

@@ -146,21 +146,24 @@ impl<R: Matching> RouteTable<R> {
         method: &Method,
         asked: &impl Asked,
     ) -> Option<(&R, Option<Captures>)> {
-        self.routes.iter().find_map(|route| {
-            let wanted = method_matches(route.methods(), method)
-                && route
-                    .host()
-                    .is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)));
-            if !wanted {
-                return None;
-            }
-            let found = match route.path_template() {
-                Some(template) => template.matches(path).map(|c| (route, Some(c))),
-                None => path_matches(route.path_prefix(), path).then_some((route, None)),
-            }?;
-            let conditions = &route.routing().conditions;
-            (conditions.is_empty() || conditions.matches(asked)).then_some(found)
-        })
+        self.routes
+            .iter()
+            .find_map(|route| Some((route, test(route, host, path, method, asked).ok()?)))
+    }
+
+    /// Every route in the order they are tried, each with what [`test`] — the very function
+    /// [`RouteTable::find_parts`] chooses with — said of the request: the first that passes is
+    /// the one that serves it; later ones that pass too are shadowed by it.
+    pub fn considered<'t, A: Asked>(
+        &'t self,
+        host: Option<&'t str>,
+        path: &'t str,
+        method: &'t Method,
+        asked: &'t A,
+    ) -> impl Iterator<Item = (&'t R, Result<Option<Captures>, Miss>)> {
+        self.routes
+            .iter()
+            .map(move |route| (route, test(route, host, path, method, asked)))
     }
 
     /// Pairs of routes (by their place in [`RouteTable::routes`]) where the earlier takes
@@ -246,8 +249,116 @@ pub fn client_address(peer: SocketAddr, headers: &HeaderMap, trust_forwarded: bo
     }
 }
 
+/// The first of a route's tests a request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    Method,
+    Host,
+    Path,
+    /// The route's conditions (headers, query, cookies, client).
+    Conditions,
+}
+
+/// A route's tests, in order: method, host, path (a template's captures come with a match),
+/// then its conditions as `asked` reads the request. The one place a route is matched, for
+/// serving and for explaining; a new kind of matcher is one more test here and one more
+/// [`Miss`].
+pub fn test<R: Matching>(
+    route: &R,
+    host: Option<&str>,
+    path: &str,
+    method: &Method,
+    asked: &impl Asked,
+) -> Result<Option<Captures>, Miss> {
+    if !method_matches(route.methods(), method) {
+        return Err(Miss::Method);
+    }
+    if !host_matches(route.host(), host) {
+        return Err(Miss::Host);
+    }
+    let captures = path_test(route, path)?;
+    let conditions = &route.routing().conditions;
+    if !conditions.is_empty() && !conditions.matches(asked) {
+        return Err(Miss::Conditions);
+    }
+    Ok(captures)
+}
+
+/// The path test alone, with its captures: explanations ask it of a route whose host or
+/// method failed, to tell a near miss.
+pub fn path_test<R: Matching>(route: &R, path: &str) -> Result<Option<Captures>, Miss> {
+    match route.path_template() {
+        Some(template) => template.matches(path).map(Some).ok_or(Miss::Path),
+        None => path_matches(route.path_prefix(), path)
+            .then_some(None)
+            .ok_or(Miss::Path),
+    }
+}
+
+/// Why `route` did not take the request (`miss`), saying what of it did match: "host matched,
+/// path `/takipx` is not under `/takip`".
+pub fn why_not<R: Matching>(
+    route: &R,
+    miss: Miss,
+    host: Option<&str>,
+    path: &str,
+    method: &Method,
+) -> String {
+    let path_fits = path_test(route, path).is_ok();
+    let path_wanted = || match route.path_template() {
+        Some(template) => format!(
+            "path `{path}` does not fit the template `{}`",
+            template.text()
+        ),
+        None => format!("path `{path}` is not under `{}`", route.path_prefix()),
+    };
+    match miss {
+        Miss::Method => {
+            let wanted: Vec<&str> = route.methods().iter().map(Method::as_str).collect();
+            let mut why = format!("method {method} is not one of {}", wanted.join(", "));
+            if path_fits && host_matches(route.host(), host) {
+                why.push_str(" (host and path matched)");
+            }
+            why
+        }
+        Miss::Host => {
+            let wanted = route.host().unwrap_or_default();
+            let mut why = match host {
+                Some(host) => format!("host `{host}` is not `{wanted}`"),
+                None => format!("the request names no host; the route wants `{wanted}`"),
+            };
+            if path_fits {
+                why.push_str(" (path matched)");
+            }
+            why
+        }
+        Miss::Conditions => {
+            "host, path and method matched; its conditions (headers, query, cookies, client) do not"
+                .to_owned()
+        }
+        Miss::Path => {
+            let mut matched = Vec::new();
+            if route.host().is_some() {
+                matched.push("host");
+            }
+            if !route.methods().is_empty() {
+                matched.push("method");
+            }
+            if matched.is_empty() {
+                path_wanted()
+            } else {
+                format!("{} matched, {}", matched.join(" and "), path_wanted())
+            }
+        }
+    }
+}
+
 fn method_matches(methods: &[Method], method: &Method) -> bool {
     methods.is_empty() || methods.contains(method)
+}
+
+fn host_matches(wanted: Option<&str>, host: Option<&str>) -> bool {
+    wanted.is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
 }
 
 /// `prefix` matches `path` if equal, or if `path` continues it at a `/` boundary. `OPTIONS *`
@@ -263,7 +374,7 @@ fn path_matches(prefix: &str, path: &str) -> bool {
 }
 
 /// The request's host name without a port, from the URI or the `Host` header.
-fn request_host<B>(request: &Request<B>) -> Option<&str> {
+pub fn request_host<B>(request: &Request<B>) -> Option<&str> {
     if let Some(host) = request.uri().host() {
         return Some(host);
     }
@@ -315,6 +426,51 @@ mod tests {
             Target::Pool(target) => target.pool,
             _ => usize::MAX,
         })
+    }
+
+    #[test]
+    fn considered_routes_tell_their_near_misses_and_shadows_in_the_order_find_tries_them() {
+        let table = RouteTable::new(vec![
+            route(None, "/", &[], 0),
+            route(None, "/takip", &[], 1),
+            route(Some("yonetim.local"), "/takip", &[], 2),
+            route(None, "/olay", &[Method::POST], 3),
+        ]);
+        let request = Request::builder().body(()).unwrap();
+        let asking = Asking {
+            view: &request,
+            client: CLIENT,
+        };
+        let why = |host: Option<&str>, path: &str, method: Method| -> Vec<String> {
+            table
+                .considered(host, path, &method, &asking)
+                .map(|(r, verdict)| match verdict {
+                    Ok(_) => "ok".to_owned(),
+                    Err(miss) => why_not(r, miss, host, path, &method),
+                })
+                .collect()
+        };
+        assert_eq!(
+            why(Some("a"), "/takipx", Method::GET),
+            [
+                "host `a` is not `yonetim.local`",
+                "path `/takipx` is not under `/takip`",
+                "method GET is not one of POST",
+                "ok",
+            ]
+        );
+        assert_eq!(
+            why(Some("yonetim.local"), "/takipx", Method::GET)[0],
+            "host matched, path `/takipx` is not under `/takip`"
+        );
+        assert_eq!(
+            why(None, "/olay", Method::GET)[2],
+            "method GET is not one of POST (host and path matched)"
+        );
+        // The first that passes is the one find chooses; the catch-all after it is shadowed.
+        let verdicts = why(Some("a"), "/takip/1", Method::GET);
+        assert_eq!(verdicts[1..], ["ok", "method GET is not one of POST", "ok"]);
+        assert_eq!(pool_for(&table, Method::GET, "a", "/takip/1"), Some(1));
     }
 
     #[test]

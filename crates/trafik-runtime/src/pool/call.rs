@@ -19,8 +19,8 @@ use std::time::Instant;
 
 use trafik_balance::{Nanos, Outcome, PickContext, Tried};
 
-use super::Pool;
 use super::PoolSet;
+use super::{Pool, Preset};
 use crate::concurrency::Slot;
 use crate::counters::{BackendCounters, bump};
 use crate::error::ProxyError;
@@ -161,16 +161,13 @@ impl<'s> Call<'s> {
     /// slow start; `None` when no backend is left.
     fn pick(&mut self) -> Option<usize> {
         let pool = self.pool;
-        let picked = match self.bound.take() {
-            Some(index) => Some(index),
-            None => match pool
-                .sticky
-                .as_ref()
-                .and_then(|s| s.pick_by_key(&pool.backends, &self.context))
-            {
-                Some(by_key) => by_key,
-                None => pool.selector.pick(&pool.backends, &self.context),
-            },
+        let context = &self.context;
+        let picked = match pool.preset(self.bound.take(), |s| {
+            s.pick_by_key(&pool.backends, context)
+        }) {
+            Some(Preset::Bound(index)) => Some(index),
+            Some(Preset::ByKey(home)) => home,
+            None => pool.selector.pick(&pool.backends, &self.context),
         };
         picked.map(|index| pool.warmed(index, &self.context))
     }

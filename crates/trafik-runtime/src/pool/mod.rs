@@ -5,6 +5,7 @@
 
 mod call;
 pub mod concurrency;
+pub mod explain;
 pub mod keep_alive;
 pub mod key;
 pub mod outlier;
@@ -93,6 +94,14 @@ pub struct Backend {
     pub endpoint: Arc<Endpoint>,
     pub name: Option<String>,
     pub counters: Arc<PerWorker<BackendCounters>>,
+}
+
+/// A pick decided before the pool's rule ([`Pool::preset`]).
+pub enum Preset<T> {
+    /// The request's cookie binds it to this backend.
+    Bound(usize),
+    /// Key stickiness: the key's home, or the next available backend.
+    ByKey(T),
 }
 
 /// One pool, shared by every worker, the health checker and the admin API.
@@ -269,6 +278,21 @@ impl Pool {
         self.plan.max_requests_per_backend > 0
             && available.peek().is_some()
             && available.all(|index| self.at_request_limit(index))
+    }
+
+    /// What decides a pick before the pool's rule, in the order a pick asks: the backend the
+    /// request is bound to (a cookie's), else a key's home under key stickiness. `None`: the
+    /// rule picks. [`Call`] picks with it (`by_key` takes the key's pick) and [`explain`]
+    /// tells (`by_key` explains it).
+    pub fn preset<T>(
+        &self,
+        bound: Option<usize>,
+        by_key: impl FnOnce(&Sticky) -> Option<T>,
+    ) -> Option<Preset<T>> {
+        if let Some(index) = bound {
+            return Some(Preset::Bound(index));
+        }
+        self.sticky.as_ref().and_then(by_key).map(Preset::ByKey)
     }
 
     /// The backend to send to after the rule picked `index`: another one (not tried) now and

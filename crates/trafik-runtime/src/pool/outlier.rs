@@ -28,6 +28,8 @@ pub struct Standing {
     pub ejected: bool,
     pub ejections: u64,
     pub reason: Option<EjectionReason>,
+    /// Seconds until the current ejection ends.
+    pub seconds_left: Option<f64>,
 }
 
 impl PassiveHealth {
@@ -89,6 +91,9 @@ impl PassiveHealth {
             ejected: state.is_ejected(),
             ejections: state.total_ejections(),
             reason: state.reason(),
+            seconds_left: state
+                .ejected_until()
+                .map(|until| Duration::from_nanos(until.saturating_sub(now())).as_secs_f64()),
         }
     }
 }
@@ -118,6 +123,17 @@ impl SlowStart {
         if !self.window.is_zero() {
             self.since[index].store(now() + 1, Ordering::Relaxed);
         }
+    }
+
+    /// The share of picks backend `index` keeps now while it ramps up; `None` when it is not
+    /// in a slow start.
+    pub fn share(&self, index: usize) -> Option<f64> {
+        let since = self.since[index].load(Ordering::Relaxed);
+        if since == 0 {
+            return None;
+        }
+        let elapsed = Duration::from_nanos(now().saturating_sub(since - 1));
+        (elapsed < self.window).then(|| slow_start_share(elapsed, self.window))
     }
 
     /// Whether a pick of backend `index` should go to another backend instead, as its ramp

@@ -189,6 +189,19 @@ impl Sticky {
         }
     }
 
+    /// [`Self::pick_by_key`] told with its reason, taking nothing.
+    pub fn explain_by_key(
+        &self,
+        backends: &BackendSet,
+        context: &PickContext,
+    ) -> Option<trafik_balance::Explained> {
+        match &self.binding {
+            Binding::Cookie { .. } => None,
+            Binding::Modulo => Some(Modulo.explain(backends, context)),
+            Binding::Ring(ring) => Some(ring.explain(backends, context)),
+        }
+    }
+
     /// Records that backend `index` answered a request of a key-sticky client; a key seen for
     /// the first time is a new binding, a key that moved is a rebinding (and a lost session when
     /// its previous backend could not take it).

@@ -79,6 +79,11 @@ impl Selection {
         }
     }
 
+    /// Why the client gets a new binding, if it does.
+    pub fn rebinding(&self) -> Option<Rebinding> {
+        self.rebinding
+    }
+
     /// A connect failed: a client bound by its cookie cannot be reached at its backend, so its
     /// session is lost.
     pub fn connect_failed(&mut self, pool: &Pool) {

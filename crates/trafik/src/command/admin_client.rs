@@ -1,4 +1,5 @@
-//! One request to a running instance's admin API, for `trafik reload` and `trafik top`: a plain
+//! One request to a running instance's admin API, for `trafik reload`, `trafik top` and
+//! `trafik explain --admin`: a plain
 //! HTTP/1.1 exchange with the bearer token from `TRAFIK_ADMIN_TOKEN` (so it shows in no process
 //! listing).
 
@@ -11,6 +12,17 @@ pub fn exchange(
     admin: SocketAddr,
     method: &str,
     path: &str,
+    timeout: Duration,
+) -> Result<(u16, serde_json::Value), String> {
+    send(admin, method, path, "", timeout)
+}
+
+/// [`exchange`] with a JSON `body`.
+pub fn send(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
     timeout: Duration,
 ) -> Result<(u16, serde_json::Value), String> {
     let unreachable = |e: std::io::Error| {
@@ -28,7 +40,8 @@ pub fn exchange(
         .unwrap_or_default();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )
     .map_err(unreachable)?;
     let mut answer = Vec::new();

@@ -3,6 +3,7 @@
 pub mod admin_client;
 pub mod check;
 pub mod dns;
+pub mod explain;
 pub mod fleet;
 pub mod plan;
 pub mod proxy;

@@ -31,6 +31,19 @@ pub enum Choice {
 }
 
 impl ServiceTarget {
+    /// The pool the route's captures choose: the named one, or the service a capture names.
+    pub fn pool_for(&self, captures: &Captures) -> Option<&PoolTarget> {
+        match &self.choice {
+            Choice::Named(pool) => Some(pool),
+            Choice::Capture { capture, services } => captures.0.get(*capture).and_then(|name| {
+                services
+                    .iter()
+                    .find(|(service, _)| service == name)
+                    .map(|(_, pool)| pool)
+            }),
+        }
+    }
+
     pub async fn serve(
         &self,
         worker: &WorkerProxy,
@@ -42,16 +55,7 @@ impl ServiceTarget {
             .extensions_mut()
             .remove::<Captures>()
             .unwrap_or_default();
-        let pool = match &self.choice {
-            Choice::Named(pool) => Some(pool),
-            Choice::Capture { capture, services } => captures.0.get(*capture).and_then(|name| {
-                services
-                    .iter()
-                    .find(|(service, _)| service == name)
-                    .map(|(_, pool)| pool)
-            }),
-        };
-        let Some(pool) = pool else {
+        let Some(pool) = self.pool_for(&captures) else {
             return (ProxyError::NoRoute.response(), None);
         };
         if let Some(template) = &self.upstream_path {

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::{access_log, refusal};
 use crate::http::body::RequestBody;
-use crate::http::filter::{Exchange, Filter, Step};
+use crate::http::filter::{Exchange, Filter, OwnAnswer, Step, Verdict};
 use crate::plan::{JwksSource, JwtKeys, JwtPlan};
 use trafik_policy::gate::bearer;
 use trafik_policy::jwt::{self, Expectations, KeySet, PinnedKey, Refusal};
@@ -67,6 +67,19 @@ impl Jwt {
         })
     }
 
+    /// The claims of the request's bearer token, or why it is refused.
+    fn verify(&self, headers: &http::HeaderMap) -> Result<Map<String, Value>, Refusal> {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer)
+            .ok_or(Refusal::Missing)?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        jwt::verify(token, &self.keys.load(), &self.expect, now)
+    }
+
     fn refuse(&self, exchange: &Exchange<'_>, refused: Refusal) -> Step {
         access_log::record(
             exchange,
@@ -97,17 +110,7 @@ impl Filter for Jwt {
         for (_, name) in &self.forward {
             headers.remove(name);
         }
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer);
-        let Some(token) = token else {
-            return self.refuse(exchange, Refusal::Missing);
-        };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let claims = match jwt::verify(token, &self.keys.load(), &self.expect, now) {
+        let claims = match self.verify(headers) {
             Ok(claims) => claims,
             Err(refused) => return self.refuse(exchange, refused),
         };
@@ -124,6 +127,34 @@ impl Filter for Jwt {
         access_log::record(exchange, Stage::Auth, "pass");
         exchange.notes.borrow_mut().insert(Claims(Arc::new(claims)));
         Step::Continue
+    }
+
+    fn explain(&self, request: &Request<RequestBody>, exchange: &Exchange<'_>) -> Option<Verdict> {
+        Some(match self.verify(request.headers()) {
+            Ok(claims) => {
+                let subject = claims
+                    .get("sub")
+                    .and_then(Value::as_str)
+                    .unwrap_or("-")
+                    .to_owned();
+                // Later stages (a rate limit keyed by a claim) read them as they would.
+                exchange.notes.borrow_mut().insert(Claims(Arc::new(claims)));
+                Verdict {
+                    filter: "jwt",
+                    told: format!("the token verifies (sub `{subject}`)"),
+                    answer: None,
+                }
+            }
+            Err(refused) => Verdict {
+                filter: "jwt",
+                told: format!("refused: {}", refused.reason()),
+                answer: Some(OwnAnswer {
+                    status: 401,
+                    reason: refused.reason().into(),
+                    retry_after: None,
+                }),
+            },
+        })
     }
 }
 

@@ -14,7 +14,7 @@ use crate::counters::{PerWorker, add, bump, read};
 use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
 use crate::http::body::{BodyError, RequestBody};
-use crate::http::filter::{Exchange, Filter, Step, Waiting, declared_length};
+use crate::http::filter::{Exchange, Filter, OwnAnswer, Step, Verdict, Waiting, declared_length};
 use crate::plan::GatePlan;
 use trafik_metrics_text::{Exposition, Kind};
 use trafik_policy::gate::{self, Check, HeaderRule, Refusal, Rules};
@@ -195,33 +195,35 @@ impl Gate {
         }
     }
 
-    fn head(
+    /// The checks of the request's head in order, each outcome handed to `judge` (which counts
+    /// it when serving, and only reads it when explaining); stops at the first `Err`.
+    fn head_checks<E>(
         &self,
-        request: &mut Request<RequestBody>,
-        exchange: &Exchange<'_>,
-    ) -> Result<(), Step> {
+        request: &Request<RequestBody>,
+        mut judge: impl FnMut(Check, Result<(), Refusal>, u64) -> Result<(), E>,
+    ) -> Result<(), E> {
         let declared = declared_length(request).unwrap_or(0);
         let headers = request.headers();
         if !self.rules.paths.is_empty() {
             let path = self.rules.check_path(request.uri().path());
-            self.check(exchange, Check::Path, path, declared)?;
+            judge(Check::Path, path, declared)?;
         }
         if !self.rules.headers.is_empty() {
             let outcome = self
                 .rules
                 .check_headers(|name| headers.get(name).and_then(|v| v.to_str().ok()));
-            self.check(exchange, Check::Header, outcome, declared)?;
+            judge(Check::Header, outcome, declared)?;
         }
         if self.rules.token.is_some() {
             let authorization = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok());
             let outcome = self.rules.check_token(authorization);
-            self.check(exchange, Check::Token, outcome, declared)?;
+            judge(Check::Token, outcome, declared)?;
         }
         if self.rules.query_schema.is_some() {
             let outcome = self.rules.check_query(request.uri().query());
-            self.check(exchange, Check::Query, outcome, declared)?;
+            judge(Check::Query, outcome, declared)?;
         }
         let size = if declared > self.body_limit {
             Err(Refusal {
@@ -231,7 +233,17 @@ impl Gate {
         } else {
             Ok(())
         };
-        self.check(exchange, Check::Size, size, declared)?;
+        judge(Check::Size, size, declared)
+    }
+
+    fn head(
+        &self,
+        request: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+    ) -> Result<(), Step> {
+        self.head_checks(request, |check, outcome, declared| {
+            self.check(exchange, check, outcome, declared)
+        })?;
         // A body without Content-Length is counted as it streams and cut at the limit.
         request.body_mut().limit(self.body_limit);
         Ok(())
@@ -248,6 +260,34 @@ impl Filter for Gate {
         }
         access_log::record(exchange, Stage::Gate, "pass");
         Step::Continue
+    }
+
+    fn explain(&self, request: &Request<RequestBody>, _: &Exchange<'_>) -> Option<Verdict> {
+        Some(match self.head_checks(request, |_, outcome, _| outcome) {
+            Ok(()) if self.rules.reads_body() => Verdict {
+                filter: "gate",
+                told: "the head passes; the body's schema is checked only when it is sent".into(),
+                answer: None,
+            },
+            Ok(()) => Verdict {
+                filter: "gate",
+                told: "passes every check".into(),
+                answer: None,
+            },
+            Err(refused) => Verdict {
+                filter: "gate",
+                told: format!(
+                    "refused by its {} check: {}",
+                    refused.check.name(),
+                    refused.reason
+                ),
+                answer: Some(OwnAnswer {
+                    status: refused.check.status(),
+                    reason: refused.reason,
+                    retry_after: None,
+                }),
+            },
+        })
     }
 
     fn wait<'a>(

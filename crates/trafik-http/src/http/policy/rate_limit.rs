@@ -15,7 +15,7 @@ use super::redis::{RedisGcra, Unavailable};
 use super::{GlobalLimitStats, Stats, access_log, refusal};
 use crate::counters::PerWorker;
 use crate::http::body::{ProxyBody, RequestBody};
-use crate::http::filter::{Exchange, Filter, Step, Waiting};
+use crate::http::filter::{Exchange, Filter, OwnAnswer, Step, Verdict, Waiting};
 use crate::plan::{RateKey, RateLimitPlan};
 use trafik_policy::gcra::{Decision, Gcra, Table};
 use trafik_policy::stage::Stage;
@@ -102,6 +102,36 @@ impl Limit {
         }
     }
 
+    /// The verdict `decision` gives a request counted by `key`.
+    fn tell(&self, decision: Decision, key: &KeyValue<'_>) -> Verdict {
+        let counted = match key {
+            KeyValue::Ip(ip) => format!("client {ip}"),
+            KeyValue::Absent => "requests without the key".to_owned(),
+            KeyValue::Route => "the whole route".to_owned(),
+            other => format!("key `{}`", String::from_utf8_lossy(&other.to_bytes())),
+        };
+        if decision.allowed {
+            return Verdict {
+                filter: "rate_limit",
+                told: format!(
+                    "passes: {} more of a burst of {} left for {counted}",
+                    decision.remaining, decision.limit
+                ),
+                answer: None,
+            };
+        }
+        let retry_after = Decision::seconds(decision.retry_after);
+        Verdict {
+            filter: "rate_limit",
+            told: format!("refused: no tokens left for {counted}; Retry-After {retry_after} s"),
+            answer: Some(OwnAnswer {
+                status: 429,
+                reason: "rate limit exceeded".into(),
+                retry_after: Some(retry_after),
+            }),
+        }
+    }
+
     /// Lets the request on (remembering the decision for the response) or answers 429.
     fn apply(&self, decision: Decision, exchange: &Exchange<'_>) -> Step {
         if decision.allowed {
@@ -158,6 +188,17 @@ impl Filter for LocalLimit {
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
         Limit::on_response(response, exchange);
     }
+
+    fn explain(&self, request: &Request<RequestBody>, exchange: &Exchange<'_>) -> Option<Verdict> {
+        let key = self.limit.key(request, exchange);
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let decision = self
+            .table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .peek(&self.limit.gcra, &key, now);
+        Some(self.limit.tell(decision, &key))
+    }
 }
 
 /// Counts in Redis, shared by every instance with the same Redis and key prefix.
@@ -197,6 +238,14 @@ impl Filter for GlobalLimit {
 
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
         Limit::on_response(response, exchange);
+    }
+
+    fn explain(&self, _: &Request<RequestBody>, _: &Exchange<'_>) -> Option<Verdict> {
+        Some(Verdict {
+            filter: "rate_limit",
+            told: "counted in Redis, shared by the fleet: decided only when sent".into(),
+            answer: None,
+        })
     }
 }
 

@@ -1,0 +1,65 @@
+//! `trafik explain`: why a request goes where it goes — offline from a config file, or from a
+//! running instance's `POST /explain`. Both answer with the same JSON, from the code that
+//! serves requests (`trafik_http::explain`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::admin_client::send;
+use super::{load_config, say};
+use crate::cli::ExplainArgs;
+
+pub fn run(args: ExplainArgs) -> Result<ExitCode, String> {
+    let headers = args
+        .headers
+        .iter()
+        .map(|line| {
+            line.split_once(':')
+                .map(|(name, value)| (name.trim().to_owned(), value.trim().to_owned()))
+                .ok_or_else(|| format!("-H {line:?}: write a header as 'Name: value'"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let document = match args.admin {
+        Some(admin) => {
+            let body = json!({
+                "method": args.method,
+                "url": args.url,
+                "headers": headers
+                    .iter()
+                    .map(|(name, value)| (name.clone(), Value::from(value.as_str())))
+                    .collect::<serde_json::Map<String, Value>>(),
+                "client": args.client,
+            });
+            let (status, document) = send(
+                admin,
+                "POST",
+                "/explain",
+                &body.to_string(),
+                Duration::from_secs(10),
+            )?;
+            if status != 200 {
+                return Err(format!("{admin} answered {status}: {document}"));
+            }
+            document
+        }
+        None => {
+            let loaded = load_config(args.config.as_deref())?;
+            let question = trafik_proxy::explain::Question::new(
+                &args.method,
+                &args.url,
+                &headers,
+                args.client.as_deref(),
+            )?;
+            trafik_proxy::explain_offline(&loaded.plan, &question)
+                .map_err(|errors| errors.join("\n"))?
+        }
+    };
+    if args.json {
+        say(&serde_json::to_string_pretty(&document).unwrap_or_default());
+    } else {
+        say(trafik_proxy::explain::render(&document).trim_end());
+    }
+    Ok(ExitCode::SUCCESS)
+}

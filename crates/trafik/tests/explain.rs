@@ -1,0 +1,358 @@
+//! `trafik explain` against live instances: a real `trafik serve` before three `trafik upstream`
+//! replicas. For each request the admin API's `POST /explain` is asked first, then the same
+//! request is sent; the replica that answers (its `x-kopya`) must be the explained backend.
+//!
+//! The agreement rule: requests go one at a time, each explained right before it is sent, and
+//! nothing else picks in that pool between the two — so every rule, stateful ones included
+//! (round-robin's turn, the random rules' next draws, the smooth weighted cycle), must agree
+//! on every request: 100 %, not a share.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use trafik_test_support::{Trafik, free_ports, parse_head, trafik_binary};
+
+/// What a raw HTTP/1.1 exchange got: status and head fields (lowercase names).
+struct Got {
+    status: u16,
+    head: Vec<(String, String)>,
+    body: String,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// `METHOD path` to `address` with `Host: host`.
+fn exchange(
+    (address, host): (&str, &str),
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Got {
+    let mut stream = TcpStream::connect(address).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let (status, head) = parse_head(head);
+    Got {
+        status,
+        head,
+        body: body.to_owned(),
+    }
+}
+
+/// `POST /explain` for a GET of `path` on `host` at the listener's port `web`.
+fn explain(admin: &str, (web, host): (u16, &str), path: &str, headers: &[(&str, &str)]) -> Value {
+    let fields: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), Value::from(*v)))
+        .collect();
+    let body = json!({
+        "method": "GET",
+        "url": format!("http://{host}:{web}{path}"),
+        "headers": fields,
+        "client": "127.0.0.1",
+    });
+    let got = exchange((admin, admin), "POST", "/explain", &[], &body.to_string());
+    assert_eq!(got.status, 200, "{}", got.body);
+    serde_json::from_str(&got.body).unwrap()
+}
+
+struct Setup {
+    _replicas: Vec<Trafik>,
+    proxy: Trafik,
+    port: u16,
+    web: String,
+    backends: [String; 3],
+    admin: String,
+    config: PathBuf,
+}
+
+fn setup() -> Setup {
+    let [web, admin, b1, b2, b3] = free_ports::<5>();
+    let replicas = [("k1", b1), ("k2", b2), ("k3", b3)]
+        .iter()
+        .map(|(name, port)| {
+            let address = format!("127.0.0.1:{port}");
+            Trafik::start(
+                &["upstream", "--name", name, "--listen", &address],
+                Stdio::null(),
+                &format!("upstream {name} on"),
+            )
+            .0
+        })
+        .collect();
+    let backends = |weights: [u32; 3]| {
+        [b1, b2, b3]
+            .iter()
+            .zip(weights)
+            .enumerate()
+            .map(|(i, (port, weight))| {
+                format!(
+                    "{{ address = \"127.0.0.1:{port}\", name = \"k{}\", weight = {weight} }}",
+                    i + 1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let pools = [
+        ("rr", "round-robin", ""),
+        ("wrr", "weighted-round-robin", ""),
+        ("ring", "consistent-hash", "hash_key = \"header:x-user\"\n"),
+        ("maglev", "maglev", "hash_key = \"header:x-user\"\n"),
+        ("p2c", "power-of-two", ""),
+        ("lc", "least-connections", ""),
+        ("random", "random", ""),
+        ("ewma", "peak-ewma", ""),
+        (
+            "cookie",
+            "round-robin",
+            "[pool.sticky]\nmode = \"cookie\"\nsecret = \"explain\"\n",
+        ),
+        (
+            "keyed",
+            "round-robin",
+            "hash_key = \"header:x-user\"\n[pool.sticky]\nmode = \"consistent\"\n",
+        ),
+    ];
+    let mut config = format!(
+        "[server]\nworkers = 2\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\n\n"
+    );
+    for (name, _, _) in &pools {
+        config.push_str(&format!(
+            "[[listener.route]]\nhost = \"{name}.pool\"\npool = \"{name}\"\n\n"
+        ));
+    }
+    config.push_str(
+        "[[listener.route]]\npath_prefix = \"/takip\"\npool = \"rr\"\n\n\
+         [[listener.route]]\nhost = \"sinirli.test\"\npool = \"rr\"\n\
+         [listener.route.rate_limit]\nrate = 1\nper = \"60s\"\nburst = 1\nkey = \"client-ip\"\n\n",
+    );
+    for (name, algorithm, extra) in &pools {
+        let backends = backends(if *name == "wrr" || *name == "random" {
+            [1, 2, 3]
+        } else {
+            [1, 1, 1]
+        });
+        // The rule's keys first: a table ([pool.sticky]) ends the pool's own keys.
+        let (keys, table) = extra.split_at(extra.find('[').unwrap_or(extra.len()));
+        config.push_str(&format!(
+            "[[pool]]\nname = \"{name}\"\nalgorithm = \"{algorithm}\"\nbackends = [{backends}]\n{keys}{table}\n"
+        ));
+    }
+    let dir = std::env::temp_dir().join(format!("trafik-explain-{}-{web}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trafik.toml");
+    std::fs::write(&path, &config).unwrap();
+    let (proxy, _) = Trafik::start(
+        &["serve", "-c", path.to_str().unwrap()],
+        Stdio::null(),
+        "listening on",
+    );
+    Setup {
+        _replicas: replicas,
+        proxy,
+        port: web,
+        backends: [b1, b2, b3].map(|port| format!("127.0.0.1:{port}")),
+        web: format!("127.0.0.1:{web}"),
+        admin: format!("127.0.0.1:{admin}"),
+        config: path,
+    }
+}
+
+#[test]
+fn the_explained_backend_is_the_one_the_next_identical_request_reaches() {
+    let setup = setup();
+    let mut agreed = 0;
+    let mut cookie: Option<String> = None;
+    let pools = [
+        "rr", "wrr", "ring", "maglev", "p2c", "lc", "random", "ewma", "cookie", "keyed",
+    ];
+    for n in 0..1_050usize {
+        let pool = pools[n % pools.len()];
+        if n == 500 {
+            // Half way, k2 drains in every pool: the rules walk past it, and explain says so.
+            for pool in pools {
+                let drain = format!("/pools/{pool}/backends/{}/drain", setup.backends[1]);
+                let got = exchange((&setup.admin, &setup.admin), "POST", &drain, &[], "");
+                assert_eq!(got.status, 200, "{}", got.body);
+            }
+        }
+        let path = format!("/takip/TR-{n}");
+        let host = format!("{pool}.pool");
+        let user = format!("kullanici-{}", n % 37);
+        let mut headers: Vec<(&str, &str)> = vec![("x-user", &user)];
+        // Every other cookie request carries the binding the pool gave.
+        let carried = cookie.clone().filter(|_| pool == "cookie" && n % 20 < 10);
+        if let Some(value) = &carried {
+            headers.push(("cookie", value));
+        }
+        let told = explain(&setup.admin, (setup.port, &host), &path, &headers);
+        let expected = told["backend"]["name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no backend explained: {told}"))
+            .to_owned();
+        assert_eq!(told["pool"]["pool"], pool, "{told}");
+        let candidates = told["candidates"].as_array().unwrap();
+        assert_eq!(candidates.len(), 3, "{told}");
+        if n >= 500 {
+            assert_eq!(candidates[1]["draining"], true, "{told}");
+            // A draining backend keeps the sessions bound to it; only new picks avoid it.
+            if told["pool"]["decided_by"] != "sticky cookie" {
+                assert_ne!(expected, "k2", "{told}");
+            }
+        }
+        let got = exchange((&setup.web, &host), "GET", &path, &headers, "");
+        assert_eq!(got.status, 200, "{}", got.body);
+        let reached = got.header("x-kopya").unwrap_or_default();
+        assert_eq!(
+            reached, expected,
+            "request {n} to {pool}: explained {expected}, reached {reached}; {told}"
+        );
+        if pool == "cookie"
+            && let Some(set) = got.header("set-cookie")
+        {
+            cookie = set.split(';').next().map(str::to_owned);
+        }
+        agreed += 1;
+    }
+    assert_eq!(agreed, 1_050);
+    setup.proxy.stop();
+}
+
+#[test]
+fn an_explained_404_lists_the_near_miss_and_an_explained_429_gives_the_real_retry_after() {
+    let setup = setup();
+    let plain = (setup.port, "127.0.0.1");
+    let told = explain(&setup.admin, plain, "/takipx", &[]);
+    assert_eq!(told["answer"]["status"], 404, "{told}");
+    let routes = told["routes"].as_array().unwrap();
+    let near = routes
+        .iter()
+        .find(|r| r["route"].as_str().unwrap().contains("/takip "))
+        .unwrap_or_else(|| panic!("{told}"));
+    assert_eq!(near["matched"], false);
+    assert_eq!(
+        near["why"], "path `/takipx` is not under `/takip`",
+        "{told}"
+    );
+    assert_eq!(
+        exchange((&setup.web, &setup.web), "GET", "/takipx", &[], "").status,
+        404
+    );
+
+    // The one token of the minute: explained as passing, then taken by the real request.
+    let first = explain(
+        &setup.admin,
+        (setup.port, "sinirli.test"),
+        "/takip/TR-1",
+        &[],
+    );
+    assert!(first["answer"].is_null(), "{first}");
+    assert_eq!(first["filters"][0]["filter"], "rate_limit");
+    assert_eq!(
+        exchange((&setup.web, "sinirli.test"), "GET", "/takip/TR-1", &[], "").status,
+        200
+    );
+    let refused = explain(
+        &setup.admin,
+        (setup.port, "sinirli.test"),
+        "/takip/TR-1",
+        &[],
+    );
+    assert_eq!(refused["answer"]["status"], 429, "{refused}");
+    let explained_retry = refused["answer"]["retry_after"].as_u64().unwrap();
+    let got = exchange((&setup.web, "sinirli.test"), "GET", "/takip/TR-1", &[], "");
+    assert_eq!(got.status, 429);
+    let real_retry: u64 = got.header("retry-after").unwrap().parse().unwrap();
+    assert_eq!(explained_retry, real_retry);
+
+    // The command, offline from the same file and through --admin, tells the same near miss.
+    for args in [
+        vec!["-c", setup.config.to_str().unwrap()],
+        vec!["--admin", &setup.admin],
+    ] {
+        let output = Command::new(trafik_binary())
+            .arg("explain")
+            .args(&args)
+            .args(["--json", "GET", &format!("http://{}/takipx", setup.web)])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let document: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(document["answer"]["status"], 404, "{document}");
+        assert!(
+            document["routes"]
+                .to_string()
+                .contains("is not under `/takip`")
+        );
+    }
+    let text = Command::new(trafik_binary())
+        .args([
+            "explain",
+            "-c",
+            setup.config.to_str().unwrap(),
+            "-H",
+            "x-user: a",
+        ])
+        .args(["GET", &format!("http://ring.pool:{}/takip/1", setup.port)])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("ring point"), "{text}");
+    assert!(text.contains("→ backend k"), "{text}");
+    setup.proxy.stop();
+}
+
+#[test]
+fn the_gate_and_jwt_verdicts_are_told_offline_from_the_examples() {
+    let explain = |file: &str, args: &[&str]| -> Value {
+        let output = Command::new(trafik_binary())
+            .args(["explain", "--json", "-c", file])
+            .args(args)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let gated = explain(
+        "examples/gatekeeper.toml",
+        &["POST", "http://127.0.0.1:8476/gizli"],
+    );
+    assert_eq!(gated["answer"]["status"], 404, "{gated}");
+    assert_eq!(gated["filters"][0]["filter"], "gate");
+    let tokenless = explain(
+        "examples/gatekeeper.toml",
+        &["POST", "http://127.0.0.1:8476/takip"],
+    );
+    assert_eq!(tokenless["answer"]["status"], 401, "{tokenless}");
+    let unsigned = explain(
+        "examples/offload.toml",
+        &[
+            "-H",
+            "authorization: Bearer a.b.c",
+            "GET",
+            "http://127.0.0.1:8476/takip/1",
+        ],
+    );
+    assert_eq!(unsigned["answer"]["status"], 401, "{unsigned}");
+    assert_eq!(unsigned["filters"][0]["filter"], "jwt", "{unsigned}");
+}
