@@ -35,6 +35,8 @@ pub struct KeyValue {
     pub key: String,
     pub value: Vec<u8>,
     pub mod_revision: i64,
+    /// A watch saw the key deleted (at `mod_revision`); `value` is empty.
+    pub deleted: bool,
 }
 
 /// One etcd endpoint, `http://host:port`.
@@ -123,6 +125,24 @@ impl Etcd {
         Ok(key_values(&answer["kvs"]).into_iter().next())
     }
 
+    /// The key's value, or `None`, and the store's revision at the read: a watch from the
+    /// revision after it misses no change, the key's first creation included.
+    pub async fn get_with_revision(&self, key: &str) -> Result<(Option<KeyValue>, i64), EtcdError> {
+        let answer = self
+            .call("/v3/kv/range", json!({ "key": BASE64.encode(key) }))
+            .await?;
+        let revision = integer(&answer["header"]["revision"]);
+        Ok((key_values(&answer["kvs"]).into_iter().next(), revision))
+    }
+
+    /// Removes `key`; returns the store's revision after the delete.
+    pub async fn delete(&self, key: &str) -> Result<i64, EtcdError> {
+        let answer = self
+            .call("/v3/kv/deleterange", json!({ "key": BASE64.encode(key) }))
+            .await?;
+        Ok(integer(&answer["header"]["revision"]))
+    }
+
     /// Every key under `prefix`.
     pub async fn list(&self, prefix: &str) -> Result<Vec<KeyValue>, EtcdError> {
         let answer = self
@@ -187,7 +207,7 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// The next batch of changed keys (deleted keys come with an empty value). An error when the
+    /// The next batch of changed keys (deleted ones marked `deleted`). An error when the
     /// stream ends: etcd went away, and the caller watches again.
     pub async fn next(&mut self) -> Result<Vec<KeyValue>, EtcdError> {
         loop {
@@ -207,7 +227,11 @@ impl Watch {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter_map(|event| key_value(&event["kv"]))
+                    .filter_map(|event| {
+                        let mut kv = key_value(&event["kv"])?;
+                        kv.deleted = event["type"] == "DELETE";
+                        Some(kv)
+                    })
                     .collect();
                 if changed.is_empty() {
                     continue;
@@ -253,6 +277,7 @@ fn key_value(kv: &Value) -> Option<KeyValue> {
         key: String::from_utf8(decode(&kv["key"])?).ok()?,
         value: decode(&kv["value"])?,
         mod_revision: integer(&kv["mod_revision"]),
+        deleted: false,
     })
 }
 
@@ -297,7 +322,8 @@ mod tests {
             [KeyValue {
                 key: "/t/config".into(),
                 value: b"x = 1".to_vec(),
-                mod_revision: 7
+                mod_revision: 7,
+                deleted: false,
             }]
         );
     }

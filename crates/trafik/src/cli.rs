@@ -300,7 +300,8 @@ pub struct EtcdArgs {
     /// writes it).
     #[arg(long, value_name = "URL")]
     pub etcd: Option<String>,
-    /// The prefix of the fleet's keys: `config`, `status`, `instances/<id>`.
+    /// The prefix of the fleet's keys: `config`, `status`, `instances/<id>`, `canary/<id>`,
+    /// `pushes/<id>`.
     #[arg(long, value_name = "PREFIX", default_value = "/trafik/")]
     pub etcd_prefix: String,
 }
@@ -334,6 +335,19 @@ pub struct ConfigPushArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub etcd: EtcdArgs,
+    /// Apply FILE to this instance only first (its `--instance` id, under
+    /// `<prefix>canary/<id>`), judge its traffic by --gate over --for, then publish to all, or
+    /// revert it and exit 1 naming the failing figure.
+    #[arg(long, value_name = "INSTANCE", requires = "gate")]
+    pub canary: Option<String>,
+    /// The canary's conditions, all of which must hold over the window, such as
+    /// `error_rate<1%,p99<200ms`: requests, error_rate, 2xx/4xx/5xx (a count, or a share with
+    /// %), p50/p90/p99 (ms or s); each with <, <=, > or >=.
+    #[arg(long, value_name = "CONDITIONS", requires = "canary")]
+    pub gate: Option<String>,
+    /// How long the canary's traffic is watched before the verdict.
+    #[arg(long = "for", value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub window: std::time::Duration,
 }
 
 #[derive(Debug, clap::Args)]

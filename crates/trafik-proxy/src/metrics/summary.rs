@@ -1,11 +1,14 @@
 //! What `/status` adds for a person: per pool and backend, the request rate, p50 and p99 and
-//! the error rate over the last 10 and 60 seconds; per listener, its connections and requests.
+//! the error rate over the last 10 and 60 seconds; per listener, its connections and requests,
+//! and its request durations since start (so a reader can take two readings and subtract them:
+//! `trafik config push --canary` judges its window that way).
 
 use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 
-use super::export::classes;
+use super::export::{classes, merged};
+use super::histogram::{BOUNDS_MICROS, Merged};
 use super::window::Window;
 use super::{CLASSES, clock, second};
 use crate::counters::{PerWorker, read, read_gauge};
@@ -46,6 +49,7 @@ pub fn add(snapshot: &Snapshot, document: &mut Value) {
                 "tls_failures": entry.stats.sum(|s| read(&s.tls_failures)),
                 "handed_to_hyper": entry.stats.sum(|s| read(&s.handed_to_hyper)),
                 "responses": by_class(classes(&entry.stats, |s| &s.traffic)),
+                "durations": durations(&merged(&entry.stats, |s| &s.traffic.duration)),
             })
         })
         .collect();
@@ -61,6 +65,12 @@ pub fn add(snapshot: &Snapshot, document: &mut Value) {
             })
         })
         .collect();
+}
+
+/// A histogram as `/status` shows it: per bucket (not cumulative) counts, the last above every
+/// bound.
+fn durations(histogram: &Merged) -> Value {
+    json!({ "bounds_us": BOUNDS_MICROS, "counts": histogram.counts })
 }
 
 fn pool_entries(document: &mut Value) -> impl Iterator<Item = &mut Value> {

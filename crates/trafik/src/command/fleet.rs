@@ -3,7 +3,9 @@
 //!
 //! Under `<prefix>`: `config` holds the TOML, `status` the verdict on its latest revision, and
 //! `instances/<id>` each running instance's generation and health, bound to a lease that ends
-//! with the instance. A change of `config` goes through the same check and reload as a file
+//! with the instance. `canary/<id>`, while it exists, is that one instance's configuration in
+//! place of `config` (`trafik config push --canary`, [`super::canary`]); `pushes/<id>` records
+//! each canary push. A change of either key goes through the same check and reload as a file
 //! (`Instance::reload` with a [`Reloader`] that reads the latest value from etcd).
 
 use std::process::ExitCode;
@@ -15,7 +17,8 @@ use trafik_balance::PickContext;
 use trafik_etcd::{Etcd, EtcdError, KeyValue};
 use trafik_proxy::{Instance, Reloader};
 
-use super::{say, serve};
+use super::push_gate::Gate;
+use super::{canary, say, serve};
 use crate::cli::{ConfigPushArgs, EtcdArgs, ServeArgs, StatusArgs};
 use crate::config::{self, Loaded};
 
@@ -28,8 +31,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The keys of one fleet.
 #[derive(Clone, Debug)]
-struct Keys {
-    prefix: String,
+pub(super) struct Keys {
+    pub(super) prefix: String,
 }
 
 impl Keys {
@@ -40,23 +43,30 @@ impl Keys {
         }
         Keys { prefix }
     }
-    fn config(&self) -> String {
+    pub(super) fn config(&self) -> String {
         format!("{}config", self.prefix)
     }
     fn status(&self) -> String {
         format!("{}status", self.prefix)
     }
-    fn instances(&self) -> String {
+    pub(super) fn instances(&self) -> String {
         format!("{}instances/", self.prefix)
+    }
+    /// The configuration only instance `id` runs, while the key exists.
+    pub(super) fn canary(&self, id: &str) -> String {
+        format!("{}canary/{id}", self.prefix)
+    }
+    pub(super) fn pushes(&self) -> String {
+        format!("{}pushes/", self.prefix)
     }
 }
 
-fn connect(args: &EtcdArgs) -> Result<(Etcd, Keys), String> {
+pub(super) fn connect(args: &EtcdArgs) -> Result<(Etcd, Keys), String> {
     let url = args.etcd.as_deref().ok_or("--etcd URL is required")?;
     Ok((Etcd::new(url).map_err(|e| e.to_string())?, Keys::new(args)))
 }
 
-fn block_on<T>(future: impl Future<Output = T>) -> Result<T, String> {
+pub(super) fn block_on<T>(future: impl Future<Output = T>) -> Result<T, String> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -64,15 +74,26 @@ fn block_on<T>(future: impl Future<Output = T>) -> Result<T, String> {
         .block_on(future))
 }
 
-/// The configuration value last seen in etcd, which a reload reads.
-struct Latest {
+/// A configuration text from etcd and the revision that wrote it.
+struct Text {
     text: String,
     revision: i64,
+}
+
+/// The configuration values last seen in etcd, which a reload reads: the instance's own
+/// (`canary/<id>`) while it exists, the fleet's otherwise.
+struct Latest {
+    fleet: Text,
+    canary: Option<Text>,
 }
 
 /// `trafik serve --etcd URL`: the configuration from etcd, watched for as long as it runs.
 pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let (etcd, keys) = connect(&args.etcd)?;
+    let instance_id = args
+        .instance
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let first = block_on(etcd.get(&keys.config()))?
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
@@ -85,33 +106,39 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             )
         })?;
     let source = format!("{}{}", etcd.url(), keys.config());
+    let canary_source = format!("{}{}", etcd.url(), keys.canary(&instance_id));
     let latest = Arc::new(Mutex::new(Latest {
-        text: String::from_utf8_lossy(&first.value).into_owned(),
-        revision: first.mod_revision,
+        fleet: Text {
+            text: String::from_utf8_lossy(&first.value).into_owned(),
+            revision: first.mod_revision,
+        },
+        canary: None,
     }));
     let load = {
         let latest = latest.clone();
-        let source = source.clone();
         let args = args.clone();
         move || -> Result<Loaded, Vec<String>> {
-            let text = latest.lock().expect("never poisoned").text.clone();
-            serve::load_text(&source, &text, &args)
+            let (name, text) = {
+                let latest = latest.lock().expect("never poisoned");
+                match &latest.canary {
+                    Some(canary) => (&canary_source, canary.text.clone()),
+                    None => (&source, latest.fleet.text.clone()),
+                }
+            };
+            serve::load_text(name, &text, &args)
         }
     };
     let loaded = load().map_err(|errors| errors.join("\n"))?;
     let reloader = Reloader {
-        file: source,
+        file: format!("{}{}", etcd.url(), keys.config()),
         load: Box::new(move || load().map(|loaded| loaded.plan)),
     };
-    let instance_id = args
-        .instance
-        .clone()
-        .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let agent = Agent {
         etcd,
         keys,
         id: instance_id,
         latest,
+        canary_verdict: Mutex::new(serde_json::Value::Null),
     };
     serve::serve_with(
         loaded,
@@ -140,6 +167,9 @@ struct Agent {
     keys: Keys,
     id: String,
     latest: Arc<Mutex<Latest>>,
+    /// The verdict on this instance's own configuration (`canary/<id>`), reported with it;
+    /// null while there is none.
+    canary_verdict: Mutex<serde_json::Value>,
 }
 
 impl Agent {
@@ -168,14 +198,24 @@ impl Agent {
             if let Some(current) = self.etcd.get(&self.keys.config()).await? {
                 self.apply(instance, current).await?;
             }
+            let canary_key = self.keys.canary(&self.id);
+            let (canary, read_at) = self.etcd.get_with_revision(&canary_key).await?;
+            self.apply_canary(instance, canary).await;
             let from = self.revision() + 1;
             let mut watch = self.etcd.watch(&self.keys.config(), from).await?;
+            let mut canary_watch = self.etcd.watch(&canary_key, read_at + 1).await?;
             let mut heartbeat = tokio::time::interval(HEARTBEAT);
             loop {
                 tokio::select! {
                     changed = watch.next() => {
                         for value in changed? {
                             self.apply(instance, value).await?;
+                        }
+                        self.report(instance, addresses, lease).await?;
+                    }
+                    changed = canary_watch.next() => {
+                        for value in changed? {
+                            self.apply_canary(instance, Some(value)).await;
                         }
                         self.report(instance, addresses, lease).await?;
                     }
@@ -194,25 +234,86 @@ impl Agent {
             .unwrap_or_else(|| EtcdError("the session ended".into()))
     }
 
+    /// The revision of the fleet's configuration last seen.
     fn revision(&self) -> i64 {
-        self.latest.lock().expect("never poisoned").revision
+        self.latest.lock().expect("never poisoned").fleet.revision
     }
 
-    /// Checks and applies a new revision of the configuration through the reload path, and
-    /// records the verdict under the status key.
+    /// Checks and applies the configuration in force now through the reload path.
+    async fn reload(instance: &Arc<Instance>) -> Result<u64, Vec<String>> {
+        let reloading = instance.clone();
+        tokio::task::spawn_blocking(move || reloading.reload())
+            .await
+            .unwrap_or_else(|e| Err(vec![format!("the reload stopped: {e}")]))
+    }
+
+    /// Applies a new revision of this instance's own configuration, or goes back to the
+    /// fleet's when the key is gone (`None`, or a deletion), and keeps the verdict for the
+    /// instance's report.
+    async fn apply_canary(&self, instance: &Arc<Instance>, value: Option<KeyValue>) {
+        let value = value.filter(|value| !value.deleted);
+        {
+            let mut latest = self.latest.lock().expect("never poisoned");
+            match (&value, &latest.canary) {
+                (None, None) => return,
+                (Some(new), Some(old)) if new.mod_revision <= old.revision => return,
+                _ => {}
+            }
+            latest.canary = value.as_ref().map(|value| Text {
+                text: String::from_utf8_lossy(&value.value).into_owned(),
+                revision: value.mod_revision,
+            });
+        }
+        let verdict = Self::reload(instance).await;
+        let revision = value.as_ref().map(|value| value.mod_revision);
+        let record = match (revision, verdict) {
+            (None, Ok(generation)) => {
+                tracing::info!(generation, "own configuration removed; back on the fleet's");
+                serde_json::Value::Null
+            }
+            (Some(revision), Ok(generation)) => {
+                tracing::info!(
+                    generation,
+                    revision,
+                    "reloaded with this instance's own configuration from etcd"
+                );
+                json!({ "revision": revision, "accepted": true, "generation": generation })
+            }
+            (revision, Err(errors)) => {
+                for error in &errors {
+                    tracing::error!(
+                        ?revision,
+                        "own configuration refused, nothing changed: {error}"
+                    );
+                }
+                json!({ "revision": revision, "accepted": false, "errors": errors })
+            }
+        };
+        *self.canary_verdict.lock().expect("never poisoned") = record;
+    }
+
+    /// Checks and applies a new revision of the fleet's configuration through the reload path
+    /// (unless this instance runs its own meanwhile), and records the verdict under the status
+    /// key.
     async fn apply(&self, instance: &Arc<Instance>, value: KeyValue) -> Result<(), EtcdError> {
-        if value.mod_revision <= self.revision() {
+        if value.deleted || value.mod_revision <= self.revision() {
             return Ok(());
         }
         {
             let mut latest = self.latest.lock().expect("never poisoned");
-            latest.text = String::from_utf8_lossy(&value.value).into_owned();
-            latest.revision = value.mod_revision;
+            latest.fleet = Text {
+                text: String::from_utf8_lossy(&value.value).into_owned(),
+                revision: value.mod_revision,
+            };
+            if latest.canary.is_some() {
+                tracing::info!(
+                    revision = value.mod_revision,
+                    "the fleet's configuration changed; it applies once this instance's own is removed"
+                );
+                return Ok(());
+            }
         }
-        let reloading = instance.clone();
-        let verdict = tokio::task::spawn_blocking(move || reloading.reload())
-            .await
-            .unwrap_or_else(|e| Err(vec![format!("the reload stopped: {e}")]));
+        let verdict = Self::reload(instance).await;
         let status = match verdict {
             Ok(generation) => {
                 tracing::info!(
@@ -270,6 +371,7 @@ impl Agent {
             "pools": pools,
             "admin": addresses["admin"],
             "listeners": addresses["listeners"],
+            "canary": self.canary_verdict.lock().expect("never poisoned").clone(),
         });
         let key = format!("{}{}", self.keys.instances(), self.id);
         self.etcd
@@ -291,9 +393,14 @@ pub fn current(args: &EtcdArgs) -> Result<Loaded, String> {
 }
 
 /// `trafik config push FILE`: checks the file as `trafik check` does and publishes it only when
-/// it is clean.
+/// it is clean; with `--canary`, to that instance first ([`canary::run`]).
 pub fn push(args: ConfigPushArgs) -> Result<ExitCode, String> {
     let (etcd, keys) = connect(&args.etcd)?;
+    let gate = args
+        .gate
+        .as_deref()
+        .map(|text| Gate::parse(text).map_err(|e| format!("{e}\nnothing was published")))
+        .transpose()?;
     let name = args.file.display().to_string();
     let text = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read config file {name}: {e}"))?;
@@ -302,6 +409,18 @@ pub fn push(args: ConfigPushArgs) -> Result<ExitCode, String> {
         message.push_str("\nnothing was published");
         message
     })?;
+    if let (Some(canary), Some(gate)) = (&args.canary, gate) {
+        return canary::run(canary::Push {
+            etcd: &etcd,
+            keys: &keys,
+            file: &name,
+            text: &text,
+            canary,
+            gate_text: args.gate.as_deref().unwrap_or_default(),
+            gate,
+            window: args.window,
+        });
+    }
     let revision =
         block_on(etcd.put(&keys.config(), text.as_bytes(), None))?.map_err(|e| e.to_string())?;
     say(&format!(
@@ -312,22 +431,31 @@ pub fn push(args: ConfigPushArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `trafik status --etcd URL`: every instance that reported under the prefix, and the verdict
-/// on the latest configuration.
+/// How many of the latest canary pushes `trafik status` shows.
+const PUSHES_SHOWN: usize = 10;
+
+/// `trafik status --etcd URL`: every instance that reported under the prefix, the verdict
+/// on the latest configuration and the latest canary pushes.
 pub fn status(args: StatusArgs) -> Result<ExitCode, String> {
     let (etcd, keys) = connect(&args.etcd)?;
-    let (instances, status) = block_on(async {
+    let (instances, status, pushes) = block_on(async {
         Ok::<_, EtcdError>((
             etcd.list(&keys.instances()).await?,
             etcd.get(&keys.status()).await?,
+            etcd.list(&keys.pushes()).await?,
         ))
     })?
     .map_err(|e| e.to_string())?;
     let parse = |value: &[u8]| serde_json::from_slice(value).unwrap_or(serde_json::Value::Null);
     let instances: Vec<serde_json::Value> = instances.iter().map(|kv| parse(&kv.value)).collect();
     let status = status.map_or(serde_json::Value::Null, |kv| parse(&kv.value));
+    // Keys name the push's start time first, so the last ones are the latest.
+    let pushes: Vec<serde_json::Value> = pushes[pushes.len().saturating_sub(PUSHES_SHOWN)..]
+        .iter()
+        .map(|kv| parse(&kv.value))
+        .collect();
     if args.json {
-        let report = json!({ "instances": instances, "status": status });
+        let report = json!({ "instances": instances, "status": status, "pushes": pushes });
         say(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -353,6 +481,29 @@ pub fn status(args: StatusArgs) -> Result<ExitCode, String> {
     }
     if !status.is_null() {
         say(&format!("latest configuration: {status}"));
+    }
+    for push in &pushes {
+        let text = |field: &str| push[field].as_str().unwrap_or("?").to_owned();
+        say(&format!(
+            "push {}: {} on canary {}, gate {} for {} s: {}{}",
+            text("id"),
+            text("file"),
+            text("canary"),
+            text("gate"),
+            push["for_seconds"],
+            text("verdict"),
+            push["failing"]
+                .as_str()
+                .map(|failing| format!(" ({failing})"))
+                .unwrap_or_default(),
+        ));
+        for step in push["steps"].as_array().into_iter().flatten() {
+            say(&format!(
+                "    {}  {}",
+                step["at"].as_str().unwrap_or(""),
+                step["step"].as_str().unwrap_or("")
+            ));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,12 +1,14 @@
 //! One module per `trafik` command; each turns its parsed flags into a run.
 
 pub mod admin_client;
+pub mod canary;
 pub mod check;
 pub mod dns;
 pub mod explain;
 pub mod fleet;
 pub mod plan;
 pub mod proxy;
+pub mod push_gate;
 pub mod reload;
 pub mod serve;
 pub mod sim;
