@@ -438,11 +438,12 @@ const PUSHES_SHOWN: usize = 10;
 /// on the latest configuration and the latest canary pushes.
 pub fn status(args: StatusArgs) -> Result<ExitCode, String> {
     let (etcd, keys) = connect(&args.etcd)?;
-    let (instances, status, pushes) = block_on(async {
+    let (instances, status, pushes, canaries) = block_on(async {
         Ok::<_, EtcdError>((
             etcd.list(&keys.instances()).await?,
             etcd.get(&keys.status()).await?,
             etcd.list(&keys.pushes()).await?,
+            etcd.list(&keys.canary("")).await?,
         ))
     })?
     .map_err(|e| e.to_string())?;
@@ -450,9 +451,17 @@ pub fn status(args: StatusArgs) -> Result<ExitCode, String> {
     let instances: Vec<serde_json::Value> = instances.iter().map(|kv| parse(&kv.value)).collect();
     let status = status.map_or(serde_json::Value::Null, |kv| parse(&kv.value));
     // Keys name the push's start time first, so the last ones are the latest.
+    // A push still running whose canary key is gone stopped half way (its lease ended).
     let pushes: Vec<serde_json::Value> = pushes[pushes.len().saturating_sub(PUSHES_SHOWN)..]
         .iter()
-        .map(|kv| parse(&kv.value))
+        .map(|kv| {
+            let mut push = parse(&kv.value);
+            let canary_key = keys.canary(push["canary"].as_str().unwrap_or_default());
+            if push["verdict"] == "running" && !canaries.iter().any(|kv| kv.key == canary_key) {
+                push["verdict"] = "abandoned".into();
+            }
+            push
+        })
         .collect();
     if args.json {
         let report = json!({ "instances": instances, "status": status, "pushes": pushes });
@@ -494,7 +503,7 @@ pub fn status(args: StatusArgs) -> Result<ExitCode, String> {
             text("verdict"),
             push["failing"]
                 .as_str()
-                .map(|failing| format!(" ({failing})"))
+                .map(|failing| format!(": {failing}"))
                 .unwrap_or_default(),
         ));
         for step in push["steps"].as_array().into_iter().flatten() {
