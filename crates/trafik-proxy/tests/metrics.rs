@@ -127,5 +127,14 @@ async fn histograms_and_classes_add_up(engine: trafik_proxy::Engine) {
     assert_eq!(status["pools"][1]["recent"]["10s"]["error_rate"], 1.0);
     assert_eq!(status["listeners"][0]["accepted"], LOAD + 3);
     assert_eq!(status["listeners"][0]["responses"]["2xx"], LOAD);
+    // The listener's histogram since start, per bucket, as `config push --canary` subtracts it.
+    let durations = &status["listeners"][0]["durations"];
+    let counts = durations["counts"].as_array().unwrap();
+    assert_eq!(
+        counts.len(),
+        durations["bounds_us"].as_array().unwrap().len() + 1
+    );
+    let timed: u64 = counts.iter().map(|c| c.as_u64().unwrap()).sum();
+    assert_eq!(timed, LOAD as u64 + 3, "{durations}");
     stop(running).await;
 }

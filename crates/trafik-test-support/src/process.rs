@@ -60,6 +60,27 @@ impl Trafik {
         (trafik, printed)
     }
 
+    /// One instance of a fleet: `trafik serve --etcd URL --etcd-prefix PREFIX --instance ID`
+    /// with its listener `web` and its admin API on the given loopback ports.
+    pub fn fleet_instance(etcd: &str, prefix: &str, id: &str, web: u16, admin: u16) -> Trafik {
+        let listen = format!("web=127.0.0.1:{web}");
+        let admin = format!("127.0.0.1:{admin}");
+        let args = [
+            "serve",
+            "--etcd",
+            etcd,
+            "--etcd-prefix",
+            prefix,
+            "--listen",
+            &listen,
+            "--admin",
+            &admin,
+            "--instance",
+            id,
+        ];
+        Trafik::start(&args, Stdio::null(), "listening").0
+    }
+
     /// The process id, for reading `/proc`.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
@@ -135,6 +156,27 @@ impl Proxy {
             .unwrap_or_else(|| panic!("no listen address in {line:?}"))
             .to_owned();
         Proxy { trafik, address }
+    }
+
+    /// One instance of a fleet: `trafik serve --etcd URL --etcd-prefix PREFIX --instance ID`
+    /// with its listener `web` and its admin API on the given loopback ports.
+    pub fn fleet_instance(etcd: &str, prefix: &str, id: &str, web: u16, admin: u16) -> Trafik {
+        let listen = format!("web=127.0.0.1:{web}");
+        let admin = format!("127.0.0.1:{admin}");
+        let args = [
+            "serve",
+            "--etcd",
+            etcd,
+            "--etcd-prefix",
+            prefix,
+            "--listen",
+            &listen,
+            "--admin",
+            &admin,
+            "--instance",
+            id,
+        ];
+        Trafik::start(&args, Stdio::null(), "listening").0
     }
 
     /// The process id, for reading `/proc`.

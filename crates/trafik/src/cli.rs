@@ -325,7 +325,8 @@ pub struct StatusArgs {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Check a config file as `trafik check` does and publish it to etcd only when it is clean
-    /// (exit 2 and nothing published otherwise).
+    /// (exit 2 and nothing published otherwise); with --canary, on one instance first, judged
+    /// by --gate over --for, then published or reverted (exit 1).
     Push(ConfigPushArgs),
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use trafik_test_support::{Etcd, Trafik, free_port};
+use trafik_test_support::{Etcd, Trafik, Upstream, free_port};
 
 const PREFIX: &str = "/kanarya/";
 
@@ -24,14 +24,12 @@ fn trafik(args: &[&str]) -> Output {
 
 /// The fleet's configuration: one route to `backends`, its answers marked `x-surum: marker`;
 /// listener and admin addresses are placeholders every instance overrides.
-fn config(backends: &[u16], marker: &str) -> String {
+fn config(backends: &[&str], marker: &str) -> String {
     let mut text = format!(
         "[admin]\nlisten = \"127.0.0.1:1\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:2\"\n\n[[listener.route]]\npool = \"takip\"\nresponse_headers = [\"x-surum: {marker}\"]\n\n[[pool]]\nname = \"takip\"\n"
     );
-    for port in backends {
-        text.push_str(&format!(
-            "\n[[pool.backends]]\naddress = \"127.0.0.1:{port}\"\n"
-        ));
+    for address in backends {
+        text.push_str(&format!("\n[[pool.backends]]\naddress = \"{address}\"\n"));
     }
     text
 }
@@ -130,49 +128,14 @@ fn a_failing_canary_is_reverted_and_a_passing_one_is_published() {
     std::fs::create_dir_all(&dir).unwrap();
     let etcd = Etcd::start(&dir.join("etcd"));
     let url = etcd.url();
-    let replicas: Vec<(Trafik, u16)> = (0..2)
-        .map(|i| {
-            let port = free_port();
-            let (replica, _) = Trafik::start(
-                &[
-                    "upstream",
-                    "--name",
-                    &format!("r{i}"),
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                ],
-                Stdio::null(),
-                "on http://",
-            );
-            (replica, port)
-        })
-        .collect();
-    let ports: Vec<u16> = replicas.iter().map(|(_, port)| *port).collect();
+    let replicas = [Upstream::start(&[]), Upstream::start(&[])];
+    let ports: Vec<&str> = replicas.iter().map(|r| r.address.as_str()).collect();
     let published = push(&dir, &url, &config(&ports, "v1"), &[]);
     assert!(published.status.success(), "{published:?}");
 
     let webs: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let instances: Vec<Trafik> = (0..3)
-        .map(|i| {
-            let (instance, _) = Trafik::start(
-                &[
-                    "serve",
-                    "--etcd",
-                    &url,
-                    "--etcd-prefix",
-                    PREFIX,
-                    "--listen",
-                    &format!("web=127.0.0.1:{}", webs[i]),
-                    "--admin",
-                    &format!("127.0.0.1:{}", free_port()),
-                    "--instance",
-                    &format!("t{i}"),
-                ],
-                Stdio::null(),
-                "listening",
-            );
-            instance
-        })
+        .map(|i| Trafik::fleet_instance(&url, PREFIX, &format!("t{i}"), webs[i], free_port()))
         .collect();
     // The canary's admin address is read from its registration, which comes within a second.
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -197,11 +160,11 @@ fn a_failing_canary_is_reverted_and_a_passing_one_is_published() {
 
     // The route to a dead pool: the canary answers 502, fails its gate and goes back; the
     // other two never see the configuration and lose nothing.
-    let dead = free_port();
+    let dead = format!("127.0.0.1:{}", free_port());
     let (output, canary, others) = push_under_load(
         &dir,
         &url,
-        &config(&[dead], "kotu"),
+        &config(&[&dead], "kotu"),
         &webs,
         "error_rate<1%,p99<5s",
     );
@@ -234,7 +197,7 @@ fn a_failing_canary_is_reverted_and_a_passing_one_is_published() {
     // A push that dies during its window (killed here) leaves nothing behind: the canary's
     // key goes with the push's lease, and the canary goes back by itself.
     let file = dir.join("olen.toml");
-    std::fs::write(&file, config(&[dead], "olen")).unwrap();
+    std::fs::write(&file, config(&[&dead], "olen")).unwrap();
     let mut dying = Command::new(env!("CARGO_BIN_EXE_trafik"))
         .args([
             "config",

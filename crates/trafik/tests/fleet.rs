@@ -146,29 +146,7 @@ fn three_instances_follow_one_configuration_in_etcd() {
     let webs: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let admins: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let instances: Vec<Trafik> = (0..3)
-        .map(|i| {
-            let listen = format!("web=127.0.0.1:{}", webs[i]);
-            let admin = format!("127.0.0.1:{}", admins[i]);
-            let name = format!("trafik-{i}");
-            let (instance, _) = Trafik::start(
-                &[
-                    "serve",
-                    "--etcd",
-                    &url,
-                    "--etcd-prefix",
-                    PREFIX,
-                    "--listen",
-                    &listen,
-                    "--admin",
-                    &admin,
-                    "--instance",
-                    &name,
-                ],
-                Stdio::null(),
-                "listening",
-            );
-            instance
-        })
+        .map(|i| Trafik::fleet_instance(&url, PREFIX, &format!("trafik-{i}"), webs[i], admins[i]))
         .collect();
     for &web in &webs {
         assert_eq!(get(web, "/takip/TR-1", "").2, "v1");
