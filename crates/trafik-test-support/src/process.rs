@@ -158,27 +158,6 @@ impl Proxy {
         Proxy { trafik, address }
     }
 
-    /// One instance of a fleet: `trafik serve --etcd URL --etcd-prefix PREFIX --instance ID`
-    /// with its listener `web` and its admin API on the given loopback ports.
-    pub fn fleet_instance(etcd: &str, prefix: &str, id: &str, web: u16, admin: u16) -> Trafik {
-        let listen = format!("web=127.0.0.1:{web}");
-        let admin = format!("127.0.0.1:{admin}");
-        let args = [
-            "serve",
-            "--etcd",
-            etcd,
-            "--etcd-prefix",
-            prefix,
-            "--listen",
-            &listen,
-            "--admin",
-            &admin,
-            "--instance",
-            id,
-        ];
-        Trafik::start(&args, Stdio::null(), "listening").0
-    }
-
     /// The process id, for reading `/proc`.
     pub fn pid(&self) -> u32 {
         self.trafik.pid()
