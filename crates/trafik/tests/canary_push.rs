@@ -182,7 +182,19 @@ fn a_failing_canary_is_reverted_and_a_passing_one_is_published() {
     for &web in &webs {
         assert_eq!(get(web), Some((200, "v1".to_owned())), "port {web}");
     }
-    let record = &status(&url)["pushes"][0];
+    let listed = status(&url);
+    let t0 = listed["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|instance| instance["id"] == "t0")
+        .unwrap();
+    assert_eq!(
+        t0["canary"],
+        serde_json::Value::Null,
+        "back on the fleet's: {t0}"
+    );
+    let record = &listed["pushes"][0];
     assert_eq!(record["verdict"], "reverted", "{record}");
     assert_eq!(record["canary"], "t0");
     assert!(

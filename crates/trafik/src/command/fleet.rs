@@ -61,12 +61,12 @@ impl Keys {
     }
 }
 
-pub(super) fn connect(args: &EtcdArgs) -> Result<(Etcd, Keys), String> {
+fn connect(args: &EtcdArgs) -> Result<(Etcd, Keys), String> {
     let url = args.etcd.as_deref().ok_or("--etcd URL is required")?;
     Ok((Etcd::new(url).map_err(|e| e.to_string())?, Keys::new(args)))
 }
 
-pub(super) fn block_on<T>(future: impl Future<Output = T>) -> Result<T, String> {
+fn block_on<T>(future: impl Future<Output = T>) -> Result<T, String> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
