@@ -213,6 +213,7 @@ walks! {
     ambassador_v2_header_runs_as_written: "ambassador-v2",
     offload_header_runs_as_written: "offload",
     l4_header_runs_as_written: "l4",
+    canary_header_runs_as_written: "canary",
 }
 
 #[test]
