@@ -239,107 +239,74 @@ fn every_route_setting_changed_alone_shows_in_the_route_diff() {
     let base = routes_config(&format!("{split}\n{cors}\n{compress}"), redirect);
     let old = write("routes-base.toml", &base);
     let takip = |keys: &str, tables: &str| format!("{split}\n{keys}\n{tables}");
-    let variants: Vec<(&str, String, String, &str)> = vec![
+    // One key added to the canary route: its name, the key, the field that must show.
+    let keys = [
+        ("sticky", "split_sticky = \"cookie\"", "target.sticky"),
+        (
+            "mirror",
+            "mirror = { pool = \"golge\", percent = 5 }",
+            "routing.mirror",
+        ),
+        (
+            "headers",
+            "headers = { \"x-surum\" = \"beta\" }",
+            "routing.conditions.headers",
+        ),
+        (
+            "query",
+            "query = { \"surum\" = \"beta\" }",
+            "routing.conditions.query",
+        ),
+        (
+            "cookies",
+            "cookies = { \"surum\" = \"beta\" }",
+            "routing.conditions.cookies",
+        ),
+        (
+            "clients",
+            "clients = [\"127.0.0.0/8\"]",
+            "routing.conditions.clients",
+        ),
+        ("priority", "priority = 5", "routing.priority"),
+        ("allow", "allow = [\"127.0.0.0/8\"]", "routing.access"),
+        ("deny", "deny = [\"10.0.0.0/8\"]", "routing.access"),
+        (
+            "strip_prefix",
+            "strip_prefix = \"/takip\"",
+            "filters.RewritePath",
+        ),
+    ];
+    let tables = format!("{cors}\n{compress}");
+    let mut variants: Vec<(&str, String, String, &str)> = keys
+        .into_iter()
+        .map(|(name, key, field)| (name, takip(key, &tables), redirect.to_owned(), field))
+        .collect();
+    variants.extend([
         (
             "cors",
             takip("", &format!("{cors}\ncredentials = true\n{compress}")),
-            redirect.into(),
+            redirect.to_owned(),
             "filters.Cors.credentials",
         ),
         (
             "compress",
             takip("", &format!("{cors}\n{}", compress.replace("256", "64"))),
-            redirect.into(),
+            redirect.to_owned(),
             "filters.Compress.min_length",
         ),
         (
             "weights",
-            takip("", &format!("{cors}\n{compress}")).replace("90", "80"),
-            redirect.into(),
+            takip("", &tables).replace("90", "80"),
+            redirect.to_owned(),
             "target.pools",
         ),
         (
-            "sticky",
-            takip("split_sticky = \"cookie\"", &format!("{cors}\n{compress}")),
-            redirect.into(),
-            "target.sticky",
-        ),
-        (
-            "mirror",
-            takip(
-                "mirror = { pool = \"golge\", percent = 5 }",
-                &format!("{cors}\n{compress}"),
-            ),
-            redirect.into(),
-            "routing.mirror",
-        ),
-        (
-            "clients",
-            takip(
-                "clients = [\"127.0.0.0/8\"]",
-                &format!("{cors}\n{compress}"),
-            ),
-            redirect.into(),
-            "routing.conditions.clients",
-        ),
-        (
-            "headers",
-            takip(
-                "headers = { \"x-surum\" = \"beta\" }",
-                &format!("{cors}\n{compress}"),
-            ),
-            redirect.into(),
-            "routing.conditions.headers",
-        ),
-        (
-            "query",
-            takip(
-                "query = { \"surum\" = \"beta\" }",
-                &format!("{cors}\n{compress}"),
-            ),
-            redirect.into(),
-            "routing.conditions.query",
-        ),
-        (
-            "cookies",
-            takip(
-                "cookies = { \"surum\" = \"beta\" }",
-                &format!("{cors}\n{compress}"),
-            ),
-            redirect.into(),
-            "routing.conditions.cookies",
-        ),
-        (
-            "priority",
-            takip("priority = 5", &format!("{cors}\n{compress}")),
-            redirect.into(),
-            "routing.priority",
-        ),
-        (
-            "allow",
-            takip("allow = [\"127.0.0.0/8\"]", &format!("{cors}\n{compress}")),
-            redirect.into(),
-            "routing.access",
-        ),
-        (
-            "deny",
-            takip("deny = [\"10.0.0.0/8\"]", &format!("{cors}\n{compress}")),
-            redirect.into(),
-            "routing.access",
-        ),
-        (
-            "strip_prefix",
-            takip("strip_prefix = \"/takip\"", &format!("{cors}\n{compress}")),
-            redirect.into(),
-            "filters.RewritePath",
-        ),
-        (
             "redirect",
-            takip("", &format!("{cors}\n{compress}")),
+            takip("", &tables),
             redirect.replace("308", "301"),
             "target.status",
         ),
-    ];
+    ]);
     assert!(
         plan(&old, &old)["routes"].as_array().unwrap().is_empty(),
         "a configuration compared with itself changes nothing"
