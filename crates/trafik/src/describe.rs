@@ -105,7 +105,12 @@ pub fn plan(loaded: &Loaded) -> String {
                 let _ = writeln!(out, "    priority {}", routing.priority);
             }
             for rules in &routing.access {
-                let _ = writeln!(out, "    clients: {rules} (others 403)");
+                let refused = match (rules.allow.is_empty(), rules.deny.is_empty()) {
+                    (false, true) => "others 403",
+                    (true, false) => "these 403",
+                    _ => "403 unless allowed and not denied",
+                };
+                let _ = writeln!(out, "    clients: {rules} ({refused})");
             }
             if let Some(mirror) = &routing.mirror {
                 let _ = writeln!(
