@@ -13,6 +13,7 @@ pub mod h1;
 pub mod http;
 mod resolve;
 pub mod route_change;
+pub mod route_fields;
 pub mod snapshot;
 
 // The layer below any protocol, under the names the modules above use.

@@ -1,6 +1,7 @@
-//! Which requests a configuration change sends elsewhere (`trafik plan`): example requests
-//! derived from both configurations' routes, each chosen by the proxy's own [`RouteTable`] under
-//! the old and the new routes.
+//! Which requests a configuration change sends elsewhere or treats otherwise (`trafik plan`):
+//! example requests derived from both configurations' routes, each chosen by the proxy's own
+//! [`RouteTable`] under the old and the new routes; their targets compared, and the settings of
+//! the routes that take them, field by field ([`route_fields`](crate::route_fields)).
 
 use std::net::IpAddr;
 
@@ -11,8 +12,10 @@ use trafik_policy::route_match::Conditions;
 use crate::http::route::RouteTable;
 use crate::plan::ServiceChoice;
 use crate::plan::{ListenerPlan, RoutePlan, TargetPlan};
+use crate::route_fields::{self, FieldChange};
 
-/// A request whose target differs between the two configurations.
+/// A request whose target, or the settings of the route that takes it, differ between the two
+/// configurations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteChange {
     pub listener: String,
@@ -25,13 +28,18 @@ pub struct RouteChange {
     /// The target before and after, as [`target_label`] names it; `404` when no route matches.
     pub before: String,
     pub after: String,
+    /// The settings of the route that takes it that differ (CORS, compression, mirror, …);
+    /// empty when either configuration has no route for it.
+    pub fields: Vec<FieldChange>,
 }
 
 /// A path no configured route is likely to hold, so the catch-all (or its absence) is probed.
 const UNMATCHED_PATH: &str = "/trafik-plan-unmatched";
 
-/// The requests of each HTTP listener (by name, in either configuration) whose target changes.
-pub fn changed_targets(before: &[ListenerPlan], after: &[ListenerPlan]) -> Vec<RouteChange> {
+/// The requests of each HTTP listener (by name, in either configuration) whose target changes
+/// or whose route's settings do; a pair of routes whose settings differ is listed once, with the
+/// first request that reaches it.
+pub fn changed_routes(before: &[ListenerPlan], after: &[ListenerPlan]) -> Vec<RouteChange> {
     let mut names: Vec<&str> = before
         .iter()
         .chain(after)
@@ -51,25 +59,40 @@ pub fn changed_targets(before: &[ListenerPlan], after: &[ListenerPlan]) -> Vec<R
         let (old, new) = (routes_of(before, name), routes_of(after, name));
         let examples = examples(old.iter().chain(&new));
         let (old, new) = (RouteTable::new(old), RouteTable::new(new));
+        let mut compared = std::collections::HashSet::new();
         for example in examples {
             let request = example.request();
-            let target = |table: &RouteTable<RoutePlan>| {
-                table
-                    .find(&request, example.client)
-                    .map_or("404".to_owned(), |(route, captures)| {
-                        target_label(route, captures.as_ref())
-                    })
+            // The route that takes the request, by its place in the table, and its target.
+            let found = |table: &RouteTable<RoutePlan>| {
+                let (route, captures) = table.find(&request, example.client)?;
+                let place = table.routes().iter().position(|r| std::ptr::eq(r, route))?;
+                Some((place, target_label(route, captures.as_ref())))
             };
-            let (was, will) = (target(&old), target(&new));
-            if was != will {
+            let (was, will) = (found(&old), found(&new));
+            let label = |found: &Option<(usize, String)>| {
+                found
+                    .as_ref()
+                    .map_or_else(|| "404".to_owned(), |(_, label)| label.clone())
+            };
+            let (before, after) = (label(&was), label(&will));
+            let retargeted = before != after;
+            let mut fields = Vec::new();
+            if let (Some((a, _)), Some((b, _))) = (was, will) {
+                // The same pair of routes reached again by another example says nothing new.
+                if compared.insert((a, b)) || retargeted {
+                    fields = route_fields::changes(&old.routes()[a], &new.routes()[b]);
+                }
+            }
+            if retargeted || !fields.is_empty() {
                 changes.push(RouteChange {
                     listener: name.to_owned(),
                     method: example.method.to_string(),
                     host: example.host.clone(),
                     path: example.path.clone(),
                     asking: example.conditions.to_string(),
-                    before: was,
-                    after: will,
+                    before,
+                    after,
+                    fields,
                 });
             }
         }
@@ -267,7 +290,7 @@ mod tests {
             route(None, "/takip", &[], "takip-yeni"),
             route(Some("yonetim.local"), "/", &[Method::POST], "yonetim"),
         ])];
-        let changes = changed_targets(&before, &after);
+        let changes = changed_routes(&before, &after);
         let summary: Vec<(&str, &str, &str)> = changes
             .iter()
             .map(|c| (c.path.as_str(), c.before.as_str(), c.after.as_str()))
@@ -293,7 +316,7 @@ mod tests {
             route(None, "/takip", &[], "takip"),
             templated,
         ])];
-        let changes = changed_targets(&before, &after);
+        let changes = changed_routes(&before, &after);
         assert_eq!(changes.len(), 1);
         assert_eq!(changes[0].path, "/takip/no-1");
         assert_eq!(changes[0].after, "pool ayrinti");
@@ -313,12 +336,76 @@ mod tests {
             retry_non_idempotent: false,
         };
         let after = [listener(vec![split, beta])];
-        let changes = changed_targets(&before, &after);
+        let changes = changed_routes(&before, &after);
         let summary: Vec<(&str, &str, &str)> = changes
             .iter()
             .map(|c| (c.asking.as_str(), c.before.as_str(), c.after.as_str()))
             .collect();
         // The beta request still goes to v2; the others now split.
         assert_eq!(summary, [("", "pool v1", "split v1 90 / v2 10")]);
+    }
+
+    /// A change to a route's filters alone moves no request, yet `trafik plan` must say it: a
+    /// CORS-only change and a compression-only change each show as that route's fields.
+    #[test]
+    fn a_cors_only_and_a_compression_only_change_are_listed_with_their_fields() {
+        use crate::plan::{CompressPlan, CorsPlan, FilterPlan};
+        use trafik_policy::negotiate::Coding;
+        let cors = |origin: &str| {
+            FilterPlan::Cors(CorsPlan {
+                origins: trafik_policy::cors::Origins::parse(&[origin.to_owned()]).unwrap(),
+                methods: vec![Method::GET],
+                headers: Vec::new(),
+                expose: Vec::new(),
+                credentials: false,
+                max_age: None,
+            })
+        };
+        let compress = |min_length| {
+            FilterPlan::Compress(CompressPlan {
+                encodings: vec![Coding::Zstd, Coding::Gzip],
+                types: vec!["application/json".into()],
+                min_length,
+                gzip_level: 5,
+                br_level: 4,
+                zstd_level: 3,
+            })
+        };
+        let with = |filters: Vec<FilterPlan>, prefix: &str| {
+            let mut route = route(None, prefix, &[], "takip");
+            route.filters = filters;
+            route
+        };
+        let before = [listener(vec![
+            with(vec![cors("https://a.test")], "/takip"),
+            with(vec![compress(256)], "/olay"),
+            with(Vec::new(), "/"),
+        ])];
+        let after = [listener(vec![
+            with(vec![cors("https://b.test")], "/takip"),
+            with(vec![compress(64)], "/olay"),
+            with(Vec::new(), "/"),
+        ])];
+        let changes = changed_routes(&before, &after);
+        let summary: Vec<(&str, &str, Vec<&str>)> = changes
+            .iter()
+            .map(|c| {
+                let fields = c.fields.iter().map(|f| f.field.as_str()).collect();
+                (c.path.as_str(), c.after.as_str(), fields)
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("/takip", "pool takip", vec!["filters.Cors.origins.exact"]),
+                ("/olay", "pool takip", vec!["filters.Compress.min_length"]),
+            ]
+        );
+        let olay = &changes[1].fields[0];
+        assert_eq!(
+            (olay.before.as_deref(), olay.after.as_deref()),
+            (Some("256"), Some("64"))
+        );
+        assert!(changed_routes(&after, &after).is_empty());
     }
 }

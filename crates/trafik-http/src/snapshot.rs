@@ -254,7 +254,8 @@ impl Snapshot {
                 }
                 let mut filters = filter::built_in(trace.as_ref());
                 filters.push(Box::new(trace_context.clone()));
-                let label = format!("{} {}", listener.name, route.path_prefix);
+                let matched = route.matched_text();
+                let label = format!("{} {matched}", listener.name);
                 let mut stats = policy::Stats {
                     route: &label,
                     workers: plan.workers,
@@ -268,11 +269,6 @@ impl Snapshot {
                         Err(error) => errors.push(format!("route {label}: {error}")),
                     }
                 }
-                let matched = format!(
-                    "{}{}",
-                    route.host.as_deref().unwrap_or(""),
-                    route.path_prefix
-                );
                 let traffic = metrics.add_route(
                     &listener.name,
                     matched,

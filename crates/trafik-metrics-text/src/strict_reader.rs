@@ -48,6 +48,8 @@ pub fn parse(text: &str) -> Result<Exposition, String> {
     let mut exposition = Exposition::default();
     let mut finished: HashSet<String> = HashSet::new();
     let mut current: Option<String> = None;
+    // Each series (name and label set) once: a scraper refuses a second sample of one.
+    let mut series: HashSet<String> = HashSet::new();
     for (number, line) in text.lines().enumerate() {
         let fail = |why: &str| format!("line {}: {why}: {line:?}", number + 1);
         if line.is_empty() {
@@ -94,6 +96,10 @@ pub fn parse(text: &str) -> Result<Exposition, String> {
             && !sample.labels.contains_key("le")
         {
             return Err(fail("histogram bucket without le"));
+        }
+        let labels: BTreeMap<&String, &String> = sample.labels.iter().collect();
+        if !series.insert(format!("{}{labels:?}", sample.name)) {
+            return Err(fail("the series appears twice"));
         }
         exposition.samples.push(sample);
     }
@@ -272,6 +278,7 @@ fn the_reader_refuses_what_prometheus_would() {
         "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_count 1\n",
         "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n",
         "# TYPE 9a counter\n",
+        "# TYPE a counter\na{x=\"1\",y=\"2\"} 1\na{y=\"2\",x=\"1\"} 1\n", // one series twice
     ] {
         assert!(parse(bad).is_err(), "accepted {bad:?}");
     }

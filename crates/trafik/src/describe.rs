@@ -97,7 +97,7 @@ pub fn plan(loaded: &Loaded) -> String {
             let _ = writeln!(
                 out,
                 "  route {} → {}",
-                route_text(route),
+                route.matched_text(),
                 target_text(&route.target)
             );
             let routing = &route.routing;
@@ -105,7 +105,12 @@ pub fn plan(loaded: &Loaded) -> String {
                 let _ = writeln!(out, "    priority {}", routing.priority);
             }
             for rules in &routing.access {
-                let _ = writeln!(out, "    clients: {rules} (others 403)");
+                let refused = match (rules.allow.is_empty(), rules.deny.is_empty()) {
+                    (false, true) => "others 403",
+                    (true, false) => "these 403",
+                    _ => "403 unless allowed and not denied",
+                };
+                let _ = writeln!(out, "    clients: {rules} ({refused})");
             }
             if let Some(mirror) = &routing.mirror {
                 let _ = writeln!(
@@ -124,8 +129,8 @@ pub fn plan(loaded: &Loaded) -> String {
             let _ = writeln!(
                 out,
                 "  warning: route {} never matches: route {} is tried first and takes all its requests",
-                route_text(later),
-                route_text(earlier)
+                later.matched_text(),
+                earlier.matched_text()
             );
         }
     }
@@ -441,31 +446,6 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
             )
         }
     }
-}
-
-/// What a route matches, in words: `host a.test /api [GET] (header x-surum=beta)`.
-fn route_text(route: &trafik_proxy::RoutePlan) -> String {
-    let host = route
-        .host
-        .as_deref()
-        .map(|h| format!("host {h} "))
-        .unwrap_or_default();
-    let methods = if route.methods.is_empty() {
-        String::new()
-    } else {
-        let names: Vec<_> = route.methods.iter().map(|m| m.as_str()).collect();
-        format!(" [{}]", names.join(","))
-    };
-    let path = route
-        .path_template
-        .as_ref()
-        .map_or(route.path_prefix.as_str(), |t| t.text());
-    let conditions = &route.routing.conditions;
-    let asking = match conditions.is_empty() {
-        true => String::new(),
-        false => format!(" ({conditions})"),
-    };
-    format!("{host}{path}{methods}{asking}")
 }
 
 /// Where a route goes, in words: `pool takip`, `files in DIR`, `cache kenar → pool takip`.

@@ -93,7 +93,11 @@ fn check_prints_routing_and_warns_of_a_route_an_earlier_one_always_takes() {
          headers = { \"x-surum\" = \"beta\" }\nallow = [\"127.0.0.0/8\"]\npool = \"yazma\"\n\
          [[listener.route]]\npath_prefix = \"/\"\npriority = 1\n\
          split = [{ pool = \"okuma\", weight = 9 }, { pool = \"yazma\", weight = 1 }]\n\
-         mirror = { pool = \"yazma\", percent = 5 }\n\
+         mirror = { pool = \"yazma\", percent = 5 }\nsplit_sticky = \"cookie\"\n\
+         deny = [\"10.0.0.0/8\"]\nstrip_prefix = \"/api\"\n\
+         [listener.route.cors]\norigins = [\"https://a.test\"]\n\
+         [listener.route.compress]\nencodings = [\"gzip\"]\n\
+         [[listener.route]]\npath = \"/eski/{no}\"\nredirect = { to = \"/takip/{no}\", status = 308 }\n\
          [[listener.route]]\npath_prefix = \"/olay\"",
     );
     let (code, plan, errors) = check("routed.toml", &routed);
@@ -103,6 +107,12 @@ fn check_prints_routing_and_warns_of_a_route_an_earlier_one_always_takes() {
         "clients: allow 127.0.0.0/8 (others 403)",
         "route / → split: pool okuma weight 9, pool yazma weight 1",
         "mirror 5% to pool yazma",
+        "clients kept by cookie trafik_split",
+        "clients: deny 10.0.0.0/8 (these 403)",
+        "filter path: strip prefix /api",
+        "filter cors: origins https://a.test",
+        "filter compress: gzip 5",
+        "route /eski/{no} → redirect 308 to /takip/{no} (query kept)",
         "priority 1",
         "warning: route /takip never matches: route / is tried first and takes all its requests",
         "warning: route /olay [POST] never matches: route / is tried first",

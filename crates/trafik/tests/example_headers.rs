@@ -213,6 +213,7 @@ walks! {
     ambassador_v2_header_runs_as_written: "ambassador-v2",
     offload_header_runs_as_written: "offload",
     l4_header_runs_as_written: "l4",
+    canary_header_runs_as_written: "canary",
 }
 
 #[test]
@@ -301,4 +302,54 @@ fn startup_lines_are_json_under_log_format_json_and_the_try_line_answers() {
         let _ = child.wait();
         assert!(!printed.contains("try:"), "{gated}: {printed}");
     }
+}
+
+/// The canary has two `/takip` routes, told apart by a header, each with CORS and compression:
+/// each gets its own name in `/status` and its own series in `/metrics` (a scraper refuses a
+/// series twice), and the templated redirect goes by its template rather than by `/`.
+#[test]
+fn the_canary_s_routes_each_have_their_own_name_and_series() {
+    if std::env::var_os(INSIDE_NAMESPACE).is_none() {
+        return run_in_own_network_namespace(
+            "the_canary_s_routes_each_have_their_own_name_and_series",
+        );
+    }
+    let config = repository().join("examples/canary.toml");
+    let (serve, _) = Trafik::start(
+        &["serve", "-c", config.to_str().unwrap()],
+        Stdio::null(),
+        "listening on",
+    );
+    let metrics = trafik_test_support::get_text("127.0.0.1:9910", "/metrics");
+    let read = trafik_metrics_text::strict_reader::parse(&metrics)
+        .unwrap_or_else(|e| panic!("{e}\n{metrics}"));
+    assert_eq!(
+        read.value(
+            "trafik_cors_total",
+            &[
+                ("route", "web /takip (header x-surum=beta)"),
+                ("outcome", "allowed")
+            ]
+        ),
+        0.0
+    );
+    let status = trafik_test_support::get_json("127.0.0.1:9910", "/status");
+    let routes: Vec<&str> = status["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["route"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            "/takip",
+            "/takip (header x-surum=beta)",
+            "/eski/takip/{no}",
+            "/api",
+            "/takip/ic",
+            "/"
+        ]
+    );
+    serve.stop();
 }

@@ -1,6 +1,6 @@
 //! `trafik plan` for DNS names and routes: a weighted name reweighted with a shorter TTL and a
-//! retargeted route, read from `--json`; then the predicted shares against what a live
-//! `trafik serve` answers to `dig`.
+//! retargeted route, read from `--json`; every route setting changed alone; then the predicted
+//! shares against what a live `trafik serve` answers to `dig`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -191,6 +191,142 @@ fn predicted_shares_agree_with_a_live_server_within_two_percent() {
         assert!(
             (measured - expected).abs() <= 0.02,
             "{region}: predicted {expected}, measured {measured} ({counts:?})"
+        );
+    }
+}
+
+/// A listener with a canary route on `/takip` (its keys `takip`) and a redirect route (its keys
+/// `old`), for the route diff.
+fn routes_config(takip: &str, old: &str) -> String {
+    format!(
+        r#"
+[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+
+[[listener.route]]
+path = "/eski/{{no}}"
+{old}
+
+[[listener.route]]
+path_prefix = "/takip"
+{takip}
+
+[[pool]]
+name = "v1"
+backends = [{{ address = "127.0.0.1:9" }}]
+
+[[pool]]
+name = "v2"
+backends = [{{ address = "127.0.0.1:9" }}]
+
+[[pool]]
+name = "golge"
+backends = [{{ address = "127.0.0.1:9" }}]
+"#
+    )
+}
+
+/// Every route setting a user writes shows in `trafik plan`'s route diff, each changed alone
+/// from the same configuration: CORS and compression as much as matchers, split, mirror,
+/// rewrites, redirect, address rules and priority.
+#[test]
+fn every_route_setting_changed_alone_shows_in_the_route_diff() {
+    let split = r#"split = [{ pool = "v1", weight = 90 }, { pool = "v2", weight = 10 }]"#;
+    let redirect = r#"redirect = { to = "/takip/{no}", status = 308 }"#;
+    let cors = "[listener.route.cors]\norigins = [\"https://a.test\"]";
+    let compress = "[listener.route.compress]\nencodings = [\"gzip\"]\nmin_length = 256";
+    let base = routes_config(&format!("{split}\n{cors}\n{compress}"), redirect);
+    let old = write("routes-base.toml", &base);
+    let takip = |keys: &str, tables: &str| format!("{split}\n{keys}\n{tables}");
+    // One key added to the canary route: its name, the key, the field that must show.
+    let keys = [
+        ("sticky", "split_sticky = \"cookie\"", "target.sticky"),
+        (
+            "mirror",
+            "mirror = { pool = \"golge\", percent = 5 }",
+            "routing.mirror",
+        ),
+        (
+            "headers",
+            "headers = { \"x-surum\" = \"beta\" }",
+            "routing.conditions.headers",
+        ),
+        (
+            "query",
+            "query = { \"surum\" = \"beta\" }",
+            "routing.conditions.query",
+        ),
+        (
+            "cookies",
+            "cookies = { \"surum\" = \"beta\" }",
+            "routing.conditions.cookies",
+        ),
+        (
+            "clients",
+            "clients = [\"127.0.0.0/8\"]",
+            "routing.conditions.clients",
+        ),
+        ("priority", "priority = 5", "routing.priority"),
+        ("allow", "allow = [\"127.0.0.0/8\"]", "routing.access"),
+        ("deny", "deny = [\"10.0.0.0/8\"]", "routing.access"),
+        (
+            "strip_prefix",
+            "strip_prefix = \"/takip\"",
+            "filters.RewritePath",
+        ),
+    ];
+    let tables = format!("{cors}\n{compress}");
+    let mut variants: Vec<(&str, String, String, &str)> = keys
+        .into_iter()
+        .map(|(name, key, field)| (name, takip(key, &tables), redirect.to_owned(), field))
+        .collect();
+    variants.extend([
+        (
+            "cors",
+            takip("", &format!("{cors}\ncredentials = true\n{compress}")),
+            redirect.to_owned(),
+            "filters.Cors.credentials",
+        ),
+        (
+            "compress",
+            takip("", &format!("{cors}\n{}", compress.replace("256", "64"))),
+            redirect.to_owned(),
+            "filters.Compress.min_length",
+        ),
+        (
+            "weights",
+            takip("", &tables).replace("90", "80"),
+            redirect.to_owned(),
+            "target.pools",
+        ),
+        (
+            "redirect",
+            takip("", &tables),
+            redirect.replace("308", "301"),
+            "target.status",
+        ),
+    ]);
+    assert!(
+        plan(&old, &old)["routes"].as_array().unwrap().is_empty(),
+        "a configuration compared with itself changes nothing"
+    );
+    for (name, takip, redirect, field) in variants {
+        let new = write(
+            &format!("routes-{name}.toml"),
+            &routes_config(&takip, &redirect),
+        );
+        let report = plan(&old, &new);
+        let fields: Vec<&str> = report["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|change| change["fields"].as_array().unwrap())
+            .map(|f| f["field"].as_str().unwrap())
+            .collect();
+        assert!(
+            fields.iter().any(|f| f.starts_with(field)),
+            "{name}: no {field} among {fields:?}: {report:#}"
         );
     }
 }

@@ -54,6 +54,34 @@ impl std::fmt::Display for SplitSticky {
 }
 
 impl super::RoutePlan {
+    /// What the route takes, in words: `host a.test /api [GET] (header x-surum=beta)`. The
+    /// line `trafik check` prints, and the name the route's counters go by in `/status` and
+    /// `/metrics` (after its listener's), so two routes of one path told apart by their
+    /// methods or conditions never share a series.
+    pub fn matched_text(&self) -> String {
+        let host = self
+            .host
+            .as_deref()
+            .map(|h| format!("host {h} "))
+            .unwrap_or_default();
+        let methods = if self.methods.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<_> = self.methods.iter().map(|m| m.as_str()).collect();
+            format!(" [{}]", names.join(","))
+        };
+        let path = self
+            .path_template
+            .as_ref()
+            .map_or(self.path_prefix.as_str(), |t| t.text());
+        let conditions = &self.routing.conditions;
+        let asking = match conditions.is_empty() {
+            true => String::new(),
+            false => format!(" ({conditions})"),
+        };
+        format!("{host}{path}{methods}{asking}")
+    }
+
     /// The one route of a `redirect_https` listener: every request to the same URL over https
     /// with 308 (method and body kept), the host's port dropped (https's own is 443).
     pub fn redirect_https() -> Self {

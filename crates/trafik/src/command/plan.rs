@@ -1,7 +1,8 @@
 //! `trafik plan OLD NEW`: both configurations checked as `trafik check` would, their pools
 //! compared on the proxy's selection code (`trafik_sim::change`), their DNS names on the
 //! policies' own decisions (`trafik_sim::dns_change`), their routes on the proxy's route table
-//! (`trafik_proxy::route_change`).
+//! (`trafik_proxy::route_change`): targets, and every setting of the routes that take each
+//! example request.
 
 use std::process::ExitCode;
 
@@ -33,7 +34,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
     };
     let report = change::compare(&pools(&before), &pools(&after), &sample);
     let dns = dns_change::compare(&dns(&before), &dns(&after), DNS_QUERIES)?;
-    let routes = route_change::changed_targets(&before.plan.listeners, &after.plan.listeners);
+    let routes = route_change::changed_routes(&before.plan.listeners, &after.plan.listeners);
     if args.json {
         let mut json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
         json["dns"] = serde_json::to_value(&dns).map_err(|e| e.to_string())?;
@@ -91,28 +92,44 @@ fn route_json(change: &RouteChange) -> serde_json::Value {
         "asking": change.asking,
         "before": change.before,
         "after": change.after,
+        "fields": change.fields.iter().map(|f| serde_json::json!({
+            "field": f.field,
+            "before": f.before,
+            "after": f.after,
+        })).collect::<Vec<_>>(),
     })
 }
 
 fn render_routes(changes: &[RouteChange]) -> String {
     if changes.is_empty() {
-        return "\nroutes: no example request changes target\n".to_owned();
+        return "\nroutes: no example request changes target or route settings\n".to_owned();
     }
-    let mut out = "\nroutes: example requests that change target\n".to_owned();
+    let mut out = "\nroutes: example requests that change target or route settings\n".to_owned();
     for c in changes {
         let asking = match c.asking.is_empty() {
             true => String::new(),
             false => format!(" ({})", c.asking),
         };
+        let target = match c.before == c.after {
+            true => c.before.clone(),
+            false => format!("{} → {}", c.before, c.after),
+        };
         out.push_str(&format!(
-            "  {} {} {}{}{asking}: {} → {}\n",
+            "  {} {} {}{}{asking}: {target}\n",
             c.listener,
             c.method,
             c.host.as_deref().unwrap_or("*"),
             c.path,
-            c.before,
-            c.after
         ));
+        let absent = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_owned());
+        for field in &c.fields {
+            out.push_str(&format!(
+                "    {}: {} → {}\n",
+                field.field,
+                absent(&field.before),
+                absent(&field.after)
+            ));
+        }
     }
     out
 }
