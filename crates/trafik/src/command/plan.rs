@@ -27,6 +27,9 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
             );
         }
     };
+    if let Some(log) = &args.replay {
+        return replay(&before, &after, log, args.fail_if.as_deref(), args.json);
+    }
     let sample = KeySample {
         prefix: args.key_prefix,
         count: args.keys,
@@ -46,6 +49,56 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
         say(text.trim_end());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--replay LOG`: the log's requests through both configurations (`trafik_http::replay`);
+/// exit 1 when a `--fail-if` condition holds, naming its figure. DNS names are compared on
+/// sample queries as without a log: an access log holds no DNS queries.
+fn replay(
+    before: &Loaded,
+    after: &Loaded,
+    log: &std::path::Path,
+    fail_if: Option<&str>,
+    json: bool,
+) -> Result<ExitCode, String> {
+    let thresholds = trafik_proxy::replay::parse_thresholds(fail_if.unwrap_or_default())
+        .map_err(|error| format!("--fail-if {error}"))?;
+    let text =
+        std::fs::read_to_string(log).map_err(|error| format!("{}: {error}", log.display()))?;
+    let (records, unreadable) = trafik_proxy::replay::read_log(&text);
+    if records.is_empty() {
+        return Err(format!(
+            "{}: no access lines (write them with `trafik serve --access-log --log-format json`)",
+            log.display()
+        ));
+    }
+    let mut report = trafik_proxy::replay_offline(&before.plan, &after.plan, &records)
+        .map_err(|errors| errors.join("\n"))?;
+    report["unreadable_lines"] = unreadable.into();
+    let dns = dns_change::compare(&dns(before), &dns(after), DNS_QUERIES)?;
+    report["dns"] = serde_json::to_value(&dns).map_err(|e| e.to_string())?;
+    let failed = trafik_proxy::replay::failing(&report, &thresholds);
+    report["failed"] = failed.clone().into();
+    if json {
+        say(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        let mut text = trafik_proxy::replay::render(&report);
+        if unreadable > 0 {
+            text.push_str(&format!("\n{unreadable} access lines could not be read\n"));
+        }
+        if !dns.is_empty() {
+            text.push_str("\nDNS, on sample queries (an access log holds no DNS queries):");
+            text.push_str(&dns_change::render(&dns));
+        }
+        say(text.trim_end());
+    }
+    if failed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for failure in &failed {
+        eprintln!("trafik plan: fails: {failure}");
+    }
+    Ok(ExitCode::from(1))
 }
 
 /// Sample queries per DNS name.
