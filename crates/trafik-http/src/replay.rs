@@ -714,12 +714,17 @@ pub fn render(report: &Value) -> String {
         names.extend(after.as_object().into_iter().flat_map(|o| o.keys()));
         names.sort();
         names.dedup();
-        out.push_str("  backend  requests before  requests after\n");
+        let width = names.iter().map(|n| n.len()).max().unwrap_or(0).max(7);
+        out.push_str(&format!(
+            "  {:<width$}  requests before  after\n",
+            "backend"
+        ));
         for name in names {
+            let count = |side: &Value| side.get(name.as_str()).and_then(Value::as_u64).unwrap_or(0);
             out.push_str(&format!(
-                "  {name}  {}  {}\n",
-                before.get(name.as_str()).unwrap_or(&json!(0)),
-                after.get(name.as_str()).unwrap_or(&json!(0))
+                "  {name:<width$}  {:>15}  {:>5}\n",
+                count(before),
+                count(after)
             ));
         }
     }
