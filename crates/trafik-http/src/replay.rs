@@ -109,6 +109,8 @@ struct Outcome {
     backend: Option<(SocketAddr, String)>,
     /// The key was the pool's and the log lacked it.
     key_unknown: bool,
+    /// The request was bound to a backend: by its cookie, or by a key its pool places by.
+    bound: bool,
     /// The cache's name, its key, and its freshness for answers that state none.
     cache: Option<(String, String, Duration)>,
 }
@@ -234,6 +236,8 @@ fn play(
             (_, HashKey::Header(_) | HashKey::Cookie(_)) => outcome.key_unknown = true,
         }
     }
+    outcome.bound =
+        selection.bound.is_some() || (pool.needs_key() && selection.context.key.is_some());
     outcome.backend = pool
         .pick(selection.bound, &selection.context)
         .map(|picked| (pool.address(picked), pool.display_name(picked)));
@@ -367,8 +371,9 @@ impl Tally {
             tally.key_unknown += 1;
             return;
         }
-        let (Some((from, from_name)), Some((to, to_name)), true) =
-            (&before.backend, &after.backend, same_pool)
+        // Only a request bound to its backend can move: one the rule spreads has no place.
+        let (Some((from, from_name)), Some((to, to_name)), true, true) =
+            (&before.backend, &after.backend, same_pool, before.bound)
         else {
             return;
         };

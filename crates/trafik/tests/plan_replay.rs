@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,11 +32,27 @@ fn replica(name: &str) -> (Trafik, u16) {
 }
 
 fn config(web: u16, admin: u16, replicas: &[(String, u16)], route_extra: &str) -> String {
+    keyed_config(
+        web,
+        admin,
+        replicas,
+        route_extra,
+        "algorithm = \"consistent-hash\"\nhash_key = \"header:x-anahtar\"\n",
+    )
+}
+
+fn keyed_config(
+    web: u16,
+    admin: u16,
+    replicas: &[(String, u16)],
+    route_extra: &str,
+    placement: &str,
+) -> String {
     let mut text = format!(
         "[server]\naccess_log = true\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
          [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\n\n\
          [[listener.route]]\npool = \"takip\"\n{route_extra}\n\
-         [[pool]]\nname = \"takip\"\nalgorithm = \"consistent-hash\"\nhash_key = \"header:x-anahtar\"\n"
+         [[pool]]\nname = \"takip\"\n{placement}"
     );
     for (name, port) in replicas {
         text.push_str(&format!(
@@ -51,41 +67,51 @@ fn key_of(i: usize) -> usize {
     (i * 7919) % KEYS
 }
 
-/// Sends requests `clients`-way over kept-alive connections, one client per connection in
-/// turn; the replica that answered each request, by its index.
+/// A client connection from its own loopback address (127.0.0.`10 + n`), kept alive.
+fn client(web: u16, n: usize) -> (TcpStream, BufReader<TcpStream>) {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let from = SocketAddr::from(([127, 0, 0, 10 + n as u8], 0));
+    socket.bind(&from.into()).unwrap();
+    socket
+        .connect(&SocketAddr::from(([127, 0, 0, 1], web)).into())
+        .unwrap();
+    let stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.set_nodelay(true).unwrap();
+    (stream.try_clone().unwrap(), BufReader::new(stream))
+}
+
+/// Sends the requests over `CLIENTS` kept-alive connections of as many client addresses, in
+/// turn; the replica that answered each.
 fn send_all(web: u16) -> Vec<String> {
-    let mut connections: Vec<(TcpStream, BufReader<TcpStream>)> = (0..CLIENTS)
-        .map(|_| {
-            let stream = TcpStream::connect(("127.0.0.1", web)).unwrap();
-            stream
-                .set_read_timeout(Some(Duration::from_secs(30)))
-                .unwrap();
-            stream.set_nodelay(true).unwrap();
-            (stream.try_clone().unwrap(), BufReader::new(stream))
-        })
-        .collect();
+    let mut clients: Vec<_> = (0..CLIENTS).map(|n| client(web, n)).collect();
     (0..REQUESTS)
         .map(|i| {
-            let (writer, reader) = &mut connections[i % CLIENTS];
-            ask(writer, reader, i).unwrap()
+            let (writer, reader) = &mut clients[i % CLIENTS];
+            let request = format!(
+                "GET /takip/TR-{i} HTTP/1.1\r\nHost: kargo.test\r\nx-anahtar: musteri-{}\r\n\r\n",
+                key_of(i)
+            );
+            exchange(writer, reader, &request).unwrap()["x-kopya"].clone()
         })
         .collect()
 }
 
-fn ask(
+/// Sends one request and reads its answer (status 200 required); the answer's header fields.
+fn exchange(
     writer: &mut TcpStream,
     reader: &mut BufReader<TcpStream>,
-    i: usize,
-) -> std::io::Result<String> {
-    let request = format!(
-        "GET /takip/TR-{i} HTTP/1.1\r\nHost: kargo.test\r\nx-anahtar: musteri-{}\r\n\r\n",
-        key_of(i)
-    );
+    request: &str,
+) -> std::io::Result<HashMap<String, String>> {
+    // One write per request: several small ones would wait on Nagle and delayed ACKs.
     writer.write_all(request.as_bytes())?;
     let mut status = String::new();
     reader.read_line(&mut status)?;
-    assert!(status.starts_with("HTTP/1.1 200"), "request {i}: {status}");
-    let (mut replica, mut length) = (None, 0usize);
+    assert!(status.starts_with("HTTP/1.1 200"), "{request}: {status}");
+    let mut fields = HashMap::new();
     loop {
         let mut line = String::new();
         reader.read_line(&mut line)?;
@@ -94,15 +120,14 @@ fn ask(
             break;
         }
         let (name, value) = line.split_once(':').unwrap();
-        match name.to_ascii_lowercase().as_str() {
-            "x-kopya" => replica = Some(value.trim().to_owned()),
-            "content-length" => length = value.trim().parse().unwrap(),
-            _ => {}
-        }
+        fields.insert(name.to_ascii_lowercase(), value.trim().to_owned());
     }
+    let length = fields
+        .get("content-length")
+        .map_or(0, |l| l.parse().unwrap());
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
-    Ok(replica.expect("x-kopya names the replica"))
+    Ok(fields)
 }
 
 fn access_lines(log: &Path) -> usize {
@@ -343,4 +368,110 @@ fn fail_if_exits_1_naming_the_figure_and_a_new_rate_limit_is_counted_on_the_logs
     let stderr = String::from_utf8_lossy(&unknown.stderr);
     assert!(stderr.contains("unknown metric \"movd\""), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Cookie stickiness on the pipeline's path (a route that sets a response header): each client
+/// binds once and comes back with its cookie; a replica removed moves exactly the sessions
+/// bound to it, and the replayed plan counts the same sessions as the live proxy moves.
+#[test]
+fn the_replayed_plan_moves_the_sticky_sessions_the_live_proxy_moves() {
+    const STICKY_CLIENTS: usize = 24;
+    let replicas: Vec<_> = (1..=3).map(|i| replica(&format!("k{i}"))).collect();
+    let named: Vec<(String, u16)> = replicas
+        .iter()
+        .enumerate()
+        .map(|(i, (_, port))| (format!("k{}", i + 1), *port))
+        .collect();
+    let (web, admin) = (free_port(), free_port());
+    let dir = scratch("plan-replay-sticky");
+    let (live, three, two, log) = (
+        dir.join("live.toml"),
+        dir.join("three.toml"),
+        dir.join("two.toml"),
+        dir.join("access.log"),
+    );
+    let route = "response_headers = [\"x-yol: pipeline\"]\n";
+    let sticky = "algorithm = \"round-robin\"\n\n[pool.sticky]\nmode = \"cookie\"\ncookie = \"oturum\"\nsecret = \"replay\"\n";
+    std::fs::write(&three, keyed_config(web, admin, &named, route, sticky)).unwrap();
+    let without_k2 = [named[0].clone(), named[2].clone()];
+    std::fs::write(&two, keyed_config(web, admin, &without_k2, route, sticky)).unwrap();
+    std::fs::copy(&three, &live).unwrap();
+
+    let stderr = std::fs::File::create(&log).unwrap();
+    let (server, _) = Trafik::start(
+        &[
+            "--log-format",
+            "json",
+            "serve",
+            "-c",
+            live.to_str().unwrap(),
+        ],
+        Stdio::from(stderr),
+        "listening",
+    );
+    let request =
+        |cookie: &str| format!("GET /takip/TR-1 HTTP/1.1\r\nHost: kargo.test\r\n{cookie}\r\n");
+    let mut bound = Vec::new();
+    for n in 0..STICKY_CLIENTS {
+        let (mut writer, mut reader) = client(web, n);
+        let first = exchange(&mut writer, &mut reader, &request("")).unwrap();
+        assert_eq!(first["x-yol"], "pipeline");
+        let cookie = first["set-cookie"].split(';').next().unwrap().to_owned();
+        for _ in 0..3 {
+            let again = exchange(
+                &mut writer,
+                &mut reader,
+                &request(&format!("Cookie: {cookie}\r\n")),
+            )
+            .unwrap();
+            assert_eq!(again["x-kopya"], first["x-kopya"], "the cookie binds");
+        }
+        bound.push((cookie, first["x-kopya"].clone()));
+    }
+    wait_for_lines(&log, STICKY_CLIENTS * 4);
+    let logged = dir.join("before.log");
+    std::fs::copy(&log, &logged).unwrap();
+    let planned = plan(&three, &two, &logged, &["--json"]);
+    assert!(
+        planned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    let report: Value = serde_json::from_slice(&planned.stdout).unwrap();
+
+    std::fs::copy(&two, &live).unwrap();
+    let reload = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["reload", "--admin", &format!("127.0.0.1:{admin}")])
+        .output()
+        .unwrap();
+    assert!(reload.status.success());
+    let mut measured = 0;
+    for (n, (cookie, before)) in bound.iter().enumerate() {
+        let (mut writer, mut reader) = client(web, n);
+        let after = exchange(
+            &mut writer,
+            &mut reader,
+            &request(&format!("Cookie: {cookie}\r\n")),
+        )
+        .unwrap();
+        measured += usize::from(after["x-kopya"] != *before);
+        assert_eq!(after["x-kopya"] != *before, before == "k2");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let sessions = &report["metrics"]["sticky_moved"];
+    eprintln!(
+        "replayed plan: sticky sessions moved {sessions}; measured {measured} of {STICKY_CLIENTS}"
+    );
+    assert!(measured > 0, "round robin bound some clients to k2");
+    assert_eq!(sessions["of"], STICKY_CLIENTS);
+    assert_eq!(sessions["count"], measured);
+    // The bound requests (three per client) move with their sessions; first requests are
+    // bound by nothing and do not count.
+    assert_eq!(report["metrics"]["moved"]["of"], STICKY_CLIENTS * 3);
+    assert_eq!(report["metrics"]["moved"]["count"], measured * 3);
+    for movement in report["pools"][0]["moves"].as_array().unwrap() {
+        assert_eq!(movement["from"], "k2");
+    }
 }
