@@ -5,14 +5,14 @@
 //! limiter's count on the log's own clock.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use trafik_test_support::{Trafik, free_port, get_json};
+use trafik_test_support::{Trafik, free_port, reload, replica};
 
 const REQUESTS: usize = 20_000;
 /// Distinct hash keys among the requests: each comes back several times.
@@ -20,15 +20,15 @@ const KEYS: usize = 5_000;
 /// Client connections the requests are spread over.
 const CLIENTS: usize = 4;
 
-fn replica(name: &str) -> (Trafik, u16) {
-    let port = free_port();
-    let address = format!("127.0.0.1:{port}");
-    let (replica, _) = Trafik::start(
-        &["upstream", "--name", name, "--listen", &address],
-        Stdio::null(),
-        "on http://",
-    );
-    (replica, port)
+/// Replicas `k1`…`kN`, each with its name and port.
+fn replicas(count: usize) -> Vec<(Trafik, (String, u16))> {
+    (1..=count)
+        .map(|i| {
+            let name = format!("k{i}");
+            let (replica, port) = replica(&name);
+            (replica, (name, port))
+        })
+        .collect()
 }
 
 fn config(web: u16, admin: u16, replicas: &[(String, u16)], route_extra: &str) -> String {
@@ -100,33 +100,15 @@ fn send_all(web: u16) -> Vec<String> {
         .collect()
 }
 
-/// Sends one request and reads its answer (status 200 required); the answer's header fields.
+/// Sends one request on a kept-alive connection; the answer's header fields (status 200
+/// required).
 fn exchange(
     writer: &mut TcpStream,
     reader: &mut BufReader<TcpStream>,
     request: &str,
 ) -> std::io::Result<HashMap<String, String>> {
-    // One write per request: several small ones would wait on Nagle and delayed ACKs.
-    writer.write_all(request.as_bytes())?;
-    let mut status = String::new();
-    reader.read_line(&mut status)?;
-    assert!(status.starts_with("HTTP/1.1 200"), "{request}: {status}");
-    let mut fields = HashMap::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line)?;
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (name, value) = line.split_once(':').unwrap();
-        fields.insert(name.to_ascii_lowercase(), value.trim().to_owned());
-    }
-    let length = fields
-        .get("content-length")
-        .map_or(0, |l| l.parse().unwrap());
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
+    let (status, fields) = trafik_test_support::exchange(writer, reader, request)?;
+    assert_eq!(status, 200, "{request}");
     Ok(fields)
 }
 
@@ -163,6 +145,25 @@ fn plan(old: &Path, new: &Path, log: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `trafik serve -c CONFIG` with its JSON log (the access lines among it) written to `log`.
+fn serve_logged(config: &Path, log: &Path) -> Trafik {
+    let stderr = std::fs::File::create(log).unwrap();
+    let config = config.to_str().unwrap();
+    let args = ["--log-format", "json", "serve", "-c", config];
+    Trafik::start(&args, Stdio::from(stderr), "listening").0
+}
+
+/// `trafik plan OLD NEW --replay LOG --json`, which must succeed: its report.
+fn replayed(old: &Path, new: &Path, log: &Path) -> Value {
+    let planned = plan(old, new, log, &["--json"]);
+    assert!(
+        planned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    serde_json::from_slice(&planned.stdout).unwrap()
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("trafik-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -171,12 +172,8 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn the_replayed_plan_of_a_fourth_replica_is_the_measured_move_within_one_percent() {
-    let replicas: Vec<_> = (1..=4).map(|i| replica(&format!("k{i}"))).collect();
-    let named: Vec<(String, u16)> = replicas
-        .iter()
-        .enumerate()
-        .map(|(i, (_, port))| (format!("k{}", i + 1), *port))
-        .collect();
+    let replicas = replicas(4);
+    let named: Vec<(String, u16)> = replicas.iter().map(|(_, named)| named.clone()).collect();
     let (web, admin) = (free_port(), free_port());
     let dir = scratch("plan-replay");
     let (live, three, four, log) = (
@@ -189,18 +186,7 @@ fn the_replayed_plan_of_a_fourth_replica_is_the_measured_move_within_one_percent
     std::fs::write(&four, config(web, admin, &named, "")).unwrap();
     std::fs::copy(&three, &live).unwrap();
 
-    let stderr = std::fs::File::create(&log).unwrap();
-    let (server, _) = Trafik::start(
-        &[
-            "--log-format",
-            "json",
-            "serve",
-            "-c",
-            live.to_str().unwrap(),
-        ],
-        Stdio::from(stderr),
-        "listening",
-    );
+    let server = serve_logged(&live, &log);
     let before = send_all(web);
     wait_for_lines(&log, REQUESTS);
     // The log as it stood before the change: the traffic the plan is asked about.
@@ -212,28 +198,10 @@ fn the_replayed_plan_of_a_fourth_replica_is_the_measured_move_within_one_percent
         !text.contains("musteri-"),
         "the log keeps the rule's key, never the header's value"
     );
-    let planned = plan(&three, &four, &logged, &["--json"]);
-    assert!(
-        planned.status.success(),
-        "{}",
-        String::from_utf8_lossy(&planned.stderr)
-    );
-    let report: Value = serde_json::from_slice(&planned.stdout).unwrap();
+    let report = replayed(&three, &four, &logged);
 
     std::fs::copy(&four, &live).unwrap();
-    let reload = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(["reload", "--admin", &format!("127.0.0.1:{admin}")])
-        .output()
-        .unwrap();
-    assert!(
-        reload.status.success(),
-        "{}",
-        String::from_utf8_lossy(&reload.stderr)
-    );
-    assert_eq!(
-        get_json(&format!("127.0.0.1:{admin}"), "/status")["config"]["generation"],
-        2
-    );
+    reload(&format!("127.0.0.1:{admin}"));
     let after = send_all(web);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
@@ -376,12 +344,8 @@ fn fail_if_exits_1_naming_the_figure_and_a_new_rate_limit_is_counted_on_the_logs
 #[test]
 fn the_replayed_plan_moves_the_sticky_sessions_the_live_proxy_moves() {
     const STICKY_CLIENTS: usize = 24;
-    let replicas: Vec<_> = (1..=3).map(|i| replica(&format!("k{i}"))).collect();
-    let named: Vec<(String, u16)> = replicas
-        .iter()
-        .enumerate()
-        .map(|(i, (_, port))| (format!("k{}", i + 1), *port))
-        .collect();
+    let replicas = replicas(3);
+    let named: Vec<(String, u16)> = replicas.iter().map(|(_, named)| named.clone()).collect();
     let (web, admin) = (free_port(), free_port());
     let dir = scratch("plan-replay-sticky");
     let (live, three, two, log) = (
@@ -397,18 +361,7 @@ fn the_replayed_plan_moves_the_sticky_sessions_the_live_proxy_moves() {
     std::fs::write(&two, keyed_config(web, admin, &without_k2, route, sticky)).unwrap();
     std::fs::copy(&three, &live).unwrap();
 
-    let stderr = std::fs::File::create(&log).unwrap();
-    let (server, _) = Trafik::start(
-        &[
-            "--log-format",
-            "json",
-            "serve",
-            "-c",
-            live.to_str().unwrap(),
-        ],
-        Stdio::from(stderr),
-        "listening",
-    );
+    let server = serve_logged(&live, &log);
     let request =
         |cookie: &str| format!("GET /takip/TR-1 HTTP/1.1\r\nHost: kargo.test\r\n{cookie}\r\n");
     let mut bound = Vec::new();
@@ -431,20 +384,10 @@ fn the_replayed_plan_moves_the_sticky_sessions_the_live_proxy_moves() {
     wait_for_lines(&log, STICKY_CLIENTS * 4);
     let logged = dir.join("before.log");
     std::fs::copy(&log, &logged).unwrap();
-    let planned = plan(&three, &two, &logged, &["--json"]);
-    assert!(
-        planned.status.success(),
-        "{}",
-        String::from_utf8_lossy(&planned.stderr)
-    );
-    let report: Value = serde_json::from_slice(&planned.stdout).unwrap();
+    let report = replayed(&three, &two, &logged);
 
     std::fs::copy(&two, &live).unwrap();
-    let reload = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(["reload", "--admin", &format!("127.0.0.1:{admin}")])
-        .output()
-        .unwrap();
-    assert!(reload.status.success());
+    reload(&format!("127.0.0.1:{admin}"));
     let mut measured = 0;
     for (n, (cookie, before)) in bound.iter().enumerate() {
         let (mut writer, mut reader) = client(web, n);
