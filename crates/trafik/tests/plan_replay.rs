@@ -418,3 +418,70 @@ fn the_replayed_plan_moves_the_sticky_sessions_the_live_proxy_moves() {
         assert_eq!(movement["from"], "k2");
     }
 }
+
+/// A weighted DNS name (b34, b35, b06) with `weights`, beside one route.
+fn dns_config(weights: [u32; 3]) -> String {
+    let mut text = config(free_port(), free_port(), &[("k1".into(), 9001)], "");
+    text.push_str("\n[dns]\nlisten = \"127.0.0.1:0\"\nquery_log = true\n");
+    for (name, address) in [
+        ("b34", "127.0.0.34"),
+        ("b35", "127.0.0.35"),
+        ("b06", "127.0.0.6"),
+    ] {
+        text.push_str(&format!(
+            "\n[[dns.region]]\nname = \"{name}\"\naddresses = [\"{address}\"]\n"
+        ));
+    }
+    text.push_str(&format!(
+        "\n[[dns.zone]]\norigin = \"kargo.test.\"\nttl = 300\nname_servers = [\"ns1\"]\n\n\
+         [[dns.zone.record]]\nname = \"ns1\"\ntype = \"A\"\nvalue = \"127.0.0.1\"\n\n\
+         [[dns.zone.name]]\nname = \"api\"\npolicy = \"weighted\"\nttl = 60\n\
+         weights = {{ b34 = {}, b35 = {}, b06 = {} }}\n",
+        weights[0], weights[1], weights[2]
+    ));
+    text
+}
+
+/// The DNS query log's lines in the same file are replayed too: each logged query decided by
+/// both configurations' own authority, the share per region for the clients seen.
+#[test]
+fn the_dns_query_log_in_the_same_file_is_replayed_for_the_clients_seen() {
+    let dir = scratch("plan-replay-dns");
+    let (old, new) = (dir.join("old.toml"), dir.join("new.toml"));
+    std::fs::write(&old, dns_config([5, 3, 2])).unwrap();
+    std::fs::write(&new, dns_config([6, 4, 0])).unwrap();
+    let mut lines = vec![line("10.0.0.1:4000", 1_800_000_000_000_000, 1)];
+    for i in 0..1000 {
+        let subnet = match i % 2 {
+            0 => "None".to_owned(),
+            _ => "Some(\"10.9.0.0/24\")".to_owned(),
+        };
+        lines.push(
+            serde_json::json!({
+                "target": "trafik::dns",
+                "fields": {
+                    "message": "dns query", "client": format!("127.0.0.1:{}", 40000 + i),
+                    "subnet": subnet, "name": "API.kargo.test.", "kind": "A",
+                },
+            })
+            .to_string(),
+        );
+    }
+    let log = dir.join("access.log");
+    std::fs::write(&log, lines.join("\n")).unwrap();
+    let report = replayed(&old, &new, &log);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(report["dns_queries"], 1000);
+    let name = &report["dns"][0];
+    assert_eq!(name["name"], "api.kargo.test.");
+    assert_eq!(name["queries"], 1000);
+    let before = name["share_before"]["b06"].as_f64().unwrap();
+    assert!(
+        (0.1..0.3).contains(&before),
+        "b06 answered {before} of the queries"
+    );
+    assert!(name["share_after"].get("b06").is_none(), "{name}");
+    assert!(name["moved"].as_u64().unwrap() > 0);
+    assert!((name["share_deviation"].as_f64().unwrap() - before).abs() < 0.1);
+}

@@ -52,8 +52,8 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
 }
 
 /// `--replay LOG`: the log's requests through both configurations (`trafik_http::replay`);
-/// exit 1 when a `--fail-if` condition holds, naming its figure. DNS names are compared on
-/// sample queries as without a log: an access log holds no DNS queries.
+/// exit 1 when a `--fail-if` condition holds, naming its figure. DNS names are compared on the
+/// queries of the DNS query log when the file holds them, else on sample queries.
 fn replay(
     before: &Loaded,
     after: &Loaded,
@@ -75,8 +75,25 @@ fn replay(
     let mut report = trafik_proxy::replay_offline(&before.plan, &after.plan, &records)
         .map_err(|errors| errors.join("\n"))?;
     report["unreadable_lines"] = unreadable.into();
-    let dns = dns_change::compare(&dns(before), &dns(after), DNS_QUERIES)?;
-    report["dns"] = serde_json::to_value(&dns).map_err(|e| e.to_string())?;
+    // DNS: the query log's lines in the same file (`[dns] query_log = true`), else sample
+    // queries from a client of each group, as without a log.
+    let queries = dns_change::read_queries(&text);
+    let (shifts, samples) = match queries.is_empty() {
+        false => (
+            dns_change::replay(&dns(before), &dns(after), &queries)?,
+            Vec::new(),
+        ),
+        true => (
+            Vec::new(),
+            dns_change::compare(&dns(before), &dns(after), DNS_QUERIES)?,
+        ),
+    };
+    report["dns_queries"] = queries.len().into();
+    report["dns"] = match queries.is_empty() {
+        false => serde_json::to_value(&shifts),
+        true => serde_json::to_value(&samples),
+    }
+    .map_err(|e| e.to_string())?;
     let failed = trafik_proxy::replay::failing(&report, &thresholds);
     report["failed"] = failed.clone().into();
     if json {
@@ -86,9 +103,12 @@ fn replay(
         if unreadable > 0 {
             text.push_str(&format!("\n{unreadable} access lines could not be read\n"));
         }
-        if !dns.is_empty() {
-            text.push_str("\nDNS, on sample queries (an access log holds no DNS queries):");
-            text.push_str(&dns_change::render(&dns));
+        if !shifts.is_empty() {
+            text.push_str(&dns_change::render_shifts(&shifts));
+        }
+        if !samples.is_empty() {
+            text.push_str("\nDNS, on sample queries (the log holds no DNS queries):");
+            text.push_str(&dns_change::render(&samples));
         }
         say(text.trim_end());
     }
