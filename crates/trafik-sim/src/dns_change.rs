@@ -370,6 +370,9 @@ pub struct NameShift {
     pub moved: u64,
 }
 
+/// Per name: queries, answers per region before and after, queries answered otherwise.
+type Counted = (u64, BTreeMap<String, u64>, BTreeMap<String, u64>, u64);
+
 /// Each logged query of a policy name of either configuration, decided by both authorities
 /// (the server's code) with every region live; query `i`'s weighted draw is the same on both
 /// sides, so only the configuration's change moves it.
@@ -398,8 +401,7 @@ pub fn replay(
                 .collect::<Vec<String>>(),
         )
     };
-    let mut shifts: BTreeMap<String, (u64, BTreeMap<String, u64>, BTreeMap<String, u64>, u64)> =
-        BTreeMap::new();
+    let mut shifts: BTreeMap<String, Counted> = BTreeMap::new();
     for (i, query) in queries.iter().enumerate() {
         let (was, will) = (decide(&old, query, i), decide(&new, query, i));
         if was.is_none() && will.is_none() {
