@@ -251,13 +251,17 @@ fn the_replayed_plan_of_a_fourth_replica_is_the_measured_move_within_one_percent
 /// An access line as `trafik serve --access-log --log-format json` writes it; request `n`'s
 /// key spread over the ring as hashed keys are.
 fn line(client: &str, micros: u64, n: u64) -> String {
+    access_line(client, micros, n, "/takip/TR-1")
+}
+
+fn access_line(client: &str, micros: u64, n: u64, uri: &str) -> String {
     let key = (n + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     serde_json::json!({
         "timestamp": "2026-12-02T12:00:00.000000Z",
         "level": "INFO",
         "target": "trafik::access",
         "fields": {
-            "client": client, "method": "GET", "host": "kargo.test", "uri": "/takip/TR-1",
+            "client": client, "method": "GET", "host": "kargo.test", "uri": uri,
             "status": 200, "backend": "", "key": format!("{key:#018x}"), "sticky": "",
             "started_unix_micros": micros, "micros": 100,
         },
@@ -484,4 +488,50 @@ fn the_dns_query_log_in_the_same_file_is_replayed_for_the_clients_seen() {
     assert!(name["share_after"].get("b06").is_none(), "{name}");
     assert!(name["moved"].as_u64().unwrap() > 0);
     assert!((name["share_deviation"].as_f64().unwrap() - before).abs() < 0.1);
+}
+
+/// A cache's shorter freshness, on the log's clock: copies fresh under the old `default_ttl` at
+/// the log's end but stale under the new one, and the origin fetches each would make.
+#[test]
+fn a_shorter_cache_freshness_is_counted_on_the_logs_clock() {
+    let dir = scratch("plan-replay-cache");
+    let cached = |ttl: &str| {
+        let mut text = config(
+            free_port(),
+            free_port(),
+            &[("k1".into(), 9001)],
+            "cache = \"kenar\"\n",
+        );
+        text.push_str(&format!(
+            "\n[[cache]]\nname = \"kenar\"\ndefault_ttl = \"{ttl}\"\n"
+        ));
+        text
+    };
+    let (old, new) = (dir.join("old.toml"), dir.join("new.toml"));
+    std::fs::write(&old, cached("60s")).unwrap();
+    std::fs::write(&new, cached("10s")).unwrap();
+    let second = 1_000_000u64;
+    let start = 1_800_000_000_000_000u64;
+    // A: fetched at 0, fresh at 5 s under both; B: fetched at 0, fresh at 50 s only under 60 s;
+    // C: fetched at the end. At 55 s, A's and B's copies are fresh under 60 s, stale under 10 s.
+    let lines = [
+        access_line("10.0.0.1:1", start, 1, "/takip/A"),
+        access_line("10.0.0.1:1", start + 1, 2, "/takip/B"),
+        access_line("10.0.0.1:1", start + 5 * second, 1, "/takip/A"),
+        access_line("10.0.0.1:1", start + 50 * second, 2, "/takip/B"),
+        access_line("10.0.0.1:1", start + 55 * second, 3, "/takip/C"),
+    ];
+    let log = dir.join("access.log");
+    std::fs::write(&log, lines.join("\n")).unwrap();
+    let report = replayed(&old, &new, &log);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let cache = &report["caches"][0];
+    assert_eq!(cache["cache"], "kenar");
+    assert_eq!(cache["entries"], 3);
+    assert_eq!(cache["rekeyed"], 0);
+    assert_eq!(cache["expired_by_ttl"], 2, "{cache}");
+    assert_eq!(cache["origin_fetches_before"], 3);
+    assert_eq!(cache["origin_fetches_after"], 4);
+    assert_eq!(report["metrics"]["cache_invalidated"]["count"], 2);
 }
