@@ -227,7 +227,7 @@ fn answer(status: u16, reason: &str, retry_after: Option<u64>) -> Value {
 
 /// The listener whose port the URL names (80 or 443 by its scheme when it names none); the only
 /// HTTP listener when no port fits.
-fn choose_listener<'l>(
+pub(crate) fn choose_listener<'l>(
     snapshot: &Snapshot,
     listeners: &'l [ListenerAddress],
     uri: &Uri,
@@ -247,7 +247,7 @@ fn choose_listener<'l>(
 
 /// The request as a listener would parse it: origin form, `Host` from the URL unless given,
 /// the path normalized as served requests are.
-fn build_request(question: &Question) -> Result<Request<RequestBody>, String> {
+pub(crate) fn build_request(question: &Question) -> Result<Request<RequestBody>, String> {
     let raw_path = question.uri.path();
     let path = match crate::http::path::normalize(raw_path) {
         Ok(normalized) => normalized.unwrap_or_else(|| raw_path.to_owned()),
@@ -273,7 +273,7 @@ fn build_request(question: &Question) -> Result<Request<RequestBody>, String> {
 }
 
 /// The pool a target sends to, when it sends to one.
-fn pool_of(target: &Target, captures: Option<&Captures>) -> Option<usize> {
+pub(crate) fn pool_of(target: &Target, captures: Option<&Captures>) -> Option<usize> {
     match target {
         Target::Pool(pool) => Some(pool.pool),
         Target::Cached(cached) => pool_of(&cached.inner, captures),
@@ -302,7 +302,7 @@ fn describe_target(snapshot: &Snapshot, target: &Target) -> String {
 }
 
 /// A route as configuration writes it: `host api.local, path /takip, GET → pool takip`.
-fn describe_route(snapshot: &Snapshot, route: &Route) -> String {
+pub(crate) fn describe_route(snapshot: &Snapshot, route: &Route) -> String {
     let mut parts = Vec::new();
     if let Some(host) = route.host() {
         parts.push(format!("host {host}"));

@@ -16,7 +16,7 @@ pub mod names;
 pub mod worker;
 
 // HTTP and the configuration in force, under the names the modules above use.
-pub use trafik_http::{explain, h1, http, route_change, snapshot};
+pub use trafik_http::{explain, h1, http, replay, route_change, snapshot};
 
 // The layer below any protocol, under the names the modules above use.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -596,12 +596,42 @@ fn single_thread_runtime() -> io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// What a configuration would do with `question` on a fresh start (`trafik explain -c FILE`):
-/// the snapshot `serve` would build, every backend up and nothing counted yet; nothing is bound.
+/// What a configuration would do with `question` on a fresh start (`trafik explain -c FILE`).
 pub fn explain_offline(
     plan: &Plan,
     question: &trafik_http::explain::Question,
 ) -> Result<serde_json::Value, Vec<String>> {
+    let (snapshot, listeners) = fresh_start(plan)?;
+    Ok(trafik_http::explain::explain(
+        &snapshot, &listeners, question, 0,
+    ))
+}
+
+/// An access log's requests played through two configurations, each on a fresh start
+/// (`trafik plan OLD NEW --replay LOG`).
+pub fn replay_offline(
+    old: &Plan,
+    new: &Plan,
+    records: &[trafik_http::replay::Record],
+) -> Result<serde_json::Value, Vec<String>> {
+    let (old_snapshot, old_listeners) = fresh_start(old)?;
+    let (new_snapshot, new_listeners) = fresh_start(new)?;
+    Ok(trafik_http::replay::replay(
+        &trafik_http::replay::Side {
+            snapshot: &old_snapshot,
+            listeners: &old_listeners,
+        },
+        &trafik_http::replay::Side {
+            snapshot: &new_snapshot,
+            listeners: &new_listeners,
+        },
+        records,
+    ))
+}
+
+/// The snapshot `serve` would build from `plan`, every backend up and nothing counted yet, and
+/// its listeners; nothing is bound.
+fn fresh_start(plan: &Plan) -> Result<(Snapshot, Vec<ListenerAddress>), Vec<String>> {
     let listeners: Vec<ListenerAddress> = plan
         .listeners
         .iter()
@@ -615,7 +645,5 @@ pub fn explain_offline(
     let ids: Vec<ListenerId> = listeners.iter().map(|l| l.id).collect();
     let endpoints = Endpoints::new(1);
     let snapshot = Snapshot::build(plan, &ids, None, &endpoints, 1, None)?;
-    Ok(trafik_http::explain::explain(
-        &snapshot, &listeners, question, 0,
-    ))
+    Ok((snapshot, listeners))
 }

@@ -312,3 +312,175 @@ mod tests {
         assert_eq!(name.failover_window_after, Some(26.0));
     }
 }
+
+/// One query of trafik's DNS query log (`[dns] query_log = true`, target `trafik::dns`): the
+/// client as the policy reads it — the client-subnet option's network when the query carried
+/// one, else its source address — and the name asked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoggedQuery {
+    pub client: Client,
+    pub name: String,
+}
+
+/// The query log's lines among a JSON log (`--log-format json`); other lines are passed over.
+pub fn read_queries(text: &str) -> Vec<LoggedQuery> {
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|value| value["target"] == "trafik::dns" && value["fields"]["name"].is_string())
+        .filter_map(|value| {
+            let fields = &value["fields"];
+            let source: std::net::SocketAddr = fields["client"].as_str()?.parse().ok()?;
+            // Written as `Some("10.1.0.0/24")` or `None`.
+            let subnet = fields["subnet"]
+                .as_str()
+                .and_then(|s| s.strip_prefix("Some(\"")?.strip_suffix("\")"))
+                .and_then(|s| s.split_once('/'))
+                .and_then(|(address, prefix)| Some((address.parse().ok()?, prefix.parse().ok()?)));
+            let client = match subnet {
+                Some((address, prefix)) => Client { address, prefix },
+                None => Client::from_source(source.ip()),
+            };
+            Some(LoggedQuery {
+                client,
+                name: absolute(fields["name"].as_str()?),
+            })
+        })
+        .collect()
+}
+
+fn absolute(name: &str) -> String {
+    let mut name = name.to_ascii_lowercase();
+    if !name.ends_with('.') {
+        name.push('.');
+    }
+    name
+}
+
+/// A policy name's answers to the logged queries, decided again by both configurations.
+#[derive(Debug, Serialize)]
+pub struct NameShift {
+    pub name: String,
+    pub queries: u64,
+    /// Region → share of the queries it answered.
+    pub share_before: BTreeMap<String, f64>,
+    pub share_after: BTreeMap<String, f64>,
+    /// The largest |after − before| over the regions.
+    pub share_deviation: f64,
+    /// Queries answered by another set of regions.
+    pub moved: u64,
+}
+
+/// Per name: queries, answers per region before and after, queries answered otherwise.
+type Counted = (u64, BTreeMap<String, u64>, BTreeMap<String, u64>, u64);
+
+/// Each logged query of a policy name of either configuration, decided by both authorities
+/// (the server's code) with every region live; query `i`'s weighted draw is the same on both
+/// sides, so only the configuration's change moves it.
+pub fn replay(
+    before: &DnsShape,
+    after: &DnsShape,
+    queries: &[LoggedQuery],
+) -> Result<Vec<NameShift>, String> {
+    let (old, new) = (authority(before.plan)?, authority(after.plan)?);
+    let decide = |side: &Option<(Authority, &DnsPlan)>, query: &LoggedQuery, i: usize| {
+        let (authority, plan) = side.as_ref()?;
+        let name = authority
+            .zones
+            .iter()
+            .flat_map(|z| z.policy_names())
+            .find(|n| absolute(&n.name.to_string()) == query.name)?;
+        let live = Live::all(plan.regions.len());
+        let decision = name
+            .policy
+            .decide(query.client, &authority.groups, live, mix(i as u64));
+        Some(
+            decision
+                .regions
+                .iter()
+                .map(|r| plan.regions[*r].name.clone())
+                .collect::<Vec<String>>(),
+        )
+    };
+    let mut shifts: BTreeMap<String, Counted> = BTreeMap::new();
+    for (i, query) in queries.iter().enumerate() {
+        let (was, will) = (decide(&old, query, i), decide(&new, query, i));
+        if was.is_none() && will.is_none() {
+            continue;
+        }
+        let entry = shifts.entry(query.name.clone()).or_default();
+        entry.0 += 1;
+        for region in was.iter().flatten() {
+            *entry.1.entry(region.clone()).or_default() += 1;
+        }
+        for region in will.iter().flatten() {
+            *entry.2.entry(region.clone()).or_default() += 1;
+        }
+        entry.3 += u64::from(was != will);
+    }
+    Ok(shifts
+        .into_iter()
+        .map(|(name, (queries, before, after, moved))| {
+            let share = |counts: BTreeMap<String, u64>| -> BTreeMap<String, f64> {
+                counts
+                    .into_iter()
+                    .map(|(region, n)| (region, n as f64 / queries as f64))
+                    .collect()
+            };
+            let (share_before, share_after) = (share(before), share(after));
+            let share_deviation = share_before
+                .keys()
+                .chain(share_after.keys())
+                .map(|k| {
+                    (share_before.get(k).unwrap_or(&0.0) - share_after.get(k).unwrap_or(&0.0)).abs()
+                })
+                .fold(0.0, f64::max);
+            NameShift {
+                name,
+                queries,
+                share_before,
+                share_after,
+                share_deviation,
+                moved,
+            }
+        })
+        .collect())
+}
+
+/// A configuration's DNS authority as the server builds it, with its plan.
+fn authority(plan: Option<&DnsPlan>) -> Result<Option<(Authority, &DnsPlan)>, String> {
+    plan.map(|plan| {
+        Ok((
+            Authority::build(plan, None).map_err(|e| e.join("; "))?,
+            plan,
+        ))
+    })
+    .transpose()
+}
+
+/// The text `trafik plan --replay` prints for the names the query log asked.
+pub fn render_shifts(shifts: &[NameShift]) -> String {
+    let shares = |m: &BTreeMap<String, f64>| {
+        let list: Vec<String> = m
+            .iter()
+            .map(|(k, v)| format!("{k} {:.1} %", v * 100.0))
+            .collect();
+        if list.is_empty() {
+            "-".to_owned()
+        } else {
+            list.join(", ")
+        }
+    };
+    let mut out = String::new();
+    for shift in shifts {
+        out.push_str(&format!(
+            "\ndns {}: {} logged queries, {} answered otherwise\n  share before: {}\n  share after:  {}\n  share deviation: {:.1} %\n",
+            shift.name,
+            shift.queries,
+            shift.moved,
+            shares(&shift.share_before),
+            shares(&shift.share_after),
+            shift.share_deviation * 100.0
+        ));
+    }
+    out
+}

@@ -11,8 +11,8 @@ pub mod services;
 pub mod webdriver;
 
 pub use process::{
-    INSIDE_NAMESPACE, Proxy, Trafik, Upstream, get_json, get_text, json, load, load_errors,
-    parse_head, run_in_own_network_namespace, trafik_binary,
+    INSIDE_NAMESPACE, Proxy, Trafik, Upstream, exchange, get_json, get_text, json, load,
+    load_errors, parse_head, reload, replica, run_in_own_network_namespace, trafik_binary,
 };
 pub use services::{Etcd, GrpcServer, Named, Redis, grpc_call, grpc_client};
 

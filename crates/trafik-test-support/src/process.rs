@@ -23,6 +23,69 @@ pub fn trafik_binary() -> PathBuf {
     binary
 }
 
+/// A replica (`trafik upstream`) on a free port that names itself `name` in `x-kopya`; its port.
+pub fn replica(name: &str) -> (Trafik, u16) {
+    let port = crate::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let (replica, _) = Trafik::start(
+        &["upstream", "--name", name, "--listen", &address],
+        Stdio::null(),
+        "on http://",
+    );
+    (replica, port)
+}
+
+/// Sends one request (written at once: several small writes would wait on Nagle and delayed
+/// ACKs) on a kept-alive connection and reads its answer whole: the status and the header
+/// fields by lowercase name.
+pub fn exchange(
+    writer: &mut std::net::TcpStream,
+    reader: &mut BufReader<std::net::TcpStream>,
+    request: &str,
+) -> std::io::Result<(u16, std::collections::HashMap<String, String>)> {
+    use std::io::{Read, Write};
+    writer.write_all(request.as_bytes())?;
+    let mut status = String::new();
+    reader.read_line(&mut status)?;
+    let code = status
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut fields = std::collections::HashMap::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            fields.insert(name.to_ascii_lowercase(), value.trim().to_owned());
+        }
+    }
+    let length = fields
+        .get("content-length")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok((code, fields))
+}
+
+/// `trafik reload --admin ADDRESS`, which must succeed.
+pub fn reload(admin: &str) {
+    let reloaded = Command::new(trafik_binary())
+        .args(["reload", "--admin", admin])
+        .output()
+        .unwrap();
+    assert!(
+        reloaded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reloaded.stderr)
+    );
+}
+
 /// A `trafik` child process. Dropping it (a failed assertion unwinding) kills it by its id, so a
 /// test never leaves a server behind; `stop` is the graceful way, SIGTERM and a drain.
 pub struct Trafik {

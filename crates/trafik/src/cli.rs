@@ -176,6 +176,16 @@ pub struct PlanArgs {
     /// hash key reads them: a header, cookie or query value, a path).
     #[arg(long, default_value = "key-")]
     pub key_prefix: String,
+    /// Play the requests of this access log (`trafik serve --access-log --log-format json`)
+    /// through OLD and NEW instead of placing sample keys: routes, moves, sticky sessions, rate
+    /// limits and cache keys, per route and pool.
+    #[arg(long, value_name = "ACCESS_LOG")]
+    pub replay: Option<PathBuf>,
+    /// With --replay: exit 1 when a condition holds, e.g. 'moved>5%,refused>0' (metric op
+    /// number[%], comma-separated; metrics: route_changed, moved, keys_moved, sticky_moved,
+    /// refused, newly_refused, cache_invalidated).
+    #[arg(long, value_name = "CONDITIONS", requires = "replay")]
+    pub fail_if: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

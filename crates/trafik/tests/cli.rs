@@ -567,6 +567,20 @@ fn the_access_log_writes_one_json_line_per_request() {
         access[2]["fields"]["trace_id"],
         "4bf92f3577b34da6a3ce929d0e0e4736"
     );
+    // What `trafik plan --replay` reads: the host asked for, the rule's key (none: a
+    // round-robin pool reads none), no sticky binding, and when the request arrived.
+    assert_eq!(access[2]["fields"]["host"], "kargo.test");
+    assert_eq!(access[0]["fields"]["host"], "kargo.test");
+    assert_eq!(access[0]["fields"]["key"], "");
+    assert_eq!(access[0]["fields"]["sticky"], "");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    for line in &access {
+        let started = line["fields"]["started_unix_micros"].as_u64().unwrap();
+        assert!(started <= now && now - started < 600_000_000, "{line}");
+    }
     // Each line has the time to the answer's head and, later or equal, to its last byte.
     for line in &access {
         let fields = &line["fields"];

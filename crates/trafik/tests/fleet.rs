@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use trafik_test_support::{Etcd, Trafik, free_port, get_json, json, load_errors};
+use trafik_test_support::{Etcd, Trafik, free_port, get_json, json, load_errors, replica};
 
 const PREFIX: &str = "/filo/";
 
@@ -18,18 +18,6 @@ fn trafik(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-/// A replica that names itself in `x-kopya`.
-fn replica(name: &str) -> (Trafik, u16) {
-    let port = free_port();
-    let address = format!("127.0.0.1:{port}");
-    let (replica, _) = Trafik::start(
-        &["upstream", "--name", name, "--listen", &address],
-        Stdio::null(),
-        "on http://",
-    );
-    (replica, port)
 }
 
 /// The fleet's configuration: the listener and admin addresses are placeholders every instance

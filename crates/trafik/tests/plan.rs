@@ -3,25 +3,13 @@
 //! `trafik serve` reloaded from one config to the other.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::BufReader;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
-use trafik_test_support::{Trafik, free_port, get_json};
+use trafik_test_support::{Trafik, exchange, free_port, get_json, reload, replica};
 
 const KEYS: usize = 10_000;
-
-/// A replica that names itself in `x-kopya`.
-fn replica(name: &str) -> (Trafik, u16) {
-    let port = free_port();
-    let address = format!("127.0.0.1:{port}");
-    let (replica, _) = Trafik::start(
-        &["upstream", "--name", name, "--listen", &address],
-        Stdio::null(),
-        "on http://",
-    );
-    (replica, port)
-}
 
 fn config(web: u16, admin: u16, replicas: &[(String, u16)]) -> String {
     let mut text = format!(
@@ -54,31 +42,11 @@ fn ask(
     reader: &mut BufReader<TcpStream>,
     i: usize,
 ) -> std::io::Result<String> {
-    // One write per request: several small ones would wait on Nagle and delayed ACKs.
     let request =
         format!("GET /takip/TR-{i} HTTP/1.1\r\nHost: kargo.test\r\nx-anahtar: key-{i}\r\n\r\n");
-    writer.write_all(request.as_bytes())?;
-    let mut status = String::new();
-    reader.read_line(&mut status)?;
-    assert!(status.starts_with("HTTP/1.1 200"), "key-{i}: {status}");
-    let (mut replica, mut length) = (None, 0usize);
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line)?;
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (name, value) = line.split_once(':').unwrap();
-        match name.to_ascii_lowercase().as_str() {
-            "x-kopya" => replica = Some(value.trim().to_owned()),
-            "content-length" => length = value.trim().parse().unwrap(),
-            _ => {}
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    Ok(replica.expect("x-kopya names the replica"))
+    let (status, mut fields) = exchange(writer, reader, &request)?;
+    assert_eq!(status, 200, "key-{i}");
+    Ok(fields.remove("x-kopya").expect("x-kopya names the replica"))
 }
 
 #[test]
@@ -125,15 +93,7 @@ fn plan_predicts_the_share_of_keys_a_fourth_replica_takes_through_the_live_proxy
     let (server, _) = Trafik::start(&["serve", "-c", path], Stdio::null(), "listening");
     let before = placement(web);
     std::fs::copy(&four, &three).unwrap();
-    let reload = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(["reload", "--admin", &format!("127.0.0.1:{admin}")])
-        .output()
-        .unwrap();
-    assert!(
-        reload.status.success(),
-        "{}",
-        String::from_utf8_lossy(&reload.stderr)
-    );
+    reload(&format!("127.0.0.1:{admin}"));
     assert_eq!(
         get_json(&format!("127.0.0.1:{admin}"), "/status")["config"]["generation"],
         2

@@ -52,7 +52,7 @@ use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
 use crate::http::route::Asking;
 use crate::http::server::{self, Client, Protocol};
-use crate::http::service::{AccessLine, ClientConnection, WorkerProxy};
+use crate::http::service::{AccessLine, ClientConnection, Picked, WorkerProxy};
 use crate::http::target::Target;
 use crate::plan::UpstreamProtocol;
 use crate::pool::Pool;
@@ -370,8 +370,10 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         // Copied now: a streamed body reuses the buffer the head is in.
         logged: snapshot.client.access_log.then(|| {
             let uri = String::from_utf8_lossy(&connection.input[request.target.clone()]);
-            (connection.peer, &request.method, uri.into_owned())
+            let host = (!request.host.is_empty()).then(|| text(&request.host).to_owned());
+            (connection.peer, &request.method, uri.into_owned(), host)
         }),
+        picked: None,
     };
     // A bodiless request is its head, kept in the connection's buffer: sending it again needs
     // no copy, so its replay is nothing. Kept, as on hyper's path, only when the pool retries.
@@ -412,6 +414,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     let (context, bound) = (selection.context, selection.bound);
+    if metrics.logged.is_some() {
+        metrics.picked = Some(Picked {
+            key: context.key,
+            sticky: bound.map(|index| pool.address(index)),
+        });
+    }
     let mut call = match proxy.call(snapshot, target.pool, metrics.began, context, bound) {
         Ok(call) => call,
         Err(refused) => {
@@ -608,8 +616,10 @@ struct Answers<'s> {
     pool: &'s crate::metrics::Served,
     route: &'s crate::metrics::Traffic,
     listener: Option<&'s crate::metrics::Traffic>,
-    /// The client, method and target, when every request is logged.
-    logged: Option<(SocketAddr, &'s Method, String)>,
+    /// The client, method, target and host, when every request is logged.
+    logged: Option<(SocketAddr, &'s Method, String, Option<String>)>,
+    /// What the pool's rules read of the request, for its log line.
+    picked: Option<Picked>,
 }
 
 impl Answers<'_> {
@@ -628,13 +638,15 @@ impl Answers<'_> {
         if let Some(listener) = self.listener {
             listener.record(status, micros);
         }
-        let (client, method, uri) = self.logged.take()?;
+        let (client, method, uri, host) = self.logged.take()?;
         Some(AccessLine {
             client,
             method: method.clone(),
+            host,
             uri,
             status,
             backend,
+            picked: self.picked,
             trace_id: None,
             began: self.began,
             micros,

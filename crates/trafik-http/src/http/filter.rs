@@ -43,6 +43,14 @@ pub struct Verdict {
     pub answer: Option<OwnAnswer>,
 }
 
+/// A step's decision on a logged request played again (`trafik plan --replay`).
+pub enum Replayed {
+    Passed,
+    Refused,
+    /// The log lacks what the step decides by.
+    Unknowable(&'static str),
+}
+
 /// An answer trafik gives itself instead of the target's.
 pub struct OwnAnswer {
     pub status: u16,
@@ -99,6 +107,18 @@ pub trait Filter: Send + Sync {
         _request: &Request<RequestBody>,
         _exchange: &Exchange<'_>,
     ) -> Option<Verdict> {
+        None
+    }
+
+    /// What this step decides for a logged request played again at `now` (nanoseconds on the
+    /// log's clock), counted as a served request is, so later requests see it. `None` for a
+    /// step that decides nothing a log can tell.
+    fn replay(
+        &self,
+        _request: &Request<RequestBody>,
+        _exchange: &Exchange<'_>,
+        _now: u64,
+    ) -> Option<Replayed> {
         None
     }
 

@@ -382,6 +382,14 @@ pub fn request_host<B>(request: &Request<B>) -> Option<&str> {
     Some(strip_port(host))
 }
 
+/// The request's host as it named it, port included: the URI's authority, else `Host`.
+pub fn request_authority<B>(request: &Request<B>) -> Option<&str> {
+    if let Some(authority) = request.uri().authority() {
+        return Some(authority.as_str());
+    }
+    request.headers().get(header::HOST)?.to_str().ok()
+}
+
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         // An IPv6 literal: up to and including the closing bracket (all of it if there is none).

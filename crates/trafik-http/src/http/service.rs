@@ -123,10 +123,10 @@ impl WorkerProxy {
     ) -> Response<ProxyBody> {
         let snapshot = self.snapshot();
         let began = Instant::now();
-        let method = snapshot
-            .client
-            .access_log
-            .then(|| (request.method().clone(), request.uri().clone()));
+        let method = snapshot.client.access_log.then(|| {
+            let host = super::route::request_authority(&request).map(str::to_owned);
+            (request.method().clone(), request.uri().clone(), host)
+        });
         let grpc = super::grpc::is_grpc(request.headers());
         let (response, backend, route) = self.pipeline(&snapshot, connection, request).await;
         // One clock reading for the listener's and the route's metrics and the access log.
@@ -143,13 +143,15 @@ impl WorkerProxy {
             false => response,
         };
         match method {
-            Some((method, uri)) => {
+            Some((method, uri, host)) => {
                 let line = AccessLine {
                     client: connection.peer,
                     method,
+                    host,
                     uri: uri.to_string(),
                     status,
                     backend,
+                    picked: response.extensions().get::<Picked>().copied(),
                     trace_id: response
                         .extensions()
                         .get::<super::trace::TraceId>()
@@ -306,6 +308,15 @@ pub(crate) fn replace_path(uri: &mut Uri, normal: &str) {
     }
 }
 
+/// What a pool's rules read of a request, for its access-log line: the hash key the rule
+/// placed it by and the backend its sticky cookie bound it to — what `trafik plan --replay`
+/// needs to place the request again.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Picked {
+    pub key: Option<u64>,
+    pub sticky: Option<SocketAddr>,
+}
+
 /// One request's access-log line (target `trafik::access`), the same on every engine. It is
 /// written when the answer's body has ended, or was dropped unfinished, so it carries both
 /// durations: `micros` to the answer's head, `micros_to_last_byte` to its last byte (absent when
@@ -313,26 +324,41 @@ pub(crate) fn replace_path(uri: &mut Uri, normal: &str) {
 pub(crate) struct AccessLine {
     pub client: SocketAddr,
     pub method: http::Method,
+    /// The `Host` the request named (with its port), or its URI's authority.
+    pub host: Option<String>,
     pub uri: String,
     pub status: u16,
     pub backend: Option<SocketAddr>,
+    pub picked: Option<Picked>,
     pub trace_id: Option<super::trace::TraceId>,
     pub began: Instant,
     pub micros: u64,
 }
 
 impl AccessLine {
-    /// Writes the line; `ended` is when the body's last byte went out, if it did.
+    /// Writes the line; `ended` is when the body's last byte went out, if it did. The hash key
+    /// is written as the rule's 64-bit key (`0x…`, the value `trafik explain` shows), never the
+    /// header, cookie or query value it came from: a token used as a key stays out of the log,
+    /// and the key is all a replay needs to place the request on another ring.
     pub fn write(self, ended: Option<Instant>) {
         let micros_to_last_byte =
             ended.map(|ended| crate::metrics::micros_between(self.began, ended));
+        let picked = self.picked.unwrap_or_default();
+        let started = std::time::SystemTime::now()
+            .checked_sub(self.began.elapsed())
+            .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |since| since.as_micros() as u64);
         tracing::info!(
             target: "trafik::access",
             client = %self.client,
             method = %self.method,
+            host = self.host.as_deref().unwrap_or_default(),
             uri = %self.uri,
             status = self.status,
             backend = self.backend.map(|b| b.to_string()).unwrap_or_default(),
+            key = picked.key.map(|key| format!("{key:#018x}")).unwrap_or_default(),
+            sticky = picked.sticky.map(|b| b.to_string()).unwrap_or_default(),
+            started_unix_micros = started,
             trace_id = self.trace_id.map(|t| t.to_string()).unwrap_or_default(),
             micros = self.micros,
             micros_to_last_byte,

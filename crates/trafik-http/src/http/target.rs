@@ -17,7 +17,7 @@ use super::gateway::aggregate::AggregateTarget;
 use super::gateway::ambassador::AmbassadorTarget;
 use super::gateway::service::ServiceTarget;
 use super::retry::Replay;
-use super::service::{ClientConnection, WorkerProxy};
+use super::service::{ClientConnection, Picked, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
 use super::upstream::Checkout;
 use crate::counters::{BackendCounters, bump};
@@ -105,13 +105,21 @@ impl PoolTarget {
         let pool = &snapshot.pools[self.pool];
         // Every return goes through this: the pool's metrics (an inner async fn would cost a
         // move of its whole future per request).
-        let answered = |response: Response<ProxyBody>, backend| {
+        let mut selection = Selection::of(pool, &request, connection.peer);
+        // What the access log writes of the pick, carried to it on the answer.
+        let picked = snapshot.client.access_log.then(|| Picked {
+            key: selection.context.key,
+            sticky: selection.bound.map(|index| pool.address(index)),
+        });
+        let answered = |mut response: Response<ProxyBody>, backend| {
+            if let Some(picked) = picked {
+                response.extensions_mut().insert(picked);
+            }
             let status = response.status().as_u16();
             let served = pool.served.mine(worker.id);
             served.answered(status, began, Instant::now());
             (response, backend)
         };
-        let mut selection = Selection::of(pool, &request, connection.peer);
         let mut call = match worker.call(
             snapshot,
             self.pool,

@@ -19,8 +19,8 @@ use std::time::Instant;
 
 use trafik_balance::{Nanos, Outcome, PickContext, Tried};
 
+use super::Pool;
 use super::PoolSet;
-use super::{Pool, Preset};
 use crate::concurrency::Slot;
 use crate::counters::{BackendCounters, bump};
 use crate::error::ProxyError;
@@ -161,15 +161,8 @@ impl<'s> Call<'s> {
     /// slow start; `None` when no backend is left.
     fn pick(&mut self) -> Option<usize> {
         let pool = self.pool;
-        let context = &self.context;
-        let picked = match pool.preset(self.bound.take(), |s| {
-            s.pick_by_key(&pool.backends, context)
-        }) {
-            Some(Preset::Bound(index)) => Some(index),
-            Some(Preset::ByKey(home)) => home,
-            None => pool.selector.pick(&pool.backends, &self.context),
-        };
-        picked.map(|index| pool.warmed(index, &self.context))
+        pool.pick(self.bound.take(), &self.context)
+            .map(|index| pool.warmed(index, &self.context))
     }
 
     /// After a round that ended with every backend at its limit: waits in the queue for one to

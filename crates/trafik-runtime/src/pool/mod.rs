@@ -295,6 +295,18 @@ impl Pool {
         self.sticky.as_ref().and_then(by_key).map(Preset::ByKey)
     }
 
+    /// The pick a request bound to `bound` (by its cookie) with `context` gets, before slow
+    /// start: the bound backend, else a key's home under key stickiness, else the rule's pick
+    /// (which moves a stateful rule's turn). [`Call`] sends with it; `trafik plan --replay`
+    /// places logged requests with it.
+    pub fn pick(&self, bound: Option<usize>, context: &PickContext) -> Option<usize> {
+        match self.preset(bound, |s| s.pick_by_key(&self.backends, context)) {
+            Some(Preset::Bound(index)) => Some(index),
+            Some(Preset::ByKey(home)) => home,
+            None => self.selector.pick(&self.backends, context),
+        }
+    }
+
     /// The backend to send to after the rule picked `index`: another one (not tried) now and
     /// then while `index` is in its slow start, so its share ramps up.
     pub fn warmed(&self, index: usize, context: &PickContext) -> usize {

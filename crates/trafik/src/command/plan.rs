@@ -28,6 +28,9 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
             );
         }
     };
+    if let Some(log) = &args.replay {
+        return replay(&before, &after, log, args.fail_if.as_deref(), args.json);
+    }
     let sample = KeySample {
         prefix: args.key_prefix,
         count: args.keys,
@@ -47,6 +50,76 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
         say(text.trim_end());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--replay LOG`: the log's requests through both configurations (`trafik_http::replay`);
+/// exit 1 when a `--fail-if` condition holds, naming its figure. DNS names are compared on the
+/// queries of the DNS query log when the file holds them, else on sample queries.
+fn replay(
+    before: &Loaded,
+    after: &Loaded,
+    log: &std::path::Path,
+    fail_if: Option<&str>,
+    json: bool,
+) -> Result<ExitCode, String> {
+    let thresholds = trafik_proxy::replay::parse_thresholds(fail_if.unwrap_or_default())
+        .map_err(|error| format!("--fail-if {error}"))?;
+    let text =
+        std::fs::read_to_string(log).map_err(|error| format!("{}: {error}", log.display()))?;
+    let (records, unreadable) = trafik_proxy::replay::read_log(&text);
+    if records.is_empty() {
+        return Err(format!(
+            "{}: no access lines (write them with `trafik serve --access-log --log-format json`)",
+            log.display()
+        ));
+    }
+    let mut report = trafik_proxy::replay_offline(&before.plan, &after.plan, &records)
+        .map_err(|errors| errors.join("\n"))?;
+    report["unreadable_lines"] = unreadable.into();
+    // DNS: the query log's lines in the same file (`[dns] query_log = true`), else sample
+    // queries from a client of each group, as without a log.
+    let queries = dns_change::read_queries(&text);
+    let (shifts, samples) = match queries.is_empty() {
+        false => (
+            dns_change::replay(&dns(before), &dns(after), &queries)?,
+            Vec::new(),
+        ),
+        true => (
+            Vec::new(),
+            dns_change::compare(&dns(before), &dns(after), DNS_QUERIES)?,
+        ),
+    };
+    report["dns_queries"] = queries.len().into();
+    report["dns"] = match queries.is_empty() {
+        false => serde_json::to_value(&shifts),
+        true => serde_json::to_value(&samples),
+    }
+    .map_err(|e| e.to_string())?;
+    let failed = trafik_proxy::replay::failing(&report, &thresholds);
+    report["failed"] = failed.clone().into();
+    if json {
+        say(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        let mut text = trafik_proxy::replay::render(&report);
+        if unreadable > 0 {
+            text.push_str(&format!("\n{unreadable} access lines could not be read\n"));
+        }
+        if !shifts.is_empty() {
+            text.push_str(&dns_change::render_shifts(&shifts));
+        }
+        if !samples.is_empty() {
+            text.push_str("\nDNS, on sample queries (the log holds no DNS queries):");
+            text.push_str(&dns_change::render(&samples));
+        }
+        say(text.trim_end());
+    }
+    if failed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for failure in &failed {
+        eprintln!("trafik plan: fails: {failure}");
+    }
+    Ok(ExitCode::from(1))
 }
 
 /// Sample queries per DNS name.

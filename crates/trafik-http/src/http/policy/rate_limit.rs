@@ -15,7 +15,7 @@ use super::redis::{RedisGcra, Unavailable};
 use super::{GlobalLimitStats, Stats, access_log, refusal};
 use crate::counters::PerWorker;
 use crate::http::body::{ProxyBody, RequestBody};
-use crate::http::filter::{Exchange, Filter, OwnAnswer, Step, Verdict, Waiting};
+use crate::http::filter::{Exchange, Filter, OwnAnswer, Replayed, Step, Verdict, Waiting};
 use crate::plan::{RateKey, RateLimitPlan};
 use trafik_policy::gcra::{Decision, Gcra, Table};
 use trafik_policy::stage::Stage;
@@ -173,16 +173,48 @@ pub struct LocalLimit {
     epoch: Instant,
 }
 
-impl Filter for LocalLimit {
-    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+impl LocalLimit {
+    /// Counts the request at `now` (nanoseconds on the limit's clock).
+    fn decide(
+        &self,
+        request: &Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        now: u64,
+    ) -> Decision {
         let key = self.limit.key(request, exchange);
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        let decision = self
-            .table
+        self.table
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .decide(&self.limit.gcra, key, now);
+            .decide(&self.limit.gcra, key, now)
+    }
+}
+
+impl Filter for LocalLimit {
+    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let decision = self.decide(request, exchange, now);
         self.limit.apply(decision, exchange)
+    }
+
+    fn replay(
+        &self,
+        request: &Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        now: u64,
+    ) -> Option<Replayed> {
+        Some(match &self.limit.key {
+            RateKey::Header(_) => {
+                Replayed::Unknowable("keyed by a header the access log does not keep")
+            }
+            RateKey::Claim(_) => {
+                Replayed::Unknowable("keyed by a token claim the access log does not keep")
+            }
+            RateKey::ClientIp | RateKey::Route => match self.decide(request, exchange, now).allowed
+            {
+                true => Replayed::Passed,
+                false => Replayed::Refused,
+            },
+        })
     }
 
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
@@ -246,6 +278,12 @@ impl Filter for GlobalLimit {
             told: "counted in Redis, shared by the fleet: decided only when sent".into(),
             answer: None,
         })
+    }
+
+    fn replay(&self, _: &Request<RequestBody>, _: &Exchange<'_>, _: u64) -> Option<Replayed> {
+        Some(Replayed::Unknowable(
+            "counted in Redis with the whole fleet's requests, which one log does not hold",
+        ))
     }
 }
 
