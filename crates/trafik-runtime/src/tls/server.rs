@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use super::acme::{ACME_TLS_ALPN, Managed, registry};
 use super::{Certificate, ClientAuth, VERSIONS, provider};
 
 /// Which HTTP versions a client connection may speak.
@@ -31,9 +32,10 @@ pub enum Protocol {
 /// certificates are asked for and verified against its roots (rustls' WebPKI verifier).
 pub fn acceptor(
     certificates: &[Arc<Certificate>],
+    managed: &[Arc<Managed>],
     client_auth: Option<&ClientAuth>,
 ) -> Result<TlsAcceptor, String> {
-    if certificates.is_empty() {
+    if certificates.is_empty() && managed.is_empty() {
         return Err("an https listener needs at least one certificate".into());
     }
     let builder = ServerConfig::builder_with_provider(provider())
@@ -56,8 +58,13 @@ pub fn acceptor(
     };
     let mut config = builder.with_cert_resolver(Arc::new(ByServerName {
         certificates: certificates.to_vec(),
+        managed: managed.to_vec(),
     }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // TLS-ALPN-01 validation offers only this protocol; no other client does.
+    if !managed.is_empty() {
+        config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
     // Resumption by ticket spares a returning client the full handshake, in any worker.
     config.ticketer = rustls::crypto::ring::Ticketer::new()
         .map_err(|e| format!("TLS session tickets cannot be set up: {e}"))?;
@@ -80,6 +87,13 @@ where
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
     let protocol = match stream.get_ref().1.alpn_protocol() {
         Some(b"h2") => Protocol::Http2,
+        // A CA's TLS-ALPN-01 check ends with the handshake (RFC 8737 §3).
+        Some(ACME_TLS_ALPN) => {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "an ACME TLS-ALPN-01 check ends with its handshake",
+            ));
+        }
         _ => Protocol::Http1,
     };
     Ok((stream, protocol))
@@ -91,9 +105,31 @@ where
 #[derive(Debug)]
 struct ByServerName {
     certificates: Vec<Arc<Certificate>>,
+    managed: Vec<Arc<Managed>>,
 }
 
 impl ByServerName {
+    /// A managed certificate naming `requested` (once obtained), else a file's by
+    /// [`Self::choose`], else the first managed one obtained.
+    fn resolve_name(&self, requested: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let managed = |name: &str| {
+            self.managed
+                .iter()
+                .filter(|m| m.serves(name))
+                .find_map(|m| m.current())
+        };
+        if let Some(found) = requested.and_then(managed) {
+            return Some(found.key.clone());
+        }
+        if !self.certificates.is_empty() {
+            return Some(self.choose(requested).key.clone());
+        }
+        self.managed
+            .iter()
+            .find_map(|m| m.current())
+            .map(|c| c.key.clone())
+    }
+
     fn choose(&self, requested: Option<&str>) -> &Certificate {
         let found = requested.and_then(|name| {
             let names = || {
@@ -106,14 +142,20 @@ impl ByServerName {
                 .or_else(|| names().find(|(_, candidate)| wildcard_covers(candidate, name)))
                 .map(|(certificate, _)| &**certificate)
         });
-        // Never empty: `acceptor` refuses a listener without certificates.
+        // Never empty: called only when there are certificates from files.
         found.unwrap_or(&self.certificates[0])
     }
 }
 
 impl ResolvesServerCert for ByServerName {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.choose(hello.server_name()).key.clone())
+        let validation = hello
+            .alpn()
+            .is_some_and(|mut offered| offered.all(|protocol| protocol == ACME_TLS_ALPN));
+        if validation && !self.managed.is_empty() {
+            return registry().answer_alpn(hello.server_name()?);
+        }
+        self.resolve_name(hello.server_name())
     }
 }
 
@@ -143,6 +185,7 @@ mod tests {
     #[test]
     fn an_exact_name_beats_a_wildcard_and_the_first_is_the_default() {
         let resolver = ByServerName {
+            managed: Vec::new(),
             certificates: vec![
                 certificate(&["default.test"]),
                 certificate(&["*.kargo.test"]),

@@ -107,6 +107,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         .instance
         .clone()
         .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+    let acme = crate::acme::Store::Etcd {
+        etcd: etcd.clone(),
+        prefix: keys.prefix.clone(),
+    };
     let agent = Agent {
         etcd,
         keys,
@@ -123,11 +127,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             });
             tokio::spawn(agent.run(running.instance(), addresses));
         })),
+        acme,
     )?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn hostname() -> String {
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .unwrap_or_else(|_| "trafik".into())

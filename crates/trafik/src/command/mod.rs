@@ -1,6 +1,7 @@
 //! One module per `trafik` command; each turns its parsed flags into a run.
 
 pub mod admin_client;
+pub mod cert;
 pub mod check;
 pub mod dns;
 pub mod explain;
