@@ -174,12 +174,16 @@ mod tests {
     use super::*;
 
     fn certificate(names: &[&str]) -> Arc<Certificate> {
+        Arc::new(owned(names))
+    }
+
+    fn owned(names: &[&str]) -> Certificate {
         let made = rcgen::generate_simple_self_signed(
             names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
         )
         .unwrap();
         let pem = (made.cert.pem(), made.signing_key.serialize_pem());
-        Arc::new(Certificate::from_pem(names[0], pem.0.as_bytes(), pem.1.as_bytes()).unwrap())
+        Certificate::from_pem(names[0], pem.0.as_bytes(), pem.1.as_bytes()).unwrap()
     }
 
     #[test]
@@ -199,6 +203,49 @@ mod tests {
         assert_eq!(chosen(Some("a.b.kargo.test")), "default.test");
         assert_eq!(chosen(Some("elsewhere.test")), "default.test");
         assert_eq!(chosen(None), "default.test");
+    }
+
+    #[test]
+    fn an_acme_certificate_is_served_for_its_names_once_obtained_and_swapped_in_place() {
+        let spec = super::super::acme::AcmeSpec {
+            domains: vec!["www.kargo.test".into()],
+            directory: "https://ca.test/dir".into(),
+            directory_ca: None,
+            email: None,
+            challenge: super::super::acme::ChallengeKind::Http01,
+            storage: "acme".into(),
+        };
+        let managed = Arc::new(Managed::new(spec));
+        let resolver = ByServerName {
+            certificates: vec![certificate(&["default.test"])],
+            managed: vec![managed.clone()],
+        };
+        let chosen = |name| resolver.resolve_name(Some(name)).unwrap();
+        // None obtained yet: the file's certificate, the default, is all there is.
+        assert!(Arc::ptr_eq(
+            &chosen("www.kargo.test"),
+            &resolver.certificates[0].key
+        ));
+        let validity = (
+            std::time::SystemTime::UNIX_EPOCH,
+            std::time::SystemTime::now(),
+        );
+        managed.install(owned(&["www.kargo.test"]), validity, true);
+        assert!(Arc::ptr_eq(
+            &chosen("www.kargo.test"),
+            &managed.current().unwrap().key
+        ));
+        let served = managed.current().unwrap().key.clone();
+        managed.install(owned(&["www.kargo.test"]), validity, true);
+        assert!(
+            !Arc::ptr_eq(&chosen("www.kargo.test"), &served),
+            "the new one"
+        );
+        // Other names keep the default.
+        assert!(Arc::ptr_eq(
+            &chosen("default.test"),
+            &resolver.certificates[0].key
+        ));
     }
 
     #[test]
