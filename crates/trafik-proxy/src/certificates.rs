@@ -44,12 +44,15 @@ pub fn status() -> Value {
     Value::Array(entries)
 }
 
+/// A family's name, kind and help, and its value for one certificate.
+type MetricFamily = (&'static str, Kind, &'static str, fn(&Managed) -> u64);
+
 pub fn metrics(exposition: &mut Exposition) {
     let all = registry().all();
     if all.is_empty() {
         return;
     }
-    let families: [(&str, Kind, &str, fn(&Managed) -> u64); 4] = [
+    let families: [MetricFamily; 4] = [
         (
             "trafik_certificate_expiry_timestamp_seconds",
             Kind::Gauge,
