@@ -208,6 +208,14 @@ fn http_01_orders_at_start_renews_on_demand_without_a_restart_and_keeps_what_it_
         .output()
         .unwrap();
     assert!(check.status.success(), "{check:?}");
+    let plan = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        plan.contains(&format!(
+            "certificate by ACME (http-01) from {}: {NAME}",
+            setup.pebble.directory()
+        )),
+        "{plan}"
+    );
 
     // Cold: nothing stored, so trafik orders at start and serves what pebble issued.
     let log = dir.join("trafik.log");
@@ -381,5 +389,30 @@ fn a_fleet_of_three_on_one_etcd_orders_once_and_serves_one_certificate() {
         .sum();
     assert_eq!(ordered, 1, "one instance ordered");
     assert_eq!(pebble.issued(), 1, "{}", pebble.log());
+
+    // A renewal asked of the second instance: it orders, the CA asks the first for the HTTP-01
+    // answer (which only etcd gives it), and every instance takes the new certificate.
+    let before = certificate_status(&ports[1].admin())["ordered"]
+        .as_u64()
+        .unwrap();
+    let renewed = cert_renew(&ports[1].admin());
+    assert!(renewed.status.success(), "{renewed:?}");
+    let after = certificate_status(&ports[1].admin())["ordered"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(after, before + 1, "the second instance ordered");
+    assert_eq!(pebble.issued(), 2, "{}", pebble.log());
+    let (renewal, _) = served(ports[1].https, &root).unwrap();
+    assert_ne!(renewal, leaves[0]);
+    for p in &ports {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while served(p.https, &root).map(|(leaf, _)| leaf) != Ok(renewal.clone()) {
+            assert!(
+                Instant::now() < deadline,
+                "an instance did not take the renewal from etcd: {log_paths:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     drop(instances);
 }
