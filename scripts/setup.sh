@@ -32,6 +32,8 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 command -v etcd >/dev/null || need+=(etcd-server)
+# The ACME tests order certificates from pebble, Let's Encrypt's test CA.
+command -v pebble >/dev/null || need+=(pebble)
 # The GeoIP tests write MaxMind databases with the mmdb-writer Python package.
 python3 -c 'import mmdb_writer' 2>/dev/null || need_python+=(mmdb-writer)
 # The gRPC tests run a Python grpcio server and client through trafik.

@@ -165,6 +165,34 @@ impl Etcd {
         Ok(integer(&answer["header"]["revision"]))
     }
 
+    /// Sets `key` only if it does not exist (a transaction comparing its create revision with
+    /// 0), bound to `lease` when given; false when another writer holds it. This is the lock
+    /// a fleet takes: whoever creates the key holds it until deleting it or the lease ends.
+    pub async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        lease: Option<i64>,
+    ) -> Result<bool, EtcdError> {
+        let mut put = json!({ "key": BASE64.encode(key), "value": BASE64.encode(value) });
+        if let Some(lease) = lease {
+            put["lease"] = json!(lease.to_string());
+        }
+        let body = json!({
+            "compare": [{ "key": BASE64.encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+            "success": [{ "request_put": put }],
+        });
+        let answer = self.call("/v3/kv/txn", body).await?;
+        Ok(answer["succeeded"].as_bool().unwrap_or(false))
+    }
+
+    /// Removes `key`.
+    pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
+        self.call("/v3/kv/deleterange", json!({ "key": BASE64.encode(key) }))
+            .await
+            .map(drop)
+    }
+
     /// A new lease that expires after `ttl` without a keep-alive.
     pub async fn grant(&self, ttl: Duration) -> Result<i64, EtcdError> {
         let answer = self

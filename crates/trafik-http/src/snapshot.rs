@@ -319,19 +319,23 @@ impl Snapshot {
             let resolved_listener = match &listener.kind {
                 ListenerKind::Https {
                     certificates,
+                    managed,
                     client_auth,
                     ..
-                } => match crate::tls::server::acceptor(certificates, client_auth.as_ref()) {
-                    Ok(tls) => Listener::Https {
-                        routes,
-                        tls,
-                        identity: client_auth.as_ref().map(|auth| auth.headers.clone()),
-                    },
-                    Err(error) => {
-                        errors.push(format!("listener {:?}: {error}", listener.name));
-                        continue;
+                } => {
+                    match crate::tls::server::acceptor(certificates, managed, client_auth.as_ref())
+                    {
+                        Ok(tls) => Listener::Https {
+                            routes,
+                            tls,
+                            identity: client_auth.as_ref().map(|auth| auth.headers.clone()),
+                        },
+                        Err(error) => {
+                            errors.push(format!("listener {:?}: {error}", listener.name));
+                            continue;
+                        }
                     }
-                },
+                }
                 _ => Listener::Http { routes },
             };
             resolved.push((id, resolved_listener));

@@ -204,6 +204,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 document["dns"] = dns;
             }
             document["names"] = crate::names::status(instance);
+            document["certificates"] = crate::certificates::status();
             crate::metrics::summary::add(&snapshot, &mut document);
             crate::metrics::summary::add_connection_limits(&snapshot, &mut document["listeners"]);
             reply(StatusCode::OK, "application/json", document.to_string())
@@ -221,6 +222,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             crate::metrics::export::write_connection_limits(&snapshot, &mut exposition);
             instance.dns_metrics(&mut exposition);
             crate::names::metrics(instance, &mut exposition);
+            crate::certificates::metrics(&mut exposition);
             crate::metrics::export::write(&snapshot, &mut exposition);
             let text = exposition.into_text();
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
@@ -246,6 +248,24 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 ),
             }
         }
+        "/certificates/renew" if method != Method::POST => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
+        }
+        "/certificates/renew" => {
+            let domain = caches::query(request)
+                .into_iter()
+                .find_map(|(key, value)| (key == "domain").then_some(value));
+            let asked = crate::certificates::renew(domain.as_deref());
+            let status = match asked.is_empty() {
+                true => StatusCode::NOT_FOUND,
+                false => StatusCode::ACCEPTED,
+            };
+            reply(
+                status,
+                "application/json",
+                json!({ "renewing": asked }).to_string(),
+            )
+        }
         "/explain" => reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into()),
         _ => match drain_target(path) {
             Some(_) if method != Method::POST => {
@@ -255,7 +275,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             None => reply(
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                "unknown admin path; try / (the dashboard), /status, /metrics, POST /reload, POST /explain or POST /pools/{pool}/backends/{address}/drain\n".into(),
+                "unknown admin path; try / (the dashboard), /status, /metrics, POST /reload, POST /explain, POST /certificates/renew or POST /pools/{pool}/backends/{address}/drain\n".into(),
             ),
         },
     }

@@ -9,6 +9,7 @@
 
 pub mod accept;
 pub mod admin;
+pub mod certificates;
 pub mod dns;
 pub mod health;
 pub mod metrics;

@@ -41,6 +41,7 @@ fn mutual(mut plan: Plan, site: &Issued, clients: &TestCa, required: bool) -> Pl
     plan.listeners[0].kind = ListenerKind::Https {
         routes,
         certificates: vec![site.for_listener()],
+        managed: Vec::new(),
         client_auth: Some(ClientAuth {
             roots: roots(clients),
             required,

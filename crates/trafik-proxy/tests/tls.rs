@@ -29,6 +29,7 @@ fn https(mut plan: Plan, certificates: &[&Issued]) -> Plan {
     plan.listeners[0].kind = ListenerKind::Https {
         routes,
         certificates: certificates.iter().map(|c| c.for_listener()).collect(),
+        managed: Vec::new(),
         client_auth: None,
     };
     plan

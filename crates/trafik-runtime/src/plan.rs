@@ -201,6 +201,8 @@ pub enum ListenerKind {
         /// The certificates served, chosen by the name the client asks for; the first is the
         /// default.
         certificates: Vec<Arc<Certificate>>,
+        /// Certificates ordered with ACME, chosen by their domains before `certificates`.
+        managed: Vec<Arc<crate::tls::acme::Managed>>,
         /// Mutual TLS: clients' certificates asked for, verified, and named to backends.
         client_auth: Option<crate::tls::ClientAuth>,
     },

@@ -331,3 +331,167 @@ pub fn grpc_call(target: &str, scenario: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no event from {scenario}"));
     serde_json::from_str(last).expect("a JSON event")
 }
+
+/// Pebble, Let's Encrypt's ACME test server (Debian's `pebble`), on free ports with its config and
+/// log in a folder of its own; killed by its pid when dropped. It checks challenges on
+/// `http_port` (HTTP-01) and `tls_port` (TLS-ALPN-01) of the address `dns` gives for the name.
+pub struct Pebble {
+    child: Child,
+    folder: PathBuf,
+    directory_port: u16,
+    management_port: u16,
+}
+
+impl Pebble {
+    /// Starts pebble with its own HTTPS certificate (made here, for 127.0.0.1), waiting until
+    /// its directory answers; it validates at once (`PEBBLE_VA_NOSLEEP`) and never rejects a
+    /// good nonce.
+    pub fn start(
+        folder: &Path,
+        dns: std::net::SocketAddr,
+        http_port: u16,
+        tls_port: u16,
+    ) -> Pebble {
+        std::fs::create_dir_all(folder).expect("pebble's folder");
+        let ca = crate::proxy::tls::TestCa::new("pebble's own HTTPS");
+        let own = ca.issue(&["127.0.0.1", "localhost"]);
+        std::fs::write(folder.join("https-ca.pem"), &ca.pem).unwrap();
+        std::fs::write(folder.join("https.pem"), &own.cert_pem).unwrap();
+        std::fs::write(folder.join("https.key"), &own.key_pem).unwrap();
+        let [directory_port, management_port] = crate::free_ports();
+        let config = serde_json::json!({ "pebble": {
+            "listenAddress": format!("127.0.0.1:{directory_port}"),
+            "managementListenAddress": format!("127.0.0.1:{management_port}"),
+            "certificate": folder.join("https.pem"),
+            "privateKey": folder.join("https.key"),
+            "httpPort": http_port,
+            "tlsPort": tls_port,
+            "ocspResponderURL": "",
+            "externalAccountBindingRequired": false,
+        }});
+        std::fs::write(folder.join("pebble.json"), config.to_string()).unwrap();
+        let log = std::fs::File::create(folder.join("pebble.log")).expect("pebble's log");
+        let child = crate::process::tool("pebble", "pebble")
+            .arg("-config")
+            .arg(folder.join("pebble.json"))
+            .args(["-dnsserver", &dns.to_string()])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            // Every order proves its names again: a renewal's challenge can fail.
+            .env("PEBBLE_AUTHZREUSE", "0")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("pebble (Debian's pebble package)");
+        let pebble = Pebble {
+            child,
+            folder: folder.to_owned(),
+            directory_port,
+            management_port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while TcpStream::connect(("127.0.0.1", management_port)).is_err()
+            || TcpStream::connect(("127.0.0.1", directory_port)).is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "pebble did not listen within 90 s: {}",
+                pebble.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        pebble
+    }
+
+    /// The ACME directory URL.
+    pub fn directory(&self) -> String {
+        format!("https://127.0.0.1:{}/dir", self.directory_port)
+    }
+
+    /// The CA file of pebble's own HTTPS (`directory_ca`).
+    pub fn https_ca(&self) -> PathBuf {
+        self.folder.join("https-ca.pem")
+    }
+
+    /// The root certificate (PEM) pebble signs with, from its management API: made anew at
+    /// every start.
+    pub fn root(&self) -> String {
+        self.management("/roots/0")
+    }
+
+    /// `GET path` on the management API, trusting pebble's own HTTPS CA.
+    fn management(&self, path: &str) -> String {
+        let ca = std::fs::read_to_string(self.https_ca()).unwrap();
+        let (_, answer) = https_get(self.management_port, "127.0.0.1", path, &ca)
+            .unwrap_or_else(|e| panic!("pebble {path}: {e}"));
+        let (head, body) = answer.split_once("\r\n\r\n").expect("a whole answer");
+        assert!(head.starts_with("HTTP/1.1 200"), "pebble {path}: {head}");
+        body.to_owned()
+    }
+
+    /// What pebble wrote, for a failure's message.
+    pub fn log(&self) -> String {
+        let text = std::fs::read_to_string(self.folder.join("pebble.log")).unwrap_or_default();
+        let start = text.len().saturating_sub(3000);
+        text.get(start..).unwrap_or(&text).to_owned()
+    }
+
+    /// How many certificates pebble issued (its log's line for each).
+    pub fn issued(&self) -> usize {
+        std::fs::read_to_string(self.folder.join("pebble.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.contains("Issued certificate serial"))
+            .count()
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET path` over HTTPS to 127.0.0.1:`port` for `name` (SNI and Host), trusting only the CA in
+/// `root_pem`: the leaf certificate served (DER) and the whole answer, read to its close.
+pub fn https_get(
+    port: u16,
+    name: &str,
+    path: &str,
+    root_pem: &str,
+) -> Result<(Vec<u8>, String), String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let root = rustls::pki_types::CertificateDer::from_pem_slice(root_pem.as_bytes())
+        .map_err(|e| format!("the root is not PEM: {e}"))?;
+    roots.add(root).map_err(|e| e.to_string())?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let server_name =
+        rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
+    let connection = rustls::ClientConnection::new(std::sync::Arc::new(config), server_name)
+        .map_err(|e| e.to_string())?;
+    let socket = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    let mut stream = rustls::StreamOwned::new(connection, socket);
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    let read = stream.read_to_string(&mut answer);
+    // A server may close without TLS's close_notify once the answer is out.
+    if answer.is_empty() {
+        return Err(format!("no answer: {read:?}"));
+    }
+    let leaf = stream.conn.peer_certificates().ok_or("no certificate")?[0].to_vec();
+    Ok((leaf, answer))
+}

@@ -71,6 +71,9 @@ pub enum Command {
     /// The authoritative DNS server's zones.
     #[command(subcommand)]
     Dns(DnsCommand),
+    /// Certificates ordered with ACME (`[[listener.tls]] acme`).
+    #[command(subcommand)]
+    Cert(CertCommand),
     /// Sign a token to try a route's `[listener.route.jwt]` with (examples/offload.toml); prints
     /// it on stdout. For demos and tests: the secret or key is given on the command line.
     Token(TokenArgs),
@@ -131,6 +134,27 @@ pub struct TokenArgs {
     /// How long the token is valid from now (`exp`).
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub valid_for: std::time::Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertCommand {
+    /// Order new certificates now through a running instance's admin API, and wait for the
+    /// outcome: the new certificate is served without a restart; after a failure the old one
+    /// stays and the error is printed (exit 1).
+    Renew(CertRenewArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CertRenewArgs {
+    /// The running instance's admin API.
+    #[arg(long, default_value = "127.0.0.1:9090", value_parser = parse_addr)]
+    pub admin: SocketAddr,
+    /// Only the certificate naming this domain (default: every ACME certificate).
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// How long to wait for the CA.
+    #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
+    pub wait: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]

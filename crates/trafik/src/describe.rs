@@ -47,6 +47,7 @@ pub fn plan(loaded: &Loaded) -> String {
         );
         if let ListenerKind::Https {
             certificates,
+            managed,
             client_auth,
             ..
         } = &listener.kind
@@ -73,6 +74,16 @@ pub fn plan(loaded: &Loaded) -> String {
                     out,
                     "  certificate {}: {names}{default}",
                     certificate.origin
+                );
+            }
+            for managed in managed {
+                let spec = &managed.spec;
+                let _ = writeln!(
+                    out,
+                    "  certificate by ACME ({}) from {}: {}",
+                    spec.challenge.name(),
+                    spec.directory,
+                    spec.domains.join(", ")
                 );
             }
         }

@@ -2,6 +2,7 @@
 //! decides or moves traffic lives in the library crates; this binary parses the command line
 //! and hands each command to its module in [`command`].
 
+mod acme;
 mod cli;
 mod command;
 mod config;
@@ -15,7 +16,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use cli::{Cli, Command, LogFormat};
 use command::{
-    check, dns, explain, fleet, plan, proxy, reload, say, serve, sim, token, top, upstream,
+    cert, check, dns, explain, fleet, plan, proxy, reload, say, serve, sim, token, top, upstream,
 };
 
 fn main() -> ExitCode {
@@ -53,6 +54,7 @@ fn run(command: Command) -> Result<ExitCode, String> {
         Command::Status(args) => fleet::status(args),
         Command::Config(cli::ConfigCommand::Push(args)) => fleet::push(args),
         Command::Dns(cli::DnsCommand::Ds(args)) => dns::ds(args),
+        Command::Cert(cli::CertCommand::Renew(args)) => cert::renew(args),
         Command::Token(args) => token::run(args),
         Command::Explain(args) => explain::run(args),
     }

@@ -461,3 +461,80 @@ fn a_reload_reads_the_client_ca_again() {
     upstream.stop();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn check_reports_every_acme_problem_at_its_value() {
+    let dir = folder("acme-check");
+    certificate(&dir, "site", &["kargo.test"]);
+    let text = r#"
+[[listener]]
+name = "web"
+listen = "127.0.0.1:1443"
+protocol = "https"
+
+[[listener.tls]]
+cert = "site.pem"
+key = "site.key"
+acme = { domains = ["kargo.test"], directory = "https://ca.test/dir", challenge = "tls-alpn-01", storage = "acme" }
+
+[[listener.tls]]
+acme = { domains = ["*.kargo.test", "kargo"], directory = "http://ca.test/dir", email = "ops", challenge = "dns-01", storage = "acme" }
+
+[[listener.tls]]
+acme = { domains = ["www.kargo.test"], directory = "https://ca.test/dir", directory_ca = "missing-ca.pem", storage = "acme" }
+
+[[listener.route]]
+pool = "p"
+
+[[pool]]
+name = "p"
+backends = [{ address = "127.0.0.1:9" }]
+"#;
+    check_errors(
+        &dir.join("acme.toml"),
+        text,
+        &[
+            (
+                "\"site.pem\"\nkey",
+                "listener[0].tls[0].cert",
+                "a certificate comes from files or from ACME, not both",
+            ),
+            (
+                "\"*.kargo.test\"",
+                "listener[0].tls[1].acme.domains[0]",
+                "a wildcard needs the dns-01 challenge",
+            ),
+            (
+                "\"kargo\"",
+                "listener[0].tls[1].acme.domains[1]",
+                "not a DNS name",
+            ),
+            (
+                "\"http://ca.test/dir\"",
+                "listener[0].tls[1].acme.directory",
+                "an ACME directory is an https:// URL",
+            ),
+            (
+                "\"ops\"",
+                "listener[0].tls[1].acme.email",
+                "expected an email address",
+            ),
+            (
+                "\"dns-01\"",
+                "listener[0].tls[1].acme.challenge",
+                "unknown challenge \"dns-01\"",
+            ),
+            (
+                "\"missing-ca.pem\"",
+                "listener[0].tls[2].acme.directory_ca",
+                "cannot read",
+            ),
+            (
+                "{ domains = [\"www.kargo.test\"]",
+                "listener[0].tls[2].acme.challenge",
+                "http-01 is answered by a plain http listener",
+            ),
+        ],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

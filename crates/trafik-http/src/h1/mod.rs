@@ -307,9 +307,11 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         let (host, path) = (Some(text(&request.host)), text(&request.path));
         routes.find_parts(host, path, &request.method, &asking)
     };
+    // An ACME HTTP-01 check is the pipeline's listener step.
+    let challenge = text(&request.path).starts_with(crate::tls::acme::CHALLENGE_PATH);
     let found = match (
         &snapshot.trace,
-        request.pipeline || connection.identity.is_some(),
+        request.pipeline || connection.identity.is_some() || challenge,
     ) {
         // Conditions read the head's fields, parsed again only for a table with any.
         (None, false) if routes.asks_more() => {

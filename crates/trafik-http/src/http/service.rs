@@ -21,6 +21,7 @@ use crate::http::body::ErrorAnswer;
 use crate::pool::Call;
 use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
 use crate::tls::ClientIdentity;
+use crate::tls::acme;
 
 /// What the proxy knows of one client connection.
 pub struct ClientConnection {
@@ -211,6 +212,11 @@ impl WorkerProxy {
                 );
             }
         }
+        // The listener's own step before routing: a CA's HTTP-01 check of a name trafik orders a
+        // certificate for (RFC 8555 §8.3) is answered whatever the routes say.
+        if let Some(answer) = acme_challenge(&request).await {
+            return (answer, None, None);
+        }
         // A verified client certificate's headers replace whatever the client sent under their
         // names before routing: a route matching them reads the verified identity, never a
         // forged one.
@@ -275,6 +281,21 @@ impl WorkerProxy {
         }
         (response, backend, Some(&route.traffic))
     }
+}
+
+/// The key authorization of a pending HTTP-01 challenge the request asks for.
+async fn acme_challenge(request: &Request<RequestBody>) -> Option<Response<ProxyBody>> {
+    let path = request.uri().path();
+    if !path.starts_with(acme::CHALLENGE_PATH) || request.method() != http::Method::GET {
+        return None;
+    }
+    let key_authorization = acme::registry().answer_http_anywhere(path).await?;
+    let mut response = Response::new(ProxyBody::local(bytes::Bytes::from(key_authorization)));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/octet-stream"),
+    );
+    Some(response)
 }
 
 /// trafik's 404. No route means no pipeline, so the hop trace, when on, is written here.

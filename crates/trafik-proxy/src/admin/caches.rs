@@ -173,7 +173,7 @@ fn purge(cache: &EdgeCache, query: &[(String, String)]) -> Response<Full<Bytes>>
 }
 
 /// The query's pairs, percent-decoded; pairs that do not decode are left out.
-fn query<B>(request: &Request<B>) -> Vec<(String, String)> {
+pub(crate) fn query<B>(request: &Request<B>) -> Vec<(String, String)> {
     request
         .uri()
         .query()

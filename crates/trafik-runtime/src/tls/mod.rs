@@ -3,6 +3,7 @@
 //! `https` listeners, picking the certificate by the name the client asks for; [`backend`]
 //! speaks TLS to the backends of pools with `tls = true`.
 
+pub mod acme;
 pub mod backend;
 pub mod certificates;
 pub mod client_identity;

@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use super::acme::{ACME_TLS_ALPN, Managed, registry};
 use super::{Certificate, ClientAuth, VERSIONS, provider};
 
 /// Which HTTP versions a client connection may speak.
@@ -31,9 +32,10 @@ pub enum Protocol {
 /// certificates are asked for and verified against its roots (rustls' WebPKI verifier).
 pub fn acceptor(
     certificates: &[Arc<Certificate>],
+    managed: &[Arc<Managed>],
     client_auth: Option<&ClientAuth>,
 ) -> Result<TlsAcceptor, String> {
-    if certificates.is_empty() {
+    if certificates.is_empty() && managed.is_empty() {
         return Err("an https listener needs at least one certificate".into());
     }
     let builder = ServerConfig::builder_with_provider(provider())
@@ -56,8 +58,13 @@ pub fn acceptor(
     };
     let mut config = builder.with_cert_resolver(Arc::new(ByServerName {
         certificates: certificates.to_vec(),
+        managed: managed.to_vec(),
     }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // TLS-ALPN-01 validation offers only this protocol; no other client does.
+    if !managed.is_empty() {
+        config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
     // Resumption by ticket spares a returning client the full handshake, in any worker.
     config.ticketer = rustls::crypto::ring::Ticketer::new()
         .map_err(|e| format!("TLS session tickets cannot be set up: {e}"))?;
@@ -80,6 +87,13 @@ where
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
     let protocol = match stream.get_ref().1.alpn_protocol() {
         Some(b"h2") => Protocol::Http2,
+        // A CA's TLS-ALPN-01 check ends with the handshake (RFC 8737 §3).
+        Some(ACME_TLS_ALPN) => {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "an ACME TLS-ALPN-01 check ends with its handshake",
+            ));
+        }
         _ => Protocol::Http1,
     };
     Ok((stream, protocol))
@@ -91,9 +105,31 @@ where
 #[derive(Debug)]
 struct ByServerName {
     certificates: Vec<Arc<Certificate>>,
+    managed: Vec<Arc<Managed>>,
 }
 
 impl ByServerName {
+    /// A managed certificate naming `requested` (once obtained), else a file's by
+    /// [`Self::choose`], else the first managed one obtained.
+    fn resolve_name(&self, requested: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let managed = |name: &str| {
+            self.managed
+                .iter()
+                .filter(|m| m.serves(name))
+                .find_map(|m| m.current())
+        };
+        if let Some(found) = requested.and_then(managed) {
+            return Some(found.key.clone());
+        }
+        if !self.certificates.is_empty() {
+            return Some(self.choose(requested).key.clone());
+        }
+        self.managed
+            .iter()
+            .find_map(|m| m.current())
+            .map(|c| c.key.clone())
+    }
+
     fn choose(&self, requested: Option<&str>) -> &Certificate {
         let found = requested.and_then(|name| {
             let names = || {
@@ -106,14 +142,20 @@ impl ByServerName {
                 .or_else(|| names().find(|(_, candidate)| wildcard_covers(candidate, name)))
                 .map(|(certificate, _)| &**certificate)
         });
-        // Never empty: `acceptor` refuses a listener without certificates.
+        // Never empty: called only when there are certificates from files.
         found.unwrap_or(&self.certificates[0])
     }
 }
 
 impl ResolvesServerCert for ByServerName {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.choose(hello.server_name()).key.clone())
+        let validation = hello
+            .alpn()
+            .is_some_and(|mut offered| offered.all(|protocol| protocol == ACME_TLS_ALPN));
+        if validation && !self.managed.is_empty() {
+            return registry().answer_alpn(hello.server_name()?);
+        }
+        self.resolve_name(hello.server_name())
     }
 }
 
@@ -132,17 +174,22 @@ mod tests {
     use super::*;
 
     fn certificate(names: &[&str]) -> Arc<Certificate> {
+        Arc::new(owned(names))
+    }
+
+    fn owned(names: &[&str]) -> Certificate {
         let made = rcgen::generate_simple_self_signed(
             names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
         )
         .unwrap();
         let pem = (made.cert.pem(), made.signing_key.serialize_pem());
-        Arc::new(Certificate::from_pem(names[0], pem.0.as_bytes(), pem.1.as_bytes()).unwrap())
+        Certificate::from_pem(names[0], pem.0.as_bytes(), pem.1.as_bytes()).unwrap()
     }
 
     #[test]
     fn an_exact_name_beats_a_wildcard_and_the_first_is_the_default() {
         let resolver = ByServerName {
+            managed: Vec::new(),
             certificates: vec![
                 certificate(&["default.test"]),
                 certificate(&["*.kargo.test"]),
@@ -156,6 +203,49 @@ mod tests {
         assert_eq!(chosen(Some("a.b.kargo.test")), "default.test");
         assert_eq!(chosen(Some("elsewhere.test")), "default.test");
         assert_eq!(chosen(None), "default.test");
+    }
+
+    #[test]
+    fn an_acme_certificate_is_served_for_its_names_once_obtained_and_swapped_in_place() {
+        let spec = super::super::acme::AcmeSpec {
+            domains: vec!["www.kargo.test".into()],
+            directory: "https://ca.test/dir".into(),
+            directory_ca: None,
+            email: None,
+            challenge: super::super::acme::ChallengeKind::Http01,
+            storage: "acme".into(),
+        };
+        let managed = Arc::new(Managed::new(spec));
+        let resolver = ByServerName {
+            certificates: vec![certificate(&["default.test"])],
+            managed: vec![managed.clone()],
+        };
+        let chosen = |name| resolver.resolve_name(Some(name)).unwrap();
+        // None obtained yet: the file's certificate, the default, is all there is.
+        assert!(Arc::ptr_eq(
+            &chosen("www.kargo.test"),
+            &resolver.certificates[0].key
+        ));
+        let validity = (
+            std::time::SystemTime::UNIX_EPOCH,
+            std::time::SystemTime::now(),
+        );
+        managed.install(owned(&["www.kargo.test"]), validity, true);
+        assert!(Arc::ptr_eq(
+            &chosen("www.kargo.test"),
+            &managed.current().unwrap().key
+        ));
+        let served = managed.current().unwrap().key.clone();
+        managed.install(owned(&["www.kargo.test"]), validity, true);
+        assert!(
+            !Arc::ptr_eq(&chosen("www.kargo.test"), &served),
+            "the new one"
+        );
+        // Other names keep the default.
+        assert!(Arc::ptr_eq(
+            &chosen("default.test"),
+            &resolver.certificates[0].key
+        ));
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         file: format!("{}{}", etcd.url(), keys.config()),
         load: Box::new(move || load().map(|loaded| loaded.plan)),
     };
+    let acme = crate::acme::Store::Etcd {
+        etcd: etcd.clone(),
+        prefix: keys.prefix.clone(),
+    };
     let agent = Agent {
         etcd,
         keys,
@@ -150,11 +154,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             });
             tokio::spawn(agent.run(running.instance(), addresses));
         })),
+        acme,
     )?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn hostname() -> String {
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .unwrap_or_else(|_| "trafik".into())

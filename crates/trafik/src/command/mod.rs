@@ -2,6 +2,7 @@
 
 pub mod admin_client;
 pub mod canary;
+pub mod cert;
 pub mod check;
 pub mod dns;
 pub mod explain;

@@ -129,6 +129,7 @@ fn with_tls(mut listener: Listener, certs: Vec<String>, keys: Vec<String>) -> Li
             unplaced(ListenerTls {
                 cert: certs.next().map(unplaced),
                 key: keys.next().map(unplaced),
+                acme: None,
             })
         })
         .collect();

@@ -78,18 +78,20 @@ fn override_addresses(loaded: &mut Loaded, args: &ServeArgs) -> Result<(), Vec<S
 /// Starts the built-in replicas, then the proxy; reloads on SIGHUP; drains on Ctrl-C or
 /// SIGTERM.
 pub fn serve(loaded: Loaded, reloader: Option<Reloader>) -> Result<(), String> {
-    serve_with(loaded, reloader, None)
+    serve_with(loaded, reloader, None, crate::acme::Store::Folder)
 }
 
 /// Work that runs beside a serving instance on the control runtime (the etcd watch); it is
 /// started once the proxy runs and ends with the runtime.
 pub type Companion = Box<dyn FnOnce(&trafik_proxy::Running) + Send>;
 
-/// [`serve`], with a companion started once the proxy runs.
+/// [`serve`], with a companion started once the proxy runs, and ACME certificates kept in
+/// `acme`.
 pub fn serve_with(
     loaded: Loaded,
     reloader: Option<Reloader>,
     companion: Option<Companion>,
+    acme: crate::acme::Store,
 ) -> Result<(), String> {
     let runtime = control_runtime()?;
     runtime.block_on(async move {
@@ -106,6 +108,7 @@ pub fn serve_with(
         if let Some(companion) = companion {
             companion(&running);
         }
+        tokio::spawn(crate::acme::supervise(acme));
         trafik_proxy::handover::tell_ready();
         loop {
             tokio::select! {

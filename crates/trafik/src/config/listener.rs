@@ -28,6 +28,10 @@ pub fn check_all(
             "no listener: add a [[listener]] with a name, a listen address and at least one [[listener.route]]",
         );
     }
+    // HTTP-01 challenges are answered by the plain listeners.
+    let has_plain = listeners
+        .iter()
+        .any(|listener| *listener.get_ref().protocol.get_ref() == Protocol::Http);
     let mut names: Vec<String> = Vec::new();
     let mut addresses = Vec::new();
     let mut plans = Vec::new();
@@ -59,7 +63,14 @@ pub fn check_all(
             }
             names.push(name.get_ref().clone());
         }
-        plans.push(check(report, &field, listener, pools, layer4_pools, caches));
+        plans.push(check(
+            report,
+            &field,
+            listener,
+            (pools, layer4_pools),
+            caches,
+            has_plain,
+        ));
     }
     plans.into_iter().collect()
 }
@@ -68,9 +79,9 @@ fn check(
     report: &mut Report,
     field: &str,
     listener: Spanned<Listener>,
-    pools: &[Option<String>],
-    layer4_pools: &[String],
+    (pools, layer4_pools): (&[Option<String>], &[String]),
     caches: &cache::Known,
+    has_plain: bool,
 ) -> Option<ListenerPlan> {
     let span = listener.span();
     let mut listener = listener.into_inner();
@@ -101,9 +112,15 @@ fn check(
         );
     }
     let kind = match protocol.get_ref() {
-        Protocol::Http | Protocol::Https => {
-            http(report, field, span, listener, pools, layer4_pools, caches)
-        }
+        Protocol::Http | Protocol::Https => http(
+            report,
+            field,
+            span,
+            listener,
+            (pools, layer4_pools),
+            caches,
+            has_plain,
+        ),
         Protocol::Tcp => layer4::tcp(report, field, span, listener, pools),
         Protocol::TlsPassthrough => layer4::passthrough(report, field, span, listener, pools),
     };
@@ -121,9 +138,9 @@ fn http(
     field: &str,
     span: std::ops::Range<usize>,
     listener: Listener,
-    pools: &[Option<String>],
-    layer4_pools: &[String],
+    (pools, layer4_pools): (&[Option<String>], &[String]),
     caches: &cache::Known,
+    has_plain: bool,
 ) -> Option<ListenerKind> {
     if let Some(pool) = &listener.pool {
         report.error(
@@ -133,7 +150,7 @@ fn http(
         );
     }
     let client_auth = tls::client_auth(report, field, &listener);
-    let certificates = tls::listener(report, field, &listener.protocol, listener.tls);
+    let certificates = tls::listener(report, field, &listener.protocol, listener.tls, has_plain);
     let access = routing::listener_access(report, field, &listener.allow, &listener.deny);
     if listener.redirect_https {
         if *listener.protocol.get_ref() != Protocol::Http {
@@ -174,11 +191,12 @@ fn http(
         .collect::<Vec<_>>()
         .into_iter()
         .collect();
-    let (routes, certificates, client_auth) = (routes?, certificates?, client_auth?);
+    let (routes, (certificates, managed), client_auth) = (routes?, certificates?, client_auth?);
     Some(match listener.protocol.into_inner() {
         Protocol::Https => ListenerKind::Https {
             routes,
             certificates,
+            managed,
             client_auth,
         },
         _ => ListenerKind::Http { routes },

@@ -4,6 +4,7 @@
 //! order: TOML syntax (which stops there: nothing can be read), then unknown keys and wrong types
 //! ([`read`]), then what the values that did read mean (one module per section).
 
+mod acme;
 mod adaptive_concurrency;
 mod admin;
 mod cache;

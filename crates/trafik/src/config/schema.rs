@@ -246,13 +246,27 @@ pub struct ClientHeaders {
     pub fingerprint: Option<Spanned<String>>,
 }
 
-/// One certificate of an `https` listener: PEM files, relative to the config file's folder.
+/// One certificate of an `https` listener: PEM files, relative to the config file's folder, or
+/// one ordered and renewed with ACME.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ListenerTls {
     /// The certificate chain, leaf first.
     pub cert: Option<Spanned<String>>,
     pub key: Option<Spanned<String>>,
+    pub acme: Option<Spanned<Acme>>,
+}
+
+/// `acme = { domains = […], directory = URL, email, challenge, storage, directory_ca }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Acme {
+    pub domains: Option<Spanned<Vec<Spanned<String>>>>,
+    pub directory: Option<Spanned<String>>,
+    pub directory_ca: Option<Spanned<String>>,
+    pub email: Option<Spanned<String>>,
+    pub challenge: Option<Spanned<String>>,
+    pub storage: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]

@@ -7,25 +7,31 @@ use std::sync::Arc;
 use http::HeaderName;
 use toml::Spanned;
 use trafik_proxy::plan::UpstreamProtocol;
+use trafik_proxy::tls::acme::Managed;
 use trafik_proxy::tls::backend::{self, BackendTls};
 use trafik_proxy::tls::{Certificate, CertificateError, ClientAuth, IdentityHeaders, TrustRoots};
 
 use super::report::Report;
 use super::schema::{Listener, ListenerTls, Pool, Protocol};
 
-/// The certificates of listener `field`: required for `https`, refused for other protocols.
+/// A listener's certificates from files, and those ordered with ACME.
+pub type ListenerCertificates = (Vec<Arc<Certificate>>, Vec<Arc<Managed>>);
+
+/// The certificates of listener `field`, from files and ordered with ACME: required for
+/// `https`, refused for other protocols.
 pub fn listener(
     report: &mut Report,
     field: &str,
     protocol: &Spanned<Protocol>,
     entries: Vec<Spanned<ListenerTls>>,
-) -> Option<Vec<Arc<Certificate>>> {
+    has_plain: bool,
+) -> Option<ListenerCertificates> {
     match (*protocol.get_ref(), entries.first()) {
         (Protocol::Https, None) => {
             report.error(
                 protocol.span(),
                 &format!("{field}.tls"),
-                "an https listener needs a certificate: add [[listener.tls]] with cert = \"site.pem\" and key = \"site.key\"",
+                "an https listener needs a certificate: add [[listener.tls]] with cert = \"site.pem\" and key = \"site.key\", or acme = { domains = [\"example.com\"], directory = \"https://acme-v02.api.letsencrypt.org/directory\", storage = \"acme\" }",
             );
             return None;
         }
@@ -38,11 +44,28 @@ pub fn listener(
             );
             return None;
         }
-        (_, None) => return Some(Vec::new()),
+        (_, None) => return Some((Vec::new(), Vec::new())),
     }
     let mut certificates = Vec::new();
-    for (i, entry) in entries.into_iter().enumerate() {
+    let mut managed = Vec::new();
+    for (i, mut entry) in entries.into_iter().enumerate() {
         let field = format!("{field}.tls[{i}]");
+        if let Some(acme) = entry.get_mut().acme.take() {
+            for (key, value) in [
+                ("cert", &entry.get_ref().cert),
+                ("key", &entry.get_ref().key),
+            ] {
+                if let Some(value) = value {
+                    report.error(
+                        value.span(),
+                        &format!("{field}.{key}"),
+                        "a certificate comes from files or from ACME, not both: remove cert and key, or acme",
+                    );
+                }
+            }
+            managed.push(super::acme::check(report, &field, acme, has_plain));
+            continue;
+        }
         let certificate = certificate(report, &field, entry);
         if let Some((loaded, cert_span)) = &certificate
             && loaded.names.is_empty()
@@ -56,7 +79,9 @@ pub fn listener(
         }
         certificates.push(certificate.map(|(certificate, _)| Arc::new(certificate)));
     }
-    certificates.into_iter().collect()
+    let certificates = certificates.into_iter().collect::<Option<Vec<_>>>();
+    let managed = managed.into_iter().collect::<Option<Vec<_>>>();
+    certificates.zip(managed)
 }
 
 /// One `[[listener.tls]]` entry, read, with the span of its `cert` value.

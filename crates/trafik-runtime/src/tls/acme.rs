@@ -1,0 +1,331 @@
+//! Certificates ordered with ACME (`[[listener.tls]] acme = { … }`): what the data plane needs of
+//! them. A [`Managed`] certificate is served from a slot the ordering task swaps when a new one
+//! arrives, so TLS listeners pick it up at their next handshake, without a reload. Pending
+//! challenges are kept here for the listeners that answer them: HTTP-01 by any plain listener
+//! (on [`CHALLENGE_PATH`], before routing), TLS-ALPN-01 by the TLS listener (`acme-tls/1`).
+//!
+//! Managed certificates and challenges belong to the process, not to one configuration: a
+//! reload that keeps a certificate's settings keeps serving (and renewing) the same one, so they
+//! live in one [`registry`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwapOption;
+use rustls::sign::CertifiedKey;
+use tokio::sync::Notify;
+
+use super::Certificate;
+
+/// Where HTTP-01 challenges are asked for (RFC 8555 §8.3).
+pub const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
+
+/// The ALPN protocol of TLS-ALPN-01 validation (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// How the CA checks that we control a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChallengeKind {
+    /// A plain-HTTP request for `/.well-known/acme-challenge/TOKEN` on port 80.
+    Http01,
+    /// A TLS handshake offering only `acme-tls/1` on port 443.
+    TlsAlpn01,
+}
+
+impl ChallengeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ChallengeKind::Http01 => "http-01",
+            ChallengeKind::TlsAlpn01 => "tls-alpn-01",
+        }
+    }
+}
+
+/// What to order and where: one `acme = { … }` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AcmeSpec {
+    /// The DNS names of the certificate, in lower case; the first names it in logs.
+    pub domains: Vec<String>,
+    /// The CA's directory URL.
+    pub directory: String,
+    /// A CA certificate (PEM file) the directory's own HTTPS is verified with, instead of the
+    /// system's roots (a private or test CA such as pebble).
+    pub directory_ca: Option<PathBuf>,
+    /// The account's contact.
+    pub email: Option<String>,
+    pub challenge: ChallengeKind,
+    /// Where the account key and certificates are kept (a directory; etcd in a fleet).
+    pub storage: PathBuf,
+}
+
+/// A certificate that orders and renews itself, and what `/status` tells of it.
+#[derive(Debug)]
+pub struct Managed {
+    pub spec: AcmeSpec,
+    current: ArcSwapOption<Certificate>,
+    state: Mutex<ManagedState>,
+    /// Woken by `trafik cert renew` (the admin API).
+    renew: Notify,
+}
+
+/// The story of a managed certificate so far.
+#[derive(Clone, Debug, Default)]
+pub struct ManagedState {
+    /// The served certificate's validity.
+    pub not_before: Option<SystemTime>,
+    pub not_after: Option<SystemTime>,
+    /// When the next order is due.
+    pub renew_at: Option<SystemTime>,
+    /// The last failed order's error, cleared by a success.
+    pub last_error: Option<String>,
+    pub last_error_at: Option<SystemTime>,
+    /// Certificates served since start: ordered here, or taken from the store (another fleet
+    /// instance's order, or one kept from an earlier run).
+    pub renewals: u64,
+    /// Of those, the ones this instance ordered.
+    pub ordered: u64,
+    /// Orders that failed since start.
+    pub failures: u64,
+    /// Failures in a row, for the backoff.
+    pub failing: u32,
+}
+
+impl Managed {
+    pub fn new(spec: AcmeSpec) -> Managed {
+        Managed {
+            spec,
+            current: ArcSwapOption::empty(),
+            state: Mutex::new(ManagedState::default()),
+            renew: Notify::new(),
+        }
+    }
+
+    /// The certificate served now, if one was obtained.
+    pub fn current(&self) -> Option<Arc<Certificate>> {
+        self.current.load_full()
+    }
+
+    /// Serves `certificate` from the next handshake on, valid from `not_before` to `not_after`;
+    /// `ordered` when this instance ordered it.
+    pub fn install(
+        &self,
+        certificate: Certificate,
+        (not_before, not_after): (SystemTime, SystemTime),
+        ordered: bool,
+    ) {
+        self.current.store(Some(Arc::new(certificate)));
+        let mut state = self.state();
+        state.not_before = Some(not_before);
+        state.not_after = Some(not_after);
+        state.renew_at = Some(renew_at(not_before, not_after));
+        state.renewals += 1;
+        state.ordered += u64::from(ordered);
+        state.failing = 0;
+        state.last_error = None;
+    }
+
+    /// Notes a failed order; the certificate served, if any, stays. Returns the wait before the
+    /// next attempt.
+    pub fn failed(&self, error: String, now: SystemTime) -> Duration {
+        let mut state = self.state();
+        state.failures += 1;
+        state.failing = state.failing.saturating_add(1);
+        state.last_error = Some(error);
+        state.last_error_at = Some(now);
+        retry_after(state.failing)
+    }
+
+    pub fn state(&self) -> std::sync::MutexGuard<'_, ManagedState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Asks for a new certificate now, whatever its age.
+    pub fn request_renewal(&self) {
+        self.renew.notify_one();
+    }
+
+    /// Resolves when a renewal is asked for.
+    pub async fn renewal_requested(&self) {
+        self.renew.notified().await
+    }
+
+    /// The certificate this entry serves for `name`, if it names it.
+    pub fn serves(&self, name: &str) -> bool {
+        self.spec
+            .domains
+            .iter()
+            .any(|domain| domain.eq_ignore_ascii_case(name))
+    }
+}
+
+/// A TLS-ALPN-01 challenge certificate (DER) with its PKCS#8 key, ready to serve. Its critical
+/// acmeIdentifier extension (RFC 8737 §3) is one WebPKI refuses to parse, so the pair is not
+/// checked the way a served certificate is: trafik made both halves itself.
+pub fn challenge_key(
+    certificate: Vec<u8>,
+    pkcs8_key: Vec<u8>,
+) -> Result<Arc<CertifiedKey>, String> {
+    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8_key);
+    let signing = super::provider()
+        .key_provider
+        .load_private_key(key.into())
+        .map_err(|e| format!("the challenge key cannot be used: {e}"))?;
+    Ok(Arc::new(CertifiedKey::new(
+        vec![certificate.into()],
+        signing,
+    )))
+}
+
+/// When a certificate valid from `not_before` to `not_after` is renewed: at two thirds of its
+/// life, so a third is left for retries (Let's Encrypt's own advice for 90-day certificates).
+pub fn renew_at(not_before: SystemTime, not_after: SystemTime) -> SystemTime {
+    let life = not_after.duration_since(not_before).unwrap_or_default();
+    not_before + life * 2 / 3
+}
+
+/// The wait after `failing` failures in a row: 5 s doubled each time, at most an hour.
+pub fn retry_after(failing: u32) -> Duration {
+    let doubled = 5u64.saturating_mul(1u64 << failing.saturating_sub(1).min(10));
+    Duration::from_secs(doubled.min(3600))
+}
+
+/// Asks elsewhere (a fleet's etcd) for the key authorization of an HTTP-01 token that another
+/// instance offered.
+pub type RemoteAnswer =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send + Sync>;
+
+/// The process's managed certificates and pending challenges.
+#[derive(Default)]
+pub struct Registry {
+    elsewhere: Mutex<Option<RemoteAnswer>>,
+    managed: Mutex<HashMap<AcmeSpec, Arc<Managed>>>,
+    /// HTTP-01: token → key authorization.
+    http: Mutex<HashMap<String, String>>,
+    /// TLS-ALPN-01: domain (lower case) → the challenge certificate.
+    alpn: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+/// The one registry of this process.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(Registry::default)
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Registry {
+    /// The managed certificate of `spec`: the one already known (kept across reloads), or a new
+    /// one, `fresh` says which.
+    pub fn managed(&self, spec: AcmeSpec) -> (Arc<Managed>, bool) {
+        let mut managed = locked(&self.managed);
+        if let Some(known) = managed.get(&spec) {
+            return (known.clone(), false);
+        }
+        let made = Arc::new(Managed::new(spec.clone()));
+        managed.insert(spec, made.clone());
+        (made, true)
+    }
+
+    /// Every managed certificate, in no particular order.
+    pub fn all(&self) -> Vec<Arc<Managed>> {
+        let mut all: Vec<_> = locked(&self.managed).values().cloned().collect();
+        all.sort_by(|a, b| a.spec.domains.cmp(&b.spec.domains));
+        all
+    }
+
+    pub fn offer_http(&self, token: &str, key_authorization: &str) {
+        locked(&self.http).insert(token.to_owned(), key_authorization.to_owned());
+    }
+
+    pub fn withdraw_http(&self, token: &str) {
+        locked(&self.http).remove(token);
+    }
+
+    /// The answer to an HTTP-01 request for `path`, when it asks for a token pending here.
+    pub fn answer_http(&self, path: &str) -> Option<String> {
+        let token = path.strip_prefix(CHALLENGE_PATH)?;
+        locked(&self.http).get(token).cloned()
+    }
+
+    /// In a fleet, where tokens pending at other instances are asked for.
+    pub fn answer_http_elsewhere(&self, remote: RemoteAnswer) {
+        *locked(&self.elsewhere) = Some(remote);
+    }
+
+    /// The answer to an HTTP-01 request for `path`: pending here, or (in a fleet) at the
+    /// instance ordering. Only a well-formed token (base64url, RFC 8555 §8.1) is asked for.
+    pub async fn answer_http_anywhere(&self, path: &str) -> Option<String> {
+        if let Some(here) = self.answer_http(path) {
+            return Some(here);
+        }
+        let token = path.strip_prefix(CHALLENGE_PATH)?;
+        let well_formed = !token.is_empty()
+            && token.len() <= 128
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let remote = locked(&self.elsewhere).clone().filter(|_| well_formed)?;
+        remote(token.to_owned()).await
+    }
+
+    pub fn offer_alpn(&self, domain: &str, key: Arc<CertifiedKey>) {
+        locked(&self.alpn).insert(domain.to_ascii_lowercase(), key);
+    }
+
+    pub fn withdraw_alpn(&self, domain: &str) {
+        locked(&self.alpn).remove(&domain.to_ascii_lowercase());
+    }
+
+    /// The TLS-ALPN-01 certificate for `domain`, while its challenge is pending.
+    pub fn answer_alpn(&self, domain: &str) -> Option<Arc<CertifiedKey>> {
+        locked(&self.alpn)
+            .get(&domain.to_ascii_lowercase())
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_is_due_at_two_thirds_of_the_life() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let end = start + Duration::from_secs(90 * 86_400);
+        assert_eq!(
+            renew_at(start, end),
+            start + Duration::from_secs(60 * 86_400)
+        );
+        // A certificate that ends before it begins is due at once.
+        assert_eq!(renew_at(end, start), end);
+    }
+
+    #[test]
+    fn retries_back_off_to_an_hour() {
+        let waits: Vec<u64> = (1..=12).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(&waits[..5], &[5, 10, 20, 40, 80]);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(retry_after(40).as_secs(), 3600);
+    }
+
+    #[test]
+    fn a_challenge_is_answered_only_while_pending() {
+        let registry = Registry::default();
+        let path = format!("{CHALLENGE_PATH}tok3n");
+        assert_eq!(registry.answer_http(&path), None);
+        registry.offer_http("tok3n", "tok3n.thumb");
+        assert_eq!(registry.answer_http(&path).as_deref(), Some("tok3n.thumb"));
+        assert_eq!(registry.answer_http("/tok3n"), None);
+        registry.withdraw_http("tok3n");
+        assert_eq!(registry.answer_http(&path), None);
+    }
+}
