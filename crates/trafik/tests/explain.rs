@@ -437,3 +437,102 @@ fn a_request_with_the_admin_token_gets_its_own_explanation_and_the_upstream_neve
         );
     }
 }
+
+#[test]
+fn the_cache_s_verdict_the_retry_budget_and_what_answers_other_targets_are_told() {
+    let [web, admin, b1] = free_ports::<3>();
+    let backend = format!("127.0.0.1:{b1}");
+    let (_replica, _) = Trafik::start(
+        &["upstream", "--name", "k1", "--listen", &backend],
+        Stdio::null(),
+        "upstream k1 on",
+    );
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/varlik");
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+         [[cache]]\nname = \"kenar\"\ndefault_ttl = \"60s\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\n\n\
+         [[listener.route]]\npath_prefix = \"/varlik\"\npool = \"p\"\ncache = \"kenar\"\n\n\
+         [[listener.route]]\npath_prefix = \"/dosya\"\nstatic = \"{root}\"\n\n\
+         [[listener.route]]\npath_prefix = \"/eski\"\nredirect = {{ to = \"https://yeni.example/takip\", status = 308 }}\n\n\
+         [[listener.route]]\npath_prefix = \"/\"\npool = \"p\"\n\n\
+         [[pool]]\nname = \"p\"\nretries = 2\nbackends = [{{ address = \"{backend}\", name = \"k1\" }}]\n"
+    );
+    let (proxy, _) = serve(&config, web);
+    let (admin, address) = (format!("127.0.0.1:{admin}"), format!("127.0.0.1:{web}"));
+    let plain = (web, "127.0.0.1");
+
+    // Nothing stored yet: a miss, under the key the request would be stored under.
+    let told = explain(&admin, plain, "/varlik/stil.css", &[]);
+    assert_eq!(told["cache"]["verdict"], "miss", "{told}");
+    assert!(
+        told["cache"]["key"]
+            .as_str()
+            .unwrap()
+            .contains("/varlik/stil.css"),
+        "{told}"
+    );
+    assert_eq!(told["backend"]["name"], "k1", "{told}");
+    let got = exchange((&address, "127.0.0.1"), "GET", "/varlik/stil.css", &[], "");
+    assert_eq!(got.status, 200);
+    // Stored now: fresh, with its age; explaining it moves no counter.
+    let caches = || get_json(&admin, "/status")["caches"].clone();
+    let before = caches();
+    let told = explain(&admin, plain, "/varlik/stil.css", &[]);
+    assert_eq!(told["cache"]["verdict"], "fresh", "{told}");
+    assert!(told["cache"]["age_seconds"].as_u64().is_some(), "{told}");
+    assert_eq!(told["answer"]["status"], 200, "{told}");
+    assert!(
+        told["backend"].is_null(),
+        "the store answers, no backend: {told}"
+    );
+    assert_eq!(caches(), before, "explaining counted");
+    let got = exchange((&address, "127.0.0.1"), "GET", "/varlik/stil.css", &[], "");
+    assert!(
+        got.header("cache-status").unwrap().contains("hit"),
+        "{:?}",
+        got.head
+    );
+
+    // The pool's retry policy and the budget left (the floor: 10 a second over 10 s).
+    let told = explain(&admin, plain, "/takip/TR-1", &[]);
+    let retry = &told["pool"]["retry"];
+    assert_eq!(retry["retries"], 2, "{told}");
+    assert!(retry["budget"]["left"].as_f64().unwrap() >= 100.0, "{told}");
+
+    // Other targets say what answers.
+    let file = explain(&admin, plain, "/dosya/bicem.css", &[]);
+    assert_eq!(file["answer"]["status"], 200, "{file}");
+    assert!(
+        file["answer"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("bicem.css"),
+        "{file}"
+    );
+    let missing = explain(&admin, plain, "/dosya/yok.css", &[]);
+    assert_eq!(missing["answer"]["status"], 404, "{missing}");
+    for (path, status) in [("/dosya/bicem.css", 200), ("/dosya/yok.css", 404)] {
+        assert_eq!(
+            exchange((&address, "127.0.0.1"), "GET", path, &[], "").status,
+            status
+        );
+    }
+    let moved = explain(&admin, plain, "/eski/x", &[]);
+    assert_eq!(moved["answer"]["status"], 308, "{moved}");
+    let real = exchange((&address, "127.0.0.1"), "GET", "/eski/x", &[], "");
+    let location = real.header("location").unwrap();
+    assert_eq!(
+        moved["answer"]["reason"],
+        format!("a redirect to {location}"),
+        "{moved}"
+    );
+    proxy.stop();
+}
+
+/// `GET path` from the admin API, as JSON.
+fn get_json(admin: &str, path: &str) -> Value {
+    let got = exchange((admin, admin), "GET", path, &[], "");
+    assert_eq!(got.status, 200, "{}", got.body);
+    serde_json::from_str(&got.body).unwrap()
+}

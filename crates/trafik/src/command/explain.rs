@@ -38,17 +38,7 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, String> {
                     .collect::<serde_json::Map<String, Value>>(),
                 "client": args.client,
             });
-            let (status, document) = send(
-                admin,
-                "POST",
-                "/explain",
-                &body.to_string(),
-                Duration::from_secs(10),
-            )?;
-            if status != 200 {
-                return Err(format!("{admin} answered {status}: {document}"));
-            }
-            document
+            ask(admin, "/explain", &body)?
         }
         None => {
             let loaded = load_config(args.config.as_deref())?;
@@ -62,12 +52,7 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, String> {
                 .map_err(|errors| errors.join("\n"))?
         }
     };
-    if args.json {
-        say(&serde_json::to_string_pretty(&document).unwrap_or_default());
-    } else {
-        say(trafik_proxy::explain::render(&document).trim_end());
-    }
-    Ok(ExitCode::SUCCESS)
+    show(&document, args.json, trafik_proxy::explain::render)
 }
 
 /// `trafik explain dns NAME`: offline from the file's `[dns]`, or the instance's
@@ -81,17 +66,7 @@ fn run_dns(args: ExplainDnsArgs) -> Result<ExitCode, String> {
                 "client_subnet": args.client_subnet,
                 "client": args.client,
             });
-            let (status, document) = send(
-                admin,
-                "POST",
-                "/explain/dns",
-                &body.to_string(),
-                Duration::from_secs(10),
-            )?;
-            if status != 200 {
-                return Err(format!("{admin} answered {status}: {document}"));
-            }
-            document
+            ask(admin, "/explain/dns", &body)?
         }
         None => {
             let loaded = load_config(args.config.as_deref())?;
@@ -105,10 +80,30 @@ fn run_dns(args: ExplainDnsArgs) -> Result<ExitCode, String> {
                 .map_err(|errors| errors.join("\n"))?
         }
     };
-    if args.json {
-        say(&serde_json::to_string_pretty(&document).unwrap_or_default());
+    show(&document, args.json, trafik_dns::zone::explain::render)
+}
+
+/// `POST path` with `body` to the admin API at `admin`: the explanation, or why not.
+fn ask(admin: std::net::SocketAddr, path: &str, body: &Value) -> Result<Value, String> {
+    let (status, document) = send(
+        admin,
+        "POST",
+        path,
+        &body.to_string(),
+        Duration::from_secs(10),
+    )?;
+    if status != 200 {
+        return Err(format!("{admin} answered {status}: {document}"));
+    }
+    Ok(document)
+}
+
+/// Prints the explanation: its JSON, or `render`'s text for people.
+fn show(document: &Value, json: bool, render: fn(&Value) -> String) -> Result<ExitCode, String> {
+    if json {
+        say(&serde_json::to_string_pretty(document).unwrap_or_default());
     } else {
-        say(trafik_dns::zone::explain::render(&document).trim_end());
+        say(render(document).trim_end());
     }
     Ok(ExitCode::SUCCESS)
 }
