@@ -174,13 +174,13 @@ fn compact(document: &Value) -> HeaderValue {
     HeaderValue::from_str(&line).unwrap_or(HeaderValue::from_static("{}"))
 }
 
-/// `value` as JSON text with every non-ASCII character escaped (`\uXXXX`), so that it can be
-/// a header's value.
+/// `value` as JSON text with every character a header value cannot hold (non-ASCII, DEL)
+/// escaped (`\uXXXX`); JSON escapes the other control characters itself.
 fn ascii_json(value: &Value) -> String {
     let text = value.to_string();
     let mut out = String::with_capacity(text.len());
     for character in text.chars() {
-        if character.is_ascii() {
+        if character.is_ascii() && character != '\x7f' {
             out.push(character);
         } else {
             let mut units = [0u16; 2];
@@ -734,5 +734,18 @@ fn render_pool(out: &mut String, pool: &Value) {
             candidate["in_flight"],
             candidate["weight"]
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_form_is_visible_ascii_json_that_reads_back_the_same() {
+        let value = json!({ "route": "path_prefix / → pool a", "odd": "x\u{7f}y😀\n" });
+        let line = ascii_json(&value);
+        assert!(HeaderValue::from_str(&line).is_ok(), "{line}");
+        assert_eq!(serde_json::from_str::<Value>(&line).unwrap(), value);
     }
 }
