@@ -18,6 +18,21 @@ pub struct RetryBudget {
     halves: [Half; 2],
 }
 
+/// A budget's window at one moment: first tries and retries counted, and the retries allowed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BudgetStanding {
+    pub requests: u64,
+    pub retries: u64,
+    pub allowed: f64,
+}
+
+impl BudgetStanding {
+    /// Retries the budget grants before it refuses (the last one may be a share).
+    pub fn left(&self) -> f64 {
+        (self.allowed - self.retries as f64).max(0.0)
+    }
+}
+
 /// One half of the window: its number (time / HALF) and what it counted.
 #[derive(Debug, Default)]
 struct Half {
@@ -43,6 +58,18 @@ impl RetryBudget {
 
     /// Takes one retry from the budget if it allows one at `now`.
     pub fn try_retry(&self, now: Nanos) -> bool {
+        let standing = self.standing(now);
+        if (standing.retries as f64) < standing.allowed {
+            self.half(now).retries.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// What the budget holds at `now`, read without counting anything (`trafik explain`): the
+    /// next [`RetryBudget::try_retry`] is granted while `retries` is below `allowed`.
+    pub fn standing(&self, now: Nanos) -> BudgetStanding {
         let current = now / HALF;
         let (mut requests, mut retries) = (0, 0);
         for half in &self.halves {
@@ -52,12 +79,10 @@ impl RetryBudget {
                 retries += half.retries.load(Ordering::Relaxed);
             }
         }
-        let allowed = self.floor as f64 + self.ratio * requests as f64;
-        if (retries as f64) < allowed {
-            self.half(now).retries.fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            false
+        BudgetStanding {
+            requests,
+            retries,
+            allowed: self.floor as f64 + self.ratio * requests as f64,
         }
     }
 
@@ -114,5 +139,21 @@ mod tests {
         let none = RetryBudget::new(0.0, 0);
         none.request(SECOND);
         assert!(!none.try_retry(SECOND));
+    }
+
+    #[test]
+    fn the_standing_is_read_without_taking_a_retry() {
+        let budget = RetryBudget::new(0.5, 0);
+        for _ in 0..4 {
+            budget.request(SECOND);
+        }
+        let before = budget.standing(SECOND);
+        assert_eq!(before.left(), 2.0);
+        assert_eq!(budget.standing(SECOND), before, "reading took nothing");
+        assert!(budget.try_retry(SECOND));
+        assert_eq!(budget.standing(SECOND).left(), 1.0);
+        assert!(budget.try_retry(SECOND));
+        assert_eq!(budget.standing(SECOND).left(), 0.0);
+        assert!(!budget.try_retry(SECOND), "none left, as the standing said");
     }
 }

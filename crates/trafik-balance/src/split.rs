@@ -21,6 +21,16 @@ impl WeightedSplit {
         WeightedSplit { bounds }
     }
 
+    /// Each share's weight, in share order.
+    pub fn weights(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut before = 0;
+        self.bounds.iter().map(move |&bound| {
+            let weight = bound - before;
+            before = bound;
+            weight
+        })
+    }
+
     /// The share `draw` falls in: the draw scaled into the total by multiply-shift, so every
     /// point of the total is as likely as any other. `None` when all weights are zero.
     pub fn pick(&self, draw: u64) -> Option<usize> {

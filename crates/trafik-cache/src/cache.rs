@@ -27,6 +27,14 @@ impl Weigh for Slot {
     }
 }
 
+/// What a request would find: the stored response, if any; the key it is (or would be) stored
+/// under; and the `Vary` names that chose the key (empty when the answer does not vary).
+pub struct Found {
+    pub stored: Option<Arc<Stored>>,
+    pub key: String,
+    pub vary: Vec<HeaderName>,
+}
+
 /// Responses by key, bounded by entries and bytes.
 pub struct Cache {
     store: Store<String, Slot>,
@@ -49,16 +57,46 @@ impl Cache {
     /// The stored response a request with these headers may use, fresh or not; and the key it
     /// is (or would be) stored under.
     pub fn lookup(&self, primary: &str, request: &HeaderMap) -> (Option<Arc<Stored>>, String) {
-        match self.store.get(primary) {
-            Some(Slot::Response(stored)) => (Some(stored), primary.to_owned()),
+        let found = self.find(primary, request, |key| self.store.get(key));
+        (found.stored, found.key)
+    }
+
+    /// What [`Cache::lookup`] would find, with the `Vary` names the key was chosen by, read
+    /// without marking anything used: the store's recency and admission counts stay as they
+    /// were (`trafik explain`).
+    pub fn peek(&self, primary: &str, request: &HeaderMap) -> Found {
+        self.find(primary, request, |key| self.store.peek(key))
+    }
+
+    fn find(
+        &self,
+        primary: &str,
+        request: &HeaderMap,
+        get: impl Fn(&str) -> Option<Slot>,
+    ) -> Found {
+        match get(primary) {
+            Some(Slot::Response(stored)) => Found {
+                stored: Some(stored),
+                key: primary.to_owned(),
+                vary: Vec::new(),
+            },
             Some(Slot::Variants(names)) => {
                 let variant = key::variant(primary, &names, request);
-                match self.store.get(variant.as_str()) {
-                    Some(Slot::Response(stored)) => (Some(stored), variant),
-                    _ => (None, variant),
+                let stored = match get(variant.as_str()) {
+                    Some(Slot::Response(stored)) => Some(stored),
+                    _ => None,
+                };
+                Found {
+                    stored,
+                    key: variant,
+                    vary: names.to_vec(),
                 }
             }
-            None => (None, primary.to_owned()),
+            None => Found {
+                stored: None,
+                key: primary.to_owned(),
+                vary: Vec::new(),
+            },
         }
     }
 

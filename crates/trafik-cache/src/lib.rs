@@ -9,7 +9,7 @@ pub mod freshness;
 pub mod key;
 pub mod store;
 
-pub use cache::Cache;
+pub use cache::{Cache, Found};
 pub use clock::Clock;
 pub use control::CacheControl;
 pub use freshness::{NotStored, Rules, Stored, Use, storable};

@@ -150,6 +150,19 @@ impl<K: Eq + Hash + Clone, V: Weigh + Clone> Store<K, V> {
         }
     }
 
+    /// The value under `key`, read without marking it used (neither its recency nor the
+    /// admission policy's frequency moves): for telling what a request would find.
+    pub fn peek<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match &self.inner {
+            Inner::Lru(lru) => lock(lru).entries.peek(key).cloned(),
+            Inner::Admission(cache) => cache.peek(key),
+        }
+    }
+
     /// Stores `value` under `key`, evicting what the policy chooses until both limits hold. A
     /// value larger than the whole store is not stored.
     pub fn insert(&self, key: K, value: V) {
@@ -258,6 +271,17 @@ mod tests {
         assert!(store.get(&"b").is_none());
         assert!(store.get(&"a").is_some() && store.get(&"c").is_some());
         assert_eq!(store.entries(), 2);
+    }
+
+    #[test]
+    fn a_peek_leaves_the_lru_order_as_it_was() {
+        let store = Store::new(Policy::Lru, limits(2, 1000));
+        store.insert("a", Sized(1));
+        store.insert("b", Sized(1));
+        assert!(store.peek(&"a").is_some()); // a stays the oldest
+        store.insert("c", Sized(1));
+        assert!(store.peek(&"a").is_none(), "a peek did not make a recent");
+        assert!(store.peek(&"b").is_some() && store.peek(&"c").is_some());
     }
 
     #[test]

@@ -163,28 +163,60 @@ impl Groups {
 
     /// The client's group and the prefix length that decided it.
     pub fn group_of(&self, client: Client) -> Option<(usize, u8)> {
-        let by_prefix = self
-            .entries
-            .iter()
-            .find(|(prefix, _)| prefix.contains(client.address))
-            .map(|(prefix, group)| (*group, prefix.length));
-        by_prefix.or_else(|| self.group_by_place(client))
+        match self.by_prefix(client) {
+            Some((prefix, group)) => Some((group, prefix.length)),
+            None => self
+                .group_by_place(client)
+                .map(|(group, place, _)| (group, place.prefix)),
+        }
     }
 
-    fn group_by_place(&self, client: Client) -> Option<(usize, u8)> {
+    /// [`Groups::group_of`] and what decided it, in words (`trafik explain dns`): the prefix
+    /// the client's address is under, or the GeoIP place it was found at.
+    pub fn explain_group(&self, client: Client) -> Option<(usize, u8, String)> {
+        if let Some((prefix, group)) = self.by_prefix(client) {
+            let how = format!(
+                "{} is under the prefix {}/{}",
+                client.address, prefix.network, prefix.length
+            );
+            return Some((group, prefix.length, how));
+        }
+        let (group, place, by) = self.group_by_place(client)?;
+        let how = format!(
+            "GeoIP places {} in {by} (network /{})",
+            client.address, place.prefix
+        );
+        Some((group, place.prefix, how))
+    }
+
+    fn by_prefix(&self, client: Client) -> Option<(&Prefix, usize)> {
+        self.entries
+            .iter()
+            .find(|(prefix, _)| prefix.contains(client.address))
+            .map(|(prefix, group)| (prefix, *group))
+    }
+
+    /// The group of the client's place, the place, and which of its fields matched.
+    fn group_by_place(&self, client: Client) -> Option<(usize, crate::geoip::Place, String)> {
         let geo = self.geo.as_ref()?;
         let place = geo.database.locate(client.address)?;
         let find = |listed: &dyn Fn(&Places) -> bool| geo.places.iter().position(listed);
-        let group = place
+        let (group, by) = place
             .country
             .as_ref()
-            .and_then(|country| find(&|p| p.countries.contains(country)))
-            .or_else(|| place.asn.and_then(|asn| find(&|p| p.asns.contains(&asn))))
+            .and_then(|country| {
+                find(&|p| p.countries.contains(country)).map(|g| (g, format!("country {country}")))
+            })
+            .or_else(|| {
+                let asn = place.asn?;
+                find(&|p| p.asns.contains(&asn)).map(|g| (g, format!("AS{asn}")))
+            })
             .or_else(|| {
                 let continent = place.continent.as_ref()?;
                 find(&|p| p.continents.contains(continent))
+                    .map(|g| (g, format!("continent {continent}")))
             })?;
-        Some((group, place.prefix))
+        Some((group, place, by))
     }
 }
 
@@ -276,7 +308,9 @@ impl Weighted {
         })
     }
 
-    fn pick(&self, client: Client, live: Live, random: u64) -> Option<(Region, u8)> {
+    /// The region for `client`; `advance` moves the pattern on (a query), or leaves it where it
+    /// is (an explanation, which tells the slot the next query takes).
+    fn pick(&self, client: Client, live: Live, random: u64, advance: bool) -> Option<(Region, u8)> {
         if let Some((v4, v6)) = self.consistent {
             let length = if client.address.is_ipv4() { v4 } else { v6 };
             let length = length.min(client.prefix);
@@ -289,6 +323,10 @@ impl Weighted {
             return self.live_from(slot, live).map(|(r, _)| (r, length));
         }
         match self.choice {
+            WeightedChoice::Pattern if !advance => {
+                let slot = self.cursor.load(Ordering::Acquire);
+                self.live_from(slot, live).map(|(region, _)| (region, 0))
+            }
             WeightedChoice::Pattern => {
                 let mut picked = None;
                 let _ = self
@@ -346,6 +384,23 @@ impl Policy {
     /// The policy's decision for `client` when the regions in `live` are up; `random` is used by
     /// weighted random choice only.
     pub fn decide(&self, client: Client, groups: &Groups, live: Live, random: u64) -> Decision {
+        self.decide_moving(client, groups, live, random, true)
+    }
+
+    /// The decision the next query for `client` gets, told without moving the weighted
+    /// pattern on (`trafik explain dns`); a weighted random choice is drawn with `random`.
+    pub fn explain(&self, client: Client, groups: &Groups, live: Live, random: u64) -> Decision {
+        self.decide_moving(client, groups, live, random, false)
+    }
+
+    fn decide_moving(
+        &self,
+        client: Client,
+        groups: &Groups,
+        live: Live,
+        random: u64,
+        advance: bool,
+    ) -> Decision {
         match self {
             Policy::Geo {
                 region_of_group,
@@ -387,7 +442,7 @@ impl Policy {
                 let region = closest(true).unwrap_or(first);
                 one(region, scope, region != first)
             }
-            Policy::Weighted(weighted) => match weighted.pick(client, live, random) {
+            Policy::Weighted(weighted) => match weighted.pick(client, live, random, advance) {
                 Some((region, scope)) => Decision {
                     regions: vec![region],
                     scope,
@@ -395,7 +450,9 @@ impl Policy {
                 },
                 None => {
                     let every = Live::all(Live::MAX_REGIONS);
-                    let (region, scope) = weighted.pick(client, every, random).unwrap_or((0, 0));
+                    let (region, scope) = weighted
+                        .pick(client, every, random, advance)
+                        .unwrap_or((0, 0));
                     one(region, scope, false)
                 }
             },

@@ -266,6 +266,15 @@ impl DnsControl {
         Authority::build(plan, Some(&self.handler.current.load().authority))
     }
 
+    /// What the server in force answers `question` now, with the regions live now, and why
+    /// ([`Authority::explain`]); nothing counted.
+    pub fn explain(&self, question: &crate::zone::explain::Question) -> Value {
+        let current = self.handler.current.load();
+        let live = current.liveness.live();
+        let random = trafik_balance::hash::mix64(seed());
+        current.authority.explain(question, live, random)
+    }
+
     /// The `dns` block of the admin API's `/status`.
     pub fn status(&self) -> Value {
         let current = self.handler.current.load();

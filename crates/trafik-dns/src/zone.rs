@@ -16,6 +16,8 @@ use crate::policy::{Client, Decision, GeoGroups, Groups, Live, Policy, Prefix, R
 use crate::rate::{RateLimitPlan, RateLimiter};
 use crate::transfer::{self, Transfer, TransferPlan};
 
+pub mod explain;
+
 /// What trafik serves over DNS: regions, client groups and zones.
 #[derive(Clone, Debug, Default)]
 pub struct DnsPlan {

@@ -186,13 +186,6 @@ impl Etcd {
         Ok(answer["succeeded"].as_bool().unwrap_or(false))
     }
 
-    /// Removes `key`.
-    pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
-        self.call("/v3/kv/deleterange", json!({ "key": BASE64.encode(key) }))
-            .await
-            .map(drop)
-    }
-
     /// A new lease that expires after `ttl` without a keep-alive.
     pub async fn grant(&self, ttl: Duration) -> Result<i64, EtcdError> {
         let answer = self

@@ -17,7 +17,7 @@ use crate::http::body::RequestBody;
 use crate::http::filter::{Exchange, OwnAnswer};
 use crate::http::route::{self, Matching, Route};
 use crate::http::service::ClientConnection;
-use crate::http::target::Target;
+use crate::http::target::{PoolTarget, Target};
 use crate::snapshot::Snapshot;
 use crate::view::Selection;
 
@@ -91,6 +91,107 @@ impl Question {
     }
 }
 
+/// The request header that asks for an explanation, and the answer header that carries it.
+pub const EXPLAIN_HEADER: HeaderName = HeaderName::from_static("x-trafik-explain");
+
+/// The longest `x-trafik-explain` answer: a proxy or browser in front may refuse long heads.
+const MAX_OWN_EXPLANATION: usize = 2048;
+
+/// The longest text of one field of the `x-trafik-explain` answer, in characters.
+const MAX_OWN_FIELD: usize = 120;
+
+/// `x-trafik-explain` on a served request: takes the header off (the upstream never sees it)
+/// and, only when the request carries the admin token (`Authorization: Bearer TOKEN`, as the
+/// admin API takes it, wrong guesses budgeted as there), returns the request's own
+/// explanation for the answer's header — the `Authorization` that carried the token is taken
+/// off too, so the secret never leaves trafik. Without the header this is one lookup.
+pub fn asked_for(
+    snapshot: &Snapshot,
+    listener: ListenerId,
+    request: &mut Request<RequestBody>,
+    peer: SocketAddr,
+    now: Nanos,
+) -> Option<HeaderValue> {
+    request.headers_mut().remove(EXPLAIN_HEADER)?;
+    let token = snapshot.admin_token.as_ref()?;
+    if token.check(request, peer.ip()) != crate::admin_token::Verdict::Admitted {
+        return None;
+    }
+    request.headers_mut().remove(header::AUTHORIZATION);
+    let mut copy = copy_head(request);
+    let mut document = json!({});
+    match crate::http::path::normalize(copy.uri().path()) {
+        Ok(None) => explain_request(snapshot, listener, copy, peer, now, &mut document),
+        Ok(Some(normal)) => {
+            crate::http::service::replace_path(copy.uri_mut(), &normal);
+            explain_request(snapshot, listener, copy, peer, now, &mut document)
+        }
+        Err(_) => document["answer"] = answer(400, "the path is ambiguous and refused", None),
+    }
+    Some(compact(&document))
+}
+
+/// The explanation as one line of JSON for a header: the route, the cache's and the pool's
+/// verdicts, the backend or trafik's own answer; texts cut to [`MAX_OWN_FIELD`] characters,
+/// non-ASCII escaped, at most [`MAX_OWN_EXPLANATION`] bytes.
+fn compact(document: &Value) -> HeaderValue {
+    let cut = |value: &Value| match value.as_str() {
+        Some(text) if text.chars().count() > MAX_OWN_FIELD => {
+            let kept: String = text.chars().take(MAX_OWN_FIELD).collect();
+            json!(format!("{kept}…"))
+        }
+        _ => value.clone(),
+    };
+    let pool = &document["pool"];
+    let answered = &document["answer"];
+    let mut fields = serde_json::Map::new();
+    let mut put = |name: &str, value: Value| {
+        if !value.is_null() {
+            fields.insert(name.to_owned(), value);
+        }
+    };
+    put("route", cut(&document["route"]));
+    put("cache", document["cache"]["verdict"].clone());
+    put("pool", pool["pool"].clone());
+    put("decided_by", pool["decided_by"].clone());
+    put("reason", cut(&pool["reason"]));
+    put("retry_budget_left", pool["retry"]["budget"]["left"].clone());
+    put("backend", document["backend"].clone());
+    if answered.is_object() {
+        put(
+            "answer",
+            json!({ "status": answered["status"], "reason": cut(&answered["reason"]) }),
+        );
+    }
+    let mut line = ascii_json(&Value::Object(fields));
+    if line.len() > MAX_OWN_EXPLANATION {
+        line = ascii_json(&json!({
+            "backend": document["backend"],
+            "answer": answered.get("status"),
+            "cut": true,
+        }));
+    }
+    HeaderValue::from_str(&line).unwrap_or(HeaderValue::from_static("{}"))
+}
+
+/// `value` as JSON text with every character a header value cannot hold (non-ASCII, DEL)
+/// escaped (`\uXXXX`); JSON escapes the other control characters itself.
+fn ascii_json(value: &Value) -> String {
+    let text = value.to_string();
+    let mut out = String::with_capacity(text.len());
+    for character in text.chars() {
+        if character.is_ascii() && character != '\x7f' {
+            out.push(character);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in character.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
+
 /// One listener of the instance: its id in the snapshot and the address it is bound to.
 pub struct ListenerAddress {
     pub id: ListenerId,
@@ -117,24 +218,43 @@ pub fn explain(
         "request": describe_question(question),
         "listener": { "name": listener.name, "address": listener.address.to_string() },
     });
-    let Some(routes) = snapshot.http_routes(listener.id) else {
+    match build_request(question) {
+        Ok(request) => explain_request(
+            snapshot,
+            listener.id,
+            request,
+            SocketAddr::new(question.client, 0),
+            now,
+            &mut document,
+        ),
+        Err(reason) => document["answer"] = answer(400, &reason, None),
+    }
+    document
+}
+
+/// The explanation of `request` (path normalized, `Host` set) from `peer` on the listener
+/// `listener`, written into `document`: the routes, the filters, the cache, the target. Also
+/// what a served request that asks for its own explanation gets ([`own_explanation`]).
+pub fn explain_request(
+    snapshot: &Snapshot,
+    listener: ListenerId,
+    request: Request<RequestBody>,
+    peer: SocketAddr,
+    now: Nanos,
+    document: &mut Value,
+) {
+    let Some(routes) = snapshot.http_routes(listener) else {
         document["answer"] = answer(404, "the listener has no routes", None);
-        return document;
+        return;
     };
-    let request = match build_request(question) {
-        Ok(request) => request,
-        Err(reason) => {
-            document["answer"] = answer(400, &reason, None);
-            return document;
-        }
-    };
+    let client = route::client_address(peer, request.headers(), snapshot.client.trust_forwarded);
     let host = route::request_host(&request);
     let path = request.uri().path();
     let method = request.method();
     let mut chosen: Option<(&Route, Option<Captures>)> = None;
     let asking = route::Asking {
         view: &request,
-        client: question.client,
+        client,
     };
     let considered: Vec<Value> = routes
         .considered(host, path, method, &asking)
@@ -167,13 +287,12 @@ pub fn explain(
     document["routes"] = Value::Array(considered);
     let Some((route, captures)) = chosen else {
         document["answer"] = answer(404, "no route matches", None);
-        return document;
+        return;
     };
     document["route"] = json!(describe_route(snapshot, route));
     document["captures"] = json!(captures.as_ref().map(|c| c.0.clone()));
 
-    let peer = SocketAddr::new(question.client, 0);
-    let connection = ClientConnection::new(listener.id, peer, "http", None);
+    let connection = ClientConnection::new(listener, peer, "http", None);
     let exchange = Exchange {
         connection: &connection,
         snapshot,
@@ -194,31 +313,153 @@ pub fn explain(
         {
             document["filters"] = Value::Array(filters);
             document["answer"] = answer(status, &reason, retry_after);
-            return document;
+            return;
         }
     }
     document["filters"] = Value::Array(filters);
+    // The route's path rewrites, as the request reaches its target (and the cache's key),
+    // written into a copy (the routes' verdicts above read the request as it came).
+    let mut request = copy_head(&request);
+    let rewritten = route
+        .filters
+        .iter()
+        .fold(None, |rewritten: Option<String>, filter| {
+            let path = rewritten.as_deref().unwrap_or(request.uri().path());
+            filter.upstream_path(path).or(rewritten)
+        });
+    if let Some(path) = rewritten {
+        crate::http::service::replace_path(request.uri_mut(), &path);
+    }
+    let captures = captures.unwrap_or_default();
+    let told = Told {
+        snapshot,
+        connection: &connection,
+        captures: &captures,
+        now,
+    };
+    request.extensions_mut().insert(captures.clone());
+    told.target(&route.target, &request, document);
+}
 
-    match pool_of(&route.target, captures.as_ref()) {
-        Some(index) => {
-            let pool = &snapshot.pools[index];
-            let selection = Selection::of(pool, &request, peer);
-            let told = crate::pool::explain::explain(pool, &selection, now);
-            document["backend"] = told["backend"].clone();
-            document["candidates"] = told["candidates"].clone();
-            if told["backend"].is_null() {
-                document["answer"] = answer(503, "no backend available", None);
+/// What the target part of an explanation reads.
+struct Told<'a> {
+    snapshot: &'a Snapshot,
+    connection: &'a ClientConnection,
+    captures: &'a Captures,
+    now: Nanos,
+}
+
+impl Told<'_> {
+    /// What `target` does with `request`: the pool's pick, the cache's verdict, or what
+    /// answers instead (a file, a redirect, the gateway's merge).
+    fn target(&self, target: &Target, request: &Request<RequestBody>, document: &mut Value) {
+        match target {
+            Target::Pool(pool) => self.pool(pool, request, document),
+            Target::Cached(cached) => {
+                let verdict = cached.explain(request);
+                document["cache"] = verdict.told;
+                match verdict.answer {
+                    Some((status, reason)) => document["answer"] = answer(status, &reason, None),
+                    None => self.target(&cached.inner, request, document),
+                }
             }
-            document["pool"] = told;
-        }
-        None => {
-            document["answer"] = json!({
-                "status": null,
-                "reason": format!("served by {}: no pool pick to explain", describe_target(snapshot, &route.target)),
-            });
+            Target::Service(service) => match service.pool_for(self.captures) {
+                Some(pool) => {
+                    if let Some(template) = &service.upstream_path {
+                        document["upstream_path"] = json!(template.render(self.captures));
+                    }
+                    self.pool(pool, request, document)
+                }
+                None => {
+                    document["answer"] =
+                        answer(404, "the capture names no service of the map", None)
+                }
+            },
+            Target::Aggregate(aggregate) => {
+                let parts: Vec<Value> = aggregate
+                    .parts
+                    .iter()
+                    .zip(&aggregate.contracts)
+                    .map(|(part, (name, _))| {
+                        let mut told =
+                            json!({ "part": name, "path": part.path.render(self.captures) });
+                        self.pool(&part.pool, request, &mut told);
+                        told
+                    })
+                    .collect();
+                let count = parts.len();
+                document["parts"] = Value::Array(parts);
+                document["answer"] = json!({
+                    "status": null,
+                    "reason": format!("a gateway aggregate: {count} upstream call(s) in parallel, each picked as shown under \"parts\", merged by its jq expression"),
+                });
+            }
+            Target::Ambassador(ambassador) => {
+                document["upstream_path"] = json!(ambassador.path.render(self.captures));
+                self.pool(&ambassador.pool, request, document);
+            }
+            Target::Static(site) => {
+                let (status, reason) = site.explain(request.method(), request.uri().path());
+                document["answer"] = answer(status, &reason, None);
+            }
+            Target::Split(split) => {
+                let (pool, why) = split.explain(request);
+                document["split"] = json!(why);
+                match pool {
+                    Some(pool) => self.pool(pool, request, document),
+                    None => document["answer"] = json!({ "status": null, "reason": why }),
+                }
+            }
+            Target::Redirect(redirect) => {
+                let response = redirect.serve(self.connection, request);
+                let reason = match response.headers().get(header::LOCATION) {
+                    Some(location) => format!(
+                        "a redirect to {}",
+                        String::from_utf8_lossy(location.as_bytes())
+                    ),
+                    None => "this request cannot be redirected".to_owned(),
+                };
+                document["answer"] = answer(response.status().as_u16(), &reason, None);
+            }
         }
     }
-    document
+
+    /// The pool's pick, its candidates and its retries, into `document`.
+    fn pool(&self, target: &PoolTarget, request: &Request<RequestBody>, document: &mut Value) {
+        let pool = &self.snapshot.pools[target.pool];
+        let selection = Selection::of(pool, request, self.connection.peer);
+        let mut told = crate::pool::explain::explain(pool, &selection, self.now);
+        let repeatable = (request.method().is_idempotent() || target.retry_non_idempotent)
+            && !declares_body(request.headers());
+        told["retry"] = pool
+            .retrying
+            .explain(pool.plan.retries, repeatable, self.now);
+        document["backend"] = told["backend"].clone();
+        document["candidates"] = told["candidates"].clone();
+        if told["backend"].is_null() {
+            document["answer"] = answer(503, "no backend available", None);
+        }
+        document["pool"] = told;
+    }
+}
+
+/// A bodiless copy of `request`'s head.
+fn copy_head(request: &Request<RequestBody>) -> Request<RequestBody> {
+    let mut copy = Request::new(RequestBody::empty());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    copy
+}
+
+/// Whether a request says it has a body (a length above zero, or chunks).
+fn declares_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
+            .is_some_and(|length| length > 0)
 }
 
 fn answer(status: u16, reason: &str, retry_after: Option<u64>) -> Value {
@@ -373,65 +614,45 @@ pub fn render(document: &Value) -> String {
             ));
         }
     }
-    let pool = &document["pool"];
-    if pool.is_object() {
+    if let Some(cache) = document["cache"].as_object() {
+        let mut line = format!(
+            "\ncache {}: {}",
+            cache["cache"].as_str().unwrap_or_default(),
+            cache["verdict"].as_str().unwrap_or_default()
+        );
+        if let Some(key) = cache.get("key").and_then(Value::as_str) {
+            line.push_str(&format!(", key {key}"));
+        }
+        if let Some(vary) = cache.get("vary").and_then(Value::as_array)
+            && !vary.is_empty()
+        {
+            let names: Vec<&str> = vary.iter().filter_map(Value::as_str).collect();
+            line.push_str(&format!(", stored under Vary: {}", names.join(", ")));
+        }
+        if let Some(age) = cache.get("age_seconds").and_then(Value::as_u64) {
+            line.push_str(&format!(", age {age} s"));
+        }
         out.push_str(&format!(
-            "\npool {} ({}), decided by {}:\n  {}\n",
-            text(&pool["pool"]),
-            text(&pool["algorithm"]),
-            text(&pool["decided_by"]),
-            text(&pool["reason"])
+            "{line}\n  {}\n",
+            cache["why"].as_str().unwrap_or_default()
         ));
-        if let Some(sticky) = pool["sticky"].as_object() {
-            out.push_str(&format!(
-                "  sticky ({}): {}\n",
-                sticky["mode"].as_str().unwrap_or_default(),
-                sticky["binding"].as_str().unwrap_or_default()
-            ));
-        }
-        for note in pool["notes"].as_array().into_iter().flatten() {
-            out.push_str(&format!("  note: {}\n", text(note)));
-        }
-        out.push_str("  candidates:\n");
-        for candidate in pool["candidates"].as_array().into_iter().flatten() {
-            let mark = if candidate["chosen"] == true {
-                "→"
-            } else {
-                " "
-            };
-            let mut state = vec![
-                if candidate["up"] == true {
-                    "up"
-                } else {
-                    "down"
-                }
-                .to_owned(),
-            ];
-            if candidate["draining"] == true {
-                state.push("draining".into());
-            }
-            if candidate["ejected"] == true {
-                let left = candidate["ejected_seconds_left"]
-                    .as_f64()
-                    .map(|s| format!(" ({s:.1} s left)"))
-                    .unwrap_or_default();
-                state.push(format!("ejected{left}"));
-            }
-            if let Some(share) = candidate["slow_start_share"].as_f64() {
-                state.push(format!("slow start {:.0} %", share * 100.0));
-            }
-            if let Some(ewma) = candidate["ewma_ms"].as_f64() {
-                state.push(format!("EWMA {ewma:.3} ms"));
-            }
-            out.push_str(&format!(
-                "   {mark} {} {}: {}, {} in flight, weight {}\n",
-                text(&candidate["name"]),
-                text(&candidate["address"]),
-                state.join(", "),
-                candidate["in_flight"],
-                candidate["weight"]
-            ));
-        }
+    }
+    if let Some(split) = document["split"].as_str() {
+        out.push_str(&format!("\n{split}\n"));
+    }
+    if let Some(path) = document["upstream_path"].as_str() {
+        out.push_str(&format!("\nsent upstream as {path}\n"));
+    }
+    if document["pool"].is_object() {
+        render_pool(&mut out, &document["pool"]);
+    }
+    for part in document["parts"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "\npart {} → {}:",
+            text(&part["part"]),
+            text(&part["path"])
+        ));
+        render_pool(&mut out, &part["pool"]);
     }
     if let Some(backend) = document["backend"].as_object() {
         out.push_str(&format!(
@@ -455,4 +676,92 @@ pub fn render(document: &Value) -> String {
         ));
     }
     out
+}
+
+/// A pool's part of the explanation for people.
+fn render_pool(out: &mut String, pool: &Value) {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_owned();
+    out.push_str(&format!(
+        "\npool {} ({}), decided by {}:\n  {}\n",
+        text(&pool["pool"]),
+        text(&pool["algorithm"]),
+        text(&pool["decided_by"]),
+        text(&pool["reason"])
+    ));
+    if let Some(sticky) = pool["sticky"].as_object() {
+        out.push_str(&format!(
+            "  sticky ({}): {}\n",
+            sticky["mode"].as_str().unwrap_or_default(),
+            sticky["binding"].as_str().unwrap_or_default()
+        ));
+    }
+    for note in pool["notes"].as_array().into_iter().flatten() {
+        out.push_str(&format!("  note: {}\n", text(note)));
+    }
+    let retry = &pool["retry"];
+    if retry.is_object() {
+        let budget = &retry["budget"];
+        out.push_str(&format!(
+                "  retries: {}; budget left {:.1} ({} retries over {} requests in the last 10 s; a share of {} plus {} a second)\n",
+                text(&retry["applies"]),
+                budget["left"].as_f64().unwrap_or_default(),
+                budget["retries_in_window"],
+                budget["requests_in_window"],
+                budget["ratio"],
+                budget["floor_per_second"],
+            ));
+    }
+    out.push_str("  candidates:\n");
+    for candidate in pool["candidates"].as_array().into_iter().flatten() {
+        let mark = if candidate["chosen"] == true {
+            "→"
+        } else {
+            " "
+        };
+        let mut state = vec![
+            if candidate["up"] == true {
+                "up"
+            } else {
+                "down"
+            }
+            .to_owned(),
+        ];
+        if candidate["draining"] == true {
+            state.push("draining".into());
+        }
+        if candidate["ejected"] == true {
+            let left = candidate["ejected_seconds_left"]
+                .as_f64()
+                .map(|s| format!(" ({s:.1} s left)"))
+                .unwrap_or_default();
+            state.push(format!("ejected{left}"));
+        }
+        if let Some(share) = candidate["slow_start_share"].as_f64() {
+            state.push(format!("slow start {:.0} %", share * 100.0));
+        }
+        if let Some(ewma) = candidate["ewma_ms"].as_f64() {
+            state.push(format!("EWMA {ewma:.3} ms"));
+        }
+        out.push_str(&format!(
+            "   {mark} {} {}: {}, {} in flight, weight {}\n",
+            text(&candidate["name"]),
+            text(&candidate["address"]),
+            state.join(", "),
+            candidate["in_flight"],
+            candidate["weight"]
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_form_is_visible_ascii_json_that_reads_back_the_same() {
+        let value = json!({ "route": "path_prefix / → pool a", "odd": "x\u{7f}y😀\n" });
+        let line = ascii_json(&value);
+        assert!(HeaderValue::from_str(&line).is_ok(), "{line}");
+        assert_eq!(serde_json::from_str::<Value>(&line).unwrap(), value);
+    }
 }

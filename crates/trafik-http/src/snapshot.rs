@@ -104,6 +104,9 @@ pub struct Snapshot {
     pub metrics: crate::metrics::Registry,
     /// The trace-context step every route runs.
     pub trace_context: crate::http::trace::TraceContext,
+    /// The admin API's token, which a request must carry to get its own explanation
+    /// (`x-trafik-explain`); without one, no request gets any.
+    pub admin_token: Option<crate::admin_token::AdminToken>,
 }
 
 /// What a listener does with its connections, resolved.
@@ -383,6 +386,7 @@ impl Snapshot {
             connection_limits,
             metrics,
             trace_context,
+            admin_token: plan.admin_token.clone(),
         })
     }
 

@@ -81,6 +81,10 @@ pub async fn serve(
                     } else if request.method() == Method::POST && request.uri().path() == "/explain"
                     {
                         explain(&instance, request).await
+                    } else if request.method() == Method::POST
+                        && request.uri().path() == "/explain/dns"
+                    {
+                        explain_dns(&instance, request).await
                     } else if caches::is_cache_path(request.uri().path()) {
                         caches::answer(&instance, request).await
                     } else {
@@ -151,24 +155,60 @@ fn refusal(instance: &Instance, request: &Request<Incoming>) -> Option<Response<
 /// The largest `POST /explain` body read.
 const MAX_EXPLAIN_BODY: usize = 64 * 1024;
 
-/// `POST /explain`: what the live instance would do with the request the body describes.
-async fn explain(instance: &Arc<Instance>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+/// The JSON body of an explain request, or the answer refusing it.
+async fn explain_body(
+    request: Request<Incoming>,
+) -> Result<serde_json::Value, Response<Full<Bytes>>> {
     let body = match Limited::new(request.into_body(), MAX_EXPLAIN_BODY)
         .collect()
         .await
     {
         Ok(body) => body.to_bytes(),
         Err(_) => {
-            return reply(
+            return Err(reply(
                 StatusCode::BAD_REQUEST,
                 "text/plain",
                 format!("the body did not arrive whole within {MAX_EXPLAIN_BODY} bytes\n"),
-            );
+            ));
         }
     };
-    let question = serde_json::from_slice::<serde_json::Value>(&body)
-        .map_err(|error| format!("the body is not JSON: {error}"))
-        .and_then(|value| trafik_http::explain::Question::from_json(&value));
+    serde_json::from_slice::<serde_json::Value>(&body).map_err(|error| {
+        reply(
+            StatusCode::BAD_REQUEST,
+            "application/json",
+            json!({ "errors": [format!("the body is not JSON: {error}")] }).to_string(),
+        )
+    })
+}
+
+/// `POST /explain/dns`: what the live DNS server answers the question the body describes.
+async fn explain_dns(instance: &Instance, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let value = match explain_body(request).await {
+        Ok(value) => value,
+        Err(refusal) => return refusal,
+    };
+    let told = trafik_dns::zone::explain::Question::from_json(&value).and_then(|question| {
+        instance
+            .explain_dns(&question)
+            .ok_or_else(|| "this instance serves no DNS ([dns])".to_owned())
+    });
+    match told {
+        Ok(document) => reply(StatusCode::OK, "application/json", document.to_string()),
+        Err(error) => reply(
+            StatusCode::BAD_REQUEST,
+            "application/json",
+            json!({ "errors": [error] }).to_string(),
+        ),
+    }
+}
+
+/// `POST /explain`: what the live instance would do with the request the body describes.
+async fn explain(instance: &Arc<Instance>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let value = match explain_body(request).await {
+        Ok(value) => value,
+        Err(refusal) => return refusal,
+    };
+    let question = trafik_http::explain::Question::from_json(&value);
     match question {
         Ok(question) => {
             // A reload holds the listeners while it runs: wait for them off the admin's thread.
@@ -266,7 +306,9 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
                 json!({ "renewing": asked }).to_string(),
             )
         }
-        "/explain" => reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into()),
+        "/explain" | "/explain/dns" => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
+        }
         _ => match drain_target(path) {
             Some(_) if method != Method::POST => {
                 reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use POST\n".into())
@@ -275,7 +317,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             None => reply(
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                "unknown admin path; try / (the dashboard), /status, /metrics, POST /reload, POST /explain, POST /certificates/renew or POST /pools/{pool}/backends/{address}/drain\n".into(),
+                "unknown admin path; try / (the dashboard), /status, /metrics, POST /reload, POST /explain, POST /explain/dns, POST /certificates/renew or POST /pools/{pool}/backends/{address}/drain\n".into(),
             ),
         },
     }

@@ -158,6 +158,11 @@ impl DnsService {
         self.control.replace(authority, liveness);
     }
 
+    /// What the server answers `question` now, and why (`POST /explain/dns`).
+    pub fn explain(&self, question: &trafik_dns::zone::explain::Question) -> serde_json::Value {
+        self.control.explain(question)
+    }
+
     pub fn status(&self) -> serde_json::Value {
         self.control.status()
     }

@@ -236,6 +236,15 @@ impl Instance {
         trafik_http::explain::explain(&self.snapshot(), &listeners, question, now)
     }
 
+    /// What this instance's DNS server answers `question` now, with the regions live now;
+    /// `None` when it serves no DNS.
+    pub fn explain_dns(
+        &self,
+        question: &trafik_dns::zone::explain::Question,
+    ) -> Option<serde_json::Value> {
+        self.dns.as_ref().map(|dns| dns.explain(question))
+    }
+
     /// A receiver that sees every snapshot published from now on.
     pub fn watch(&self) -> watch::Receiver<Arc<Snapshot>> {
         self.snapshots.subscribe()
@@ -647,4 +656,34 @@ fn fresh_start(plan: &Plan) -> Result<(Snapshot, Vec<ListenerAddress>), Vec<Stri
     let endpoints = Endpoints::new(1);
     let snapshot = Snapshot::build(plan, &ids, None, &endpoints, 1, None)?;
     Ok((snapshot, listeners))
+}
+
+/// What a configuration's DNS server would answer `question` (`trafik explain dns -c FILE`):
+/// every region live except those named in `down`. An error when the file has no `[dns]`.
+pub fn explain_dns_offline(
+    plan: &Plan,
+    question: &trafik_dns::zone::explain::Question,
+    down: &[String],
+) -> Result<serde_json::Value, Vec<String>> {
+    let Some(dns) = &plan.dns else {
+        return Err(vec!["this configuration has no [dns]".into()]);
+    };
+    let authority = trafik_dns::Authority::build(&dns.zones, None)?;
+    let mut live = trafik_dns::policy::Live::all(authority.regions.len());
+    for name in down {
+        match authority
+            .regions
+            .iter()
+            .position(|region| region.name == *name)
+        {
+            Some(index) => live = live.with(index, false),
+            None => return Err(vec![format!("--down {name}: no region of that name")]),
+        }
+    }
+    let random = trafik_balance::hash::mix64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
+    Ok(authority.explain(question, live, random))
 }

@@ -85,7 +85,10 @@ pub enum Command {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ExplainArgs {
+    #[command(subcommand)]
+    pub what: Option<ExplainWhat>,
     /// The TOML config file to explain offline (every backend up, nothing counted yet).
     #[arg(long, short, conflicts_with = "admin")]
     pub config: Option<PathBuf>,
@@ -102,9 +105,47 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub json: bool,
     /// The request's method.
-    pub method: String,
+    #[arg(required = true)]
+    pub method: Option<String>,
     /// The request's URL (`http://host:port/path?query`); its port chooses the listener.
-    pub url: String,
+    #[arg(required = true)]
+    pub url: Option<String>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ExplainWhat {
+    /// What the DNS server answers a name, and why: the policy, the client's group (by
+    /// subnet or GeoIP), the live regions and the answer, told by the code that answers
+    /// queries. Offline from a config file (-c; regions live unless --down), or from a running
+    /// instance (--admin, its `POST /explain/dns`).
+    Dns(ExplainDnsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainDnsArgs {
+    /// The TOML config file to explain offline (every region live unless --down says not).
+    #[arg(long, short, conflicts_with = "admin")]
+    pub config: Option<PathBuf>,
+    /// Ask a running instance's admin API instead, against its live regions.
+    #[arg(long, value_parser = parse_addr)]
+    pub admin: Option<SocketAddr>,
+    /// The record type asked (A, AAAA, TXT...).
+    #[arg(long = "type", default_value = "A")]
+    pub kind: String,
+    /// The EDNS Client Subnet the query carries (`10.1.0.0/16`), which groups read first.
+    #[arg(long, value_name = "CIDR")]
+    pub client_subnet: Option<String>,
+    /// The query's source address, when it carries no client subnet (default 127.0.0.1).
+    #[arg(long, conflicts_with = "client_subnet")]
+    pub client: Option<String>,
+    /// Offline: a region taken as down (repeat for more); the others are live.
+    #[arg(long, value_name = "REGION", conflicts_with = "admin")]
+    pub down: Vec<String>,
+    /// Print the JSON document instead of the text.
+    #[arg(long)]
+    pub json: bool,
+    /// The name asked (`kargo.example`).
+    pub name: String,
 }
 
 #[derive(Debug, clap::Args)]

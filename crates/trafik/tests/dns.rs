@@ -254,6 +254,129 @@ fn regions_leave_the_answers_when_their_checks_fail_and_return_after_rise() {
     );
 }
 
+/// `trafik explain dns … --json` with `args` (the name last).
+fn explain_dns(args: &[&str]) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["explain", "dns", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The addresses an explanation's answer holds (the last field of each A record).
+fn explained_addresses(told: &serde_json::Value) -> Vec<String> {
+    told["answer"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|record| {
+            let record = record.as_str()?;
+            (record_type(record) == "A")
+                .then(|| record.split_whitespace().last().unwrap().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_explained_dns_answer_is_the_one_the_next_query_gets() {
+    let k34 = Upstream::start(&[]);
+    let k35 = Upstream::start(&[]);
+    let k06 = Upstream::start(&[]);
+    let config = config(&k34.address, &k35.address, &k06.address, "b34")
+        + "\n[[dns.zone.name]]\nname = \"agirlik\"\npolicy = \"weighted\"\n\
+           pattern = [\"b34\", \"b35\", \"b06\", \"b34\", \"b35\"]\n";
+    let dns = Dns::start("explain", &config);
+    dns.until("cografi.kargo.test", Some("10.4.0.0/16"), &["127.0.0.6"]);
+    let live = ["--admin", dns.admin.as_str()];
+
+    // The weighted pattern: explaining does not move it (told twice, the same), and the next
+    // query takes the slot told.
+    for round in 0..12 {
+        let told = explain_dns(&[live[0], live[1], "agirlik.kargo.test"]);
+        assert_eq!(told["policy"], "weighted", "{told}");
+        let again = explain_dns(&[live[0], live[1], "agirlik.kargo.test"]);
+        assert_eq!(
+            told["answer"], again["answer"],
+            "explaining moved the pattern"
+        );
+        let answered = dns.ask("agirlik.kargo.test", None);
+        assert_eq!(
+            answered,
+            explained_addresses(&told),
+            "round {round}: {told}"
+        );
+    }
+
+    // Geo by the client subnet's group, then its fallback once the region's check fails.
+    let subnet = ["--client-subnet", "10.1.0.0/16"];
+    let told = explain_dns(&[live[0], live[1], subnet[0], subnet[1], "cografi.kargo.test"]);
+    assert_eq!(told["group"]["group"], "g1", "{told}");
+    assert_eq!(told["group"]["scope"], 16, "{told}");
+    assert_eq!(
+        told["decision"]["regions"],
+        serde_json::json!(["b34"]),
+        "{told}"
+    );
+    assert_eq!(
+        explained_addresses(&told),
+        dns.ask("cografi.kargo.test", Some("10.1.0.0/16"))
+    );
+    assert!(k34.stop().success());
+    dns.until("cografi.kargo.test", Some("10.1.0.0/16"), &["127.0.0.6"]);
+    let told = explain_dns(&[live[0], live[1], subnet[0], subnet[1], "cografi.kargo.test"]);
+    assert_eq!(
+        told["decision"]["regions"],
+        serde_json::json!(["b06"]),
+        "{told}"
+    );
+    assert_eq!(told["decision"]["failover"], true, "{told}");
+    let b34 = &told["regions"][0];
+    assert_eq!(
+        (&b34["name"], &b34["live"]),
+        (&"b34".into(), &false.into()),
+        "{told}"
+    );
+    assert_eq!(explained_addresses(&told), ["127.0.0.6"]);
+
+    // Offline from the file: every region live unless said, and the text for people.
+    let file = dns.file.to_str().unwrap();
+    let offline = explain_dns(&["-c", file, subnet[0], subnet[1], "cografi.kargo.test"]);
+    assert_eq!(explained_addresses(&offline), ["127.0.0.34"], "{offline}");
+    let down = explain_dns(&[
+        "-c",
+        file,
+        "--down",
+        "b34",
+        subnet[0],
+        subnet[1],
+        "cografi.kargo.test",
+    ]);
+    assert_eq!(explained_addresses(&down), ["127.0.0.6"], "{down}");
+    let text = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args([
+            "explain",
+            "dns",
+            "-c",
+            file,
+            "--client-subnet",
+            "10.4.0.0/16",
+        ])
+        .arg("cografi.kargo.test")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("group g4 (scope /16): 10.4.0.0 is under the prefix 10.4.0.0/16"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cografi.kargo.test. 30 IN A 127.0.0.6"),
+        "{text}"
+    );
+}
+
 #[test]
 fn metrics_with_dns_on_read_as_strict_prometheus_text() {
     let k34 = Upstream::start(&[]);

@@ -74,6 +74,21 @@ fn explain(admin: &str, (web, host): (u16, &str), path: &str, headers: &[(&str, 
     serde_json::from_str(&got.body).unwrap()
 }
 
+/// `trafik serve` of `config`, written to a directory of its own (named by the free port
+/// `port`); the process and the file.
+fn serve(config: &str, port: u16) -> (Trafik, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("trafik-explain-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trafik.toml");
+    std::fs::write(&path, config).unwrap();
+    let (proxy, _) = Trafik::start(
+        &["serve", "-c", path.to_str().unwrap()],
+        Stdio::null(),
+        "listening on",
+    );
+    (proxy, path)
+}
+
 struct Setup {
     _replicas: Vec<Trafik>,
     proxy: Trafik,
@@ -157,15 +172,7 @@ fn setup() -> Setup {
             "[[pool]]\nname = \"{name}\"\nalgorithm = \"{algorithm}\"\nbackends = [{backends}]\n{keys}{table}\n"
         ));
     }
-    let dir = std::env::temp_dir().join(format!("trafik-explain-{}-{web}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("trafik.toml");
-    std::fs::write(&path, &config).unwrap();
-    let (proxy, _) = Trafik::start(
-        &["serve", "-c", path.to_str().unwrap()],
-        Stdio::null(),
-        "listening on",
-    );
+    let (proxy, path) = serve(&config, web);
     Setup {
         _replicas: replicas,
         proxy,
@@ -355,4 +362,177 @@ fn the_gate_and_jwt_verdicts_are_told_offline_from_the_examples() {
     );
     assert_eq!(unsigned["answer"]["status"], 401, "{unsigned}");
     assert_eq!(unsigned["filters"][0]["filter"], "jwt", "{unsigned}");
+}
+
+/// A token good enough for `[admin] token` (64 bits of estimated entropy and more).
+const ADMIN_TOKEN: &str = "3f9c2a71d0b84e6f95a1c7d2e8b03f4a6c19e5d7";
+
+#[test]
+fn a_request_with_the_admin_token_gets_its_own_explanation_and_the_upstream_never_sees_the_header()
+{
+    use trafik_test_support::proxy::answering_recorded;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let answer =
+        |name: &str| format!("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-kopya: {name}\r\n\r\nok");
+    let (b1, seen1) = runtime.block_on(answering_recorded(answer("k1")));
+    let (b2, seen2) = runtime.block_on(answering_recorded(answer("k2")));
+    for engine in ["trafik", "hyper"] {
+        let [web, admin] = free_ports::<2>();
+        let config = format!(
+            "[server]\nworkers = 1\nengine = \"{engine}\"\n\n\
+             [admin]\nlisten = \"127.0.0.1:{admin}\"\ntoken = \"{ADMIN_TOKEN}\"\n\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\n\n\
+             [[listener.route]]\npath_prefix = \"/\"\npool = \"rr\"\n\n\
+             [[pool]]\nname = \"rr\"\nalgorithm = \"round-robin\"\n\
+             backends = [{{ address = \"{b1}\", name = \"k1\" }}, {{ address = \"{b2}\", name = \"k2\" }}]\n"
+        );
+        let (proxy, _) = serve(&config, web);
+        let address = format!("127.0.0.1:{web}");
+        let bearer = format!("Bearer {ADMIN_TOKEN}");
+        let wrong = format!("Bearer {}", ADMIN_TOKEN.replace('3', "4"));
+        for n in 0..12 {
+            let path = format!("/takip/TR-{n}");
+            let asking: Vec<(&str, &str)> = match n % 4 {
+                // With the token: the answer explains itself.
+                0 | 1 => vec![("x-trafik-explain", "1"), ("authorization", &bearer)],
+                // Without it, or with a wrong one: no explanation, and the header goes no further.
+                2 => vec![("x-trafik-explain", "1")],
+                _ => vec![("X-Trafik-Explain", "1"), ("authorization", &wrong)],
+            };
+            let got = exchange((&address, "127.0.0.1"), "GET", &path, &asking, "");
+            assert_eq!(got.status, 200, "{engine}: {}", got.body);
+            let reached = got.header("x-kopya").unwrap_or_default().to_owned();
+            let told = got.header("x-trafik-explain");
+            if n % 4 < 2 {
+                let told =
+                    told.unwrap_or_else(|| panic!("{engine}: request {n} got no explanation"));
+                assert!(told.len() <= 2048 && told.is_ascii(), "{told}");
+                let told: Value = serde_json::from_str(told).unwrap();
+                assert_eq!(
+                    told["backend"]["name"],
+                    reached.as_str(),
+                    "{engine}: {told}"
+                );
+                assert_eq!(told["pool"], "rr", "{told}");
+                assert!(told["retry_budget_left"].as_f64().is_some(), "{told}");
+            } else {
+                assert!(
+                    told.is_none(),
+                    "{engine}: request {n} was explained without the token"
+                );
+            }
+        }
+        proxy.stop();
+    }
+    for seen in [seen1, seen2] {
+        let seen = String::from_utf8_lossy(&seen.lock().unwrap()).to_ascii_lowercase();
+        assert!(
+            seen.contains("get /takip/tr-"),
+            "the backend saw requests: {seen}"
+        );
+        assert!(!seen.contains("x-trafik-explain"), "{seen}");
+        assert!(
+            !seen.contains(ADMIN_TOKEN),
+            "the admin token went upstream: {seen}"
+        );
+    }
+}
+
+#[test]
+fn the_cache_s_verdict_the_retry_budget_and_what_answers_other_targets_are_told() {
+    let [web, admin, b1] = free_ports::<3>();
+    let backend = format!("127.0.0.1:{b1}");
+    let (_replica, _) = Trafik::start(
+        &["upstream", "--name", "k1", "--listen", &backend],
+        Stdio::null(),
+        "upstream k1 on",
+    );
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/varlik");
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+         [[cache]]\nname = \"kenar\"\ndefault_ttl = \"60s\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\n\n\
+         [[listener.route]]\npath_prefix = \"/varlik\"\npool = \"p\"\ncache = \"kenar\"\n\n\
+         [[listener.route]]\npath_prefix = \"/dosya\"\nstatic = \"{root}\"\n\n\
+         [[listener.route]]\npath_prefix = \"/eski\"\nredirect = {{ to = \"https://yeni.example/takip\", status = 308 }}\n\n\
+         [[listener.route]]\npath_prefix = \"/\"\npool = \"p\"\n\n\
+         [[pool]]\nname = \"p\"\nretries = 2\nbackends = [{{ address = \"{backend}\", name = \"k1\" }}]\n"
+    );
+    let (proxy, _) = serve(&config, web);
+    let (admin, address) = (format!("127.0.0.1:{admin}"), format!("127.0.0.1:{web}"));
+    let plain = (web, "127.0.0.1");
+
+    // Nothing stored yet: a miss, under the key the request would be stored under.
+    let told = explain(&admin, plain, "/varlik/stil.css", &[]);
+    assert_eq!(told["cache"]["verdict"], "miss", "{told}");
+    assert!(
+        told["cache"]["key"]
+            .as_str()
+            .unwrap()
+            .contains("/varlik/stil.css"),
+        "{told}"
+    );
+    assert_eq!(told["backend"]["name"], "k1", "{told}");
+    let got = exchange((&address, "127.0.0.1"), "GET", "/varlik/stil.css", &[], "");
+    assert_eq!(got.status, 200);
+    // Stored now: fresh, with its age; explaining it moves no counter.
+    let caches = || get_json(&admin, "/status")["caches"].clone();
+    let before = caches();
+    let told = explain(&admin, plain, "/varlik/stil.css", &[]);
+    assert_eq!(told["cache"]["verdict"], "fresh", "{told}");
+    assert!(told["cache"]["age_seconds"].as_u64().is_some(), "{told}");
+    assert_eq!(told["answer"]["status"], 200, "{told}");
+    assert!(
+        told["backend"].is_null(),
+        "the store answers, no backend: {told}"
+    );
+    assert_eq!(caches(), before, "explaining counted");
+    let got = exchange((&address, "127.0.0.1"), "GET", "/varlik/stil.css", &[], "");
+    assert!(
+        got.header("cache-status").unwrap().contains("hit"),
+        "{:?}",
+        got.head
+    );
+
+    // The pool's retry policy and the budget left (the floor: 10 a second over 10 s).
+    let told = explain(&admin, plain, "/takip/TR-1", &[]);
+    let retry = &told["pool"]["retry"];
+    assert_eq!(retry["retries"], 2, "{told}");
+    assert!(retry["budget"]["left"].as_f64().unwrap() >= 100.0, "{told}");
+
+    // Other targets say what answers.
+    let file = explain(&admin, plain, "/dosya/bicem.css", &[]);
+    assert_eq!(file["answer"]["status"], 200, "{file}");
+    assert!(
+        file["answer"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("bicem.css"),
+        "{file}"
+    );
+    let missing = explain(&admin, plain, "/dosya/yok.css", &[]);
+    assert_eq!(missing["answer"]["status"], 404, "{missing}");
+    for (path, status) in [("/dosya/bicem.css", 200), ("/dosya/yok.css", 404)] {
+        assert_eq!(
+            exchange((&address, "127.0.0.1"), "GET", path, &[], "").status,
+            status
+        );
+    }
+    let moved = explain(&admin, plain, "/eski/x", &[]);
+    assert_eq!(moved["answer"]["status"], 308, "{moved}");
+    let real = exchange((&address, "127.0.0.1"), "GET", "/eski/x", &[], "");
+    let location = real.header("location").unwrap();
+    assert_eq!(
+        moved["answer"]["reason"],
+        format!("a redirect to {location}"),
+        "{moved}"
+    );
+    proxy.stop();
+}
+
+/// `GET path` from the admin API, as JSON.
+fn get_json(admin: &str, path: &str) -> Value {
+    let got = exchange((admin, admin), "GET", path, &[], "");
+    assert_eq!(got.status, 200, "{}", got.body);
+    serde_json::from_str(&got.body).unwrap()
 }

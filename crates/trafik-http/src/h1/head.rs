@@ -275,6 +275,9 @@ enum Field {
     /// Through which a client claims where a request came from: `Forwarded`,
     /// `X-Forwarded-For`, `-Host`, `-Proto`.
     Forwarding,
+    /// `x-trafik-explain`: the pipeline takes it off, and answers it when the admin token
+    /// comes with it.
+    Explain,
 }
 
 impl Field {
@@ -297,6 +300,7 @@ impl Field {
             14 if is_lowercase(name, b"http2-settings") => Field::OtherHop,
             15 if is_lowercase(name, b"x-forwarded-for") => Field::Forwarding,
             16 if is_lowercase(name, b"x-forwarded-host") => Field::Forwarding,
+            16 if is_lowercase(name, b"x-trafik-explain") => Field::Explain,
             16 if is_lowercase(name, b"proxy-connection") => Field::OtherHop,
             17 if is_lowercase(name, b"transfer-encoding") => Field::TransferEncoding,
             17 if is_lowercase(name, b"x-forwarded-proto") => Field::Forwarding,
@@ -495,7 +499,7 @@ pub fn request(
             }
             Field::TransferEncoding | Field::Upgrade | Field::Expect => return Request::Defer,
             // Trace context gets its span from the trace-context step of the pipeline.
-            Field::Via | Field::Traceparent => pipeline = true,
+            Field::Via | Field::Traceparent | Field::Explain => pipeline = true,
             Field::Forwarding if trust_forwarded => pipeline = true,
             _ => {}
         }
@@ -1010,6 +1014,7 @@ mod tests {
             "GET /a HTTP/1.1\r\nHost: a\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n",
             "GET /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
             "GET /a HTTP/1.1\r\nHost: a\r\nConnection: x-secret\r\nX-Secret: 1\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: a\r\nX-Trafik-Explain: 1\r\n\r\n",
         ] {
             let (parsed, out) = head(raw);
             let Request::Ready(ready) = parsed else {

@@ -222,6 +222,13 @@ pub struct CachedTarget {
     pub inner: Arc<Target>,
 }
 
+/// The cache's verdict on a request, as `trafik explain` tells it.
+pub struct CacheVerdict {
+    pub told: serde_json::Value,
+    /// The status and why, when the store answers without the origin.
+    pub answer: Option<(u16, String)>,
+}
+
 /// How one answer came about, for `Cache-Status` and the custom header.
 struct Outcome {
     hit: bool,
@@ -254,6 +261,97 @@ impl CachedTarget {
             self.answer(worker, snapshot, connection, request).await;
         self.label(&mut response, &snapshot.name, &outcome);
         (response, backend)
+    }
+
+    /// The cache's verdict on `request` (`trafik explain`): the key, and what the store holds
+    /// under it — fresh, stale, or nothing — read without marking anything used, counting, or
+    /// joining a fetch. `answer` is the status when the cache would answer itself.
+    pub fn explain(&self, request: &Request<RequestBody>) -> CacheVerdict {
+        let name = &self.cache.plan.name;
+        let method = request.method();
+        let told = |verdict: &str, why: String| CacheVerdict {
+            told: serde_json::json!({ "cache": name, "verdict": verdict, "why": why }),
+            answer: None,
+        };
+        if method != Method::GET && method != Method::HEAD {
+            return told(
+                "bypass",
+                format!(
+                    "{method} goes to the origin; when it succeeds, the copies stored for its URI are removed"
+                ),
+            );
+        }
+        let asked = CacheControl::parse(request.headers());
+        if asked.no_store {
+            return told("bypass", "the request says Cache-Control: no-store".into());
+        }
+        let path_and_query = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let primary = key::primary(&self.host, path_and_query);
+        let now = self.cache.plan.clock.now();
+        let found = self.cache.store.peek(&primary, request.headers());
+        let vary: Vec<&str> = found.vary.iter().map(HeaderName::as_str).collect();
+        let Some(stored) = found.stored else {
+            return CacheVerdict {
+                told: serde_json::json!({
+                    "cache": name,
+                    "key": found.key,
+                    "vary": vary,
+                    "verdict": "miss",
+                    "why": "nothing stored under the key: the request goes to the origin (one per key; others wait for it)",
+                }),
+                answer: None,
+            };
+        };
+        let usable = stored.usable(now);
+        let (verdict, why, answers) = match usable {
+            Use::Fresh { ttl } if !asked.no_cache => (
+                "fresh",
+                format!(
+                    "answered from the store, fresh for {} s more",
+                    ttl.as_secs()
+                ),
+                true,
+            ),
+            Use::StaleWhileRevalidate { by } if !asked.no_cache => (
+                "stale",
+                format!(
+                    "stale by {} s: answered from the store while one request refreshes it",
+                    by.as_secs()
+                ),
+                true,
+            ),
+            Use::Fresh { .. } | Use::StaleWhileRevalidate { .. } => (
+                "fresh",
+                "stored, but the request says Cache-Control: no-cache: the origin is asked".into(),
+                false,
+            ),
+            Use::Revalidate { by, if_error } => (
+                "stale",
+                format!(
+                    "stale by {} s: revalidated with the origin{}",
+                    by.as_secs(),
+                    if if_error {
+                        " (served if the origin fails)"
+                    } else {
+                        ""
+                    }
+                ),
+                false,
+            ),
+        };
+        CacheVerdict {
+            told: serde_json::json!({
+                "cache": name,
+                "key": found.key,
+                "vary": vary,
+                "verdict": verdict,
+                "age_seconds": stored.age(now).as_secs(),
+                "version": stored.version,
+                "status": stored.status.as_u16(),
+                "why": why,
+            }),
+            answer: answers.then(|| (stored.status.as_u16(), format!("from cache {name}: {why}"))),
+        }
     }
 
     async fn answer(

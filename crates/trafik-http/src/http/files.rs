@@ -122,6 +122,24 @@ impl Site {
         self.counters.sum(|c| read(counter(c)))
     }
 
+    /// What a request for `path` would get, told without counting it or keeping the file
+    /// (`trafik explain`): the status and the file that answers, or why none does.
+    pub fn explain(&self, method: &Method, path: &str) -> (u16, String) {
+        if method != Method::GET && method != Method::HEAD {
+            return (405, "static files answer GET and HEAD only".into());
+        }
+        let found = relative_path(path, &self.prefix)
+            .and_then(|relative| locate(&self.canonical, &relative, self.index.as_deref()));
+        match found {
+            Ok(path) if path.is_file() => (200, format!("the file {}", path.display())),
+            Err(Refusal::BadPath) => (400, "the path cannot name a file".into()),
+            Ok(_) | Err(Refusal::NotFound) => (
+                404,
+                format!("no file for this path under {}", self.root.display()),
+            ),
+        }
+    }
+
     pub async fn serve(
         &self,
         worker: usize,
@@ -204,9 +222,9 @@ fn relative_path(path: &str, prefix: &str) -> Result<PathBuf, Refusal> {
     Ok(relative)
 }
 
-/// Resolves `relative` under `root` (symlinks included) and reads what a response needs. Runs
-/// on the blocking pool.
-fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, Refusal> {
+/// The file `relative` names under `root`, symlinks resolved (a directory's `index` file);
+/// nothing outside the root.
+fn locate(root: &Path, relative: &Path, index: Option<&str>) -> Result<PathBuf, Refusal> {
     let inside = |path: &Path| -> Result<PathBuf, Refusal> {
         let resolved = std::fs::canonicalize(path).map_err(|_| Refusal::NotFound)?;
         if resolved.starts_with(root) {
@@ -215,11 +233,18 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
             Err(Refusal::NotFound)
         }
     };
-    let mut path = inside(&root.join(relative))?;
+    let path = inside(&root.join(relative))?;
     if path.is_dir() {
         let index = index.ok_or(Refusal::NotFound)?;
-        path = inside(&path.join(index))?;
+        return inside(&path.join(index));
     }
+    Ok(path)
+}
+
+/// Resolves `relative` under `root` (symlinks included) and reads what a response needs. Runs
+/// on the blocking pool.
+fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, Refusal> {
+    let path = locate(root, relative, index.as_deref())?;
     let mut file = std::fs::File::open(&path).map_err(|_| Refusal::NotFound)?;
     let metadata = file.metadata().map_err(|_| Refusal::NotFound)?;
     if !metadata.is_file() {

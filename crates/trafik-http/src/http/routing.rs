@@ -204,28 +204,77 @@ impl SplitTarget {
 
     /// The share for `request`, and whether the answer gives the client a cookie naming it.
     fn choose<B>(&self, request: &Request<B>) -> (usize, bool) {
-        let draw = match &self.sticky {
-            Some(SplitSticky::Cookie(name)) => {
-                let kept = find_cookie(request, name)
-                    .and_then(|pool| self.stats.pools.iter().position(|p| p == pool));
-                if let Some(index) = kept {
-                    self.stats.kept.fetch_add(1, Ordering::Relaxed);
-                    return (index, false);
-                }
-                fastrand::u64(..)
+        let draw = match self.draw(request) {
+            Draw::Cookie(index) => {
+                self.stats.kept.fetch_add(1, Ordering::Relaxed);
+                return (index, false);
             }
-            Some(SplitSticky::Header(name)) => match request.headers().get(name) {
-                Some(value) => {
-                    self.stats.kept.fetch_add(1, Ordering::Relaxed);
-                    stable_hash(value.as_bytes())
-                }
-                None => fastrand::u64(..),
-            },
-            None => fastrand::u64(..),
+            Draw::Header(hash) => {
+                self.stats.kept.fetch_add(1, Ordering::Relaxed);
+                hash
+            }
+            Draw::Random => fastrand::u64(..),
         };
         let index = self.choice.pick(draw).unwrap_or(0);
         let bind = matches!(self.sticky, Some(SplitSticky::Cookie(_)));
         (index, bind)
+    }
+
+    /// How `request`'s share is drawn, without counting it.
+    fn draw<B>(&self, request: &Request<B>) -> Draw {
+        match &self.sticky {
+            Some(SplitSticky::Cookie(name)) => find_cookie(request, name)
+                .and_then(|pool| self.stats.pools.iter().position(|p| p == pool))
+                .map_or(Draw::Random, Draw::Cookie),
+            Some(SplitSticky::Header(name)) => {
+                request.headers().get(name).map_or(Draw::Random, |value| {
+                    Draw::Header(stable_hash(value.as_bytes()))
+                })
+            }
+            None => Draw::Random,
+        }
+    }
+
+    /// The pool `request` would go to when its stickiness decides it, and why (`trafik
+    /// explain`); `None` for a random draw, which no explanation can foretell.
+    pub fn explain<B>(&self, request: &Request<B>) -> (Option<&PoolTarget>, String) {
+        let shares = self.share_list();
+        match self.draw(request) {
+            Draw::Cookie(index) => (
+                self.shares.get(index),
+                format!(
+                    "a weighted split ({shares}): the client's cookie keeps it on {}",
+                    self.stats.pools[index]
+                ),
+            ),
+            Draw::Header(hash) => {
+                let index = self.choice.pick(hash).unwrap_or(0);
+                (
+                    self.shares.get(index),
+                    format!(
+                        "a weighted split ({shares}): the sticky header's value hashes to {}",
+                        self.stats.pools[index]
+                    ),
+                )
+            }
+            Draw::Random => (
+                None,
+                format!(
+                    "a weighted split ({shares}): a random draw by weight picks the pool, which no explanation can foretell"
+                ),
+            ),
+        }
+    }
+
+    fn share_list(&self) -> String {
+        let weights = self.choice.weights();
+        self.stats
+            .pools
+            .iter()
+            .zip(weights)
+            .map(|(pool, weight)| format!("{pool} {weight}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub async fn serve(
@@ -247,6 +296,15 @@ impl SplitTarget {
         }
         (response, backend)
     }
+}
+
+/// How a split's share is drawn for one request.
+enum Draw {
+    /// The cookie names this share.
+    Cookie(usize),
+    /// The sticky header's value, hashed.
+    Header(u64),
+    Random,
 }
 
 /// Answers every request with a redirect written from its template.

@@ -120,10 +120,18 @@ impl WorkerProxy {
     pub async fn handle(
         &self,
         connection: &ClientConnection,
-        request: Request<RequestBody>,
+        mut request: Request<RequestBody>,
     ) -> Response<ProxyBody> {
         let snapshot = self.snapshot();
         let began = Instant::now();
+        // Told before the request is served, so the pick told is the pick about to be taken.
+        let explanation = crate::explain::asked_for(
+            &snapshot,
+            connection.listener,
+            &mut request,
+            connection.peer,
+            self.now(),
+        );
         let method = snapshot.client.access_log.then(|| {
             let host = super::route::request_authority(&request).map(str::to_owned);
             (request.method().clone(), request.uri().clone(), host)
@@ -139,10 +147,15 @@ impl WorkerProxy {
         if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
             stats.mine(self.id).traffic.record(status, micros);
         }
-        let response = match grpc {
+        let mut response = match grpc {
             true => super::grpc::own_answer(response),
             false => response,
         };
+        if let Some(explanation) = explanation {
+            response
+                .headers_mut()
+                .insert(crate::explain::EXPLAIN_HEADER, explanation);
+        }
         match method {
             Some((method, uri, host)) => {
                 let line = AccessLine {

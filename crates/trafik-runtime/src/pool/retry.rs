@@ -70,6 +70,39 @@ impl Retrying {
         self.statuses.contains(&status) && !retry_after
     }
 
+    /// The retry policy and the budget left at `now`, told without taking a retry
+    /// (`trafik explain`). `repeatable` is whether this request may be sent twice after the
+    /// backend had it (bodiless, and idempotent or allowed by its route); a failed connect is
+    /// retried whatever the request.
+    pub fn explain(&self, retries: u32, repeatable: bool, now: Nanos) -> serde_json::Value {
+        let standing = self.budget.standing(now);
+        let (ratio, floor) = self.budget_settings;
+        let applies = if retries == 0 {
+            "retries are off (retries = 0)".to_owned()
+        } else if repeatable {
+            format!(
+                "a failed connect, a lost request or a retried status goes to another backend, up to {retries} time(s)"
+            )
+        } else {
+            format!(
+                "only a failed connect goes to another backend (up to {retries} time(s)): the request has a body or is not idempotent"
+            )
+        };
+        serde_json::json!({
+            "retries": retries,
+            "statuses": self.statuses,
+            "backoff_ms": self.backoff.as_secs_f64() * 1e3,
+            "applies": applies,
+            "budget": {
+                "ratio": ratio,
+                "floor_per_second": floor,
+                "requests_in_window": standing.requests,
+                "retries_in_window": standing.retries,
+                "left": standing.left(),
+            },
+        })
+    }
+
     /// Waits before retry number `attempt` (from 1): a random time up to the backoff doubled
     /// for each retry before it, so retries of many requests do not arrive together.
     pub async fn back_off(&self, attempt: u32) {
