@@ -45,11 +45,15 @@ pub fn plan(loaded: &Loaded) -> String {
             listener.kind.name(),
             listener.address
         );
-        if let ListenerKind::Https {
-            certificates,
-            client_auth,
-            ..
-        } = &listener.kind
+        let (certificates, client_auth) = match &listener.kind {
+            ListenerKind::Https {
+                certificates,
+                client_auth,
+                ..
+            } => (&certificates[..], client_auth.as_ref()),
+            ListenerKind::H3 { certificates, .. } => (&certificates[..], None),
+            _ => (&[][..], None),
+        };
         {
             if let Some(auth) = client_auth {
                 let _ = writeln!(
@@ -77,7 +81,9 @@ pub fn plan(loaded: &Loaded) -> String {
             }
         }
         let routes = match &listener.kind {
-            ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
+            ListenerKind::Http { routes }
+            | ListenerKind::Https { routes, .. }
+            | ListenerKind::H3 { routes, .. } => routes,
             ListenerKind::Tcp { pool } => {
                 let _ = writeln!(out, "  every connection → pool {pool}");
                 continue;

@@ -264,6 +264,8 @@ pub enum Protocol {
     Tcp,
     #[serde(rename = "tls-passthrough")]
     TlsPassthrough,
+    /// HTTP/3 over QUIC, on UDP.
+    H3,
 }
 
 impl Protocol {

@@ -1,0 +1,204 @@
+//! HTTP/3 at the edge, as a user configures it: an `h3` listener on the port of an https
+//! listener serves that listener's certificate and routes over QUIC, the https answers advertise
+//! it with `Alt-Svc`, and an HTTP/3 client (hyperium's h3 over quinn; curl here has no HTTP/3)
+//! gets the same answers as an HTTPS one from the same trafik process, counted in its metrics.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use bytes::Bytes;
+use http::{Request, Version};
+use http_body_util::Full;
+use trafik_test_support::proxy::Answer;
+use trafik_test_support::proxy::h3::H3Client;
+use trafik_test_support::proxy::tls::{TestCa, TlsClient};
+use trafik_test_support::{Trafik, Upstream, free_port};
+
+const HTTP1: &[&[u8]] = &[b"http/1.1"];
+
+/// A fresh folder for one test's files.
+fn folder(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("trafik-h3-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `trafik serve` with an https listener and an h3 listener on the same port (given neither
+/// routes nor certificates: the https one's), a CA-issued certificate for `kargo.test`.
+struct Served {
+    server: Trafik,
+    port: u16,
+    admin: u16,
+    ca: TestCa,
+}
+
+fn serve(dir: &Path, upstream: &Upstream) -> Served {
+    let ca = TestCa::new("trafik h3 test CA");
+    let site = ca.issue(&["kargo.test"]);
+    std::fs::write(dir.join("site.pem"), &site.cert_pem).unwrap();
+    std::fs::write(dir.join("site.key"), &site.key_pem).unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let config = dir.join("trafik.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[server]
+name = "kenar"
+
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{port}"
+protocol = "https"
+
+[[listener.tls]]
+cert = "site.pem"
+key = "site.key"
+
+[[listener.route]]
+pool = "takip"
+request_headers = ["x-kaynak: kenar"]
+response_headers = ["x-cevap: 1"]
+
+[[listener]]
+name = "web-h3"
+listen = "127.0.0.1:{port}"
+protocol = "h3"
+
+[[pool]]
+name = "takip"
+backends = [{{ address = "{}" }}]
+"#,
+            upstream.address
+        ),
+    )
+    .unwrap();
+    let (server, _) = Trafik::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        Stdio::null(),
+        "listening on",
+    );
+    Served {
+        server,
+        port,
+        admin,
+        ca,
+    }
+}
+
+/// What must be the same over HTTPS and HTTP/3: the status, the body and the headers the
+/// replica and the route write (not `date`, nor the `Alt-Svc` of the TCP listener).
+fn same_parts(answer: &Answer) -> (u16, Bytes, Vec<Option<String>>) {
+    let headers = ["content-type", "x-kopya", "x-cevap", "via"]
+        .iter()
+        .map(|name| answer.header(name).map(str::to_owned))
+        .collect();
+    (answer.status, answer.body.clone(), headers)
+}
+
+/// `trafik_listener_responses_total` of `listener` in the admin's metrics, all classes.
+async fn responses(admin: u16, listener: &str) -> u64 {
+    let address = format!("127.0.0.1:{admin}").parse().unwrap();
+    let mut client = trafik_test_support::proxy::Client::connect(address).await;
+    let request = Request::get("/metrics")
+        .header("host", format!("127.0.0.1:{admin}"))
+        .body(Full::default())
+        .unwrap();
+    let text = client.send(request).await.text();
+    let series = format!("trafik_listener_responses_total{{listener=\"{listener}\",class=");
+    text.lines()
+        .filter_map(|line| line.strip_prefix(&series))
+        .map(|rest| rest.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h3_client_gets_the_same_answers_as_https_from_the_same_trafik() {
+    let upstream = Upstream::start(&[]);
+    let dir = folder("same");
+    let served = serve(&dir, &upstream);
+    let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
+
+    let mut https = TlsClient::connect(address, "kargo.test", &served.ca, HTTP1).await;
+    let (over_tcp, version) = https.get("/takip/TR-4821").await;
+    assert_eq!((over_tcp.status, version), (200, Version::HTTP_11));
+    // The https listener advertises its UDP twin, on the same port.
+    assert_eq!(
+        over_tcp.header("alt-svc"),
+        Some(format!("h3=\":{}\"; ma=86400", served.port).as_str())
+    );
+    assert_eq!(over_tcp.header("x-cevap"), Some("1"));
+
+    let mut h3 = H3Client::connect(address, "kargo.test", &served.ca).await;
+    let over_quic = h3.get("kargo.test", "/takip/TR-4821").await;
+    // The answer's Via names the backend's protocol, the same whatever the client spoke.
+    assert_eq!(same_parts(&over_quic), same_parts(&over_tcp));
+    assert_eq!(over_quic.header("alt-svc"), None, "HTTP/3 needs no advert");
+    assert_eq!(over_tcp.header("via"), Some("1.1 kenar"));
+
+    // A POST body passes whole, with or without a content-length (HTTP/3 ends a body with
+    // its stream): the replica judges the query in it alike on both.
+    let query = Bytes::from_static(br#"{"takipNo": "TR-4821"}"#);
+    let https_post = Request::post("/takip")
+        .header("host", "kargo.test")
+        .header("content-type", "application/json")
+        .body(Full::new(query.clone()))
+        .unwrap();
+    let (over_tcp_post, _) = https.send(https_post).await;
+    for length in [None, Some(query.len())] {
+        let mut request =
+            Request::post("https://kargo.test/takip").header("content-type", "application/json");
+        if let Some(length) = length {
+            request = request.header("content-length", length);
+        }
+        let answer = h3.send(request.body(()).unwrap(), query.clone()).await;
+        assert_eq!(same_parts(&answer).0, over_tcp_post.status);
+        assert_eq!(answer.body, over_tcp_post.body);
+    }
+    // The replica counted every body byte: two over HTTP/3, one over HTTPS.
+    let sayac = h3.get("kargo.test", "/sayac").await.json();
+    assert_eq!(sayac["govde"], 3 * query.len(), "{sayac}");
+
+    // The h3 listener's metrics count its four requests, apart from the https listener's.
+    assert_eq!(responses(served.admin, "web-h3").await, 4);
+    assert_eq!(responses(served.admin, "web").await, 2);
+
+    // A graceful stop closes the QUIC connection with HTTP/3's no-error code after GOAWAY.
+    let stopped = served.server.stop();
+    assert!(stopped.status.success(), "{stopped:?}");
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(30), h3.closed)
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    assert!(closed.is_h3_no_error(), "{closed:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn check_refuses_an_h3_listener_without_certificates() {
+    let dir = folder("check");
+    let config = dir.join("trafik.toml");
+    let text = r#"[[listener]]
+name = "web-h3"
+listen = "127.0.0.1:8443"
+protocol = "h3"
+
+[[pool]]
+name = "takip"
+backends = [{ address = "127.0.0.1:9001" }]
+"#;
+    std::fs::write(&config, text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        errors.contains("4:12: listener[0].tls: an h3 listener needs a certificate"),
+        "{errors}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
