@@ -202,3 +202,67 @@ backends = [{ address = "127.0.0.1:9001" }]
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Requests per second over HTTP/3 and over HTTPS (HTTP/1.1, kept alive) through the same trafik
+/// process to the same replica: `CLIENTS` connections of each kind, each sending `REQUESTS` GETs
+/// one after the other, in interleaved rounds; the medians and their ratio are printed. Bounded
+/// in count; run by `bench/h3.sh` (release build), never timed in the suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: bench/h3.sh runs it"]
+async fn bench_h3_against_https() {
+    const ROUNDS: usize = 5;
+    const CLIENTS: usize = 8;
+    const REQUESTS: usize = 500;
+    let upstream = Upstream::start(&[]);
+    let dir = folder("bench");
+    let served = serve(&dir, &upstream);
+    let address: std::net::SocketAddr = format!("127.0.0.1:{}", served.port).parse().unwrap();
+    let ca = std::sync::Arc::new(served.ca);
+    let (mut over_h3, mut over_https) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for h3 in [true, false] {
+            let mut clients = Vec::new();
+            for _ in 0..CLIENTS {
+                let ca = ca.clone();
+                clients.push(tokio::spawn(async move {
+                    if h3 {
+                        let mut client = H3Client::connect(address, "kargo.test", &ca).await;
+                        let started = std::time::Instant::now();
+                        for _ in 0..REQUESTS {
+                            assert_eq!(client.get("kargo.test", "/takip/TR-1").await.status, 200);
+                        }
+                        started.elapsed()
+                    } else {
+                        let mut client =
+                            TlsClient::connect(address, "kargo.test", &ca, HTTP1).await;
+                        let started = std::time::Instant::now();
+                        for _ in 0..REQUESTS {
+                            assert_eq!(client.get("/takip/TR-1").await.0.status, 200);
+                        }
+                        started.elapsed()
+                    }
+                }));
+            }
+            let mut slowest = std::time::Duration::ZERO;
+            for client in clients {
+                slowest = slowest.max(client.await.unwrap());
+            }
+            let rate = (CLIENTS * REQUESTS) as f64 / slowest.as_secs_f64();
+            match h3 {
+                true => over_h3.push(rate),
+                false => over_https.push(rate),
+            }
+        }
+    }
+    let median = |rates: &mut Vec<f64>| {
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    };
+    let (h3, https) = (median(&mut over_h3), median(&mut over_https));
+    println!(
+        "h3 {h3:.0} req/s, https (HTTP/1.1 kept alive) {https:.0} req/s, h3/https {:.2} ({CLIENTS} connections x {REQUESTS} GETs, median of {ROUNDS} interleaved rounds; every round: h3 {over_h3:.0?}, https {over_https:.0?})",
+        h3 / https
+    );
+    drop(served.server);
+    let _ = std::fs::remove_dir_all(dir);
+}
