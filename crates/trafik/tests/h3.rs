@@ -200,6 +200,37 @@ backends = [{ address = "127.0.0.1:9001" }]
         errors.contains("4:12: listener[0].tls: an h3 listener needs a certificate"),
         "{errors}"
     );
+
+    // Routes of its own need certificates of its own; caps and client certificates are not
+    // kept on QUIC, so they are refused rather than ignored.
+    let text = r#"[[listener]]
+name = "web-h3"
+listen = "127.0.0.1:8443"
+protocol = "h3"
+max_connections = 10
+client_ca = "ca.pem"
+
+[[listener.route]]
+pool = "takip"
+
+[[pool]]
+name = "takip"
+backends = [{ address = "127.0.0.1:9001" }]
+"#;
+    std::fs::write(&config, text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "4:12: listener[0].tls: an h3 listener with routes of its own needs a certificate of its own",
+        "4:12: listener[0].max_connections: max_connections and max_connections_per_client are not kept on h3 listeners yet",
+        "6:13: listener[0].client_ca: client certificates are not asked for over HTTP/3",
+    ] {
+        assert!(errors.contains(expected), "{expected:?} in {errors}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -168,7 +168,18 @@ fn check(
     let kind = match protocol.get_ref() {
         // Neither routes nor certificates: those of the https listener on the same address.
         Protocol::H3 if listener.routes.is_empty() && listener.tls.is_empty() => {
-            no_mutual_tls_over_h3(report, field, &listener);
+            refuse_what_h3_lacks(report, field, &listener);
+            if listener.redirect_https
+                || !listener.allow.is_empty()
+                || !listener.deny.is_empty()
+                || listener.pool.is_some()
+            {
+                report.error(
+                    protocol.span(),
+                    &format!("{field}.protocol"),
+                    "an h3 listener without routes serves the https listener's routes as they are: set allow, deny (or anything else about routes) on that listener",
+                );
+            }
             Some(ListenerKind::H3 {
                 routes: Vec::new(),
                 certificates: Vec::new(),
@@ -176,7 +187,7 @@ fn check(
         }
         Protocol::Http | Protocol::Https | Protocol::H3 => {
             if *protocol.get_ref() == Protocol::H3 {
-                no_mutual_tls_over_h3(report, field, &listener);
+                refuse_what_h3_lacks(report, field, &listener);
             }
             http(report, field, span, listener, pools, layer4_pools, caches)
         }
@@ -192,8 +203,16 @@ fn check(
 }
 
 /// Client certificates are asked for by the https listener only: an h3 listener refuses the
-/// keys rather than serve without the identity its routes may depend on.
-fn no_mutual_tls_over_h3(report: &mut Report, field: &str, listener: &Listener) {
+/// keys rather than serve without the identity its routes may depend on; nor are connection
+/// caps kept on QUIC yet, so they are refused rather than ignored.
+fn refuse_what_h3_lacks(report: &mut Report, field: &str, listener: &Listener) {
+    if listener.max_connections > 0 || listener.max_connections_per_client > 0 {
+        report.error(
+            listener.protocol.span(),
+            &format!("{field}.max_connections"),
+            "max_connections and max_connections_per_client are not kept on h3 listeners yet: remove them (QUIC connections cost no descriptor; each is bounded by its idle timeout)",
+        );
+    }
     if let Some(client_ca) = &listener.client_ca {
         report.error(
             client_ca.span(),
