@@ -38,6 +38,33 @@ fn serve(dir: &Path, upstream: &Upstream) -> Served {
     std::fs::write(dir.join("site.pem"), &site.cert_pem).unwrap();
     std::fs::write(dir.join("site.key"), &site.key_pem).unwrap();
     let (port, admin) = (free_port(), free_port());
+    let config = write_config(dir, port, admin, upstream, true);
+    let (server, _) = Trafik::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        Stdio::null(),
+        "listening on",
+    );
+    Served {
+        server,
+        port,
+        admin,
+        ca,
+    }
+}
+
+/// Writes `trafik.toml` in `dir`: the https listener on `port`, and with `h3` its UDP twin.
+fn write_config(dir: &Path, port: u16, admin: u16, upstream: &Upstream, h3: bool) -> PathBuf {
+    let h3 = match h3 {
+        true => format!(
+            r#"
+[[listener]]
+name = "web-h3"
+listen = "127.0.0.1:{port}"
+protocol = "h3"
+"#
+        ),
+        false => String::new(),
+    };
     let config = dir.join("trafik.toml");
     std::fs::write(
         &config,
@@ -61,12 +88,7 @@ key = "site.key"
 pool = "takip"
 request_headers = ["x-kaynak: kenar"]
 response_headers = ["x-cevap: 1"]
-
-[[listener]]
-name = "web-h3"
-listen = "127.0.0.1:{port}"
-protocol = "h3"
-
+{h3}
 [[pool]]
 name = "takip"
 backends = [{{ address = "{}" }}]
@@ -75,17 +97,7 @@ backends = [{{ address = "{}" }}]
         ),
     )
     .unwrap();
-    let (server, _) = Trafik::start(
-        &["serve", "--config", config.to_str().unwrap()],
-        Stdio::null(),
-        "listening on",
-    );
-    Served {
-        server,
-        port,
-        admin,
-        ca,
-    }
+    config
 }
 
 /// What must be the same over HTTPS and HTTP/3: the status, the body and the headers the
@@ -173,6 +185,69 @@ async fn an_h3_client_gets_the_same_answers_as_https_from_the_same_trafik() {
         .expect("the connection closes")
         .unwrap();
     assert!(closed.is_h3_no_error(), "{closed:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
+    let upstream = Upstream::start(&[]);
+    let dir = folder("reload");
+    let served = serve(&dir, &upstream);
+    let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
+    let reload = |h3: bool| {
+        write_config(&dir, served.port, served.admin, &upstream, h3);
+        Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(["reload", "--admin", &format!("127.0.0.1:{}", served.admin)])
+            .output()
+            .unwrap()
+    };
+    let alt_svc = || async {
+        let mut https = TlsClient::connect(address, "kargo.test", &served.ca, HTTP1).await;
+        let (answer, _) = https.get("/takip/TR-1").await;
+        assert_eq!(answer.status, 200);
+        answer.header("alt-svc").map(str::to_owned)
+    };
+
+    // Removed: the https listener keeps its socket and stops advertising; the open HTTP/3
+    // connection is drained (GOAWAY, then closed without error).
+    let mut h3 = H3Client::connect(address, "kargo.test", &served.ca).await;
+    assert_eq!(h3.get("kargo.test", "/takip/TR-1").await.status, 200);
+    let removed = reload(false);
+    assert!(removed.status.success(), "{removed:?}");
+    assert_eq!(alt_svc().await, None);
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(30), h3.closed)
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    assert!(closed.is_h3_no_error(), "{closed:?}");
+
+    // Added again by a reload: bound on every worker, advertised, serving. Until the removed
+    // endpoints have let go of their sockets (their connections' closing period), the port is
+    // taken and the reload is refused, changing nothing: it is tried again.
+    let mut tries = 0;
+    loop {
+        let added = reload(true);
+        if added.status.success() {
+            break;
+        }
+        let errors = String::from_utf8_lossy(&added.stderr);
+        assert!(errors.contains("Address already in use"), "{errors}");
+        tries += 1;
+        assert!(
+            tries < 120,
+            "the removed listener's sockets stay bound: {errors}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        alt_svc().await,
+        Some(format!("h3=\":{}\"; ma=86400", served.port))
+    );
+    let mut h3 = H3Client::connect(address, "kargo.test", &served.ca).await;
+    for _ in 0..4 {
+        assert_eq!(h3.get("kargo.test", "/takip/TR-2").await.status, 200);
+    }
+    assert!(served.server.stop().status.success());
     let _ = std::fs::remove_dir_all(dir);
 }
 
