@@ -51,6 +51,15 @@ impl H3Client {
 
     /// Sends `request` with `body` (none when empty) and reads the whole answer.
     pub async fn send(&mut self, request: Request<()>, body: Bytes) -> Answer {
+        self.send_for_trailers(request, body).await.0
+    }
+
+    /// [`H3Client::send`], and the answer's trailers.
+    pub async fn send_for_trailers(
+        &mut self,
+        request: Request<()>,
+        body: Bytes,
+    ) -> (Answer, Option<http::HeaderMap>) {
         let mut stream = self
             .sender
             .send_request(request)
@@ -65,11 +74,13 @@ impl H3Client {
         while let Some(mut data) = stream.recv_data().await.expect("answer body") {
             body.extend_from_slice(&data.copy_to_bytes(data.remaining()));
         }
-        Answer {
+        let trailers = stream.recv_trailers().await.expect("answer trailers");
+        let answer = Answer {
             status: response.status().as_u16(),
             headers: response.headers().clone(),
             body: body.freeze(),
-        }
+        };
+        (answer, trailers)
     }
 
     /// `GET https://{authority}{path}`.
