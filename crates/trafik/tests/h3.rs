@@ -88,6 +88,10 @@ key = "site.key"
 pool = "takip"
 request_headers = ["x-kaynak: kenar"]
 response_headers = ["x-cevap: 1"]
+
+[[listener.route]]
+path_prefix = "/varlik"
+pool = "takip"
 {h3}
 [[pool]]
 name = "takip"
@@ -142,6 +146,15 @@ async fn an_h3_client_gets_the_same_answers_as_https_from_the_same_trafik() {
         Some(format!("h3=\":{}\"; ma=86400", served.port).as_str())
     );
     assert_eq!(over_tcp.header("x-cevap"), Some("1"));
+    // So does an answer of the own engine's inline relay (a route with no filters).
+    let (relayed, _) = https.get("/varlik/logo").await;
+    assert_eq!(relayed.status, 200);
+    assert_eq!(
+        relayed.header("x-cevap"),
+        None,
+        "relayed inline, not through the filters"
+    );
+    assert_eq!(relayed.header("alt-svc"), over_tcp.header("alt-svc"));
 
     let mut h3 = H3Client::connect(address, "kargo.test", &served.ca).await;
     let over_quic = h3.get("kargo.test", "/takip/TR-4821").await;
@@ -175,7 +188,7 @@ async fn an_h3_client_gets_the_same_answers_as_https_from_the_same_trafik() {
 
     // The h3 listener's metrics count its four requests, apart from the https listener's.
     assert_eq!(responses(served.admin, "web-h3").await, 4);
-    assert_eq!(responses(served.admin, "web").await, 2);
+    assert_eq!(responses(served.admin, "web").await, 3);
 
     // A graceful stop closes the QUIC connection with HTTP/3's no-error code after GOAWAY.
     let stopped = served.server.stop();

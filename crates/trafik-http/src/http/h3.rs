@@ -118,12 +118,14 @@ async fn request(
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse().ok());
-    let body = match H3Body::start(receive, length).await {
-        Ok(body) => body,
-        Err(error) => {
+    // A body without a length is awaited for its first piece, within the head's time too.
+    let body = match tokio::time::timeout(head_timeout, H3Body::start(receive, length)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(error)) => {
             tracing::debug!(%peer, %error, "HTTP/3 request body failed");
             return;
         }
+        Err(_) => return,
     };
     let answer = proxy
         .handle(client, head.map(|()| RequestBody::h3(body)))
