@@ -42,7 +42,7 @@ pub fn listener(
             report.error(
                 first.span(),
                 &format!("{field}.tls"),
-                "certificates are for https and h3 listeners: set protocol = \"https\" or remove [[listener.tls]]",
+                "certificates are for https listeners (and h3 ones): set protocol = \"https\" or remove [[listener.tls]]",
             );
             return None;
         }
