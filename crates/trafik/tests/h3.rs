@@ -264,6 +264,17 @@ async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// What `trafik check` says of `text` written at `config`, which it must refuse.
+fn refused(config: &Path, text: &str) -> String {
+    std::fs::write(config, text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[test]
 fn check_refuses_an_h3_listener_without_certificates() {
     let dir = folder("check");
@@ -277,13 +288,7 @@ protocol = "h3"
 name = "takip"
 backends = [{ address = "127.0.0.1:9001" }]
 "#;
-    std::fs::write(&config, text).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(["check", "--config", config.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let errors = String::from_utf8_lossy(&output.stderr);
+    let errors = refused(&config, text);
     assert!(
         errors.contains("4:12: listener[0].tls: an h3 listener needs a certificate"),
         "{errors}"
@@ -305,13 +310,7 @@ pool = "takip"
 name = "takip"
 backends = [{ address = "127.0.0.1:9001" }]
 "#;
-    std::fs::write(&config, text).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(["check", "--config", config.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let errors = String::from_utf8_lossy(&output.stderr);
+    let errors = refused(&config, text);
     for expected in [
         "4:12: listener[0].tls: an h3 listener with routes of its own needs a certificate of its own",
         "4:12: listener[0].max_connections: max_connections and max_connections_per_client are not kept on h3 listeners yet",
