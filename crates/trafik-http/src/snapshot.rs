@@ -46,7 +46,7 @@ impl Layer4Snapshot for WorkerSnapshot {
         match self.listener(listener)? {
             Listener::Tcp { pool } => Some(Destination::Pool(*pool)),
             Listener::TlsPassthrough { routes } => Some(Destination::ByServerName(routes)),
-            Listener::Http { .. } | Listener::Https { .. } => None,
+            Listener::Http { .. } | Listener::Https { .. } | Listener::H3 { .. } => None,
         }
     }
 
@@ -81,6 +81,7 @@ pub struct Snapshot {
     pub trace: Option<Trace>,
     /// `2 NAME`, for requests received over HTTP/2 (`Via` names the protocol a hop received).
     pub via_http2: HeaderValue,
+    pub via_http3: HeaderValue,
     pub drain_timeout: Duration,
     /// Edge caches and static sites of the routes, with their state, and the gateway routes'
     /// counters.
@@ -120,6 +121,14 @@ pub enum Listener {
         tls: TlsAcceptor,
         /// With mutual TLS: the headers that carry a client certificate's identity.
         identity: Option<Arc<crate::tls::IdentityHeaders>>,
+        /// `h3=":PORT"` when an h3 listener serves the same address: every answer says so,
+        /// and browsers move to HTTP/3.
+        alt_svc: Option<HeaderValue>,
+    },
+    /// HTTP/3 over QUIC, the same routes as `Http`.
+    H3 {
+        routes: RouteTable,
+        quic: Arc<quinn::ServerConfig>,
     },
     /// Layer 4: every connection to the pool at this index of [`Snapshot::pools`].
     Tcp {
@@ -136,7 +145,7 @@ impl Listener {
     pub fn scheme(&self) -> &'static str {
         match self {
             Listener::Http { .. } => "http",
-            Listener::Https { .. } => "https",
+            Listener::Https { .. } | Listener::H3 { .. } => "https",
             Listener::Tcp { .. } => "tcp",
             Listener::TlsPassthrough { .. } => "tls",
         }
@@ -172,6 +181,7 @@ impl Snapshot {
             _ => None,
         };
         let via_http2 = static_via("2", &plan.name).unwrap_or(HeaderValue::from_static("2 trafik"));
+        let via_http3 = static_via("3", &plan.name).unwrap_or(HeaderValue::from_static("3 trafik"));
         let pools: Vec<Arc<Pool>> = plan
             .pools
             .iter()
@@ -218,7 +228,9 @@ impl Snapshot {
                 plan.workers.max(1),
             );
             let routes = match &listener.kind {
-                ListenerKind::Http { .. } | ListenerKind::Https { .. } => listener.kind.routes(),
+                ListenerKind::Http { .. }
+                | ListenerKind::Https { .. }
+                | ListenerKind::H3 { .. } => listener.kind.routes(),
                 ListenerKind::Tcp { pool } => {
                     match trafik_l4::tcp_listener(&listener.name, pool, &by_name) {
                         Ok(pool) => resolved.push((id, Listener::Tcp { pool })),
@@ -332,7 +344,22 @@ impl Snapshot {
                             routes,
                             tls,
                             identity: client_auth.as_ref().map(|auth| auth.headers.clone()),
+                            alt_svc: alt_svc(plan, listener.address),
                         },
+                        Err(error) => {
+                            errors.push(format!("listener {:?}: {error}", listener.name));
+                            continue;
+                        }
+                    }
+                }
+                ListenerKind::H3 {
+                    certificates,
+                    managed,
+                    ..
+                } => {
+                    match crate::tls::server::quic(certificates, managed, plan.client.idle_timeout)
+                    {
+                        Ok(quic) => Listener::H3 { routes, quic },
                         Err(error) => {
                             errors.push(format!("listener {:?}: {error}", listener.name));
                             continue;
@@ -376,6 +403,7 @@ impl Snapshot {
             via,
             trace,
             via_http2,
+            via_http3,
             drain_timeout: plan.drain_timeout,
             stateful,
             jobs: previous.map(|p| p.jobs.clone()).unwrap_or_default(),
@@ -423,7 +451,9 @@ impl Snapshot {
     /// The route table of HTTP listener `id`.
     pub fn http_routes(&self, id: ListenerId) -> Option<&RouteTable> {
         match self.listener(id)? {
-            Listener::Http { routes } | Listener::Https { routes, .. } => Some(routes),
+            Listener::Http { routes }
+            | Listener::Https { routes, .. }
+            | Listener::H3 { routes, .. } => Some(routes),
             Listener::Tcp { .. } | Listener::TlsPassthrough { .. } => None,
         }
     }
@@ -431,6 +461,18 @@ impl Snapshot {
     pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
         self.pools.iter().find(|pool| pool.plan.name == name)
     }
+}
+
+/// What an https listener at `address` advertises when an h3 listener of `plan` serves the same
+/// address on UDP: `h3=":PORT"` (the same host, RFC 7838), kept a day. Not with port 0, where
+/// the two would be bound to different free ports.
+fn alt_svc(plan: &Plan, address: std::net::SocketAddr) -> Option<HeaderValue> {
+    plan.listeners
+        .iter()
+        .find(|other| other.kind.is_udp() && other.address == address && address.port() != 0)
+        .and_then(|h3| {
+            HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", h3.address.port())).ok()
+        })
 }
 
 /// `PROTOCOL NAME` as a static header value. Each distinct value is leaked once per process (a

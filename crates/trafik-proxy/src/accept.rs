@@ -162,6 +162,8 @@ pub async fn accept_loop(
                     drop(alive);
                 });
             }
+            // Its endpoint takes its connections in `quic_accept_loop`, never from a TCP socket.
+            Listener::H3 { .. } => {}
             Listener::Tcp { .. } | Listener::TlsPassthrough { .. } => {
                 let serving = trafik_l4::serve(
                     proxy.worker(),
@@ -175,6 +177,84 @@ pub async fn accept_loop(
             }
         }
     }
+}
+
+/// This worker's QUIC endpoint of `h3` listener `id`, on its own `SO_REUSEPORT` socket: each
+/// worker runs its endpoint and its connections on its own thread, as it does with TCP, and
+/// the kernel keeps a client's datagrams on one socket by their source address.
+pub fn quic_endpoint(
+    proxy: &WorkerProxy,
+    id: ListenerId,
+    socket: std::net::UdpSocket,
+) -> std::io::Result<quinn::Endpoint> {
+    let snapshot = proxy.snapshot();
+    let Some(Listener::H3 { quic, .. }) = snapshot.listener(id) else {
+        return Err(std::io::Error::other("the listener is not an h3 listener"));
+    };
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some((**quic).clone()),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+/// Takes the QUIC connections of one `h3` listener on one worker until `stop` or `shutdown`,
+/// each with the certificates of the current snapshot, and serves each as HTTP/3. Then it
+/// takes no new ones and holds the worker's drain until those open have closed.
+pub async fn quic_accept_loop(
+    proxy: Rc<WorkerProxy>,
+    id: ListenerId,
+    endpoint: quinn::Endpoint,
+    connections: Rc<Connections>,
+    mut stop: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+) {
+    loop {
+        let incoming = tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => break,
+            incoming = endpoint.accept() => incoming,
+        };
+        let Some(incoming) = incoming else {
+            break;
+        };
+        let snapshot = proxy.snapshot();
+        let Some(Listener::H3 { quic, .. }) = snapshot.listener(id) else {
+            incoming.refuse();
+            continue;
+        };
+        let connecting = match incoming.accept_with(quic.clone()) {
+            Ok(connecting) => connecting,
+            Err(error) => {
+                tracing::debug!(%error, "QUIC connection refused");
+                continue;
+            }
+        };
+        let open = snapshot
+            .metrics
+            .listener_stats(id)
+            .map(|stats| crate::metrics::OpenClient::new(stats, proxy.id));
+        let timeout = snapshot.client.header_read_timeout;
+        let (proxy, connections, alive) = (proxy.clone(), connections.clone(), alive.clone());
+        tokio::task::spawn_local(async move {
+            let connected = tokio::time::timeout(timeout, connecting).await;
+            if let Some(open) = &open {
+                open.handshake(matches!(connected, Ok(Ok(_))));
+            }
+            match connected {
+                Ok(Ok(connection)) => {
+                    Box::pin(http::h3::serve(proxy, id, connection, connections)).await;
+                }
+                Ok(Err(error)) => tracing::debug!(%error, "QUIC handshake failed"),
+                Err(_) => tracing::debug!("QUIC handshake timed out"),
+            }
+            drop((alive, open));
+        });
+    }
+    // New clients are refused from now on; those open drain (GOAWAY) and close.
+    endpoint.set_server_config(None);
+    endpoint.wait_idle().await;
+    drop(alive);
 }
 
 /// Runs a connection's serving future as a task of this worker, holding `alive` (what counts the

@@ -56,7 +56,7 @@ pub use snapshot::Snapshot;
 
 use crate::pool::Endpoints;
 use crate::snapshot::ListenerId;
-use crate::worker::{ListenerChange, WorkerStart};
+use crate::worker::{ListenerChange, Socket, WorkerStart};
 use trafik_http::explain::ListenerAddress;
 
 /// Where a reload reads the configuration from: the file's name (shown in `/status`) and a
@@ -111,18 +111,46 @@ struct OpenListener {
     configured: SocketAddr,
     /// As bound.
     address: SocketAddr,
-    /// Copies of its sockets, to hand to a successor binary ([`handover`]).
+    /// Copies of its sockets, to hand to a successor binary ([`handover`]); none for UDP.
     sockets: Vec<std::net::TcpListener>,
+    /// QUIC on UDP: it may share its address with a TCP listener.
+    udp: bool,
 }
 
 impl OpenListener {
     /// Whether `listener` of a new plan is this one: the address it holds, or the same
     /// configured address (with port 0, any free port, the same name too).
     fn is(&self, listener: &ListenerPlan) -> bool {
-        listener.address == self.address
-            || (listener.address == self.configured
-                && (listener.address.port() != 0 || listener.name == self.name))
+        self.udp == listener.kind.is_udp()
+            && (listener.address == self.address
+                || (listener.address == self.configured
+                    && (listener.address.port() != 0 || listener.name == self.name)))
     }
+}
+
+/// A listener's sockets, one per worker (TCP, or UDP for QUIC), with its bound address and the
+/// copies kept for a successor binary.
+fn bind(
+    listener: &ListenerPlan,
+    workers: usize,
+) -> io::Result<(SocketAddr, Vec<Socket>, Vec<std::net::TcpListener>)> {
+    if listener.kind.is_udp() {
+        let sockets = transport::bind_shared_udp(listener.address, workers)?;
+        let address = sockets[0].local_addr()?;
+        return Ok((
+            address,
+            sockets.into_iter().map(Socket::Udp).collect(),
+            Vec::new(),
+        ));
+    }
+    let sockets = transport::bind_shared(listener.address, workers)?;
+    let address = sockets[0].local_addr()?;
+    let copies = handover::copies(&sockets);
+    Ok((
+        address,
+        sockets.into_iter().map(Socket::Tcp).collect(),
+        copies,
+    ))
 }
 
 impl Running {
@@ -142,6 +170,7 @@ impl Running {
             .unwrap_or_else(|e| e.into_inner());
         let mut sockets: Vec<_> = open
             .iter()
+            .filter(|listener| !listener.udp)
             .map(|listener| (listener.address, handover::raw(&listener.sockets)))
             .collect();
         let admin = self
@@ -357,9 +386,11 @@ impl Instance {
         let mut ids = Vec::with_capacity(plan.listeners.len());
         let mut added = Vec::new();
         for (index, listener) in plan.listeners.iter().enumerate() {
-            let twice = plan.listeners[..index]
-                .iter()
-                .any(|other| other.address == listener.address && listener.address.port() != 0);
+            let twice = plan.listeners[..index].iter().any(|other| {
+                other.address == listener.address
+                    && other.kind.is_udp() == listener.kind.is_udp()
+                    && listener.address.port() != 0
+            });
             if twice {
                 errors.push(format!(
                     "listener {:?}: another listener already has the address {}",
@@ -371,12 +402,11 @@ impl Instance {
                 ids.push(kept.id);
                 continue;
             }
-            match transport::bind_shared(listener.address, self.workers.len()) {
-                Ok(sockets) => {
+            match bind(listener, self.workers.len()) {
+                Ok((address, sockets, copies)) => {
                     let id = self.new_listener_id();
-                    let address = sockets[0].local_addr().unwrap_or(listener.address);
                     ids.push(id);
-                    added.push((id, listener, address, sockets));
+                    added.push((id, listener, address, sockets, copies));
                 }
                 Err(error) => errors.push(format!(
                     "listener {:?} cannot bind {}: {error}",
@@ -406,8 +436,7 @@ impl Instance {
         if let Some((service, dns, authority)) = dns {
             service.install(dns, authority);
         }
-        for (id, listener, address, sockets) in added {
-            let copies = handover::copies(&sockets);
+        for (id, listener, address, sockets, copies) in added {
             for (worker, socket) in self.workers.iter().zip(sockets) {
                 let _ = worker.send(ListenerChange::Add(id, socket));
             }
@@ -417,6 +446,7 @@ impl Instance {
                 configured: listener.address,
                 address,
                 sockets: copies,
+                udp: listener.kind.is_udp(),
             });
             tracing::info!(%address, "listener added");
         }
@@ -455,7 +485,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
     let mut sockets = Vec::with_capacity(plan.listeners.len());
     let mut open = Vec::with_capacity(plan.listeners.len());
     for (index, listener) in plan.listeners.iter().enumerate() {
-        let bound = transport::bind_shared(listener.address, workers).map_err(|error| {
+        let (address, bound, copies) = bind(listener, workers).map_err(|error| {
             io::Error::new(
                 error.kind(),
                 format!(
@@ -469,8 +499,9 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
             id,
             name: listener.name.clone(),
             configured: listener.address,
-            address: bound[0].local_addr()?,
-            sockets: handover::copies(&bound),
+            address,
+            sockets: copies,
+            udp: listener.kind.is_udp(),
         });
         sockets.push((id, bound));
     }

@@ -17,10 +17,16 @@ use crate::connections::Connections;
 use crate::http::service::WorkerProxy;
 use crate::snapshot::{ListenerId, Snapshot};
 
+/// One worker's socket of a listener: TCP, or UDP for an `h3` listener's QUIC endpoint.
+pub enum Socket {
+    Tcp(std::net::TcpListener),
+    Udp(std::net::UdpSocket),
+}
+
 /// A change of listeners, sent to every worker by a reload.
 pub enum ListenerChange {
     /// Start accepting on this worker's socket of a new listener.
-    Add(ListenerId, std::net::TcpListener),
+    Add(ListenerId, Socket),
     /// Stop accepting and drain that listener's connections.
     Remove(ListenerId),
 }
@@ -28,7 +34,7 @@ pub enum ListenerChange {
 /// What one worker thread starts with.
 pub struct WorkerStart {
     pub id: usize,
-    pub listeners: Vec<(ListenerId, std::net::TcpListener)>,
+    pub listeners: Vec<(ListenerId, Socket)>,
     pub changes: mpsc::UnboundedReceiver<ListenerChange>,
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub shutdown: watch::Receiver<bool>,
@@ -60,8 +66,29 @@ pub async fn run(start: WorkerStart) {
     tokio::task::spawn_local(crate::http::mirror::run(proxy.clone()));
     let mut accepting: HashMap<ListenerId, watch::Sender<bool>> = HashMap::new();
     let add = |id: ListenerId,
-               socket: std::net::TcpListener,
+               socket: Socket,
                accepting: &mut HashMap<ListenerId, watch::Sender<bool>>| {
+        let (stop, stopped) = watch::channel(false);
+        let socket = match socket {
+            Socket::Tcp(socket) => socket,
+            Socket::Udp(socket) => {
+                match accept::quic_endpoint(&proxy, id, socket) {
+                    Ok(endpoint) => {
+                        accepting.insert(id, stop);
+                        tokio::task::spawn_local(accept::quic_accept_loop(
+                            proxy.clone(),
+                            id,
+                            endpoint,
+                            connections.clone(),
+                            stopped,
+                            alive.clone(),
+                        ));
+                    }
+                    Err(error) => tracing::error!(%error, "QUIC endpoint could not start"),
+                }
+                return;
+            }
+        };
         let listener = match TcpListener::from_std(socket) {
             Ok(listener) => listener,
             Err(error) => {
@@ -69,7 +96,6 @@ pub async fn run(start: WorkerStart) {
                 return;
             }
         };
-        let (stop, stopped) = watch::channel(false);
         accepting.insert(id, stop);
         tokio::task::spawn_local(accept::accept_loop(
             proxy.clone(),

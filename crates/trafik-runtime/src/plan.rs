@@ -212,6 +212,15 @@ pub enum ListenerKind {
     /// TLS relayed as layer 4 without being decrypted: the server name (SNI) in the client's
     /// ClientHello chooses the pool.
     TlsPassthrough { routes: Vec<SniRoutePlan> },
+    /// HTTP/3 over QUIC (UDP), beside an `Https` listener on the same port number: the same
+    /// routes and certificates (the configuration takes them from that listener when the h3
+    /// one names none), and that listener's answers advertise it with `Alt-Svc`.
+    H3 {
+        routes: Vec<RoutePlan>,
+        certificates: Vec<Arc<Certificate>>,
+        /// Certificates ordered with ACME (the https twin's, shared: one order serves both).
+        managed: Vec<Arc<crate::tls::acme::Managed>>,
+    },
 }
 
 impl ListenerKind {
@@ -222,13 +231,22 @@ impl ListenerKind {
             ListenerKind::Https { .. } => "https",
             ListenerKind::Tcp { .. } => "tcp",
             ListenerKind::TlsPassthrough { .. } => "tls-passthrough",
+            ListenerKind::H3 { .. } => "h3",
         }
+    }
+
+    /// Whether its sockets are UDP (QUIC) rather than TCP: a UDP listener may share its
+    /// address with a TCP one.
+    pub fn is_udp(&self) -> bool {
+        matches!(self, ListenerKind::H3 { .. })
     }
 
     /// The HTTP routes of a listener, with or without TLS; none at layer 4.
     pub fn routes(&self) -> &[RoutePlan] {
         match self {
-            ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
+            ListenerKind::Http { routes }
+            | ListenerKind::Https { routes, .. }
+            | ListenerKind::H3 { routes, .. } => routes,
             ListenerKind::Tcp { .. } | ListenerKind::TlsPassthrough { .. } => &[],
         }
     }

@@ -45,12 +45,20 @@ pub fn plan(loaded: &Loaded) -> String {
             listener.kind.name(),
             listener.address
         );
-        if let ListenerKind::Https {
-            certificates,
-            managed,
-            client_auth,
-            ..
-        } = &listener.kind
+        let (certificates, managed, client_auth) = match &listener.kind {
+            ListenerKind::Https {
+                certificates,
+                managed,
+                client_auth,
+                ..
+            } => (&certificates[..], &managed[..], client_auth.as_ref()),
+            ListenerKind::H3 {
+                certificates,
+                managed,
+                ..
+            } => (&certificates[..], &managed[..], None),
+            _ => (&[][..], &[][..], None),
+        };
         {
             if let Some(auth) = client_auth {
                 let _ = writeln!(
@@ -88,7 +96,9 @@ pub fn plan(loaded: &Loaded) -> String {
             }
         }
         let routes = match &listener.kind {
-            ListenerKind::Http { routes } | ListenerKind::Https { routes, .. } => routes,
+            ListenerKind::Http { routes }
+            | ListenerKind::Https { routes, .. }
+            | ListenerKind::H3 { routes, .. } => routes,
             ListenerKind::Tcp { pool } => {
                 let _ = writeln!(out, "  every connection → pool {pool}");
                 continue;

@@ -692,15 +692,18 @@ pub struct ResponseHead {
 
 /// Parses the response head at the start of `buffer` and writes the client's version into
 /// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, the coding the body is
-/// framed anew in), framing fields dropped from a 204 or 304, `via` added, `Connection: close`
-/// when `closing`, else `Transfer-Encoding: chunked` when the body ends at the close. More than
-/// `headers_allowed` fields make it [`Response::Bad`].
+/// framed anew in), framing fields dropped from a 204 or 304, `via` added, `alt-svc` too unless
+/// empty (the backend's own then dropped), `Connection: close` when `closing`, else
+/// `Transfer-Encoding: chunked` when the body ends at the close. More than `headers_allowed`
+/// fields make it [`Response::Bad`].
+#[allow(clippy::too_many_arguments)]
 pub fn response(
     buffer: &[u8],
     head_request: bool,
     closing: bool,
     upgrading: bool,
     via: &[u8],
+    alt_svc: &[u8],
     headers_allowed: usize,
     out: &mut Vec<u8>,
 ) -> Response {
@@ -842,7 +845,10 @@ pub fn response(
             Field::TransferEncoding => !chunked || head_request || bodiless,
             // A length beside a coding is the coding's (RFC 9112 §6.3): it goes.
             Field::ContentLength => coded || bodiless,
-            kind => kind.is_hop_by_hop(),
+            kind => {
+                kind.is_hop_by_hop()
+                    || (!alt_svc.is_empty() && field.name.eq_ignore_ascii_case("alt-svc"))
+            }
         };
         let withdrawn = named_count > 0
             && named[..named_count]
@@ -859,6 +865,10 @@ pub fn response(
         out.extend_from_slice(b", ");
     }
     out.extend_from_slice(via);
+    if !alt_svc.is_empty() {
+        out.extend_from_slice(b"\r\nalt-svc: ");
+        out.extend_from_slice(alt_svc);
+    }
     if let (true, Some(protocols)) = (switched, protocols) {
         out.extend_from_slice(b"\r\nupgrade: ");
         out.extend_from_slice(protocols);
@@ -1062,6 +1072,7 @@ mod tests {
             false,
             false,
             b"1.1 trafik",
+            b"",
             MAX_HEADERS,
             &mut out,
         );

@@ -56,7 +56,7 @@ use crate::http::service::{AccessLine, ClientConnection, Picked, WorkerProxy};
 use crate::http::target::Target;
 use crate::plan::UpstreamProtocol;
 use crate::pool::Pool;
-use crate::snapshot::{ListenerId, WorkerSnapshot};
+use crate::snapshot::{Listener, ListenerId, WorkerSnapshot};
 use crate::tls::ClientIdentity;
 use crate::view::Selection;
 
@@ -360,6 +360,15 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         head::replace_path(&mut connection.head, path.as_bytes());
     }
     let pool = &snapshot.pools[target.pool];
+    // The pipeline's answers advertise an h3 twin in `WorkerProxy::handle`; this relay writes
+    // the same field into the head it relays.
+    let alt_svc = match snapshot.listener(listener) {
+        Some(Listener::Https {
+            alt_svc: Some(alt_svc),
+            ..
+        }) => alt_svc.as_bytes(),
+        _ => b"",
+    };
     let me = proxy.id;
     let mut metrics = Answers {
         began: Instant::now(),
@@ -460,7 +469,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             request,
             upload.as_mut(),
             replay.is_some(),
-            snapshot,
+            (snapshot, alt_svc),
         )
         .await;
         let answer = match answered {
@@ -671,7 +680,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     request: &RequestHead,
     mut upload: Option<&mut Upload>,
     replayable: bool,
-    snapshot: &WorkerSnapshot,
+    (snapshot, alt_svc): (&WorkerSnapshot, &[u8]),
 ) -> Result<ResponseHead, ProxyError> {
     // One that could not be sent again if the stream turned out closed goes on one seen open
     // just now (a backend may close after an answer that left a body unread).
@@ -723,6 +732,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                                 closing: request.close,
                                 upgrading: request.upgrade,
                                 replayable,
+                                alt_svc,
                             },
                             snapshot,
                             &mut connection.head,
@@ -820,12 +830,14 @@ enum Lost {
 }
 
 /// What an answer is read for.
-struct Asked {
+struct Asked<'a> {
     head_request: bool,
     closing: bool,
     upgrading: bool,
     /// The request may be sent again.
     replayable: bool,
+    /// The listener's `Alt-Svc` (an https listener with an h3 twin), else empty.
+    alt_svc: &'a [u8],
 }
 
 /// Reads the upstream's response head into `buffer`, skipping informational ones, and writes
@@ -836,7 +848,7 @@ struct Asked {
 async fn response_head(
     upstream: &mut Stream,
     buffer: &mut Vec<u8>,
-    asked: Asked,
+    asked: Asked<'_>,
     snapshot: &WorkerSnapshot,
     out: &mut Vec<u8>,
 ) -> Result<ResponseHead, Lost> {
@@ -845,6 +857,7 @@ async fn response_head(
         closing,
         upgrading,
         replayable,
+        alt_svc,
     } = asked;
     let limits = snapshot.client.upstream_limits;
     // Bytes of informational heads skipped so far: they count against the limit too, so
@@ -858,6 +871,7 @@ async fn response_head(
                 closing,
                 upgrading,
                 snapshot.via.as_bytes(),
+                alt_svc,
                 limits.headers,
                 out,
             ) {

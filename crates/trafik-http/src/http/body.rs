@@ -99,6 +99,90 @@ enum Source {
     Read(Option<Bytes>),
     /// Read whole by request buffering, past its memory bound: sent from a temporary file.
     Spilled(Spilled),
+    /// Streamed from an HTTP/3 client: DATA frames, then its trailers, if any.
+    H3(Box<H3Body>),
+}
+
+/// The receiving half of an HTTP/3 request stream, read as a body.
+pub struct H3Body {
+    stream: h3::server::RequestStream<h3_quinn::RecvStream, Bytes>,
+    /// The first piece, read ahead by [`H3Body::start`].
+    first: Option<Bytes>,
+    /// The length the client gave (`content-length`), still to come.
+    left: Option<u64>,
+    /// The DATA frames have ended (the trailers are read next).
+    data_done: bool,
+    /// The trailers have been read too, or the stream failed.
+    done: bool,
+}
+
+impl H3Body {
+    /// The body of a request whose head came on `stream`. HTTP/3 marks a body's end only by
+    /// closing the stream, so without a `content-length` (`length`) the first piece is awaited
+    /// here: a bodiless request (a GET, its stream closed with its head) is then known as one,
+    /// and goes upstream without a body rather than chunked.
+    pub async fn start(
+        stream: h3::server::RequestStream<h3_quinn::RecvStream, Bytes>,
+        length: Option<u64>,
+    ) -> io::Result<H3Body> {
+        use bytes::Buf;
+        let mut body = H3Body {
+            stream,
+            first: None,
+            left: length,
+            data_done: false,
+            done: false,
+        };
+        if length.is_none() {
+            match body.stream.recv_data().await.map_err(io::Error::other)? {
+                Some(mut data) => body.first = Some(data.copy_to_bytes(data.remaining())),
+                None => body.data_done = true,
+            }
+        }
+        Ok(body)
+    }
+
+    /// Whether nothing more comes: known without waiting for a body known to be empty (no
+    /// trailers are awaited after an empty body, as hyper does for HTTP/2).
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && (self.done || self.data_done || self.left == Some(0))
+    }
+
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        use bytes::Buf;
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if !self.data_done {
+            match std::task::ready!(self.stream.poll_recv_data(cx)) {
+                Ok(Some(mut data)) => {
+                    let data = data.copy_to_bytes(data.remaining());
+                    if let Some(left) = &mut self.left {
+                        *left = left.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(None) => self.data_done = true,
+                Err(error) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(io::Error::other(error))));
+                }
+            }
+        }
+        let trailers = std::task::ready!(self.stream.poll_recv_trailers(cx));
+        self.done = true;
+        match trailers {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(error) => Poll::Ready(Some(Err(io::Error::other(error)))),
+        }
+    }
 }
 
 /// A request body handed over a piece at a time by the engine that reads it from the client
@@ -376,6 +460,19 @@ impl RequestBody {
         }
     }
 
+    /// An HTTP/3 client's body, read from its request stream.
+    pub fn h3(body: H3Body) -> Self {
+        let upload = (!body.is_end_stream()).then(Rc::default);
+        RequestBody {
+            source: Source::H3(Box::new(body)),
+            passed: 0,
+            limit: None,
+            upload,
+            min_rate: None,
+            copy: None,
+        }
+    }
+
     /// The client's body, handed over by the own engine through `feed`.
     pub fn fed(feed: Rc<Feed>) -> Self {
         RequestBody {
@@ -430,7 +527,7 @@ impl RequestBody {
                 Some(BodyCopy::Ready(Some(read.clone())))
             }
             Source::Spilled(_) => None,
-            Source::Client(_) | Source::Fed(_) => {
+            Source::Client(_) | Source::Fed(_) | Source::H3(_) => {
                 if self
                     .size_hint()
                     .exact()
@@ -557,6 +654,9 @@ impl Body for RequestBody {
                 .map(|piece| piece.map(|piece| piece.map(Frame::data).map_err(BodyError::Client))),
             Source::Read(read) => return Poll::Ready(read.take().map(|d| Ok(Frame::data(d)))),
             Source::Spilled(spilled) => return spilled.poll_frame(cx),
+            Source::H3(stream) => stream
+                .poll_frame(cx)
+                .map(|frame| frame.map(|frame| frame.map_err(BodyError::Client))),
         };
         let frame = match polled {
             Poll::Pending => return Poll::Pending,
@@ -606,6 +706,7 @@ impl Body for RequestBody {
             Source::Fed(fed) => fed.0.is_end_stream(),
             Source::Read(read) => read.is_none(),
             Source::Spilled(spilled) => spilled.left == 0,
+            Source::H3(stream) => stream.is_end_stream(),
         }
     }
 
@@ -618,6 +719,11 @@ impl Body for RequestBody {
             },
             Source::Read(read) => SizeHint::with_exact(read.as_ref().map_or(0, |d| d.len() as u64)),
             Source::Spilled(spilled) => SizeHint::with_exact(spilled.left),
+            Source::H3(stream) if stream.is_end_stream() => SizeHint::with_exact(0),
+            Source::H3(stream) => match stream.left {
+                Some(left) => SizeHint::with_exact(left),
+                None => SizeHint::default(),
+            },
         }
     }
 }

@@ -888,7 +888,9 @@ fn find_route<'a>(
     let request = job_request(job);
     snapshot.listener_ids().find_map(|id| {
         let routes = match snapshot.listener(id)? {
-            Listener::Http { routes } | Listener::Https { routes, .. } => routes,
+            Listener::Http { routes }
+            | Listener::Https { routes, .. }
+            | Listener::H3 { routes, .. } => routes,
             _ => return None,
         };
         // Trafik's own fetches come from the loopback address (as `run_job` says).

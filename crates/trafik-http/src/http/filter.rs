@@ -231,7 +231,7 @@ impl Filter for UpstreamForm {
         } else {
             remove_hop_by_hop(request.headers_mut());
         }
-        if request.version() == Version::HTTP_2 {
+        if request.version() >= Version::HTTP_2 {
             join_cookies(request.headers_mut());
         }
         Step::Continue
@@ -261,6 +261,7 @@ impl Filter for Forwarding {
     fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
         let via = match request.version() {
             Version::HTTP_2 => &exchange.snapshot.via_http2,
+            Version::HTTP_3 => &exchange.snapshot.via_http3,
             _ => &exchange.snapshot.via,
         };
         exchange.connection.forwarding.apply(

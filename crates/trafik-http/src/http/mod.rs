@@ -13,6 +13,7 @@ pub mod files;
 pub mod filter;
 pub mod gateway;
 pub mod grpc;
+pub mod h3;
 pub mod headers;
 pub mod mirror;
 pub mod path;

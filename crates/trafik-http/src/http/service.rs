@@ -19,7 +19,7 @@ use super::{path, validate};
 use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
 use crate::pool::Call;
-use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
+use crate::snapshot::{Listener, ListenerId, Snapshot, WorkerSnapshot};
 use crate::tls::ClientIdentity;
 use crate::tls::acme;
 
@@ -137,7 +137,16 @@ impl WorkerProxy {
             (request.method().clone(), request.uri().clone(), host)
         });
         let grpc = super::grpc::is_grpc(request.headers());
-        let (response, backend, route) = self.pipeline(&snapshot, connection, request).await;
+        let (mut response, backend, route) = self.pipeline(&snapshot, connection, request).await;
+        if let Some(Listener::Https {
+            alt_svc: Some(alt_svc),
+            ..
+        }) = snapshot.listener(connection.listener)
+        {
+            response
+                .headers_mut()
+                .insert(http::header::ALT_SVC, alt_svc.clone());
+        }
         // One clock reading for the listener's and the route's metrics and the access log.
         let micros = crate::metrics::micros_since(began);
         let status = response.status().as_u16();
@@ -196,9 +205,9 @@ impl WorkerProxy {
         if let Some(refusal) = validate::refusal(&request) {
             return (refuse(refusal, snapshot, &request), None, None);
         }
-        // hyper's HTTP/2 server bounds a head in bytes only: its fields are counted here, against
-        // the limit HTTP/1.1's parser applies.
-        if request.version() == Version::HTTP_2
+        // hyper's HTTP/2 server (and h3) bound a head in bytes only: its fields are counted
+        // here, against the limit HTTP/1.1's parser applies.
+        if request.version() >= Version::HTTP_2
             && request.headers().len() > snapshot.client.limits.headers
         {
             return (

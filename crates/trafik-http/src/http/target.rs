@@ -318,6 +318,11 @@ async fn send(
     (limits, call_deadline): (AnswerLimits, Option<tokio::time::Instant>),
 ) -> Result<Answered, Failure> {
     frame_a_body_of_unknown_length(&mut request);
+    // An HTTP/3 request goes on as HTTP/1.1 (an h2 pool's connection makes it HTTP/2 below);
+    // hyper's HTTP/1 client writes an HTTP/2 request as 1.1 but refuses HTTP/3.
+    if request.version() == http::Version::HTTP_3 {
+        *request.version_mut() = http::Version::HTTP_11;
+    }
     // A pooled connection the backend closed while idle hands the request back unsent; that is
     // no failure of the backend, so it is tried once more on a new connection.
     let mut fresh = false;

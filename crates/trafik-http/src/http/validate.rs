@@ -47,8 +47,8 @@ pub fn loops_back(headers: &HeaderMap, name: &str) -> bool {
         > OWN_HOPS_ALLOWED
 }
 
-/// One `Host`, a name or address with an optional port; HTTP/1.0 may omit it, and HTTP/2 says
-/// it in `:authority` instead (RFC 9113 §8.3.1).
+/// One `Host`, a name or address with an optional port; HTTP/1.0 may omit it, and HTTP/2 and
+/// HTTP/3 say it in `:authority` instead (RFC 9113 §8.3.1, RFC 9114 §4.3.1).
 fn host_is_valid(
     headers: &HeaderMap,
     version: Version,
@@ -56,7 +56,7 @@ fn host_is_valid(
 ) -> bool {
     let mut hosts = headers.get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
-        (None, _) if version == Version::HTTP_2 => {
+        (None, _) if version >= Version::HTTP_2 => {
             authority.is_some_and(|a| is_host(a.as_str().as_bytes()))
         }
         (None, _) => version == Version::HTTP_10,

@@ -71,6 +71,39 @@ pub fn acceptor(
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// The QUIC side of an `h3` listener: TLS 1.3 only (QUIC has no other), ALPN `h3`, the
+/// certificate by the client's server name as on `https` listeners. Connection migration is
+/// off: each worker's socket of a listener gets the datagrams the kernel hashes to it by the
+/// client's address and port, so a client that moves would reach a worker that does not know
+/// its connection. 0-RTT is off (rustls accepts no early data by default): a replayed request
+/// could repeat a side effect. `idle` closes a connection after that long without packets.
+pub fn quic(
+    certificates: &[Arc<Certificate>],
+    managed: &[Arc<Managed>],
+    idle: Duration,
+) -> Result<Arc<quinn::ServerConfig>, String> {
+    if certificates.is_empty() && managed.is_empty() {
+        return Err("an h3 listener needs at least one certificate".into());
+    }
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("TLS cannot be set up: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(ByServerName {
+            certificates: certificates.to_vec(),
+            managed: managed.to_vec(),
+        }));
+    config.alpn_protocols = vec![b"h3".to_vec()];
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(config)
+        .map_err(|e| format!("QUIC cannot be set up: {e}"))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.migration(false);
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
+    server.transport_config(Arc::new(transport));
+    Ok(Arc::new(server))
+}
+
 /// Runs the server handshake within `timeout`, and says which HTTP version ALPN chose. Any
 /// failure (a plain-HTTP client, bytes that are no TLS, a client that stalls or rejects the
 /// certificate) is returned for the caller to close the connection.

@@ -55,6 +55,38 @@ pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net
     Ok(sockets)
 }
 
+/// Binds `count` UDP sockets to `address` with `SO_REUSEPORT`, one per worker, for QUIC: the
+/// kernel hashes each datagram's source address and port to one socket, so a client's
+/// connection stays with one worker's endpoint (as long as the client keeps its address: see
+/// `tls::server::quic` on migration). Exclusive first, as [`bind_shared`]; never inherited
+/// from a predecessor (a handover passes TCP sockets only).
+pub fn bind_shared_udp(address: SocketAddr, count: usize) -> io::Result<Vec<std::net::UdpSocket>> {
+    let udp = || {
+        socket2::Socket::new(
+            socket2::Domain::for_address(address),
+            socket2::Type::DGRAM,
+            None,
+        )
+    };
+    let address = {
+        let probe = udp()?;
+        probe.bind(&address.into())?;
+        probe
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("a UDP socket without an IP address"))?
+    };
+    let mut sockets = Vec::with_capacity(count);
+    for _ in 0..count.max(1) {
+        let socket = udp()?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&address.into())?;
+        sockets.push(socket.into());
+    }
+    Ok(sockets)
+}
+
 fn socket(address: SocketAddr) -> io::Result<socket2::Socket> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(address),

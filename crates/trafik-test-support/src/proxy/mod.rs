@@ -2,6 +2,7 @@
 //! client over real loopback sockets, replicas of the course's tracking service and backends
 //! that echo, read or record what they get.
 
+pub mod h3;
 pub mod tls;
 
 use std::future::Future;

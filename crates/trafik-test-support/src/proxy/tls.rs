@@ -312,7 +312,8 @@ pub struct SeenHttp2 {
 
 /// A backend that speaks HTTP/2 only (h2c, or h2 by ALPN over TLS with `tls`), allowing
 /// `max_streams` streams per connection; it answers each request after `delay` with
-/// `HTTP/2 PATH` and trailers `x-trailer: end`.
+/// `HTTP/2 PATH` and trailers `x-trailer: end` (with the request's `application/grpc…`
+/// content type, when it has one).
 pub async fn h2_backend(
     tls: Option<ServerConfig>,
     max_streams: u32,
@@ -357,7 +358,17 @@ pub async fn h2_backend(
                             Full::new(Bytes::from(text)),
                             std::future::ready(Some(Ok(trailers))),
                         );
-                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                        let mut response = Response::new(body);
+                        // A gRPC call's answer says so, as gRPC's do (the proxy passes
+                        // trailers on for those).
+                        if let Some(grpc) = request
+                            .headers()
+                            .get("content-type")
+                            .filter(|kind| kind.as_bytes().starts_with(b"application/grpc"))
+                        {
+                            response.headers_mut().insert("content-type", grpc.clone());
+                        }
+                        Ok::<_, std::convert::Infallible>(response)
                     }
                 });
                 let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());

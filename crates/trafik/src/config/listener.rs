@@ -35,16 +35,23 @@ pub fn check_all(
     let mut names: Vec<String> = Vec::new();
     let mut addresses = Vec::new();
     let mut plans = Vec::new();
+    let mut protocol_spans = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
         let field = format!("listener[{i}]");
+        protocol_spans.push(listener.get_ref().protocol.span());
         if let Some(listen) = &listener.get_ref().listen {
-            let address = listen.get_ref().0;
-            if address.port() != 0 && addresses.contains(&address) {
+            // An h3 listener's UDP port may be an https listener's TCP port.
+            let address = (
+                listen.get_ref().0,
+                *listener.get_ref().protocol.get_ref() == Protocol::H3,
+            );
+            if address.0.port() != 0 && addresses.contains(&address) {
                 report.error(
                     listen.span(),
                     &format!("{field}.listen"),
                     format!(
-                        "another listener already listens on {address}; give each its own address"
+                        "another listener already listens on {}; give each its own address",
+                        address.0
                     ),
                 );
             }
@@ -72,7 +79,72 @@ pub fn check_all(
             has_plain,
         ));
     }
+    for (i, span) in protocol_spans.into_iter().enumerate() {
+        inherit_from_https(report, &format!("listener[{i}]"), span, &mut plans, i);
+    }
     plans.into_iter().collect()
+}
+
+/// An h3 listener that names neither routes nor certificates serves those of the https
+/// listener on the same address (its TCP twin); without one it has no certificate to serve.
+fn inherit_from_https(
+    report: &mut Report,
+    field: &str,
+    span: std::ops::Range<usize>,
+    plans: &mut [Option<ListenerPlan>],
+    index: usize,
+) {
+    let Some(ListenerPlan {
+        address,
+        kind:
+            ListenerKind::H3 {
+                routes,
+                certificates,
+                managed,
+            },
+        ..
+    }) = &plans[index]
+    else {
+        return;
+    };
+    if !(routes.is_empty() && certificates.is_empty() && managed.is_empty()) {
+        return;
+    }
+    let address = *address;
+    let twin = plans.iter().flatten().find_map(|plan| match &plan.kind {
+        ListenerKind::Https {
+            routes,
+            certificates,
+            managed,
+            ..
+        } if plan.address == address => {
+            Some((routes.clone(), certificates.clone(), managed.clone()))
+        }
+        _ => None,
+    });
+    match twin {
+        Some((twin_routes, twin_certificates, twin_managed)) => {
+            if let Some(ListenerPlan {
+                kind:
+                    ListenerKind::H3 {
+                        routes,
+                        certificates,
+                        managed,
+                    },
+                ..
+            }) = &mut plans[index]
+            {
+                (*routes, *certificates, *managed) = (twin_routes, twin_certificates, twin_managed);
+            }
+        }
+        None => report.error(
+            span,
+            &format!("{field}.tls"),
+            format!(
+                "an h3 listener needs a certificate: put it on the address of an https listener ({address}, which has none) to serve that listener's certificates and routes, or give it [[listener.tls]] and [[listener.route]]s of its own"
+            ),
+        ),
+    }
 }
 
 fn check(
@@ -112,15 +184,40 @@ fn check(
         );
     }
     let kind = match protocol.get_ref() {
-        Protocol::Http | Protocol::Https => http(
-            report,
-            field,
-            span,
-            listener,
-            (pools, layer4_pools),
-            caches,
-            has_plain,
-        ),
+        // Neither routes nor certificates: those of the https listener on the same address.
+        Protocol::H3 if listener.routes.is_empty() && listener.tls.is_empty() => {
+            refuse_what_h3_lacks(report, field, &listener);
+            if listener.redirect_https
+                || !listener.allow.is_empty()
+                || !listener.deny.is_empty()
+                || listener.pool.is_some()
+            {
+                report.error(
+                    protocol.span(),
+                    &format!("{field}.protocol"),
+                    "an h3 listener without routes serves the https listener's routes as they are: set allow, deny (or anything else about routes) on that listener",
+                );
+            }
+            Some(ListenerKind::H3 {
+                routes: Vec::new(),
+                certificates: Vec::new(),
+                managed: Vec::new(),
+            })
+        }
+        Protocol::Http | Protocol::Https | Protocol::H3 => {
+            if *protocol.get_ref() == Protocol::H3 {
+                refuse_what_h3_lacks(report, field, &listener);
+            }
+            http(
+                report,
+                field,
+                span,
+                listener,
+                (pools, layer4_pools),
+                caches,
+                has_plain,
+            )
+        }
         Protocol::Tcp => layer4::tcp(report, field, span, listener, pools),
         Protocol::TlsPassthrough => layer4::passthrough(report, field, span, listener, pools),
     };
@@ -130,6 +227,26 @@ fn check(
         kind: kind?,
         connections,
     })
+}
+
+/// Client certificates are asked for by the https listener only: an h3 listener refuses the
+/// keys rather than serve without the identity its routes may depend on; nor are connection
+/// caps kept on QUIC yet, so they are refused rather than ignored.
+fn refuse_what_h3_lacks(report: &mut Report, field: &str, listener: &Listener) {
+    if listener.max_connections > 0 || listener.max_connections_per_client > 0 {
+        report.error(
+            listener.protocol.span(),
+            &format!("{field}.max_connections"),
+            "max_connections and max_connections_per_client are not kept on h3 listeners yet: remove them (QUIC connections cost no descriptor; each is bounded by its idle timeout)",
+        );
+    }
+    if let Some(client_ca) = &listener.client_ca {
+        report.error(
+            client_ca.span(),
+            &format!("{field}.client_ca"),
+            "client certificates are not asked for over HTTP/3: an h3 listener takes no client_ca (mutual TLS stays on the https listener)",
+        );
+    }
 }
 
 /// An `http` or `https` listener: each request to the pool of the route it matches.
@@ -193,6 +310,11 @@ fn http(
         .collect();
     let (routes, (certificates, managed), client_auth) = (routes?, certificates?, client_auth?);
     Some(match listener.protocol.into_inner() {
+        Protocol::H3 => ListenerKind::H3 {
+            routes,
+            certificates,
+            managed,
+        },
         Protocol::Https => ListenerKind::Https {
             routes,
             certificates,

@@ -278,6 +278,8 @@ pub enum Protocol {
     Tcp,
     #[serde(rename = "tls-passthrough")]
     TlsPassthrough,
+    /// HTTP/3 over QUIC, on UDP.
+    H3,
 }
 
 impl Protocol {

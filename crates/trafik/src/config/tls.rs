@@ -35,12 +35,20 @@ pub fn listener(
             );
             return None;
         }
-        (Protocol::Https, Some(_)) => {}
+        (Protocol::H3, None) => {
+            report.error(
+                protocol.span(),
+                &format!("{field}.tls"),
+                "an h3 listener with routes of its own needs a certificate of its own: add [[listener.tls]], or leave out both its routes and certificates to serve those of the https listener on the same address",
+            );
+            return None;
+        }
+        (Protocol::Https | Protocol::H3, Some(_)) => {}
         (_, Some(first)) => {
             report.error(
                 first.span(),
                 &format!("{field}.tls"),
-                "certificates are for https listeners: set protocol = \"https\" or remove [[listener.tls]]",
+                "certificates are for https listeners (and h3 ones): set protocol = \"https\" or remove [[listener.tls]]",
             );
             return None;
         }

@@ -1,0 +1,386 @@
+//! HTTP/3 at the edge, as a user configures it: an `h3` listener on the port of an https
+//! listener serves that listener's certificate and routes over QUIC, the https answers advertise
+//! it with `Alt-Svc`, and an HTTP/3 client (hyperium's h3 over quinn; curl here has no HTTP/3)
+//! gets the same answers as an HTTPS one from the same trafik process, counted in its metrics.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use bytes::Bytes;
+use http::{Request, Version};
+use http_body_util::Full;
+use trafik_test_support::proxy::Answer;
+use trafik_test_support::proxy::h3::H3Client;
+use trafik_test_support::proxy::tls::{TestCa, TlsClient};
+use trafik_test_support::{Trafik, Upstream, free_port};
+
+const HTTP1: &[&[u8]] = &[b"http/1.1"];
+
+/// A fresh folder for one test's files.
+fn folder(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("trafik-h3-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `trafik serve` with an https listener and an h3 listener on the same port (given neither
+/// routes nor certificates: the https one's), a CA-issued certificate for `kargo.test`.
+struct Served {
+    server: Trafik,
+    port: u16,
+    admin: u16,
+    ca: TestCa,
+}
+
+fn serve(dir: &Path, upstream: &Upstream) -> Served {
+    let ca = TestCa::new("trafik h3 test CA");
+    let site = ca.issue(&["kargo.test"]);
+    std::fs::write(dir.join("site.pem"), &site.cert_pem).unwrap();
+    std::fs::write(dir.join("site.key"), &site.key_pem).unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let config = write_config(dir, port, admin, upstream, true);
+    let (server, _) = Trafik::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        Stdio::null(),
+        "listening on",
+    );
+    Served {
+        server,
+        port,
+        admin,
+        ca,
+    }
+}
+
+/// Writes `trafik.toml` in `dir`: the https listener on `port`, and with `h3` its UDP twin.
+fn write_config(dir: &Path, port: u16, admin: u16, upstream: &Upstream, h3: bool) -> PathBuf {
+    let h3 = match h3 {
+        true => format!(
+            r#"
+[[listener]]
+name = "web-h3"
+listen = "127.0.0.1:{port}"
+protocol = "h3"
+"#
+        ),
+        false => String::new(),
+    };
+    let config = dir.join("trafik.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[server]
+name = "kenar"
+
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{port}"
+protocol = "https"
+
+[[listener.tls]]
+cert = "site.pem"
+key = "site.key"
+
+[[listener.route]]
+pool = "takip"
+request_headers = ["x-kaynak: kenar"]
+response_headers = ["x-cevap: 1"]
+
+[[listener.route]]
+path_prefix = "/varlik"
+pool = "takip"
+{h3}
+[[pool]]
+name = "takip"
+backends = [{{ address = "{}" }}]
+"#,
+            upstream.address
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// What must be the same over HTTPS and HTTP/3: the status, the body and the headers the
+/// replica and the route write (not `date`, nor the `Alt-Svc` of the TCP listener).
+fn same_parts(answer: &Answer) -> (u16, Bytes, Vec<Option<String>>) {
+    let headers = ["content-type", "x-kopya", "x-cevap", "via"]
+        .iter()
+        .map(|name| answer.header(name).map(str::to_owned))
+        .collect();
+    (answer.status, answer.body.clone(), headers)
+}
+
+/// `trafik_listener_responses_total` of `listener` in the admin's metrics, all classes.
+async fn responses(admin: u16, listener: &str) -> u64 {
+    let address = format!("127.0.0.1:{admin}").parse().unwrap();
+    let mut client = trafik_test_support::proxy::Client::connect(address).await;
+    let request = Request::get("/metrics")
+        .header("host", format!("127.0.0.1:{admin}"))
+        .body(Full::default())
+        .unwrap();
+    let text = client.send(request).await.text();
+    let series = format!("trafik_listener_responses_total{{listener=\"{listener}\",class=");
+    text.lines()
+        .filter_map(|line| line.strip_prefix(&series))
+        .map(|rest| rest.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h3_client_gets_the_same_answers_as_https_from_the_same_trafik() {
+    let upstream = Upstream::start(&[]);
+    let dir = folder("same");
+    let served = serve(&dir, &upstream);
+    let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
+
+    let mut https = TlsClient::connect(address, "kargo.test", &served.ca, HTTP1).await;
+    let (over_tcp, version) = https.get("/takip/TR-4821").await;
+    assert_eq!((over_tcp.status, version), (200, Version::HTTP_11));
+    // The https listener advertises its UDP twin, on the same port.
+    assert_eq!(
+        over_tcp.header("alt-svc"),
+        Some(format!("h3=\":{}\"; ma=86400", served.port).as_str())
+    );
+    assert_eq!(over_tcp.header("x-cevap"), Some("1"));
+    // So does an answer of the own engine's inline relay (a route with no filters).
+    let (relayed, _) = https.get("/varlik/logo").await;
+    assert_eq!(relayed.status, 200);
+    assert_eq!(
+        relayed.header("x-cevap"),
+        None,
+        "relayed inline, not through the filters"
+    );
+    assert_eq!(relayed.header("alt-svc"), over_tcp.header("alt-svc"));
+
+    let mut h3 = H3Client::connect(address, "kargo.test", &served.ca).await;
+    let over_quic = h3.get("kargo.test", "/takip/TR-4821").await;
+    // The answer's Via names the backend's protocol, the same whatever the client spoke.
+    assert_eq!(same_parts(&over_quic), same_parts(&over_tcp));
+    assert_eq!(over_quic.header("alt-svc"), None, "HTTP/3 needs no advert");
+    assert_eq!(over_tcp.header("via"), Some("1.1 kenar"));
+
+    // A POST body passes whole, with or without a content-length (HTTP/3 ends a body with
+    // its stream): the replica judges the query in it alike on both.
+    let query = Bytes::from_static(br#"{"takipNo": "TR-4821"}"#);
+    let https_post = Request::post("/takip")
+        .header("host", "kargo.test")
+        .header("content-type", "application/json")
+        .body(Full::new(query.clone()))
+        .unwrap();
+    let (over_tcp_post, _) = https.send(https_post).await;
+    for length in [None, Some(query.len())] {
+        let mut request =
+            Request::post("https://kargo.test/takip").header("content-type", "application/json");
+        if let Some(length) = length {
+            request = request.header("content-length", length);
+        }
+        let answer = h3.send(request.body(()).unwrap(), query.clone()).await;
+        assert_eq!(same_parts(&answer).0, over_tcp_post.status);
+        assert_eq!(answer.body, over_tcp_post.body);
+    }
+    // The replica counted every body byte: two over HTTP/3, one over HTTPS.
+    let sayac = h3.get("kargo.test", "/sayac").await.json();
+    assert_eq!(sayac["govde"], 3 * query.len(), "{sayac}");
+
+    // The h3 listener's metrics count its four requests, apart from the https listener's.
+    assert_eq!(responses(served.admin, "web-h3").await, 4);
+    assert_eq!(responses(served.admin, "web").await, 3);
+
+    // A graceful stop closes the QUIC connection with HTTP/3's no-error code after GOAWAY.
+    let stopped = served.server.stop();
+    assert!(stopped.status.success(), "{stopped:?}");
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(30), h3.closed)
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    assert!(closed.is_h3_no_error(), "{closed:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
+    let upstream = Upstream::start(&[]);
+    let dir = folder("reload");
+    let served = serve(&dir, &upstream);
+    let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
+    let reload = |h3: bool| {
+        write_config(&dir, served.port, served.admin, &upstream, h3);
+        Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(["reload", "--admin", &format!("127.0.0.1:{}", served.admin)])
+            .output()
+            .unwrap()
+    };
+    let alt_svc = || async {
+        let mut https = TlsClient::connect(address, "kargo.test", &served.ca, HTTP1).await;
+        let (answer, _) = https.get("/takip/TR-1").await;
+        assert_eq!(answer.status, 200);
+        answer.header("alt-svc").map(str::to_owned)
+    };
+
+    // Removed: the https listener keeps its socket and stops advertising; the open HTTP/3
+    // connection is drained (GOAWAY, then closed without error).
+    let mut h3 = H3Client::connect(address, "kargo.test", &served.ca).await;
+    assert_eq!(h3.get("kargo.test", "/takip/TR-1").await.status, 200);
+    let removed = reload(false);
+    assert!(removed.status.success(), "{removed:?}");
+    assert_eq!(alt_svc().await, None);
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(30), h3.closed)
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    assert!(closed.is_h3_no_error(), "{closed:?}");
+
+    // Added again by a reload: bound on every worker, advertised, serving. Until the removed
+    // endpoints have let go of their sockets (their connections' closing period), the port is
+    // taken and the reload is refused, changing nothing: it is tried again.
+    let mut tries = 0;
+    loop {
+        let added = reload(true);
+        if added.status.success() {
+            break;
+        }
+        let errors = String::from_utf8_lossy(&added.stderr);
+        assert!(errors.contains("Address already in use"), "{errors}");
+        tries += 1;
+        assert!(
+            tries < 120,
+            "the removed listener's sockets stay bound: {errors}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        alt_svc().await,
+        Some(format!("h3=\":{}\"; ma=86400", served.port))
+    );
+    let mut h3 = H3Client::connect(address, "kargo.test", &served.ca).await;
+    for _ in 0..4 {
+        assert_eq!(h3.get("kargo.test", "/takip/TR-2").await.status, 200);
+    }
+    assert!(served.server.stop().status.success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// What `trafik check` says of `text` written at `config`, which it must refuse.
+fn refused(config: &Path, text: &str) -> String {
+    std::fs::write(config, text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn check_refuses_an_h3_listener_without_certificates() {
+    let dir = folder("check");
+    let config = dir.join("trafik.toml");
+    let text = r#"[[listener]]
+name = "web-h3"
+listen = "127.0.0.1:8443"
+protocol = "h3"
+
+[[pool]]
+name = "takip"
+backends = [{ address = "127.0.0.1:9001" }]
+"#;
+    let errors = refused(&config, text);
+    assert!(
+        errors.contains("4:12: listener[0].tls: an h3 listener needs a certificate"),
+        "{errors}"
+    );
+
+    // Routes of its own need certificates of its own; caps and client certificates are not
+    // kept on QUIC, so they are refused rather than ignored.
+    let text = r#"[[listener]]
+name = "web-h3"
+listen = "127.0.0.1:8443"
+protocol = "h3"
+max_connections = 10
+client_ca = "ca.pem"
+
+[[listener.route]]
+pool = "takip"
+
+[[pool]]
+name = "takip"
+backends = [{ address = "127.0.0.1:9001" }]
+"#;
+    let errors = refused(&config, text);
+    for expected in [
+        "4:12: listener[0].tls: an h3 listener with routes of its own needs a certificate of its own",
+        "4:12: listener[0].max_connections: max_connections and max_connections_per_client are not kept on h3 listeners yet",
+        "6:13: listener[0].client_ca: client certificates are not asked for over HTTP/3",
+    ] {
+        assert!(errors.contains(expected), "{expected:?} in {errors}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Requests per second over HTTP/3 and over HTTPS (HTTP/1.1, kept alive) through the same trafik
+/// process to the same replica: `CLIENTS` connections of each kind, each sending `REQUESTS` GETs
+/// one after the other, in interleaved rounds; the medians and their ratio are printed. Bounded
+/// in count; run by `bench/h3.sh` (release build), never timed in the suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: bench/h3.sh runs it"]
+async fn bench_h3_against_https() {
+    const ROUNDS: usize = 5;
+    const CLIENTS: usize = 8;
+    const REQUESTS: usize = 500;
+    let upstream = Upstream::start(&[]);
+    let dir = folder("bench");
+    let served = serve(&dir, &upstream);
+    let address: std::net::SocketAddr = format!("127.0.0.1:{}", served.port).parse().unwrap();
+    let ca = std::sync::Arc::new(served.ca);
+    let (mut over_h3, mut over_https) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for h3 in [true, false] {
+            let mut clients = Vec::new();
+            for _ in 0..CLIENTS {
+                let ca = ca.clone();
+                clients.push(tokio::spawn(async move {
+                    if h3 {
+                        let mut client = H3Client::connect(address, "kargo.test", &ca).await;
+                        let started = std::time::Instant::now();
+                        for _ in 0..REQUESTS {
+                            assert_eq!(client.get("kargo.test", "/takip/TR-1").await.status, 200);
+                        }
+                        started.elapsed()
+                    } else {
+                        let mut client =
+                            TlsClient::connect(address, "kargo.test", &ca, HTTP1).await;
+                        let started = std::time::Instant::now();
+                        for _ in 0..REQUESTS {
+                            assert_eq!(client.get("/takip/TR-1").await.0.status, 200);
+                        }
+                        started.elapsed()
+                    }
+                }));
+            }
+            let mut slowest = std::time::Duration::ZERO;
+            for client in clients {
+                slowest = slowest.max(client.await.unwrap());
+            }
+            let rate = (CLIENTS * REQUESTS) as f64 / slowest.as_secs_f64();
+            match h3 {
+                true => over_h3.push(rate),
+                false => over_https.push(rate),
+            }
+        }
+    }
+    let median = |rates: &mut Vec<f64>| {
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    };
+    let (h3, https) = (median(&mut over_h3), median(&mut over_https));
+    println!(
+        "h3 {h3:.0} req/s, https (HTTP/1.1 kept alive) {https:.0} req/s, h3/https {:.2} ({CLIENTS} connections x {REQUESTS} GETs, median of {ROUNDS} interleaved rounds; every round: h3 {over_h3:.0?}, https {over_https:.0?})",
+        h3 / https
+    );
+    drop(served.server);
+    let _ = std::fs::remove_dir_all(dir);
+}
