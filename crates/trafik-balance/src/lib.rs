@@ -23,6 +23,7 @@ mod backend;
 mod bounded_load;
 mod capacity_share;
 mod explain;
+pub mod failover;
 pub mod hash;
 mod health;
 mod least_connections;

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use trafik_proxy::plan::failover;
 use trafik_proxy::{HealthCheck, ListenerKind, Plan, Running};
 
 use crate::config::Loaded;
@@ -10,6 +11,7 @@ use crate::config::values::Dur;
 /// The resolved plan: listeners → routes → pools → backends.
 pub fn plan(loaded: &Loaded) -> String {
     let plan = &loaded.plan;
+    let budgets = failover::budgets(plan);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -100,6 +102,10 @@ pub fn plan(loaded: &Loaded) -> String {
                 route_text(route),
                 target_text(&route.target)
             );
+            let label = failover::route_label(&listener.name, route);
+            if let Some(route) = budgets.routes.iter().find(|r| r.route == label) {
+                let _ = writeln!(out, "    {} (pool {})", route.budget.summary(), route.pool);
+            }
             let routing = &route.routing;
             if routing.priority != 0 {
                 let _ = writeln!(out, "    priority {}", routing.priority);
@@ -196,6 +202,7 @@ pub fn plan(loaded: &Loaded) -> String {
                 let _ = writeln!(out, "  health: no active checks");
             }
         }
+        let _ = writeln!(out, "  {}", failover::pool(pool));
         for backend in &pool.backends {
             let name = backend.name.as_deref().unwrap_or("-");
             let _ = writeln!(
@@ -232,7 +239,7 @@ pub fn plan(loaded: &Loaded) -> String {
         );
     }
     if let Some(dns) = &plan.dns {
-        dns_plan(&mut out, dns);
+        dns_plan(&mut out, dns, &budgets.names);
     }
     match plan.admin {
         Some(admin) => {
@@ -556,7 +563,11 @@ fn target_text(target: &trafik_proxy::TargetPlan) -> String {
 }
 
 /// The DNS server: regions and how they are known live, zones and their policy names.
-fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
+fn dns_plan(
+    out: &mut String,
+    dns: &trafik_proxy::dns::DnsServicePlan,
+    budgets: &[(String, failover::Budget)],
+) {
     use trafik_proxy::dns::RegionHealth;
     let _ = writeln!(out, "dns on {} (udp and tcp)", dns.listen);
     for (region, health) in dns.zones.regions.iter().zip(&dns.health) {
@@ -610,6 +621,9 @@ fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
                 name.policy.kind(),
                 name.ttl
             );
+            if let Some((_, budget)) = budgets.iter().find(|(n, _)| *n == name.name) {
+                let _ = writeln!(out, "      {budget}");
+            }
         }
         if let Some(transfer) = &zone.transfer {
             let allow: Vec<String> = transfer
