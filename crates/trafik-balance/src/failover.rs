@@ -14,7 +14,10 @@
 //!   active checks a dead backend is tried again after every ejection, for ever.
 //! - A request whose connect fails goes to another backend while `retries` allow and the retry
 //!   budget has room; the client then sees no failure. The budget allows `retry_budget` of the
-//!   requests, so it covers a dead backend whose share of picks is no larger than that.
+//!   requests over its window, plus `retry_floor` a second. It covers a dead backend whose share
+//!   of picks is no larger than `retry_budget`; or, with outlier ejection, the few failed connects
+//!   each ejection lets through (`consecutive_connect_failures` per return, a return at most
+//!   every `base_ejection`), when the floor alone has room for them.
 //! - A DNS name keeps answering a dead region until the region's checks mark it down, and
 //!   resolvers keep that answer for up to the name's TTL after: `ttl + detection`.
 //!
@@ -61,8 +64,10 @@ pub struct PoolFailover {
     /// `None` when outlier ejection is off, or its connect-failure rule is.
     pub ejection: Option<Ejection>,
     pub retries: u32,
-    /// The retry budget's share of requests (0.2 is a fifth).
+    /// The retry budget's share of requests (0.2 is a fifth)…
     pub retry_budget: f64,
+    /// …plus this many retries a second.
+    pub retry_floor: u32,
     /// The heaviest backend's share of picks (its weight over the pool's): the worst one to lose.
     /// 1 for a pool of one backend.
     pub largest_share: f64,
@@ -135,7 +140,11 @@ pub fn pool(settings: &PoolFailover) -> Budget {
         Exposure::Unhidden
     } else if settings.largest_share >= 1.0 {
         Exposure::Alone
-    } else if settings.retry_budget >= settings.largest_share {
+    } else if settings.retry_budget >= settings.largest_share
+        || settings
+            .ejection
+            .is_some_and(|ejection| floor_covers(&ejection, settings.retry_floor))
+    {
         Exposure::Hidden {
             retries: settings.retries,
         }
@@ -154,6 +163,17 @@ pub fn pool(settings: &PoolFailover) -> Budget {
         ejection: settings.ejection,
         exposure: Some(exposure),
     }
+}
+
+/// Whether the budget's floor alone pays for the failed connects ejection lets through in one
+/// window: `connect_failures` at the first failures and at every return, a return at most
+/// every `base` (Envoy's and trafik's ejections only grow longer).
+fn floor_covers(ejection: &Ejection, floor_per_second: u32) -> bool {
+    let window = Duration::from_secs(crate::RETRY_WINDOW_SECONDS);
+    let base = ejection.base.max(Duration::from_millis(1));
+    let returns = (window.as_nanos() / base.as_nanos()) as u64 + 1;
+    let failed_connects = u64::from(ejection.connect_failures) * returns;
+    failed_connects <= u64::from(floor_per_second) * crate::RETRY_WINDOW_SECONDS
 }
 
 /// One region a DNS name may answer with, and the checks that find it dead (`None`: never).
@@ -301,7 +321,16 @@ mod tests {
             ejection: None,
             retries,
             retry_budget: budget,
+            retry_floor: 10,
             largest_share: share,
+        }
+    }
+
+    fn ejection() -> Ejection {
+        Ejection {
+            connect_failures: 3,
+            base: Duration::from_secs(5),
+            max: Duration::from_secs(300),
         }
     }
 
@@ -325,11 +354,7 @@ mod tests {
     #[test]
     fn without_active_checks_nothing_bounds_it() {
         let mut without = settings(None, 0, 0.2, 0.5);
-        without.ejection = Some(Ejection {
-            connect_failures: 3,
-            base: Duration::from_secs(5),
-            max: Duration::from_secs(300),
-        });
+        without.ejection = Some(ejection());
         let budget = pool(&without);
         assert_eq!(budget.bound, None);
         assert_eq!(
@@ -352,6 +377,25 @@ mod tests {
         ));
         assert_eq!(exposure(2, 1.0, 1.0), Some(Exposure::Alone));
         assert_eq!(exposure(0, 1.0, 0.1), Some(Exposure::Unhidden));
+    }
+
+    #[test]
+    fn with_ejection_the_floor_pays_for_the_few_connects_that_fail() {
+        let mut ejecting = settings(None, 1, 0.2, 0.34);
+        ejecting.ejection = Some(ejection());
+        // 3 failed connects at the first failures and at each of at most 2 more returns in 10 s:
+        // 9 retries, within a floor of 1 a second (10 a window)…
+        ejecting.retry_floor = 1;
+        assert_eq!(
+            pool(&ejecting).exposure,
+            Some(Exposure::Hidden { retries: 1 })
+        );
+        // …not within none.
+        ejecting.retry_floor = 0;
+        assert!(matches!(
+            pool(&ejecting).exposure,
+            Some(Exposure::BeyondBudget { .. })
+        ));
     }
 
     #[test]

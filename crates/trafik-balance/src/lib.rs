@@ -59,7 +59,7 @@ pub use outlier::{EjectionReason, Outcome, Outlier, OutlierRules, max_ejected, s
 pub use peak_ewma::PeakEwma;
 pub use power_of_two::PowerOfTwoChoices;
 pub use random_choice::WeightedRandom;
-pub use retry_budget::RetryBudget;
+pub use retry_budget::{RETRY_WINDOW_SECONDS, RetryBudget};
 pub use ring::HashRing;
 pub use round_robin::RoundRobin;
 pub use split::WeightedSplit;

@@ -38,6 +38,7 @@ pub fn pool(plan: &PoolPlan) -> Budget {
             }),
         retries: plan.retries,
         retry_budget: plan.retry.budget_ratio,
+        retry_floor: plan.retry.budget_floor,
         largest_share,
     })
 }
