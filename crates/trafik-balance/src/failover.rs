@@ -187,10 +187,17 @@ pub struct Region {
 /// one of them is never checked.
 pub fn dns_name(ttl: Duration, regions: &[Region]) -> Budget {
     let unchecked = regions.iter().find(|region| region.checks.is_none());
+    // The first of the slowest, so the figure names the same region every time.
     let slowest = regions
         .iter()
         .filter_map(|region| region.checks.map(|checks| (region, checks)))
-        .max_by_key(|(_, checks)| checks.detection());
+        .fold(
+            None,
+            |slowest: Option<(&Region, ActiveChecks)>, candidate| match slowest {
+                Some(kept) if kept.1.detection() >= candidate.1.detection() => Some(kept),
+                _ => Some(candidate),
+            },
+        );
     let (region, checks) = match (unchecked, slowest) {
         (Some(region), _) => (Some(region.name.clone()), None),
         (None, Some((region, checks))) => (Some(region.name.clone()), Some(checks)),

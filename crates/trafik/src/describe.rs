@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use trafik_balance::failover::seconds as failover_seconds;
 use trafik_proxy::plan::failover;
 use trafik_proxy::{HealthCheck, ListenerKind, Plan, Running};
 
@@ -575,13 +576,14 @@ fn dns_plan(
         let live = match health {
             RegionHealth::Always => "always live".to_owned(),
             RegionHealth::Pool(pool) => format!("live while pool {pool} has a backend up"),
-            RegionHealth::Check { address, plan } => format!(
-                "checked at {address} every {}, dead after {} ({} × {})",
-                Dur(plan.interval),
-                Dur(plan.interval * plan.fall),
-                Dur(plan.interval),
-                plan.fall
-            ),
+            RegionHealth::Check { address, plan } => {
+                let checks = failover::checks(plan);
+                format!(
+                    "checked at {address} every {}, dead within {} ({checks})",
+                    Dur(plan.interval),
+                    failover_seconds(checks.detection()),
+                )
+            }
         };
         let _ = writeln!(
             out,

@@ -43,7 +43,8 @@ pub fn pool(plan: &PoolPlan) -> Budget {
     })
 }
 
-fn checks(health: &HealthPlan) -> ActiveChecks {
+/// The settings of `trafik_balance::failover` of a health plan.
+pub fn checks(health: &HealthPlan) -> ActiveChecks {
     ActiveChecks {
         interval: health.interval,
         timeout: health.timeout,

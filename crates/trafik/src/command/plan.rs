@@ -59,7 +59,8 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
 const DNS_QUERIES: usize = 10_000;
 
 /// A configuration's DNS, each region's detection time from its health source: its own checks
-/// or its pool's (`interval × fall`); none when it is always live.
+/// or its pool's (the failover budget's `fall × max(interval, timeout) + timeout`); none when it
+/// is always live.
 fn dns(loaded: &Loaded) -> DnsShape<'_> {
     let Some(service) = &loaded.plan.dns else {
         return DnsShape {
@@ -67,7 +68,8 @@ fn dns(loaded: &Loaded) -> DnsShape<'_> {
             detection: Vec::new(),
         };
     };
-    let detection_of = |health: &HealthPlan| Some((health.interval * health.fall).as_secs_f64());
+    let detection_of =
+        |health: &HealthPlan| Some(failover::checks(health).detection().as_secs_f64());
     let detection = service
         .health
         .iter()
