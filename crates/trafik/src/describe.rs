@@ -103,9 +103,8 @@ pub fn plan(loaded: &Loaded) -> String {
                 route_text(route),
                 target_text(&route.target)
             );
-            let label = failover::route_label(&listener.name, route);
-            if let Some(route) = budgets.routes.iter().find(|r| r.route == label) {
-                let _ = writeln!(out, "    {} (pool {})", route.budget.summary(), route.pool);
+            if let Some((pool, budget)) = failover::target(&budgets.pools, &route.target) {
+                let _ = writeln!(out, "    {} (pool {pool})", budget.summary());
             }
             let routing = &route.routing;
             if routing.priority != 0 {

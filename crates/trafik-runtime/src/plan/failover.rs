@@ -78,18 +78,19 @@ pub fn budgets(plan: &Plan) -> Budgets {
         .iter()
         .map(|p| (p.name.clone(), pool(p)))
         .collect();
-    let of = |name: &str| pools.iter().find(|(n, _)| n == name).map(|(_, b)| b);
-    let worst = |names: Vec<&str>| {
-        names
-            .into_iter()
-            .filter_map(|name| of(name).map(|budget| (name, budget)))
-            .max_by_key(|(_, budget)| severity(budget))
-            .map(|(name, budget)| (name.to_owned(), budget.clone()))
-    };
-    let mut routes = Vec::new();
+    let mut routes: Vec<RouteBudget> = Vec::new();
     for listener in &plan.listeners {
-        let mut add = |route: String, pools: Vec<&str>| {
-            if let Some((pool, budget)) = worst(pools) {
+        let mut add = |mut route: String, names: Vec<&str>| {
+            // Routes told apart by methods or conditions only: numbered from the second on.
+            let numbered = format!("{route} #");
+            let same = routes
+                .iter()
+                .filter(|r| r.route == route || r.route.starts_with(&numbered))
+                .count();
+            if same > 0 {
+                route = format!("{route} #{}", same + 1);
+            }
+            if let Some((pool, budget)) = worst(&pools, names) {
                 routes.push(RouteBudget {
                     route,
                     pool,
@@ -160,6 +161,20 @@ pub fn budgets(plan: &Plan) -> Budgets {
     }
 }
 
+/// The budget of a route's target: its pool's, or the worst of its pools'; `None` when it
+/// reaches no pool (static files, a redirect).
+pub fn target(pools: &[(String, Budget)], target: &TargetPlan) -> Option<(String, Budget)> {
+    worst(pools, target_pools(target))
+}
+
+fn worst(budgets: &[(String, Budget)], pools: Vec<&str>) -> Option<(String, Budget)> {
+    pools
+        .into_iter()
+        .filter_map(|name| budgets.iter().find(|(n, _)| n == name))
+        .max_by_key(|(_, budget)| severity(budget))
+        .map(|(name, budget)| (name.clone(), budget.clone()))
+}
+
 /// Orders budgets from best to worst: unbounded last, then by bound, then failing clients.
 fn severity(budget: &Budget) -> (bool, Option<Duration>, bool) {
     let hidden = budget.exposure.is_some_and(|e| e.hidden());
@@ -167,7 +182,7 @@ fn severity(budget: &Budget) -> (bool, Option<Duration>, bool) {
 }
 
 /// `web kargo.test/takip`, `web */`: the listener, the host (`*` for any) and the path.
-pub fn route_label(listener: &str, route: &RoutePlan) -> String {
+fn route_label(listener: &str, route: &RoutePlan) -> String {
     let path = route
         .path_template
         .as_ref()
