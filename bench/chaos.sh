@@ -100,7 +100,7 @@ if [[ $scenarios == upgrade ]]; then
   exit 0
 fi
 
-# Health checks every 1 s (timeout 1 s, fall 3: a budget of 4 s). The kill instant is read just
+# Health checks every 1 s (quick mode: timeout 1 s, fall 1: a budget of 2 s). The kill instant is read just
 # before the signal; trafik's log timestamps are from the same clock.
 failover() {
   local outlier retries killed_at
