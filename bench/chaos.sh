@@ -4,8 +4,11 @@
 # requests; then every backend down, for the retry budget; then (issue 23) a binary upgrade,
 # SIGUSR2 halfway through, with the load's connections kept alive (goal: 0 failed). Prints each
 # run's failures, latency and what /status says.
-# Usage: bench/chaos.sh [RATE] [all|upgrade]   (TRAFIK=path/to/trafik to skip the release
-# build). Stand-ins for the silent and half-failing replica are Python (python3).
+# Then (issue 26) the failover budget: kill -9 one replica under load, with outlier ejection on
+# and off, retries 0 and 1; the budget /status prints against the time from the kill to the last
+# failed request and to trafik's "marked down" event (its JSON access log, same clock).
+# Usage: bench/chaos.sh [RATE] [all|upgrade|failover]   (TRAFIK=path/to/trafik to skip the
+# release build). Stand-ins for the silent and half-failing replica are Python (python3).
 set -euo pipefail
 rate=${1:-2000}
 scenarios=${2:-all}
@@ -42,7 +45,8 @@ replica() { "$TRAFIK" upstream --listen "127.0.0.1:$1" --name "k$1" >/dev/null 2
 proxy() {
   local args=()
   for port in "${ports[@]}"; do args+=(--to "127.0.0.1:$port"); done
-  "$TRAFIK" proxy --listen "127.0.0.1:$proxy_port" --admin "$admin" "${args[@]}" "$@" >"$work/proxy.log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$TRAFIK" ${global:-} proxy --listen "127.0.0.1:$proxy_port" --admin "$admin" "${args[@]}" "$@" >"$work/proxy.log" 2>&1 &
   pids+=($!); proxy_pid=$!
   sleep 1
 }
@@ -96,6 +100,48 @@ if [[ $scenarios == upgrade ]]; then
   exit 0
 fi
 
+# Health checks every 1 s (quick mode: timeout 1 s, fall 1: a budget of 2 s). The kill instant is read just
+# before the signal; trafik's log timestamps are from the same clock.
+failover() {
+  local outlier retries killed_at
+  for outlier in off on; do
+    for retries in 0 1; do
+      for port in "${ports[@]}"; do
+        replica "$port" >/dev/null
+        [[ $port == "${ports[1]}" ]] && victim=${pids[-1]}
+      done
+      global="--log-format json" proxy --access-log --health-path /saglik --health-interval 1s \
+        --outlier "$outlier" --retries "$retries"
+      load & loader=$!
+      sleep 3; killed_at=$(date +%s.%N); kill -9 "$victim"
+      wait "$loader"
+      python3 - "$outlier" "$retries" "$killed_at" "127.0.0.1:${ports[1]}" "$work/load.json" "$work/proxy.log" \
+        "$(curl -s "http://$admin/status")" <<'PY'
+import datetime, json, sys
+outlier, retries, killed_at, victim, load, log, status = sys.argv[1:]
+killed_at, load = float(killed_at), json.load(open(load))
+def at(line):
+    stamp = line["timestamp"].rstrip("Z")
+    return datetime.datetime.fromisoformat(stamp).replace(tzinfo=datetime.timezone.utc).timestamp()
+lines = [json.loads(l) for l in open(log) if l.startswith("{")]
+failed = [at(l) for l in lines if l.get("target") == "trafik::access" and l["fields"].get("status", 0) >= 500]
+down = [at(l) for l in lines if l["fields"].get("message") == "backend marked down" and l["fields"].get("backend") == victim]
+budget = json.loads(status)["pools"][0]["failover"]
+last = f"{max(failed) - killed_at:.2f} s" if failed else "none"
+marked = f"{down[0] - killed_at:.2f} s" if down else "not within the load"
+print(f"kill -9, outlier {outlier}, retries {retries}: {sum(load['errors'].values())} of {load['sent']} failed; "
+      f"last failure {last} after the kill, marked down at {marked}; budget {budget['seconds']} s: {budget['text']}")
+PY
+      stop_all
+    done
+  done
+}
+
+if [[ $scenarios == failover ]]; then
+  failover
+  exit 0
+fi
+
 for checks in "" "--health-path /saglik --health-interval 500ms"; do
   # The victim's pid as started (a pgrep right after the start can run before its exec).
   for port in "${ports[@]}"; do
@@ -130,4 +176,5 @@ report "every backend refusing, --retries 2"
 stop_all
 
 ports=(39201 39202 39203)
+failover
 upgrade

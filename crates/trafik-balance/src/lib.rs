@@ -23,6 +23,7 @@ mod backend;
 mod bounded_load;
 mod capacity_share;
 mod explain;
+pub mod failover;
 pub mod hash;
 mod health;
 mod least_connections;
@@ -58,7 +59,7 @@ pub use outlier::{EjectionReason, Outcome, Outlier, OutlierRules, max_ejected, s
 pub use peak_ewma::PeakEwma;
 pub use power_of_two::PowerOfTwoChoices;
 pub use random_choice::WeightedRandom;
-pub use retry_budget::{BudgetStanding, RetryBudget};
+pub use retry_budget::{BudgetStanding, RETRY_WINDOW_SECONDS, RetryBudget};
 pub use ring::HashRing;
 pub use round_robin::RoundRobin;
 pub use split::WeightedSplit;

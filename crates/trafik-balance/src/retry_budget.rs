@@ -4,7 +4,10 @@ use crate::Nanos;
 
 /// How long the budget remembers requests and retries: two halves of this, the older dropped as
 /// a new one starts.
-const WINDOW: Nanos = 10_000_000_000;
+const WINDOW: Nanos = RETRY_WINDOW_SECONDS * 1_000_000_000;
+
+/// The budget's window in seconds.
+pub const RETRY_WINDOW_SECONDS: u64 = 10;
 const HALF: Nanos = WINDOW / 2;
 
 /// A pool's retry budget (linkerd's, Envoy's `retry_budget`): over the last ten seconds, retries

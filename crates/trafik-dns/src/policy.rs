@@ -498,6 +498,35 @@ impl Policy {
         }
     }
 
+    /// Every region the policy may answer with, each once, in first-mention order.
+    pub fn regions(&self) -> Vec<Region> {
+        let mentioned: Vec<Region> = match self {
+            Policy::Geo {
+                region_of_group,
+                default,
+                fallback,
+            } => region_of_group
+                .iter()
+                .chain([default])
+                .chain(fallback.iter().flatten())
+                .copied()
+                .collect(),
+            Policy::Latency { distance, .. } => (0..distance.first().map_or(0, Vec::len)).collect(),
+            Policy::Weighted(weighted) => weighted.pattern.clone(),
+            Policy::Failover {
+                primary, secondary, ..
+            } => vec![*primary, *secondary],
+            Policy::Multivalue { regions, .. } => regions.clone(),
+        };
+        let mut regions = Vec::new();
+        for region in mentioned {
+            if !regions.contains(&region) {
+                regions.push(region);
+            }
+        }
+        regions
+    }
+
     /// The policy's name in configuration and counters.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -23,6 +23,7 @@ use crate::counters::{BackendCounters, read, read_gauge};
 use crate::http::path::escapes_are_well_formed;
 use crate::http::policy::{gate, redis};
 use crate::metrics::export::backend_labels;
+use crate::plan::failover;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 
@@ -245,6 +246,7 @@ async fn answer(instance: &Arc<Instance>, request: &Request<Incoming>) -> Respon
             }
             document["names"] = crate::names::status(instance);
             document["certificates"] = crate::certificates::status();
+            document["failover"] = failover_status(&instance.configured());
             crate::metrics::summary::add(&snapshot, &mut document);
             crate::metrics::summary::add_connection_limits(&snapshot, &mut document["listeners"]);
             reply(StatusCode::OK, "application/json", document.to_string())
@@ -424,6 +426,41 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
     response
 }
 
+/// A failover budget in `/status`: its bound in seconds (null: none), whether retries hide it
+/// from clients, and its text with its terms.
+fn budget_json(budget: &failover::Budget) -> serde_json::Value {
+    json!({
+        "seconds": budget.seconds(),
+        "hidden_by_retries": budget.exposure.is_some_and(|e| e.hidden()),
+        "text": budget.to_string(),
+    })
+}
+
+/// Each route's and each DNS policy name's failover budget in the configuration in force.
+fn failover_status(plan: &crate::Plan) -> serde_json::Value {
+    let budgets = failover::budgets(plan);
+    let routes: Vec<_> = budgets
+        .routes
+        .iter()
+        .map(|route| {
+            let mut entry = budget_json(&route.budget);
+            entry["route"] = route.route.clone().into();
+            entry["pool"] = route.pool.clone().into();
+            entry
+        })
+        .collect();
+    let names: Vec<_> = budgets
+        .names
+        .iter()
+        .map(|(name, budget)| {
+            let mut entry = budget_json(budget);
+            entry["name"] = name.clone().into();
+            entry
+        })
+        .collect();
+    json!({ "routes": routes, "dns": names })
+}
+
 /// The status document: the configuration in force, and every pool with its backends and
 /// their counters.
 pub fn status(snapshot: &Snapshot) -> serde_json::Value {
@@ -474,6 +511,7 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
             if pool.passive.is_some() {
                 entry["ejected"] = pool.backends.ejected_count().into();
             }
+            entry["failover"] = budget_json(&failover::pool(&pool.plan));
             entry["panic"] = pool.backends.is_panicking().into();
             entry["panics"] = pool.backends.panics().into();
             entry["retries"] = pool.retrying.sent.sum(read).into();

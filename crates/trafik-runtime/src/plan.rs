@@ -1,6 +1,7 @@
 //! The typed, validated description of what to run. The binary builds a [`Plan`] from a config
 //! file or from quick-mode flags; the data plane never reads configuration text itself.
 
+pub mod failover;
 mod gateway;
 mod routing;
 mod server_name;

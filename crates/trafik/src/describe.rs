@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use trafik_balance::failover::seconds as failover_seconds;
+use trafik_proxy::plan::failover;
 use trafik_proxy::{HealthCheck, ListenerKind, Plan, Running};
 
 use crate::config::Loaded;
@@ -10,6 +12,7 @@ use crate::config::values::Dur;
 /// The resolved plan: listeners → routes → pools → backends.
 pub fn plan(loaded: &Loaded) -> String {
     let plan = &loaded.plan;
+    let budgets = failover::budgets(plan);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -121,6 +124,9 @@ pub fn plan(loaded: &Loaded) -> String {
                 route.matched_text(),
                 target_text(&route.target)
             );
+            if let Some((pool, budget)) = failover::target(&budgets.pools, &route.target) {
+                let _ = writeln!(out, "    {} (pool {pool})", budget.summary());
+            }
             let routing = &route.routing;
             if routing.priority != 0 {
                 let _ = writeln!(out, "    priority {}", routing.priority);
@@ -222,6 +228,7 @@ pub fn plan(loaded: &Loaded) -> String {
                 let _ = writeln!(out, "  health: no active checks");
             }
         }
+        let _ = writeln!(out, "  {}", failover::pool(pool));
         for backend in &pool.backends {
             let name = backend.name.as_deref().unwrap_or("-");
             let _ = writeln!(
@@ -258,7 +265,7 @@ pub fn plan(loaded: &Loaded) -> String {
         );
     }
     if let Some(dns) = &plan.dns {
-        dns_plan(&mut out, dns);
+        dns_plan(&mut out, dns, &budgets.names);
     }
     match plan.admin {
         Some(admin) => {
@@ -557,7 +564,11 @@ fn target_text(target: &trafik_proxy::TargetPlan) -> String {
 }
 
 /// The DNS server: regions and how they are known live, zones and their policy names.
-fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
+fn dns_plan(
+    out: &mut String,
+    dns: &trafik_proxy::dns::DnsServicePlan,
+    budgets: &[(String, failover::Budget)],
+) {
     use trafik_proxy::dns::RegionHealth;
     let _ = writeln!(out, "dns on {} (udp and tcp)", dns.listen);
     for (region, health) in dns.zones.regions.iter().zip(&dns.health) {
@@ -565,13 +576,14 @@ fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
         let live = match health {
             RegionHealth::Always => "always live".to_owned(),
             RegionHealth::Pool(pool) => format!("live while pool {pool} has a backend up"),
-            RegionHealth::Check { address, plan } => format!(
-                "checked at {address} every {}, dead after {} ({} × {})",
-                Dur(plan.interval),
-                Dur(plan.interval * plan.fall),
-                Dur(plan.interval),
-                plan.fall
-            ),
+            RegionHealth::Check { address, plan } => {
+                let checks = failover::checks(plan);
+                format!(
+                    "checked at {address} every {}, dead within {} ({checks})",
+                    Dur(plan.interval),
+                    failover_seconds(checks.detection()),
+                )
+            }
         };
         let _ = writeln!(
             out,
@@ -611,6 +623,9 @@ fn dns_plan(out: &mut String, dns: &trafik_proxy::dns::DnsServicePlan) {
                 name.policy.kind(),
                 name.ttl
             );
+            if let Some((_, budget)) = budgets.iter().find(|(n, _)| *n == name.name) {
+                let _ = writeln!(out, "      {budget}");
+            }
         }
         if let Some(transfer) = &zone.transfer {
             let allow: Vec<String> = transfer

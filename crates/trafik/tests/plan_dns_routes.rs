@@ -86,6 +86,57 @@ fn write(name: &str, text: &str) -> PathBuf {
     file
 }
 
+fn run(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn failover_budgets_are_printed_by_check_and_their_change_by_plan() {
+    let old = write("failover-a.toml", &config([5, 3, 2], 60, "takip"));
+    let new = write("failover-b.toml", &config([6, 4, 0], 20, "takip"));
+    let check = run(&["check", "-c", old.to_str().unwrap()]);
+    for line in [
+        // The name: its TTL and its slowest region's checks.
+        "      failover ≤ 65 s (ttl 60 s + region b06: health 2 × 2 s + 1 s timeout)",
+        // The pools have no active checks, and one backend each.
+        "  failover: no time bound (no active checks: outlier ejection after 3 failed connects, \
+         tried again after 5 s up to 300 s; one backend: nowhere to retry, its requests fail)",
+        // Each route: its pool's figure.
+        "    failover: no time bound (pool takip)",
+    ] {
+        assert!(check.lines().any(|l| l == line), "{line:?} not in\n{check}");
+    }
+
+    let report = plan(&old, &new);
+    let changes = report["failover"].as_array().unwrap();
+    assert_eq!(
+        changes.len(),
+        1,
+        "only the name's budget moves: {changes:#?}"
+    );
+    let name = &changes[0];
+    assert_eq!(
+        (&name["kind"], &name["name"]),
+        (&"dns name".into(), &"api".into())
+    );
+    assert_eq!(name["before"]["seconds"].as_f64(), Some(65.0));
+    // b06 answers no more: b34's 3 × 1 s + 1 s is the slowest left.
+    assert_eq!(name["after"]["seconds"].as_f64(), Some(24.0));
+    let text = run(&["plan", old.to_str().unwrap(), new.to_str().unwrap()]);
+    assert!(
+        text.contains(
+            "  dns name api: failover ≤ 65 s (ttl 60 s + region b06: health 2 × 2 s + 1 s timeout) \
+             → failover ≤ 24 s (ttl 20 s + region b34: health 3 × 1 s + 1 s timeout)"
+        ),
+        "{text}"
+    );
+}
+
 fn plan(old: &Path, new: &Path) -> serde_json::Value {
     let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
         .args([
@@ -132,9 +183,10 @@ fn a_reweighted_name_and_a_retargeted_route_show_in_the_json() {
         (api["ttl_before"].as_u64(), api["ttl_after"].as_u64()),
         (Some(60), Some(20))
     );
-    // Before: b06's 2 s × 2 is the slowest detection; after, b06 answers no more: 1 s × 3.
-    assert_eq!(api["failover_window_before"].as_f64(), Some(64.0));
-    assert_eq!(api["failover_window_after"].as_f64(), Some(23.0));
+    // Before: b06's 2 × 2 s + 1 s timeout is the slowest detection; after, b06 answers no
+    // more: 3 × 1 s + 1 s (the failover budget's terms).
+    assert_eq!(api["failover_window_before"].as_f64(), Some(65.0));
+    assert_eq!(api["failover_window_after"].as_f64(), Some(24.0));
 
     let routes = report["routes"].as_array().unwrap();
     assert_eq!(routes.len(), 1, "{report:#}");

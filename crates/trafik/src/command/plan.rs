@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use trafik_balance::Algorithm;
 use trafik_proxy::dns::RegionHealth;
+use trafik_proxy::plan::failover::{self, Budget};
 use trafik_proxy::plan::{Discover, HealthPlan, PoolPlan, StickyPlan};
 use trafik_proxy::route_change::{self, RouteChange};
 use trafik_sim::change::{self, KeySample, PoolShape};
@@ -38,15 +39,21 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, String> {
     let report = change::compare(&pools(&before), &pools(&after), &sample);
     let dns = dns_change::compare(&dns(&before), &dns(&after), DNS_QUERIES)?;
     let routes = route_change::changed_routes(&before.plan.listeners, &after.plan.listeners);
+    let budgets = failover_changes(
+        &failover::budgets(&before.plan),
+        &failover::budgets(&after.plan),
+    );
     if args.json {
         let mut json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
         json["dns"] = serde_json::to_value(&dns).map_err(|e| e.to_string())?;
         json["routes"] = routes.iter().map(route_json).collect();
+        json["failover"] = budgets.iter().map(FailoverChange::json).collect();
         say(&serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?);
     } else {
         let mut text = report.render();
         text.push_str(&dns_change::render(&dns));
         text.push_str(&render_routes(&routes));
+        text.push_str(&render_failover(&budgets));
         say(text.trim_end());
     }
     Ok(ExitCode::SUCCESS)
@@ -126,7 +133,8 @@ fn replay(
 const DNS_QUERIES: usize = 10_000;
 
 /// A configuration's DNS, each region's detection time from its health source: its own checks
-/// or its pool's (`interval × fall`); none when it is always live.
+/// or its pool's (the failover budget's `fall × max(interval, timeout) + timeout`); none when it
+/// is always live.
 fn dns(loaded: &Loaded) -> DnsShape<'_> {
     let Some(service) = &loaded.plan.dns else {
         return DnsShape {
@@ -134,7 +142,8 @@ fn dns(loaded: &Loaded) -> DnsShape<'_> {
             detection: Vec::new(),
         };
     };
-    let detection_of = |health: &HealthPlan| Some((health.interval * health.fall).as_secs_f64());
+    let detection_of =
+        |health: &HealthPlan| Some(failover::checks(health).detection().as_secs_f64());
     let detection = service
         .health
         .iter()
@@ -154,6 +163,93 @@ fn dns(loaded: &Loaded) -> DnsShape<'_> {
         plan: Some(&service.zones),
         detection,
     }
+}
+
+/// A pool's, route's or DNS name's failover budget that a change moves: its text before and
+/// after (`None` where it is not in that configuration).
+struct FailoverChange {
+    kind: &'static str,
+    name: String,
+    before: Option<Budget>,
+    after: Option<Budget>,
+}
+
+impl FailoverChange {
+    fn json(&self) -> serde_json::Value {
+        let side = |budget: &Option<Budget>| {
+            budget
+                .as_ref()
+                .map(|b| serde_json::json!({ "seconds": b.seconds(), "text": b.to_string() }))
+        };
+        serde_json::json!({
+            "kind": self.kind,
+            "name": self.name,
+            "before": side(&self.before),
+            "after": side(&self.after),
+        })
+    }
+}
+
+/// Every budget whose figure or terms differ between the two configurations: pools and DNS
+/// names with their terms, routes by their pool's figure.
+fn failover_changes(before: &failover::Budgets, after: &failover::Budgets) -> Vec<FailoverChange> {
+    /// Every entry of a configuration, by kind: (kind, name, budget).
+    fn entries(budgets: &failover::Budgets) -> Vec<(&'static str, &str, &Budget)> {
+        let pools = budgets.pools.iter().map(|(n, b)| ("pool", n.as_str(), b));
+        let routes = budgets
+            .routes
+            .iter()
+            .map(|r| ("route", r.route.as_str(), &r.budget));
+        let names = budgets
+            .names
+            .iter()
+            .map(|(n, b)| ("dns name", n.as_str(), b));
+        pools.chain(routes).chain(names).collect()
+    }
+    let (old, new) = (entries(before), entries(after));
+    let find = |side: &[(&str, &str, &Budget)], kind: &str, name: &str| {
+        side.iter()
+            .find(|(k, n, _)| *k == kind && *n == name)
+            .map(|(_, _, budget)| (*budget).clone())
+    };
+    let added = new
+        .iter()
+        .filter(|(kind, name, _)| find(&old, kind, name).is_none());
+    old.iter()
+        .chain(added)
+        .filter_map(|(kind, name, _)| {
+            let before = find(&old, kind, name);
+            let after = find(&new, kind, name);
+            (before != after).then(|| FailoverChange {
+                kind,
+                name: (*name).to_owned(),
+                before,
+                after,
+            })
+        })
+        .collect()
+}
+
+fn render_failover(changes: &[FailoverChange]) -> String {
+    if changes.is_empty() {
+        return "\nfailover budgets: unchanged\n".to_owned();
+    }
+    let mut out = "\nfailover budgets that change (before → after)\n".to_owned();
+    for change in changes {
+        let text = |budget: &Option<Budget>| match (budget, change.kind) {
+            (None, _) => "(none)".to_owned(),
+            (Some(budget), "route") => budget.summary(),
+            (Some(budget), _) => budget.to_string(),
+        };
+        out.push_str(&format!(
+            "  {} {}: {} → {}\n",
+            change.kind,
+            change.name,
+            text(&change.before),
+            text(&change.after)
+        ));
+    }
+    out
 }
 
 fn route_json(change: &RouteChange) -> serde_json::Value {
