@@ -245,6 +245,18 @@ impl Pool {
             .unwrap_or_else(|| member.endpoint.address.to_string())
     }
 
+    /// Backend `index` named for a client whose request it failed with `cause`: its name and
+    /// address, or its address alone.
+    pub fn blame(&self, index: usize, cause: crate::error::Cause) -> crate::error::Blame {
+        let member = &self.members[index];
+        let address = member.endpoint.address;
+        let backend = match &member.name {
+            Some(name) => format!("{name} ({address})"),
+            None => address.to_string(),
+        };
+        crate::error::Blame { backend, cause }
+    }
+
     /// Whether requests to this pool need a hash key computed.
     pub fn needs_key(&self) -> bool {
         self.plan.hash_key.is_some()
