@@ -186,6 +186,32 @@ fn a_syntax_error_and_a_missing_file_are_clear() {
     );
 }
 
+/// `check` and `serve` refuse a configuration with one report whose last line says nothing
+/// was started: bad keys, a file that cannot be read, a `--listen` naming no listener. Exit 2.
+#[test]
+fn every_refused_configuration_ends_with_nothing_was_started() {
+    let bad = config_file("refused.toml", &GOOD.replace("retries = 0", "retrys = 0"));
+    let good = config_file("good.toml", GOOD);
+    let (bad, good) = (bad.to_str().unwrap(), good.to_str().unwrap());
+    let missing = "/nonexistent/trafik.toml";
+    for args in [
+        &["check", "--config", bad][..],
+        &["serve", "--config", bad],
+        &["check", "--config", missing],
+        &["serve", "--config", missing],
+        &["serve", "--config", good, "--listen", "nosuch=127.0.0.1:0"],
+    ] {
+        let output = trafik(args);
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {errors}");
+        assert_eq!(
+            errors.lines().last(),
+            Some("error: 1 error in the configuration; nothing was started"),
+            "{args:?}: {errors}"
+        );
+    }
+}
+
 #[test]
 fn a_remote_admin_address_must_be_asked_for() {
     let text = format!("{GOOD}\n[admin]\nlisten = \"0.0.0.0:9090\"\n");

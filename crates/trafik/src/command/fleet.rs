@@ -295,13 +295,12 @@ pub fn current(args: &EtcdArgs) -> Result<Loaded, String> {
 pub fn push(args: ConfigPushArgs) -> Result<ExitCode, String> {
     let (etcd, keys) = connect(&args.etcd)?;
     let name = args.file.display().to_string();
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|e| format!("cannot read config file {name}: {e}"))?;
-    config::load(&name, &text).map_err(|errors| {
-        let mut message = config::render_errors(&errors);
-        message.push_str("\nnothing was published");
-        message
+    let text = std::fs::read_to_string(&args.file).map_err(|e| {
+        let unread = format!("cannot read config file {name}: {e}");
+        config::render_errors_then(&[unread], "nothing was published")
     })?;
+    config::load(&name, &text)
+        .map_err(|errors| config::render_errors_then(&errors, "nothing was published"))?;
     let revision =
         block_on(etcd.put(&keys.config(), text.as_bytes(), None))?.map_err(|e| e.to_string())?;
     say(&format!(
