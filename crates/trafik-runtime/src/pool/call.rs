@@ -86,7 +86,10 @@ impl<'s> Call<'s> {
     ) -> Result<Self, ProxyError> {
         let pool: &'s Pool = &snapshot.pools()[pool_index];
         let slot = match pool.concurrency.as_ref().map(|c| c.admit()) {
-            Some(None) => return Err(ProxyError::ConcurrencyLimited),
+            Some(None) => {
+                pool.own_errors.count(ProxyError::ConcurrencyLimited);
+                return Err(ProxyError::ConcurrencyLimited);
+            }
             admitted => admitted.flatten(),
         };
         // The request's own clock reading: no other is needed to start.
@@ -271,6 +274,7 @@ impl<'s> Call<'s> {
             }
             _ => {
                 self.failure = error;
+                self.pool.own_errors.count(error);
                 Err(error)
             }
         }
@@ -357,6 +361,9 @@ impl<'s> Call<'s> {
             ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout
         ) {
             bump(self.pool.at_limit.mine(me));
+        }
+        if self.answers {
+            self.pool.own_errors.count(self.failure);
         }
         self.failure
     }
