@@ -793,6 +793,33 @@ fn named_backends_check_without_resolving() {
 
 /// Every file in `examples/` is a config `trafik check` accepts, so an example that drifts from
 /// the schema fails here, and a new one is checked without touching this test.
+/// `examples/README.md` names every file and directory of `examples/`, so none is left
+/// without a word on what it is for.
+#[test]
+fn the_examples_readme_names_every_example() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let mut unnamed = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("the examples/ directory") {
+        let entry = entry.unwrap();
+        let mut name = entry.file_name().to_string_lossy().into_owned();
+        if name == "README.md" {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            name.push('/');
+        }
+        let written = format!("`{name}");
+        if !readme.contains(&written) {
+            unnamed.push(name);
+        }
+    }
+    assert!(
+        unnamed.is_empty(),
+        "examples/README.md has no row for {unnamed:?}"
+    );
+}
+
 #[test]
 fn every_example_config_checks_clean() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
