@@ -165,7 +165,7 @@ async fn a_backend_slower_than_the_response_timeout_gives_504() {
     assert_eq!(
         answer.text(),
         format!(
-            "the backend did not answer in time: {slow}, no answer within the response timeout\n"
+            "the backend did not answer in time: k1 ({slow}), no answer within the response timeout\n"
         )
     );
     let status = status(&running).await;

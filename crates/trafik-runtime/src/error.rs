@@ -324,7 +324,7 @@ impl Cause {
             Cause::ConnectFailed => "connect failed",
             Cause::Timeout => "no answer within the response timeout",
             Cause::NoAnswer => "connection closed or reset before an answer",
-            Cause::UnaskedUpgrade => "switched protocols unasked",
+            Cause::UnaskedUpgrade => "101 Switching Protocols",
         }
     }
 }

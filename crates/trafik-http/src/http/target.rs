@@ -181,7 +181,8 @@ impl PoolTarget {
                         Ok(response) => response,
                         Err(error) => {
                             bump(&counters.failures);
-                            return answered(error.response(), Some(address));
+                            let blame = error.cause().map(|cause| pool.blame(index, cause));
+                            return answered(error.response_blaming(blame.as_ref()), Some(address));
                         }
                     };
                     call.settled(index, sent_at, answered_at);
