@@ -145,7 +145,7 @@ async fn connect<S: Layer4Snapshot>(
             }
             Err(error) => {
                 tracing::debug!(pool = %pool.plan.name, backend = %member.endpoint.address, %error, "connect failed");
-                call.connect_failed(attempt);
+                call.connect_failed(attempt, trafik_runtime::Cause::of_connect(&error));
             }
         }
     }

@@ -401,7 +401,14 @@ fn drain(pools: &[Arc<Pool>], pool: &str, backend: &str, draining: bool) -> Resp
             ),
         );
     };
-    found.backends.set_draining(index, draining);
+    if found.backends.is_draining(index) != draining {
+        found.backends.set_draining(index, draining);
+        let why = match draining {
+            true => "drained from the admin API",
+            false => "undrained from the admin API",
+        };
+        found.changed(index, why);
+    }
     tracing::info!(pool, backend, draining, "drain state changed");
     let body = json!({ "pool": pool, "backend": backend, "draining": draining });
     reply(StatusCode::OK, "application/json", body.to_string())
@@ -490,6 +497,10 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                         "connections": counters.sum(|c| read(&c.connections)),
                         "bytes_in": counters.sum(|c| read(&c.bytes_in)),
                         "bytes_out": counters.sum(|c| read(&c.bytes_out)),
+                        "server_errors": counters.sum(|c| read(&c.served.traffic.classes[4])),
+                        "state": pool.state(i).name(),
+                        "flaps": pool.members[i].timeline.downs(),
+                        "timeline": timeline(&pool.members[i].timeline),
                     });
                     if let Some(passive) = &pool.passive {
                         let standing = passive.standing(i);
@@ -500,8 +511,17 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
                     backend
                 })
                 .collect();
+            let backend_errors: i64 = (0..pool.members.len())
+                .map(|i| pool.members[i].counters.sum(|c| read(&c.served.traffic.classes[4])))
+                .sum();
+            let own: serde_json::Map<_, _> = pool
+                .own_errors
+                .counts()
+                .map(|(reason, count)| (reason.to_owned(), count.into()))
+                .collect();
             let mut entry = json!({
                 "name": pool.plan.name,
+                "errors": { "trafik": own, "backends": backend_errors },
                 "algorithm": pool.plan.algorithm.name(),
                 "unreachable": pool.unreachable.sum(read),
                 "connection_skew": skew(pool, |c| read(&c.connections)),
@@ -558,6 +578,27 @@ pub fn status(snapshot: &Snapshot) -> serde_json::Value {
         "cors": cors,
         "compress": compress,
     })
+}
+
+/// A backend's changes of state, oldest first: when (RFC 3339 and Unix milliseconds), the
+/// state it led to, and why.
+fn timeline(timeline: &crate::pool::timeline::Timeline) -> serde_json::Value {
+    timeline
+        .changes()
+        .iter()
+        .map(|change| {
+            let millis = change
+                .at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_millis() as u64);
+            json!({
+                "at": humantime::format_rfc3339_millis(change.at).to_string(),
+                "at_ms": millis,
+                "state": change.state.name(),
+                "reason": change.reason,
+            })
+        })
+        .collect()
 }
 
 /// The same counters in the Prometheus text exposition format.

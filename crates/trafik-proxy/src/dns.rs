@@ -238,7 +238,7 @@ impl DnsService {
                 (None, crate::plan::UpstreamProtocol::Http1),
                 up,
                 retired,
-                |up| {
+                |up, _| {
                     flag.store(up, Ordering::Relaxed);
                     if up {
                         tracing::info!(%region, target = %address, "dns region marked live");

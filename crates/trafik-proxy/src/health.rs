@@ -96,7 +96,7 @@ async fn probe_loop(
         (tls.as_ref(), protocol),
         up,
         retired,
-        |up| {
+        |up, why| {
             let snapshot = snapshots.borrow().clone();
             if let Some(pool) = snapshot.pool(&pool_name)
                 && let Some(index) = pool.index_of(address)
@@ -105,11 +105,12 @@ async fn probe_loop(
                 if up {
                     pool.slow_start.start(index);
                 }
+                pool.changed(index, why);
             }
             if up {
                 tracing::info!(pool = %pool_name, backend = %address, "backend marked up");
             } else {
-                tracing::warn!(pool = %pool_name, backend = %address, "backend marked down");
+                tracing::warn!(pool = %pool_name, backend = %address, reason = why, "backend marked down");
             }
         },
     )
@@ -117,15 +118,15 @@ async fn probe_loop(
 }
 
 /// Probes `address` every `plan.interval` through the rise/fall state machine, starting from
-/// `up`, and calls `publish` with each change of verdict, until `retired`. The proxy's pools
-/// and the DNS regions both watch their targets through here.
+/// `up`, and calls `publish` with each change of verdict and why, until `retired`. The proxy's
+/// pools and the DNS regions both watch their targets through here.
 pub async fn watch_target(
     address: SocketAddr,
     plan: &HealthPlan,
     (tls, protocol): (Option<&BackendTls>, UpstreamProtocol),
     up: bool,
     mut retired: watch::Receiver<bool>,
-    mut publish: impl FnMut(bool),
+    mut publish: impl FnMut(bool, &str),
 ) {
     let thresholds = HealthThresholds {
         fall: plan.fall,
@@ -149,21 +150,51 @@ pub async fn watch_target(
                 tracing::debug!(backend = %address, "probe timed out while the prober was stalled; verdict kept");
                 continue;
             }
-            Err(_) => Some(false),
+            Err(_) => Some(Err(Failed::Timeout)),
         };
-        let Some(passed) = verdict else {
+        let Some(verdict) = verdict else {
             tracing::warn!(backend = %address, "no file descriptor left to probe with; verdict kept");
             continue;
         };
-        match health.record(passed) {
+        match health.record(verdict.is_ok()) {
             Transition::Unchanged => {}
-            Transition::WentDown => publish(false),
-            Transition::WentUp => publish(true),
+            Transition::WentDown => {
+                let last = verdict.err().map_or("", Failed::words);
+                let why = match plan.fall {
+                    1 => format!("health check failed: {last}"),
+                    fall => format!("{fall} health checks failed, the last: {last}"),
+                };
+                publish(false, &why);
+            }
+            Transition::WentUp => publish(true, "health check passed"),
         }
     }
 }
 
-/// One probe; true when the backend passed, `None` when trafik itself had no file descriptor
+/// Why a probe failed, in a few words for the backend's timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failed {
+    Refused,
+    Connect,
+    Tls,
+    Timeout,
+    /// No status came, or one outside 2xx and 3xx (or a gRPC one not SERVING).
+    Answer,
+}
+
+impl Failed {
+    fn words(self) -> &'static str {
+        match self {
+            Failed::Refused => "connection refused",
+            Failed::Connect => "connect failed",
+            Failed::Tls => "TLS handshake failed",
+            Failed::Timeout => "no answer within the timeout",
+            Failed::Answer => "no passing answer",
+        }
+    }
+}
+
+/// One probe; `Ok` when the backend passed, `None` when trafik itself had no file descriptor
 /// to probe with, which says nothing of the backend. A TLS pool's probes speak TLS too, with
 /// the pool's settings, so a backend whose certificate the pool would refuse is down: the check
 /// sees what requests would meet; and they speak the HTTP version the pool's requests do.
@@ -172,22 +203,26 @@ async fn probe(
     check: &HealthCheck,
     tls: Option<&BackendTls>,
     protocol: UpstreamProtocol,
-) -> Option<bool> {
+) -> Option<Result<(), Failed>> {
     let stream = match TcpStream::connect(address).await {
         Ok(stream) => stream,
         Err(error) if crate::descriptors::ran_out(&error) => return None,
-        Err(_) => return Some(false),
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Some(Err(Failed::Refused));
+        }
+        Err(_) => return Some(Err(Failed::Connect)),
     };
-    Some(match tls {
+    let passed = match tls {
         None => ask(stream, address, check, protocol == UpstreamProtocol::H2c).await,
         Some(tls) => match tls.connect(address, stream).await {
             Ok(stream) => {
                 let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                 ask(stream, address, check, http2).await
             }
-            Err(_) => false,
+            Err(_) => return Some(Err(Failed::Tls)),
         },
-    })
+    };
+    Some(if passed { Ok(()) } else { Err(Failed::Answer) })
 }
 
 /// The check itself, on a connected stream: a `tcp` check has passed by now.

@@ -286,6 +286,40 @@ async fn a_post_whose_connect_failed_goes_to_another_backend() {
     stop(running).await;
 }
 
+/// trafik's own 502 names the backend that failed and the class of its failure, the same on
+/// both engines, and nothing more (no system message).
+#[tokio::test]
+async fn a_502_names_the_backend_and_why_on_both_engines() {
+    for engine in [Engine::Trafik, Engine::Hyper] {
+        let closed = refusing_port();
+        let running = trafik_proxy::start(plan_on(engine, &[closed.address])).unwrap();
+        let answer = get(web(&running), "/takip/TR-1").await;
+        assert_eq!(answer.status, 502, "{engine:?}");
+        assert_eq!(
+            answer.text(),
+            format!(
+                "could not connect to a backend: k1 ({}), connection refused\n",
+                closed.address
+            ),
+            "{engine:?}"
+        );
+        stop(running).await;
+
+        let (dying, _) = recording_backend(Behaviour::HangUp).await;
+        let running = trafik_proxy::start(plan_on(engine, &[dying])).unwrap();
+        let answer = get(web(&running), "/takip/TR-1").await;
+        assert_eq!(answer.status, 502, "{engine:?}");
+        assert_eq!(
+            answer.text(),
+            format!(
+                "the backend closed the connection without answering: k1 ({dying}), connection closed or reset before an answer\n"
+            ),
+            "{engine:?}"
+        );
+        stop(running).await;
+    }
+}
+
 /// A bodiless POST a backend lost may have been acted on: it goes to another backend only
 /// where the route says repeating it is safe.
 #[tokio::test]

@@ -155,7 +155,10 @@ async fn a_chain_that_breaks_further_on_names_every_stop_before_the_break() {
     let answer = get(web(&tv), "/takip/TR-1").await;
     assert_eq!(answer.status, 502);
     assert_eq!(answer.header("x-durak"), Some("tv > yd > unreachable"));
-    assert_eq!(answer.text(), "could not connect to a backend\n");
+    assert_eq!(
+        answer.text(),
+        format!("could not connect to a backend: k1 ({k1_address}), connection refused\n")
+    );
     stop(tv).await;
     stop(yd).await;
 }

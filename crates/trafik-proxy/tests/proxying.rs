@@ -162,7 +162,12 @@ async fn a_backend_slower_than_the_response_timeout_gives_504() {
     let running = trafik_proxy::start(plan).unwrap();
     let answer = get(web(&running), "/").await;
     assert_eq!(answer.status, 504);
-    assert_eq!(answer.text(), "the backend did not answer in time\n");
+    assert_eq!(
+        answer.text(),
+        format!(
+            "the backend did not answer in time: k1 ({slow}), no answer within the response timeout\n"
+        )
+    );
     let status = status(&running).await;
     assert_eq!(status["pools"][0]["backends"][0]["failures"], 1);
     assert_eq!(

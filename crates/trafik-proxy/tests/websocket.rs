@@ -213,7 +213,13 @@ async fn a_backend_that_switches_protocols_unasked_gets_502_on(engine: Engine) {
     let running = trafik_proxy::start(plan_on(engine, &[backend])).unwrap();
     let answer = get(web(&running), "/takip/TR-1").await;
     assert_eq!(answer.status, 502);
-    assert_eq!(answer.text(), "the backend switched protocols unasked\n");
+    assert_eq!(
+        answer.text(),
+        format!(
+            "the backend switched protocols unasked: k1 ({backend}), 101 Switching Protocols\n"
+        ),
+        "{engine:?}"
+    );
     let status = status(&running).await;
     assert_eq!(first_backend(&status)["failures"], 1);
     assert_eq!(first_backend(&status)["upgrades"], 0);

@@ -1,6 +1,7 @@
 //! Every way the proxy can fail a request, mapped to an HTTP status in one place.
 
-use std::fmt;
+use std::borrow::Cow;
+use std::{fmt, io};
 
 use http::StatusCode;
 use http::header::{self, HeaderName};
@@ -252,6 +253,88 @@ impl ProxyError {
             ProxyError::NoHealthyBackend | ProxyError::ConnectFailed
         )
     }
+}
+
+impl ProxyError {
+    /// The body with the backend to blame named, when one is: its name or address and the
+    /// class of what went wrong, nothing more (no system message reaches the client).
+    pub fn body_blaming(self, blame: Option<&Blame>) -> Cow<'static, str> {
+        match blame {
+            None => Cow::Borrowed(self.body()),
+            Some(blame) => Cow::Owned(format!(
+                "{}: {}, {}\n",
+                self.body().trim_end(),
+                blame.backend,
+                blame.cause.words()
+            )),
+        }
+    }
+
+    /// The class of a backend's failure this error is, when the backend is to blame.
+    pub fn cause(self) -> Option<Cause> {
+        match self {
+            ProxyError::ConnectFailed => Some(Cause::ConnectFailed),
+            ProxyError::UpstreamTimeout => Some(Cause::Timeout),
+            ProxyError::UpstreamFailed => Some(Cause::NoAnswer),
+            ProxyError::UnexpectedUpgrade => Some(Cause::UnaskedUpgrade),
+            _ => None,
+        }
+    }
+}
+
+/// What went wrong with a backend, as its client may learn it: the class, never the system's
+/// message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// Nothing listens on the backend's port: its host refused the connection.
+    Refused,
+    /// The connect (or its TLS handshake) took longer than the pool's connect timeout.
+    ConnectTimeout,
+    /// No route to the backend's host or network.
+    Unreachable,
+    /// The connect failed otherwise (the backend broke off the TLS handshake, say).
+    ConnectFailed,
+    /// No answer within the pool's response timeout.
+    Timeout,
+    /// The backend closed or reset the connection, or broke its answer's head, before an answer.
+    NoAnswer,
+    /// The backend switched protocols unasked.
+    UnaskedUpgrade,
+}
+
+impl Cause {
+    /// The class of a failed connect.
+    pub fn of_connect(error: &io::Error) -> Cause {
+        match error.kind() {
+            io::ErrorKind::ConnectionRefused => Cause::Refused,
+            io::ErrorKind::TimedOut => Cause::ConnectTimeout,
+            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
+                Cause::Unreachable
+            }
+            _ => Cause::ConnectFailed,
+        }
+    }
+
+    /// A few words for the client's answer.
+    pub fn words(self) -> &'static str {
+        match self {
+            Cause::Refused => "connection refused",
+            Cause::ConnectTimeout => "connect timed out",
+            Cause::Unreachable => "host unreachable",
+            Cause::ConnectFailed => "connect failed",
+            Cause::Timeout => "no answer within the response timeout",
+            Cause::NoAnswer => "connection closed or reset before an answer",
+            Cause::UnaskedUpgrade => "101 Switching Protocols",
+        }
+    }
+}
+
+/// The backend a failed request is blamed on, named for its client: the backend's name and
+/// address (or its address alone), and the class of its failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blame {
+    pub backend: String,
+    pub cause: Cause,
 }
 
 impl fmt::Display for ProxyError {

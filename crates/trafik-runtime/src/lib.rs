@@ -33,4 +33,4 @@ pub mod transport;
 pub use metrics::counters;
 pub use pool::{concurrency, key, outlier, sticky, view};
 
-pub use error::ProxyError;
+pub use error::{Blame, Cause, ProxyError};

@@ -31,3 +31,60 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
         .collect();
     std::array::from_fn(|i| held[i].local_addr().expect("a bound port").port())
 }
+
+/// A backend on its own thread that answers every request on 127.0.0.1:`port` with the same
+/// bytes and closes (say a `500`), for tests that drive `trafik` processes and need a backend
+/// that fails on its own; stopped when dropped.
+pub struct FixedAnswer {
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FixedAnswer {
+    pub fn start(answer: &'static [u8]) -> FixedAnswer {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("a bound port").port();
+        listener
+            .set_nonblocking(true)
+            .expect("a nonblocking listener");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopping.load(Ordering::Relaxed) {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                };
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                // Reads the head (up to its blank line), then answers.
+                let mut head = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => break,
+                        Ok(read) => head.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                let _ = stream.write_all(answer);
+            }
+        });
+        FixedAnswer {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FixedAnswer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

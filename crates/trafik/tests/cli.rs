@@ -196,6 +196,32 @@ fn a_syntax_error_and_a_missing_file_are_clear() {
     );
 }
 
+/// `check` and `serve` refuse a configuration with one report whose last line says nothing
+/// was started: bad keys, a file that cannot be read, a `--listen` naming no listener. Exit 2.
+#[test]
+fn every_refused_configuration_ends_with_nothing_was_started() {
+    let bad = config_file("refused.toml", &GOOD.replace("retries = 0", "retrys = 0"));
+    let good = config_file("good.toml", GOOD);
+    let (bad, good) = (bad.to_str().unwrap(), good.to_str().unwrap());
+    let missing = "/nonexistent/trafik.toml";
+    for args in [
+        &["check", "--config", bad][..],
+        &["serve", "--config", bad],
+        &["check", "--config", missing],
+        &["serve", "--config", missing],
+        &["serve", "--config", good, "--listen", "nosuch=127.0.0.1:0"],
+    ] {
+        let output = trafik(args);
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {errors}");
+        assert_eq!(
+            errors.lines().last(),
+            Some("error: 1 error in the configuration; nothing was started"),
+            "{args:?}: {errors}"
+        );
+    }
+}
+
 #[test]
 fn a_remote_admin_address_must_be_asked_for() {
     let text = format!("{GOOD}\n[admin]\nlisten = \"0.0.0.0:9090\"\n");
@@ -791,6 +817,33 @@ fn named_backends_check_without_resolving() {
 
 /// Every file in `examples/` is a config `trafik check` accepts, so an example that drifts from
 /// the schema fails here, and a new one is checked without touching this test.
+/// `examples/README.md` names every file and directory of `examples/`, so none is left
+/// without a word on what it is for.
+#[test]
+fn the_examples_readme_names_every_example() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let mut unnamed = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("the examples/ directory") {
+        let entry = entry.unwrap();
+        let mut name = entry.file_name().to_string_lossy().into_owned();
+        if name == "README.md" {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            name.push('/');
+        }
+        let written = format!("`{name}");
+        if !readme.contains(&written) {
+            unnamed.push(name);
+        }
+    }
+    assert!(
+        unnamed.is_empty(),
+        "examples/README.md has no row for {unnamed:?}"
+    );
+}
+
 #[test]
 fn every_example_config_checks_clean() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use trafik_test_support::{Trafik, free_ports, get_json};
+use trafik_test_support::{FixedAnswer, Trafik, free_port, free_ports, get_json};
 
 fn config(web: u16, admin: u16, backends: &[u16]) -> String {
     let mut text = format!(
@@ -30,10 +30,15 @@ fn config(web: u16, admin: u16, backends: &[u16]) -> String {
 
 /// `GET /takip/TR-n` on a new connection, read to its end.
 fn request(web: u16, n: u64) {
+    get(web, &format!("/takip/TR-{n}"));
+}
+
+/// `GET path` on a new connection, read to its end.
+fn get(web: u16, path: &str) {
     if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", web)) {
         let _ = write!(
             stream,
-            "GET /takip/TR-{n} HTTP/1.1\r\nHost: kargo\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: kargo\r\nConnection: close\r\n\r\n"
         );
         let _ = stream.read_to_end(&mut Vec::new());
     }
@@ -79,6 +84,11 @@ struct Demo {
 
 impl Demo {
     fn start(tag: &str) -> Demo {
+        Demo::start_with(tag, "")
+    }
+
+    /// The demo with `extra` appended to its configuration.
+    fn start_with(tag: &str, extra: &str) -> Demo {
         let [web, admin, ports @ ..] = free_ports::<5>();
         let replicas = ports
             .iter()
@@ -93,7 +103,7 @@ impl Demo {
         let directory = std::env::temp_dir().join(format!("trafik-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap();
         let file = directory.join("trafik.toml");
-        std::fs::write(&file, config(web, admin, &ports)).unwrap();
+        std::fs::write(&file, config(web, admin, &ports) + extra).unwrap();
         let (server, _) = Trafik::start(
             &["serve", "--config", file.to_str().unwrap()],
             Stdio::null(),
@@ -115,9 +125,31 @@ impl Demo {
     }
 }
 
+/// Two more pools for the error sources: one whose backend answers 500 itself, one whose
+/// backend's port nobody listens on (trafik's own 502).
+fn failing_pools(answers_500: u16, refusing: u16) -> String {
+    format!(
+        "\n[[listener.route]]\npath_prefix = \"/bozuk\"\npool = \"bozuk\"\n\n\
+         [[listener.route]]\npath_prefix = \"/yok\"\npool = \"yok\"\n\n\
+         [[pool]]\nname = \"bozuk\"\nbackends = [{{ address = \"127.0.0.1:{answers_500}\", name = \"b1\" }}]\n\n\
+         [[pool]]\nname = \"yok\"\nbackends = [{{ address = \"127.0.0.1:{refusing}\", name = \"y1\" }}]\n"
+    )
+}
+
+/// The text of the first element `css` selects, from the page's script.
+fn text_of(browser: &trafik_test_support::webdriver::Session<'_>, css: &str) -> String {
+    let script =
+        format!("const e = document.querySelector('{css}'); return e ? e.textContent : null;");
+    browser.run(&script).as_str().unwrap_or("").to_owned()
+}
+
 #[test]
 fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
-    let mut demo = Demo::start("dashboard");
+    let failing = FixedAnswer::start(
+        b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 5\r\nconnection: close\r\n\r\nbozuk",
+    );
+    let refusing = free_port();
+    let mut demo = Demo::start_with("dashboard", &failing_pools(failing.port, refusing));
     let (ports, web) = (demo.ports, demo.web);
     let admin_address = demo.admin.clone();
     let (stop, sent) = (
@@ -128,8 +160,21 @@ fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
 
     let driver = trafik_test_support::webdriver::Driver::start();
     let browser = driver.session(1280, 1000);
+    // One poll only: no chart is drawn from a single point, and Reload is offered (a file was
+    // loaded).
+    browser.go(&format!("http://{admin_address}/?interval=600000"));
+    let painted = "return document.querySelectorAll('.pool').length === 3;";
+    assert!(
+        browser
+            .wait_until(painted, Duration::from_secs(10))
+            .is_some()
+    );
+    assert_eq!(
+        browser.run("return [document.querySelectorAll('.chart').length, document.querySelectorAll('.charts.collecting').length, document.getElementById('reload').hidden];"),
+        serde_json::json!([0, 3, false])
+    );
     browser.go(&format!("http://{admin_address}/?interval=200"));
-    let all_up = "return document.querySelectorAll('tr.backend[data-state=up]').length === 3 \
+    let all_up = "return document.querySelectorAll('tr.backend[data-pool=takip][data-state=up]').length === 3 \
                   && [...document.querySelectorAll('tr.backend .state')].every(s => s.textContent === 'UP');";
     assert!(
         browser
@@ -150,6 +195,14 @@ fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
     );
     std::thread::sleep(Duration::from_secs(3));
     save("dashboard-under-load.png", &browser.screenshot());
+    // Errors from two sources: a backend's own 500s, and trafik's 502s for a backend it cannot
+    // reach.
+    for _ in 0..3 {
+        get(web, "/bozuk/1");
+    }
+    for _ in 0..2 {
+        get(web, "/yok/1");
+    }
 
     // One replica stops: the page says DOWN for it, as a word.
     let stopped = format!("127.0.0.1:{}", ports[1]);
@@ -168,6 +221,35 @@ fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
         took.as_millis()
     );
     save("dashboard-backend-down.png", &browser.screenshot());
+    // Its timeline says DOWN and why; the error sources tell the backend's 500s from trafik's
+    // own 502s.
+    let change = format!("tr.change[data-backend=\"{stopped}\"][data-state=down]");
+    assert!(
+        browser
+            .wait_until(
+                &format!("return document.querySelector('{change}') !== null;"),
+                Duration::from_secs(10)
+            )
+            .is_some(),
+        "{}",
+        browser.run("return document.body.innerText;")
+    );
+    let reason = text_of(&browser, &format!("{change} .reason"));
+    assert_eq!(reason, "health check failed: connection refused");
+    let count = |pool: &str, source: &str| {
+        text_of(
+            &browser,
+            &format!(".pool[data-pool={pool}] tr.source[data-source={source}] .count"),
+        )
+    };
+    assert_eq!(count("bozuk", "backends"), "3");
+    assert_eq!(count("bozuk", "unreachable"), "0");
+    assert_eq!(count("yok", "unreachable"), "2");
+    assert_eq!(count("yok", "backends"), "0");
+    let status = get_json(&admin_address, "/status");
+    let k2 = &status["pools"][0]["backends"][1];
+    assert_eq!(k2["state"], "DOWN", "{k2}");
+    assert_eq!(k2["flaps"], 1, "{k2}");
 
     // Drain k1 with its button and the confirmation: /status says draining.
     let drained = format!("127.0.0.1:{}", ports[0]);

@@ -48,7 +48,7 @@ use self::rewind::rewind;
 use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
-use crate::error::ProxyError;
+use crate::error::{Blame, Cause, ProxyError};
 use crate::http::body::ErrorAnswer;
 use crate::http::route::Asking;
 use crate::http::server::{self, Client, Protocol};
@@ -407,7 +407,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     connection,
                     &mut metrics,
                     None,
-                    error,
+                    (error, None),
                     consumed,
                     false,
                     head_request,
@@ -438,7 +438,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 connection,
                 &mut metrics,
                 None,
-                refused,
+                (refused, None),
                 consumed,
                 keep(),
                 head_request,
@@ -454,9 +454,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             .await
         {
             Ok(checked_out) => checked_out,
-            Err(_) => {
+            Err(error) => {
                 selection.connect_failed(pool);
-                call.connect_failed(attempt);
+                call.connect_failed(attempt, Cause::of_connect(&error));
                 continue;
             }
         };
@@ -490,7 +490,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                         connection,
                         &mut metrics,
                         backend,
-                        error,
+                        (error, call.blame()),
                         consumed,
                         keep(),
                         head_request,
@@ -607,12 +607,13 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         }
         return Exchanged::KeepAlive;
     }
+    let blame = call.blame();
     let failure = call.failure();
     refuse(
         connection,
         &mut metrics,
         None,
-        failure,
+        (failure, blame),
         consumed,
         keep(),
         head_request,
@@ -773,12 +774,12 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
 /// Answers with trafik's own error, written as every answer of the pipeline is (no body after
 /// `HEAD`) and counted in `metrics` like every answer (against `backend` when one was asked);
 /// the connection goes on when `keep` (the request's bytes, `consumed` of the input, are all
-/// read) and the error allows it.
+/// read) and the error allows it. Its body names the backend to blame, if there is one.
 async fn refuse<S: AsyncWrite + Unpin>(
     connection: &mut Connection<S>,
     metrics: &mut Answers<'_>,
     backend: Option<SocketAddr>,
-    error: ProxyError,
+    (error, blame): (ProxyError, Option<Blame>),
     consumed: usize,
     keep: bool,
     head_request: bool,
@@ -787,7 +788,7 @@ async fn refuse<S: AsyncWrite + Unpin>(
     let written = pipeline::write_answer(
         &mut connection.client,
         &mut connection.relay,
-        error.response(),
+        error.response_blaming(blame.as_ref()),
         head_request,
         !keep,
     )

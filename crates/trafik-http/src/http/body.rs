@@ -930,11 +930,22 @@ pub trait ErrorAnswer {
     /// error in its extensions, which marks it as trafik's own for the steps it passes on the
     /// way out (the hop trace writes the reason).
     fn response(self) -> http::Response<ProxyBody>;
+
+    /// The same answer, its body naming the backend to blame when there is one.
+    fn response_blaming(self, blame: Option<&crate::error::Blame>) -> http::Response<ProxyBody>;
 }
 
 impl ErrorAnswer for ProxyError {
     fn response(self) -> http::Response<ProxyBody> {
-        let mut response = http::Response::new(ProxyBody::local(self.body().as_bytes()));
+        self.response_blaming(None)
+    }
+
+    fn response_blaming(self, blame: Option<&crate::error::Blame>) -> http::Response<ProxyBody> {
+        let body = match self.body_blaming(blame) {
+            std::borrow::Cow::Borrowed(text) => Bytes::from_static(text.as_bytes()),
+            std::borrow::Cow::Owned(text) => Bytes::from(text),
+        };
+        let mut response = http::Response::new(ProxyBody::local(body));
         *response.status_mut() = self.status();
         let headers = response.headers_mut();
         headers.insert(

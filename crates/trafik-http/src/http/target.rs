@@ -21,7 +21,7 @@ use super::service::{ClientConnection, Picked, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
 use super::upstream::Checkout;
 use crate::counters::{BackendCounters, bump};
-use crate::error::ProxyError;
+use crate::error::{Cause, ProxyError};
 use crate::http::body::ErrorAnswer;
 use crate::plan::AnswerLimits;
 use crate::pool::InFlight;
@@ -84,8 +84,8 @@ pub struct PoolTarget {
 
 /// Why sending to one backend did not produce a response to relay.
 enum Failure {
-    /// No connection could be made; the untouched request comes back for a retry.
-    Connect(Box<Request<RequestBody>>),
+    /// No connection could be made (why); the untouched request comes back for a retry.
+    Connect(Box<Request<RequestBody>>, Cause),
     /// The backend was reached, or the client gave up; the client gets this error.
     Answered(ProxyError),
 }
@@ -189,7 +189,8 @@ impl PoolTarget {
                         Ok(response) => response,
                         Err(error) => {
                             bump(&counters.failures);
-                            return answered(error.response(), Some(address));
+                            let blame = error.cause().map(|cause| pool.blame(index, cause));
+                            return answered(error.response_blaming(blame.as_ref()), Some(address));
                         }
                     };
                     call.settled(index, sent_at, answered_at);
@@ -198,18 +199,22 @@ impl PoolTarget {
                     }
                     return answered(response, Some(address));
                 }
-                Err(Failure::Connect(returned)) => {
+                Err(Failure::Connect(returned, cause)) => {
                     selection.connect_failed(pool);
-                    call.connect_failed(attempt);
+                    call.connect_failed(attempt, cause);
                     request = *returned;
                 }
                 Err(Failure::Answered(error)) => match call.lost(attempt, error, replay.as_ref()) {
                     Ok(replay) => request = replay.request(),
-                    Err(error) => return answered(error.response(), Some(address)),
+                    Err(error) => {
+                        let blame = call.blame();
+                        return answered(error.response_blaming(blame.as_ref()), Some(address));
+                    }
                 },
             }
         }
-        answered(call.failure().response(), None)
+        let blame = call.blame();
+        answered(call.failure().response_blaming(blame.as_ref()), None)
     }
 }
 
@@ -329,7 +334,12 @@ async fn send(
     loop {
         let mut checkout = match worker.upstreams.checkout(pool, index, fresh, limits).await {
             Ok(checkout) => checkout,
-            Err(_) => return Err(Failure::Connect(Box::new(request))),
+            Err(error) => {
+                return Err(Failure::Connect(
+                    Box::new(request),
+                    Cause::of_connect(&error),
+                ));
+            }
         };
         if checkout.sender.is_http2() {
             for_http2(&mut request, pool);

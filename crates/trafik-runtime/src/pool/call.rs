@@ -23,7 +23,7 @@ use super::Pool;
 use super::PoolSet;
 use crate::concurrency::Slot;
 use crate::counters::{BackendCounters, bump};
-use crate::error::ProxyError;
+use crate::error::{Blame, Cause, ProxyError};
 
 /// A request in the hands of one pool, from its first pick to its answer or failure.
 pub struct Call<'s> {
@@ -51,6 +51,8 @@ pub struct Call<'s> {
     first_sent_at: Option<Instant>,
     /// Why no backend answered, if none does.
     failure: ProxyError,
+    /// The backend that failed last and how, named in the client's answer if none answers.
+    blamed: Option<(usize, Cause)>,
     /// Backends passed over only for their request limit, and the queue's deadline once the
     /// request waits there.
     limited: Tried,
@@ -84,7 +86,10 @@ impl<'s> Call<'s> {
     ) -> Result<Self, ProxyError> {
         let pool: &'s Pool = &snapshot.pools()[pool_index];
         let slot = match pool.concurrency.as_ref().map(|c| c.admit()) {
-            Some(None) => return Err(ProxyError::ConcurrencyLimited),
+            Some(None) => {
+                pool.own_errors.count(ProxyError::ConcurrencyLimited);
+                return Err(ProxyError::ConcurrencyLimited);
+            }
             admitted => admitted.flatten(),
         };
         // The request's own clock reading: no other is needed to start.
@@ -105,6 +110,7 @@ impl<'s> Call<'s> {
             answers: true,
             first_sent_at: Some(began),
             failure: ProxyError::NoHealthyBackend,
+            blamed: None,
             limited: Tried::default(),
             queue_deadline: None,
             slot,
@@ -201,9 +207,9 @@ impl<'s> Call<'s> {
         }
     }
 
-    /// No connection could be made to the attempt's backend: counted against it, and another
-    /// may be tried while retries and the budget allow.
-    pub fn connect_failed(&mut self, attempt: Attempt<'s>) {
+    /// No connection could be made to the attempt's backend (`cause` says why): counted
+    /// against it, and another may be tried while retries and the budget allow.
+    pub fn connect_failed(&mut self, attempt: Attempt<'s>, cause: Cause) {
         let Attempt {
             index, counters, ..
         } = attempt;
@@ -219,11 +225,12 @@ impl<'s> Call<'s> {
             > 0;
         counters.unreachable.store(true, Ordering::Relaxed);
         if already_said {
-            tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(index), "connect failed");
+            tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(index), reason = cause.words(), "connect failed");
         } else {
-            tracing::warn!(pool = %self.pool.plan.name, backend = %self.pool.address(index), "backend unreachable: connect failed");
+            tracing::warn!(pool = %self.pool.plan.name, backend = %self.pool.address(index), reason = cause.words(), "backend unreachable: connect failed");
         }
         self.context.tried.insert(index);
+        self.blamed = Some((index, cause));
         self.failure = ProxyError::ConnectFailed;
         self.stopped = !self.another();
     }
@@ -248,6 +255,7 @@ impl<'s> Call<'s> {
         if error.is_backend_fault() {
             bump(&counters.failures);
             self.pool.report(index, Outcome::Error);
+            self.blamed = error.cause().map(|cause| (index, cause));
         }
         match replay {
             Some(replay)
@@ -257,7 +265,11 @@ impl<'s> Call<'s> {
                 self.retry_elsewhere(index, error);
                 Ok(replay)
             }
-            _ => Err(error),
+            _ => {
+                self.failure = error;
+                self.pool.own_errors.count(error);
+                Err(error)
+            }
         }
     }
 
@@ -302,6 +314,8 @@ impl<'s> Call<'s> {
         attempt.in_flight.answer_ended();
         tracing::debug!(pool = %self.pool.plan.name, backend = %self.pool.address(attempt.index), status, "answer retried elsewhere");
         self.retry_elsewhere(attempt.index, ProxyError::UpstreamFailed);
+        // It answered: no failure of its own to name.
+        self.blamed = None;
         Some(replay)
     }
 
@@ -320,6 +334,15 @@ impl<'s> Call<'s> {
         }
     }
 
+    /// The backend the client's answer blames for the call's failure: the one that failed
+    /// last, unless the failure is not a backend's (every backend at its limit, say).
+    pub fn blame(&self) -> Option<Blame> {
+        let (index, cause) = self.blamed?;
+        self.failure
+            .is_backend_fault()
+            .then(|| self.pool.blame(index, cause))
+    }
+
     /// What the client gets when no backend answered, counted where the pool keeps it.
     pub fn failure(self) -> ProxyError {
         let me = self.worker;
@@ -331,6 +354,9 @@ impl<'s> Call<'s> {
             ProxyError::BackendsAtLimit | ProxyError::QueueFull | ProxyError::QueueTimeout
         ) {
             bump(self.pool.at_limit.mine(me));
+        }
+        if self.answers {
+            self.pool.own_errors.count(self.failure);
         }
         self.failure
     }

@@ -11,6 +11,7 @@ pub mod key;
 pub mod outlier;
 pub mod retry;
 pub mod sticky;
+pub mod timeline;
 pub mod view;
 
 pub use call::{Attempt, Call, InFlight};
@@ -94,6 +95,52 @@ pub struct Backend {
     pub endpoint: Arc<Endpoint>,
     pub name: Option<String>,
     pub counters: Arc<PerWorker<BackendCounters>>,
+    /// Its changes of state, for the admin API.
+    pub timeline: Arc<timeline::Timeline>,
+}
+
+/// trafik's own 5xx answers for a pool, by why: where a pool's errors came from when its
+/// backends did not send them.
+#[derive(Debug, Default)]
+pub struct OwnErrors {
+    counts: [AtomicU64; OwnErrors::REASONS.len()],
+}
+
+impl OwnErrors {
+    /// The reasons counted, as `/status` names them.
+    pub const REASONS: [&'static str; 6] = [
+        "unreachable",
+        "no-healthy-backend",
+        "timeout",
+        "no-answer",
+        "limit",
+        "other",
+    ];
+
+    /// Counts trafik's own answer for `error`, when it is a 5xx.
+    pub fn count(&self, error: crate::error::ProxyError) {
+        use crate::error::ProxyError as E;
+        if !error.status().is_server_error() {
+            return;
+        }
+        let slot = match error {
+            E::ConnectFailed => 0,
+            E::NoHealthyBackend => 1,
+            E::UpstreamTimeout => 2,
+            E::UpstreamFailed => 3,
+            E::BackendsAtLimit | E::QueueFull | E::QueueTimeout | E::ConcurrencyLimited => 4,
+            _ => 5,
+        };
+        self.counts[slot].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Each reason with its count.
+    pub fn counts(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Self::REASONS
+            .iter()
+            .zip(&self.counts)
+            .map(|(reason, count)| (*reason, count.load(std::sync::atomic::Ordering::Relaxed)))
+    }
 }
 
 /// A pick decided before the pool's rule ([`Pool::preset`]).
@@ -122,6 +169,8 @@ pub struct Pool {
     pub retrying: Retrying,
     /// Requests answered 503 because every backend was at `max_requests_per_backend`.
     pub at_limit: Arc<PerWorker<AtomicU64>>,
+    /// trafik's own 5xx answers, by why.
+    pub own_errors: Arc<OwnErrors>,
     /// Backends ramping up after coming back.
     pub slow_start: SlowStart,
     /// Requests waiting for a backend below its request limit.
@@ -150,6 +199,8 @@ impl Pool {
                     p.index_of(backend.address)
                         .map(|i| (i, &p.members[i], &p.backends))
                 });
+                let timeline =
+                    before.map_or_else(Arc::default, |(_, member, _)| member.timeline.clone());
                 let counters = match before {
                     Some((old, member, set)) => {
                         // A verdict only health checks can revise: without them, a backend
@@ -167,6 +218,7 @@ impl Pool {
                     endpoint: endpoints.get(backend.address, plan.protocol, plan.tls.as_ref()),
                     name: backend.name.clone(),
                     counters,
+                    timeline,
                 }
             })
             .collect();
@@ -201,6 +253,7 @@ impl Pool {
         );
         let at_limit =
             previous.map_or_else(|| Arc::new(PerWorker::new(workers)), |p| p.at_limit.clone());
+        let own_errors = previous.map_or_else(Arc::default, |p| p.own_errors.clone());
         let pending = crate::queue::PendingQueue::new(
             plan.max_pending,
             plan.queue_timeout,
@@ -228,6 +281,7 @@ impl Pool {
             passive,
             retrying,
             at_limit,
+            own_errors,
             slow_start,
         }
     }
@@ -243,6 +297,18 @@ impl Pool {
             .name
             .clone()
             .unwrap_or_else(|| member.endpoint.address.to_string())
+    }
+
+    /// Backend `index` named for a client whose request it failed with `cause`: its name and
+    /// address, or its address alone.
+    pub fn blame(&self, index: usize, cause: crate::error::Cause) -> crate::error::Blame {
+        let member = &self.members[index];
+        let address = member.endpoint.address;
+        let backend = match &member.name {
+            Some(name) => format!("{name} ({address})"),
+            None => address.to_string(),
+        };
+        crate::error::Blame { backend, cause }
     }
 
     /// Whether requests to this pool need a hash key computed.
@@ -320,9 +386,32 @@ impl Pool {
 
     /// Tells passive health what a request to backend `index` came to.
     pub fn report(&self, index: usize, outcome: trafik_balance::Outcome) {
-        if let Some(passive) = &self.passive {
-            passive.report(&self.backends, index, outcome, &self.plan.name);
+        if let Some(passive) = &self.passive
+            && let Some(reason) = passive.report(&self.backends, index, outcome, &self.plan.name)
+        {
+            self.changed(index, format!("ejected: {}", reason.name()));
         }
+    }
+
+    /// Backend `index`'s state as the dashboard names it.
+    pub fn state(&self, index: usize) -> timeline::State {
+        let set = &self.backends;
+        if !set.is_up(index) {
+            timeline::State::Down
+        } else if set.is_draining(index) {
+            timeline::State::Draining
+        } else if set.is_ejected(index) {
+            timeline::State::Ejected
+        } else {
+            timeline::State::Up
+        }
+    }
+
+    /// Notes backend `index`'s state, just changed because of `reason`, in its timeline.
+    pub fn changed(&self, index: usize, reason: impl Into<String>) {
+        self.members[index]
+            .timeline
+            .record(self.state(index), reason);
     }
 
     /// The backend whose address is written `address`, for the admin API.

@@ -51,12 +51,16 @@ impl PassiveHealth {
     }
 
     /// Feeds one request's outcome at backend `index`; ejects it when a rule says so and the
-    /// pool may lose one more backend.
-    pub fn report(&self, backends: &BackendSet, index: usize, outcome: Outcome, pool: &str) {
+    /// pool may lose one more backend. The rule's reason when it was ejected.
+    pub fn report(
+        &self,
+        backends: &BackendSet,
+        index: usize,
+        outcome: Outcome,
+        pool: &str,
+    ) -> Option<EjectionReason> {
         let verdict = lock(&self.states[index]).record(outcome, &self.rules);
-        let Some(reason) = verdict else {
-            return;
-        };
+        let reason = verdict?;
         let _serialized = lock(&self.ejecting);
         let mut state = lock(&self.states[index]);
         let allowed = max_ejected(backends.len(), self.rules.max_ejected_percent);
@@ -66,13 +70,21 @@ impl PassiveHealth {
             backends.set_ejected(index, true);
             let seconds = Duration::from_nanos(until.saturating_sub(now())).as_secs_f64();
             tracing::warn!(pool, backend = %backends.spec(index).id, reason = reason.name(), seconds, "backend ejected");
+            Some(reason)
         } else {
             state.spare();
+            None
         }
     }
 
-    /// Brings back every backend whose ejection has run its time.
-    pub fn return_due(&self, backends: &BackendSet, warming: &SlowStart, pool: &str) {
+    /// Brings back every backend whose ejection has run its time; `returned` hears of each.
+    pub fn return_due(
+        &self,
+        backends: &BackendSet,
+        warming: &SlowStart,
+        pool: &str,
+        mut returned: impl FnMut(usize),
+    ) {
         let now = now();
         for (index, state) in self.states.iter().enumerate() {
             let mut state = lock(state);
@@ -81,6 +93,7 @@ impl PassiveHealth {
                 backends.set_ejected(index, false);
                 warming.start(index);
                 tracing::info!(pool, backend = %backends.spec(index).id, "backend returned from ejection");
+                returned(index);
             }
         }
     }
@@ -177,7 +190,9 @@ pub async fn sweep<S: PoolSet>(
         let snapshot = snapshots.borrow().clone();
         for pool in snapshot.pools() {
             if let Some(passive) = &pool.passive {
-                passive.return_due(&pool.backends, &pool.slow_start, &pool.plan.name);
+                passive.return_due(&pool.backends, &pool.slow_start, &pool.plan.name, |index| {
+                    pool.changed(index, "ejection over")
+                });
             }
         }
     }

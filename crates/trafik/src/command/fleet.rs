@@ -407,13 +407,12 @@ pub fn push(args: ConfigPushArgs) -> Result<ExitCode, String> {
         .map(|text| Gate::parse(text).map_err(|e| format!("{e}\nnothing was published")))
         .transpose()?;
     let name = args.file.display().to_string();
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|e| format!("cannot read config file {name}: {e}"))?;
-    config::load(&name, &text).map_err(|errors| {
-        let mut message = config::render_errors(&errors);
-        message.push_str("\nnothing was published");
-        message
+    let text = std::fs::read_to_string(&args.file).map_err(|e| {
+        let unread = format!("cannot read config file {name}: {e}");
+        config::render_errors_then(&[unread], "nothing was published")
     })?;
+    config::load(&name, &text)
+        .map_err(|errors| config::render_errors_then(&errors, "nothing was published"))?;
     if let (Some(canary), Some(gate)) = (&args.canary, gate) {
         return canary::run(canary::Push {
             etcd: &etcd,

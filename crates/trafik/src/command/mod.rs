@@ -26,8 +26,9 @@ use crate::config::{self, Loaded};
 fn load_config(path: Option<&Path>) -> Result<Loaded, String> {
     let (name, text) = match path {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                config::render_errors(&[format!("cannot read config file {}: {e}", path.display())])
+            })?;
             (path.display().to_string(), text)
         }
         None => (

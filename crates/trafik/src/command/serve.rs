@@ -19,7 +19,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     }
     let mut loaded = load_config(args.config.as_deref())?;
     loaded.plan.client.access_log |= args.access_log;
-    override_addresses(&mut loaded, &args).map_err(|errors| errors.join("\n"))?;
+    override_addresses(&mut loaded, &args).map_err(|errors| config::render_errors(&errors))?;
     let reloader = args.config.clone().map(|path| reloader(path, args));
     serve(loaded, reloader)?;
     Ok(ExitCode::SUCCESS)

@@ -42,7 +42,7 @@ use std::net::SocketAddr;
 use trafik_proxy::Plan;
 use trafik_upstream::ReplicaConfig;
 
-pub use report::{ConfigError, Source, render as render_errors};
+pub use report::{ConfigError, Source, render as render_errors, render_then as render_errors_then};
 
 /// The configuration trafik runs when `serve` is given no file: the course's parcel-tracking
 /// topology on loopback.

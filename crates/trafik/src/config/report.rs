@@ -42,12 +42,19 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Every problem found, one per line, then how many there were.
-pub fn render(errors: &[ConfigError]) -> String {
+/// Every problem found, one per line, then how many there were and that nothing was started:
+/// the one report `trafik check`, `serve` and quick mode print for a configuration they refuse
+/// (a file that cannot be read, a `--listen` that names no listener, included).
+pub fn render<E: fmt::Display>(errors: &[E]) -> String {
+    render_then(errors, "nothing was started")
+}
+
+/// [`render`], saying `outcome` of what the refusal left undone instead.
+pub fn render_then<E: fmt::Display>(errors: &[E], outcome: &str) -> String {
     let mut lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let count = errors.len();
     lines.push(format!(
-        "{count} error{} in the configuration; nothing was started",
+        "{count} error{} in the configuration; {outcome}",
         if count == 1 { "" } else { "s" }
     ));
     lines.join("\n")
