@@ -1,4 +1,4 @@
-//! Request and response heads for the own engine: parsed by `httparse` into a stack array and
+//! Request and response heads for the own engine: parsed into a stack array ([`super::scan`])
 //! rewritten for the next hop by copying their bytes into one reused buffer. Pure: no I/O.
 //!
 //! A request head is taken only when it is plainly valid; anything doubtful (a parse error, a
@@ -12,6 +12,7 @@ use std::ops::Range;
 
 use http::Method;
 
+use super::scan;
 use crate::http::path;
 use crate::http::validate::is_host;
 use crate::plan::HeadLimits;
@@ -365,7 +366,7 @@ fn connection_tokens(value: &[u8]) -> ConnectionTokens {
 }
 
 /// Bytes a request target may hold on the fast path: RFC 3986's unreserved, sub-delims, `:@/?%`.
-const TARGET_BYTES: [bool; 256] = {
+pub(super) const TARGET_BYTES: [bool; 256] = {
     let mut table = [false; 256];
     let mut byte = 0;
     while byte < 256 {
@@ -435,9 +436,12 @@ pub fn request(
     // Uninitialised: filling 64 fields first costs a request more than parsing its few.
     let mut fields =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut []);
-    let length = match parsed.parse_with_uninit_headers(buffer, &mut fields) {
-        Ok(httparse::Status::Complete(length)) => length,
+    let scan::Head {
+        line,
+        length,
+        fields: headers,
+    } = match scan::request(buffer, &mut fields) {
+        Ok(httparse::Status::Complete(head)) => head,
         Ok(httparse::Status::Partial) => return Request::Partial,
         // Too many fields for the stack array: hyper, which reads up to the configured limit,
         // decides. Another version than 1.x: perhaps HTTP/2's preface, which hyper takes.
@@ -445,13 +449,11 @@ pub fn request(
         Err(_) => return Request::Malformed,
     };
     // Near a limit, hyper decides (431).
-    if parsed.headers.len() >= limits.headers || length >= limits.bytes {
+    if headers.len() >= limits.headers || length >= limits.bytes || line.minor_version != 1 {
         return Request::Defer;
     }
-    let (Some(method), Some(target), Some(1)) = (parsed.method, parsed.path, parsed.version) else {
-        return Request::Defer;
-    };
-    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+    let (method_text, target) = (line.method, line.target);
+    let Ok(method) = Method::from_bytes(method_text.as_bytes()) else {
         return Request::Defer;
     };
     if method == Method::CONNECT
@@ -470,8 +472,11 @@ pub fn request(
     let (mut host, mut body, mut close) = (None, None, false);
     let (mut chunked, mut expect_continue) = (false, false);
     let (mut upgrade, mut connection_upgrade) = (None, false);
-    for field in parsed.headers.iter() {
-        match Field::of(field.name) {
+    // Each field's kind, told once for both passes.
+    let mut kinds = [Field::Other; MAX_HEADERS];
+    for (field, slot) in headers.iter().zip(&mut kinds) {
+        *slot = Field::of(field.name);
+        match *slot {
             Field::Host => {
                 if host.is_some() || !is_host(field.value) {
                     return Request::Defer;
@@ -550,7 +555,6 @@ pub fn request(
     if pipeline {
         return Request::Ready(ready);
     }
-    let method_text = parsed.method.unwrap_or("GET");
     let mut lines = Lines::new(buffer, out);
     // The request line as it came when it is already the one to send.
     let line_end = method_text.len() + 1 + target.len() + " HTTP/1.1\r\n".len();
@@ -568,8 +572,7 @@ pub fn request(
             out.extend_from_slice(part);
         }
     }
-    for field in parsed.headers.iter() {
-        let kind = Field::of(field.name);
+    for (field, &kind) in headers.iter().zip(&kinds) {
         if kind.is_hop_by_hop() || kind == Field::Forwarding {
             continue;
         }
@@ -708,32 +711,23 @@ pub fn response(
     out: &mut Vec<u8>,
 ) -> Response {
     // Fields past the stack's room, for a limit above it: the rare answer that needs them.
-    let mut many;
+    let mut many = Vec::new();
     // Uninitialised: filling 64 fields first costs an answer more than parsing its few.
     let mut fields =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut parsed = httparse::Response::new(&mut []);
-    let config = httparse::ParserConfig::default();
-    let parsed_length =
-        match config.parse_response_with_uninit_headers(&mut parsed, buffer, &mut fields) {
-            Err(httparse::Error::TooManyHeaders) if headers_allowed > MAX_HEADERS => {
-                many = vec![httparse::EMPTY_HEADER; headers_allowed];
-                parsed = httparse::Response::new(&mut many);
-                parsed.parse(buffer)
-            }
-            parsed => parsed,
-        };
-    let length = match parsed_length {
-        Ok(httparse::Status::Complete(length)) => length,
+    let scan::Head {
+        line,
+        length,
+        fields: headers,
+    } = match scan::response(buffer, &mut fields, &mut many, headers_allowed) {
+        Ok(httparse::Status::Complete(head)) => head,
         Ok(httparse::Status::Partial) => return Response::Partial,
         Err(_) => return Response::Bad,
     };
-    if parsed.headers.len() > headers_allowed {
+    if headers.len() > headers_allowed {
         return Response::Bad;
     }
-    let (Some(version), Some(status)) = (parsed.version, parsed.code) else {
-        return Response::Bad;
-    };
+    let (version, status) = (line.minor_version, line.code);
     let switched = status == 101 && upgrading;
     if (100..200).contains(&status) && !switched {
         return if status == 101 {
@@ -753,7 +747,7 @@ pub fn response(
     let mut named_count = 0;
     // Each field's kind, told once for both passes (past the stack's room, told again).
     let mut kinds = [Field::Other; MAX_HEADERS];
-    for (field, index) in parsed.headers.iter().zip(0..) {
+    for (field, index) in headers.iter().zip(0..) {
         let kind = Field::of(field.name);
         if let Some(slot) = kinds.get_mut(index) {
             *slot = kind;
@@ -833,7 +827,7 @@ pub fn response(
     // No body follows a 204 or a 304, and no field says how long it is (RFC 9110 §8.6: never
     // on a 204; hyper's server drops it on a 304 too).
     let bodiless = status == 204 || status == 304;
-    for (field, index) in parsed.headers.iter().zip(0..) {
+    for (field, index) in headers.iter().zip(0..) {
         let kind = kinds
             .get(index)
             .copied()

@@ -25,6 +25,7 @@ mod deadline;
 pub mod head;
 mod pipeline;
 mod rewind;
+mod scan;
 mod tunnel;
 pub use crate::transport::idle as upstream;
 
