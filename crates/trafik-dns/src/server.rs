@@ -442,7 +442,7 @@ impl DnsControl {
 
 /// Binds `count` UDP sockets sharing one port (the first without SO_REUSEPORT, so a port in use
 /// is an error), then TCP on the same port; with port 0, tries again until a port is free for
-/// both.
+/// both all along.
 fn bind_both(
     address: SocketAddr,
     count: usize,
@@ -463,10 +463,15 @@ fn bind_both(
             Err(error) => return Err(error),
         };
         drop(probe);
-        let udp = (0..count)
+        // Another program may take the port between the probe's close and these binds.
+        match (0..count)
             .map(|_| udp_socket(bound, true).map(std::net::UdpSocket::from))
-            .collect::<io::Result<Vec<_>>>()?;
-        return Ok((udp, tcp));
+            .collect::<io::Result<Vec<_>>>()
+        {
+            Ok(udp) => return Ok((udp, tcp)),
+            Err(error) if address.port() == 0 => last = Some(error),
+            Err(error) => return Err(error),
+        }
     }
     Err(last.unwrap_or_else(|| io::Error::other("no port free for both UDP and TCP")))
 }
