@@ -284,8 +284,20 @@ pub fn load_errors(report: &serde_json::Value) -> u64 {
 pub const INSIDE_NAMESPACE: &str = "TRAFIK_TEST_INSIDE_NAMESPACE";
 
 /// Runs `test` from this binary again in new user, network and PID namespaces (loopback up),
-/// and fails unless it ran there and passed.
+/// and fails unless it ran there and passed. The harness names each test's thread after the
+/// test's path in its binary (`cli::the_readme_main_command…` in a binary of modules), which
+/// the copy is asked for exactly; with one test thread, the thread is `main` and the bare
+/// name is the filter.
 pub fn run_in_own_network_namespace(test: &str) {
+    let current = std::thread::current();
+    let path = current.name().filter(|name| {
+        name.strip_suffix(test)
+            .is_some_and(|module| module.is_empty() || module.ends_with("::"))
+    });
+    let filter: &[&str] = match path {
+        Some(path) => &[path, "--exact"],
+        None => &[test],
+    };
     let output = tool("unshare", "util-linux")
         .args(["--user", "--map-root-user", "--net", "--pid", "--fork"])
         .args([
@@ -295,7 +307,8 @@ pub fn run_in_own_network_namespace(test: &str) {
             "ip link set lo up && exec \"$0\" \"$@\"",
         ])
         .arg(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .args(filter)
+        .args(["--nocapture", "--test-threads=1"])
         .env(INSIDE_NAMESPACE, "1")
         .output()
         .expect("unshare (util-linux) runs");
