@@ -459,7 +459,7 @@ pub fn request(
     if method == Method::CONNECT
         || !target.starts_with('/')
         || target.len() > 8 * 1024
-        || !target.bytes().all(|b| TARGET_BYTES[usize::from(b)])
+        || !line.plain_target
     {
         return Request::Defer;
     }
@@ -727,7 +727,7 @@ pub fn response(
     if headers.len() > headers_allowed {
         return Response::Bad;
     }
-    let (version, status) = (line.minor_version, line.code);
+    let (version, status, newline) = (line.minor_version, line.code, line.newline);
     let switched = status == 101 && upgrading;
     if (100..200).contains(&status) && !switched {
         return if status == 101 {
@@ -812,8 +812,7 @@ pub fn response(
         Framing::Close
     };
     out.clear();
-    let status_line_end = buffer.iter().position(|&b| b == b'\n').unwrap_or(0);
-    let status_line = buffer[..status_line_end].trim_ascii_end();
+    let status_line = buffer[..newline].trim_ascii_end();
     let mut lines = Lines::new(buffer, out);
     let crlf = status_line.len()..status_line.len() + 2;
     if buffer.starts_with(b"HTTP/1.1 ") && buffer.get(crlf.clone()) == Some(b"\r\n") {

@@ -813,7 +813,7 @@ async fn send<W: AsyncWrite + Unpin>(out: &mut W, head: &[u8], body: &[u8]) -> i
     if written < head.len() {
         out.write_all(&head[written..]).await?;
         out.write_all(body).await?;
-    } else {
+    } else if written < head.len() + body.len() {
         out.write_all(&body[written - head.len()..]).await?;
     }
     Ok(())

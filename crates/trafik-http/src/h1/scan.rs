@@ -15,18 +15,22 @@ use httparse::Header;
 
 use super::head::TARGET_BYTES;
 
-/// A request line the scanner took.
+/// A request line.
 pub struct RequestLine<'b> {
     pub method: &'b str,
     pub target: &'b str,
     /// 0 or 1: `HTTP/1.0` or `HTTP/1.1`.
     pub minor_version: u8,
+    /// The target holds only the bytes of `TARGET_BYTES` (always so when the scanner took it).
+    pub plain_target: bool,
 }
 
-/// A status line the scanner took.
+/// A status line.
 pub struct StatusLine {
     pub minor_version: u8,
     pub code: u16,
+    /// Where the `\n` that ends it is.
+    pub newline: usize,
 }
 
 /// A parsed head: its start line, its length (blank line included) and its fields.
@@ -67,6 +71,7 @@ pub fn request<'b, 'f>(
             method,
             target,
             minor_version,
+            plain_target: target.bytes().all(|b| TARGET_BYTES[usize::from(b)]),
         },
         length,
         fields: parsed.headers,
@@ -110,6 +115,7 @@ pub fn response<'b, 'f>(
         line: StatusLine {
             minor_version,
             code,
+            newline: buffer.iter().position(|&b| b == b'\n').unwrap_or(0),
         },
         length,
         fields: parsed.headers,
@@ -144,6 +150,7 @@ fn scan_request<'b>(
         method: ascii(&buffer[..method_end]),
         target: ascii(&buffer[target_start..target_end]),
         minor_version,
+        plain_target: true,
     };
     Some((line, length, count))
 }
@@ -174,6 +181,7 @@ fn scan_response<'b>(
     let line = StatusLine {
         minor_version,
         code,
+        newline: line_end + 1,
     };
     Some((line, length, count))
 }
@@ -370,7 +378,7 @@ mod tests {
         let mut fields = uninit();
         let (line, length, count) = scan_response(head, &mut fields)?;
         Some(describe(
-            &format!("1.{} {}", line.minor_version, line.code),
+            &format!("1.{} {} ({})", line.minor_version, line.code, line.newline),
             length,
             initialized(&fields, count),
         ))
@@ -383,7 +391,12 @@ mod tests {
             return None;
         };
         Some(describe(
-            &format!("1.{} {}", parsed.version?, parsed.code?),
+            &format!(
+                "1.{} {} ({})",
+                parsed.version?,
+                parsed.code?,
+                head.iter().position(|&b| b == b'\n')?
+            ),
             length,
             parsed.headers,
         ))
