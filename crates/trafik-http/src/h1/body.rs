@@ -291,7 +291,10 @@ enum Watch<T> {
 }
 
 /// Runs `work` (given the upstream stream, to write on) unless the upstream has something to
-/// say first: then its bytes are read into `answer` (when one is given).
+/// say first: then its bytes are read into `answer` (when one is given). Informational heads
+/// (`100 Continue`, `103 Early Hints`) say nothing yet: a backend that sends `100 Continue`
+/// waits for the body, so they are dropped (the client had trafik's own `100 Continue`, and
+/// the relay drops them too) and the work goes on.
 async fn watching<U, T>(
     upstream: &mut U,
     mut answer: Option<&mut Vec<u8>>,
@@ -301,12 +304,37 @@ where
     U: AsyncRead + Unpin,
 {
     poll_fn(|cx| {
-        if let Some(answer) = answer.as_deref_mut()
-            && pin!(upstream.read_buf(&mut *answer)).poll(cx).is_ready()
-        {
-            return Poll::Ready(Watch::Answered);
+        if let Some(answer) = answer.as_deref_mut() {
+            loop {
+                match pin!(upstream.read_buf(&mut *answer)).poll(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(Ok(1..)) if only_informational(answer) => {}
+                    Poll::Ready(_) => return Poll::Ready(Watch::Answered),
+                }
+            }
         }
         work(upstream, cx).map(Watch::Done)
     })
     .await
+}
+
+/// Drops the whole informational heads (1xx but `101`) at the start of `answer`; true when
+/// nothing is left but, perhaps, the first bytes of another such head.
+fn only_informational(answer: &mut Vec<u8>) -> bool {
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; super::head::MAX_HEADERS];
+        let mut head = httparse::Response::new(&mut fields);
+        let parsed = head.parse(answer);
+        let informational = head
+            .code
+            .is_none_or(|code| (100..200).contains(&code) && code != 101);
+        match parsed {
+            _ if !informational => return false,
+            Ok(httparse::Status::Complete(length)) => {
+                answer.drain(..length);
+            }
+            Ok(httparse::Status::Partial) => return true,
+            Err(_) => return false,
+        }
+    }
 }
