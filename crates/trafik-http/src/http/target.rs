@@ -9,6 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
+use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -352,24 +353,29 @@ async fn send(
         // A gRPC call's deadline also bounds a slow upload (a client stream).
         let call_deadline = call_deadline.unwrap_or(deadline + pool.plan.response_timeout);
         deadline = deadline.min(call_deadline);
-        let answering = async {
-            match upload {
-                None => tokio::time::timeout_at(deadline, &mut sending).await.ok(),
-                Some(upload) => tokio::select! {
-                    biased;
-                    answered = &mut sending => Some(answered),
-                    () = upload.finished() => {
-                        let deadline = (tokio::time::Instant::now() + pool.plan.response_timeout)
-                            .min(call_deadline);
-                        tokio::time::timeout_at(deadline, &mut sending).await.ok()
+        // One timer per request that has no body to upload: `deadline` already ends by the
+        // call's.
+        let answered = match upload {
+            None => tokio::time::timeout_at(deadline, &mut sending).await.ok(),
+            Some(upload) => {
+                let answering = async {
+                    tokio::select! {
+                        biased;
+                        answered = &mut sending => Some(answered),
+                        () = upload.finished() => {
+                            let deadline = (tokio::time::Instant::now()
+                                + pool.plan.response_timeout)
+                                .min(call_deadline);
+                            tokio::time::timeout_at(deadline, &mut sending).await.ok()
+                        }
                     }
-                },
+                };
+                tokio::time::timeout_at(call_deadline, answering)
+                    .await
+                    .ok()
+                    .flatten()
             }
         };
-        let answered = tokio::time::timeout_at(call_deadline, answering)
-            .await
-            .ok()
-            .flatten();
         match answered {
             None => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
             Some(Ok(mut answer)) => {
@@ -382,7 +388,15 @@ async fn send(
                 let first = match body_to_wait_for {
                     false => None,
                     true => {
-                        match tokio::time::timeout_at(deadline, answer.body_mut().frame()).await {
+                        // Most often the piece came with the head: no timer for it then.
+                        let ready = answer.body_mut().frame().now_or_never();
+                        let frame = match ready {
+                            Some(frame) => Ok(frame),
+                            None => {
+                                tokio::time::timeout_at(deadline, answer.body_mut().frame()).await
+                            }
+                        };
+                        match frame {
                             Err(_elapsed) => {
                                 return Err(Failure::Answered(ProxyError::UpstreamTimeout));
                             }
