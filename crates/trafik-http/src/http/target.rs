@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
-use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -56,20 +56,26 @@ impl Target {
         connection: &ClientConnection,
         request: Request<RequestBody>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        // The targets whose futures are larger than a pool's are boxed: every request's future
+        // carries the size of the largest, and an HTTP/2 request's is copied whole once.
         match self {
             Target::Pool(pool) => pool.serve(worker, snapshot, connection, request).await,
-            Target::Service(service) => service.serve(worker, snapshot, connection, request).await,
+            Target::Service(service) => {
+                Box::pin(service.serve(worker, snapshot, connection, request)).await
+            }
             Target::Aggregate(aggregate) => {
-                aggregate.serve(worker, snapshot, connection, request).await
+                Box::pin(aggregate.serve(worker, snapshot, connection, request)).await
             }
             Target::Ambassador(ambassador) => {
-                ambassador
-                    .serve(worker, snapshot, connection, request)
-                    .await
+                Box::pin(ambassador.serve(worker, snapshot, connection, request)).await
             }
             Target::Static(site) => (site.serve(worker.id, &request).await, None),
-            Target::Cached(cached) => cached.serve(worker, snapshot, connection, request).await,
-            Target::Split(split) => split.serve(worker, snapshot, connection, request).await,
+            Target::Cached(cached) => {
+                Box::pin(cached.serve(worker, snapshot, connection, request)).await
+            }
+            Target::Split(split) => {
+                Box::pin(split.serve(worker, snapshot, connection, request)).await
+            }
             Target::Redirect(redirect) => (redirect.serve(connection, &request), None),
         }
     }
