@@ -293,14 +293,16 @@ fn frame_a_body_of_unknown_length(request: &mut Request<RequestBody>) {
 fn for_http2(request: &mut Request<RequestBody>, pool: &Pool) {
     *request.version_mut() = http::Version::HTTP_2;
     request.headers_mut().remove(header::TRANSFER_ENCODING);
-    if let Some(host) = request.headers_mut().remove(header::HOST) {
+    if let Some(host) = request.headers_mut().remove(header::HOST)
+        && let Ok(authority) = http::uri::Authority::try_from(host.as_bytes())
+    {
         let scheme = match pool.plan.tls {
             Some(_) => http::uri::Scheme::HTTPS,
             None => http::uri::Scheme::HTTP,
         };
-        let mut parts = request.uri().clone().into_parts();
+        let mut parts = std::mem::take(request.uri_mut()).into_parts();
         parts.scheme = Some(scheme);
-        parts.authority = host.to_str().ok().and_then(|host| host.parse().ok());
+        parts.authority = Some(authority);
         if parts.path_and_query.is_none() {
             parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
         }
