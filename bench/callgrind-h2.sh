@@ -32,45 +32,14 @@ binaries=("$@")
 BACKEND_PORT=$(free_port)
 PROXY_PORT=$(free_port)
 
-mkdir -p "$work/backend/logs" "$work/backend/tmp"
-cat >"$work/backend/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/backend/nginx.pid;
-error_log $work/backend/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $work/backend/tmp/body;
-  proxy_temp_path $work/backend/tmp/proxy;
-  fastcgi_temp_path $work/backend/tmp/fastcgi;
-  uwsgi_temp_path $work/backend/tmp/uwsgi;
-  scgi_temp_path $work/backend/tmp/scgi;
-  http2_max_concurrent_streams 128;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BACKEND_PORT http2; location / { return 200 "kargo\\n"; } }
-}
-CONF
+# One worker each: trafik's instructions are counted, nginx only answers.
+WORKERS=1
+nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT http2; location / { return 200 \"kargo\\n\"; } }"
 nginx -p "$work/backend" -c "$work/backend/nginx.conf" 2>"$work/backend/stderr" &
 pids+=($!)
 wait_for_port "$BACKEND_PORT"
 
-cat >"$work/trafik.toml" <<CONF
-[server]
-workers = 1
-
-[[listener]]
-name = "h2"
-listen = "127.0.0.1:$PROXY_PORT"
-
-[[listener.route]]
-pool = "backend"
-
-[[pool]]
-name = "backend"
-protocol = "h2c"
-backends = [{ address = "127.0.0.1:$BACKEND_PORT" }]
-CONF
+h2c_pool_config "$work/trafik.toml" "$PROXY_PORT" "$BACKEND_PORT"
 
 # Total instructions of one run of BINARY: idle (no requests) or loaded; KEEP keeps the
 # loaded run's profile.
