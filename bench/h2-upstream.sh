@@ -33,49 +33,13 @@ NGINX_PORT=$(free_port)
 HAPROXY_PORT=$(free_port)
 
 # --- the backend: nginx over h2c ----------------------------------------------------------------
-nginx_conf() { # dir body-of-http-block
-  mkdir -p "$1/logs" "$1/tmp"
-  cat >"$1/nginx.conf" <<CONF
-worker_processes $WORKERS;
-daemon off;
-pid $1/nginx.pid;
-error_log $1/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $1/tmp/body;
-  proxy_temp_path $1/tmp/proxy;
-  fastcgi_temp_path $1/tmp/fastcgi;
-  uwsgi_temp_path $1/tmp/uwsgi;
-  scgi_temp_path $1/tmp/scgi;
-  http2_max_concurrent_streams 128;
-  keepalive_requests 1000000;
-  $2
-}
-CONF
-}
 nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT http2; location / { return 200 \"kargo\\n\"; } }"
 nginx -p "$work/backend" -c "$work/backend/nginx.conf" 2>"$work/backend/stderr" &
 pids+=($!)
 wait_for_port "$BACKEND_PORT"
 
 # --- the proxies ---------------------------------------------------------------------------------
-cat >"$work/trafik.toml" <<CONF
-[server]
-workers = $WORKERS
-
-[[listener]]
-name = "h2"
-listen = "127.0.0.1:$TRAFIK_PORT"
-
-[[listener.route]]
-pool = "backend"
-
-[[pool]]
-name = "backend"
-protocol = "h2c"
-backends = [{ address = "127.0.0.1:$BACKEND_PORT" }]
-CONF
+h2c_pool_config "$work/trafik.toml" "$TRAFIK_PORT" "$BACKEND_PORT"
 RUST_LOG=warn "$trafik" serve --config "$work/trafik.toml" >/dev/null &
 trafik_pid=$!
 pids+=("$trafik_pid")

@@ -106,3 +106,48 @@ CONF
   haproxy_pid=$!
   pids+=("$haproxy_pid")
 }
+
+# An nginx configuration in DIR (with its logs and temporary files there) running WORKERS
+# processes, the body of its http block given; h2c listeners allow 128 streams.
+nginx_conf() { # dir body-of-http-block
+  mkdir -p "$1/logs" "$1/tmp"
+  cat >"$1/nginx.conf" <<CONF
+worker_processes $WORKERS;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $1/tmp/body;
+  proxy_temp_path $1/tmp/proxy;
+  fastcgi_temp_path $1/tmp/fastcgi;
+  uwsgi_temp_path $1/tmp/uwsgi;
+  scgi_temp_path $1/tmp/scgi;
+  http2_max_concurrent_streams 128;
+  keepalive_requests 1000000;
+  $2
+}
+CONF
+}
+
+# trafik's configuration for the HTTP/2 benches: WORKERS workers, a plain listener on
+# 127.0.0.1:PORT (h2c by prior knowledge, or HTTP/1.1) to an h2c pool of one backend.
+h2c_pool_config() { # file port backend-port
+  cat >"$1" <<CONF
+[server]
+workers = $WORKERS
+
+[[listener]]
+name = "h2"
+listen = "127.0.0.1:$2"
+
+[[listener.route]]
+pool = "backend"
+
+[[pool]]
+name = "backend"
+protocol = "h2c"
+backends = [{ address = "127.0.0.1:$3" }]
+CONF
+}

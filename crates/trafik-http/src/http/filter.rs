@@ -19,6 +19,7 @@ use std::pin::Pin;
 
 use bytes::{BufMut, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
 use http::{Extensions, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 
@@ -213,16 +214,17 @@ impl Filter for UpstreamForm {
 
     fn on_request(&self, request: &mut Request<RequestBody>, _: &Exchange<'_>) -> Step {
         if request.uri().scheme().is_some() {
-            let authority = request.uri().authority().map(|a| a.as_str().to_owned());
-            let path = request
-                .uri()
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_owned();
-            if let Ok(uri) = path.parse::<Uri>() {
+            // The path's bytes are shared, not copied.
+            let mut parts = std::mem::take(request.uri_mut()).into_parts();
+            let authority = parts.authority.take();
+            parts.scheme = None;
+            if parts.path_and_query.is_none() {
+                parts.path_and_query = Some(PathAndQuery::from_static("/"));
+            }
+            if let Ok(uri) = Uri::from_parts(parts) {
                 *request.uri_mut() = uri;
             }
-            if let Some(value) = authority.and_then(|a| HeaderValue::from_str(&a).ok()) {
+            if let Some(value) = authority.and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
                 request.headers_mut().insert(header::HOST, value);
             }
         }

@@ -80,7 +80,9 @@ pub async fn serve<S>(
         let http1 = request.version() < Version::HTTP_2;
         let request = request.map(super::body::RequestBody::streaming);
         async move {
-            let mut answer = handler.handle(&connection, request).await;
+            // Boxed: an HTTP/2 stream is a task of its own, whose future is moved (copied whole)
+            // several times as it is spawned and completes; a box is one pointer of it.
+            let mut answer = Box::pin(handler.handle(&connection, request)).await;
             // hyper closes the connection after an answer that says so.
             if http1
                 && draining.should_drain()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -55,20 +56,26 @@ impl Target {
         connection: &ClientConnection,
         request: Request<RequestBody>,
     ) -> (Response<ProxyBody>, Option<SocketAddr>) {
+        // The targets whose futures are larger than a pool's are boxed: every request's future
+        // carries the size of the largest, and an HTTP/2 request's is copied whole once.
         match self {
             Target::Pool(pool) => pool.serve(worker, snapshot, connection, request).await,
-            Target::Service(service) => service.serve(worker, snapshot, connection, request).await,
+            Target::Service(service) => {
+                Box::pin(service.serve(worker, snapshot, connection, request)).await
+            }
             Target::Aggregate(aggregate) => {
-                aggregate.serve(worker, snapshot, connection, request).await
+                Box::pin(aggregate.serve(worker, snapshot, connection, request)).await
             }
             Target::Ambassador(ambassador) => {
-                ambassador
-                    .serve(worker, snapshot, connection, request)
-                    .await
+                Box::pin(ambassador.serve(worker, snapshot, connection, request)).await
             }
             Target::Static(site) => (site.serve(worker.id, &request).await, None),
-            Target::Cached(cached) => cached.serve(worker, snapshot, connection, request).await,
-            Target::Split(split) => split.serve(worker, snapshot, connection, request).await,
+            Target::Cached(cached) => {
+                Box::pin(cached.serve(worker, snapshot, connection, request)).await
+            }
+            Target::Split(split) => {
+                Box::pin(split.serve(worker, snapshot, connection, request)).await
+            }
             Target::Redirect(redirect) => (redirect.serve(connection, &request), None),
         }
     }
@@ -286,14 +293,16 @@ fn frame_a_body_of_unknown_length(request: &mut Request<RequestBody>) {
 fn for_http2(request: &mut Request<RequestBody>, pool: &Pool) {
     *request.version_mut() = http::Version::HTTP_2;
     request.headers_mut().remove(header::TRANSFER_ENCODING);
-    if let Some(host) = request.headers_mut().remove(header::HOST) {
+    if let Some(host) = request.headers_mut().remove(header::HOST)
+        && let Ok(authority) = http::uri::Authority::try_from(host.as_bytes())
+    {
         let scheme = match pool.plan.tls {
             Some(_) => http::uri::Scheme::HTTPS,
             None => http::uri::Scheme::HTTP,
         };
-        let mut parts = request.uri().clone().into_parts();
+        let mut parts = std::mem::take(request.uri_mut()).into_parts();
         parts.scheme = Some(scheme);
-        parts.authority = host.to_str().ok().and_then(|host| host.parse().ok());
+        parts.authority = Some(authority);
         if parts.path_and_query.is_none() {
             parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
         }
@@ -352,24 +361,29 @@ async fn send(
         // A gRPC call's deadline also bounds a slow upload (a client stream).
         let call_deadline = call_deadline.unwrap_or(deadline + pool.plan.response_timeout);
         deadline = deadline.min(call_deadline);
-        let answering = async {
-            match upload {
-                None => tokio::time::timeout_at(deadline, &mut sending).await.ok(),
-                Some(upload) => tokio::select! {
-                    biased;
-                    answered = &mut sending => Some(answered),
-                    () = upload.finished() => {
-                        let deadline = (tokio::time::Instant::now() + pool.plan.response_timeout)
-                            .min(call_deadline);
-                        tokio::time::timeout_at(deadline, &mut sending).await.ok()
+        // One timer per request that has no body to upload: `deadline` already ends by the
+        // call's.
+        let answered = match upload {
+            None => tokio::time::timeout_at(deadline, &mut sending).await.ok(),
+            Some(upload) => {
+                let answering = async {
+                    tokio::select! {
+                        biased;
+                        answered = &mut sending => Some(answered),
+                        () = upload.finished() => {
+                            let deadline = (tokio::time::Instant::now()
+                                + pool.plan.response_timeout)
+                                .min(call_deadline);
+                            tokio::time::timeout_at(deadline, &mut sending).await.ok()
+                        }
                     }
-                },
+                };
+                tokio::time::timeout_at(call_deadline, answering)
+                    .await
+                    .ok()
+                    .flatten()
             }
         };
-        let answered = tokio::time::timeout_at(call_deadline, answering)
-            .await
-            .ok()
-            .flatten();
         match answered {
             None => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
             Some(Ok(mut answer)) => {
@@ -382,7 +396,15 @@ async fn send(
                 let first = match body_to_wait_for {
                     false => None,
                     true => {
-                        match tokio::time::timeout_at(deadline, answer.body_mut().frame()).await {
+                        // Most often the piece came with the head: no timer for it then.
+                        let ready = answer.body_mut().frame().now_or_never();
+                        let frame = match ready {
+                            Some(frame) => Ok(frame),
+                            None => {
+                                tokio::time::timeout_at(deadline, answer.body_mut().frame()).await
+                            }
+                        };
+                        match frame {
                             Err(_elapsed) => {
                                 return Err(Failure::Answered(ProxyError::UpstreamTimeout));
                             }

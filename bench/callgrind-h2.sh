@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Instructions per proxied HTTP/2 request, counted by valgrind's callgrind: the h2 → h2 path of
+# bench/h2-upstream.sh (h2load, prior-knowledge h2c → trafik → an h2c backend, pool protocol
+# "h2c"), as a figure that does not move with the machine's noise.
+#
+# Runs `trafik serve` (one worker) under callgrind in front of nginx answering a fixed 6 bytes
+# over h2c, sends REQUESTS requests with h2load (CLIENTS connections, STREAMS streams each),
+# and prints user-space instructions per request: (instructions of the loaded run − those of
+# an idle run) / requests. Each run ends when h2load has sent its requests (or after
+# TIME_LIMIT seconds); every process it starts is stopped by its PID.
+#
+#   bench/callgrind-h2.sh                          # this checkout's release build
+#   bench/callgrind-h2.sh OLD_BINARY NEW_BINARY    # compare builds, side by side
+#   KEEP=dir bench/callgrind-h2.sh BINARY          # also keep the loaded run's callgrind.out
+#                                                  # (a --profile profiling build has line data)
+#
+# Needs: valgrind, h2load (nghttp2-client), nginx (Debian packages) and cargo.
+set -euo pipefail
+
+REQUESTS=${REQUESTS:-20000}
+CLIENTS=${CLIENTS:-16}
+STREAMS=${STREAMS:-10}
+TIME_LIMIT=${TIME_LIMIT:-300}
+
+for tool in valgrind h2load nginx; do
+  command -v "$tool" >/dev/null || { echo "bench/callgrind-h2.sh needs $tool (apt-get install valgrind nghttp2-client nginx)" >&2; exit 2; }
+done
+source "$(dirname "$0")/lib.sh"
+binaries=("$@")
+((${#binaries[@]})) || binaries=("$trafik")
+
+BACKEND_PORT=$(free_port)
+PROXY_PORT=$(free_port)
+
+# One worker each: trafik's instructions are counted, nginx only answers.
+WORKERS=1
+nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT http2; location / { return 200 \"kargo\\n\"; } }"
+nginx -p "$work/backend" -c "$work/backend/nginx.conf" 2>"$work/backend/stderr" &
+pids+=($!)
+wait_for_port "$BACKEND_PORT"
+
+h2c_pool_config "$work/trafik.toml" "$PROXY_PORT" "$BACKEND_PORT"
+
+# Total instructions of one run of BINARY: idle (no requests) or loaded; KEEP keeps the
+# loaded run's profile.
+measure() { # binary idle|loaded
+  local binary=$1 load=$2 out="$work/callgrind.$RANDOM"
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" serve \
+    --config "$work/trafik.toml" >/dev/null 2>"$work/valgrind.log" &
+  local pid=$!
+  pids+=("$pid")
+  for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null && break; sleep 0.05; done
+  if [[ $load == loaded ]]; then
+    local answer
+    answer=$(timeout "$TIME_LIMIT" h2load -n "$REQUESTS" -c "$CLIENTS" -m "$STREAMS" \
+      "http://127.0.0.1:$PROXY_PORT/takip" || true)
+    local ok
+    ok=$(awk '/^status codes:/ {print $3}' <<<"$answer")
+    [[ $ok == "$REQUESTS" ]] || echo "warning: $(grep -E '^(requests|status codes):' <<<"$answer" | tr '\n' ' ')" >&2
+  fi
+  kill -TERM "$pid"; wait "$pid" || true
+  if [[ $load == loaded && -n ${KEEP:-} ]]; then
+    mkdir -p "$KEEP"
+    cp "$out" "$KEEP/callgrind.out.$(basename "$binary").$$"
+    echo "kept $KEEP/callgrind.out.$(basename "$binary").$$" >&2
+  fi
+  grep -m1 '^summary:' "$out" | awk '{print $2}'
+}
+
+printf '%-60s %12s %14s\n' binary requests instr/request
+for binary in "${binaries[@]}"; do
+  idle=$(measure "$binary" idle)
+  loaded=$(measure "$binary" loaded)
+  printf '%-60s %12s %14.0f\n' "$binary" "$REQUESTS" "$(echo "($loaded - $idle) / $REQUESTS" | bc -l)"
+done
