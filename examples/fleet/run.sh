@@ -7,7 +7,13 @@
 #   examples/fleet/run.sh              # TRAFIK=path/to/trafik, FLEET_SECONDS=N to keep it up N s
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-trafik=${TRAFIK:-$here/../../target/release/trafik}
+# The binary: $TRAFIK, else `trafik` on the PATH (cargo install --path crates/trafik), else the
+# one the README's first command built (target/debug), else a release build of this checkout.
+trafik=${TRAFIK:-$(command -v trafik || true)}
+for built in "$here/../../target/debug/trafik" "$here/../../target/release/trafik"; do
+  [[ -z $trafik && -x $built ]] && trafik=$built
+done
+[[ -n $trafik ]] || { echo "no trafik binary: run cargo build -p trafik, or set TRAFIK" >&2; exit 2; }
 etcd_url=http://127.0.0.1:2379
 prefix=/filo/
 data=$(mktemp -d)
