@@ -19,6 +19,8 @@ use std::ops::Range;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use super::scan::{is_field_value, is_token};
+
 /// The chunk that ends a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
@@ -301,16 +303,6 @@ impl Chunked {
             _ => return None,
         })
     }
-}
-
-/// RFC 9110's `tchar`: what a field name is made of.
-fn is_token(byte: u8) -> bool {
-    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
-}
-
-/// What httparse takes in a field value: tab, visible ASCII, space and obs-text.
-fn is_field_value(byte: u8) -> bool {
-    byte == b'\t' || (byte >= b' ' && byte != 0x7f)
 }
 
 /// Writes `head` (if any) and `data` as one chunk (none when `data` is empty) in one `writev`

@@ -366,38 +366,8 @@ fn connection_tokens(value: &[u8]) -> ConnectionTokens {
 }
 
 /// Bytes a request target may hold on the fast path: RFC 3986's unreserved, sub-delims, `:@/?%`.
-pub(super) const TARGET_BYTES: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        let b = byte as u8;
-        table[byte] = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-                    | b':'
-                    | b'@'
-                    | b'/'
-                    | b'?'
-                    | b'%'
-            );
-        byte += 1;
-    }
-    table
-};
+pub(super) const TARGET_BYTES: [bool; 256] =
+    crate::http::validate::alphanumeric_and(b"-._~!$&'()*+,;=:@/?%");
 
 /// Text the fast path found to be ASCII (a target, a `Host`); empty should it not be.
 #[allow(unsafe_code)]

@@ -87,16 +87,24 @@ pub(crate) fn is_host(host: &[u8]) -> bool {
 
 /// Bytes a host name (or an IPv4 address) may hold: letters, digits, `-`, `.`, `_`. A table:
 /// every request's `Host` goes through it.
-const HOST_NAME_BYTES: [bool; 256] = {
+const HOST_NAME_BYTES: [bool; 256] = alphanumeric_and(b"-._");
+
+/// A table of the bytes that are ASCII letters, digits or one of `others`: the byte classes of
+/// the HTTP grammar every request's head goes through, looked up rather than matched.
+pub(crate) const fn alphanumeric_and(others: &[u8]) -> [bool; 256] {
     let mut table = [false; 256];
     let mut byte = 0;
     while byte < 256 {
-        let b = byte as u8;
-        table[byte] = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
+        table[byte] = (byte as u8).is_ascii_alphanumeric();
         byte += 1;
     }
+    let mut other = 0;
+    while other < others.len() {
+        table[others[other] as usize] = true;
+        other += 1;
+    }
     table
-};
+}
 
 /// What a request's `Transfer-Encoding` says about its framing.
 enum Coding {
