@@ -22,6 +22,7 @@ mod buffers;
 mod chunked;
 mod date;
 mod deadline;
+mod fields;
 pub mod head;
 mod pipeline;
 mod rewind;
@@ -29,6 +30,7 @@ mod scan;
 mod tunnel;
 pub use crate::transport::idle as upstream;
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -44,13 +46,15 @@ use self::body::{Failed, Upload};
 use self::buffers::Exchange;
 use self::chunked::{ANSWER_TRAILER_LINES, BadChunk, Chunked};
 use self::deadline::Deadline;
+use self::fields::Steps;
 use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, ResponseHead};
 use self::rewind::rewind;
 use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::{Blame, Cause, ProxyError};
-use crate::http::body::ErrorAnswer;
+use crate::http::body::{ErrorAnswer, ProxyBody};
+use crate::http::filter;
 use crate::http::route::Asking;
 use crate::http::server::{self, Client, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, Picked, WorkerProxy};
@@ -95,8 +99,8 @@ struct Connection<S> {
     /// On a listener with mutual TLS, its client's certificate: every request then takes the
     /// pipeline, whose forwarding step writes the identity headers.
     identity: Option<Arc<ClientIdentity>>,
-    /// The connection as the pipeline knows it, once a request went through the pipeline.
-    pipeline_client: Option<ClientConnection>,
+    /// The connection as the pipeline and its steps know it, once a request needed it.
+    pipeline_client: Option<Rc<ClientConnection>>,
     /// The response timeout.
     deadline: Deadline,
 }
@@ -325,29 +329,48 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     // Address rules and mirrors are the pipeline's.
     let inline = found.and_then(|(route, _)| match &route.target {
         // The inline relay speaks HTTP/1.1 upstream: a pool that speaks HTTP/2 (or may, by
-        // ALPN) takes the pipeline's transport.
+        // ALPN) takes the pipeline's transport. A pool that reads the request to pick reads
+        // it as the client sent it here, so fields-only steps that edit it are the pipeline's.
         Target::Pool(target)
-            if route.filters.iter().all(|filter| filter.head_only())
+            if route
+                .filters
+                .iter()
+                .all(|filter| filter.head_only() || filter.fields_only())
                 && route.routing_counters.is_none()
-                && snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1 =>
+                && snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1
+                && !(route.edits_fields()
+                    && Selection::reads_request(&snapshot.pools[target.pool])) =>
         {
             Some((route, target))
         }
         _ => None,
     });
+    let mut pipeline_client = || {
+        connection
+            .pipeline_client
+            .get_or_insert_with(|| {
+                Rc::new(ClientConnection::new(
+                    listener,
+                    connection.peer,
+                    connection.scheme,
+                    connection.identity.clone(),
+                ))
+            })
+            .clone()
+    };
     let Some((route, target)) = inline else {
-        let client = connection.pipeline_client.take().unwrap_or_else(|| {
-            ClientConnection::new(
-                listener,
-                connection.peer,
-                connection.scheme,
-                connection.identity.clone(),
-            )
-        });
+        let client = pipeline_client();
         let exchanged = pipeline::exchange(proxy, &client, connection, request, control).await;
-        connection.pipeline_client = Some(client);
+        if !matches!(exchanged, Exchanged::Defer)
+            && let Some(stats) = snapshot.metrics.listener_stats(listener)
+        {
+            bump(&stats.mine(proxy.id).through_pipeline);
+        }
         return exchanged;
     };
+    // Fields-only steps (JWT, local rate limits, header edits) read and edit the head being
+    // forwarded, and see the answer's; their request edits are kept for a head written anew.
+    let stepping = route.edits_fields().then(pipeline_client);
     // The route's path rewrites, written into the head to send (and again into a head
     // written anew for a retry).
     let rewritten = route
@@ -360,6 +383,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     if let Some(path) = &rewritten {
         head::replace_path(&mut connection.head, path.as_bytes());
     }
+    let mut edits = Vec::new();
     let pool = &snapshot.pools[target.pool];
     // The pipeline's answers advertise an h3 twin in `WorkerProxy::handle`; this relay writes
     // the same field into the head it relays.
@@ -386,6 +410,15 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             (connection.peer, &request.method, uri.into_owned(), host)
         }),
         picked: None,
+        steps: stepping.as_deref().map(|client| Steps {
+            filters: &route.filters,
+            exchange: filter::Exchange {
+                connection: client,
+                snapshot: &snapshot.0,
+                worker: me,
+                notes: RefCell::default(),
+            },
+        }),
     };
     // A bodiless request is its head, kept in the connection's buffer: sending it again needs
     // no copy, so its replay is nothing. Kept, as on hyper's path, only when the pool retries.
@@ -399,6 +432,13 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     // A streamed body may be left unread by a refusal: the connection closes after it, as it
     // does when the answer is written during a drain.
     let keep = || !request.close && !streamed && !control.should_drain();
+    if let Some(steps) = &metrics.steps
+        && let Some((mut answer, ran)) = steps.on_request(&mut connection.head, &mut edits)
+    {
+        steps.on_response(&mut answer, ran);
+        let logged = metrics.counted(answer.status().as_u16(), None, Instant::now());
+        return answer_own(connection, logged, *answer, consumed, keep(), head_request).await;
+    }
     let mut upload = match streamed {
         false => None,
         true => match Upload::new(&connection.input, request, snapshot.client.limits) {
@@ -483,6 +523,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     if let Some(path) = &rewritten {
                         head::replace_path(&mut connection.head, path.as_bytes());
                     }
+                    fields::apply(&mut connection.head, &edits);
                     continue;
                 }
                 Err(error) => {
@@ -511,6 +552,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             if let Some(path) = &rewritten {
                 head::replace_path(&mut connection.head, path.as_bytes());
             }
+            fields::apply(&mut connection.head, &edits);
             continue;
         }
         call.settled(index, attempt.sent_at, answered_at);
@@ -524,6 +566,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         }
         if let Some(cookie) = selection.cookie(pool, index) {
             head::add_field(&mut connection.head, b"set-cookie", cookie.as_bytes());
+        }
+        if let Some(steps) = &metrics.steps {
+            steps.on_response_fields(&mut connection.head);
         }
         // A drain begun while the request was on its way is told to the client now; the body
         // keeps the framing the head was written with.
@@ -633,6 +678,8 @@ struct Answers<'s> {
     logged: Option<(SocketAddr, &'s Method, String, Option<String>)>,
     /// What the pool's rules read of the request, for its log line.
     picked: Option<Picked>,
+    /// The route's fields-only steps, when it has any: they see every answer.
+    steps: Option<Steps<'s>>,
 }
 
 impl Answers<'_> {
@@ -647,6 +694,18 @@ impl Answers<'_> {
         let micros = crate::metrics::micros_between(self.began, now);
         self.pool
             .answered_in(status, micros, crate::metrics::second_of(now));
+        self.counted(status, backend, now)
+    }
+
+    /// Counts an answer where the route and listener count it, as [`Answers::answered`] does
+    /// but for the pool's metrics: for a step's own answer, given before the pool was asked.
+    fn counted(
+        &mut self,
+        status: u16,
+        backend: Option<SocketAddr>,
+        now: Instant,
+    ) -> Option<AccessLine> {
+        let micros = crate::metrics::micros_between(self.began, now);
         self.route.record(status, micros);
         if let Some(listener) = self.listener {
             listener.record(status, micros);
@@ -786,10 +845,27 @@ async fn refuse<S: AsyncWrite + Unpin>(
     head_request: bool,
 ) -> Exchanged {
     let logged = metrics.answered(error.status().as_u16(), backend, Instant::now());
+    let mut answer = error.response_blaming(blame.as_ref());
+    if let Some(steps) = &metrics.steps {
+        steps.on_response(&mut answer, steps.filters.len());
+    }
+    answer_own(connection, logged, answer, consumed, keep, head_request).await
+}
+
+/// Writes trafik's own `answer`, counted already (its log line `logged`), as every answer of the
+/// pipeline is written; the connection goes on when `keep` and the answer allow it.
+async fn answer_own<S: AsyncWrite + Unpin>(
+    connection: &mut Connection<S>,
+    logged: Option<AccessLine>,
+    answer: http::Response<ProxyBody>,
+    consumed: usize,
+    keep: bool,
+    head_request: bool,
+) -> Exchanged {
     let written = pipeline::write_answer(
         &mut connection.client,
         &mut connection.relay,
-        error.response_blaming(blame.as_ref()),
+        answer,
         head_request,
         !keep,
     )

@@ -81,14 +81,82 @@ pub enum Step {
     Wait,
 }
 
+impl Step {
+    /// A fields-only step's decision: on, or its own answer.
+    pub fn answering(answer: Option<Box<Response<ProxyBody>>>) -> Step {
+        match answer {
+            None => Step::Continue,
+            Some(answer) => Step::Respond(answer),
+        }
+    }
+}
+
 /// A step's decision once it has waited.
 pub type Waiting<'a> = Pin<Box<dyn Future<Output = Step> + 'a>>;
 
+/// A message's header fields as a step reads and edits them, whichever engine holds them:
+/// a parsed `HeaderMap`, or the head bytes the own HTTP/1 engine forwards
+/// ([`crate::h1::head::HeadFields`]). Names are matched without regard to case.
+pub trait Fields {
+    /// The first value of field `name`.
+    fn get(&self, name: &HeaderName) -> Option<&[u8]>;
+    /// Removes every field `name`.
+    fn remove(&mut self, name: &HeaderName);
+    /// Makes `value` the only value of `name`.
+    fn insert(&mut self, name: HeaderName, value: HeaderValue);
+}
+
+impl Fields for HeaderMap {
+    fn get(&self, name: &HeaderName) -> Option<&[u8]> {
+        HeaderMap::get(self, name).map(HeaderValue::as_bytes)
+    }
+
+    fn remove(&mut self, name: &HeaderName) {
+        HeaderMap::remove(self, name);
+    }
+
+    fn insert(&mut self, name: HeaderName, value: HeaderValue) {
+        HeaderMap::insert(self, name, value);
+    }
+}
+
+/// The first value of `name` as text, when it is visible ASCII (as `HeaderValue::to_str`
+/// reads it).
+pub fn field_text<'f>(fields: &'f dyn Fields, name: &HeaderName) -> Option<&'f str> {
+    let value = fields.get(name)?;
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
+}
+
 /// One step of a route's pipeline.
 pub trait Filter: Send + Sync {
-    fn on_request(&self, _request: &mut Request<RequestBody>, _exchange: &Exchange<'_>) -> Step {
-        Step::Continue
+    /// A step that reads and edits only header fields says so in [`Filter::fields_only`] and
+    /// decides in [`Filter::on_request_fields`]; this runs it on the parsed request.
+    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+        Step::answering(self.on_request_fields(request.headers_mut(), exchange))
     }
+
+    /// Whether this step reads and edits nothing but header fields, and never waits: the own
+    /// HTTP/1 engine then runs it on the head bytes it forwards and serves the route inline.
+    fn fields_only(&self) -> bool {
+        false
+    }
+
+    /// A fields-only step's decision on a request: `None` lets it on, else the step's own
+    /// answer.
+    fn on_request_fields(
+        &self,
+        _fields: &mut dyn Fields,
+        _exchange: &Exchange<'_>,
+    ) -> Option<Box<Response<ProxyBody>>> {
+        None
+    }
+
+    /// A fields-only step's edit of the answer's fields.
+    fn on_response_fields(&self, _fields: &mut dyn Fields, _exchange: &Exchange<'_>) {}
 
     /// Called when `on_request` answered [`Step::Wait`]; must not answer `Wait` again.
     fn wait<'a>(
@@ -99,7 +167,10 @@ pub trait Filter: Send + Sync {
         Box::pin(std::future::ready(Step::Continue))
     }
 
-    fn on_response(&self, _response: &mut Response<ProxyBody>, _exchange: &Exchange<'_>) {}
+    /// A fields-only step's [`Filter::on_response_fields`], on the parsed answer.
+    fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
+        self.on_response_fields(response.headers_mut(), exchange);
+    }
 
     /// What this step would decide for `request`, told without sending it: nothing counted,
     /// no state moved. `None` for a step with nothing to tell before a request is sent.
@@ -438,11 +509,17 @@ pub struct SetRequestHeader {
 }
 
 impl Filter for SetRequestHeader {
-    fn on_request(&self, request: &mut Request<RequestBody>, _: &Exchange<'_>) -> Step {
-        request
-            .headers_mut()
-            .insert(self.name.clone(), self.value.clone());
-        Step::Continue
+    fn fields_only(&self) -> bool {
+        true
+    }
+
+    fn on_request_fields(
+        &self,
+        fields: &mut dyn Fields,
+        _: &Exchange<'_>,
+    ) -> Option<Box<Response<ProxyBody>>> {
+        fields.insert(self.name.clone(), self.value.clone());
+        None
     }
 }
 
@@ -452,9 +529,11 @@ pub struct SetResponseHeader {
 }
 
 impl Filter for SetResponseHeader {
-    fn on_response(&self, response: &mut Response<ProxyBody>, _: &Exchange<'_>) {
-        response
-            .headers_mut()
-            .insert(self.name.clone(), self.value.clone());
+    fn fields_only(&self) -> bool {
+        true
+    }
+
+    fn on_response_fields(&self, fields: &mut dyn Fields, _: &Exchange<'_>) {
+        fields.insert(self.name.clone(), self.value.clone());
     }
 }

@@ -38,6 +38,13 @@ pub struct Route {
         Option<std::sync::Arc<crate::counters::PerWorker<super::routing::RoutingCounters>>>,
 }
 
+impl Route {
+    /// Whether any of its steps reads and edits fields ([`Filter::fields_only`]).
+    pub fn edits_fields(&self) -> bool {
+        self.filters.iter().any(|filter| filter.fields_only())
+    }
+}
+
 /// What a route matches. The run-time [`Route`] and the configuration's
 /// [`RoutePlan`](crate::plan::RoutePlan) both answer it, so `trafik plan` chooses routes with the
 /// very table the proxy uses.

@@ -139,7 +139,7 @@ pub fn write(snapshot: &Snapshot, exposition: &mut Exposition) {
         connects.iter().map(|(labels, merged)| (labels, merged)),
     );
     type Read = fn(&super::ListenerStats) -> i64;
-    let counters: [(&str, Kind, &str, Read); 5] = [
+    let counters: [(&str, Kind, &str, Read); 6] = [
         (
             "trafik_listener_connections_accepted_total",
             Kind::Counter,
@@ -169,6 +169,12 @@ pub fn write(snapshot: &Snapshot, exposition: &mut Exposition) {
             Kind::Counter,
             "Connections the own HTTP/1 engine handed to hyper's server.",
             |s| read(&s.handed_to_hyper),
+        ),
+        (
+            "trafik_listener_pipeline_requests_total",
+            Kind::Counter,
+            "Requests the own HTTP/1 engine gave to the shared pipeline instead of serving them inline.",
+            |s| read(&s.through_pipeline),
         ),
     ];
     for (name, kind, help, value) in counters {

@@ -48,6 +48,7 @@ pub fn add(snapshot: &Snapshot, document: &mut Value) {
                 "tls_handshakes": entry.stats.sum(|s| read(&s.tls_handshakes)),
                 "tls_failures": entry.stats.sum(|s| read(&s.tls_failures)),
                 "handed_to_hyper": entry.stats.sum(|s| read(&s.handed_to_hyper)),
+                "through_pipeline": entry.stats.sum(|s| read(&s.through_pipeline)),
                 "responses": by_class(classes(&entry.stats, |s| &s.traffic)),
                 "durations": durations(&merged(&entry.stats, |s| &s.traffic.duration)),
             })

@@ -512,3 +512,103 @@ async fn a_head_in_pieces_and_a_broken_head_stay_on_the_own_engine() {
     assert_eq!(handed_to_hyper(&running).await, 0);
     stop(running).await;
 }
+
+/// A route with JWT verification and a local rate limit is served inline by the own engine: its
+/// steps run on the head it forwards (the verified claim in, the client's forged copy and the
+/// token out), a retry on another backend sends that same edited head without counting the
+/// request again, refusals are the steps' own answers, and no request takes the pipeline.
+#[tokio::test]
+async fn jwt_and_a_local_limit_run_inline_and_a_retry_keeps_their_edits() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use trafik_proxy::plan::{JwtKeys, JwtPlan, RateKey, RateLimitPlan};
+
+    const SECRET: &[u8] = b"trafik-ornek-anahtar";
+    let echo = echo_server(Duration::ZERO).await;
+    // Reads a request head and closes without answering: the request is lost, and retried.
+    let lost = Arc::new(AtomicUsize::new(0));
+    let losing = lost.clone();
+    let closing = raw_backend(move |mut stream| {
+        let losing = losing.clone();
+        async move {
+            let mut head = [0u8; 4096];
+            if matches!(stream.read(&mut head).await, Ok(n) if n > 0) {
+                losing.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    let mut plan = plan(&[closing, echo]);
+    routes(&mut plan)[0].filters = vec![
+        FilterPlan::Jwt(JwtPlan {
+            keys: JwtKeys::Secret {
+                algorithm: "HS256".into(),
+                secret: SECRET.to_vec(),
+            },
+            issuers: Vec::new(),
+            audiences: Vec::new(),
+            leeway: Duration::from_secs(5),
+            forward: vec![("sub".into(), HeaderName::from_static("x-kullanici"))],
+            keep_token: false,
+        }),
+        FilterPlan::RateLimit(RateLimitPlan {
+            rate: 3,
+            period: Duration::from_secs(3600),
+            burst: 3,
+            key: RateKey::ClientIp,
+            global: None,
+        }),
+    ];
+    let running = trafik_proxy::start(plan).unwrap();
+    let expires = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 300;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"sub": "M3", "exp": expires}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET).unwrap(),
+    )
+    .unwrap();
+    let asking = |token: Option<&str>| {
+        let mut request = Request::get("/takip/1")
+            .header("host", "kargo.test")
+            .header("x-kullanici", "M7");
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        request.body(Full::default()).unwrap()
+    };
+    let mut client = Client::connect(web(&running)).await;
+    // Round robin gives the closing backend the first pick of at least one of the two.
+    for remaining in ["2", "1"] {
+        let answer = client.send(asking(Some(&token))).await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        let seen = &answer.json()["headers"];
+        assert_eq!(
+            seen["x-kullanici"], "M3",
+            "the claim, never the client's copy"
+        );
+        assert!(seen.get("authorization").is_none(), "{seen}");
+        assert_eq!(answer.header("ratelimit-remaining"), Some(remaining));
+    }
+    assert!(lost.load(Ordering::Relaxed) >= 1, "no request was retried");
+
+    let unsigned = client.send(asking(None)).await;
+    assert_eq!(unsigned.status, 401);
+    assert_eq!(unsigned.text(), "no bearer token\n");
+    assert!(unsigned.header("www-authenticate").is_some());
+    assert_eq!(client.send(asking(Some(&token))).await.status, 200);
+    let over = client.send(asking(Some(&token))).await;
+    assert_eq!(over.status, 429);
+    assert!(over.header("retry-after").is_some());
+    assert_eq!(over.header("ratelimit-remaining"), Some("0"));
+
+    let status = status(&running).await;
+    let web = &status["listeners"][0];
+    assert_eq!(web["name"], "web");
+    assert_eq!(web["through_pipeline"], 0, "{web}");
+    assert_eq!(web["handed_to_hyper"], 0, "{web}");
+    stop(running).await;
+}

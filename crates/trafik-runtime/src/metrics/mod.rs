@@ -115,6 +115,9 @@ pub struct ListenerStats {
     /// Connections the own HTTP/1 engine handed to hyper's server for the rest of their life,
     /// at a request its fast path does not take.
     pub handed_to_hyper: AtomicU64,
+    /// Requests the own HTTP/1 engine gave to the shared pipeline (steps that read bodies or
+    /// wait, caches, static files, gateway targets); it serves the others inline.
+    pub through_pipeline: AtomicU64,
     pub traffic: Traffic,
 }
 

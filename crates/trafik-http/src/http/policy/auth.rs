@@ -9,13 +9,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Request, StatusCode, header};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty};
 use serde_json::{Map, Value};
 
 use super::{access_log, refusal};
-use crate::http::body::RequestBody;
-use crate::http::filter::{Exchange, Filter, OwnAnswer, Step, Verdict};
+use crate::http::body::{ProxyBody, RequestBody};
+use crate::http::filter::{Exchange, Fields, Filter, OwnAnswer, Verdict, field_text};
 use crate::plan::{JwksSource, JwtKeys, JwtPlan};
 use trafik_policy::gate::bearer;
 use trafik_policy::jwt::{self, Expectations, KeySet, PinnedKey, Refusal};
@@ -68,10 +68,8 @@ impl Jwt {
     }
 
     /// The claims of the request's bearer token, or why it is refused.
-    fn verify(&self, headers: &http::HeaderMap) -> Result<Map<String, Value>, Refusal> {
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
+    fn verify(&self, fields: &dyn Fields) -> Result<Map<String, Value>, Refusal> {
+        let token = field_text(fields, &header::AUTHORIZATION)
             .and_then(bearer)
             .ok_or(Refusal::Missing)?;
         let now = SystemTime::now()
@@ -80,7 +78,7 @@ impl Jwt {
         jwt::verify(token, &self.keys.load(), &self.expect, now)
     }
 
-    fn refuse(&self, exchange: &Exchange<'_>, refused: Refusal) -> Step {
+    fn refuse(&self, exchange: &Exchange<'_>, refused: Refusal) -> Box<Response<ProxyBody>> {
         access_log::record(
             exchange,
             Stage::Auth,
@@ -99,34 +97,41 @@ impl Jwt {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, value);
         }
-        Step::Respond(Box::new(response))
+        Box::new(response)
     }
 }
 
 impl Filter for Jwt {
-    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
-        let headers = request.headers_mut();
+    fn fields_only(&self) -> bool {
+        true
+    }
+
+    fn on_request_fields(
+        &self,
+        fields: &mut dyn Fields,
+        exchange: &Exchange<'_>,
+    ) -> Option<Box<Response<ProxyBody>>> {
         // Whatever the client says in the headers trafik forwards claims in is not trusted.
         for (_, name) in &self.forward {
-            headers.remove(name);
+            fields.remove(name);
         }
-        let claims = match self.verify(headers) {
+        let claims = match self.verify(fields) {
             Ok(claims) => claims,
-            Err(refused) => return self.refuse(exchange, refused),
+            Err(refused) => return Some(self.refuse(exchange, refused)),
         };
         for (claim, name) in &self.forward {
             if let Some(value) =
                 jwt::claim_text(&claims, claim).and_then(|text| HeaderValue::from_str(&text).ok())
             {
-                headers.insert(name.clone(), value);
+                fields.insert(name.clone(), value);
             }
         }
         if !self.keep_token {
-            headers.remove(header::AUTHORIZATION);
+            fields.remove(&header::AUTHORIZATION);
         }
         access_log::record(exchange, Stage::Auth, "pass");
         exchange.notes.borrow_mut().insert(Claims(Arc::new(claims)));
-        Step::Continue
+        None
     }
 
     fn explain(&self, request: &Request<RequestBody>, exchange: &Exchange<'_>) -> Option<Verdict> {

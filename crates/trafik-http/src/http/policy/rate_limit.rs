@@ -15,7 +15,7 @@ use super::redis::{RedisGcra, Unavailable};
 use super::{GlobalLimitStats, Stats, access_log, refusal};
 use crate::counters::PerWorker;
 use crate::http::body::{ProxyBody, RequestBody};
-use crate::http::filter::{Exchange, Filter, OwnAnswer, Replayed, Step, Verdict, Waiting};
+use crate::http::filter::{Exchange, Fields, Filter, OwnAnswer, Replayed, Step, Verdict, Waiting};
 use crate::plan::{RateKey, RateLimitPlan};
 use trafik_policy::gcra::{Decision, Gcra, Table};
 use trafik_policy::stage::Stage;
@@ -85,13 +85,10 @@ static REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 static RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 
 impl Limit {
-    fn key<'r>(&self, request: &'r Request<RequestBody>, exchange: &Exchange<'_>) -> KeyValue<'r> {
+    fn key<'r>(&self, fields: &'r dyn Fields, exchange: &Exchange<'_>) -> KeyValue<'r> {
         match &self.key {
             RateKey::ClientIp => KeyValue::Ip(exchange.connection.peer.ip()),
-            RateKey::Header(name) => request
-                .headers()
-                .get(name)
-                .map_or(KeyValue::Absent, |v| KeyValue::Bytes(v.as_bytes())),
+            RateKey::Header(name) => fields.get(name).map_or(KeyValue::Absent, KeyValue::Bytes),
             RateKey::Claim(claim) => exchange
                 .notes
                 .borrow()
@@ -133,34 +130,37 @@ impl Limit {
     }
 
     /// Lets the request on (remembering the decision for the response) or answers 429.
-    fn apply(&self, decision: Decision, exchange: &Exchange<'_>) -> Step {
+    fn apply(
+        &self,
+        decision: Decision,
+        exchange: &Exchange<'_>,
+    ) -> Option<Box<Response<ProxyBody>>> {
         if decision.allowed {
             access_log::record(exchange, Stage::RateLimit, "pass");
             exchange.notes.borrow_mut().insert(Told(decision));
-            return Step::Continue;
+            return None;
         }
         access_log::record(exchange, Stage::RateLimit, "refused: over the limit");
         let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded");
-        write_headers(&mut response, &decision);
+        write_headers(response.headers_mut(), &decision);
         response.headers_mut().insert(
             header::RETRY_AFTER,
             HeaderValue::from(Decision::seconds(decision.retry_after)),
         );
-        Step::Respond(Box::new(response))
+        Some(Box::new(response))
     }
 
-    fn on_response(response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
+    fn on_response(fields: &mut dyn Fields, exchange: &Exchange<'_>) {
         if let Some(Told(decision)) = exchange.notes.borrow().get::<Told>() {
-            write_headers(response, decision);
+            write_headers(fields, decision);
         }
     }
 }
 
-fn write_headers(response: &mut Response<ProxyBody>, decision: &Decision) {
-    let headers = response.headers_mut();
-    headers.insert(LIMIT.clone(), HeaderValue::from(decision.limit));
-    headers.insert(REMAINING.clone(), HeaderValue::from(decision.remaining));
-    headers.insert(
+fn write_headers(fields: &mut dyn Fields, decision: &Decision) {
+    fields.insert(LIMIT.clone(), HeaderValue::from(decision.limit));
+    fields.insert(REMAINING.clone(), HeaderValue::from(decision.remaining));
+    fields.insert(
         RESET.clone(),
         HeaderValue::from(Decision::seconds(decision.reset)),
     );
@@ -175,13 +175,8 @@ pub struct LocalLimit {
 
 impl LocalLimit {
     /// Counts the request at `now` (nanoseconds on the limit's clock).
-    fn decide(
-        &self,
-        request: &Request<RequestBody>,
-        exchange: &Exchange<'_>,
-        now: u64,
-    ) -> Decision {
-        let key = self.limit.key(request, exchange);
+    fn decide(&self, fields: &dyn Fields, exchange: &Exchange<'_>, now: u64) -> Decision {
+        let key = self.limit.key(fields, exchange);
         self.table
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -190,9 +185,17 @@ impl LocalLimit {
 }
 
 impl Filter for LocalLimit {
-    fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
+    fn fields_only(&self) -> bool {
+        true
+    }
+
+    fn on_request_fields(
+        &self,
+        fields: &mut dyn Fields,
+        exchange: &Exchange<'_>,
+    ) -> Option<Box<Response<ProxyBody>>> {
         let now = self.epoch.elapsed().as_nanos() as u64;
-        let decision = self.decide(request, exchange, now);
+        let decision = self.decide(fields, exchange, now);
         self.limit.apply(decision, exchange)
     }
 
@@ -209,20 +212,21 @@ impl Filter for LocalLimit {
             RateKey::Claim(_) => {
                 Replayed::Unknowable("keyed by a token claim the access log does not keep")
             }
-            RateKey::ClientIp | RateKey::Route => match self.decide(request, exchange, now).allowed
-            {
-                true => Replayed::Passed,
-                false => Replayed::Refused,
-            },
+            RateKey::ClientIp | RateKey::Route => {
+                match self.decide(request.headers(), exchange, now).allowed {
+                    true => Replayed::Passed,
+                    false => Replayed::Refused,
+                }
+            }
         })
     }
 
-    fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
-        Limit::on_response(response, exchange);
+    fn on_response_fields(&self, fields: &mut dyn Fields, exchange: &Exchange<'_>) {
+        Limit::on_response(fields, exchange);
     }
 
     fn explain(&self, request: &Request<RequestBody>, exchange: &Exchange<'_>) -> Option<Verdict> {
-        let key = self.limit.key(request, exchange);
+        let key = self.limit.key(request.headers(), exchange);
         let now = self.epoch.elapsed().as_nanos() as u64;
         let decision = self
             .table
@@ -250,14 +254,18 @@ impl Filter for GlobalLimit {
         request: &'a mut Request<RequestBody>,
         exchange: &'a Exchange<'a>,
     ) -> Waiting<'a> {
-        let key = self.limit.key(request, exchange).to_bytes().into_owned();
+        let key = self
+            .limit
+            .key(request.headers(), exchange)
+            .to_bytes()
+            .into_owned();
         Box::pin(async move {
             match self
                 .redis
                 .decide(exchange.worker, &key, &self.limit.gcra)
                 .await
             {
-                Ok(decision) => self.limit.apply(decision, exchange),
+                Ok(decision) => Step::answering(self.limit.apply(decision, exchange)),
                 Err(unavailable) => {
                     if let Unavailable::Failed(error) = unavailable {
                         tracing::debug!(%error, "redis unavailable");
@@ -269,7 +277,7 @@ impl Filter for GlobalLimit {
     }
 
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
-        Limit::on_response(response, exchange);
+        Limit::on_response(response.headers_mut(), exchange);
     }
 
     fn explain(&self, _: &Request<RequestBody>, _: &Exchange<'_>) -> Option<Verdict> {

@@ -1,0 +1,216 @@
+//! A head written out for the next hop, as the fields a fields-only step reads and edits
+//! ([`Fields`]): the own engine runs such steps (JWT, local rate limits, header edits) on the
+//! bytes it forwards, so their routes stay on the fast path. Pure: no I/O.
+
+use std::ops::Range;
+
+use http::{HeaderName, HeaderValue, Response};
+
+use super::head::add_field;
+use crate::http::body::ProxyBody;
+use crate::http::filter::{Exchange, Fields, Filter};
+
+/// A route's steps on the own engine's fast path, where its fields-only ones run on the heads
+/// it forwards, and what they know of the exchange.
+pub struct Steps<'s> {
+    pub filters: &'s [Box<dyn Filter>],
+    pub exchange: Exchange<'s>,
+}
+
+/// A step's own answer to a request, and how many of the route's steps ran before it.
+pub type Refused = (Box<Response<ProxyBody>>, usize);
+
+impl Steps<'_> {
+    /// Runs the fields-only steps, in the route's order, on the request head in `head`,
+    /// recording their edits in `edits`; a step's own answer stops them.
+    pub fn on_request(&self, head: &mut Vec<u8>, edits: &mut Vec<Edit>) -> Option<Refused> {
+        let mut fields = HeadFields::recording(head, edits);
+        self.filters
+            .iter()
+            .enumerate()
+            .filter(|(_, filter)| filter.fields_only())
+            .find_map(|(index, filter)| {
+                let answer = filter.on_request_fields(&mut fields, &self.exchange)?;
+                Some((answer, index))
+            })
+    }
+
+    /// Shows trafik's own answer to the first `ran` steps, last first, as the pipeline does.
+    pub fn on_response(&self, answer: &mut Response<ProxyBody>, ran: usize) {
+        for filter in self.filters[..ran].iter().rev() {
+            filter.on_response(answer, &self.exchange);
+        }
+    }
+
+    /// Shows a relayed answer's head, in `head`, to the fields-only steps, last first.
+    pub fn on_response_fields(&self, head: &mut Vec<u8>) {
+        let mut fields = HeadFields::new(head);
+        for filter in self.filters.iter().rev().filter(|f| f.fields_only()) {
+            filter.on_response_fields(&mut fields, &self.exchange);
+        }
+    }
+}
+
+/// One edit a step made to a request head, kept so that a head written anew for a retry
+/// gets it again.
+pub enum Edit {
+    Remove(HeaderName),
+    Insert(HeaderName, HeaderValue),
+}
+
+/// A written head (its start line, field lines, blank line) seen as fields; with `edits`, every
+/// change is recorded there too.
+pub struct HeadFields<'a> {
+    head: &'a mut Vec<u8>,
+    edits: Option<&'a mut Vec<Edit>>,
+}
+
+impl<'a> HeadFields<'a> {
+    /// An answer's head.
+    pub fn new(head: &'a mut Vec<u8>) -> Self {
+        HeadFields { head, edits: None }
+    }
+
+    /// A request's head, its edits recorded in `edits`.
+    pub fn recording(head: &'a mut Vec<u8>, edits: &'a mut Vec<Edit>) -> Self {
+        HeadFields {
+            head,
+            edits: Some(edits),
+        }
+    }
+}
+
+impl Fields for HeadFields<'_> {
+    fn get(&self, name: &HeaderName) -> Option<&[u8]> {
+        let (_, value) = lines(self.head).find(|(line, _)| named(self.head, line, name))?;
+        Some(&self.head[value])
+    }
+
+    fn remove(&mut self, name: &HeaderName) {
+        remove(self.head, name);
+        if let Some(edits) = self.edits.as_mut() {
+            edits.push(Edit::Remove(name.clone()));
+        }
+    }
+
+    fn insert(&mut self, name: HeaderName, value: HeaderValue) {
+        insert(self.head, &name, &value);
+        if let Some(edits) = self.edits.as_mut() {
+            edits.push(Edit::Insert(name, value));
+        }
+    }
+}
+
+/// Makes the recorded `edits` again on a head written anew.
+pub fn apply(head: &mut Vec<u8>, edits: &[Edit]) {
+    for edit in edits {
+        match edit {
+            Edit::Remove(name) => remove(head, name),
+            Edit::Insert(name, value) => insert(head, name, value),
+        }
+    }
+}
+
+fn remove(head: &mut Vec<u8>, name: &HeaderName) {
+    loop {
+        let found = lines(head).find(|(line, _)| named(head, line, name));
+        let Some((line, _)) = found else { return };
+        head.drain(line);
+    }
+}
+
+fn insert(head: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
+    remove(head, name);
+    add_field(head, name.as_str().as_bytes(), value.as_bytes());
+}
+
+/// Whether the field line `line` of `head` is named `name`.
+fn named(head: &[u8], line: &Range<usize>, name: &HeaderName) -> bool {
+    let name = name.as_str().as_bytes();
+    head[line.clone()]
+        .split(|&b| b == b':')
+        .next()
+        .is_some_and(|written| written.eq_ignore_ascii_case(name))
+}
+
+/// The field lines of a written head: each line's range (with its CRLF) and its value's range,
+/// without the whitespace around it.
+fn lines(head: &[u8]) -> impl Iterator<Item = (Range<usize>, Range<usize>)> + '_ {
+    let first = head.windows(2).position(|pair| pair == b"\r\n");
+    let mut at = first.map_or(head.len(), |end| end + 2);
+    std::iter::from_fn(move || {
+        let end = at + head[at..].windows(2).position(|pair| pair == b"\r\n")?;
+        if end == at {
+            return None;
+        }
+        let line = at..end + 2;
+        at = end + 2;
+        let colon = line.start + head[line.clone()].iter().position(|&b| b == b':')?;
+        let mut value = colon + 1..end;
+        while value.start < value.end && matches!(head[value.start], b' ' | b'\t') {
+            value.start += 1;
+        }
+        while value.end > value.start && matches!(head[value.end - 1], b' ' | b'\t') {
+            value.end -= 1;
+        }
+        Some((line, value))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &[u8] = b"GET /a HTTP/1.1\r\nhost: x\r\nX-User: forged\r\nauthorization:  Bearer t \r\nx-user: again\r\n\r\n";
+
+    #[test]
+    fn fields_are_found_by_name_whatever_its_case_and_read_without_surrounding_space() {
+        let mut head = HEAD.to_vec();
+        let fields = HeadFields::new(&mut head);
+        let user = HeaderName::from_static("x-user");
+        assert_eq!(fields.get(&user), Some(&b"forged"[..]));
+        assert_eq!(
+            fields.get(&http::header::AUTHORIZATION),
+            Some(&b"Bearer t"[..])
+        );
+        assert_eq!(fields.get(&HeaderName::from_static("accept")), None);
+    }
+
+    #[test]
+    fn removing_a_name_removes_every_line_of_it_and_inserting_replaces_them() {
+        let mut head = HEAD.to_vec();
+        let user = HeaderName::from_static("x-user");
+        HeadFields::new(&mut head).insert(user.clone(), HeaderValue::from_static("M7"));
+        assert_eq!(
+            head,
+            b"GET /a HTTP/1.1\r\nhost: x\r\nauthorization:  Bearer t \r\nx-user: M7\r\n\r\n"
+        );
+        HeadFields::new(&mut head).remove(&http::header::AUTHORIZATION);
+        assert_eq!(head, b"GET /a HTTP/1.1\r\nhost: x\r\nx-user: M7\r\n\r\n");
+    }
+
+    #[test]
+    fn recorded_edits_made_again_give_the_same_head() {
+        let (mut edited, mut edits) = (HEAD.to_vec(), Vec::new());
+        let mut fields = HeadFields::recording(&mut edited, &mut edits);
+        fields.remove(&HeaderName::from_static("x-user"));
+        fields.insert(
+            HeaderName::from_static("x-claim"),
+            HeaderValue::from_static("sub"),
+        );
+        fields.remove(&http::header::AUTHORIZATION);
+        let mut again = HEAD.to_vec();
+        apply(&mut again, &edits);
+        assert_eq!(again, edited);
+        assert_eq!(again, b"GET /a HTTP/1.1\r\nhost: x\r\nx-claim: sub\r\n\r\n");
+    }
+
+    #[test]
+    fn an_answer_without_fields_gets_one_before_its_blank_line() {
+        let mut head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        let limit = HeaderName::from_static("ratelimit-limit");
+        HeadFields::new(&mut head).insert(limit.clone(), HeaderValue::from(5));
+        assert_eq!(head, b"HTTP/1.1 200 OK\r\nratelimit-limit: 5\r\n\r\n");
+        assert_eq!(HeadFields::new(&mut head).get(&limit), Some(&b"5"[..]));
+    }
+}
