@@ -346,6 +346,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Shared<'_, S> {
 
 /// The request as the pipeline reads it: the head at the start of `input` (parsed once
 /// already, so `None` only for a field `http` refuses, which hyper then answers).
+/// The fields the pipeline's forwarding step adds to a request (`Forwarded`,
+/// `X-Forwarded-For/-Proto/-Host`, `Via`).
+const FORWARDING_FIELDS: usize = 5;
+
 fn http_request(input: &[u8], request: &RequestHead) -> Option<http::Request<RequestBody>> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut fields);
@@ -356,7 +360,8 @@ fn http_request(input: &[u8], request: &RequestHead) -> Option<http::Request<Req
     *asked.method_mut() = request.method.clone();
     *asked.uri_mut() = http::Uri::try_from(head::ascii(&input[request.target.clone()])).ok()?;
     let headers = asked.headers_mut();
-    headers.reserve(parsed.headers.len());
+    // Room for the forwarding step's five fields too, so that they do not grow the map.
+    headers.reserve(parsed.headers.len() + FORWARDING_FIELDS);
     for field in parsed.headers.iter() {
         headers.append(
             HeaderName::from_bytes(field.name.as_bytes()).ok()?,
@@ -423,7 +428,11 @@ pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
         head::write_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     if let Some(length) = length {
-        head::write_field(out, b"content-length", length.to_string().as_bytes());
+        head::write_field(
+            out,
+            b"content-length",
+            itoa::Buffer::new().format(length).as_bytes(),
+        );
     }
     if chunked {
         head::write_field(out, b"transfer-encoding", b"chunked");
