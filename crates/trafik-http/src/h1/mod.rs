@@ -46,7 +46,7 @@ use self::body::{Failed, Upload};
 use self::buffers::Exchange;
 use self::chunked::{ANSWER_TRAILER_LINES, BadChunk, Chunked};
 use self::deadline::Deadline;
-use self::fields::Steps;
+use self::fields::{HeadFields, Steps};
 use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, ResponseHead};
 use self::rewind::rewind;
 use self::upstream::Stream;
@@ -327,23 +327,27 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         _ => None,
     };
     // Address rules and mirrors are the pipeline's.
-    let inline = found.and_then(|(route, _)| match &route.target {
-        // The inline relay speaks HTTP/1.1 upstream: a pool that speaks HTTP/2 (or may, by
-        // ALPN) takes the pipeline's transport. A pool that reads the request to pick reads
-        // it as the client sent it here, so fields-only steps that edit it are the pipeline's.
-        Target::Pool(target)
-            if route
-                .filters
-                .iter()
-                .all(|filter| filter.head_only() || filter.fields_only())
-                && route.routing_counters.is_none()
-                && snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1
-                && !(route.edits_fields()
-                    && Selection::reads_request(&snapshot.pools[target.pool])) =>
-        {
-            Some((route, target))
+    let inline = found.and_then(|(route, _)| {
+        let steps_inline = route
+            .filters
+            .iter()
+            .all(|filter| filter.head_only() || filter.fields_only())
+            && route.routing_counters.is_none();
+        match &route.target {
+            _ if !steps_inline => None,
+            // The inline relay speaks HTTP/1.1 upstream: a pool that speaks HTTP/2 (or may, by
+            // ALPN) takes the pipeline's transport. A pool that reads the request to pick reads
+            // it as the client sent it here, so fields-only steps that edit it are the pipeline's.
+            Target::Pool(target)
+                if snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1
+                    && !(route.edits_fields()
+                        && Selection::reads_request(&snapshot.pools[target.pool])) =>
+            {
+                Some((route, Inline::Pool(target)))
+            }
+            Target::Static(site) => Some((route, Inline::Files(site))),
+            _ => None,
         }
-        _ => None,
     });
     let mut pipeline_client = || {
         connection
@@ -384,20 +388,19 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         head::replace_path(&mut connection.head, path.as_bytes());
     }
     let mut edits = Vec::new();
-    let pool = &snapshot.pools[target.pool];
     // The pipeline's answers advertise an h3 twin in `WorkerProxy::handle`; this relay writes
     // the same field into the head it relays.
     let alt_svc = match snapshot.listener(listener) {
         Some(Listener::Https {
             alt_svc: Some(alt_svc),
             ..
-        }) => alt_svc.as_bytes(),
-        _ => b"",
+        }) => Some(alt_svc),
+        _ => None,
     };
     let me = proxy.id;
     let mut metrics = Answers {
         began: Instant::now(),
-        pool: pool.served.mine(me),
+        pool: None,
         route: route.traffic.mine(me),
         listener: snapshot
             .metrics
@@ -420,13 +423,6 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             },
         }),
     };
-    // A bodiless request is its head, kept in the connection's buffer: sending it again needs
-    // no copy, so its replay is nothing. Kept, as on hyper's path, only when the pool retries.
-    let replay = (pool.plan.retries > 0
-        && request.body == 0
-        && !streamed
-        && (request.method.is_idempotent() || target.retry_non_idempotent))
-        .then_some(());
     let consumed = request.length + request.body as usize;
     let head_request = request.method == Method::HEAD;
     // A streamed body may be left unread by a refusal: the connection closes after it, as it
@@ -436,9 +432,37 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         && let Some((mut answer, ran)) = steps.on_request(&mut connection.head, &mut edits)
     {
         steps.on_response(&mut answer, ran);
-        let logged = metrics.counted(answer.status().as_u16(), None, Instant::now());
+        let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
         return answer_own(connection, logged, *answer, consumed, keep(), head_request).await;
     }
+    let target = match target {
+        Inline::Pool(target) => target,
+        Inline::Files(site) => {
+            let path = rewritten.as_deref().unwrap_or(text(&request.path));
+            let fields = HeadFields::new(&mut connection.head);
+            let mut answer = site.serve(me, &request.method, path, &fields).await;
+            if let Some(alt_svc) = alt_svc {
+                answer
+                    .headers_mut()
+                    .insert(http::header::ALT_SVC, alt_svc.clone());
+            }
+            if let Some(steps) = &metrics.steps {
+                steps.on_response(&mut answer, steps.filters.len());
+            }
+            let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
+            return answer_own(connection, logged, answer, consumed, keep(), head_request).await;
+        }
+    };
+    let pool = &snapshot.pools[target.pool];
+    metrics.pool = Some(pool.served.mine(me));
+    let alt_svc = alt_svc.map_or(&b""[..], |alt_svc| alt_svc.as_bytes());
+    // A bodiless request is its head, kept in the connection's buffer: sending it again needs
+    // no copy, so its replay is nothing. Kept, as on hyper's path, only when the pool retries.
+    let replay = (pool.plan.retries > 0
+        && request.body == 0
+        && !streamed
+        && (request.method.is_idempotent() || target.retry_non_idempotent))
+        .then_some(());
     let mut upload = match streamed {
         false => None,
         true => match Upload::new(&connection.input, request, snapshot.client.limits) {
@@ -667,11 +691,19 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     .await
 }
 
+/// What the fast path serves a route's requests with.
+enum Inline<'r> {
+    Pool(&'r crate::http::target::PoolTarget),
+    Files(&'r Arc<crate::http::files::Site>),
+}
+
 /// Where one fast-path answer is counted: the same golden metrics the full pipeline keeps for
 /// its pool, route and listener, and its access-log line when the log is on.
 struct Answers<'s> {
     began: Instant,
-    pool: &'s crate::metrics::Served,
+    /// The pool's, once a pool is asked: a step's own answer before it, or a file's, is not
+    /// the pool's to count.
+    pool: Option<&'s crate::metrics::Served>,
     route: &'s crate::metrics::Traffic,
     listener: Option<&'s crate::metrics::Traffic>,
     /// The client, method, target and host, when every request is logged.
@@ -692,20 +724,9 @@ impl Answers<'_> {
         now: Instant,
     ) -> Option<AccessLine> {
         let micros = crate::metrics::micros_between(self.began, now);
-        self.pool
-            .answered_in(status, micros, crate::metrics::second_of(now));
-        self.counted(status, backend, now)
-    }
-
-    /// Counts an answer where the route and listener count it, as [`Answers::answered`] does
-    /// but for the pool's metrics: for a step's own answer, given before the pool was asked.
-    fn counted(
-        &mut self,
-        status: u16,
-        backend: Option<SocketAddr>,
-        now: Instant,
-    ) -> Option<AccessLine> {
-        let micros = crate::metrics::micros_between(self.began, now);
+        if let Some(pool) = self.pool {
+            pool.answered_in(status, micros, crate::metrics::second_of(now));
+        }
         self.route.record(status, micros);
         if let Some(listener) = self.listener {
             listener.record(status, micros);

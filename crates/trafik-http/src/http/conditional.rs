@@ -3,32 +3,31 @@
 
 use std::time::SystemTime;
 
-use http::{HeaderMap, HeaderValue, header};
+use http::{HeaderValue, header};
+
+use super::filter::{Fields, field_text};
 
 /// Whether a GET or HEAD with these headers gets 304 for a representation with this `ETag`
 /// and modification time: `If-None-Match` decides when present (weak comparison), else
 /// `If-Modified-Since`.
 pub fn not_modified(
-    request: &HeaderMap,
+    request: &dyn Fields,
     etag: Option<&HeaderValue>,
     modified: Option<SystemTime>,
 ) -> bool {
-    if let Some(wanted) = request.get(header::IF_NONE_MATCH) {
+    if request.get(&header::IF_NONE_MATCH).is_some() {
         let Some(etag) = etag.and_then(|e| e.to_str().ok()) else {
             return false;
         };
-        let wanted = wanted.to_str().unwrap_or("");
+        let wanted = field_text(request, &header::IF_NONE_MATCH).unwrap_or("");
         return wanted.trim() == "*"
             || wanted
                 .split(',')
                 .any(|candidate| weak_equal(candidate.trim(), etag));
     }
-    match (
-        request
-            .get(header::IF_MODIFIED_SINCE)
-            .and_then(trafik_cache::freshness::http_date),
-        modified,
-    ) {
+    let since = field_text(request, &header::IF_MODIFIED_SINCE)
+        .and_then(|date| httpdate::parse_http_date(date).ok());
+    match (since, modified) {
         // HTTP dates have whole seconds: a file modified within the second it names is not
         // newer than it.
         (Some(since), Some(modified)) => whole_seconds(modified) <= whole_seconds(since),
@@ -38,8 +37,8 @@ pub fn not_modified(
 
 /// Whether `If-Range` allows a partial answer: it must name this exact strong `ETag`, or the
 /// exact `Last-Modified` date.
-pub fn range_applies(request: &HeaderMap, etag: Option<&HeaderValue>, modified: &str) -> bool {
-    match request.get(header::IF_RANGE).and_then(|v| v.to_str().ok()) {
+pub fn range_applies(request: &dyn Fields, etag: Option<&HeaderValue>, modified: &str) -> bool {
+    match field_text(request, &header::IF_RANGE) {
         None => true,
         Some(condition) if condition.starts_with('"') => {
             etag.is_some_and(|etag| etag.as_bytes() == condition.as_bytes())
@@ -60,6 +59,7 @@ fn weak_equal(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
     use std::time::Duration;
 
     #[test]

@@ -19,12 +19,13 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Response, StatusCode, header};
 use percent_encoding::percent_decode_str;
 use trafik_cache::{Limits, Policy, Store, Weigh};
 
-use super::body::{ProxyBody, RequestBody};
+use super::body::ProxyBody;
 use super::conditional::{not_modified, range_applies};
+use super::filter::Fields;
 use super::path::escapes_are_well_formed;
 use crate::counters::{PerWorker, add, bump, read};
 
@@ -140,14 +141,17 @@ impl Site {
         }
     }
 
+    /// Answers `method` for `path` (normalized, without the query), with the request's
+    /// conditional and range fields read from `fields`, whichever engine read it.
     pub async fn serve(
         &self,
         worker: usize,
-        request: &Request<RequestBody>,
+        method: &Method,
+        path: &str,
+        fields: &dyn Fields,
     ) -> Response<ProxyBody> {
         let counters = self.counters.mine(worker);
         bump(&counters.requests);
-        let method = request.method();
         if method != Method::GET && method != Method::HEAD {
             let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET or HEAD\n");
             response
@@ -155,7 +159,7 @@ impl Site {
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             return response;
         }
-        let file = match self.file(request.uri().path()).await {
+        let file = match self.file(path).await {
             Ok(file) => file,
             Err(Refusal::BadPath) => return plain(StatusCode::BAD_REQUEST, "bad path\n"),
             Err(Refusal::NotFound) => {
@@ -163,7 +167,7 @@ impl Site {
                 return plain(StatusCode::NOT_FOUND, "not found\n");
             }
         };
-        let response = answer(&file, request.headers(), method == Method::HEAD);
+        let response = answer(&file, fields, method == Method::HEAD);
         if response.status() == StatusCode::NOT_MODIFIED {
             bump(&counters.not_modified);
         }
@@ -293,7 +297,7 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
 }
 
 /// 200, 206, 304 or 416 for `file`.
-fn answer(file: &File, request: &HeaderMap, head: bool) -> Response<ProxyBody> {
+fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::Local(None));
     let headers = response.headers_mut();
     headers.insert(header::ETAG, file.etag.clone());
@@ -306,7 +310,7 @@ fn answer(file: &File, request: &HeaderMap, head: bool) -> Response<ProxyBody> {
     }
     headers.insert(header::CONTENT_TYPE, file.content_type.clone());
     let modified = file.last_modified.to_str().unwrap_or("");
-    let range = match request.get(header::RANGE) {
+    let range = match request.get(&header::RANGE) {
         Some(range) if range_applies(request, Some(&file.etag), modified) => {
             match byte_range(range, file.len) {
                 Some(Ok(range)) => Some(range),
@@ -351,8 +355,11 @@ fn answer(file: &File, request: &HeaderMap, head: bool) -> Response<ProxyBody> {
 /// `bytes=a-b`, `bytes=a-` or `bytes=-n` against a file of `len` bytes, as a half-open range;
 /// `None` for what is ignored (other units, several ranges: the whole file is sent), `Err` for
 /// a range that misses the file (416).
-fn byte_range(value: &HeaderValue, len: u64) -> Option<Result<(u64, u64), ()>> {
-    let spec = value.to_str().ok()?.trim().strip_prefix("bytes=")?;
+fn byte_range(value: &[u8], len: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = std::str::from_utf8(value)
+        .ok()?
+        .trim()
+        .strip_prefix("bytes=")?;
     if spec.contains(',') {
         return None;
     }
@@ -429,7 +436,7 @@ mod tests {
     use super::*;
 
     fn range(text: &str, len: u64) -> Option<Result<(u64, u64), ()>> {
-        byte_range(&HeaderValue::from_str(text).unwrap(), len)
+        byte_range(text.as_bytes(), len)
     }
 
     #[test]

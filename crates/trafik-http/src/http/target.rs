@@ -69,7 +69,11 @@ impl Target {
             Target::Ambassador(ambassador) => {
                 Box::pin(ambassador.serve(worker, snapshot, connection, request)).await
             }
-            Target::Static(site) => (site.serve(worker.id, &request).await, None),
+            Target::Static(site) => {
+                let path = request.uri().path();
+                let answer = site.serve(worker.id, request.method(), path, request.headers());
+                (answer.await, None)
+            }
             Target::Cached(cached) => {
                 Box::pin(cached.serve(worker, snapshot, connection, request)).await
             }

@@ -156,6 +156,8 @@ async fn files_come_with_validators_ranges_and_their_content_type() {
         0,
         "served by the own engine"
     );
+    let web = &status(&running).await["listeners"][0];
+    assert_eq!(web["through_pipeline"], 0, "served inline: {web}");
     stop(running).await;
 }
 
