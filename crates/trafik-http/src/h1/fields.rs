@@ -82,8 +82,10 @@ impl<'a> HeadFields<'a> {
 
 impl Fields for HeadFields<'_> {
     fn get(&self, name: &HeaderName) -> Option<&[u8]> {
-        let (_, value) = lines(self.head).find(|(line, _)| named(self.head, line, name))?;
-        Some(&self.head[value])
+        let name = name.as_str().as_bytes();
+        let line = lines_from(self.head, fields_start(self.head))
+            .find(|line| named(self.head, line, name))?;
+        Some(value(self.head, line, name.len()))
     }
 
     fn remove(&mut self, name: &HeaderName) {
@@ -112,9 +114,12 @@ pub fn apply(head: &mut Vec<u8>, edits: &[Edit]) {
 }
 
 fn remove(head: &mut Vec<u8>, name: &HeaderName) {
+    let name = name.as_str().as_bytes();
+    let mut from = fields_start(head);
     loop {
-        let found = lines(head).find(|(line, _)| named(head, line, name));
-        let Some((line, _)) = found else { return };
+        let found = lines_from(head, from).find(|line| named(head, line, name));
+        let Some(line) = found else { return };
+        from = line.start;
         head.drain(line);
     }
 }
@@ -124,37 +129,38 @@ fn insert(head: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
     add_field(head, name.as_str().as_bytes(), value.as_bytes());
 }
 
-/// Whether the field line `line` of `head` is named `name`.
-fn named(head: &[u8], line: &Range<usize>, name: &HeaderName) -> bool {
-    let name = name.as_str().as_bytes();
-    head[line.clone()]
-        .split(|&b| b == b':')
-        .next()
-        .is_some_and(|written| written.eq_ignore_ascii_case(name))
+/// Where the field lines start: after the start line.
+fn fields_start(head: &[u8]) -> usize {
+    memchr::memchr(b'\n', head).map_or(head.len(), |end| end + 1)
 }
 
-/// The field lines of a written head: each line's range (with its CRLF) and its value's range,
-/// without the whitespace around it.
-fn lines(head: &[u8]) -> impl Iterator<Item = (Range<usize>, Range<usize>)> + '_ {
-    let first = head.windows(2).position(|pair| pair == b"\r\n");
-    let mut at = first.map_or(head.len(), |end| end + 2);
+/// The field lines of a written head from `at` (a line's start) on, each with its CRLF, up to
+/// the blank line.
+fn lines_from(head: &[u8], mut at: usize) -> impl Iterator<Item = Range<usize>> + '_ {
     std::iter::from_fn(move || {
-        let end = at + head[at..].windows(2).position(|pair| pair == b"\r\n")?;
-        if end == at {
+        let end = at + memchr::memchr(b'\n', head.get(at..)?)? + 1;
+        if end - at <= 2 {
             return None;
         }
-        let line = at..end + 2;
-        at = end + 2;
-        let colon = line.start + head[line.clone()].iter().position(|&b| b == b':')?;
-        let mut value = colon + 1..end;
-        while value.start < value.end && matches!(head[value.start], b' ' | b'\t') {
-            value.start += 1;
-        }
-        while value.end > value.start && matches!(head[value.end - 1], b' ' | b'\t') {
-            value.end -= 1;
-        }
-        Some((line, value))
+        let line = at..end;
+        at = end;
+        Some(line)
     })
+}
+
+/// Whether `line` of `head` is a field named `name` (lowercase): the name, then its colon.
+fn named(head: &[u8], line: &Range<usize>, name: &[u8]) -> bool {
+    let line = &head[line.clone()];
+    line.len() > name.len()
+        && line[name.len()] == b':'
+        && line[..name.len()].eq_ignore_ascii_case(name)
+}
+
+/// The value of the field `line` whose name is `name_length` bytes long, without the
+/// whitespace around it.
+fn value(head: &[u8], line: Range<usize>, name_length: usize) -> &[u8] {
+    let value = &head[line.start + name_length + 1..line.end];
+    value.trim_ascii()
 }
 
 #[cfg(test)]
