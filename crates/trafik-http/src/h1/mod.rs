@@ -340,8 +340,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             // it as the client sent it here, so fields-only steps that edit it are the pipeline's.
             Target::Pool(target)
                 if snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1
-                    && !(route.edits_fields()
-                        && Selection::reads_request(&snapshot.pools[target.pool])) =>
+                    && !(Selection::reads_request(&snapshot.pools[target.pool])
+                        && route.edits_fields()) =>
             {
                 Some((route, Inline::Pool(target)))
             }
