@@ -6,7 +6,7 @@
 //!
 //! Managed certificates and challenges belong to the process, not to one configuration: a
 //! reload that keeps a certificate's settings keeps serving (and renewing) the same one, so they
-//! live in one [`registry`].
+//! live in one [`registry`]. [`manager`] orders and renews them.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +19,8 @@ use rustls::sign::CertifiedKey;
 use tokio::sync::Notify;
 
 use super::Certificate;
+
+pub mod manager;
 
 /// Where HTTP-01 challenges are asked for (RFC 8555 §8.3).
 pub const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";

@@ -1,5 +1,6 @@
 //! Orders and renews the certificates of `[[listener.tls]] acme = { … }` (RFC 8555, with
-//! instant-acme), beside the serving proxy on its control runtime.
+//! instant-acme), beside the serving proxy on its control runtime ([`supervise`], spawned by
+//! `trafik serve` with the [`Store`] its mode calls for).
 //!
 //! For each managed certificate: serve what is stored if it is still valid, else order one at
 //! start; order again at two thirds of its life or when `trafik cert renew` asks; a failed order
@@ -21,8 +22,9 @@ use instant_acme::{
     NewOrder, OrderStatus, RetryPolicy,
 };
 use trafik_etcd::Etcd;
-use trafik_proxy::tls::Certificate;
-use trafik_proxy::tls::acme::{AcmeSpec, ChallengeKind, Managed, registry};
+
+use super::{AcmeSpec, ChallengeKind, Managed, registry};
+use crate::tls::Certificate;
 
 /// How often the supervisor looks for certificates a reload added.
 const NEW_CERTIFICATES: Duration = Duration::from_secs(1);
@@ -38,13 +40,17 @@ const ORDER_TIMEOUT: Duration = Duration::from_secs(120);
 pub enum Store {
     /// Each certificate's `storage` folder.
     Folder,
-    /// A fleet's etcd, under `prefix`.
-    Etcd { etcd: Etcd, prefix: String },
+    /// A fleet's etcd, under `prefix`; `holder` names this instance in the order lock.
+    Etcd {
+        etcd: Etcd,
+        prefix: String,
+        holder: String,
+    },
 }
 
 /// Starts a manager for every managed certificate, now and whenever a reload adds one.
 pub async fn supervise(store: Store) {
-    if let Store::Etcd { etcd, prefix } = &store {
+    if let Store::Etcd { etcd, prefix, .. } = &store {
         let (etcd, prefix) = (etcd.clone(), prefix.clone());
         registry().answer_http_elsewhere(Arc::new(move |token: String| {
             let (etcd, key) = (etcd.clone(), challenge_etcd_key(&prefix, &token));
@@ -203,8 +209,8 @@ fn install(
 
 /// The leaf's validity period.
 fn validity(chain: &str) -> Result<(SystemTime, SystemTime), String> {
-    use rustls_pki_types::pem::PemObject;
-    let leaf = rustls_pki_types::CertificateDer::pem_slice_iter(chain.as_bytes())
+    use rustls::pki_types::pem::PemObject;
+    let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(chain.as_bytes())
         .next()
         .ok_or("no certificate in the chain")?
         .map_err(|e| format!("the chain is not PEM: {e}"))?;
@@ -312,7 +318,7 @@ async fn order(
                 let token = challenge.token.clone();
                 registry().offer_http(&token, key_authorization.as_str());
                 offered.tokens.push(token.clone());
-                if let Store::Etcd { etcd, prefix } = store {
+                if let Store::Etcd { etcd, prefix, .. } = store {
                     let key = challenge_etcd_key(prefix, &token);
                     etcd.put(&key, key_authorization.as_str().as_bytes(), None)
                         .await
@@ -393,7 +399,7 @@ fn alpn_certificate(
     params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
     let key = rcgen::KeyPair::generate().map_err(failed)?;
     let certificate = params.self_signed(&key).map_err(failed)?;
-    trafik_proxy::tls::acme::challenge_key(certificate.der().to_vec(), key.serialize_der())
+    super::challenge_key(certificate.der().to_vec(), key.serialize_der())
 }
 
 fn challenge_etcd_key(prefix: &str, token: &str) -> String {
@@ -438,7 +444,7 @@ impl Store {
                 }
                 Ok(Some((read(&chain)?, read(&key)?)))
             }
-            Store::Etcd { etcd, prefix } => {
+            Store::Etcd { etcd, prefix, .. } => {
                 let Some(value) = etcd
                     .get(&Self::certificate_key(prefix, spec))
                     .await
@@ -466,7 +472,7 @@ impl Store {
                 write(&folder.join("key.pem"), key)?;
                 write(&folder.join("cert.pem"), chain)
             }
-            Store::Etcd { etcd, prefix } => {
+            Store::Etcd { etcd, prefix, .. } => {
                 let value = serde_json::json!({ "chain": chain, "key": key }).to_string();
                 etcd.put(&Self::certificate_key(prefix, spec), value.as_bytes(), None)
                     .await
@@ -486,7 +492,7 @@ impl Store {
                     false => Ok(None),
                 }
             }
-            Store::Etcd { etcd, prefix } => Ok(etcd
+            Store::Etcd { etcd, prefix, .. } => Ok(etcd
                 .get(&format!("{prefix}acme/accounts/{name}"))
                 .await
                 .map_err(|e| e.to_string())?
@@ -501,7 +507,7 @@ impl Store {
                 &spec.storage.join("accounts").join(format!("{name}.json")),
                 text,
             ),
-            Store::Etcd { etcd, prefix } => etcd
+            Store::Etcd { etcd, prefix, .. } => etcd
                 .put(
                     &format!("{prefix}acme/accounts/{name}"),
                     text.as_bytes(),
@@ -515,7 +521,12 @@ impl Store {
 
     /// The order lock, or `None` while another instance holds it.
     async fn lock(&self, spec: &AcmeSpec) -> Result<Option<Lock>, String> {
-        let Store::Etcd { etcd, prefix } = self else {
+        let Store::Etcd {
+            etcd,
+            prefix,
+            holder,
+        } = self
+        else {
             return Ok(Some(Lock {
                 key: None,
                 keep_alive: None,
@@ -523,11 +534,6 @@ impl Store {
         };
         let key = format!("{prefix}acme/locks/{}", spec.domains.join(","));
         let lease = etcd.grant(LOCK_TTL).await.map_err(|e| e.to_string())?;
-        let holder = format!(
-            "{}-{}",
-            crate::command::fleet::hostname(),
-            std::process::id()
-        );
         let taken = etcd
             .create(&key, holder.as_bytes(), Some(lease))
             .await
