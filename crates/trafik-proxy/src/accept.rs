@@ -223,6 +223,17 @@ pub async fn quic_accept_loop(
             incoming.refuse();
             continue;
         };
+        // Over the listener's caps a QUIC connection is refused: it has no backlog to wait in.
+        let admitted = match snapshot.connection_limit(id) {
+            Some(limit) => match limit.admit_now(incoming.remote_address().ip()) {
+                Some(admitted) => Some(admitted),
+                None => {
+                    incoming.refuse();
+                    continue;
+                }
+            },
+            None => None,
+        };
         let connecting = match incoming.accept_with(quic.clone()) {
             Ok(connecting) => connecting,
             Err(error) => {
@@ -248,7 +259,7 @@ pub async fn quic_accept_loop(
                 Ok(Err(error)) => tracing::debug!(%error, "QUIC handshake failed"),
                 Err(_) => tracing::debug!("QUIC handshake timed out"),
             }
-            drop((alive, open));
+            drop((alive, open, admitted));
         });
     }
     // New clients are refused from now on; those open drain (GOAWAY) and close.

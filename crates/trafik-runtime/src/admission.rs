@@ -2,7 +2,8 @@
 //! `max_connections` open at once (the accept loop waits for one to close before serving
 //! another, so the kernel's backlog holds the rest and nothing spins), and at most
 //! `max_connections_per_client` from one client IP address (the one over it is closed at once,
-//! as nginx's `limit_conn` does).
+//! as nginx's `limit_conn` does). QUIC connections (h3 listeners) have no backlog to wait in:
+//! one over either cap is refused at once.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -25,6 +26,8 @@ pub struct ConnectionLimit {
     pub refused_per_client: AtomicU64,
     /// Connections that found `max_connections` open and waited for one to close.
     pub waited: AtomicU64,
+    /// QUIC connections refused at once because `max_connections` were open.
+    pub refused_at_max: AtomicU64,
 }
 
 /// One admitted connection: its slot and its count for its client, given back on drop.
@@ -40,6 +43,7 @@ impl ConnectionLimit {
             Arc::new(ConnectionLimit {
                 listener: listener.to_owned(),
                 waited: AtomicU64::new(0),
+                refused_at_max: AtomicU64::new(0),
                 limits,
                 slots: (limits.max_connections > 0)
                     .then(|| Arc::new(Semaphore::new(limits.max_connections as usize))),
@@ -52,6 +56,39 @@ impl ConnectionLimit {
     /// Admits a connection from `client`: `None` at once when that client is at its cap,
     /// otherwise when a slot is free (waiting for one to close at `max_connections`).
     pub async fn admit(self: &Arc<Self>, client: IpAddr) -> Option<Admitted> {
+        // Made before waiting, so a stop while waiting gives the client's count back.
+        let mut admitted = self.count_client(client)?;
+        if let Some(slots) = &self.slots {
+            let slot = match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    self.waited.fetch_add(1, Ordering::Relaxed);
+                    slots.clone().acquire_owned().await.ok()?
+                }
+            };
+            admitted._slot = Some(slot);
+        }
+        Some(admitted)
+    }
+
+    /// Admits a QUIC connection from `client` now or never: `None` when that client is at its
+    /// cap or `max_connections` are open.
+    pub fn admit_now(self: &Arc<Self>, client: IpAddr) -> Option<Admitted> {
+        let mut admitted = self.count_client(client)?;
+        if let Some(slots) = &self.slots {
+            match slots.clone().try_acquire_owned() {
+                Ok(slot) => admitted._slot = Some(slot),
+                Err(_) => {
+                    self.refused_at_max.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+            }
+        }
+        Some(admitted)
+    }
+
+    /// Counts a connection of `client`, `None` (and counted as refused) at its cap.
+    fn count_client(self: &Arc<Self>, client: IpAddr) -> Option<Admitted> {
         let counted = if self.limits.max_connections_per_client > 0 {
             let mut by_client = self.by_client.lock().unwrap_or_else(|e| e.into_inner());
             let open = by_client.entry(client).or_insert(0);
@@ -65,22 +102,10 @@ impl ConnectionLimit {
         } else {
             None
         };
-        // Made before waiting, so a stop while waiting gives the client's count back.
-        let mut admitted = Admitted {
+        Some(Admitted {
             _slot: None,
             client: counted,
-        };
-        if let Some(slots) = &self.slots {
-            let slot = match slots.clone().try_acquire_owned() {
-                Ok(slot) => slot,
-                Err(_) => {
-                    self.waited.fetch_add(1, Ordering::Relaxed);
-                    slots.clone().acquire_owned().await.ok()?
-                }
-            };
-            admitted._slot = Some(slot);
-        }
-        Some(admitted)
+        })
     }
 }
 
@@ -122,5 +147,23 @@ mod tests {
         assert!(limit.admit(one).await.is_some());
         assert_eq!(limit.refused_per_client.load(Ordering::Relaxed), 1);
         assert!(ConnectionLimit::new("web", ConnectionLimits::default()).is_none());
+    }
+
+    #[test]
+    fn a_quic_connection_over_the_listener_cap_is_refused_rather_than_kept_waiting() {
+        let limit = ConnectionLimit::new(
+            "h3",
+            ConnectionLimits {
+                max_connections: 1,
+                max_connections_per_client: 0,
+            },
+        )
+        .unwrap();
+        let client = "10.0.0.1".parse().unwrap();
+        let first = limit.admit_now(client).unwrap();
+        assert!(limit.admit_now(client).is_none());
+        assert_eq!(limit.refused_at_max.load(Ordering::Relaxed), 1);
+        drop(first);
+        assert!(limit.admit_now(client).is_some());
     }
 }

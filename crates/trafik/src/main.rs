@@ -2,7 +2,6 @@
 //! decides or moves traffic lives in the library crates; this binary parses the command line
 //! and hands each command to its module in [`command`].
 
-mod acme;
 mod cli;
 mod command;
 mod config;

@@ -32,13 +32,13 @@ struct Served {
     ca: TestCa,
 }
 
-fn serve(dir: &Path, upstream: &Upstream) -> Served {
+fn serve(dir: &Path, upstream: &Upstream, h3_keys: &str) -> Served {
     let ca = TestCa::new("trafik h3 test CA");
     let site = ca.issue(&["kargo.test"]);
     std::fs::write(dir.join("site.pem"), &site.cert_pem).unwrap();
     std::fs::write(dir.join("site.key"), &site.key_pem).unwrap();
     let (port, admin) = (free_port(), free_port());
-    let config = write_config(dir, port, admin, upstream, true);
+    let config = write_config(dir, port, admin, upstream, Some(h3_keys));
     let (server, _) = Trafik::start(
         &["serve", "--config", config.to_str().unwrap()],
         Stdio::null(),
@@ -52,18 +52,25 @@ fn serve(dir: &Path, upstream: &Upstream) -> Served {
     }
 }
 
-/// Writes `trafik.toml` in `dir`: the https listener on `port`, and with `h3` its UDP twin.
-fn write_config(dir: &Path, port: u16, admin: u16, upstream: &Upstream, h3: bool) -> PathBuf {
+/// Writes `trafik.toml` in `dir`: the https listener on `port`, and with `h3` its UDP twin
+/// (with these further keys).
+fn write_config(
+    dir: &Path,
+    port: u16,
+    admin: u16,
+    upstream: &Upstream,
+    h3: Option<&str>,
+) -> PathBuf {
     let h3 = match h3 {
-        true => format!(
+        Some(keys) => format!(
             r#"
 [[listener]]
 name = "web-h3"
 listen = "127.0.0.1:{port}"
 protocol = "h3"
-"#
+{keys}"#
         ),
-        false => String::new(),
+        None => String::new(),
     };
     let config = dir.join("trafik.toml");
     std::fs::write(
@@ -134,7 +141,7 @@ async fn responses(admin: u16, listener: &str) -> u64 {
 async fn an_h3_client_gets_the_same_answers_as_https_from_the_same_trafik() {
     let upstream = Upstream::start(&[]);
     let dir = folder("same");
-    let served = serve(&dir, &upstream);
+    let served = serve(&dir, &upstream, "");
     let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
 
     let mut https = TlsClient::connect(address, "kargo.test", &served.ca, HTTP1).await;
@@ -205,9 +212,9 @@ async fn an_h3_client_gets_the_same_answers_as_https_from_the_same_trafik() {
 async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
     let upstream = Upstream::start(&[]);
     let dir = folder("reload");
-    let served = serve(&dir, &upstream);
+    let served = serve(&dir, &upstream, "");
     let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
-    let reload = |h3: bool| {
+    let reload = |h3: Option<&str>| {
         write_config(&dir, served.port, served.admin, &upstream, h3);
         Command::new(env!("CARGO_BIN_EXE_trafik"))
             .args(["reload", "--admin", &format!("127.0.0.1:{}", served.admin)])
@@ -225,7 +232,7 @@ async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
     // connection is drained (GOAWAY, then closed without error).
     let mut h3 = H3Client::connect(address, "kargo.test", &served.ca).await;
     assert_eq!(h3.get("kargo.test", "/takip/TR-1").await.status, 200);
-    let removed = reload(false);
+    let removed = reload(None);
     assert!(removed.status.success(), "{removed:?}");
     assert_eq!(alt_svc().await, None);
     let closed = tokio::time::timeout(std::time::Duration::from_secs(30), h3.closed)
@@ -239,7 +246,7 @@ async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
     // taken and the reload is refused, changing nothing: it is tried again.
     let mut tries = 0;
     loop {
-        let added = reload(true);
+        let added = reload(Some(""));
         if added.status.success() {
             break;
         }
@@ -265,6 +272,63 @@ async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
 }
 
 /// What `trafik check` says of `text` written at `config`, which it must refuse.
+/// The caps of an h3 listener hold for QUIC connections: one over them is refused at once (a
+/// QUIC client has no backlog to wait in) and counted as TCP refusals are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h3_connection_over_the_listeners_caps_is_refused_and_counted() {
+    let upstream = Upstream::start(&[]);
+    let dir = folder("caps");
+    let served = serve(
+        &dir,
+        &upstream,
+        "max_connections = 2\nmax_connections_per_client = 1\n",
+    );
+    let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
+    let client = |n: u8| std::net::IpAddr::from([127, 0, 0, n]);
+    let connect = |n: u8| H3Client::try_connect(client(n), address, "kargo.test", &served.ca);
+
+    let mut first = connect(1).await.expect("the first client connects");
+    assert_eq!(first.get("kargo.test", "/takip/TR-1").await.status, 200);
+    let again = connect(1).await.err().expect("over the client's cap");
+    assert!(again.contains("refused"), "{again}");
+    let mut second = connect(2).await.expect("another client connects");
+    assert_eq!(second.get("kargo.test", "/takip/TR-2").await.status, 200);
+    let third = connect(3).await.err().expect("over the listener's cap");
+    assert!(third.contains("refused"), "{third}");
+    // The open connections are served on.
+    assert_eq!(first.get("kargo.test", "/takip/TR-3").await.status, 200);
+
+    let admin = format!("127.0.0.1:{}", served.admin);
+    let status = trafik_test_support::process::get_json(&admin, "/status");
+    let listener = status["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "web-h3")
+        .cloned()
+        .unwrap();
+    assert_eq!(listener["refused_per_client"], 1, "{listener}");
+    assert_eq!(listener["refused_at_max"], 1, "{listener}");
+    let metrics = trafik_test_support::process::get_text(&admin, "/metrics");
+    assert!(
+        metrics.contains("trafik_listener_refused_at_max_total{listener=\"web-h3\"} 1"),
+        "{metrics}"
+    );
+
+    // A closed connection gives its place back (once the server has seen it close).
+    first.close().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let _back = loop {
+        match connect(3).await {
+            Ok(client) => break client,
+            Err(error) => assert!(std::time::Instant::now() < deadline, "{error}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(served.server.stop().status.success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn refused(config: &Path, text: &str) -> String {
     std::fs::write(config, text).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_trafik"))
@@ -294,8 +358,8 @@ backends = [{ address = "127.0.0.1:9001" }]
         "{errors}"
     );
 
-    // Routes of its own need certificates of its own; caps and client certificates are not
-    // kept on QUIC, so they are refused rather than ignored.
+    // Routes of its own need certificates of its own; client certificates are not asked for
+    // over QUIC, so they are refused rather than ignored (caps are kept, so they pass).
     let text = r#"[[listener]]
 name = "web-h3"
 listen = "127.0.0.1:8443"
@@ -313,11 +377,11 @@ backends = [{ address = "127.0.0.1:9001" }]
     let errors = refused(&config, text);
     for expected in [
         "4:12: listener[0].tls: an h3 listener with routes of its own needs a certificate of its own",
-        "4:12: listener[0].max_connections: max_connections and max_connections_per_client are not kept on h3 listeners yet",
         "6:13: listener[0].client_ca: client certificates are not asked for over HTTP/3",
     ] {
         assert!(errors.contains(expected), "{expected:?} in {errors}");
     }
+    assert!(!errors.contains("max_connections"), "{errors}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -333,7 +397,7 @@ async fn bench_h3_against_https() {
     const REQUESTS: usize = 500;
     let upstream = Upstream::start(&[]);
     let dir = folder("bench");
-    let served = serve(&dir, &upstream);
+    let served = serve(&dir, &upstream, "");
     let address: std::net::SocketAddr = format!("127.0.0.1:{}", served.port).parse().unwrap();
     let ca = std::sync::Arc::new(served.ca);
     let (mut over_h3, mut over_https) = (Vec::new(), Vec::new());

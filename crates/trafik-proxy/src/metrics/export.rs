@@ -220,7 +220,7 @@ pub(crate) fn backend_labels(pool: &Pool, index: usize) -> [(&'static str, Strin
 /// in the Prometheus text format; nothing without a limited listener.
 pub fn write_connection_limits(snapshot: &Snapshot, exposition: &mut Exposition) {
     type Read = fn(&crate::admission::ConnectionLimit) -> u64;
-    let families: [(&str, &str, Read); 2] = [
+    let families: [(&str, &str, Read); 3] = [
         (
             "trafik_listener_waited_total",
             "Connections that found max_connections open and waited for one to close.",
@@ -230,6 +230,11 @@ pub fn write_connection_limits(snapshot: &Snapshot, exposition: &mut Exposition)
             "trafik_listener_refused_per_client_total",
             "Connections closed at once: their client had max_connections_per_client open.",
             |l| l.refused_per_client.load(Ordering::Relaxed),
+        ),
+        (
+            "trafik_listener_refused_at_max_total",
+            "QUIC connections refused at once: max_connections were open (QUIC has no backlog to wait in).",
+            |l| l.refused_at_max.load(Ordering::Relaxed),
         ),
     ];
     if snapshot.connection_limits().next().is_none() {

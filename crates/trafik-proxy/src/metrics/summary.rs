@@ -126,5 +126,6 @@ pub fn add_connection_limits(snapshot: &Snapshot, listeners: &mut serde_json::Va
         entry["max_connections_per_client"] = limit.limits.max_connections_per_client.into();
         entry["waited"] = limit.waited.load(Ordering::Relaxed).into();
         entry["refused_per_client"] = limit.refused_per_client.load(Ordering::Relaxed).into();
+        entry["refused_at_max"] = limit.refused_at_max.load(Ordering::Relaxed).into();
     }
 }

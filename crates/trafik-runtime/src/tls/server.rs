@@ -10,8 +10,8 @@ use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 
 use super::acme::{ACME_TLS_ALPN, Managed, registry};
 use super::{Certificate, ClientAuth, VERSIONS, provider};
@@ -61,7 +61,7 @@ pub fn acceptor(
         managed: managed.to_vec(),
     }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    // TLS-ALPN-01 validation offers only this protocol; no other client does.
+    // Marks a listener that answers TLS-ALPN-01 validation ([`accept`] reads the hello first).
     if !managed.is_empty() {
         config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
     }
@@ -115,7 +115,7 @@ pub async fn handshake<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let stream = tokio::time::timeout(timeout, acceptor.accept(stream))
+    let stream = tokio::time::timeout(timeout, accept(&acceptor, stream))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
     let protocol = match stream.get_ref().1.alpn_protocol() {
@@ -130,6 +130,52 @@ where
         _ => Protocol::Http1,
     };
     Ok((stream, protocol))
+}
+
+/// The server handshake. A listener with ACME certificates reads the client's hello first: a
+/// TLS-ALPN-01 validation (a hello offering only `acme-tls/1`) gets the challenge certificate
+/// for its name, pending here or, in a fleet, at the instance that ordered (asked of etcd, which
+/// a certificate resolver, being synchronous, could not do).
+async fn accept<S>(acceptor: &TlsAcceptor, stream: S) -> io::Result<TlsStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let config = acceptor.config();
+    if !config.alpn_protocols.iter().any(|p| p == ACME_TLS_ALPN) {
+        return acceptor.accept(stream).await;
+    }
+    let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
+    let hello = start.client_hello();
+    let validation = hello
+        .alpn()
+        .is_some_and(|mut offered| offered.all(|protocol| protocol == ACME_TLS_ALPN));
+    if !validation {
+        return start.into_stream(config.clone()).await;
+    }
+    let no_challenge =
+        || io::Error::new(io::ErrorKind::NotFound, "no TLS-ALPN-01 challenge pending");
+    let name = hello.server_name().ok_or_else(no_challenge)?.to_owned();
+    let key = registry()
+        .answer_alpn_anywhere(&name)
+        .await
+        .ok_or_else(no_challenge)?;
+    let mut challenge = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(VERSIONS)
+        .map_err(io::Error::other)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Challenge(key)));
+    challenge.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
+    start.into_stream(Arc::new(challenge)).await
+}
+
+/// The one certificate of a TLS-ALPN-01 validation.
+#[derive(Debug)]
+struct Challenge(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Challenge {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
 }
 
 /// Picks a listener's certificate for the name in the client's hello: a certificate naming it
@@ -182,12 +228,6 @@ impl ByServerName {
 
 impl ResolvesServerCert for ByServerName {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let validation = hello
-            .alpn()
-            .is_some_and(|mut offered| offered.all(|protocol| protocol == ACME_TLS_ALPN));
-        if validation && !self.managed.is_empty() {
-            return registry().answer_alpn(hello.server_name()?);
-        }
         self.resolve_name(hello.server_name())
     }
 }

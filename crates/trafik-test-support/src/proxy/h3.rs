@@ -22,6 +22,21 @@ pub struct H3Client {
 impl H3Client {
     /// Connects to `address` asking for `server_name`, trusting `ca`.
     pub async fn connect(address: SocketAddr, server_name: &str, ca: &TestCa) -> H3Client {
+        let local = std::net::Ipv4Addr::LOCALHOST.into();
+        match H3Client::try_connect(local, address, server_name, ca).await {
+            Ok(client) => client,
+            Err(error) => panic!("no HTTP/3 connection to {address}: {error}"),
+        }
+    }
+
+    /// [`H3Client::connect`] from the loopback address `from` (another client, to the server),
+    /// or why the connection failed (a server refusing it, say).
+    pub async fn try_connect(
+        from: std::net::IpAddr,
+        address: SocketAddr,
+        server_name: &str,
+        ca: &TestCa,
+    ) -> Result<H3Client, String> {
         let mut tls =
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_protocol_versions(&[&rustls::version::TLS13])
@@ -30,23 +45,22 @@ impl H3Client {
                 .with_no_client_auth();
         tls.alpn_protocols = vec![b"h3".to_vec()];
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS");
-        let mut endpoint =
-            quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).expect("a UDP socket");
+        let mut endpoint = quinn::Endpoint::client(SocketAddr::new(from, 0)).expect("a UDP socket");
         endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
         let connection = endpoint
             .connect(address, server_name)
             .expect("a QUIC connection starts")
             .await
-            .expect("QUIC handshake");
+            .map_err(|e| format!("QUIC handshake: {e}"))?;
         let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection))
             .await
-            .expect("HTTP/3 settings");
+            .map_err(|e| format!("HTTP/3 settings: {e}"))?;
         let closed = tokio::spawn(async move { driver.wait_idle().await });
-        H3Client {
+        Ok(H3Client {
             sender,
             closed,
             endpoint,
-        }
+        })
     }
 
     /// Sends `request` with `body` (none when empty) and reads the whole answer.

@@ -133,9 +133,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         file: format!("{}{}", etcd.url(), keys.config()),
         load: Box::new(move || load().map(|loaded| loaded.plan)),
     };
-    let acme = crate::acme::Store::Etcd {
+    let acme = trafik_proxy::tls::acme::manager::Store::Etcd {
         etcd: etcd.clone(),
         prefix: keys.prefix.clone(),
+        holder: instance_id.clone(),
     };
     let agent = Agent {
         etcd,
@@ -159,7 +160,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn hostname() -> String {
+fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .unwrap_or_else(|_| "trafik".into())

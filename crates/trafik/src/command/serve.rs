@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use trafik_proxy::Reloader;
+use trafik_proxy::tls::acme::manager::{self as acme_manager, Store as AcmeStore};
 use trafik_upstream::{ReplicaConfig, RunningReplica};
 
 use super::{load_config, say_status};
@@ -78,7 +79,7 @@ fn override_addresses(loaded: &mut Loaded, args: &ServeArgs) -> Result<(), Vec<S
 /// Starts the built-in replicas, then the proxy; reloads on SIGHUP; drains on Ctrl-C or
 /// SIGTERM.
 pub fn serve(loaded: Loaded, reloader: Option<Reloader>) -> Result<(), String> {
-    serve_with(loaded, reloader, None, crate::acme::Store::Folder)
+    serve_with(loaded, reloader, None, AcmeStore::Folder)
 }
 
 /// Work that runs beside a serving instance on the control runtime (the etcd watch); it is
@@ -91,7 +92,7 @@ pub fn serve_with(
     loaded: Loaded,
     reloader: Option<Reloader>,
     companion: Option<Companion>,
-    acme: crate::acme::Store,
+    acme: AcmeStore,
 ) -> Result<(), String> {
     let runtime = control_runtime()?;
     runtime.block_on(async move {
@@ -108,7 +109,7 @@ pub fn serve_with(
         if let Some(companion) = companion {
             companion(&running);
         }
-        tokio::spawn(crate::acme::supervise(acme));
+        tokio::spawn(acme_manager::supervise(acme));
         trafik_proxy::handover::tell_ready();
         loop {
             tokio::select! {

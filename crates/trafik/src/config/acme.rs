@@ -1,5 +1,5 @@
 //! `[[listener.tls]] acme = { … }`: a certificate ordered and renewed with ACME (RFC 8555). The
-//! settings are checked here; the order itself runs beside the proxy (`crate::acme`).
+//! settings are checked here; the order itself runs beside the proxy (`trafik_proxy::tls::acme::manager`).
 
 use std::sync::Arc;
 

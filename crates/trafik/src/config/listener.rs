@@ -230,16 +230,8 @@ fn check(
 }
 
 /// Client certificates are asked for by the https listener only: an h3 listener refuses the
-/// keys rather than serve without the identity its routes may depend on; nor are connection
-/// caps kept on QUIC yet, so they are refused rather than ignored.
+/// keys rather than serve without the identity its routes may depend on.
 fn refuse_what_h3_lacks(report: &mut Report, field: &str, listener: &Listener) {
-    if listener.max_connections > 0 || listener.max_connections_per_client > 0 {
-        report.error(
-            listener.protocol.span(),
-            &format!("{field}.max_connections"),
-            "max_connections and max_connections_per_client are not kept on h3 listeners yet: remove them (QUIC connections cost no descriptor; each is bounded by its idle timeout)",
-        );
-    }
     if let Some(client_ca) = &listener.client_ca {
         report.error(
             client_ca.span(),

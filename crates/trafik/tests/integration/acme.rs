@@ -311,7 +311,21 @@ fn a_failing_tls_alpn_01_challenge_keeps_the_old_certificate_and_shows_the_error
 
 #[test]
 fn a_fleet_of_three_on_one_etcd_orders_once_and_serves_one_certificate() {
-    let dir = folder("fleet");
+    fleet_of_three("fleet", "http-01");
+}
+
+/// The CA's TLS-ALPN-01 handshake reaches the first instance while the second holds the
+/// order: the first answers with the digest the second published in etcd.
+#[test]
+fn a_fleet_answers_tls_alpn_01_on_an_instance_that_did_not_order() {
+    fleet_of_three("fleet-alpn", "tls-alpn-01");
+}
+
+/// Three instances on one etcd with `challenge`, the CA reaching the first one's listeners: the
+/// first order is made once and served by all; a renewal asked of the second is validated at
+/// the first and taken by all.
+fn fleet_of_three(test: &str, challenge: &str) {
+    let dir = folder(test);
     let etcd = Etcd::start(&dir.join("etcd"));
     let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
     let dns = free_port();
@@ -335,7 +349,7 @@ fn a_fleet_of_three_on_one_etcd_orders_once_and_serves_one_certificate() {
         "dns on",
     );
     let file = dir.join("fleet.toml");
-    std::fs::write(&file, config(ports[0], &pebble, "http-01", &upstream)).unwrap();
+    std::fs::write(&file, config(ports[0], &pebble, challenge, &upstream)).unwrap();
     let pushed = Command::new(trafik_binary())
         .args([
             "config",
@@ -390,8 +404,9 @@ fn a_fleet_of_three_on_one_etcd_orders_once_and_serves_one_certificate() {
     assert_eq!(ordered, 1, "one instance ordered");
     assert_eq!(pebble.issued(), 1, "{}", pebble.log());
 
-    // A renewal asked of the second instance: it orders, the CA asks the first for the HTTP-01
-    // answer (which only etcd gives it), and every instance takes the new certificate.
+    // A renewal asked of the second instance: it orders, the CA asks the first for the
+    // challenge's answer (which only etcd gives it), and every instance takes the new
+    // certificate.
     let before = certificate_status(&ports[1].admin())["ordered"]
         .as_u64()
         .unwrap();

@@ -1,5 +1,6 @@
 //! Orders and renews the certificates of `[[listener.tls]] acme = { … }` (RFC 8555, with
-//! instant-acme), beside the serving proxy on its control runtime.
+//! instant-acme), beside the serving proxy on its control runtime ([`supervise`], spawned by
+//! `trafik serve` with the [`Store`] its mode calls for).
 //!
 //! For each managed certificate: serve what is stored if it is still valid, else order one at
 //! start; order again at two thirds of its life or when `trafik cert renew` asks; a failed order
@@ -8,8 +9,9 @@
 //!
 //! In a fleet (`serve --etcd`) the certificate, its key and the account live in etcd, and an
 //! order is made under a lock (a key created only if absent, bound to a lease): one instance
-//! orders, the others take the stored certificate. The HTTP-01 answer goes through etcd too, so
-//! whichever instance the CA reaches can give it.
+//! orders, the others take the stored certificate. The challenges' answers go through etcd too
+//! (HTTP-01's key authorization, TLS-ALPN-01's digest), so whichever instance the CA reaches can
+//! give them.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -21,8 +23,9 @@ use instant_acme::{
     NewOrder, OrderStatus, RetryPolicy,
 };
 use trafik_etcd::Etcd;
-use trafik_proxy::tls::Certificate;
-use trafik_proxy::tls::acme::{AcmeSpec, ChallengeKind, Managed, registry};
+
+use super::{AcmeSpec, ChallengeKind, Managed, SharedChallenges, alpn_certificate, registry};
+use crate::tls::Certificate;
 
 /// How often the supervisor looks for certificates a reload added.
 const NEW_CERTIFICATES: Duration = Duration::from_secs(1);
@@ -38,21 +41,18 @@ const ORDER_TIMEOUT: Duration = Duration::from_secs(120);
 pub enum Store {
     /// Each certificate's `storage` folder.
     Folder,
-    /// A fleet's etcd, under `prefix`.
-    Etcd { etcd: Etcd, prefix: String },
+    /// A fleet's etcd, under `prefix`; `holder` names this instance in the order lock.
+    Etcd {
+        etcd: Etcd,
+        prefix: String,
+        holder: String,
+    },
 }
 
 /// Starts a manager for every managed certificate, now and whenever a reload adds one.
 pub async fn supervise(store: Store) {
-    if let Store::Etcd { etcd, prefix } = &store {
-        let (etcd, prefix) = (etcd.clone(), prefix.clone());
-        registry().answer_http_elsewhere(Arc::new(move |token: String| {
-            let (etcd, key) = (etcd.clone(), challenge_etcd_key(&prefix, &token));
-            Box::pin(async move {
-                let value = etcd.get(&key).await.ok()??;
-                String::from_utf8(value.value).ok()
-            })
-        }));
+    if let Some(shared) = store.shared() {
+        registry().share_through(shared);
     }
     let mut started = HashSet::new();
     loop {
@@ -203,8 +203,8 @@ fn install(
 
 /// The leaf's validity period.
 fn validity(chain: &str) -> Result<(SystemTime, SystemTime), String> {
-    use rustls_pki_types::pem::PemObject;
-    let leaf = rustls_pki_types::CertificateDer::pem_slice_iter(chain.as_bytes())
+    use rustls::pki_types::pem::PemObject;
+    let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(chain.as_bytes())
         .next()
         .ok_or("no certificate in the chain")?
         .map_err(|e| format!("the chain is not PEM: {e}"))?;
@@ -260,6 +260,24 @@ struct Offered {
     published: Vec<(Etcd, String)>,
 }
 
+impl Offered {
+    /// Publishes a challenge's answer for the fleet, withdrawn with the others.
+    async fn publish(
+        &mut self,
+        shared: SharedChallenges,
+        key: String,
+        value: &[u8],
+    ) -> Result<(), String> {
+        shared
+            .etcd
+            .put(&key, value, None)
+            .await
+            .map_err(|e| format!("the challenge cannot be shared: {e}"))?;
+        self.published.push((shared.etcd, key));
+        Ok(())
+    }
+}
+
 impl Drop for Offered {
     fn drop(&mut self) {
         for token in &self.tokens {
@@ -312,19 +330,22 @@ async fn order(
                 let token = challenge.token.clone();
                 registry().offer_http(&token, key_authorization.as_str());
                 offered.tokens.push(token.clone());
-                if let Store::Etcd { etcd, prefix } = store {
-                    let key = challenge_etcd_key(prefix, &token);
-                    etcd.put(&key, key_authorization.as_str().as_bytes(), None)
-                        .await
-                        .map_err(|e| format!("the challenge cannot be shared: {e}"))?;
-                    offered.published.push((etcd.clone(), key));
+                if let Some(shared) = store.shared() {
+                    let key = shared.http_key(&token);
+                    offered
+                        .publish(shared, key, key_authorization.as_str().as_bytes())
+                        .await?;
                 }
             }
             ChallengeKind::TlsAlpn01 => {
                 let domain = challenge.identifier().to_string();
-                let key = alpn_certificate(&domain, key_authorization.digest().as_ref())?;
-                registry().offer_alpn(&domain, key);
-                offered.domains.push(domain);
+                let digest = key_authorization.digest();
+                registry().offer_alpn(&domain, alpn_certificate(&domain, digest.as_ref())?);
+                offered.domains.push(domain.clone());
+                if let Some(shared) = store.shared() {
+                    let key = shared.alpn_key(&domain);
+                    offered.publish(shared, key, digest.as_ref()).await?;
+                }
             }
         }
         challenge
@@ -382,24 +403,6 @@ async fn why_invalid(order: &mut instant_acme::Order, spec: &AcmeSpec) -> String
     }
 }
 
-/// The TLS-ALPN-01 certificate for `domain` (RFC 8737 §3): self-signed, naming it, with the
-/// key authorization's digest in the acmeIdentifier extension.
-fn alpn_certificate(
-    domain: &str,
-    digest: &[u8],
-) -> Result<Arc<rustls::sign::CertifiedKey>, String> {
-    let failed = |e: rcgen::Error| format!("the TLS-ALPN-01 certificate cannot be made: {e}");
-    let mut params = rcgen::CertificateParams::new(vec![domain.to_owned()]).map_err(failed)?;
-    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
-    let key = rcgen::KeyPair::generate().map_err(failed)?;
-    let certificate = params.self_signed(&key).map_err(failed)?;
-    trafik_proxy::tls::acme::challenge_key(certificate.der().to_vec(), key.serialize_der())
-}
-
-fn challenge_etcd_key(prefix: &str, token: &str) -> String {
-    format!("{prefix}acme/challenges/{token}")
-}
-
 /// A file or key name for text such as a directory URL.
 fn flattened(text: &str) -> String {
     text.chars()
@@ -420,6 +423,17 @@ struct Lock {
 }
 
 impl Store {
+    /// Where the challenges offered are shared with the fleet (in etcd only).
+    fn shared(&self) -> Option<SharedChallenges> {
+        match self {
+            Store::Folder => None,
+            Store::Etcd { etcd, prefix, .. } => Some(SharedChallenges {
+                etcd: etcd.clone(),
+                prefix: prefix.clone(),
+            }),
+        }
+    }
+
     fn certificate_folder(spec: &AcmeSpec) -> PathBuf {
         spec.storage.join(&spec.domains[0])
     }
@@ -438,7 +452,7 @@ impl Store {
                 }
                 Ok(Some((read(&chain)?, read(&key)?)))
             }
-            Store::Etcd { etcd, prefix } => {
+            Store::Etcd { etcd, prefix, .. } => {
                 let Some(value) = etcd
                     .get(&Self::certificate_key(prefix, spec))
                     .await
@@ -466,7 +480,7 @@ impl Store {
                 write(&folder.join("key.pem"), key)?;
                 write(&folder.join("cert.pem"), chain)
             }
-            Store::Etcd { etcd, prefix } => {
+            Store::Etcd { etcd, prefix, .. } => {
                 let value = serde_json::json!({ "chain": chain, "key": key }).to_string();
                 etcd.put(&Self::certificate_key(prefix, spec), value.as_bytes(), None)
                     .await
@@ -486,7 +500,7 @@ impl Store {
                     false => Ok(None),
                 }
             }
-            Store::Etcd { etcd, prefix } => Ok(etcd
+            Store::Etcd { etcd, prefix, .. } => Ok(etcd
                 .get(&format!("{prefix}acme/accounts/{name}"))
                 .await
                 .map_err(|e| e.to_string())?
@@ -501,7 +515,7 @@ impl Store {
                 &spec.storage.join("accounts").join(format!("{name}.json")),
                 text,
             ),
-            Store::Etcd { etcd, prefix } => etcd
+            Store::Etcd { etcd, prefix, .. } => etcd
                 .put(
                     &format!("{prefix}acme/accounts/{name}"),
                     text.as_bytes(),
@@ -515,7 +529,12 @@ impl Store {
 
     /// The order lock, or `None` while another instance holds it.
     async fn lock(&self, spec: &AcmeSpec) -> Result<Option<Lock>, String> {
-        let Store::Etcd { etcd, prefix } = self else {
+        let Store::Etcd {
+            etcd,
+            prefix,
+            holder,
+        } = self
+        else {
             return Ok(Some(Lock {
                 key: None,
                 keep_alive: None,
@@ -523,11 +542,6 @@ impl Store {
         };
         let key = format!("{prefix}acme/locks/{}", spec.domains.join(","));
         let lease = etcd.grant(LOCK_TTL).await.map_err(|e| e.to_string())?;
-        let holder = format!(
-            "{}-{}",
-            crate::command::fleet::hostname(),
-            std::process::id()
-        );
         let taken = etcd
             .create(&key, holder.as_bytes(), Some(lease))
             .await

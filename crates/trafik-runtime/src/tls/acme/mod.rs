@@ -6,19 +6,21 @@
 //!
 //! Managed certificates and challenges belong to the process, not to one configuration: a
 //! reload that keeps a certificate's settings keeps serving (and renewing) the same one, so they
-//! live in one [`registry`].
+//! live in one [`registry`]. [`manager`] orders and renews them.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
 use rustls::sign::CertifiedKey;
 use tokio::sync::Notify;
+use trafik_etcd::Etcd;
 
 use super::Certificate;
+
+pub mod manager;
 
 /// Where HTTP-01 challenges are asked for (RFC 8555 §8.3).
 pub const CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
@@ -163,20 +165,23 @@ impl Managed {
     }
 }
 
-/// A TLS-ALPN-01 challenge certificate (DER) with its PKCS#8 key, ready to serve. Its critical
-/// acmeIdentifier extension (RFC 8737 §3) is one WebPKI refuses to parse, so the pair is not
-/// checked the way a served certificate is: trafik made both halves itself.
-pub fn challenge_key(
-    certificate: Vec<u8>,
-    pkcs8_key: Vec<u8>,
-) -> Result<Arc<CertifiedKey>, String> {
-    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8_key);
+/// The TLS-ALPN-01 certificate for `domain` (RFC 8737 §3): self-signed, naming it, with the
+/// key authorization's SHA-256 `digest` in the critical acmeIdentifier extension. WebPKI refuses
+/// to parse that extension, so the pair is not checked the way a served certificate is: trafik
+/// made both halves itself.
+pub fn alpn_certificate(domain: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, String> {
+    let failed = |e: rcgen::Error| format!("the TLS-ALPN-01 certificate cannot be made: {e}");
+    let mut params = rcgen::CertificateParams::new(vec![domain.to_owned()]).map_err(failed)?;
+    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
+    let key = rcgen::KeyPair::generate().map_err(failed)?;
+    let certificate = params.self_signed(&key).map_err(failed)?;
+    let pkcs8 = rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der());
     let signing = super::provider()
         .key_provider
-        .load_private_key(key.into())
+        .load_private_key(pkcs8.into())
         .map_err(|e| format!("the challenge key cannot be used: {e}"))?;
     Ok(Arc::new(CertifiedKey::new(
-        vec![certificate.into()],
+        vec![certificate.der().clone()],
         signing,
     )))
 }
@@ -194,15 +199,38 @@ pub fn retry_after(failing: u32) -> Duration {
     Duration::from_secs(doubled.min(3600))
 }
 
-/// Asks elsewhere (a fleet's etcd) for the key authorization of an HTTP-01 token that another
-/// instance offered.
-pub type RemoteAnswer =
-    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send + Sync>;
+/// A fleet's etcd and key prefix, where each instance publishes the challenges it offers, so
+/// whichever instance the CA's validation reaches can answer it.
+#[derive(Clone)]
+pub struct SharedChallenges {
+    pub etcd: Etcd,
+    pub prefix: String,
+}
+
+impl SharedChallenges {
+    /// Where an HTTP-01 token's key authorization is published.
+    pub fn http_key(&self, token: &str) -> String {
+        format!("{}acme/challenges/{token}", self.prefix)
+    }
+
+    /// Where the key authorization digest of a TLS-ALPN-01 challenge for `domain` is published.
+    pub fn alpn_key(&self, domain: &str) -> String {
+        format!(
+            "{}acme/alpn-challenges/{}",
+            self.prefix,
+            domain.to_ascii_lowercase()
+        )
+    }
+
+    async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        Some(self.etcd.get(key).await.ok()??.value)
+    }
+}
 
 /// The process's managed certificates and pending challenges.
 #[derive(Default)]
 pub struct Registry {
-    elsewhere: Mutex<Option<RemoteAnswer>>,
+    shared: Mutex<Option<SharedChallenges>>,
     managed: Mutex<HashMap<AcmeSpec, Arc<Managed>>>,
     /// HTTP-01: token → key authorization.
     http: Mutex<HashMap<String, String>>,
@@ -256,9 +284,9 @@ impl Registry {
         locked(&self.http).get(token).cloned()
     }
 
-    /// In a fleet, where tokens pending at other instances are asked for.
-    pub fn answer_http_elsewhere(&self, remote: RemoteAnswer) {
-        *locked(&self.elsewhere) = Some(remote);
+    /// In a fleet, where challenges pending at other instances are asked for.
+    pub fn share_through(&self, shared: SharedChallenges) {
+        *locked(&self.shared) = Some(shared);
     }
 
     /// The answer to an HTTP-01 request for `path`: pending here, or (in a fleet) at the
@@ -273,8 +301,8 @@ impl Registry {
             && token
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        let remote = locked(&self.elsewhere).clone().filter(|_| well_formed)?;
-        remote(token.to_owned()).await
+        let shared = locked(&self.shared).clone().filter(|_| well_formed)?;
+        String::from_utf8(shared.get(&shared.http_key(token)).await?).ok()
     }
 
     pub fn offer_alpn(&self, domain: &str, key: Arc<CertifiedKey>) {
@@ -285,11 +313,34 @@ impl Registry {
         locked(&self.alpn).remove(&domain.to_ascii_lowercase());
     }
 
-    /// The TLS-ALPN-01 certificate for `domain`, while its challenge is pending.
+    /// The TLS-ALPN-01 certificate for `domain`, while its challenge is pending here.
     pub fn answer_alpn(&self, domain: &str) -> Option<Arc<CertifiedKey>> {
         locked(&self.alpn)
             .get(&domain.to_ascii_lowercase())
             .cloned()
+    }
+
+    /// The TLS-ALPN-01 certificate for `domain`: pending here, or (in a fleet) made from the
+    /// digest the instance ordering published. Only a name of a managed certificate is asked
+    /// for, not whatever a client's hello names.
+    pub async fn answer_alpn_anywhere(&self, domain: &str) -> Option<Arc<CertifiedKey>> {
+        if let Some(here) = self.answer_alpn(domain) {
+            return Some(here);
+        }
+        let managed = locked(&self.managed).values().any(|m| m.serves(domain));
+        let shared = locked(&self.shared).clone().filter(|_| managed)?;
+        let digest = shared.get(&shared.alpn_key(domain)).await?;
+        // A SHA-256 digest (RFC 8737 §3).
+        if digest.len() != 32 {
+            return None;
+        }
+        match alpn_certificate(domain, &digest) {
+            Ok(key) => Some(key),
+            Err(error) => {
+                tracing::warn!(%domain, %error, "no TLS-ALPN-01 answer");
+                None
+            }
+        }
     }
 }
 
