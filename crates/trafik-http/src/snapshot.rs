@@ -14,7 +14,7 @@ use crate::http::cache::Jobs;
 use crate::http::filter::{self, Trace};
 use crate::http::mirror::Mirror;
 use crate::http::policy::{self, GateStats, GlobalLimitStats};
-use crate::http::route::{Route, RouteTable};
+use crate::http::route::{Route, RouteTable, StepKinds};
 use crate::http::routing::RoutingStats;
 use crate::http::target::Target;
 use crate::plan::{ClientPlan, ListenerKind, Plan};
@@ -323,6 +323,7 @@ impl Snapshot {
                     path_prefix: route.path_prefix.clone(),
                     path_template: route.path_template.clone(),
                     methods: route.methods.clone(),
+                    steps: StepKinds::of(&filters),
                     filters,
                     target,
                     routing: route.routing.clone(),

@@ -328,20 +328,15 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     };
     // Address rules and mirrors are the pipeline's.
     let inline = found.and_then(|(route, _)| {
-        let steps_inline = route
-            .filters
-            .iter()
-            .all(|filter| filter.head_only() || filter.fields_only())
-            && route.routing_counters.is_none();
         match &route.target {
-            _ if !steps_inline => None,
+            _ if !route.steps.inline || route.routing_counters.is_some() => None,
             // The inline relay speaks HTTP/1.1 upstream: a pool that speaks HTTP/2 (or may, by
             // ALPN) takes the pipeline's transport. A pool that reads the request to pick reads
             // it as the client sent it here, so fields-only steps that edit it are the pipeline's.
             Target::Pool(target)
                 if snapshot.pools[target.pool].plan.protocol == UpstreamProtocol::Http1
-                    && !(Selection::reads_request(&snapshot.pools[target.pool])
-                        && route.edits_fields()) =>
+                    && !(route.steps.edits_fields
+                        && Selection::reads_request(&snapshot.pools[target.pool])) =>
             {
                 Some((route, Inline::Pool(target)))
             }
@@ -374,15 +369,17 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     };
     // Fields-only steps (JWT, local rate limits, header edits) read and edit the head being
     // forwarded, and see the answer's; their request edits are kept for a head written anew.
-    let stepping = route.edits_fields().then(pipeline_client);
+    let stepping = route.steps.edits_fields.then(pipeline_client);
     // The route's path rewrites, written into the head to send (and again into a head
     // written anew for a retry).
+    let path = text(&request.path);
     let rewritten = route
         .filters
         .iter()
         .fold(None, |rewritten: Option<String>, filter| {
-            let path = rewritten.as_deref().unwrap_or(text(&request.path));
-            filter.upstream_path(path).or(rewritten)
+            filter
+                .upstream_path(rewritten.as_deref().unwrap_or(path))
+                .or(rewritten)
         });
     if let Some(path) = &rewritten {
         head::replace_path(&mut connection.head, path.as_bytes());
@@ -438,7 +435,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let target = match target {
         Inline::Pool(target) => target,
         Inline::Files(site) => {
-            let path = rewritten.as_deref().unwrap_or(text(&request.path));
+            let path = rewritten.as_deref().unwrap_or(path);
             let fields = HeadFields::new(&mut connection.head);
             let mut answer = site.serve(me, &request.method, path, &fields).await;
             if let Some(alt_svc) = alt_svc {

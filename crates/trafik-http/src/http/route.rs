@@ -26,6 +26,8 @@ pub struct Route {
     pub methods: Vec<Method>,
     /// The built-in steps, then the configured ones.
     pub filters: Vec<Box<dyn Filter>>,
+    /// What its steps need, told once when it is built.
+    pub steps: StepKinds,
     pub target: Target,
     /// Its requests' durations and status classes, kept across reloads while the route is.
     pub traffic: crate::metrics::RouteTraffic,
@@ -38,10 +40,23 @@ pub struct Route {
         Option<std::sync::Arc<crate::counters::PerWorker<super::routing::RoutingCounters>>>,
 }
 
-impl Route {
-    /// Whether any of its steps reads and edits fields ([`Filter::fields_only`]).
-    pub fn edits_fields(&self) -> bool {
-        self.filters.iter().any(|filter| filter.fields_only())
+/// What a route's steps need of the engine that serves it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepKinds {
+    /// Every step is head-only or fields-only: the own HTTP/1 engine can serve it inline.
+    pub inline: bool,
+    /// Some step reads and edits fields ([`Filter::fields_only`]).
+    pub edits_fields: bool,
+}
+
+impl StepKinds {
+    pub fn of(filters: &[Box<dyn Filter>]) -> Self {
+        StepKinds {
+            inline: filters
+                .iter()
+                .all(|filter| filter.head_only() || filter.fields_only()),
+            edits_fields: filters.iter().any(|filter| filter.fields_only()),
+        }
     }
 }
 
@@ -417,6 +432,7 @@ mod tests {
             path_template: None,
             methods: methods.to_vec(),
             filters: Vec::new(),
+            steps: StepKinds::default(),
             target: Target::Pool(PoolTarget {
                 pool,
                 retry_non_idempotent: false,
