@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Static files: trafik's static route vs nginx (sendfile on), in one run on loopback, serving
-# the same files: the course's lesson-4 assets (20 files, 216,000 bytes) written to a temporary
+# the same files: the course's lesson-4 assets (20 files, 216,000 bytes) and a 10.8 KB page, written to a temporary
 # folder. For each path, both are driven with the same wrk command in interleaved rounds.
 # Prints req/s, p50 and the server's CPU µs per request (medians), then trafik/nginx per path.
 #
-#   bench/static.sh                               # logo.svg (4 KB) and uygulama.js (120 KB)
+#   bench/static.sh                               # logo.svg (4 KB), ozet.html (10.8 KB, the
+#                                                 # size the one-pipeline issue names) and
+#                                                 # uygulama.js (120 KB)
 #   PATHS="/varlik/bicem.css" DURATION=10 ROUNDS=5 bench/static.sh
 #
 # Needs: wrk nginx (apt-get install wrk nginx) and cargo.
@@ -15,7 +17,7 @@ CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-2}
-PATHS=${PATHS:-/varlik/logo.svg /varlik/uygulama.js}
+PATHS=${PATHS:-/varlik/logo.svg /varlik/ozet.html /varlik/uygulama.js}
 BASE_PORT=${BASE_PORT:-18500}
 TRAFIK_PORT=$BASE_PORT
 NGINX_PORT=$((BASE_PORT + 1))
@@ -27,7 +29,7 @@ source "$(dirname "$0")/lib.sh"
 
 mkdir -p "$work/varlik"
 chmod 755 "$work" "$work/varlik" # nginx's workers run as an unprivileged user
-for asset in kabuk.html:6000 bicem.css:40000 uygulama.js:120000 yazitipi.woff2:28000 logo.svg:4000; do
+for asset in kabuk.html:6000 bicem.css:40000 uygulama.js:120000 yazitipi.woff2:28000 logo.svg:4000 ozet.html:10800; do
   head -c "${asset#*:}" /dev/zero | tr '\0' x >"$work/varlik/${asset%%:*}"
 done
 for i in $(seq 15); do head -c 1200 /dev/zero | tr '\0' x >"$work/varlik/simge-$i.svg"; done
