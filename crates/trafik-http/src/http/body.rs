@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use tokio::io::{AsyncRead, AsyncSeekExt, AsyncWriteExt, ReadBuf};
 
 use super::service::AccessLine;
-use super::upstream::Lease;
+use super::upstream::{Lease, UpstreamBody};
 use crate::error::ProxyError;
 
 /// A request body on its way upstream. It reports through [`Upload`] when it has been sent in
@@ -735,7 +735,7 @@ pub enum ProxyBody {
     /// step) unless the answer is gRPC's, whose status is in them; the upstream connection
     /// goes back to its pool at the end.
     Upstream {
-        body: Incoming,
+        body: UpstreamBody,
         /// The body's first piece, when it was read before the answer was given (to send the
         /// request elsewhere should the backend close first).
         first: Option<Bytes>,
@@ -776,7 +776,12 @@ impl Drop for Logged {
 impl ProxyBody {
     /// Wraps a backend's body, whose `first` piece may have been read already. A body that has
     /// ended releases its connection at once.
-    pub fn upstream(body: Incoming, first: Option<Bytes>, lease: Lease, trailers: bool) -> Self {
+    pub fn upstream(
+        body: UpstreamBody,
+        first: Option<Bytes>,
+        lease: Lease,
+        trailers: bool,
+    ) -> Self {
         let lease = if body.is_end_stream() {
             lease.release();
             None

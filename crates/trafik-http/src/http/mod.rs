@@ -27,4 +27,5 @@ pub mod target;
 pub mod trace;
 pub mod upgrade;
 pub mod upstream;
+pub mod upstream_h2;
 pub mod validate;

@@ -11,7 +11,6 @@ use futures_util::FutureExt;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::gateway::aggregate::AggregateTarget;
@@ -20,7 +19,7 @@ use super::gateway::service::ServiceTarget;
 use super::retry::Replay;
 use super::service::{ClientConnection, Picked, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
-use super::upstream::Checkout;
+use super::upstream::{Checkout, UpstreamBody};
 use crate::counters::{BackendCounters, bump};
 use crate::error::{Cause, ProxyError};
 use crate::http::body::ErrorAnswer;
@@ -232,7 +231,7 @@ impl PoolTarget {
 /// A backend's answer, with the connection it came on and, when it was waited for, the first
 /// piece of its body.
 struct Answered {
-    answer: Response<Incoming>,
+    answer: Response<UpstreamBody>,
     checkout: Checkout,
     first: Option<Bytes>,
 }
@@ -296,7 +295,9 @@ fn frame_a_body_of_unknown_length(request: &mut Request<RequestBody>) {
 /// only `TE` HTTP/2 allows; the hop-by-hop step removed the client's).
 fn for_http2(request: &mut Request<RequestBody>, pool: &Pool) {
     *request.version_mut() = http::Version::HTTP_2;
-    request.headers_mut().remove(header::TRANSFER_ENCODING);
+    // Connection-specific fields are malformed in HTTP/2 (RFC 9113 §8.2.2): the chunked
+    // framing set above, and whatever an upgrade request kept.
+    super::headers::remove_hop_by_hop(request.headers_mut());
     if let Some(host) = request.headers_mut().remove(header::HOST)
         && let Ok(authority) = http::uri::Authority::try_from(host.as_bytes())
     {
@@ -424,7 +425,7 @@ async fn send(
                     first,
                 });
             }
-            Some(Err(mut error)) => match error.take_message() {
+            Some(Err(mut error)) => match error.take_unsent() {
                 Some(unsent) if !fresh => {
                     fresh = true;
                     request = unsent;

@@ -19,14 +19,13 @@ use std::cell::RefCell;
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, Version};
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::body::RequestBody;
 use super::headers::remove_hop_by_hop;
-use super::upstream::Checkout;
+use super::upstream::{Checkout, UpstreamBody};
 use crate::pool::InFlight;
 
 /// The client side of a request that may switch protocols, set aside before the request is
@@ -144,7 +143,7 @@ impl Tunnel {
     /// Joins the client's side to the backend's 101, whose own side is taken from it.
     pub fn new(
         client: ClientUpgrade,
-        response: &mut Response<Incoming>,
+        response: &mut Response<UpstreamBody>,
         sender: Checkout,
         in_flight: InFlight,
     ) -> Self {

@@ -21,12 +21,12 @@ use std::future::Future;
 use futures_util::future::Either;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::client::conn::{TrySendError, http1, http2};
+use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::{RequestBody, Upload, UploadState};
-use super::server::LocalExecutor;
+use super::upstream_h2::{Http2Body, Http2Connection};
 use crate::meter::Meter;
 use crate::plan::{AnswerLimits, UpstreamProtocol};
 use crate::pool::keep_alive::{self, MAX_IDLE_PER_ENDPOINT};
@@ -38,7 +38,26 @@ use crate::transport;
 /// (shared: each request a stream).
 pub enum Sender {
     Http1(http1::SendRequest<RequestBody>),
-    Http2(http2::SendRequest<RequestBody>),
+    Http2(Http2Connection),
+}
+
+/// A request that got no answer: handed back unsent when the connection could not take it
+/// (it may go on a new one), or lost.
+pub struct SendError(Option<Request<RequestBody>>);
+
+impl SendError {
+    pub fn unsent(request: Request<RequestBody>) -> Self {
+        SendError(Some(request))
+    }
+
+    pub fn lost() -> Self {
+        SendError(None)
+    }
+
+    /// The request, when it was never sent.
+    pub fn take_unsent(&mut self) -> Option<Request<RequestBody>> {
+        self.0.take()
+    }
 }
 
 impl Sender {
@@ -46,11 +65,18 @@ impl Sender {
     pub fn try_send_request(
         &mut self,
         request: Request<RequestBody>,
-    ) -> impl Future<Output = Result<Response<Incoming>, TrySendError<Request<RequestBody>>>> + use<>
-    {
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + use<> {
         match self {
-            Sender::Http1(sender) => Either::Left(sender.try_send_request(request)),
-            Sender::Http2(sender) => Either::Right(sender.try_send_request(request)),
+            Sender::Http1(sender) => {
+                let sending = sender.try_send_request(request);
+                Either::Left(async move {
+                    match sending.await {
+                        Ok(answer) => Ok(answer.map(UpstreamBody::Left)),
+                        Err(mut error) => Err(SendError(error.take_message())),
+                    }
+                })
+            }
+            Sender::Http2(connection) => Either::Right(connection.send(request)),
         }
     }
 
@@ -90,10 +116,9 @@ impl Drop for Connecting {
 }
 
 struct Multiplexed {
-    sender: http2::SendRequest<RequestBody>,
+    sender: Http2Connection,
     meter: Meter,
     streams: Rc<Streams>,
-    max_streams: StreamLimit,
 }
 
 /// The streams a worker's requests hold on a shared connection, and since when it has had none.
@@ -331,12 +356,11 @@ impl Upstreams {
         // size (and copy it) though most requests find an idle connection.
         let sender = Box::pin(self.connect(&home.endpoint, meter.clone(), pool, limits)).await?;
         Ok(match sender {
-            Connected::Http2(sender, max_streams) => {
+            Connected::Http2(sender) => {
                 let shared = Multiplexed {
                     sender,
                     meter,
                     streams: Streams::new(),
-                    max_streams,
                 };
                 let checkout = shared.checkout(home.clone());
                 home.multiplexed.borrow_mut().push(shared);
@@ -370,7 +394,9 @@ impl Upstreams {
             UpstreamProtocol::Auto => stream.agreed_http2(),
         };
         match http2 {
-            true => start_http2(stream, limits).await,
+            true => Http2Connection::start(stream, limits)
+                .await
+                .map(Connected::Http2),
             false => start(stream, limits).await.map(Connected::Http1),
         }
     }
@@ -383,7 +409,7 @@ impl IdleList {
         multiplexed.retain(|shared| !shared.sender.is_closed());
         let room = multiplexed
             .iter()
-            .position(|shared| shared.streams.open.get() < shared.max_streams.get())?;
+            .position(|shared| shared.streams.open.get() < shared.sender.max_streams())?;
         Some(std::cell::RefMut::map(multiplexed, |all| &mut all[room]))
     }
 }
@@ -399,56 +425,10 @@ impl Multiplexed {
     }
 }
 
-/// Starts HTTP/2 on a new upstream connection (prior knowledge, or agreed by ALPN); its streams
-/// are tasks of this worker. An answer head past `limits` is an error.
-async fn start_http2(stream: transport::Upstream, limits: AnswerLimits) -> io::Result<Connected> {
-    // Until the backend's SETTINGS say otherwise, hyper assumes 100 streams (the least RFC 9113
-    // §6.5.2 recommends a server allow).
-    let (sender, connection) = http2::Builder::new(LocalExecutor)
-        .max_header_list_size(u32::try_from(limits.bytes).unwrap_or(u32::MAX))
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(io::Error::other)?;
-    let limit = StreamLimit(Rc::new(RefCell::new(connection)));
-    let driven = limit.0.clone();
-    tokio::task::spawn_local(std::future::poll_fn(move |cx| {
-        std::pin::Pin::new(&mut *driven.borrow_mut())
-            .poll(cx)
-            .map(drop)
-    }));
-    // A backend sends its SETTINGS first thing: waiting briefly for its stream limit keeps a
-    // burst from piling onto a connection that would queue it. One that states no limit
-    // (grpcio does not) costs this wait once per connection, to its first request.
-    let assumed = limit.get();
-    let waited = tokio::time::Instant::now() + SETTINGS_WAIT;
-    while limit.get() == assumed && tokio::time::Instant::now() < waited {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    Ok(Connected::Http2(sender, limit))
-}
-
-/// How long a new HTTP/2 connection waits for its backend's stream limit.
-const SETTINGS_WAIT: Duration = Duration::from_millis(50);
-
-type Http2Connection = http2::Connection<TokioIo<transport::Upstream>, RequestBody, LocalExecutor>;
-
-/// The backend's `SETTINGS_MAX_CONCURRENT_STREAMS` as the connection knows it now (hyper's h2
-/// task reads SETTINGS whether or not a request is under way).
-struct StreamLimit(Rc<RefCell<Http2Connection>>);
-
-impl StreamLimit {
-    fn get(&self) -> usize {
-        // Never borrowed across an await: the driver holds it only while polled.
-        self.0
-            .try_borrow()
-            .map_or(0, |connection| connection.current_max_send_streams())
-    }
-}
-
 /// A new connection, as the protocol spoken on it makes it: lent out, or shared.
 enum Connected {
     Http1(http1::SendRequest<RequestBody>),
-    Http2(http2::SendRequest<RequestBody>, StreamLimit),
+    Http2(Http2Connection),
 }
 
 /// Starts HTTP/1.1 on a new upstream connection. The driver hands the socket over when the
@@ -469,3 +449,8 @@ where
     });
     Ok(sender)
 }
+
+/// A backend's answer body, as the connection's protocol gives it: hyper's HTTP/1.1 one
+/// (`Left`) or a stream of an HTTP/2 connection (`Right`); either fails with a
+/// [`BodyFailure`](super::body::BodyFailure).
+pub type UpstreamBody = http_body_util::Either<Incoming, Http2Body>;

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use http::Version;
+use bytes::Bytes;
+use http::{Request, Version};
+use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trafik_proxy::plan::UpstreamProtocol;
@@ -617,6 +619,28 @@ async fn an_h2c_pool_multiplexes_requests_up_to_the_backends_stream_limit() {
         assert_eq!(get(address, &format!("/takip/TR-{i}")).await.status, 200);
     }
     assert_eq!(seen.connections.load(Ordering::Relaxed), opened);
+    stop(running).await;
+}
+
+/// An upload larger than the backend's HTTP/2 windows (hyper's server opens 1 MB) reaches it
+/// whole: the body goes on as the backend's WINDOW_UPDATEs make room, and the answer follows.
+#[tokio::test]
+async fn an_upload_past_the_backends_flow_control_window_reaches_an_h2c_backend_whole() {
+    let (backend, seen) = h2_backend(None, 100, Duration::ZERO).await;
+    let running = trafik_proxy::start(speaking(plan(&[backend]), UpstreamProtocol::H2c)).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    let upload = Bytes::from(vec![b'k'; 3 * 1024 * 1024 + 7]);
+    let answer = client
+        .send(
+            Request::post("/takip/yukle")
+                .header("host", "kargo.test")
+                .body(Full::new(upload.clone()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.text(), "HTTP/2.0 /takip/yukle");
+    assert_eq!(seen.body_bytes.load(Ordering::Relaxed), upload.len());
     stop(running).await;
 }
 

@@ -308,10 +308,13 @@ pub struct SeenHttp2 {
     pub probes: AtomicUsize,
     open: AtomicUsize,
     pub most_open: AtomicUsize,
+    /// The request body bytes read, all requests together.
+    pub body_bytes: AtomicUsize,
 }
 
 /// A backend that speaks HTTP/2 only (h2c, or h2 by ALPN over TLS with `tls`), allowing
-/// `max_streams` streams per connection; it answers each request after `delay` with
+/// `max_streams` streams per connection; it reads each request's body, and answers after
+/// `delay` with
 /// `HTTP/2 PATH` and trailers `x-trailer: end` (with the request's `application/grpc…`
 /// content type, when it has one).
 pub async fn h2_backend(
@@ -349,6 +352,11 @@ pub async fn h2_backend(
                         }
                         let open = seen.open.fetch_add(1, Ordering::Relaxed) + 1;
                         seen.most_open.fetch_max(open, Ordering::Relaxed);
+                        let (head, body) = request.into_parts();
+                        let body = http_body_util::BodyExt::collect(body).await;
+                        let read = body.map_or(0, |body| body.to_bytes().len());
+                        seen.body_bytes.fetch_add(read, Ordering::Relaxed);
+                        let request = Request::from_parts(head, ());
                         tokio::time::sleep(delay).await;
                         seen.open.fetch_sub(1, Ordering::Relaxed);
                         let mut trailers = http::HeaderMap::new();

@@ -1,0 +1,266 @@
+//! HTTP/2 to backends on the `h2` crate's client, driven directly: a request is a stream opened
+//! by the request's own task, its body pumped by a task of its own under the stream's flow
+//! control, and the answer's body read from the stream as the client takes it. (hyper's client
+//! over the same crate hands every request to its connection task through a channel and back
+//! through another: a hop per request that this spares.)
+
+use std::cell::Cell;
+use std::future::{Future, poll_fn};
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderValue, Request, Response, header};
+use http_body::{Body, Frame, SizeHint};
+
+use super::body::{BodyError, RequestBody};
+use super::upstream::{SendError, UpstreamBody};
+use crate::plan::AnswerLimits;
+use crate::transport;
+
+/// hyper's client defaults, kept: windows that let a fast backend send without waiting for
+/// every acknowledgement, and at most this much of a request body buffered per stream.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+const SEND_BUFFER: usize = 1024 * 1024;
+/// The streams assumed until the backend's SETTINGS say otherwise (the least RFC 9113 §6.5.2
+/// recommends a server allow).
+const ASSUMED_STREAMS: usize = 100;
+/// How long a new connection waits for its backend's stream limit.
+const SETTINGS_WAIT: Duration = Duration::from_millis(50);
+
+/// The request side of one HTTP/2 connection to a backend, shared by the requests on it.
+#[derive(Clone)]
+pub struct Http2Connection {
+    requests: SendRequest<Bytes>,
+    /// The connection ended, or refused a new stream (a GOAWAY): it takes no more requests.
+    gone: Rc<Cell<bool>>,
+}
+
+impl Http2Connection {
+    /// Starts HTTP/2 on a new upstream connection (prior knowledge, or agreed by ALPN); the
+    /// connection is a task of this worker. An answer head past `limits` is an error.
+    pub async fn start(stream: transport::Upstream, limits: AnswerLimits) -> io::Result<Self> {
+        let (requests, connection) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_send_buffer_size(SEND_BUFFER)
+            .initial_max_send_streams(ASSUMED_STREAMS)
+            .enable_push(false)
+            .max_header_list_size(u32::try_from(limits.bytes).unwrap_or(u32::MAX))
+            .handshake::<_, Bytes>(stream)
+            .await
+            .map_err(io::Error::other)?;
+        let gone = Rc::new(Cell::new(false));
+        let ended = gone.clone();
+        tokio::task::spawn_local(async move {
+            let _ = connection.await;
+            ended.set(true);
+        });
+        let shared = Http2Connection { requests, gone };
+        // A backend sends its SETTINGS first thing: waiting briefly for its stream limit keeps
+        // a burst from piling onto a connection that would queue it. One that states no limit
+        // (grpcio does not) costs this wait once per connection, to its first request.
+        let waited = tokio::time::Instant::now() + SETTINGS_WAIT;
+        while shared.max_streams() == ASSUMED_STREAMS && tokio::time::Instant::now() < waited {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(shared)
+    }
+
+    /// The backend's `SETTINGS_MAX_CONCURRENT_STREAMS` as the connection knows it now.
+    pub fn max_streams(&self) -> usize {
+        self.requests.current_max_send_streams()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.gone.get()
+    }
+
+    /// Sends `request` on a new stream; one the connection can no longer take comes back
+    /// unsent in the error.
+    pub fn send(
+        &self,
+        request: Request<RequestBody>,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + use<> {
+        let requests = self.requests.clone();
+        let gone = self.gone.clone();
+        async move {
+            let mut requests = match requests.ready().await {
+                Ok(requests) => requests,
+                Err(_) => {
+                    gone.set(true);
+                    return Err(SendError::unsent(request));
+                }
+            };
+            let (mut head, body) = request.into_parts();
+            let end = body.is_end_stream();
+            // As hyper's client: a body of known length says so, unless the client did (an
+            // empty one only for a method whose body means something).
+            if let Some(length) = body.size_hint().exact()
+                && (length > 0
+                    || !matches!(
+                        head.method,
+                        http::Method::GET
+                            | http::Method::HEAD
+                            | http::Method::DELETE
+                            | http::Method::CONNECT
+                    ))
+                && !head.headers.contains_key(header::CONTENT_LENGTH)
+            {
+                head.headers
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+            }
+            let (answer, stream) = requests
+                .send_request(Request::from_parts(head, ()), end)
+                .map_err(|_| SendError::lost())?;
+            if !end {
+                tokio::task::spawn_local(upload(body, stream));
+            }
+            let answer = answer.await.map_err(|_| SendError::lost())?;
+            let length = answer
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|value| value.to_str().ok()?.parse().ok());
+            Ok(answer.map(|stream| UpstreamBody::Right(Http2Body::new(stream, length))))
+        }
+    }
+}
+
+/// Pumps a request body onto its stream, a frame at a time and only while the backend has
+/// room for more (flow control), so a slow backend slows the client's upload. A body that
+/// fails (the client went away, a limit) resets the stream.
+async fn upload(mut body: RequestBody, mut stream: SendStream<Bytes>) {
+    if pump(&mut body, &mut stream).await.is_err() {
+        stream.send_reset(Reason::INTERNAL_ERROR);
+    }
+}
+
+/// What came first while a body's next frame was awaited.
+enum Next {
+    Frame(Option<Result<Frame<Bytes>, BodyError>>),
+    /// The backend reset the stream: it wants no more of the body.
+    Reset,
+}
+
+async fn pump(body: &mut RequestBody, stream: &mut SendStream<Bytes>) -> Result<(), ()> {
+    loop {
+        room(stream).await?;
+        let next = poll_fn(|cx| {
+            if stream.poll_reset(cx).is_ready() {
+                return Poll::Ready(Next::Reset);
+            }
+            Pin::new(&mut *body).poll_frame(cx).map(Next::Frame)
+        })
+        .await;
+        let frame = match next {
+            Next::Reset => return Ok(()),
+            Next::Frame(None) => return stream.send_data(Bytes::new(), true).map_err(drop),
+            Next::Frame(Some(Err(_))) => return Err(()),
+            Next::Frame(Some(Ok(frame))) => frame,
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                let end = body.is_end_stream();
+                stream.send_data(data, end).map_err(drop)?;
+                if end {
+                    return Ok(());
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    return stream.send_trailers(trailers).map_err(drop);
+                }
+            }
+        }
+    }
+}
+
+/// Waits until the stream may send more: what was sent before has left its buffer.
+async fn room(stream: &mut SendStream<Bytes>) -> Result<(), ()> {
+    stream.reserve_capacity(1);
+    while stream.capacity() == 0 {
+        match poll_fn(|cx| stream.poll_capacity(cx)).await {
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return Err(()),
+        }
+    }
+    Ok(())
+}
+
+/// An answer's body as it comes on its stream: DATA, then the trailers, if any. What is read
+/// is released to the backend's window at once: the client's pace holds the stream back
+/// through the reads themselves.
+pub struct Http2Body {
+    stream: RecvStream,
+    data_done: bool,
+    /// What remains of the length the backend gave (`content-length`).
+    left: Option<u64>,
+}
+
+impl Http2Body {
+    fn new(stream: RecvStream, length: Option<u64>) -> Self {
+        let left = match stream.is_end_stream() {
+            true => Some(0),
+            false => length,
+        };
+        Http2Body {
+            stream,
+            data_done: false,
+            left,
+        }
+    }
+}
+
+/// A reset that only stops the body, as hyper treats it: the backend is done sending.
+fn ended_or(error: h2::Error) -> Option<Result<Frame<Bytes>, h2::Error>> {
+    match error.reason() {
+        Some(Reason::NO_ERROR | Reason::CANCEL) => None,
+        _ => Some(Err(error)),
+    }
+}
+
+impl Body for Http2Body {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = self.get_mut();
+        if !this.data_done {
+            match ready!(this.stream.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = this.stream.flow_control().release_capacity(data.len());
+                    if let Some(left) = &mut this.left {
+                        *left = left.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(error)) => return Poll::Ready(ended_or(error)),
+                None => this.data_done = true,
+            }
+        }
+        match ready!(this.stream.poll_trailers(cx)) {
+            Ok(trailers) => Poll::Ready(trailers.map(|trailers| Ok(Frame::trailers(trailers)))),
+            Err(error) => Poll::Ready(Some(Err(error))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.stream.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.left {
+            Some(left) => SizeHint::with_exact(left),
+            None => SizeHint::default(),
+        }
+    }
+}
