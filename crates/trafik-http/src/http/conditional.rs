@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use http::{HeaderValue, header};
 
-use super::filter::{Fields, field_text};
+use super::filter::{Fields, field_text, visible_text};
 
 /// Whether a GET or HEAD with these headers gets 304 for a representation with this `ETag`
 /// and modification time: `If-None-Match` decides when present (weak comparison), else
@@ -15,11 +15,11 @@ pub fn not_modified(
     etag: Option<&HeaderValue>,
     modified: Option<SystemTime>,
 ) -> bool {
-    if request.get(&header::IF_NONE_MATCH).is_some() {
+    if let Some(wanted) = request.get(&header::IF_NONE_MATCH) {
         let Some(etag) = etag.and_then(|e| e.to_str().ok()) else {
             return false;
         };
-        let wanted = field_text(request, &header::IF_NONE_MATCH).unwrap_or("");
+        let wanted = visible_text(wanted).unwrap_or("");
         return wanted.trim() == "*"
             || wanted
                 .split(',')

@@ -96,7 +96,7 @@ pub type Waiting<'a> = Pin<Box<dyn Future<Output = Step> + 'a>>;
 
 /// A message's header fields as a step reads and edits them, whichever engine holds them:
 /// a parsed `HeaderMap`, or the head bytes the own HTTP/1 engine forwards
-/// ([`crate::h1::head::HeadFields`]). Names are matched without regard to case.
+/// (`h1::fields::HeadFields`). Names are matched without regard to case.
 pub trait Fields {
     /// The first value of field `name`.
     fn get(&self, name: &HeaderName) -> Option<&[u8]>;
@@ -123,7 +123,11 @@ impl Fields for HeaderMap {
 /// The first value of `name` as text, when it is visible ASCII (as `HeaderValue::to_str`
 /// reads it).
 pub fn field_text<'f>(fields: &'f dyn Fields, name: &HeaderName) -> Option<&'f str> {
-    let value = fields.get(name)?;
+    visible_text(fields.get(name)?)
+}
+
+/// A field value as text, when it is visible ASCII (as `HeaderValue::to_str` reads it).
+pub fn visible_text(value: &[u8]) -> Option<&str> {
     value
         .iter()
         .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
