@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The cost of the gateway stages: the same route through trafik without filters, with JWT
-# verification (HS256), with the local rate limiter and with the Redis rate limiter, and nginx
+# verification (HS256), with the local rate limiter, with both (the issue's "JWT + limit"
+# shape) and with the Redis rate limiter, and nginx
 # without and with `limit_req` as the peer for the local limiter. The limits are set high
 # enough that every request passes, so what is measured is the check, not refusals.
 #
@@ -32,6 +33,7 @@ REDIS_LIMIT_PORT=$((BASE_PORT + 4))
 NGINX_PORT=$((BASE_PORT + 5))
 NGINX_LIMIT_PORT=$((BASE_PORT + 6))
 REDIS_PORT=$((BASE_PORT + 7))
+JWT_LOCAL_PORT=$((BASE_PORT + 8))
 
 for tool in wrk nginx redis-server python3 cargo; do
   command -v "$tool" >/dev/null || { echo "bench/gateway-filters.sh needs $tool (apt-get install wrk nginx redis-server)" >&2; exit 2; }
@@ -64,8 +66,11 @@ listener() { # name port [extra route tables]
 {
   printf '[server]\nworkers = %s\n' "$WORKERS"
   listener plain "$PLAIN_PORT"
-  listener jwt "$JWT_PORT" "$(printf '[listener.route.jwt]\nalgorithm = "HS256"\nsecret = "%s"\nissuer = "trafik-ornek"\nforward_claims = ["sub: x-kullanici"]' "$SECRET")"
-  listener local "$LOCAL_PORT" "$(printf '[listener.route.rate_limit]\nrate = 100000000\nburst = 100000000\nkey = "client-ip"')"
+  jwt=$(printf '[listener.route.jwt]\nalgorithm = "HS256"\nsecret = "%s"\nissuer = "trafik-ornek"\nforward_claims = ["sub: x-kullanici"]' "$SECRET")
+  local_limit=$(printf '[listener.route.rate_limit]\nrate = 100000000\nburst = 100000000\nkey = "client-ip"')
+  listener jwt "$JWT_PORT" "$jwt"
+  listener local "$LOCAL_PORT" "$local_limit"
+  listener jwt-local "$JWT_LOCAL_PORT" "$jwt"$'\n'"$local_limit"
   listener redis "$REDIS_LIMIT_PORT" "$(printf '[listener.route.rate_limit]\nrate = 100000000\nburst = 100000000\nkey = "client-ip"\nredis = "127.0.0.1:%s"\non_redis_error = "closed"' "$REDIS_PORT")"
   printf '\n[[pool]]\nname = "k"\nbackends = [{ address = "127.0.0.1:%s" }]\n' "$UPSTREAM_PORT"
 } >"$work/trafik.toml"
@@ -106,7 +111,7 @@ nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" 2>"$work/nginx/stderr" &
 nginx_pid=$!
 pids+=("$nginx_pid")
 
-for port in "$PLAIN_PORT" "$JWT_PORT" "$LOCAL_PORT" "$REDIS_LIMIT_PORT" "$NGINX_PORT" "$NGINX_LIMIT_PORT"; do
+for port in "$PLAIN_PORT" "$JWT_PORT" "$LOCAL_PORT" "$JWT_LOCAL_PORT" "$REDIS_LIMIT_PORT" "$NGINX_PORT" "$NGINX_LIMIT_PORT"; do
   wait_for_port "$port"
 done
 status=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$JWT_PORT$PATH_UNDER_TEST")
@@ -132,12 +137,13 @@ run() { # name port pid-to-charge [wrk header]
   RPS[$name]="${RPS[$name]:-} $rps"; P50[$name]="${P50[$name]:-} $p50"; P99[$name]="${P99[$name]:-} $p99"; CPU[$name]="${CPU[$name]:-} $cpu"
 }
 
-names=(trafik trafik+jwt trafik+local trafik+redis nginx nginx+limit_req)
+names=(trafik trafik+jwt trafik+local trafik+jwt+local trafik+redis nginx nginx+limit_req)
 echo "gateway filters: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s $PATH_UNDER_TEST, $ROUNDS round(s), $WORKERS workers each, $(nproc) cores"
 for round in $(seq "$ROUNDS"); do
   run trafik "$PLAIN_PORT" "$trafik_pid"
   run trafik+jwt "$JWT_PORT" "$trafik_pid" "Authorization: Bearer $TOKEN"
   run trafik+local "$LOCAL_PORT" "$trafik_pid"
+  run trafik+jwt+local "$JWT_LOCAL_PORT" "$trafik_pid" "Authorization: Bearer $TOKEN"
   run trafik+redis "$REDIS_LIMIT_PORT" "$trafik_pid"
   run nginx "$NGINX_PORT" "$nginx_pid"
   run nginx+limit_req "$NGINX_LIMIT_PORT" "$nginx_pid"
@@ -151,7 +157,9 @@ for name in "${names[@]}"; do
   printf '%-16s %12s %9s %9s %14s %18s\n' "$name" "$(median "${RPS[$name]}")" "$(median "${P50[$name]}")" \
     "$(median "${P99[$name]}")" "$(median "${CPU[$name]}")" "$cost"
 done
-printf '\ntrafik+local/nginx+limit_req   req/s %s×   CPU per request %s×\n' \
+printf '\ntrafik+jwt+local/trafik        CPU per request %s× (goal ≤ 1.25×)\n' \
+  "$(ratio "$(median "${CPU[trafik+jwt+local]}")" "$(median "${CPU[trafik]}")")"
+printf 'trafik+local/nginx+limit_req   req/s %s×   CPU per request %s×\n' \
   "$(ratio "$(median "${RPS[trafik+local]}")" "$(median "${RPS[nginx+limit_req]}")")" \
   "$(ratio "$(median "${CPU[trafik+local]}")" "$(median "${CPU[nginx+limit_req]}")")"
 echo "(the Redis limiter's CPU is trafik's only; redis-server's own is not charged)"

@@ -278,8 +278,8 @@ impl Snapshot {
                     global_limits: &mut global_limits,
                     edge: &mut edge,
                 };
-                for configured in &route.filters {
-                    match filter::build(configured, &mut stats) {
+                for (index, configured) in route.filters.iter().enumerate() {
+                    match filter::build(configured, &route.filters[index + 1..], &mut stats) {
                         Ok(built) => filters.push(built),
                         Err(error) => errors.push(format!("route {label}: {error}")),
                     }

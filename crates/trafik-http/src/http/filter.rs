@@ -30,7 +30,7 @@ use super::service::ClientConnection;
 use super::upgrade;
 use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
-use crate::plan::FilterPlan;
+use crate::plan::{FilterPlan, RateKey};
 use crate::snapshot::Snapshot;
 use trafik_policy::stage::Stage;
 
@@ -221,8 +221,13 @@ pub fn built_in(trace: Option<&Trace>) -> Vec<Box<dyn Filter>> {
     steps
 }
 
-/// Builds a configured filter; `stats` collects the counters the admin API shows.
-pub fn build(plan: &FilterPlan, stats: &mut policy::Stats<'_>) -> Result<Box<dyn Filter>, String> {
+/// Builds a configured filter, `later` the route's filters after it; `stats` collects the
+/// counters the admin API shows.
+pub fn build(
+    plan: &FilterPlan,
+    later: &[FilterPlan],
+    stats: &mut policy::Stats<'_>,
+) -> Result<Box<dyn Filter>, String> {
     Ok(match plan {
         FilterPlan::RequestBodyLimit { bytes } => Box::new(RequestBodyLimit { bytes: *bytes }),
         FilterPlan::RequestBuffering { memory } => Box::new(RequestBuffering { memory: *memory }),
@@ -235,7 +240,12 @@ pub fn build(plan: &FilterPlan, stats: &mut policy::Stats<'_>) -> Result<Box<dyn
             value: value.clone(),
         }),
         FilterPlan::Gate(gate) => Box::new(policy::gate::Gate::new(gate, stats)?),
-        FilterPlan::Jwt(jwt) => Box::new(policy::auth::Jwt::new(jwt)?),
+        FilterPlan::Jwt(jwt) => {
+            let claims_read_later = later.iter().any(|plan| {
+                matches!(plan, FilterPlan::RateLimit(limit) if matches!(limit.key, RateKey::Claim(_)))
+            });
+            Box::new(policy::auth::Jwt::new(jwt, claims_read_later)?)
+        }
         FilterPlan::RateLimit(limit) => policy::rate_limit::build(limit, stats)?,
         FilterPlan::AccessLog => Box::new(policy::access_log::AccessLog::new(stats.route)),
         FilterPlan::RewritePath(rewrite) => Box::new(super::routing::RewritePath(rewrite.clone())),

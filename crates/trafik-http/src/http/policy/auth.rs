@@ -11,7 +11,6 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty};
-use serde_json::{Map, Value};
 
 use super::{access_log, refusal};
 use crate::http::body::{ProxyBody, RequestBody};
@@ -23,17 +22,20 @@ use trafik_policy::stage::Stage;
 
 /// The verified claims of the request's token, for later stages (a rate limit keyed by claim).
 #[derive(Clone)]
-pub struct Claims(pub Arc<Map<String, Value>>);
+pub struct Claims(pub Arc<jwt::Claims>);
 
 pub struct Jwt {
     keys: Arc<ArcSwap<KeySet>>,
     expect: Expectations,
     forward: Vec<(String, HeaderName)>,
     keep_token: bool,
+    /// A later step reads the claims (a rate limit keyed by one): only then are they kept in
+    /// the exchange's notes.
+    share_claims: bool,
 }
 
 impl Jwt {
-    pub fn new(plan: &JwtPlan) -> Result<Jwt, String> {
+    pub fn new(plan: &JwtPlan, share_claims: bool) -> Result<Jwt, String> {
         let algorithm = |name: &str| jwt::algorithm(name);
         let keys = match &plan.keys {
             JwtKeys::Secret {
@@ -64,11 +66,12 @@ impl Jwt {
             },
             forward: plan.forward.clone(),
             keep_token: plan.keep_token,
+            share_claims,
         })
     }
 
     /// The claims of the request's bearer token, or why it is refused.
-    fn verify(&self, fields: &dyn Fields) -> Result<Map<String, Value>, Refusal> {
+    fn verify(&self, fields: &dyn Fields) -> Result<jwt::Claims, Refusal> {
         let token = field_text(fields, &header::AUTHORIZATION)
             .and_then(bearer)
             .ok_or(Refusal::Missing)?;
@@ -111,37 +114,35 @@ impl Filter for Jwt {
         fields: &mut dyn Fields,
         exchange: &Exchange<'_>,
     ) -> Option<Box<Response<ProxyBody>>> {
-        // Whatever the client says in the headers trafik forwards claims in is not trusted.
-        for (_, name) in &self.forward {
-            fields.remove(name);
-        }
         let claims = match self.verify(fields) {
             Ok(claims) => claims,
             Err(refused) => return Some(self.refuse(exchange, refused)),
         };
+        // Whatever the client says in the headers trafik forwards claims in is not trusted: a
+        // claim's header replaces the client's, and a claim the token lacks removes it.
         for (claim, name) in &self.forward {
-            if let Some(value) =
-                jwt::claim_text(&claims, claim).and_then(|text| HeaderValue::from_str(&text).ok())
+            match claims
+                .text(claim)
+                .and_then(|text| HeaderValue::from_str(&text).ok())
             {
-                fields.insert(name.clone(), value);
+                Some(value) => fields.insert(name.clone(), value),
+                None => fields.remove(name),
             }
         }
         if !self.keep_token {
             fields.remove(&header::AUTHORIZATION);
         }
         access_log::record(exchange, Stage::Auth, "pass");
-        exchange.notes.borrow_mut().insert(Claims(Arc::new(claims)));
+        if self.share_claims {
+            exchange.notes.borrow_mut().insert(Claims(Arc::new(claims)));
+        }
         None
     }
 
     fn explain(&self, request: &Request<RequestBody>, exchange: &Exchange<'_>) -> Option<Verdict> {
         Some(match self.verify(request.headers()) {
             Ok(claims) => {
-                let subject = claims
-                    .get("sub")
-                    .and_then(Value::as_str)
-                    .unwrap_or("-")
-                    .to_owned();
+                let subject = claims.text("sub").unwrap_or_else(|| "-".to_owned());
                 // Later stages (a rate limit keyed by a claim) read them as they would.
                 exchange.notes.borrow_mut().insert(Claims(Arc::new(claims)));
                 Verdict {

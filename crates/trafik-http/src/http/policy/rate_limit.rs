@@ -93,7 +93,7 @@ impl Limit {
                 .notes
                 .borrow()
                 .get::<Claims>()
-                .and_then(|claims| trafik_policy::jwt::claim_text(&claims.0, claim))
+                .and_then(|claims| claims.0.text(claim))
                 .map_or(KeyValue::Absent, KeyValue::Text),
             RateKey::Route => KeyValue::Route,
         }
