@@ -58,8 +58,8 @@ pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net
 /// Binds `count` UDP sockets to `address` with `SO_REUSEPORT`, one per worker, for QUIC: the
 /// kernel hashes each datagram's source address and port to one socket, so a client's
 /// connection stays with one worker's endpoint (as long as the client keeps its address: see
-/// `tls::server::quic` on migration). Exclusive first, as [`bind_shared`]; never inherited
-/// from a predecessor (a handover passes TCP sockets only).
+/// `tls::server::quic` on migration). Exclusive first, as [`bind_shared`]; a predecessor's
+/// sockets are taken as they are (see [`crate::handover`] on why not bound anew).
 pub fn bind_shared_udp(address: SocketAddr, count: usize) -> io::Result<Vec<std::net::UdpSocket>> {
     let udp = || {
         socket2::Socket::new(
@@ -68,6 +68,16 @@ pub fn bind_shared_udp(address: SocketAddr, count: usize) -> io::Result<Vec<std:
             None,
         )
     };
+    if let Some(mut inherited) = crate::handover::take_udp(address) {
+        while inherited.len() < count {
+            let socket = udp()?;
+            socket.set_reuse_port(true)?;
+            socket.set_nonblocking(true)?;
+            socket.bind(&address.into())?;
+            inherited.push(socket.into());
+        }
+        return Ok(inherited);
+    }
     let address = {
         let probe = udp()?;
         probe.bind(&address.into())?;
