@@ -24,6 +24,10 @@ use crate::tls;
 pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
     // A predecessor's sockets: the same backlog, so no waiting connection is refused.
     if let Some(mut inherited) = crate::handover::take(address) {
+        // Of a predecessor with more workers, those no worker takes are closed here, not
+        // kept in the port's group (by the copies kept for the next successor) with nobody
+        // accepting the connections the kernel gives them.
+        inherited.truncate(count.max(1));
         while inherited.len() < count {
             let socket = socket(address)?;
             socket.set_reuse_port(true)?;
@@ -69,6 +73,8 @@ pub fn bind_shared_udp(address: SocketAddr, count: usize) -> io::Result<Vec<std:
         )
     };
     if let Some(mut inherited) = crate::handover::take_udp(address) {
+        // As in [`bind_shared`]: a socket no endpoint reads would swallow its clients.
+        inherited.truncate(count.max(1));
         while inherited.len() < count {
             let socket = udp()?;
             socket.set_reuse_port(true)?;

@@ -358,11 +358,13 @@ fn an_upgrade_loses_no_request_on_kept_alive_connections_of_hyper() {
 
 /// An h3 listener beside its https twin: the successor takes over its UDP sockets (handed over
 /// as the TCP ones are), so HTTP/3 clients get answers after the upgrade, while the old process
-/// closes its own HTTP/3 connection gracefully and exits.
+/// closes its own HTTP/3 connection gracefully and exits. The successor runs one worker where
+/// its predecessor ran two: the socket of each listener it has no worker for is closed, not
+/// left in the port's group to swallow the clients the kernel hashes to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_hands_the_h3_listener_to_the_successor() {
     use trafik_test_support::proxy::h3::H3Client;
-    use trafik_test_support::proxy::tls::TestCa;
+    use trafik_test_support::proxy::tls::{TestCa, TlsClient};
 
     let upstream = Upstream::start(&[]);
     let (web, admin) = (free_port(), free_port());
@@ -373,19 +375,22 @@ async fn an_upgrade_hands_the_h3_listener_to_the_successor() {
     std::fs::write(dir.join("site.pem"), &site.cert_pem).unwrap();
     std::fs::write(dir.join("site.key"), &site.key_pem).unwrap();
     let config = dir.join("trafik.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nworkers = 2\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+    let write_config = |workers: usize| {
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nworkers = {workers}\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
              [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\nprotocol = \"https\"\n\n\
              [[listener.tls]]\ncert = \"site.pem\"\nkey = \"site.key\"\n\n\
              [[listener.route]]\npath_prefix = \"/\"\npool = \"takip\"\n\n\
              [[listener]]\nname = \"web-h3\"\nlisten = \"127.0.0.1:{web}\"\nprotocol = \"h3\"\n\n\
              [[pool]]\nname = \"takip\"\nbackends = [{{ address = \"{}\" }}]\n",
-            upstream.address
-        ),
-    )
-    .unwrap();
+                upstream.address
+            ),
+        )
+        .unwrap()
+    };
+    write_config(2);
     let (log, errors) = (dir.join("stdout.log"), dir.join("stderr.log"));
     let mut old = serve(&config, &log, Some(&errors));
     let _old_guard = Pid(old.id());
@@ -397,6 +402,7 @@ async fn an_upgrade_hands_the_h3_listener_to_the_successor() {
     let mut before = H3Client::connect(address, "kargo.test", &ca).await;
     assert_eq!(before.get("kargo.test", "/takip/TR-1").await.status, 200);
 
+    write_config(1);
     Command::new("kill")
         .args(["-USR2", &old.id().to_string()])
         .status()
@@ -425,13 +431,22 @@ async fn an_upgrade_hands_the_h3_listener_to_the_successor() {
         .unwrap();
     assert!(exit.success(), "the old process drains and exits 0: {exit}");
 
-    // Only the successor is left: new HTTP/3 connections are its.
+    // Only the successor is left: new connections are its, whichever socket the kernel would
+    // hash their source ports to (each client has a port of its own).
     assert!(running(successor));
-    for i in 0..4 {
-        let mut after = H3Client::connect(address, "kargo.test", &ca).await;
+    let localhost = std::net::Ipv4Addr::LOCALHOST.into();
+    for i in 0..6 {
+        let mut after = H3Client::try_connect(localhost, address, "kargo.test", &ca)
+            .await
+            .unwrap_or_else(|error| panic!("HTTP/3 client {i}: {error}"));
         let answer = after.get("kargo.test", &format!("/takip/TR-{i}")).await;
         assert_eq!(answer.status, 200, "{}", answer.text());
         after.close().await;
+        let connected = TlsClient::connect(address, "kargo.test", &ca, &[b"http/1.1"]);
+        let mut https = tokio::time::timeout(Duration::from_secs(30), connected)
+            .await
+            .unwrap_or_else(|_| panic!("HTTPS client {i}: no TLS handshake in 30 s"));
+        assert_eq!(https.get(&format!("/takip/TR-{i}")).await.0.status, 200);
     }
     drop(_successor_guard);
     let deadline = Instant::now() + Duration::from_secs(20);
