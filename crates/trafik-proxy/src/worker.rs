@@ -110,6 +110,7 @@ pub async fn run(start: WorkerStart) {
     for (listener, socket) in listeners {
         add(listener, socket, &mut accepting);
     }
+    // Puts a reload's snapshot in force on this worker.
     let follow = |snapshot: Arc<Snapshot>| {
         connections.set_idle_timeout(snapshot.client.idle_timeout);
         proxy.upstreams.keep_only(&snapshot);
