@@ -111,8 +111,8 @@ struct OpenListener {
     configured: SocketAddr,
     /// As bound.
     address: SocketAddr,
-    /// Copies of its sockets, to hand to a successor binary ([`handover`]); none for UDP.
-    sockets: Vec<std::net::TcpListener>,
+    /// Copies of its sockets, to hand to a successor binary ([`handover`]).
+    sockets: Vec<std::os::fd::OwnedFd>,
     /// QUIC on UDP: it may share its address with a TCP listener.
     udp: bool,
 }
@@ -133,14 +133,15 @@ impl OpenListener {
 fn bind(
     listener: &ListenerPlan,
     workers: usize,
-) -> io::Result<(SocketAddr, Vec<Socket>, Vec<std::net::TcpListener>)> {
+) -> io::Result<(SocketAddr, Vec<Socket>, Vec<std::os::fd::OwnedFd>)> {
     if listener.kind.is_udp() {
         let sockets = transport::bind_shared_udp(listener.address, workers)?;
         let address = sockets[0].local_addr()?;
+        let copies = handover::copies(&sockets);
         return Ok((
             address,
             sockets.into_iter().map(Socket::Udp).collect(),
-            Vec::new(),
+            copies,
         ));
     }
     let sockets = transport::bind_shared(listener.address, workers)?;
@@ -162,7 +163,7 @@ impl Running {
 
     /// Every listening socket (the admin API's too) by address, for a successor binary to
     /// inherit ([`handover`]); valid while this instance runs.
-    pub fn handover_sockets(&self) -> Vec<(SocketAddr, Vec<std::os::fd::RawFd>)> {
+    pub fn handover_sockets(&self) -> Vec<handover::Handed> {
         let open = self
             .instance
             .listeners
@@ -170,8 +171,14 @@ impl Running {
             .unwrap_or_else(|e| e.into_inner());
         let mut sockets: Vec<_> = open
             .iter()
-            .filter(|listener| !listener.udp)
-            .map(|listener| (listener.address, handover::raw(&listener.sockets)))
+            .map(|listener| {
+                let transport = match listener.udp {
+                    true => handover::Transport::Udp,
+                    false => handover::Transport::Tcp,
+                };
+                let fds = handover::raw(&listener.sockets);
+                (transport, listener.address, fds)
+            })
             .collect();
         let admin = self
             .instance
@@ -179,7 +186,8 @@ impl Running {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if let (Some(address), Some(socket)) = (self.instance.admin, admin.as_ref()) {
-            sockets.push((address, handover::raw(std::slice::from_ref(socket))));
+            let fds = handover::raw(std::slice::from_ref(socket));
+            sockets.push((handover::Transport::Tcp, address, fds));
         }
         sockets
     }

@@ -110,6 +110,13 @@ pub async fn run(start: WorkerStart) {
     for (listener, socket) in listeners {
         add(listener, socket, &mut accepting);
     }
+    // Puts a reload's snapshot in force on this worker.
+    let follow = |snapshot: Arc<Snapshot>| {
+        connections.set_idle_timeout(snapshot.client.idle_timeout);
+        proxy.upstreams.keep_only(&snapshot);
+        proxy.raw.keep_only(&snapshot.pools);
+        proxy.publish(snapshot);
+    };
     let mut every_second = tokio::time::interval(Duration::from_secs(1));
     every_second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -124,14 +131,20 @@ pub async fn run(start: WorkerStart) {
                 if changed.is_err() {
                     break;
                 }
-                let snapshot = snapshots.borrow_and_update().clone();
-                connections.set_idle_timeout(snapshot.client.idle_timeout);
-                proxy.upstreams.keep_only(&snapshot);
-                proxy.raw.keep_only(&snapshot.pools);
-                proxy.publish(snapshot);
+                follow(snapshots.borrow_and_update().clone());
             }
             Some(change) = changes.recv() => match change {
-                ListenerChange::Add(listener, socket) => add(listener, socket, &mut accepting),
+                ListenerChange::Add(listener, socket) => {
+                    // A reload publishes its snapshot before it sends the new listener's
+                    // sockets, but `select!` may take the sockets first: an h3 listener's
+                    // endpoint needs its QUIC settings from the snapshot, and one that failed
+                    // to start would leave its socket bound (the handover's copy holds it) and
+                    // unread, a sink for the clients the kernel hashes to it.
+                    if snapshots.has_changed().unwrap_or(false) {
+                        follow(snapshots.borrow_and_update().clone());
+                    }
+                    add(listener, socket, &mut accepting)
+                }
                 ListenerChange::Remove(listener) => {
                     if let Some(stop) = accepting.remove(&listener) {
                         let _ = stop.send(true);

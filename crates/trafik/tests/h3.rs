@@ -52,6 +52,18 @@ fn serve(dir: &Path, upstream: &Upstream, h3_keys: &str) -> Served {
     }
 }
 
+impl Served {
+    /// Rewrites its `trafik.toml` in `dir` (with the h3 listener and these keys, or without it)
+    /// and runs `trafik reload`.
+    fn reload(&self, dir: &Path, upstream: &Upstream, h3: Option<&str>) -> std::process::Output {
+        write_config(dir, self.port, self.admin, upstream, h3);
+        Command::new(env!("CARGO_BIN_EXE_trafik"))
+            .args(["reload", "--admin", &format!("127.0.0.1:{}", self.admin)])
+            .output()
+            .unwrap()
+    }
+}
+
 /// Writes `trafik.toml` in `dir`: the https listener on `port`, and with `h3` its UDP twin
 /// (with these further keys).
 fn write_config(
@@ -78,6 +90,7 @@ protocol = "h3"
         format!(
             r#"[server]
 name = "kenar"
+workers = 2
 
 [admin]
 listen = "127.0.0.1:{admin}"
@@ -214,13 +227,7 @@ async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
     let dir = folder("reload");
     let served = serve(&dir, &upstream, "");
     let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
-    let reload = |h3: Option<&str>| {
-        write_config(&dir, served.port, served.admin, &upstream, h3);
-        Command::new(env!("CARGO_BIN_EXE_trafik"))
-            .args(["reload", "--admin", &format!("127.0.0.1:{}", served.admin)])
-            .output()
-            .unwrap()
-    };
+    let reload = |h3: Option<&str>| served.reload(&dir, &upstream, h3);
     let alt_svc = || async {
         let mut https = TlsClient::connect(address, "kargo.test", &served.ca, HTTP1).await;
         let (answer, _) = https.get("/takip/TR-1").await;
@@ -241,24 +248,8 @@ async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
         .unwrap();
     assert!(closed.is_h3_no_error(), "{closed:?}");
 
-    // Added again by a reload: bound on every worker, advertised, serving. Until the removed
-    // endpoints have let go of their sockets (their connections' closing period), the port is
-    // taken and the reload is refused, changing nothing: it is tried again.
-    let mut tries = 0;
-    loop {
-        let added = reload(Some(""));
-        if added.status.success() {
-            break;
-        }
-        let errors = String::from_utf8_lossy(&added.stderr);
-        assert!(errors.contains("Address already in use"), "{errors}");
-        tries += 1;
-        assert!(
-            tries < 120,
-            "the removed listener's sockets stay bound: {errors}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    }
+    // Added again by a reload: bound on every worker, advertised, serving.
+    add_back(&reload).await;
     assert_eq!(
         alt_svc().await,
         Some(format!("h3=\":{}\"; ma=86400", served.port))
@@ -271,7 +262,58 @@ async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// What `trafik check` says of `text` written at `config`, which it must refuse.
+/// Reloads with `reload(Some(""))` (the h3 listener back) until it binds. Until a removed h3
+/// listener's endpoints have let go of their sockets (their connections' closing period), the
+/// port is taken and the reload is refused, changing nothing: it is tried again.
+async fn add_back(reload: &impl Fn(Option<&str>) -> std::process::Output) {
+    let mut tries = 0;
+    loop {
+        let added = reload(Some(""));
+        if added.status.success() {
+            return;
+        }
+        let errors = String::from_utf8_lossy(&added.stderr);
+        assert!(errors.contains("Address already in use"), "{errors}");
+        tries += 1;
+        assert!(
+            tries < 120,
+            "the removed listener's sockets stay bound: {errors}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// An h3 listener added by a reload serves on every worker. Each worker's socket joins the
+/// port's `SO_REUSEPORT` group and the kernel hashes each client (its address and port) to one
+/// of them, so a socket bound but read by no endpoint (one that failed to start because the
+/// worker had not yet seen the reload's snapshot, its socket kept open by the copy held for a
+/// binary upgrade) swallows the handshakes of the clients hashed to it. Over several reloads,
+/// clients from many ports are all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h3_listener_added_by_a_reload_answers_clients_on_every_worker() {
+    let upstream = Upstream::start(&[]);
+    let dir = folder("every-worker");
+    let served = serve(&dir, &upstream, "");
+    let address = format!("127.0.0.1:{}", served.port).parse().unwrap();
+    let reload = |h3: Option<&str>| served.reload(&dir, &upstream, h3);
+    let localhost = std::net::Ipv4Addr::LOCALHOST.into();
+    for round in 0..12 {
+        let removed = reload(None);
+        assert!(removed.status.success(), "{removed:?}");
+        add_back(&reload).await;
+        // Each client on a UDP socket of its own: six source ports, hashed over the workers.
+        for client in 0..6 {
+            let mut h3 = H3Client::try_connect(localhost, address, "kargo.test", &served.ca)
+                .await
+                .unwrap_or_else(|error| panic!("round {round}, client {client}: {error}"));
+            assert_eq!(h3.get("kargo.test", "/takip/TR-3").await.status, 200);
+            h3.close().await;
+        }
+    }
+    assert!(served.server.stop().status.success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The caps of an h3 listener hold for QUIC connections: one over them is refused at once (a
 /// QUIC client has no backlog to wait in) and counted as TCP refusals are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,6 +371,7 @@ async fn an_h3_connection_over_the_listeners_caps_is_refused_and_counted() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// What `trafik check` says of `text` written at `config`, which it must refuse.
 fn refused(config: &Path, text: &str) -> String {
     std::fs::write(config, text).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_trafik"))

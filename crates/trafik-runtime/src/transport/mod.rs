@@ -24,6 +24,10 @@ use crate::tls;
 pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
     // A predecessor's sockets: the same backlog, so no waiting connection is refused.
     if let Some(mut inherited) = crate::handover::take(address) {
+        // Of a predecessor with more workers, those no worker takes are closed here, not
+        // kept in the port's group (by the copies kept for the next successor) with nobody
+        // accepting the connections the kernel gives them.
+        inherited.truncate(count.max(1));
         while inherited.len() < count {
             let socket = socket(address)?;
             socket.set_reuse_port(true)?;
@@ -58,8 +62,8 @@ pub fn bind_shared(address: SocketAddr, count: usize) -> io::Result<Vec<std::net
 /// Binds `count` UDP sockets to `address` with `SO_REUSEPORT`, one per worker, for QUIC: the
 /// kernel hashes each datagram's source address and port to one socket, so a client's
 /// connection stays with one worker's endpoint (as long as the client keeps its address: see
-/// `tls::server::quic` on migration). Exclusive first, as [`bind_shared`]; never inherited
-/// from a predecessor (a handover passes TCP sockets only).
+/// `tls::server::quic` on migration). Exclusive first, as [`bind_shared`]; a predecessor's
+/// sockets are taken as they are (see [`crate::handover`] on why not bound anew).
 pub fn bind_shared_udp(address: SocketAddr, count: usize) -> io::Result<Vec<std::net::UdpSocket>> {
     let udp = || {
         socket2::Socket::new(
@@ -68,6 +72,18 @@ pub fn bind_shared_udp(address: SocketAddr, count: usize) -> io::Result<Vec<std:
             None,
         )
     };
+    if let Some(mut inherited) = crate::handover::take_udp(address) {
+        // As in [`bind_shared`]: a socket no endpoint reads would swallow its clients.
+        inherited.truncate(count.max(1));
+        while inherited.len() < count {
+            let socket = udp()?;
+            socket.set_reuse_port(true)?;
+            socket.set_nonblocking(true)?;
+            socket.bind(&address.into())?;
+            inherited.push(socket.into());
+        }
+        return Ok(inherited);
+    }
     let address = {
         let probe = udp()?;
         probe.bind(&address.into())?;

@@ -1,11 +1,13 @@
 //! Binary upgrade without loss: under a steady load of about 200 requests a second, SIGUSR2
 //! makes `trafik serve` start its successor on the same listening sockets, and the old process
 //! drains and exits; no request fails or is reset on the way, whether each comes on a
-//! connection of its own or clients keep their connections alive through the upgrade.
+//! connection of its own or clients keep their connections alive through the upgrade. An h3
+//! listener's UDP sockets go to the successor too.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -45,6 +47,41 @@ impl Drop for Pid {
     }
 }
 
+/// `trafik serve --config config`, its output in `log` (and its errors in `errors`, if
+/// given), once it says it listens.
+fn serve(config: &Path, log: &Path, errors: Option<&Path>) -> Child {
+    let errors = match errors {
+        Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+        None => Stdio::null(),
+    };
+    let old = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdout(std::fs::File::create(log).unwrap())
+        .stderr(errors)
+        .spawn()
+        .unwrap();
+    let printed = || std::fs::read_to_string(log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !printed().contains("listening on") {
+        assert!(
+            Instant::now() < deadline,
+            "trafik did not start: {}",
+            printed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    old
+}
+
+/// The process id in the old process's `upgrade: process PID serves now` line, once printed.
+fn successor_in(printed: &str) -> Option<u32> {
+    printed
+        .lines()
+        .find_map(|line| line.strip_prefix("upgrade: process "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+}
+
 fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
 }
@@ -68,23 +105,9 @@ fn an_upgrade_under_load_loses_no_request() {
     )
     .unwrap();
     let log = dir.join("stdout.log");
-    let mut old = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut old = serve(&config, &log, None);
     let _old_guard = Pid(old.id());
     let printed = || std::fs::read_to_string(&log).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !printed().contains("listening on") {
-        assert!(
-            Instant::now() < deadline,
-            "trafik did not start: {}",
-            printed()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let address = format!("127.0.0.1:{web}");
     request(&address).unwrap();
 
@@ -114,12 +137,8 @@ fn an_upgrade_under_load_loses_no_request() {
         .status()
         .unwrap();
     let exit = old.wait().unwrap();
-    let successor: u32 = printed()
-        .lines()
-        .find_map(|line| line.strip_prefix("upgrade: process "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("no successor named: {}", printed()));
+    let successor =
+        successor_in(&printed()).unwrap_or_else(|| panic!("no successor named: {}", printed()));
     let _successor_guard = Pid(successor);
     assert!(exit.success(), "the old process drains and exits 0: {exit}");
     let mut results = Vec::new();
@@ -274,23 +293,9 @@ fn an_upgrade_loses_no_request_on_kept_alive_connections(engine: &str) {
     )
     .unwrap();
     let log = dir.join("stdout.log");
-    let mut old = Command::new(env!("CARGO_BIN_EXE_trafik"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut old = serve(&config, &log, None);
     let _old_guard = Pid(old.id());
     let printed = || std::fs::read_to_string(&log).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !printed().contains("listening on") {
-        assert!(
-            Instant::now() < deadline,
-            "trafik did not start: {}",
-            printed()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let address = format!("127.0.0.1:{web}");
     request(&address).unwrap();
 
@@ -311,12 +316,8 @@ fn an_upgrade_loses_no_request_on_kept_alive_connections(engine: &str) {
         .status()
         .unwrap();
     let exit = old.wait().unwrap();
-    let successor: u32 = printed()
-        .lines()
-        .find_map(|line| line.strip_prefix("upgrade: process "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("no successor named: {}", printed()));
+    let successor =
+        successor_in(&printed()).unwrap_or_else(|| panic!("no successor named: {}", printed()));
     let _successor_guard = Pid(successor);
     assert!(exit.success(), "the old process drains and exits 0: {exit}");
     // The clients go on with the successor for a while.
@@ -353,4 +354,105 @@ fn an_upgrade_loses_no_request_on_kept_alive_connections_of_the_own_engine() {
 #[test]
 fn an_upgrade_loses_no_request_on_kept_alive_connections_of_hyper() {
     an_upgrade_loses_no_request_on_kept_alive_connections("hyper");
+}
+
+/// An h3 listener beside its https twin: the successor takes over its UDP sockets (handed over
+/// as the TCP ones are), so HTTP/3 clients get answers after the upgrade, while the old process
+/// closes its own HTTP/3 connection gracefully and exits. The successor runs one worker where
+/// its predecessor ran two: the socket of each listener it has no worker for is closed, not
+/// left in the port's group to swallow the clients the kernel hashes to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_hands_the_h3_listener_to_the_successor() {
+    use trafik_test_support::proxy::h3::H3Client;
+    use trafik_test_support::proxy::tls::{TestCa, TlsClient};
+
+    let upstream = Upstream::start(&[]);
+    let (web, admin) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("trafik-upgrade-h3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = TestCa::new("trafik upgrade test CA");
+    let site = ca.issue(&["kargo.test"]);
+    std::fs::write(dir.join("site.pem"), &site.cert_pem).unwrap();
+    std::fs::write(dir.join("site.key"), &site.key_pem).unwrap();
+    let config = dir.join("trafik.toml");
+    let write_config = |workers: usize| {
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nworkers = {workers}\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{web}\"\nprotocol = \"https\"\n\n\
+             [[listener.tls]]\ncert = \"site.pem\"\nkey = \"site.key\"\n\n\
+             [[listener.route]]\npath_prefix = \"/\"\npool = \"takip\"\n\n\
+             [[listener]]\nname = \"web-h3\"\nlisten = \"127.0.0.1:{web}\"\nprotocol = \"h3\"\n\n\
+             [[pool]]\nname = \"takip\"\nbackends = [{{ address = \"{}\" }}]\n",
+                upstream.address
+            ),
+        )
+        .unwrap()
+    };
+    write_config(2);
+    let (log, errors) = (dir.join("stdout.log"), dir.join("stderr.log"));
+    let mut old = serve(&config, &log, Some(&errors));
+    let _old_guard = Pid(old.id());
+    let printed = || {
+        let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+        read(&log) + &read(&errors)
+    };
+    let address = format!("127.0.0.1:{web}").parse().unwrap();
+    let mut before = H3Client::connect(address, "kargo.test", &ca).await;
+    assert_eq!(before.get("kargo.test", "/takip/TR-1").await.status, 200);
+
+    write_config(1);
+    Command::new("kill")
+        .args(["-USR2", &old.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let successor = loop {
+        if let Some(pid) = successor_in(&printed()) {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline && !printed().contains("upgrade failed"),
+            "no successor took over: {}",
+            printed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let _successor_guard = Pid(successor);
+    // The old process closes its HTTP/3 connection without error, then exits.
+    let closed = tokio::time::timeout(Duration::from_secs(60), before.closed)
+        .await
+        .expect("the old process closes its HTTP/3 connection")
+        .unwrap();
+    assert!(closed.is_h3_no_error(), "{closed:?}");
+    let exit = tokio::task::spawn_blocking(move || old.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(exit.success(), "the old process drains and exits 0: {exit}");
+
+    // Only the successor is left: new connections are its, whichever socket the kernel would
+    // hash their source ports to (each client has a port of its own).
+    assert!(running(successor));
+    let localhost = std::net::Ipv4Addr::LOCALHOST.into();
+    for i in 0..6 {
+        let mut after = H3Client::try_connect(localhost, address, "kargo.test", &ca)
+            .await
+            .unwrap_or_else(|error| panic!("HTTP/3 client {i}: {error}"));
+        let answer = after.get("kargo.test", &format!("/takip/TR-{i}")).await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        after.close().await;
+        let connected = TlsClient::connect(address, "kargo.test", &ca, &[b"http/1.1"]);
+        let mut https = tokio::time::timeout(Duration::from_secs(30), connected)
+            .await
+            .unwrap_or_else(|_| panic!("HTTPS client {i}: no TLS handshake in 30 s"));
+        assert_eq!(https.get(&format!("/takip/TR-{i}")).await.0.status, 200);
+    }
+    drop(_successor_guard);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while running(successor) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    upstream.stop();
+    let _ = std::fs::remove_dir_all(dir);
 }
