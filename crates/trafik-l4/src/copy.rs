@@ -6,7 +6,9 @@
 //! per GiB that tokio's default 8 KiB take, but zeroing two of them (and faulting their pages
 //! back in) was 8–9 % of trafik's CPU under a stream of short connections, against about 1 %
 //! for 8 KiB. So each direction here starts with 8 KiB and moves to 64 KiB once a read fills
-//! the small buffer: short exchanges stay cheap, transfers get the large buffer.
+//! the small buffer: short exchanges stay cheap, transfers get the large buffer. The small
+//! buffers of finished relays are kept by their worker thread for the next connections (a
+//! bounded few), so a short connection allocates and zeroes none.
 
 use std::io;
 use std::pin::Pin;
@@ -19,9 +21,11 @@ const SMALL: usize = 8 * 1024;
 /// The buffer a direction moves to once a read fills the small one.
 const LARGE: usize = 64 * 1024;
 
-/// Copies `a` to `b` and `b` to `a` until both have ended their sending (each end passed on as
-/// a shutdown of the other side's writing half), or until an error on either side. Returns the
-/// bytes copied each way.
+/// Copies `a` to `b` and `b` to `a` until both have ended their sending, or until an error on
+/// either side. Returns the bytes copied each way. The first side to end is passed on as a
+/// shutdown of the other side's writing half; the second is not: the caller closes both
+/// connections once this returns, which tells the other side as much, and a shutdown then would
+/// be a system call for nothing.
 ///
 /// # Cancel safety
 ///
@@ -35,8 +39,8 @@ where
     let mut a_to_b = Direction::new();
     let mut b_to_a = Direction::new();
     std::future::poll_fn(|cx| {
-        let forward = a_to_b.poll_copy(cx, &mut *a, &mut *b)?;
-        let backward = b_to_a.poll_copy(cx, &mut *b, &mut *a)?;
+        let forward = a_to_b.poll_copy(cx, &mut *a, &mut *b, b_to_a.finished)?;
+        let backward = b_to_a.poll_copy(cx, &mut *b, &mut *a, a_to_b.finished)?;
         match (forward, backward) {
             (Poll::Ready(forward), Poll::Ready(backward)) => Poll::Ready(Ok((forward, backward))),
             _ => Poll::Pending,
@@ -63,7 +67,9 @@ struct Direction {
 impl Direction {
     fn new() -> Self {
         Direction {
-            buffer: vec![0; SMALL],
+            buffer: SPARE_BUFFERS
+                .with_borrow_mut(Vec::pop)
+                .unwrap_or_else(|| vec![0; SMALL]),
             written: 0,
             filled: 0,
             read_done: false,
@@ -74,12 +80,14 @@ impl Direction {
     }
 
     /// Reads when the buffer is empty, writes out what it holds, and at the reader's end shuts
-    /// the writer down. Ready with the bytes copied once that is done.
+    /// the writer down, unless the other direction is `over` already (see [`copy_both_ways`]).
+    /// Ready with the bytes copied once that is done.
     fn poll_copy<R, W>(
         &mut self,
         cx: &mut Context<'_>,
         reader: &mut R,
         writer: &mut W,
+        over: bool,
     ) -> Poll<io::Result<u64>>
     where
         R: AsyncRead + Unpin + ?Sized,
@@ -100,7 +108,7 @@ impl Direction {
                             // More is likely waiting: move to the large buffer, bytes and all.
                             let mut large = vec![0; LARGE];
                             large[..count].copy_from_slice(&self.buffer[..count]);
-                            self.buffer = large;
+                            keep_spare(std::mem::replace(&mut self.buffer, large));
                         }
                         (self.written, self.filled) = (0, count);
                     }
@@ -126,12 +134,41 @@ impl Direction {
                 self.unflushed = true;
             }
             if self.read_done {
-                // Half-close: the other side learns that this one has finished sending.
-                ready!(Pin::new(&mut *writer).poll_shutdown(cx))?;
+                if over {
+                    ready!(Pin::new(&mut *writer).poll_flush(cx))?;
+                } else {
+                    // Half-close: the other side learns that this one has finished sending.
+                    ready!(Pin::new(&mut *writer).poll_shutdown(cx))?;
+                }
                 self.finished = true;
                 return Poll::Ready(Ok(self.copied));
             }
         }
+    }
+}
+
+/// Small buffers a worker thread keeps for its next relays: enough for a burst of short
+/// connections, 2 MiB at most.
+const SPARE_LIMIT: usize = 256;
+
+thread_local! {
+    static SPARE_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keeps a small buffer for the next relay on this thread, if there is room.
+fn keep_spare(buffer: Vec<u8>) {
+    if buffer.len() == SMALL {
+        SPARE_BUFFERS.with_borrow_mut(|spare| {
+            if spare.len() < SPARE_LIMIT {
+                spare.push(buffer);
+            }
+        });
+    }
+}
+
+impl Drop for Direction {
+    fn drop(&mut self) {
+        keep_spare(std::mem::take(&mut self.buffer));
     }
 }
 
@@ -142,7 +179,7 @@ mod tests {
 
     async fn drain(direction: &mut Direction, mut from: &[u8]) -> Vec<u8> {
         let mut to = Vec::new();
-        let copied = std::future::poll_fn(|cx| direction.poll_copy(cx, &mut from, &mut to))
+        let copied = std::future::poll_fn(|cx| direction.poll_copy(cx, &mut from, &mut to, false))
             .await
             .unwrap();
         assert_eq!(copied as usize, to.len());
@@ -162,6 +199,28 @@ mod tests {
             "every byte, in order"
         );
         assert_eq!(transfer.buffer.len(), LARGE);
+    }
+
+    #[tokio::test]
+    async fn a_small_buffer_is_left_to_the_next_relay_and_a_large_one_is_not() {
+        let mut short = Direction::new();
+        assert_eq!(drain(&mut short, b"PING\r\n").await, b"PING\r\n");
+        let small = short.buffer.as_ptr();
+        drop(short);
+        let mut next = Direction::new();
+        assert_eq!(
+            next.buffer.as_ptr(),
+            small,
+            "the same allocation, taken again"
+        );
+        let bulk = vec![1u8; 3 * SMALL];
+        assert_eq!(drain(&mut next, &bulk).await, bulk);
+        assert_eq!(next.buffer.len(), LARGE);
+        let again = Direction::new();
+        assert_eq!(again.buffer.as_ptr(), small, "left when the transfer grew");
+        drop(next);
+        let after = Direction::new();
+        assert_eq!(after.buffer.len(), SMALL, "a large buffer is not kept");
     }
 
     #[tokio::test]

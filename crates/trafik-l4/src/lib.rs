@@ -90,9 +90,6 @@ pub async fn serve<S: Layer4Snapshot>(
     peer: SocketAddr,
     connections: Rc<Connections>,
 ) {
-    let Ok(local) = stream.local_addr() else {
-        return;
-    };
     let control = connections.register(listener);
     let mut stream = Watched::new(stream, control.clone(), connections);
     let (pool, read_ahead) = match snapshot.destination(listener) {
@@ -123,7 +120,6 @@ pub async fn serve<S: Layer4Snapshot>(
     let client = relay::Client {
         stream,
         peer,
-        local,
         read_ahead,
     };
     relay::relay(worker, &snapshot, pool, client, &control).await;

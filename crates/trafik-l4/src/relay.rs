@@ -26,8 +26,6 @@ use crate::{Layer4Snapshot, Worker};
 pub struct Client {
     pub stream: Watched<TcpStream>,
     pub peer: SocketAddr,
-    /// The address the client connected to, for the PROXY protocol header.
-    pub local: SocketAddr,
     /// What the client sent before the backend was chosen (a ClientHello), sent on first.
     pub read_ahead: Vec<u8>,
 }
@@ -63,11 +61,14 @@ pub async fn relay<S: Layer4Snapshot>(
         return;
     };
     let target = &snapshot.pools()[pool];
-    let mut preface = target
-        .plan
-        .proxy_protocol
-        .map(|version| version.header(client.peer, client.local))
-        .unwrap_or_default();
+    // The address the client connected to is asked of the kernel only for a PROXY header.
+    let mut preface = match target.plan.proxy_protocol {
+        Some(version) => match client.stream.get_ref().local_addr() {
+            Ok(local) => version.header(client.peer, local),
+            Err(_) => return,
+        },
+        None => Vec::new(),
+    };
     preface.append(&mut client.read_ahead);
     if !preface.is_empty() && backend.stream.write_all(&preface).await.is_err() {
         bump(
