@@ -444,6 +444,14 @@ impl Snapshot {
             .map(|(_, listener)| listener)
     }
 
+    /// The `Alt-Svc` value an HTTPS listener's answers carry to advertise its h3 twin.
+    pub fn alt_svc(&self, id: ListenerId) -> Option<&HeaderValue> {
+        match self.listener(id)? {
+            Listener::Https { alt_svc, .. } => alt_svc.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The ids of the listeners, in the order of the plan.
     pub fn listener_ids(&self) -> impl Iterator<Item = ListenerId> + '_ {
         self.listeners.iter().map(|(id, _)| *id)

@@ -37,9 +37,7 @@ impl Steps<'_> {
 
     /// Shows trafik's own answer to the first `ran` steps, last first, as the pipeline does.
     pub fn on_response(&self, answer: &mut Response<ProxyBody>, ran: usize) {
-        for filter in self.filters[..ran].iter().rev() {
-            filter.on_response(answer, &self.exchange);
-        }
+        crate::http::filter::answer_back(self.filters, ran, answer, &self.exchange);
     }
 
     /// Shows a relayed answer's head, in `head`, to the fields-only steps, last first.

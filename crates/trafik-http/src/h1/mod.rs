@@ -61,7 +61,7 @@ use crate::http::service::{AccessLine, ClientConnection, Picked, WorkerProxy};
 use crate::http::target::Target;
 use crate::plan::UpstreamProtocol;
 use crate::pool::Pool;
-use crate::snapshot::{Listener, ListenerId, WorkerSnapshot};
+use crate::snapshot::{ListenerId, WorkerSnapshot};
 use crate::tls::ClientIdentity;
 use crate::view::Selection;
 
@@ -387,13 +387,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let mut edits = Vec::new();
     // The pipeline's answers advertise an h3 twin in `WorkerProxy::handle`; this relay writes
     // the same field into the head it relays.
-    let alt_svc = match snapshot.listener(listener) {
-        Some(Listener::Https {
-            alt_svc: Some(alt_svc),
-            ..
-        }) => Some(alt_svc),
-        _ => None,
-    };
+    let alt_svc = snapshot.alt_svc(listener);
     let me = proxy.id;
     let mut metrics = Answers {
         began: Instant::now(),

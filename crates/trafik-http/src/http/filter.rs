@@ -135,6 +135,19 @@ pub fn visible_text(value: &[u8]) -> Option<&str> {
         .flatten()
 }
 
+/// Shows an answer to the first `ran` of a route's steps (those that let the request on, and
+/// the one that answered it), last first, whichever engine wrote the answer.
+pub fn answer_back(
+    filters: &[Box<dyn Filter>],
+    ran: usize,
+    answer: &mut Response<ProxyBody>,
+    exchange: &Exchange<'_>,
+) {
+    for filter in filters[..ran].iter().rev() {
+        filter.on_response(answer, exchange);
+    }
+}
+
 /// One step of a route's pipeline.
 pub trait Filter: Send + Sync {
     /// A step that reads and edits only header fields says so in [`Filter::fields_only`] and

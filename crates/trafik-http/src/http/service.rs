@@ -19,7 +19,7 @@ use super::{path, validate};
 use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
 use crate::pool::Call;
-use crate::snapshot::{Listener, ListenerId, Snapshot, WorkerSnapshot};
+use crate::snapshot::{ListenerId, Snapshot, WorkerSnapshot};
 use crate::tls::ClientIdentity;
 use crate::tls::acme;
 
@@ -138,11 +138,7 @@ impl WorkerProxy {
         });
         let grpc = super::grpc::is_grpc(request.headers());
         let (mut response, backend, route) = self.pipeline(&snapshot, connection, request).await;
-        if let Some(Listener::Https {
-            alt_svc: Some(alt_svc),
-            ..
-        }) = snapshot.listener(connection.listener)
-        {
+        if let Some(alt_svc) = snapshot.alt_svc(connection.listener) {
             response
                 .headers_mut()
                 .insert(http::header::ALT_SVC, alt_svc.clone());
@@ -298,9 +294,7 @@ impl WorkerProxy {
                     .await
             }
         };
-        for filter in route.filters[..ran].iter().rev() {
-            filter.on_response(&mut response, &exchange);
-        }
+        super::filter::answer_back(&route.filters, ran, &mut response, &exchange);
         (response, backend, Some(&route.traffic))
     }
 }
