@@ -41,7 +41,7 @@ impl SignatureCheck {
     }
 
     /// Whether `signature` signs `message` (the token's first two parts).
-    fn verifies(&self, algorithm: Algorithm, message: &[u8], signature: Vec<u8>) -> bool {
+    fn verifies(&self, algorithm: Algorithm, message: &[u8], signature: &[u8]) -> bool {
         fn hmac<M: Mac + Clone>(state: &M, message: &[u8], signature: &[u8]) -> bool {
             let mut mac = state.clone();
             mac.update(message);
@@ -49,12 +49,12 @@ impl SignatureCheck {
             mac.verify_slice(signature).is_ok()
         }
         match self {
-            SignatureCheck::Hs256(state) => hmac(state, message, &signature),
-            SignatureCheck::Hs384(state) => hmac(state, message, &signature),
-            SignatureCheck::Hs512(state) => hmac(state, message, &signature),
+            SignatureCheck::Hs256(state) => hmac(state, message, signature),
+            SignatureCheck::Hs384(state) => hmac(state, message, signature),
+            SignatureCheck::Hs512(state) => hmac(state, message, signature),
             SignatureCheck::PublicKey(key) => CryptoProvider::try_get_default()
                 .and_then(|provider| (provider.verifier_factory)(&algorithm, key).ok())
-                .is_some_and(|verifier| verifier.verify(message, &signature).is_ok()),
+                .is_some_and(|verifier| verifier.verify(message, &signature.to_vec()).is_ok()),
         }
     }
 }
@@ -286,14 +286,12 @@ pub fn verify(
     expect: &Expectations,
     now: u64,
 ) -> Result<Claims, Refusal> {
-    let mut parts = token.split('.');
-    let (Some(header), Some(payload), Some(signature), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let (message, signature) = token.rsplit_once('.').ok_or(Refusal::Malformed)?;
+    // `message`, what the signature signs, is `header.payload`.
+    let (header, payload) = message.split_once('.').ok_or(Refusal::Malformed)?;
+    if payload.contains('.') {
         return Err(Refusal::Malformed);
-    };
-    // What the signature signs: `header.payload`.
-    let message = &token[..header.len() + 1 + payload.len()];
+    }
     // One spelling per part (RFC 7515 §2): the engine refuses `+`, `/`, `=` and a last symbol
     // whose unused bits are not zero, so a token cannot be altered without breaking it.
     let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).map_err(|_| Refusal::Malformed);
@@ -307,7 +305,7 @@ pub fn verify(
     }
     if !key
         .key
-        .verifies(key.algorithm, message.as_bytes(), signature)
+        .verifies(key.algorithm, message.as_bytes(), &signature)
     {
         return Err(Refusal::BadSignature);
     }
