@@ -9,6 +9,8 @@
 #   bench/callgrind.sh                          # this checkout's release build
 #   bench/callgrind.sh OLD_BINARY NEW_BINARY    # compare builds, side by side
 #   ENGINES="trafik hyper" bench/callgrind.sh    # this build on each HTTP/1 engine
+#   MODE=tcp bench/callgrind.sh OLD NEW         # layer 4: instructions per new connection
+#                                               # (`proxy --mode tcp`, wrk with Connection: close)
 #
 # Needs: valgrind wrk (apt-get install valgrind wrk) and cargo.
 set -euo pipefail
@@ -31,16 +33,27 @@ pids+=($!)
 wait_for_port "$UPSTREAM_PORT"
 
 # Total instructions of one run of BINARY: idle (no requests) or loaded.
+MODE=${MODE:-http}
+case $MODE in
+  http) mode=() close=() ;;
+  tcp) mode=(--mode tcp --retries 0) close=(-H "Connection: close") ;;
+  *) echo "MODE is http or tcp, not $MODE" >&2; exit 2 ;;
+esac
+
 measure() { # binary idle|loaded [engine]
   local binary=$1 load=$2 out="$work/callgrind.$RANDOM" engine=()
   [[ -n ${3:-} ]] && engine=(--engine "$3")
-  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" proxy \
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" proxy "${mode[@]}" \
     --listen "127.0.0.1:$PROXY_PORT" --to "127.0.0.1:$UPSTREAM_PORT" --workers 1 "${engine[@]}" \
     --admin "127.0.0.1:$ADMIN_PORT" >/dev/null 2>"$work/valgrind.log" &
   local pid=$!
   for _ in $(seq 400); do (exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT") 2>/dev/null && break; sleep 0.05; done
   local requests=0
-  if [[ $load == loaded ]]; then
+  if [[ $load == loaded && $MODE == tcp ]]; then
+    # Every request is a new connection through the proxy: wrk's count is the connections'.
+    requests=$(wrk -t1 -c8 -d"${SECONDS_LOADED}s" "${close[@]}" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" |
+      awk '/requests in/ {print $1}')
+  elif [[ $load == loaded ]]; then
     wrk -t1 -c8 -d"${SECONDS_LOADED}s" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" >/dev/null
     # From /metrics: /status has other "requests" (the last seconds) before the backend's total.
     requests=$(exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT"; printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3 |
@@ -52,7 +65,7 @@ measure() { # binary idle|loaded [engine]
   echo "$total $requests"
 }
 
-printf '%-60s %12s %14s\n' binary requests instr/request
+printf '%-60s %12s %14s\n' binary "$([[ $MODE == tcp ]] && echo connections || echo requests)" "instr/$([[ $MODE == tcp ]] && echo connection || echo request)"
 read -r -a engines <<<"${ENGINES:-}"
 ((${#engines[@]})) || engines=("")
 for binary in "${binaries[@]}"; do
