@@ -54,6 +54,21 @@ impl<S, O> Observed<S, O> {
     pub fn into_inner(self) -> S {
         self.stream
     }
+
+    /// A write of any kind to the stream, which the observer then sees.
+    fn observe_write(
+        self: Pin<&mut Self>,
+        write: impl FnOnce(Pin<&mut S>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>>
+    where
+        S: Unpin,
+        O: Observer + Unpin,
+    {
+        let this = self.get_mut();
+        let polled = write(Pin::new(&mut this.stream));
+        this.observer.written(&polled);
+        polled
+    }
 }
 
 impl<S: AsyncRead + Unpin, O: Observer + Unpin> AsyncRead for Observed<S, O> {
@@ -79,10 +94,7 @@ impl<S: AsyncWrite + Unpin, O: Observer + Unpin> AsyncWrite for Observed<S, O> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
-        this.observer.written(&polled);
-        polled
+        self.observe_write(|stream| stream.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -90,10 +102,7 @@ impl<S: AsyncWrite + Unpin, O: Observer + Unpin> AsyncWrite for Observed<S, O> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
-        this.observer.written(&polled);
-        polled
+        self.observe_write(|stream| stream.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -215,10 +224,7 @@ impl<S: SendFile + Unpin, O: Observer + Unpin> SendFile for Observed<S, O> {
         offset: u64,
         len: usize,
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_send_file(cx, file, offset, len);
-        this.observer.written(&polled);
-        polled
+        self.observe_write(|stream| stream.poll_send_file(cx, file, offset, len))
     }
 
     fn poll_write_more(
@@ -226,10 +232,7 @@ impl<S: SendFile + Unpin, O: Observer + Unpin> SendFile for Observed<S, O> {
         cx: &mut Context<'_>,
         bytes: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write_more(cx, bytes);
-        this.observer.written(&polled);
-        polled
+        self.observe_write(|stream| stream.poll_write_more(cx, bytes))
     }
 }
 

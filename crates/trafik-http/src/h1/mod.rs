@@ -450,6 +450,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
             let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
             if let ProxyBody::File(region) = answer.body()
                 && connection.client.sends_files()
+                && !region.written_from_memory()
             {
                 let counters = site.counters.mine(me);
                 add(&counters.sent_by_sendfile, region.len() as usize);

@@ -476,6 +476,7 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
     }
     if let ProxyBody::File(region) = &body
         && client.sends_files()
+        && !region.written_from_memory()
         && length == Some(region.len())
         && !region.is_empty()
     {
