@@ -953,9 +953,9 @@ pub struct FileRegion {
     chunks: Option<tokio::sync::mpsc::Receiver<Bytes>>,
 }
 
-/// The largest region written from memory rather than sent from the file: with a head of up
-/// to 4 KiB it fits the 16 KiB that the HTTP/1 writer sends in one write.
-const SMALL_REGION: usize = 12 << 10;
+/// The largest region written from memory rather than sent from the file (`bench/static.sh`:
+/// a 4 KB file answered more requests from memory, a 10.8 KB one more by sendfile).
+const SMALL_REGION: usize = 8 << 10;
 
 /// The most of a file read into memory at once for a writer that cannot send files.
 const FILE_CHUNK: u64 = 64 << 10;
@@ -980,8 +980,7 @@ impl FileRegion {
 
     /// Whether the region is better written from its copy in memory than sent from the file:
     /// a body this small goes in one write with its head, where sendfile(2) costs a second
-    /// call and more CPU per request (measured with `bench/static.sh`: 4 KB files answered
-    /// ~10 % fewer requests by sendfile; 120 KB ones ~15 % more).
+    /// call.
     pub fn written_from_memory(&self) -> bool {
         self.kept
             .as_ref()
