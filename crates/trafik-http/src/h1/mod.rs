@@ -51,7 +51,7 @@ use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, 
 use self::rewind::rewind;
 use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
-use crate::counters::bump;
+use crate::counters::{add, bump};
 use crate::error::{Blame, Cause, ProxyError};
 use crate::http::body::{ErrorAnswer, ProxyBody};
 use crate::http::filter;
@@ -59,6 +59,7 @@ use crate::http::route::Asking;
 use crate::http::server::{self, Client, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, Picked, WorkerProxy};
 use crate::http::target::Target;
+use crate::observed::SendFile;
 use crate::plan::UpstreamProtocol;
 use crate::pool::Pool;
 use crate::snapshot::{ListenerId, WorkerSnapshot};
@@ -153,7 +154,7 @@ pub async fn serve<S>(
     Client { peer, identity }: Client,
     connections: Rc<Connections>,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + SendFile + Unpin + Send + 'static,
 {
     let control = connections.register(listener);
     let mut connection = Connection {
@@ -218,7 +219,7 @@ pub async fn serve<S>(
     .await;
 }
 
-async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+async fn run<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
     proxy: &WorkerProxy,
     listener: ListenerId,
     connection: &mut Connection<S>,
@@ -274,7 +275,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
 /// Answers a head that is not HTTP (a broken field or request line) with trafik's 400, as
 /// hyper's server would answer it, and leaves the connection to close: nothing after it can be
 /// told apart.
-async fn refuse_malformed<S: AsyncWrite + Unpin>(connection: &mut Connection<S>) {
+async fn refuse_malformed<S: AsyncWrite + SendFile + Unpin>(connection: &mut Connection<S>) {
     let _ = pipeline::write_answer(
         &mut connection.client,
         &mut connection.relay,
@@ -288,7 +289,7 @@ async fn refuse_malformed<S: AsyncWrite + Unpin>(connection: &mut Connection<S>)
 /// One request on the fast path, with the pool's retry rules: a failed connect goes to another
 /// backend, and so does a bodiless request the backend lost while the budget allows. On a
 /// draining connection the answer says `Connection: close` and the connection closes after it.
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
     proxy: &WorkerProxy,
     snapshot: &Rc<WorkerSnapshot>,
     listener: ListenerId,
@@ -441,6 +442,13 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 steps.on_response(&mut answer, steps.filters.len());
             }
             let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
+            if let ProxyBody::File(region) = answer.body()
+                && connection.client.sends_files()
+                && !region.written_from_memory()
+            {
+                let counters = site.counters.mine(me);
+                add(&counters.sent_by_sendfile, region.len() as usize);
+            }
             return answer_own(connection, logged, answer, consumed, keep(), head_request).await;
         }
     };
@@ -847,7 +855,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
 /// `HEAD`) and counted in `metrics` like every answer (against `backend` when one was asked);
 /// the connection goes on when `keep` (the request's bytes, `consumed` of the input, are all
 /// read) and the error allows it. Its body names the backend to blame, if there is one.
-async fn refuse<S: AsyncWrite + Unpin>(
+async fn refuse<S: AsyncWrite + SendFile + Unpin>(
     connection: &mut Connection<S>,
     metrics: &mut Answers<'_>,
     backend: Option<SocketAddr>,
@@ -866,7 +874,7 @@ async fn refuse<S: AsyncWrite + Unpin>(
 
 /// Writes trafik's own `answer`, counted already (its log line `logged`), as every answer of the
 /// pipeline is written; the connection goes on when `keep` and the answer allow it.
-async fn answer_own<S: AsyncWrite + Unpin>(
+async fn answer_own<S: AsyncWrite + SendFile + Unpin>(
     connection: &mut Connection<S>,
     logged: Option<AccessLine>,
     answer: http::Response<ProxyBody>,

@@ -6,6 +6,7 @@ use std::fmt;
 use std::io::{self, SeekFrom};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -745,9 +746,11 @@ pub enum ProxyBody {
     },
     /// A body trafik wrote (errors, admin answers, cached copies, small files).
     Local(Option<Bytes>),
-    /// A body read in chunks by another task (a large static file); it ends when the sender
-    /// does.
+    /// A body read in chunks by another task; it ends when the sender does.
     Chunks(tokio::sync::mpsc::Receiver<Bytes>),
+    /// Part of an open file (a static file): sent with sendfile(2) by a writer on plain TCP,
+    /// read as bytes by any other.
+    File(FileRegion),
     /// Another body whose request is logged when it ends.
     Logged(Box<Logged>),
     /// Another body, compressed as it streams (a route's `compress`).
@@ -806,7 +809,10 @@ impl ProxyBody {
         match self {
             ProxyBody::Upstream { .. } => true,
             ProxyBody::Compressed(compressed) => compressed.inner().is_relayed(),
-            ProxyBody::Local(_) | ProxyBody::Chunks(_) | ProxyBody::Logged(_) => false,
+            ProxyBody::Local(_)
+            | ProxyBody::Chunks(_)
+            | ProxyBody::File(_)
+            | ProxyBody::Logged(_) => false,
         }
     }
 
@@ -883,6 +889,7 @@ impl Body for ProxyBody {
             ProxyBody::Chunks(chunks) => {
                 chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d))))
             }
+            ProxyBody::File(region) => region.poll_bytes(cx).map(|d| d.map(|d| Ok(Frame::data(d)))),
             ProxyBody::Logged(logged) => {
                 let polled = Pin::new(&mut logged.body).poll_frame(cx);
                 if ends(&polled, &logged.body) {
@@ -899,6 +906,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { body, first, .. } => first.is_none() && body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
             ProxyBody::Chunks(chunks) => chunks.is_closed() && chunks.is_empty(),
+            ProxyBody::File(region) => region.is_end_stream(),
             ProxyBody::Logged(logged) => logged.body.is_end_stream(),
             ProxyBody::Compressed(compressed) => compressed.is_end_stream(),
         }
@@ -923,9 +931,120 @@ impl Body for ProxyBody {
             ProxyBody::Local(Some(data)) => SizeHint::with_exact(data.len() as u64),
             ProxyBody::Local(None) => SizeHint::with_exact(0),
             ProxyBody::Chunks(_) => SizeHint::default(),
+            ProxyBody::File(region) => SizeHint::with_exact(region.len()),
             ProxyBody::Logged(logged) => logged.body.size_hint(),
             ProxyBody::Compressed(compressed) => compressed.size_hint(),
         }
+    }
+}
+
+/// Bytes `start..end` of an open file. A writer that sends files takes the file and the range
+/// ([`FileRegion::file`]) and sends it from the page cache; any other reads its bytes as
+/// frames: the file's copy in memory when one is kept, else chunks read from the descriptor on
+/// the blocking pool as the client takes them. A file cut shorter than the range ends the body
+/// early, which its writer reports as a cut answer.
+pub struct FileRegion {
+    file: Arc<std::fs::File>,
+    start: u64,
+    end: u64,
+    /// The range's bytes, when the whole file is kept in memory.
+    kept: Option<Bytes>,
+    /// The chunks of a file read from the descriptor, once a writer asked for bytes.
+    chunks: Option<tokio::sync::mpsc::Receiver<Bytes>>,
+}
+
+/// The largest region written from memory rather than sent from the file (`bench/static.sh`:
+/// a 4 KB file answered more requests from memory, a 10.8 KB one more by sendfile).
+const SMALL_REGION: usize = 8 << 10;
+
+/// The most of a file read into memory at once for a writer that cannot send files.
+const FILE_CHUNK: u64 = 64 << 10;
+
+impl FileRegion {
+    /// Bytes `start..end` of `file`; `kept`, when given, holds exactly those bytes.
+    pub fn new(file: Arc<std::fs::File>, start: u64, end: u64, kept: Option<Bytes>) -> Self {
+        FileRegion {
+            file,
+            start,
+            end,
+            kept,
+            chunks: None,
+        }
+    }
+
+    /// The file and the bytes of it still to send (`start..end`), for a writer that sends
+    /// files itself.
+    pub fn file(&self) -> (&std::fs::File, u64, u64) {
+        (&self.file, self.start, self.end)
+    }
+
+    /// Whether the region is better written from its copy in memory than sent from the file:
+    /// a body this small goes in one write with its head, where sendfile(2) costs a second
+    /// call.
+    pub fn written_from_memory(&self) -> bool {
+        self.kept
+            .as_ref()
+            .is_some_and(|kept| kept.len() <= SMALL_REGION)
+    }
+
+    /// Bytes still to send.
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    fn poll_bytes(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        if let Some(kept) = self.kept.take() {
+            self.start = self.end;
+            return Poll::Ready(Some(kept).filter(|kept| !kept.is_empty()));
+        }
+        if self.chunks.is_none() {
+            if self.is_empty() {
+                return Poll::Ready(None);
+            }
+            self.chunks = Some(self.read_in_chunks());
+        }
+        let chunks = self.chunks.as_mut().expect("started above");
+        let polled = std::task::ready!(chunks.poll_recv(cx));
+        if let Some(chunk) = &polled {
+            self.start += chunk.len() as u64;
+        }
+        Poll::Ready(polled)
+    }
+
+    /// Reads the range on the blocking pool, a chunk at a time as the receiver takes them; it
+    /// stops where the file ends.
+    fn read_in_chunks(&self) -> tokio::sync::mpsc::Receiver<Bytes> {
+        use std::os::unix::fs::FileExt;
+        let (chunks, receiver) = tokio::sync::mpsc::channel(4);
+        let (file, mut at, end) = (self.file.clone(), self.start, self.end);
+        tokio::task::spawn_blocking(move || {
+            while at < end {
+                let mut chunk = vec![0; (end - at).min(FILE_CHUNK) as usize];
+                match file.read_at(&mut chunk, at) {
+                    Ok(0) | Err(_) => return,
+                    Ok(read) => {
+                        chunk.truncate(read);
+                        at += read as u64;
+                        if chunks.blocking_send(Bytes::from(chunk)).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        receiver
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.is_empty()
+            || self
+                .chunks
+                .as_ref()
+                .is_some_and(|chunks| chunks.is_closed() && chunks.is_empty())
     }
 }
 

@@ -5,13 +5,16 @@
 //! matching conditional request), `Content-Type` by extension and `Accept-Ranges` (a single
 //! range gets 206, an unsatisfiable one 416).
 //!
-//! File system calls run on tokio's blocking pool, never on a worker. Small files are kept in
-//! memory (a `trafik-cache` store shared by the workers), checked against the disk at most once
-//! a second, and sent as one shared buffer; larger ones are read in chunks as they are sent.
+//! File system calls run on tokio's blocking pool, never on a worker. Files are kept open (a
+//! `trafik-cache` store shared by the workers) and checked against the disk at most once a
+//! second: a file replaced on disk is opened anew. The body is a region of the open file
+//! ([`FileRegion`]): the own HTTP/1 engine on plain TCP sends it with sendfile(2), any other
+//! writer (TLS, HTTP/2, HTTP/3, a compressing route) reads it as bytes, from the copy kept in
+//! memory for a small file, in chunks read on the blocking pool for a larger one.
 
 use std::borrow::Cow;
 use std::ffi::OsStr;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,20 +26,18 @@ use http::{HeaderValue, Method, Response, StatusCode, header};
 use percent_encoding::percent_decode_str;
 use trafik_cache::{Limits, Policy, Store, Weigh};
 
-use super::body::ProxyBody;
+use super::body::{FileRegion, ProxyBody};
 use super::conditional::{not_modified, range_applies};
 use super::filter::Fields;
 use super::path::escapes_are_well_formed;
 use crate::counters::{PerWorker, add, bump, read};
 
-/// Files up to this size are kept in memory and sent from there.
+/// Files up to this size are also kept in memory, for writers that cannot send files.
 const SMALL_FILE: u64 = 1 << 20;
 /// The memory all kept files of one site may take.
 const KEPT_BYTES: u64 = 64 << 20;
 /// A kept file is checked against the disk again after this long.
 const RECHECK: Duration = Duration::from_secs(1);
-/// Chunks of a large file in flight to the client.
-const CHUNK: usize = 64 << 10;
 
 /// What a static route counts, per worker.
 #[derive(Debug, Default)]
@@ -44,6 +45,8 @@ pub struct SiteCounters {
     pub requests: AtomicU64,
     /// Body bytes sent.
     pub bytes: AtomicU64,
+    /// Body bytes the own HTTP/1 engine sent with sendfile(2), without copying them.
+    pub sent_by_sendfile: AtomicU64,
     pub not_modified: AtomicU64,
     pub not_found: AtomicU64,
 }
@@ -61,9 +64,9 @@ pub struct Site {
     kept: Store<PathBuf, Arc<File>>,
 }
 
-/// A file as last seen on disk.
+/// A file as last seen on disk, kept open.
 struct File {
-    path: PathBuf,
+    opened: Arc<std::fs::File>,
     len: u64,
     etag: HeaderValue,
     last_modified: HeaderValue,
@@ -283,7 +286,7 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
         })
         .unwrap_or_else(|| "application/octet-stream".to_owned());
     Ok(File {
-        path,
+        opened: Arc::new(file),
         len,
         etag: HeaderValue::from_str(&etag).expect("hex and quotes"),
         last_modified: HeaderValue::from_str(&httpdate::fmt_http_date(modified))
@@ -345,10 +348,11 @@ fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> 
     if head {
         return response;
     }
-    *response.body_mut() = match &file.body {
-        Some(body) => ProxyBody::local(body.slice(start as usize..end as usize)),
-        None => stream(file.path.clone(), start, end),
-    };
+    let kept = file
+        .body
+        .as_ref()
+        .map(|body| body.slice(start as usize..end as usize));
+    *response.body_mut() = ProxyBody::File(FileRegion::new(file.opened.clone(), start, end, kept));
     response
 }
 
@@ -390,35 +394,6 @@ fn byte_range(value: &[u8], len: u64) -> Option<Result<(u64, u64), ()>> {
         (start, end)
     };
     Some(Ok(range))
-}
-
-/// A large file's bytes `start..end`, read on the blocking pool a chunk at a time as the
-/// client takes them.
-fn stream(path: PathBuf, start: u64, end: u64) -> ProxyBody {
-    let (chunks, receiver) = tokio::sync::mpsc::channel(4);
-    tokio::task::spawn_blocking(move || {
-        let Ok(mut file) = std::fs::File::open(&path) else {
-            return;
-        };
-        if file.seek(SeekFrom::Start(start)).is_err() {
-            return;
-        }
-        let mut left = end - start;
-        while left > 0 {
-            let mut chunk = vec![0; CHUNK.min(left as usize)];
-            match file.read(&mut chunk) {
-                Ok(0) | Err(_) => return,
-                Ok(read) => {
-                    chunk.truncate(read);
-                    left -= read as u64;
-                    if chunks.blocking_send(Bytes::from(chunk)).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    ProxyBody::Chunks(receiver)
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {

@@ -276,11 +276,16 @@ const ADMIN_COUNTERS: [(&str, &str, AdminCounter); 3] = [
 ];
 
 type SiteCounter = fn(&SiteCounters) -> &std::sync::atomic::AtomicU64;
-const SITE_COUNTERS: [(&str, &str, SiteCounter); 4] = [
+const SITE_COUNTERS: [(&str, &str, SiteCounter); 5] = [
     ("requests", "Requests a static route answered.", |c| {
         &c.requests
     }),
     ("bytes", "Body bytes a static route sent.", |c| &c.bytes),
+    (
+        "sent_by_sendfile_bytes",
+        "Body bytes sent from the page cache with sendfile(2), not copied through trafik.",
+        |c| &c.sent_by_sendfile,
+    ),
     (
         "not_modified",
         "304 answers to conditional requests.",

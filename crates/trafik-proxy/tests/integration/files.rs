@@ -373,3 +373,154 @@ async fn a_suffix_range_on_an_empty_file_is_416_not_a_dropped_connection() {
         );
     }
 }
+
+/// Files around the sizes that change how they are kept (empty, one byte, the 10.8 KB page,
+/// just past the 1 MiB kept in memory, a few MiB), written with a pattern a cut or a shift
+/// would break.
+fn sized_files(root: &Path) -> Vec<(String, Vec<u8>)> {
+    [0, 1, 10_800, (1 << 20) + 1, 3 << 20]
+        .into_iter()
+        .map(|size| {
+            let name = format!("dosya-{size}.bin");
+            let content: Vec<u8> = (0..size as u32).map(|i| (i % 251) as u8).collect();
+            std::fs::write(root.join(&name), &content).unwrap();
+            (name, content)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_size_and_a_range_go_whole_on_plain_tcp_the_larger_by_sendfile() {
+    let root = folder("sendfile");
+    let files = sized_files(&root);
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    // Twice: the first answer looks the file up, the second sends the one kept open.
+    for _ in 0..2 {
+        for (name, content) in &files {
+            let answer = client.get(&format!("/varlik/{name}")).await;
+            assert_eq!(answer.status, 200, "{name}");
+            assert!(answer.body == content[..], "{name}: the body differs");
+        }
+    }
+    let big = &files[4].1;
+    for (range, expected) in [
+        ("bytes=1000-11999", &big[1000..12_000]),
+        ("bytes=-5", &big[big.len() - 5..]),
+    ] {
+        let part = send(
+            web(&running),
+            "GET",
+            "/varlik/dosya-3145728.bin",
+            &[("range", range)],
+        )
+        .await;
+        assert_eq!(part.status, 206, "{range}");
+        assert!(part.body == expected, "{range}: the part differs");
+    }
+    let counters = status(&running).await["static"][0].clone();
+    let sent: usize = files.iter().map(|(_, content)| 2 * content.len()).sum();
+    assert_eq!(counters["bytes"], sent + 11_005, "{counters}");
+    // All but the bodies small enough to go in one write with their head (from memory).
+    let large: usize = 2 * (10_800 + (1 << 20) + 1 + (3 << 20)) + 11_005;
+    assert_eq!(
+        counters["sent_by_sendfile_bytes"], large,
+        "the larger bodies from the page cache: {counters}"
+    );
+    let web = &status(&running).await["listeners"][0];
+    assert_eq!(web["through_pipeline"], 0, "served inline: {web}");
+    stop(running).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_listener_sends_the_same_bytes_read_in_user_space() {
+    use trafik_test_support::proxy::tls::{TestCa, TlsClient, https};
+    let root = folder("sendfile-tls");
+    let files = sized_files(&root);
+    let ca = TestCa::new("trafik test CA");
+    let certificate = ca.issue(&["kargo.test"]);
+    let running = trafik_proxy::start(https(site(&root, &[]), &[&certificate])).unwrap();
+    for alpn in [&[&b"http/1.1"[..]][..], &[b"h2"]] {
+        let mut client = TlsClient::connect(web(&running), "kargo.test", &ca, alpn).await;
+        for (name, content) in &files {
+            let (answer, _) = client.get(&format!("/varlik/{name}")).await;
+            assert_eq!(answer.status, 200, "{name}");
+            assert!(answer.body == content[..], "{name}: the body differs");
+        }
+    }
+    let counters = status(&running).await["static"][0].clone();
+    assert_eq!(counters["sent_by_sendfile_bytes"], 0, "{counters}");
+    assert_ne!(counters["bytes"], 0, "{counters}");
+    stop(running).await;
+}
+
+/// What a raw HTTP/1.1 client reads for `GET path` on a kept-alive connection until the server
+/// closes it (or 10 s pass): the declared length, and the body bytes that came.
+async fn read_to_close(address: SocketAddr, path: &str) -> (usize, Vec<u8>, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: kargo.test\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut read = Vec::new();
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut piece = [0u8; 16 * 1024];
+        loop {
+            match stream.read(&mut piece).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read.extend_from_slice(&piece[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    let end = read
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let head = String::from_utf8_lossy(&read[..end]).to_lowercase();
+    let length = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length: "))
+        .and_then(|value| value.trim().parse().ok())
+        .expect("a content-length");
+    (length, read[end..].to_vec(), closed)
+}
+
+/// A file cut short on disk while trafik still has it kept (under a second since its last
+/// check) is sent as far as it goes: the connection then closes, so the client sees a cut
+/// answer rather than waiting for bytes that never come, or reading the next answer as the
+/// rest of this one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_cut_short_while_kept_closes_the_connection_after_what_is_left() {
+    let root = folder("truncated");
+    // Kept in memory, yet large enough to be sent from the file.
+    let content: Vec<u8> = (0..120_000u32).map(|i| (i % 251) as u8).collect();
+    let path = root.join("ozet.html");
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    // The check a second after the file was kept may come first on a slow machine: the answer
+    // is then the short file, whole; a few tries see the cut.
+    let mut cut = None;
+    for _ in 0..5 {
+        std::fs::write(&path, &content).unwrap();
+        let kept = get(web(&running), "/varlik/ozet.html").await;
+        assert!(kept.body == content[..]);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(40_000)
+            .unwrap();
+        let (length, body, closed) = read_to_close(web(&running), "/varlik/ozet.html").await;
+        assert!(closed, "the client waits for bytes that never come");
+        if length == content.len() {
+            cut = Some(body);
+            break;
+        }
+        assert_eq!((length, &body[..]), (40_000, &content[..40_000]));
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    let body = cut.expect("an answer from the kept file");
+    assert!(body == content[..40_000], "what is left, then the close");
+    stop(running).await;
+}

@@ -13,29 +13,17 @@ use http::{Request, Version};
 use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use trafik_proxy::Plan;
 use trafik_proxy::plan::UpstreamProtocol;
 use trafik_proxy::tls::backend::{BackendTls, server_name};
 use trafik_proxy::tls::{Certificate, TrustRoots};
-use trafik_proxy::{ListenerKind, Plan};
 use trafik_test_support::proxy::tls::{
-    Issued, TestCa, TlsClient, h2_backend, h2c, h2c_get, tls_backend,
+    TestCa, TlsClient, h2_backend, h2c, h2c_get, https, tls_backend,
 };
 use trafik_test_support::proxy::*;
 
 const H2: &[&[u8]] = &[b"h2", b"http/1.1"];
 const HTTP1: &[&[u8]] = &[b"http/1.1"];
-
-/// `plan` with its listener made https, serving `certificates` (the first is the default).
-fn https(mut plan: Plan, certificates: &[&Issued]) -> Plan {
-    let routes = std::mem::take(routes(&mut plan));
-    plan.listeners[0].kind = ListenerKind::Https {
-        routes,
-        certificates: certificates.iter().map(|c| c.for_listener()).collect(),
-        managed: Vec::new(),
-        client_auth: None,
-    };
-    plan
-}
 
 #[tokio::test]
 async fn an_https_listener_serves_http1_and_http2_as_alpn_agrees() {

@@ -16,8 +16,21 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use trafik_proxy::tls::Certificate;
+use trafik_proxy::{ListenerKind, Plan};
 
-use super::{Answer, LOOPBACK_ANY_PORT, read};
+use super::{Answer, LOOPBACK_ANY_PORT, read, routes};
+
+/// `plan` with its listener made https, serving `certificates` (the first is the default).
+pub fn https(mut plan: Plan, certificates: &[&Issued]) -> Plan {
+    let routes = std::mem::take(routes(&mut plan));
+    plan.listeners[0].kind = ListenerKind::Https {
+        routes,
+        certificates: certificates.iter().map(|c| c.for_listener()).collect(),
+        managed: Vec::new(),
+        client_auth: None,
+    };
+    plan
+}
 
 /// A certificate authority that exists for one test.
 pub struct TestCa {
