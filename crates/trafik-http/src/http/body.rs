@@ -848,7 +848,8 @@ impl Body for ProxyBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyFailure>>> {
-        match self.get_mut() {
+        let this = self.get_mut();
+        match this {
             ProxyBody::Upstream {
                 body,
                 first,
@@ -889,7 +890,17 @@ impl Body for ProxyBody {
             ProxyBody::Chunks(chunks) => {
                 chunks.poll_recv(cx).map(|c| c.map(|d| Ok(Frame::data(d))))
             }
-            ProxyBody::File(region) => region.poll_bytes(cx).map(|d| d.map(|d| Ok(Frame::data(d)))),
+            ProxyBody::File(region) => {
+                if let Some(kept) = region.take_kept() {
+                    return Poll::Ready((!kept.is_empty()).then(|| Ok(Frame::data(kept))));
+                }
+                if region.is_empty() {
+                    return Poll::Ready(None);
+                }
+                // Read from the descriptor from here on: a body fed by another task.
+                *this = ProxyBody::Chunks(region.read_in_chunks());
+                Pin::new(this).poll_frame(cx)
+            }
             ProxyBody::Logged(logged) => {
                 let polled = Pin::new(&mut logged.body).poll_frame(cx);
                 if ends(&polled, &logged.body) {
@@ -906,7 +917,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { body, first, .. } => first.is_none() && body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
             ProxyBody::Chunks(chunks) => chunks.is_closed() && chunks.is_empty(),
-            ProxyBody::File(region) => region.is_end_stream(),
+            ProxyBody::File(region) => region.is_empty(),
             ProxyBody::Logged(logged) => logged.body.is_end_stream(),
             ProxyBody::Compressed(compressed) => compressed.is_end_stream(),
         }
@@ -941,16 +952,15 @@ impl Body for ProxyBody {
 /// Bytes `start..end` of an open file. A writer that sends files takes the file and the range
 /// ([`FileRegion::file`]) and sends it from the page cache; any other reads its bytes as
 /// frames: the file's copy in memory when one is kept, else chunks read from the descriptor on
-/// the blocking pool as the client takes them. A file cut shorter than the range ends the body
-/// early, which its writer reports as a cut answer.
+/// the blocking pool as the client takes them (the body turns into [`ProxyBody::Chunks`]). A
+/// file cut shorter than the range ends the body early, which its writer reports as a cut
+/// answer.
 pub struct FileRegion {
     file: Arc<std::fs::File>,
     start: u64,
     end: u64,
     /// The range's bytes, when the whole file is kept in memory.
     kept: Option<Bytes>,
-    /// The chunks of a file read from the descriptor, once a writer asked for bytes.
-    chunks: Option<tokio::sync::mpsc::Receiver<Bytes>>,
 }
 
 /// The largest region written from memory rather than sent from the file (`bench/static.sh`:
@@ -968,7 +978,6 @@ impl FileRegion {
             start,
             end,
             kept,
-            chunks: None,
         }
     }
 
@@ -996,23 +1005,11 @@ impl FileRegion {
         self.start == self.end
     }
 
-    fn poll_bytes(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
-        if let Some(kept) = self.kept.take() {
-            self.start = self.end;
-            return Poll::Ready(Some(kept).filter(|kept| !kept.is_empty()));
-        }
-        if self.chunks.is_none() {
-            if self.is_empty() {
-                return Poll::Ready(None);
-            }
-            self.chunks = Some(self.read_in_chunks());
-        }
-        let chunks = self.chunks.as_mut().expect("started above");
-        let polled = std::task::ready!(chunks.poll_recv(cx));
-        if let Some(chunk) = &polled {
-            self.start += chunk.len() as u64;
-        }
-        Poll::Ready(polled)
+    /// The range's bytes kept in memory, taken once: the region is then sent.
+    fn take_kept(&mut self) -> Option<Bytes> {
+        let kept = self.kept.take()?;
+        self.start = self.end;
+        Some(kept)
     }
 
     /// Reads the range on the blocking pool, a chunk at a time as the receiver takes them; it
@@ -1037,14 +1034,6 @@ impl FileRegion {
             }
         });
         receiver
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.is_empty()
-            || self
-                .chunks
-                .as_ref()
-                .is_some_and(|chunks| chunks.is_closed() && chunks.is_empty())
     }
 }
 
