@@ -11,6 +11,8 @@
 #   ENGINES="trafik hyper" bench/callgrind.sh    # this build on each HTTP/1 engine
 #   MODE=tcp bench/callgrind.sh OLD NEW         # layer 4: instructions per new connection
 #                                               # (`proxy --mode tcp`, wrk with Connection: close)
+#   MODE=cache bench/callgrind.sh OLD NEW       # instructions per cache hit (`serve`, one route
+#                                               # behind a `[[cache]]`, warmed by one request)
 #
 # Needs: valgrind wrk (apt-get install valgrind wrk) and cargo.
 set -euo pipefail
@@ -37,20 +39,48 @@ MODE=${MODE:-http}
 case $MODE in
   http) mode=() close=() ;;
   tcp) mode=(--mode tcp --retries 0) close=(-H "Connection: close") ;;
-  *) echo "MODE is http or tcp, not $MODE" >&2; exit 2 ;;
+  cache) close=()
+    cat >"$work/cache.toml" <<CONF
+[server]
+workers = 1
+[admin]
+listen = "127.0.0.1:$ADMIN_PORT"
+[[listener]]
+name = "edge"
+listen = "127.0.0.1:$PROXY_PORT"
+[[listener.route]]
+pool = "origin"
+cache = "edge"
+[[pool]]
+name = "origin"
+backends = [{ address = "127.0.0.1:$UPSTREAM_PORT" }]
+[[cache]]
+name = "edge"
+default_ttl = "1h"
+CONF
+    ;;
+  *) echo "MODE is http, tcp or cache, not $MODE" >&2; exit 2 ;;
 esac
 
 measure() { # binary idle|loaded [engine]
   local binary=$1 load=$2 out="$work/callgrind.$RANDOM" engine=()
   [[ -n ${3:-} ]] && engine=(--engine "$3")
-  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" proxy "${mode[@]}" \
-    --listen "127.0.0.1:$PROXY_PORT" --to "127.0.0.1:$UPSTREAM_PORT" --workers 1 "${engine[@]}" \
-    --admin "127.0.0.1:$ADMIN_PORT" >/dev/null 2>"$work/valgrind.log" &
+  local run=(proxy "${mode[@]}" --listen "127.0.0.1:$PROXY_PORT" --to "127.0.0.1:$UPSTREAM_PORT"
+    --workers 1 "${engine[@]}" --admin "127.0.0.1:$ADMIN_PORT")
+  if [[ $MODE == cache ]]; then
+    sed "s/^workers = 1$/workers = 1${3:+\\nengine = \"$3\"}/" "$work/cache.toml" >"$work/cache-run.toml"
+    run=(serve -c "$work/cache-run.toml")
+  fi
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" "${run[@]}" \
+    >/dev/null 2>"$work/valgrind.log" &
   local pid=$!
   for _ in $(seq 400); do (exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT") 2>/dev/null && break; sleep 0.05; done
   local requests=0
-  if [[ $load == loaded && $MODE == tcp ]]; then
-    # Every request is a new connection through the proxy: wrk's count is the connections'.
+  if [[ $load == loaded && $MODE != http ]]; then
+    # tcp: every request is a new connection through the proxy, wrk's count is the
+    # connections'. cache: one request warms the store, wrk's are hits.
+    [[ $MODE == cache ]] && (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT"
+      printf 'GET /takip/TR-4821 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3; cat <&3 >/dev/null)
     requests=$(wrk -t1 -c8 -d"${SECONDS_LOADED}s" "${close[@]}" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" |
       awk '/requests in/ {print $1}')
   elif [[ $load == loaded ]]; then

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use http::HeaderMap;
 use http::header::HeaderName;
 
+use crate::fields::FieldValues;
 use crate::freshness::{Stored, vary_names};
 use crate::key;
 use crate::store::{Limits, Policy, Store, Weigh};
@@ -56,7 +56,11 @@ impl Cache {
 
     /// The stored response a request with these headers may use, fresh or not; and the key it
     /// is (or would be) stored under.
-    pub fn lookup(&self, primary: &str, request: &HeaderMap) -> (Option<Arc<Stored>>, String) {
+    pub fn lookup<F: FieldValues + ?Sized>(
+        &self,
+        primary: &str,
+        request: &F,
+    ) -> (Option<Arc<Stored>>, String) {
         let found = self.find(primary, request, |key| self.store.get(key));
         (found.stored, found.key)
     }
@@ -64,14 +68,14 @@ impl Cache {
     /// What [`Cache::lookup`] would find, with the `Vary` names the key was chosen by, read
     /// without marking anything used: the store's recency and admission counts stay as they
     /// were (`trafik explain`).
-    pub fn peek(&self, primary: &str, request: &HeaderMap) -> Found {
+    pub fn peek<F: FieldValues + ?Sized>(&self, primary: &str, request: &F) -> Found {
         self.find(primary, request, |key| self.store.peek(key))
     }
 
-    fn find(
+    fn find<F: FieldValues + ?Sized>(
         &self,
         primary: &str,
-        request: &HeaderMap,
+        request: &F,
         get: impl Fn(&str) -> Option<Slot>,
     ) -> Found {
         match get(primary) {
@@ -102,7 +106,7 @@ impl Cache {
 
     /// Stores a response to a request with these headers under `primary` (or the variant its
     /// `Vary` selects).
-    pub fn insert(&self, primary: &str, request: &HeaderMap, stored: Arc<Stored>) {
+    pub fn insert<F: FieldValues + ?Sized>(&self, primary: &str, request: &F, stored: Arc<Stored>) {
         let names = vary_names(&stored.headers).unwrap_or_default();
         if names.is_empty() {
             self.store
@@ -156,7 +160,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use bytes::Bytes;
-    use http::{HeaderValue, Method, StatusCode};
+    use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
     use super::*;
     use crate::freshness::{Rules, storable};

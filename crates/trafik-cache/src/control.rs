@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
 use http::header::CACHE_CONTROL;
+
+use crate::fields::{FieldValues, visible};
 
 /// The directives of every `Cache-Control` field of a message, merged.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -27,10 +28,10 @@ pub struct CacheControl {
 }
 
 impl CacheControl {
-    pub fn parse(headers: &HeaderMap) -> CacheControl {
+    pub fn parse<F: FieldValues + ?Sized>(fields: &F) -> CacheControl {
         let mut control = CacheControl::default();
-        for value in headers.get_all(CACHE_CONTROL) {
-            let Ok(text) = value.to_str() else { continue };
+        fields.each_value(&CACHE_CONTROL, &mut |value| {
+            let Some(text) = visible(value) else { return };
             for directive in split_directives(text) {
                 let (name, argument) = match directive.split_once('=') {
                     Some((name, argument)) => {
@@ -57,7 +58,7 @@ impl CacheControl {
                     _ => {}
                 }
             }
-        }
+        });
         control
     }
 
@@ -99,7 +100,7 @@ fn delta_seconds(text: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     fn parse(values: &[&str]) -> CacheControl {
         let mut headers = HeaderMap::new();

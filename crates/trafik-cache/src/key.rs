@@ -2,8 +2,9 @@
 //! all: GET and HEAD share one entry), and, for answers with `Vary`, the request's values of
 //! the headers named.
 
-use http::HeaderMap;
 use http::header::HeaderName;
+
+use crate::fields::{FieldValues, visible};
 
 /// Separates the host from the path in a key, and the variant from the URI.
 const HOST_END: char = '\n';
@@ -20,17 +21,18 @@ pub fn primary(host: &str, path_and_query: &str) -> String {
 }
 
 /// The key of the variant of `primary` that a request with these headers selects.
-pub fn variant(primary: &str, names: &[HeaderName], request: &HeaderMap) -> String {
+pub fn variant<F: FieldValues + ?Sized>(
+    primary: &str,
+    names: &[HeaderName],
+    request: &F,
+) -> String {
     let mut key = String::from(primary);
     for name in names {
         key.push(VARIANT);
         key.push_str(name.as_str());
         key.push('=');
-        let values: Vec<&str> = request
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
+        let mut values: Vec<&str> = Vec::new();
+        request.each_value(name, &mut |value| values.extend(visible(value)));
         // Whitespace around list members does not make another variant (RFC 9111 §4.1).
         let joined = values.join(",");
         let normal: Vec<&str> = joined.split(',').map(str::trim).collect();
@@ -63,7 +65,7 @@ pub fn under(path: &str, prefix: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     #[test]
     fn keys_separate_hosts_and_queries_and_paths_come_back() {

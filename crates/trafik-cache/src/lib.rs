@@ -5,6 +5,7 @@
 pub mod cache;
 pub mod clock;
 pub mod control;
+pub mod fields;
 pub mod freshness;
 pub mod key;
 pub mod store;
@@ -12,5 +13,6 @@ pub mod store;
 pub use cache::{Cache, Found};
 pub use clock::Clock;
 pub use control::CacheControl;
+pub use fields::FieldValues;
 pub use freshness::{NotStored, Rules, Stored, Use, storable};
 pub use store::{Limits, Policy, Store, Weigh};

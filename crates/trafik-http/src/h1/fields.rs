@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use http::{HeaderName, HeaderValue, Response};
 
-use super::head::add_field;
+use super::head::{CACHE_FIELDS, add_field};
 use crate::http::body::ProxyBody;
 use crate::http::filter::{Exchange, Fields, Filter};
 
@@ -49,6 +49,53 @@ impl Steps<'_> {
     }
 }
 
+/// A request head's fields as an answer from the store or a file reads them: the parse told
+/// whether any of the fields such an answer depends on came
+/// ([`RequestHead::cache_fields`](super::head::RequestHead::cache_fields)); without one, asking
+/// for those names needs no search.
+pub struct AnswerFields<'a> {
+    fields: HeadFields<'a>,
+    cache_fields: bool,
+}
+
+impl<'a> AnswerFields<'a> {
+    pub fn new(head: &'a mut Vec<u8>, cache_fields: bool) -> Self {
+        AnswerFields {
+            fields: HeadFields::new(head),
+            cache_fields,
+        }
+    }
+
+    fn absent(&self, name: &HeaderName) -> bool {
+        !self.cache_fields && CACHE_FIELDS.contains(name)
+    }
+}
+
+impl trafik_cache::FieldValues for AnswerFields<'_> {
+    fn each_value<'a>(&'a self, name: &HeaderName, each: &mut dyn FnMut(&'a [u8])) {
+        if !self.absent(name) {
+            self.fields.each_value(name, each);
+        }
+    }
+}
+
+impl Fields for AnswerFields<'_> {
+    fn get(&self, name: &HeaderName) -> Option<&[u8]> {
+        match self.absent(name) {
+            true => None,
+            false => self.fields.get(name),
+        }
+    }
+
+    fn remove(&mut self, name: &HeaderName) {
+        self.fields.remove(name);
+    }
+
+    fn insert(&mut self, name: HeaderName, value: HeaderValue) {
+        self.fields.insert(name, value);
+    }
+}
+
 /// One edit a step made to a request head, kept so that a head written anew for a retry
 /// gets it again.
 pub enum Edit {
@@ -74,6 +121,18 @@ impl<'a> HeadFields<'a> {
         HeadFields {
             head,
             edits: Some(edits),
+        }
+    }
+}
+
+/// Every value of a name, for the cache's key and `Cache-Control`: a hit is looked up on the
+/// head as parsed, with no map built.
+impl trafik_cache::FieldValues for HeadFields<'_> {
+    fn each_value<'a>(&'a self, name: &HeaderName, each: &mut dyn FnMut(&'a [u8])) {
+        let name = name.as_str().as_bytes();
+        let head: &'a [u8] = self.head;
+        for line in lines_from(head, fields_start(head)).filter(|line| named(head, line, name)) {
+            each(value(head, line, name.len()));
         }
     }
 }
@@ -178,6 +237,16 @@ mod tests {
             Some(&b"Bearer t"[..])
         );
         assert_eq!(fields.get(&HeaderName::from_static("accept")), None);
+    }
+
+    #[test]
+    fn every_value_of_a_name_comes_in_order() {
+        use trafik_cache::FieldValues;
+        let mut head = HEAD.to_vec();
+        let fields = HeadFields::new(&mut head);
+        let mut users = Vec::new();
+        fields.each_value(&HeaderName::from_static("x-user"), &mut |v| users.push(v));
+        assert_eq!(users, [&b"forged"[..], &b"again"[..]]);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::fmt::Write;
 use std::ops::Range;
 
-use http::Method;
+use http::{HeaderName, Method, header};
 
 use super::scan;
 use crate::http::path;
@@ -62,6 +62,9 @@ pub struct RequestHead {
     /// on, forwarding headers to keep, a path to normalize, a chunked `GET`): only the
     /// pipeline serves it, and nothing is written for the next hop.
     pub pipeline: bool,
+    /// The client sent `Cache-Control`, `Range` or a conditional field (`If-*`): what an
+    /// answer from the store or a file depends on. Without any, none needs a search.
+    pub cache_fields: bool,
 }
 
 /// A request's head as the pool's rules read it (hash keys, cookie stickiness): its fields
@@ -279,7 +282,21 @@ enum Field {
     /// `x-trafik-explain`: the pipeline takes it off, and answers it when the admin token
     /// comes with it.
     Explain,
+    /// `Cache-Control`, `Range` and the conditional fields (`If-Match`, `If-None-Match`,
+    /// `If-Modified-Since`, `If-Unmodified-Since`, `If-Range`): read by a cache or a file answer.
+    Conditional,
 }
+
+/// The names [`Field::Conditional`] stands for.
+pub const CACHE_FIELDS: [HeaderName; 7] = [
+    header::CACHE_CONTROL,
+    header::RANGE,
+    header::IF_MATCH,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+];
 
 impl Field {
     fn of(name: &str) -> Field {
@@ -289,14 +306,19 @@ impl Field {
             3 if is_lowercase(name, b"via") => Field::Via,
             4 if is_lowercase(name, b"host") => Field::Host,
             4 if is_lowercase(name, b"date") => Field::Date,
+            5 if is_lowercase(name, b"range") => Field::Conditional,
             6 if is_lowercase(name, b"expect") => Field::Expect,
             7 if is_lowercase(name, b"upgrade") => Field::Upgrade,
             7 if is_lowercase(name, b"trailer") => Field::OtherHop,
+            8 if is_lowercase(name, b"if-match") => Field::Conditional,
+            8 if is_lowercase(name, b"if-range") => Field::Conditional,
             9 if is_lowercase(name, b"forwarded") => Field::Forwarding,
             10 if is_lowercase(name, b"connection") => Field::Connection,
             10 if is_lowercase(name, b"keep-alive") => Field::OtherHop,
             11 if is_lowercase(name, b"traceparent") => Field::Traceparent,
             11 if is_lowercase(name, b"retry-after") => Field::RetryAfter,
+            13 if is_lowercase(name, b"cache-control") => Field::Conditional,
+            13 if is_lowercase(name, b"if-none-match") => Field::Conditional,
             14 if is_lowercase(name, b"content-length") => Field::ContentLength,
             14 if is_lowercase(name, b"http2-settings") => Field::OtherHop,
             15 if is_lowercase(name, b"x-forwarded-for") => Field::Forwarding,
@@ -305,8 +327,10 @@ impl Field {
             16 if is_lowercase(name, b"proxy-connection") => Field::OtherHop,
             17 if is_lowercase(name, b"transfer-encoding") => Field::TransferEncoding,
             17 if is_lowercase(name, b"x-forwarded-proto") => Field::Forwarding,
+            17 if is_lowercase(name, b"if-modified-since") => Field::Conditional,
             18 if is_lowercase(name, b"proxy-authenticate") => Field::OtherHop,
             19 if is_lowercase(name, b"proxy-authorization") => Field::OtherHop,
+            19 if is_lowercase(name, b"if-unmodified-since") => Field::Conditional,
             _ => Field::Other,
         }
     }
@@ -440,7 +464,7 @@ pub fn request(
     // A path to normalize (or to refuse) is the pipeline's, as on hyper's path.
     let mut pipeline = !matches!(path::normalize(path), Ok(None));
     let (mut host, mut body, mut close) = (None, None, false);
-    let (mut chunked, mut expect_continue) = (false, false);
+    let (mut chunked, mut expect_continue, mut cache_fields) = (false, false, false);
     let (mut upgrade, mut connection_upgrade) = (None, false);
     // Each field's kind, told once for both passes.
     let mut kinds = [Field::Other; MAX_HEADERS];
@@ -476,6 +500,7 @@ pub fn request(
             // Trace context gets its span from the trace-context step of the pipeline.
             Field::Via | Field::Traceparent | Field::Explain => pipeline = true,
             Field::Forwarding if trust_forwarded => pipeline = true,
+            Field::Conditional => cache_fields = true,
             _ => {}
         }
     }
@@ -521,6 +546,7 @@ pub fn request(
         upgrade: upgrading,
         close,
         pipeline,
+        cache_fields,
     };
     if pipeline {
         return Request::Ready(ready);
@@ -855,6 +881,16 @@ pub fn response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_name_a_cache_or_file_answer_reads_is_told_in_any_case() {
+        for name in &CACHE_FIELDS {
+            let upper = name.as_str().to_ascii_uppercase();
+            assert!(Field::of(name.as_str()) == Field::Conditional, "{name}");
+            assert!(Field::of(&upper) == Field::Conditional, "{upper}");
+        }
+        assert!(Field::of("if-none-matc") == Field::Other);
+    }
 
     #[test]
     fn a_path_is_replaced_in_the_request_line_with_the_query_kept() {

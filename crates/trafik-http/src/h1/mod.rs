@@ -30,6 +30,7 @@ mod scan;
 mod tunnel;
 pub use crate::transport::idle as upstream;
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -46,7 +47,7 @@ use self::body::{Failed, Upload};
 use self::buffers::Exchange;
 use self::chunked::{ANSWER_TRAILER_LINES, BadChunk, Chunked};
 use self::deadline::Deadline;
-use self::fields::{HeadFields, Steps};
+use self::fields::{AnswerFields, Steps};
 use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, ResponseHead};
 use self::rewind::rewind;
 use self::upstream::Stream;
@@ -125,6 +126,20 @@ impl<S> Connection<S> {
             );
             Exchange { head, relay }.give_back();
         }
+    }
+
+    /// The connection as the pipeline and its steps know it, made when first needed.
+    fn pipeline_client(&mut self, listener: ListenerId) -> Rc<ClientConnection> {
+        self.pipeline_client
+            .get_or_insert_with(|| {
+                Rc::new(ClientConnection::new(
+                    listener,
+                    self.peer,
+                    self.scheme,
+                    self.identity.clone(),
+                ))
+            })
+            .clone()
     }
 
     /// Parses the request head at the start of the input and writes it for the next hop into
@@ -342,35 +357,27 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
                 Some((route, Inline::Pool(target)))
             }
             Target::Static(site) => Some((route, Inline::Files(site))),
+            // A hit needs nothing of the pipeline; the rest of a cached route (misses and
+            // their coalescing, revalidation, fields-only steps before the cache) does.
+            Target::Cached(cached)
+                if !route.steps.edits_fields && request.body == 0 && !streamed =>
+            {
+                Some((route, Inline::Cached(cached)))
+            }
             _ => None,
         }
     });
-    let mut pipeline_client = || {
-        connection
-            .pipeline_client
-            .get_or_insert_with(|| {
-                Rc::new(ClientConnection::new(
-                    listener,
-                    connection.peer,
-                    connection.scheme,
-                    connection.identity.clone(),
-                ))
-            })
-            .clone()
-    };
     let Some((route, target)) = inline else {
-        let client = pipeline_client();
-        let exchanged = pipeline::exchange(proxy, &client, connection, request, control).await;
-        if !matches!(exchanged, Exchanged::Defer)
-            && let Some(stats) = snapshot.metrics.listener_stats(listener)
-        {
-            bump(&stats.mine(proxy.id).through_pipeline);
-        }
-        return exchanged;
+        return through_pipeline(proxy, snapshot, listener, connection, request, control).await;
     };
     // Fields-only steps (JWT, local rate limits, header edits) read and edit the head being
     // forwarded, and see the answer's; their request edits are kept for a head written anew.
-    let stepping = route.steps.edits_fields.then(pipeline_client);
+    let stepping = route
+        .steps
+        .edits_fields
+        .then(|| connection.pipeline_client(listener));
+    // Read again past the borrow above.
+    let text = |range: &std::ops::Range<usize>| head::ascii(&connection.input[range.clone()]);
     // The route's path rewrites, written into the head to send (and again into a head
     // written anew for a retry).
     let path = text(&request.path);
@@ -429,9 +436,32 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
     }
     let target = match target {
         Inline::Pool(target) => target,
+        Inline::Cached(cached) => {
+            let path_and_query = match &rewritten {
+                Some(path) => Cow::Owned(format!(
+                    "{path}{}",
+                    text(&(request.path.end..request.target.end))
+                )),
+                None => Cow::Borrowed(text(&request.target)),
+            };
+            let fields = AnswerFields::new(&mut connection.head, request.cache_fields);
+            let Some(mut answer) =
+                cached.hit(me, snapshot, &request.method, &path_and_query, &fields)
+            else {
+                return through_pipeline(proxy, snapshot, listener, connection, request, control)
+                    .await;
+            };
+            if let Some(alt_svc) = alt_svc {
+                answer
+                    .headers_mut()
+                    .insert(http::header::ALT_SVC, alt_svc.clone());
+            }
+            let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
+            return answer_own(connection, logged, answer, consumed, keep(), head_request).await;
+        }
         Inline::Files(site) => {
             let path = rewritten.as_deref().unwrap_or(path);
-            let fields = HeadFields::new(&mut connection.head);
+            let fields = AnswerFields::new(&mut connection.head, request.cache_fields);
             let mut answer = site.serve(me, &request.method, path, &fields).await;
             if let Some(alt_svc) = alt_svc {
                 answer
@@ -694,6 +724,27 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
 enum Inline<'r> {
     Pool(&'r crate::http::target::PoolTarget),
     Files(&'r Arc<crate::http::files::Site>),
+    /// Its hits; anything else goes through the pipeline.
+    Cached(&'r crate::http::cache::CachedTarget),
+}
+
+/// A request the fast path does not serve itself, served by the pipeline and counted so.
+async fn through_pipeline<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
+    proxy: &WorkerProxy,
+    snapshot: &Rc<WorkerSnapshot>,
+    listener: ListenerId,
+    connection: &mut Connection<S>,
+    request: &RequestHead,
+    control: &Control,
+) -> Exchanged {
+    let client = connection.pipeline_client(listener);
+    let exchanged = pipeline::exchange(proxy, &client, connection, request, control).await;
+    if !matches!(exchanged, Exchanged::Defer)
+        && let Some(stats) = snapshot.metrics.listener_stats(listener)
+    {
+        bump(&stats.mine(proxy.id).through_pipeline);
+    }
+    exchanged
 }
 
 /// Where one fast-path answer is counted: the same golden metrics the full pipeline keeps for

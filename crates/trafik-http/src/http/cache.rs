@@ -19,7 +19,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Status
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::sync::{Notify, oneshot, watch};
-use trafik_cache::{Cache, CacheControl, Limits, Rules, Stored, Use, key, storable};
+use trafik_cache::{Cache, CacheControl, FieldValues, Limits, Rules, Stored, Use, key, storable};
 
 use super::body::{ProxyBody, RequestBody};
 use super::compress::Negotiated;
@@ -29,6 +29,7 @@ use super::service::{ClientConnection, WorkerProxy};
 use super::target::Target;
 use crate::counters::{PerWorker, add, bump, read};
 use crate::http::body::ErrorAnswer;
+use crate::http::filter::Fields;
 use crate::plan::CachePlan;
 use crate::snapshot::{Listener, WorkerSnapshot};
 
@@ -236,9 +237,36 @@ struct Outcome {
     detail: String,
 }
 
+/// What the store has for a request.
+enum Looked {
+    /// A fresh copy, or a stale one served while one request refreshes it, as of `now`.
+    Hit {
+        stored: Arc<Stored>,
+        now: SystemTime,
+        outcome: Outcome,
+    },
+    /// Nothing to answer with as it is: the origin is asked under `key`, with the stale copy
+    /// (and whether it may stand in when the origin fails) when there is one.
+    Missed {
+        stale: Option<(Arc<Stored>, bool)>,
+        key: String,
+    },
+}
+
 impl Outcome {
     fn hit(detail: String) -> Self {
         Outcome { hit: true, detail }
+    }
+
+    /// A fresh copy's hit, with the seconds it stays fresh: every hit says it, so it is
+    /// written without the formatting machinery.
+    fn fresh(ttl: std::time::Duration) -> Self {
+        let mut digits = itoa::Buffer::new();
+        let seconds = digits.format(ttl.as_secs());
+        let mut detail = String::with_capacity("hit; ttl=".len() + seconds.len());
+        detail.push_str("hit; ttl=");
+        detail.push_str(seconds);
+        Outcome::hit(detail)
     }
 
     fn miss(detail: impl Into<String>) -> Self {
@@ -354,6 +382,97 @@ impl CachedTarget {
         }
     }
 
+    /// A hit answered by the own HTTP/1 engine from the head it parsed, without the pipeline:
+    /// the labelled answer when the store holds a copy this GET or HEAD may use as it is.
+    /// `None` leaves the request to the pipeline's [`CachedTarget::serve`] (a miss, a bypass,
+    /// a copy to revalidate), which looks again and counts it.
+    pub fn hit<F: FieldValues + Fields>(
+        &self,
+        worker: usize,
+        snapshot: &WorkerSnapshot,
+        method: &Method,
+        path_and_query: &str,
+        request: &F,
+    ) -> Option<Response<ProxyBody>> {
+        if method != Method::GET && method != Method::HEAD {
+            return None;
+        }
+        let asked = CacheControl::parse(request);
+        if asked.no_store {
+            return None;
+        }
+        let primary = key::primary(&self.host, path_and_query);
+        let counters = self.cache.counters.mine(worker);
+        match self.look(
+            counters,
+            snapshot,
+            &primary,
+            path_and_query,
+            &asked,
+            request,
+        ) {
+            Looked::Hit {
+                stored,
+                now,
+                outcome,
+            } => {
+                let mut response = from_store(&stored, now, request);
+                self.label(&mut response, &snapshot.name, &outcome);
+                Some(response)
+            }
+            Looked::Missed { .. } => None,
+        }
+    }
+
+    /// What the store holds for a GET or HEAD under `primary`: a copy to answer with (counted
+    /// as a hit), or what a miss knows for its trip to the origin.
+    fn look<F: FieldValues + ?Sized>(
+        &self,
+        counters: &CacheCounters,
+        snapshot: &WorkerSnapshot,
+        primary: &str,
+        path_and_query: &str,
+        asked: &CacheControl,
+        request: &F,
+    ) -> Looked {
+        let now = self.cache.plan.clock.now();
+        let (found, key) = self.cache.store.lookup(primary, request);
+        let Some(stored) = found else {
+            return Looked::Missed { stale: None, key };
+        };
+        let stale = match stored.usable(now) {
+            Use::Fresh { ttl } if !asked.no_cache => {
+                bump(&counters.hits);
+                let outcome = Outcome::fresh(ttl);
+                return Looked::Hit {
+                    stored,
+                    now,
+                    outcome,
+                };
+            }
+            Use::StaleWhileRevalidate { by } if !asked.no_cache => {
+                bump(&counters.hits);
+                bump(&counters.stale_served);
+                self.refresh_later(snapshot, &key, path_and_query);
+                let outcome = Outcome::hit(format!(
+                    "hit; ttl=-{}; detail=stale-while-revalidate",
+                    by.as_secs()
+                ));
+                return Looked::Hit {
+                    stored,
+                    now,
+                    outcome,
+                };
+            }
+            Use::Fresh { .. } | Use::StaleWhileRevalidate { .. } => (stored, false),
+            Use::Revalidate { if_error, .. } => (stored, if_error),
+        };
+        Looked::Missed {
+            stale: Some(stale),
+            key,
+        }
+    }
+
     async fn answer(
         &self,
         worker: &WorkerProxy,
@@ -398,32 +517,25 @@ impl CachedTarget {
         }
         let path_and_query = request.uri().path_and_query().map_or("/", |p| p.as_str());
         let primary = key::primary(&self.host, path_and_query);
-        let now = self.cache.plan.clock.now();
-        let (found, mut key) = self.cache.store.lookup(&primary, request.headers());
-        let mut stale = None;
-        if let Some(stored) = found {
-            match stored.usable(now) {
-                Use::Fresh { ttl } if !asked.no_cache => {
-                    bump(&counters.hits);
-                    let outcome = Outcome::hit(format!("hit; ttl={}", ttl.as_secs()));
-                    return (from_store(&stored, now, request.headers()), None, outcome);
-                }
-                Use::StaleWhileRevalidate { by } if !asked.no_cache => {
-                    bump(&counters.hits);
-                    bump(&counters.stale_served);
-                    self.refresh_later(snapshot, &key, path_and_query);
-                    let outcome = Outcome::hit(format!(
-                        "hit; ttl=-{}; detail=stale-while-revalidate",
-                        by.as_secs()
-                    ));
-                    return (from_store(&stored, now, request.headers()), None, outcome);
-                }
-                Use::Fresh { .. } | Use::StaleWhileRevalidate { .. } => {
-                    stale = Some((stored, false));
-                }
-                Use::Revalidate { if_error, .. } => stale = Some((stored, if_error)),
+        let looked = self.look(
+            counters,
+            snapshot,
+            &primary,
+            path_and_query,
+            &asked,
+            request.headers(),
+        );
+        let (stale, mut key) = match looked {
+            Looked::Hit {
+                stored,
+                now,
+                outcome,
+            } => {
+                let response = from_store(&stored, now, request.headers());
+                return (response, None, outcome);
             }
-        }
+            Looked::Missed { stale, key } => (stale, key),
+        };
         bump(&counters.misses);
         let forward = if stale.is_some() {
             "fwd=stale"
@@ -442,7 +554,7 @@ impl CachedTarget {
                     {
                         drop(lead);
                         bump(&counters.hits);
-                        let outcome = Outcome::hit(format!("hit; ttl={}", ttl.as_secs()));
+                        let outcome = Outcome::fresh(ttl);
                         return (from_store(&stored, now, request.headers()), None, outcome);
                     }
                     return self
@@ -715,9 +827,13 @@ impl CachedTarget {
     }
 
     fn label(&self, response: &mut Response<ProxyBody>, name: &str, outcome: &Outcome) {
-        let status = format!("{name}; {}", outcome.detail);
+        let mut status = String::with_capacity(name.len() + "; ".len() + outcome.detail.len());
+        for part in [name, "; ", &outcome.detail] {
+            status.push_str(part);
+        }
         let headers = response.headers_mut();
-        if let Ok(value) = HeaderValue::from_str(&status) {
+        // Taken as it is, not copied again.
+        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(status)) {
             headers.insert(CACHE_STATUS, value);
         }
         if let Some(custom) = &self.cache.plan.header {
@@ -777,7 +893,7 @@ fn length_of(headers: &mut HeaderMap, status: StatusCode, len: usize) {
 
 /// The answer from a stored copy: 304 when the client's validators match it, else the copy
 /// with its `Age`.
-fn from_store(stored: &Stored, now: SystemTime, request: &HeaderMap) -> Response<ProxyBody> {
+fn from_store(stored: &Stored, now: SystemTime, request: &dyn Fields) -> Response<ProxyBody> {
     let modified = stored
         .last_modified()
         .and_then(trafik_cache::freshness::http_date);

@@ -738,3 +738,89 @@ async fn only_an_unsafe_request_invalidates_and_only_its_own_uri() {
     assert_eq!(counters["purged"], 0, "{counters}");
     stop(running).await;
 }
+
+/// Requests of the first listener the pipeline served.
+async fn through_pipeline(running: &Running) -> serde_json::Value {
+    status(running).await["listeners"][0]["through_pipeline"].clone()
+}
+
+/// The bytes a client got for `request` on a connection of its own.
+async fn exchange_alone(running: &Running, request: &str) -> String {
+    raw_exchange(web(running), request.as_bytes()).await
+}
+
+/// A hit is answered by the own HTTP/1 engine from the head it parsed: no request of the
+/// course's edge goes through the pipeline once its copy is stored, and the answer is the one
+/// the pipeline gives (the stored fields, `Age`, `Cache-Status`, the custom header; a 304 for a
+/// matching validator; no body for HEAD). The query is part of the key; a request that says
+/// `no-cache` is not a hit and takes the pipeline to the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_are_answered_by_the_own_engine_from_the_head_it_parsed() {
+    let origin = raw_origin(
+        b"HTTP/1.1 200 OK\r\netag: \"v1\"\r\ncache-control: max-age=600\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nmerhb",
+    )
+    .await;
+    let running =
+        trafik_proxy::start(edge(&[origin], cache_plan(Duration::from_secs(60)))).unwrap();
+    let get = |target: &str, extra: &str| {
+        format!("GET {target} HTTP/1.1\r\nhost: kargo.test\r\n{extra}connection: close\r\n\r\n")
+    };
+    for target in ["/takip/TR1?x=1", "/takip/TR1?x=2"] {
+        let miss = exchange_alone(&running, &get(target, "")).await;
+        assert!(miss.contains("x-kenar: iska"), "{miss}");
+    }
+    assert_eq!(through_pipeline(&running).await, 2);
+    for target in ["/takip/TR1?x=1", "/takip/TR1?x=2", "/takip/TR1?x=1"] {
+        let hit = exchange_alone(&running, &get(target, "")).await;
+        assert!(hit.starts_with("HTTP/1.1 200 OK\r\n"), "{hit}");
+        assert!(hit.ends_with("\r\n\r\nmerhb"), "{hit}");
+        for field in [
+            "x-kenar: isabet\r\n",
+            "etag: \"v1\"\r\n",
+            "content-type: text/plain\r\n",
+            "content-length: 5\r\n",
+            "age: ",
+            "; hit; ttl=",
+        ] {
+            assert!(hit.contains(field), "{field:?} in {hit}");
+        }
+    }
+    let head = exchange_alone(
+        &running,
+        "HEAD /takip/TR1?x=1 HTTP/1.1\r\nhost: kargo.test\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        head.contains("content-length: 5\r\n") && head.ends_with("\r\n\r\n"),
+        "{head}"
+    );
+    let validated = exchange_alone(
+        &running,
+        &get("/takip/TR1?x=1", "if-none-match: W/\"v1\"\r\n"),
+    )
+    .await;
+    assert!(
+        validated.starts_with("HTTP/1.1 304 Not Modified\r\n"),
+        "{validated}"
+    );
+    assert!(
+        validated.contains("x-kenar: isabet") && validated.ends_with("\r\n\r\n"),
+        "{validated}"
+    );
+    assert_eq!(through_pipeline(&running).await, 2, "hits take no pipeline");
+    assert_eq!(handed_to_hyper(&running).await, 0);
+    let counters = cache_status(&running).await;
+    assert_eq!(
+        (counters["hits"].clone(), counters["misses"].clone()),
+        (5.into(), 2.into())
+    );
+    let asked_again = exchange_alone(
+        &running,
+        &get("/takip/TR1?x=2", "cache-control: no-cache\r\n"),
+    )
+    .await;
+    assert!(asked_again.contains("x-kenar: iska"), "{asked_again}");
+    assert_eq!(through_pipeline(&running).await, 3);
+    assert_eq!(cache_status(&running).await["origin_requests"], 3);
+    stop(running).await;
+}
