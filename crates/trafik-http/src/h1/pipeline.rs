@@ -421,37 +421,40 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
     // A 101 says `Connection: upgrade` (kept by the pipeline) and the connection goes on as
     // the tunnel.
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
-    let close = !switching && (close || interim)
-        || parts
-            .headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .any(|value| has_token(value.as_bytes(), b"close"));
     let bodiless_status = status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
         || status == StatusCode::SWITCHING_PROTOCOLS;
-    let length = if bodiless_status {
-        None
-    } else {
-        declared_length(&parts.headers).or(body.size_hint().exact())
-    };
-    let chunked = !bodiless_status && !head_request && length.is_none();
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
+    // One pass over the fields: the framing ones are read here and written once, below, as
+    // decided from them.
+    let (mut declared, mut asks_close, mut dated) = (Declared::default(), false, false);
     for (name, value) in &parts.headers {
-        // The framing is written once, below, as decided here.
-        if (name == header::CONNECTION && !switching)
-            || name == header::TRANSFER_ENCODING
-            || name == header::CONTENT_LENGTH
-        {
+        if name == header::CONNECTION {
+            asks_close |= has_token(value.as_bytes(), b"close");
+            if !switching {
+                continue;
+            }
+        } else if name == header::CONTENT_LENGTH {
+            declared.add(value.as_bytes());
             continue;
+        } else if name == header::TRANSFER_ENCODING {
+            continue;
+        } else if name == header::DATE {
+            dated = true;
         }
         head::write_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
+    let close = !switching && (close || interim) || asks_close;
+    let length = match bodiless_status {
+        true => None,
+        false => declared.length().or(body.size_hint().exact()),
+    };
+    let chunked = !bodiless_status && !head_request && length.is_none();
     if let Some(length) = length {
         head::write_field(
             out,
@@ -465,7 +468,7 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
     if close {
         head::write_field(out, b"connection", b"close");
     }
-    if !parts.headers.contains_key(header::DATE) {
+    if !dated {
         date::field(out);
     }
     out.extend_from_slice(b"\r\n");
@@ -556,20 +559,31 @@ async fn send_file<W: AsyncWrite + SendFile + Unpin>(
     Ok(())
 }
 
-/// The answer's `Content-Length`, when its fields agree on one (`5, 5` included); `None` for
-/// none or for values that disagree, and the body's own size decides.
-fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
-    let mut agreed = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.to_str().ok()?.split(',') {
-            let length = part.trim().parse::<u64>().ok()?;
-            if agreed.is_some_and(|agreed| agreed != length) {
-                return None;
+/// The answer's `Content-Length`, read one field at a time: the length its fields agree on
+/// (`5, 5` included); none for no field, or for values that disagree or do not parse, and the
+/// body's own size decides.
+#[derive(Default)]
+struct Declared {
+    agreed: Option<u64>,
+    broken: bool,
+}
+
+impl Declared {
+    fn add(&mut self, value: &[u8]) {
+        for part in value.split(|&b| b == b',') {
+            let text = std::str::from_utf8(part.trim_ascii()).ok();
+            match text.and_then(|text| text.parse::<u64>().ok()) {
+                Some(length) if self.agreed.is_none_or(|agreed| agreed == length) => {
+                    self.agreed = Some(length)
+                }
+                _ => self.broken = true,
             }
-            agreed = Some(length);
         }
     }
-    agreed
+
+    fn length(&self) -> Option<u64> {
+        self.agreed.filter(|_| !self.broken)
+    }
 }
 
 /// Whether the comma-separated `value` lists `token`, in any case.

@@ -61,13 +61,16 @@ pub struct Site {
     /// The route's path prefix, taken off the request path.
     pub prefix: String,
     pub counters: PerWorker<SiteCounters>,
-    kept: Store<PathBuf, Arc<File>>,
+    /// By the decoded path under the prefix ([`Relative`]).
+    kept: Store<Vec<u8>, Arc<File>>,
 }
 
 /// A file as last seen on disk, kept open.
 struct File {
     opened: Arc<std::fs::File>,
     len: u64,
+    /// `len` as a `Content-Length` value, for the whole file's answers.
+    whole_length: HeaderValue,
     etag: HeaderValue,
     last_modified: HeaderValue,
     modified: SystemTime,
@@ -132,8 +135,9 @@ impl Site {
         if method != Method::GET && method != Method::HEAD {
             return (405, "static files answer GET and HEAD only".into());
         }
-        let found = relative_path(path, &self.prefix)
-            .and_then(|relative| locate(&self.canonical, &relative, self.index.as_deref()));
+        let found = relative_path(path, &self.prefix).and_then(|relative| {
+            locate(&self.canonical, &relative.to_path(), self.index.as_deref())
+        });
         match found {
             Ok(path) if path.is_file() => (200, format!("the file {}", path.display())),
             Err(Refusal::BadPath) => (400, "the path cannot name a file".into()),
@@ -171,17 +175,10 @@ impl Site {
             }
         };
         let response = answer(&file, fields, method == Method::HEAD);
-        if response.status() == StatusCode::NOT_MODIFIED {
-            bump(&counters.not_modified);
-        }
-        if let Some(length) = response
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            && method != Method::HEAD
-            && response.status() != StatusCode::NOT_MODIFIED
-        {
-            add(&counters.bytes, length);
+        match response.body() {
+            ProxyBody::File(region) => add(&counters.bytes, region.len() as usize),
+            _ if response.status() == StatusCode::NOT_MODIFIED => bump(&counters.not_modified),
+            _ => {}
         }
         response
     }
@@ -189,27 +186,42 @@ impl Site {
     /// The file a request path names: kept, or looked up on disk (off the worker).
     async fn file(&self, path: &str) -> Result<Arc<File>, Refusal> {
         let relative = relative_path(path, &self.prefix)?;
-        if let Some(file) = self.kept.get(&relative)
+        if let Some(file) = self.kept.get(&*relative.0)
             && file.checked.elapsed() < RECHECK
         {
             return Ok(file);
         }
         let canonical = self.canonical.clone();
         let index = self.index.clone();
-        let wanted = relative.clone();
+        let wanted = relative.to_path();
         let found = tokio::task::spawn_blocking(move || look_up(&canonical, &wanted, index))
             .await
             .map_err(|_| Refusal::NotFound)??;
         let found = Arc::new(found);
-        self.kept.insert(relative, found.clone());
+        self.kept.insert(relative.0.into_owned(), found.clone());
         Ok(found)
     }
 }
 
+/// The part of a request path after a route's prefix, percent-decoded: the key of a kept file,
+/// and the file's path under the root when it is looked up on disk.
+struct Relative<'a>(Cow<'a, [u8]>);
+
+impl Relative<'_> {
+    fn to_path(&self) -> PathBuf {
+        self.0
+            .split(|&b| b == b'/')
+            .filter(|segment| !segment.is_empty())
+            .map(OsStr::from_bytes)
+            .collect()
+    }
+}
+
 /// The path under the root that a request path names: the part after the route's prefix,
-/// percent-decoded. `..` and `.` segments (however they were spelled) never get here, since
-/// request paths are normalized before routing; they are refused again all the same.
-fn relative_path(path: &str, prefix: &str) -> Result<PathBuf, Refusal> {
+/// percent-decoded (borrowed when nothing is escaped). `..` and `.` segments (however they
+/// were spelled) never get here, since request paths are normalized before routing; they are
+/// refused again all the same.
+fn relative_path<'a>(path: &'a str, prefix: &str) -> Result<Relative<'a>, Refusal> {
     let rest = path.strip_prefix(prefix).ok_or(Refusal::NotFound)?;
     if !escapes_are_well_formed(rest.as_bytes()) {
         return Err(Refusal::BadPath);
@@ -218,15 +230,11 @@ fn relative_path(path: &str, prefix: &str) -> Result<PathBuf, Refusal> {
     if decoded.contains(&0) {
         return Err(Refusal::BadPath);
     }
-    let mut relative = PathBuf::new();
-    for segment in decoded.split(|&b| b == b'/') {
-        match segment {
-            b"" => {}
-            b"." | b".." => return Err(Refusal::NotFound),
-            segment => relative.push(OsStr::from_bytes(segment)),
-        }
+    let mut segments = decoded.split(|&b| b == b'/');
+    if segments.any(|segment| segment == b"." || segment == b"..") {
+        return Err(Refusal::NotFound);
     }
-    Ok(relative)
+    Ok(Relative(decoded))
 }
 
 /// The file `relative` names under `root`, symlinks resolved (a directory's `index` file);
@@ -288,6 +296,7 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
     Ok(File {
         opened: Arc::new(file),
         len,
+        whole_length: HeaderValue::from(len),
         etag: HeaderValue::from_str(&etag).expect("hex and quotes"),
         last_modified: HeaderValue::from_str(&httpdate::fmt_http_date(modified))
             .expect("an HTTP date"),
@@ -303,6 +312,8 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
 fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::Local(None));
     let headers = response.headers_mut();
+    // Room for every field below, allocated once.
+    headers.reserve(6);
     headers.insert(header::ETAG, file.etag.clone());
     headers.insert(header::LAST_MODIFIED, file.last_modified.clone());
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
@@ -342,9 +353,13 @@ fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> 
             HeaderValue::from_str(&content_range).expect("digits"),
         );
     }
+    let length = match range {
+        Some(_) => HeaderValue::from(end - start),
+        None => file.whole_length.clone(),
+    };
     response
         .headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
+        .insert(header::CONTENT_LENGTH, length);
     if head {
         return response;
     }
@@ -430,7 +445,7 @@ mod tests {
 
     #[test]
     fn request_paths_under_the_prefix() {
-        let ok = |path, prefix| relative_path(path, prefix).ok();
+        let ok = |path, prefix| relative_path(path, prefix).ok().map(|r| r.to_path());
         assert_eq!(ok("/varlik/a.css", "/varlik"), Some(PathBuf::from("a.css")));
         assert_eq!(ok("/varlik/", "/varlik"), Some(PathBuf::new()));
         assert_eq!(
