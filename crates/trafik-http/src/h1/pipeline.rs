@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Response, StatusCode};
 use http_body::Body;
@@ -488,7 +488,7 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
     }
     let mut sent = 0u64;
     while let Some(frame) = body.frame().await {
-        let Ok(mut data) = frame.map_err(io::Error::other)?.into_data() else {
+        let Ok(data) = frame.map_err(io::Error::other)?.into_data() else {
             continue;
         };
         if data.is_empty() {
@@ -501,16 +501,15 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
         if chunked {
             out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
         }
-        // The head goes out with the first data, in one write when it is small.
-        if out.len() + data.len() <= 16 * 1024 {
+        // The head goes out with the first data in one write: a little data copied behind
+        // it, more beside it in a vectored write.
+        if out.len() + data.len() <= COPIED_BEHIND_HEAD {
             out.extend_from_slice(&data);
-            data.advance(data.len());
+            client.write_all(out).await?;
+        } else {
+            super::send(client, out, &data).await?;
         }
-        client.write_all(out).await?;
         out.clear();
-        if data.has_remaining() {
-            client.write_all(&data).await?;
-        }
         if chunked {
             out.extend_from_slice(b"\r\n");
         }
@@ -525,6 +524,9 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
     client.flush().await?;
     Ok(!close)
 }
+
+/// The most bytes written by copying a body's data behind the head: more go beside it.
+const COPIED_BEHIND_HEAD: usize = 2 << 10;
 
 /// The most one sendfile(2) call moves on Linux.
 const SENDFILE_MOST: u64 = 0x7fff_f000;
