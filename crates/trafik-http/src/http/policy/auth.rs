@@ -121,9 +121,10 @@ impl Filter for Jwt {
         // Whatever the client says in the headers trafik forwards claims in is not trusted: a
         // claim's header replaces the client's, and a claim the token lacks removes it.
         for (claim, name) in &self.forward {
+            // The claim's text becomes the value without a copy.
             match claims
                 .text(claim)
-                .and_then(|text| HeaderValue::from_str(&text).ok())
+                .and_then(|text| HeaderValue::from_maybe_shared(Bytes::from(text)).ok())
             {
                 Some(value) => fields.insert(name.clone(), value),
                 None => fields.remove(name),
