@@ -282,6 +282,18 @@ pub fn verify(
     expect: &Expectations,
     now: u64,
 ) -> Result<Claims, Refusal> {
+    verify_forwarding(token, keys, expect, now, &[]).map(|(claims, _)| claims)
+}
+
+/// [`verify`], and the text of each claim `forward` names ([`Claims::text`]), read in the same
+/// pass over the payload as the claims verification checks.
+pub fn verify_forwarding(
+    token: &str,
+    keys: &KeySet,
+    expect: &Expectations,
+    now: u64,
+    forward: &[String],
+) -> Result<(Claims, Vec<Option<String>>), Refusal> {
     let (message, signature) = token.rsplit_once('.').ok_or(Refusal::Malformed)?;
     // `message`, what the signature signs, is `header.payload`.
     let (header, payload) = message.split_once('.').ok_or(Refusal::Malformed)?;
@@ -316,16 +328,16 @@ pub fn verify(
     }
     decoded.truncate(payload.end);
     let claims = Claims { payload: decoded };
-    let (expiry, not_before) = {
-        let [exp, nbf, iss, aud] = claims
-            .pick(["exp", "nbf", "iss", "aud"])
+    let (expiry, not_before, texts) = {
+        let ([exp, nbf, iss, aud], texts) = claims
+            .pick(["exp", "nbf", "iss", "aud"], forward)
             .ok_or(Refusal::Malformed)?;
         let time = |claim: Option<Claim>| claim.map(|c| c.whole().ok_or(Refusal::Malformed));
         let expiry = time(exp).ok_or(Refusal::NoExpiry)??;
         let not_before = time(nbf).transpose()?;
         check_issuer(iss.as_ref(), &expect.issuers)?;
         check_audience(aud.as_ref(), &expect.audiences)?;
-        (expiry, not_before)
+        (expiry, not_before, texts)
     };
     if expiry.saturating_add(expect.leeway) <= now {
         return Err(Refusal::Expired);
@@ -333,7 +345,7 @@ pub fn verify(
     if not_before.is_some_and(|nbf| nbf > now.saturating_add(expect.leeway)) {
         return Err(Refusal::NotYetValid);
     }
-    Ok(claims)
+    Ok((claims, texts))
 }
 
 /// The JOSE header fields verification reads (RFC 7515 §4.1); others are ignored, a field
@@ -419,22 +431,16 @@ impl Claims {
     /// A claim's value as a header value's text: strings as they are, numbers and booleans
     /// written out; objects, arrays and null are not forwarded.
     pub fn text(&self, name: &str) -> Option<String> {
-        let [value] = self.pick([name])?;
-        match value? {
-            Claim::Text(text) => Some(text.into_owned()),
-            Claim::Whole(number) => Some(number.to_string()),
-            Claim::Number(number) => Some(number),
-            Claim::Bool(flag) => Some(flag.to_string()),
-            Claim::List(_) | Claim::Other => None,
-        }
+        let ([value], _) = self.pick([name], &[])?;
+        value?.text()
     }
 
-    /// The values of the claims `names`, `None` where absent; `None` for a payload that is not
-    /// a JSON object.
-    fn pick<const N: usize>(&self, names: [&str; N]) -> Option<[Option<Claim<'_>>; N]> {
+    /// The values of the claims `names`, `None` where absent, and the text of those `texts`
+    /// names; `None` for a payload that is not a JSON object.
+    fn pick<const N: usize>(&self, names: [&str; N], texts: &[String]) -> Option<Picks<'_, N>> {
         use serde::de::DeserializeSeed;
         let mut reader = serde_json::Deserializer::from_slice(&self.payload);
-        let values = Picked(names).deserialize(&mut reader).ok()?;
+        let values = Picked { names, texts }.deserialize(&mut reader).ok()?;
         // Nothing but white space after the object.
         reader.end().ok()?;
         Some(values)
@@ -457,6 +463,17 @@ enum Claim<'p> {
 }
 
 impl Claim<'_> {
+    /// As a header value's text (see [`Claims::text`]).
+    fn text(&self) -> Option<String> {
+        match self {
+            Claim::Text(text) => Some(text.as_ref().to_owned()),
+            Claim::Whole(number) => Some(number.to_string()),
+            Claim::Number(number) => Some(number.clone()),
+            Claim::Bool(flag) => Some(flag.to_string()),
+            Claim::List(_) | Claim::Other => None,
+        }
+    }
+
     fn as_str(&self) -> Option<&str> {
         match self {
             Claim::Text(text) => Some(text),
@@ -539,11 +556,18 @@ impl<'de> serde::de::Visitor<'de> for ClaimVisitor {
     }
 }
 
-/// Reads a JSON object keeping the values of the fields named (see [`Claims::pick`]).
-struct Picked<'n, const N: usize>([&'n str; N]);
+/// What [`Claims::pick`] read: the values of the claims named, the texts of the others asked.
+type Picks<'p, const N: usize> = ([Option<Claim<'p>>; N], Vec<Option<String>>);
+
+/// Reads a JSON object keeping the values of the fields named, and the text of those named in
+/// `texts` (see [`Claims::pick`]).
+struct Picked<'n, const N: usize> {
+    names: [&'n str; N],
+    texts: &'n [String],
+}
 
 impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for Picked<'_, N> {
-    type Value = [Option<Claim<'de>>; N];
+    type Value = Picks<'de, N>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, reader: D) -> Result<Self::Value, D::Error> {
         reader.deserialize_map(self)
@@ -551,7 +575,7 @@ impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for Picked<'_, N> {
 }
 
 impl<'de, const N: usize> serde::de::Visitor<'de> for Picked<'_, N> {
-    type Value = [Option<Claim<'de>>; N];
+    type Value = Picks<'de, N>;
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
         formatter.write_str("a JSON object of claims")
@@ -559,24 +583,44 @@ impl<'de, const N: usize> serde::de::Visitor<'de> for Picked<'_, N> {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut values = [const { None }; N];
-        while let Some(found) = map.next_key_seed(NameAmong(&self.0))? {
-            match found {
-                Some(index) => values[index] = Some(map.next_value()?),
-                None => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
+        let mut texts = vec![None; self.texts.len()];
+        let among = || NameAmong {
+            names: &self.names,
+            texts: self.texts,
+        };
+        while let Some((name, text)) = map.next_key_seed(among())? {
+            if name.is_none() && text.is_none() {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            let value: Claim = map.next_value()?;
+            if let Some(first) = text {
+                // A claim may be forwarded in more than one field.
+                let asked = &self.texts[first];
+                for (slot, _) in (texts.iter_mut().zip(self.texts))
+                    .skip(first)
+                    .filter(|(_, name)| *name == asked)
+                {
+                    *slot = value.text();
                 }
             }
+            if let Some(index) = name {
+                values[index] = Some(value);
+            }
         }
-        Ok(values)
+        Ok((values, texts))
     }
 }
 
-/// A field name, read as the index of the name it equals among those asked for, if any:
-/// compared where it lies in the input, not copied.
-struct NameAmong<'a, 'n, const N: usize>(&'a [&'n str; N]);
+/// A field name, read as the index of the name it equals among `names`, and the first among
+/// `texts`, if any: compared where it lies in the input, not copied.
+struct NameAmong<'a, 'n, const N: usize> {
+    names: &'a [&'n str; N],
+    texts: &'a [String],
+}
 
 impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for NameAmong<'_, '_, N> {
-    type Value = Option<usize>;
+    type Value = (Option<usize>, Option<usize>);
 
     fn deserialize<D: serde::Deserializer<'de>>(self, reader: D) -> Result<Self::Value, D::Error> {
         reader.deserialize_str(self)
@@ -584,14 +628,17 @@ impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for NameAmong<'_, '_, 
 }
 
 impl<'de, const N: usize> serde::de::Visitor<'de> for NameAmong<'_, '_, N> {
-    type Value = Option<usize>;
+    type Value = (Option<usize>, Option<usize>);
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
         formatter.write_str("a claim's name")
     }
 
     fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Self::Value, E> {
-        Ok(self.0.iter().position(|asked| *asked == name))
+        Ok((
+            self.names.iter().position(|asked| *asked == name),
+            self.texts.iter().position(|asked| asked == name),
+        ))
     }
 }
 
@@ -718,6 +765,36 @@ mod tests {
         assert_eq!(
             verify(&hs256_raw(r#"{"sub":"M7"}"#), &keys(), &open, NOW).err(),
             Some(Refusal::NoExpiry)
+        );
+    }
+
+    #[test]
+    fn forwarded_claims_are_read_in_the_pass_that_checks_the_token() {
+        let exp = NOW + 60;
+        let token = hs256_raw(&format!(
+            r#"{{"sub":"M1","iss":"trafik-ornek","aud":"takip","exp":{exp},"sub":"M7","n":4}}"#
+        ));
+        let forward = ["sub", "iss", "missing", "sub", "exp", "aud"].map(String::from);
+        let (claims, texts) = verify_forwarding(&token, &keys(), &expect(), NOW, &forward).unwrap();
+        let texts: Vec<Option<&str>> = texts.iter().map(Option::as_deref).collect();
+        let exp = exp.to_string();
+        assert_eq!(
+            texts,
+            [
+                Some("M7"),
+                Some("trafik-ornek"),
+                None,
+                Some("M7"),
+                Some(exp.as_str()),
+                Some("takip")
+            ]
+        );
+        for (name, text) in forward.iter().zip(&texts) {
+            assert_eq!(claims.text(name).as_deref(), *text, "{name}");
+        }
+        assert_eq!(
+            verify_forwarding(&token, &keys(), &expect(), NOW + 65, &forward).err(),
+            Some(Refusal::Expired)
         );
     }
 
