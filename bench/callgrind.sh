@@ -13,6 +13,13 @@
 #                                               # (`proxy --mode tcp`, wrk with Connection: close)
 #   MODE=cache bench/callgrind.sh OLD NEW       # instructions per cache hit (`serve`, one route
 #                                               # behind a `[[cache]]`, warmed by one request)
+#   KEEP=DIR bench/callgrind.sh                 # keeps each loaded run's callgrind.out in DIR
+#                                               # (for callgrind_annotate)
+#   MODE=jwt-local bench/callgrind.sh OLD NEW   # instructions per request on a route with JWT
+#                                               # (HS256, one forwarded claim) and a local rate
+#                                               # limit, as bench/gateway-filters.sh's; note that
+#                                               # valgrind hides the CPU's SHA extensions, so
+#                                               # SHA-256 counts ~10,000 of them here
 #
 # Needs: valgrind wrk (apt-get install valgrind wrk) and cargo.
 set -euo pipefail
@@ -20,8 +27,8 @@ set -euo pipefail
 SECONDS_LOADED=${SECONDS_LOADED:-8}
 BASE_PORT=${BASE_PORT:-18400}
 
-for tool in valgrind wrk; do
-  command -v "$tool" >/dev/null || { echo "bench/callgrind.sh needs $tool (apt-get install valgrind wrk)" >&2; exit 2; }
+for tool in valgrind wrk python3; do
+  command -v "$tool" >/dev/null || { echo "bench/callgrind.sh needs $tool (apt-get install valgrind wrk python3)" >&2; exit 2; }
 done
 source "$(dirname "$0")/lib.sh"
 binaries=("$@")
@@ -37,10 +44,22 @@ wait_for_port "$UPSTREAM_PORT"
 # Total instructions of one run of BINARY: idle (no requests) or loaded.
 MODE=${MODE:-http}
 case $MODE in
-  http) mode=() close=() ;;
-  tcp) mode=(--mode tcp --retries 0) close=(-H "Connection: close") ;;
-  cache) close=()
-    cat >"$work/cache.toml" <<CONF
+  http) mode=() headers=() ;;
+  tcp) mode=(--mode tcp --retries 0) headers=(-H "Connection: close") ;;
+  jwt-local)
+    # The route and token of bench/gateway-filters.sh's JWT + local limit.
+    secret=trafik-ornek-anahtar
+    headers=(-H "Authorization: Bearer $(bearer_token "$secret")")
+    route=$(printf '[listener.route.jwt]\nalgorithm = "HS256"\nsecret = "%s"\nissuer = "trafik-ornek"\nforward_claims = ["sub: x-kullanici"]\n[listener.route.rate_limit]\nrate = 100000000\nburst = 100000000\nkey = "client-ip"' "$secret")
+    ;;
+  cache) headers=()
+    route='cache = "edge"'
+    cache=$'[[cache]]\nname = "edge"\ndefault_ttl = "1h"'
+    ;;
+  *) echo "MODE is http, tcp, cache or jwt-local, not $MODE" >&2; exit 2 ;;
+esac
+# cache and jwt-local serve one route from a configuration file.
+cat >"$work/config.toml" <<CONF
 [server]
 workers = 1
 [admin]
@@ -50,26 +69,21 @@ name = "edge"
 listen = "127.0.0.1:$PROXY_PORT"
 [[listener.route]]
 pool = "origin"
-cache = "edge"
+${route:-}
 [[pool]]
 name = "origin"
 backends = [{ address = "127.0.0.1:$UPSTREAM_PORT" }]
-[[cache]]
-name = "edge"
-default_ttl = "1h"
+${cache:-}
 CONF
-    ;;
-  *) echo "MODE is http, tcp or cache, not $MODE" >&2; exit 2 ;;
-esac
 
 measure() { # binary idle|loaded [engine]
   local binary=$1 load=$2 out="$work/callgrind.$RANDOM" engine=()
   [[ -n ${3:-} ]] && engine=(--engine "$3")
   local run=(proxy "${mode[@]}" --listen "127.0.0.1:$PROXY_PORT" --to "127.0.0.1:$UPSTREAM_PORT"
     --workers 1 "${engine[@]}" --admin "127.0.0.1:$ADMIN_PORT")
-  if [[ $MODE == cache ]]; then
-    sed "s/^workers = 1$/workers = 1${3:+\\nengine = \"$3\"}/" "$work/cache.toml" >"$work/cache-run.toml"
-    run=(serve -c "$work/cache-run.toml")
+  if [[ $MODE == cache || $MODE == jwt-local ]]; then
+    sed "s/^workers = 1$/workers = 1${3:+\\nengine = \"$3\"}/" "$work/config.toml" >"$work/run.toml"
+    run=(serve -c "$work/run.toml")
   fi
   RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" "${run[@]}" \
     >/dev/null 2>"$work/valgrind.log" &
@@ -78,10 +92,11 @@ measure() { # binary idle|loaded [engine]
   local requests=0
   if [[ $load == loaded && $MODE != http ]]; then
     # tcp: every request is a new connection through the proxy, wrk's count is the
-    # connections'. cache: one request warms the store, wrk's are hits.
+    # connections'. cache: one request warms the store, wrk's are hits. jwt-local: every
+    # request carries the token.
     [[ $MODE == cache ]] && (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT"
       printf 'GET /takip/TR-4821 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3; cat <&3 >/dev/null)
-    requests=$(wrk -t1 -c8 -d"${SECONDS_LOADED}s" "${close[@]}" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" |
+    requests=$(wrk -t1 -c8 -d"${SECONDS_LOADED}s" "${headers[@]}" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" |
       awk '/requests in/ {print $1}')
   elif [[ $load == loaded ]]; then
     wrk -t1 -c8 -d"${SECONDS_LOADED}s" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" >/dev/null
@@ -92,6 +107,7 @@ measure() { # binary idle|loaded [engine]
   kill -TERM "$pid"; wait "$pid" || true
   local total
   total=$(grep -m1 '^summary:' "$out" | awk '{print $2}')
+  [[ $load == loaded && -n ${KEEP:-} ]] && cp "$out" "$KEEP/callgrind.$(basename "$binary")${3:+.$3}.out"
   echo "$total $requests"
 }
 

@@ -42,15 +42,7 @@ done
 source "$(dirname "$0")/lib.sh"
 
 SECRET=trafik-ornek-anahtar
-TOKEN=$(python3 - "$SECRET" <<'PY'
-import base64, hashlib, hmac, json, sys, time
-b = lambda d: base64.urlsafe_b64encode(d).rstrip(b"=").decode()
-head = b(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-body = b(json.dumps({"sub": "M7", "iss": "trafik-ornek", "exp": int(time.time()) + 86400}).encode())
-sig = b(hmac.new(sys.argv[1].encode(), f"{head}.{body}".encode(), hashlib.sha256).digest())
-print(f"{head}.{body}.{sig}")
-PY
-)
+TOKEN=$(bearer_token "$SECRET")
 
 # --- the upstream, Redis, trafik and nginx ----------------------------------------------------
 RUST_LOG=warn "$trafik" upstream --name k1 --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null &

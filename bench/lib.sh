@@ -151,3 +151,16 @@ protocol = "h2c"
 backends = [{ address = "127.0.0.1:$3" }]
 CONF
 }
+
+# A bearer token signed with SECRET (HS256): sub M7, iss trafik-ornek, valid for a day, as the
+# JWT routes of the benches expect.
+bearer_token() {
+  python3 - "$1" <<'PY'
+import base64, hashlib, hmac, json, sys, time
+b = lambda d: base64.urlsafe_b64encode(d).rstrip(b"=").decode()
+head = b(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+body = b(json.dumps({"sub": "M7", "iss": "trafik-ornek", "exp": int(time.time()) + 86400}).encode())
+sig = b(hmac.new(sys.argv[1].encode(), f"{head}.{body}".encode(), hashlib.sha256).digest())
+print(f"{head}.{body}.{sig}")
+PY
+}

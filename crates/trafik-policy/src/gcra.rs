@@ -6,8 +6,8 @@
 //! the caller passes `now` (tests and the Redis script use the same rule) and owns the table.
 
 use std::collections::HashMap;
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hash};
+use std::collections::hash_map::{Entry, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 
 /// `rate` requests per `period`, with up to `burst` at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,15 +91,38 @@ impl Gcra {
 /// another's bucket; keys whose bucket is full again are swept when the table doubles.
 pub struct Table {
     hasher: RandomState,
-    arrivals: HashMap<u64, u64>,
+    /// By the key's hash, which the map takes as its own.
+    arrivals: HashMap<u64, u64, BuildHasherDefault<Hashed>>,
     sweep_at: usize,
+}
+
+/// A map's hasher for keys that are hashes already (a keyed SipHash's): hashing them again
+/// would only cost time.
+#[derive(Default)]
+struct Hashed(u64);
+
+impl Hasher for Hashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is called, for the `u64` keys; anything else is folded in all the same.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
 }
 
 impl Default for Table {
     fn default() -> Self {
         Table {
             hasher: RandomState::new(),
-            arrivals: HashMap::new(),
+            arrivals: HashMap::default(),
             sweep_at: Self::MIN_SWEEP,
         }
     }
@@ -114,10 +137,18 @@ impl Table {
             self.arrivals.retain(|_, tat| *tat > now);
             self.sweep_at = (self.arrivals.len() * 2).max(Self::MIN_SWEEP);
         }
-        let slot = self.hasher.hash_one(key);
-        let (decision, tat) = gcra.decide(self.arrivals.get(&slot).copied(), now);
-        self.arrivals.insert(slot, tat);
-        decision
+        match self.arrivals.entry(self.hasher.hash_one(key)) {
+            Entry::Occupied(mut stored) => {
+                let (decision, tat) = gcra.decide(Some(*stored.get()), now);
+                stored.insert(tat);
+                decision
+            }
+            Entry::Vacant(slot) => {
+                let (decision, tat) = gcra.decide(None, now);
+                slot.insert(tat);
+                decision
+            }
+        }
     }
 
     /// Whether a request for `key` at `now` would pass, without counting it: for limits that

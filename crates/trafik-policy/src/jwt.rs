@@ -2,6 +2,8 @@
 //! name the algorithm its key was configured (or published) with, so `alg: none` and algorithm
 //! confusion (an HS256 token "signed" with an RSA public key) never verify. Time is passed in.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
@@ -280,6 +282,18 @@ pub fn verify(
     expect: &Expectations,
     now: u64,
 ) -> Result<Claims, Refusal> {
+    verify_forwarding(token, keys, expect, now, &[]).map(|(claims, _)| claims)
+}
+
+/// [`verify`], and the text of each claim `forward` names ([`Claims::text`]), read in the same
+/// pass over the payload as the claims verification checks.
+pub fn verify_forwarding(
+    token: &str,
+    keys: &KeySet,
+    expect: &Expectations,
+    now: u64,
+    forward: &[String],
+) -> Result<(Claims, Vec<Option<String>>), Refusal> {
     let (message, signature) = token.rsplit_once('.').ok_or(Refusal::Malformed)?;
     // `message`, what the signature signs, is `header.payload`.
     let (header, payload) = message.split_once('.').ok_or(Refusal::Malformed)?;
@@ -287,10 +301,19 @@ pub fn verify(
         return Err(Refusal::Malformed);
     }
     // One spelling per part (RFC 7515 §2): the engine refuses `+`, `/`, `=` and a last symbol
-    // whose unused bits are not zero, so a token cannot be altered without breaking it.
-    let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).map_err(|_| Refusal::Malformed);
-    let (header, payload, signature) = (decode(header)?, decode(payload)?, decode(signature)?);
-    let header = JoseHeader::read(&header).ok_or(Refusal::Malformed)?;
+    // whose unused bits are not zero, so a token cannot be altered without breaking it. The
+    // parts are decoded one after the other into one buffer (decoded, a part takes at most as
+    // many bytes as its text), the payload first: it stays, as the claims.
+    let mut decoded = Vec::with_capacity(token.len().max(16));
+    let mut decode = |part: &str| {
+        let start = decoded.len();
+        URL_SAFE_NO_PAD
+            .decode_vec(part, &mut decoded)
+            .map_err(|_| Refusal::Malformed)?;
+        Ok(start..decoded.len())
+    };
+    let (payload, header, signature) = (decode(payload)?, decode(header)?, decode(signature)?);
+    let header = JoseHeader::read(&decoded[header]).ok_or(Refusal::Malformed)?;
     let key = keys
         .find(header.kid.as_deref())
         .ok_or(Refusal::UnknownKey)?;
@@ -299,26 +322,30 @@ pub fn verify(
     }
     if !key
         .key
-        .verifies(key.algorithm, message.as_bytes(), &signature)
+        .verifies(key.algorithm, message.as_bytes(), &decoded[signature])
     {
         return Err(Refusal::BadSignature);
     }
-    let claims = Claims { payload };
-    let [exp, nbf, iss, aud] = claims
-        .pick(["exp", "nbf", "iss", "aud"])
-        .ok_or(Refusal::Malformed)?;
-    let time = |claim: Option<Value>| claim.map(|v| v.as_u64().ok_or(Refusal::Malformed));
-    let expiry = time(exp).ok_or(Refusal::NoExpiry)??;
-    let not_before = time(nbf).transpose()?;
-    check_issuer(iss.as_ref(), &expect.issuers)?;
-    check_audience(aud.as_ref(), &expect.audiences)?;
+    decoded.truncate(payload.end);
+    let claims = Claims { payload: decoded };
+    let (expiry, not_before, texts) = {
+        let ([exp, nbf, iss, aud], texts) = claims
+            .pick(["exp", "nbf", "iss", "aud"], forward)
+            .ok_or(Refusal::Malformed)?;
+        let time = |claim: Option<Claim>| claim.map(|c| c.whole().ok_or(Refusal::Malformed));
+        let expiry = time(exp).ok_or(Refusal::NoExpiry)??;
+        let not_before = time(nbf).transpose()?;
+        check_issuer(iss.as_ref(), &expect.issuers)?;
+        check_audience(aud.as_ref(), &expect.audiences)?;
+        (expiry, not_before, texts)
+    };
     if expiry.saturating_add(expect.leeway) <= now {
         return Err(Refusal::Expired);
     }
     if not_before.is_some_and(|nbf| nbf > now.saturating_add(expect.leeway)) {
         return Err(Refusal::NotYetValid);
     }
-    Ok(claims)
+    Ok((claims, texts))
 }
 
 /// The JOSE header fields verification reads (RFC 7515 §4.1); others are ignored, a field
@@ -351,34 +378,40 @@ impl JoseHeader {
 }
 
 /// Configured issuers require `iss`, one string among them (RFC 7519 §4.1.1: a StringOrURI).
-fn check_issuer(issuer: Option<&Value>, issuers: &[String]) -> Result<(), Refusal> {
+fn check_issuer(issuer: Option<&Claim>, issuers: &[String]) -> Result<(), Refusal> {
     if issuers.is_empty() {
         return Ok(());
     }
     match issuer {
         None => Err(Refusal::NoIssuer),
-        Some(Value::String(issuer)) if issuers.contains(issuer) => Ok(()),
+        Some(issuer)
+            if issuer
+                .as_str()
+                .is_some_and(|i| issuers.iter().any(|x| x == i)) =>
+        {
+            Ok(())
+        }
         Some(_) => Err(Refusal::WrongIssuer),
     }
 }
 
 /// Configured audiences require `aud`: one string, or a list of strings, naming one of them
 /// (RFC 7519 §4.1.3).
-fn check_audience(audience: Option<&Value>, audiences: &[String]) -> Result<(), Refusal> {
+fn check_audience(audience: Option<&Claim>, audiences: &[String]) -> Result<(), Refusal> {
     if audiences.is_empty() {
         return Ok(());
     }
-    let named: Vec<&Value> = match audience {
+    let named = match audience {
         None => return Err(Refusal::NoAudience),
-        Some(Value::Array(list)) => list.iter().collect(),
-        Some(one) => vec![one],
+        Some(Claim::List(list)) => list.as_slice(),
+        Some(one) => std::slice::from_ref(one),
     };
-    let accepted = |value: &&Value| {
+    let accepted = |value: &Claim| {
         value
             .as_str()
             .is_some_and(|a| audiences.iter().any(|x| x == a))
     };
-    if named.iter().all(|value| value.is_string()) && named.iter().any(accepted) {
+    if named.iter().all(|value| value.as_str().is_some()) && named.iter().any(accepted) {
         Ok(())
     } else {
         Err(Refusal::WrongAudience)
@@ -398,32 +431,143 @@ impl Claims {
     /// A claim's value as a header value's text: strings as they are, numbers and booleans
     /// written out; objects, arrays and null are not forwarded.
     pub fn text(&self, name: &str) -> Option<String> {
-        let [value] = self.pick([name])?;
-        match value? {
-            Value::String(text) => Some(text),
-            Value::Number(number) => Some(number.to_string()),
-            Value::Bool(flag) => Some(flag.to_string()),
-            _ => None,
-        }
+        let ([value], _) = self.pick([name], &[])?;
+        value?.text()
     }
 
-    /// The values of the claims `names`, `None` where absent; `None` for a payload that is not
-    /// a JSON object.
-    fn pick<const N: usize>(&self, names: [&str; N]) -> Option<[Option<Value>; N]> {
+    /// The values of the claims `names`, `None` where absent, and the text of those `texts`
+    /// names; `None` for a payload that is not a JSON object.
+    fn pick<const N: usize>(&self, names: [&str; N], texts: &[String]) -> Option<Picks<'_, N>> {
         use serde::de::DeserializeSeed;
         let mut reader = serde_json::Deserializer::from_slice(&self.payload);
-        let values = Picked(names).deserialize(&mut reader).ok()?;
+        let values = Picked { names, texts }.deserialize(&mut reader).ok()?;
         // Nothing but white space after the object.
         reader.end().ok()?;
         Some(values)
     }
 }
 
-/// Reads a JSON object keeping the values of the fields named (see [`Claims::pick`]).
-struct Picked<'n, const N: usize>([&'n str; N]);
+/// A claim's value as it is checked and forwarded: a string without escapes is borrowed from
+/// the payload and a whole number read as one, so the claims a token usually has cost no
+/// allocation; other values are read as a `serde_json::Value` would hold them.
+enum Claim<'p> {
+    Text(Cow<'p, str>),
+    /// A number that is a whole one in `u64`.
+    Whole(u64),
+    /// Any other number, as `serde_json` writes it.
+    Number(String),
+    Bool(bool),
+    List(Vec<Claim<'p>>),
+    /// `null` or an object.
+    Other,
+}
+
+impl Claim<'_> {
+    /// As a header value's text (see [`Claims::text`]).
+    fn text(&self) -> Option<String> {
+        match self {
+            Claim::Text(text) => Some(text.as_ref().to_owned()),
+            Claim::Whole(number) => Some(number.to_string()),
+            Claim::Number(number) => Some(number.clone()),
+            Claim::Bool(flag) => Some(flag.to_string()),
+            Claim::List(_) | Claim::Other => None,
+        }
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Claim::Text(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The claim as a time (seconds since the epoch): a whole number, as `Value::as_u64`
+    /// reads one.
+    fn whole(&self) -> Option<u64> {
+        match self {
+            Claim::Whole(number) => Some(*number),
+            Claim::Number(number) => number.parse().ok(),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Claim<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(reader: D) -> Result<Self, D::Error> {
+        reader.deserialize_any(ClaimVisitor)
+    }
+}
+
+struct ClaimVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ClaimVisitor {
+    type Value = Claim<'de>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a claim's value")
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+        Ok(Claim::Text(Cow::Borrowed(text)))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        Ok(Claim::Text(Cow::Owned(text.to_owned())))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, number: u64) -> Result<Self::Value, E> {
+        Ok(Claim::Whole(number))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, number: i64) -> Result<Self::Value, E> {
+        Ok(match u64::try_from(number) {
+            Ok(number) => Claim::Whole(number),
+            Err(_) => Claim::Number(number.to_string()),
+        })
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, flag: bool) -> Result<Self::Value, E> {
+        Ok(Claim::Bool(flag))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Claim::Other)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut items: A,
+    ) -> Result<Self::Value, A::Error> {
+        let mut list = Vec::new();
+        while let Some(item) = items.next_element()? {
+            list.push(item);
+        }
+        Ok(Claim::List(list))
+    }
+
+    /// An object; or, with `serde_json`'s `arbitrary_precision` (on in this build), a number
+    /// that is no `u64` or `i64`, which it hands over as a map only `Value` reads.
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let value = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        Ok(match value {
+            Value::Number(number) => Claim::Number(number.to_string()),
+            _ => Claim::Other,
+        })
+    }
+}
+
+/// What [`Claims::pick`] read: the values of the claims named, the texts of the others asked.
+type Picks<'p, const N: usize> = ([Option<Claim<'p>>; N], Vec<Option<String>>);
+
+/// Reads a JSON object keeping the values of the fields named, and the text of those named in
+/// `texts` (see [`Claims::pick`]).
+struct Picked<'n, const N: usize> {
+    names: [&'n str; N],
+    texts: &'n [String],
+}
 
 impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for Picked<'_, N> {
-    type Value = [Option<Value>; N];
+    type Value = Picks<'de, N>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, reader: D) -> Result<Self::Value, D::Error> {
         reader.deserialize_map(self)
@@ -431,7 +575,7 @@ impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for Picked<'_, N> {
 }
 
 impl<'de, const N: usize> serde::de::Visitor<'de> for Picked<'_, N> {
-    type Value = [Option<Value>; N];
+    type Value = Picks<'de, N>;
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
         formatter.write_str("a JSON object of claims")
@@ -439,24 +583,44 @@ impl<'de, const N: usize> serde::de::Visitor<'de> for Picked<'_, N> {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut values = [const { None }; N];
-        while let Some(found) = map.next_key_seed(NameAmong(&self.0))? {
-            match found {
-                Some(index) => values[index] = Some(map.next_value()?),
-                None => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
+        let mut texts = vec![None; self.texts.len()];
+        let among = || NameAmong {
+            names: &self.names,
+            texts: self.texts,
+        };
+        while let Some((name, text)) = map.next_key_seed(among())? {
+            if name.is_none() && text.is_none() {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            let value: Claim = map.next_value()?;
+            if let Some(first) = text {
+                // A claim may be forwarded in more than one field.
+                let asked = &self.texts[first];
+                for (slot, _) in (texts.iter_mut().zip(self.texts))
+                    .skip(first)
+                    .filter(|(_, name)| *name == asked)
+                {
+                    *slot = value.text();
                 }
             }
+            if let Some(index) = name {
+                values[index] = Some(value);
+            }
         }
-        Ok(values)
+        Ok((values, texts))
     }
 }
 
-/// A field name, read as the index of the name it equals among those asked for, if any:
-/// compared where it lies in the input, not copied.
-struct NameAmong<'a, 'n, const N: usize>(&'a [&'n str; N]);
+/// A field name, read as the index of the name it equals among `names`, and the first among
+/// `texts`, if any: compared where it lies in the input, not copied.
+struct NameAmong<'a, 'n, const N: usize> {
+    names: &'a [&'n str; N],
+    texts: &'a [String],
+}
 
 impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for NameAmong<'_, '_, N> {
-    type Value = Option<usize>;
+    type Value = (Option<usize>, Option<usize>);
 
     fn deserialize<D: serde::Deserializer<'de>>(self, reader: D) -> Result<Self::Value, D::Error> {
         reader.deserialize_str(self)
@@ -464,14 +628,17 @@ impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for NameAmong<'_, '_, 
 }
 
 impl<'de, const N: usize> serde::de::Visitor<'de> for NameAmong<'_, '_, N> {
-    type Value = Option<usize>;
+    type Value = (Option<usize>, Option<usize>);
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
         formatter.write_str("a claim's name")
     }
 
     fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Self::Value, E> {
-        Ok(self.0.iter().position(|asked| *asked == name))
+        Ok((
+            self.names.iter().position(|asked| *asked == name),
+            self.texts.iter().position(|asked| asked == name),
+        ))
     }
 }
 
@@ -563,6 +730,17 @@ mod tests {
         assert_eq!(claims.text("b").as_deref(), Some("true"));
         assert_eq!(claims.text("o"), None, "objects are not forwarded");
         assert_eq!(claims.text("missing"), None);
+        // Numbers as written, escaped text unescaped; lists and null are not forwarded.
+        let token = hs256_raw(&format!(
+            r#"{{"exp":{exp},"f":1.50,"neg":-3,"big":18446744073709551616,"e":"a\u0062","l":["a"],"z":null}}"#
+        ));
+        let claims = verify(&token, &keys(), &open, NOW).unwrap();
+        assert_eq!(claims.text("f").as_deref(), Some("1.50"));
+        assert_eq!(claims.text("neg").as_deref(), Some("-3"));
+        assert_eq!(claims.text("big").as_deref(), Some("18446744073709551616"));
+        assert_eq!(claims.text("e").as_deref(), Some("ab"));
+        assert_eq!(claims.text("l"), None);
+        assert_eq!(claims.text("z"), None);
         // A later `exp` decides.
         let token = hs256_raw(&format!(r#"{{"exp":{exp},"exp":{}}}"#, NOW - 60));
         assert_eq!(
@@ -574,6 +752,8 @@ mod tests {
             format!(r#"{{"exp":{exp}}} x"#),
             format!(r#"{{"exp":"{exp}"}}"#),
             r#"{"exp":1.8e9}"#.to_owned(),
+            r#"{"exp":-0}"#.to_owned(),
+            r#"{"exp":18446744073709551616}"#.to_owned(),
             format!(r#"{{"exp":{exp},"nbf":"soon"}}"#),
         ] {
             assert_eq!(
@@ -585,6 +765,36 @@ mod tests {
         assert_eq!(
             verify(&hs256_raw(r#"{"sub":"M7"}"#), &keys(), &open, NOW).err(),
             Some(Refusal::NoExpiry)
+        );
+    }
+
+    #[test]
+    fn forwarded_claims_are_read_in_the_pass_that_checks_the_token() {
+        let exp = NOW + 60;
+        let token = hs256_raw(&format!(
+            r#"{{"sub":"M1","iss":"trafik-ornek","aud":"takip","exp":{exp},"sub":"M7","n":4}}"#
+        ));
+        let forward = ["sub", "iss", "missing", "sub", "exp", "aud"].map(String::from);
+        let (claims, texts) = verify_forwarding(&token, &keys(), &expect(), NOW, &forward).unwrap();
+        let texts: Vec<Option<&str>> = texts.iter().map(Option::as_deref).collect();
+        let exp = exp.to_string();
+        assert_eq!(
+            texts,
+            [
+                Some("M7"),
+                Some("trafik-ornek"),
+                None,
+                Some("M7"),
+                Some(exp.as_str()),
+                Some("takip")
+            ]
+        );
+        for (name, text) in forward.iter().zip(&texts) {
+            assert_eq!(claims.text(name).as_deref(), *text, "{name}");
+        }
+        assert_eq!(
+            verify_forwarding(&token, &keys(), &expect(), NOW + 65, &forward).err(),
+            Some(Refusal::Expired)
         );
     }
 

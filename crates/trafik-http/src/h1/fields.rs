@@ -131,7 +131,9 @@ impl trafik_cache::FieldValues for HeadFields<'_> {
     fn each_value<'a>(&'a self, name: &HeaderName, each: &mut dyn FnMut(&'a [u8])) {
         let name = name.as_str().as_bytes();
         let head: &'a [u8] = self.head;
-        for line in lines_from(head, fields_start(head)).filter(|line| named(head, line, name)) {
+        for line in
+            lines_from(head, fields_start(head)).filter(|line| named(&head[line.clone()], name))
+        {
             each(value(head, line, name.len()));
         }
     }
@@ -141,7 +143,7 @@ impl Fields for HeadFields<'_> {
     fn get(&self, name: &HeaderName) -> Option<&[u8]> {
         let name = name.as_str().as_bytes();
         let line = lines_from(self.head, fields_start(self.head))
-            .find(|line| named(self.head, line, name))?;
+            .find(|line| named(&self.head[line.clone()], name))?;
         Some(value(self.head, line, name.len()))
     }
 
@@ -158,6 +160,27 @@ impl Fields for HeadFields<'_> {
             edits.push(Edit::Insert(name, value));
         }
     }
+
+    fn insert_numbers(&mut self, numbers: &[(&HeaderName, u64)]) {
+        if self.edits.is_some() {
+            // A recorded edit keeps its value.
+            for (name, number) in numbers {
+                self.insert((*name).clone(), HeaderValue::from(*number));
+            }
+            return;
+        }
+        // One pass over the head takes every old line of the names out.
+        remove_each(self.head, |line| {
+            numbers
+                .iter()
+                .any(|(name, _)| named(line, name.as_str().as_bytes()))
+        });
+        for (name, number) in numbers {
+            let mut digits = itoa::Buffer::new();
+            let digits = digits.format(*number).as_bytes();
+            add_field(self.head, name.as_str().as_bytes(), digits);
+        }
+    }
 }
 
 /// Makes the recorded `edits` again on a head written anew.
@@ -172,9 +195,14 @@ pub fn apply(head: &mut Vec<u8>, edits: &[Edit]) {
 
 fn remove(head: &mut Vec<u8>, name: &HeaderName) {
     let name = name.as_str().as_bytes();
+    remove_each(head, |line| named(line, name));
+}
+
+/// Removes every field line (with its CRLF) that `unwanted` picks.
+fn remove_each(head: &mut Vec<u8>, unwanted: impl Fn(&[u8]) -> bool) {
     let mut from = fields_start(head);
     loop {
-        let found = lines_from(head, from).find(|line| named(head, line, name));
+        let found = lines_from(head, from).find(|line| unwanted(&head[line.clone()]));
         let Some(line) = found else { return };
         from = line.start;
         head.drain(line);
@@ -205,9 +233,8 @@ fn lines_from(head: &[u8], mut at: usize) -> impl Iterator<Item = Range<usize>> 
     })
 }
 
-/// Whether `line` of `head` is a field named `name` (lowercase): the name, then its colon.
-fn named(head: &[u8], line: &Range<usize>, name: &[u8]) -> bool {
-    let line = &head[line.clone()];
+/// Whether `line` is a field named `name` (lowercase): the name, then its colon.
+fn named(line: &[u8], name: &[u8]) -> bool {
     line.len() > name.len()
         && line[name.len()] == b':'
         && line[..name.len()].eq_ignore_ascii_case(name)
@@ -276,6 +303,25 @@ mod tests {
         apply(&mut again, &edits);
         assert_eq!(again, edited);
         assert_eq!(again, b"GET /a HTTP/1.1\r\nhost: x\r\nx-claim: sub\r\n\r\n");
+    }
+
+    #[test]
+    fn numbers_replace_every_line_of_their_names_and_are_recorded_on_a_request() {
+        let limit = HeaderName::from_static("ratelimit-limit");
+        let mut head =
+            b"HTTP/1.1 200 OK\r\nRateLimit-Limit: 9\r\nx: y\r\nratelimit-limit: 8\r\n\r\n".to_vec();
+        let reset = HeaderName::from_static("ratelimit-reset");
+        HeadFields::new(&mut head).insert_numbers(&[(&limit, 100_000_000), (&reset, 1)]);
+        assert_eq!(
+            head,
+            b"HTTP/1.1 200 OK\r\nx: y\r\nratelimit-limit: 100000000\r\nratelimit-reset: 1\r\n\r\n"
+        );
+        let (mut edited, mut edits) = (HEAD.to_vec(), Vec::new());
+        HeadFields::recording(&mut edited, &mut edits).insert_numbers(&[(&limit, 7)]);
+        let mut again = HEAD.to_vec();
+        apply(&mut again, &edits);
+        assert_eq!(again, edited);
+        assert!(edited.ends_with(b"\r\nratelimit-limit: 7\r\n\r\n"));
     }
 
     #[test]

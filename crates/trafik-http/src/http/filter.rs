@@ -32,6 +32,7 @@ use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
 use crate::plan::{FilterPlan, RateKey};
 use crate::snapshot::Snapshot;
+use trafik_policy::gcra::Decision;
 use trafik_policy::stage::Stage;
 
 /// A step's decision on a request, told by [`Filter::explain`].
@@ -68,7 +69,35 @@ pub struct Exchange<'a> {
     pub worker: usize,
     /// What a step remembers of this request for its answer: a route's steps serve all its
     /// requests and keep nothing of their own. Empty, it allocates nothing.
-    pub notes: RefCell<Extensions>,
+    pub notes: RefCell<Notes>,
+}
+
+/// What the steps remember of one request: any value by its type, and the rate limit's
+/// decision in a place of its own, since every request of a limited route has one (kept by
+/// type, it would cost the map and a box per request).
+#[derive(Default)]
+pub struct Notes {
+    /// The rate limit's decision, for the answer's `RateLimit-*` fields.
+    pub rate_limit: Option<Decision>,
+    by_type: Extensions,
+}
+
+impl Notes {
+    pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) -> Option<T> {
+        self.by_type.insert(value)
+    }
+
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.by_type.get()
+    }
+
+    pub fn get_mut<T: Send + Sync + 'static>(&mut self) -> Option<&mut T> {
+        self.by_type.get_mut()
+    }
+
+    pub fn remove<T: Send + Sync + 'static>(&mut self) -> Option<T> {
+        self.by_type.remove()
+    }
 }
 
 /// What a request step decided.
@@ -104,6 +133,13 @@ pub trait Fields {
     fn remove(&mut self, name: &HeaderName);
     /// Makes `value` the only value of `name`.
     fn insert(&mut self, name: HeaderName, value: HeaderValue);
+    /// Makes each decimal number the only value of its name; a head takes the digits as they
+    /// are, with no `HeaderValue` made for them, and is searched once for all the names.
+    fn insert_numbers(&mut self, numbers: &[(&HeaderName, u64)]) {
+        for (name, number) in numbers {
+            self.insert((*name).clone(), HeaderValue::from(*number));
+        }
+    }
 }
 
 impl Fields for HeaderMap {

@@ -27,7 +27,9 @@ pub struct Claims(pub Arc<jwt::Claims>);
 pub struct Jwt {
     keys: Arc<ArcSwap<KeySet>>,
     expect: Expectations,
-    forward: Vec<(String, HeaderName)>,
+    /// The claims forwarded, and the fields they go in, by position.
+    forward_claims: Vec<String>,
+    forward_fields: Vec<HeaderName>,
     keep_token: bool,
     /// A later step reads the claims (a rate limit keyed by one): only then are they kept in
     /// the exchange's notes.
@@ -64,21 +66,37 @@ impl Jwt {
                 audiences: plan.audiences.clone(),
                 leeway: plan.leeway.as_secs(),
             },
-            forward: plan.forward.clone(),
+            forward_claims: plan
+                .forward
+                .iter()
+                .map(|(claim, _)| claim.clone())
+                .collect(),
+            forward_fields: plan
+                .forward
+                .iter()
+                .map(|(_, field)| field.clone())
+                .collect(),
             keep_token: plan.keep_token,
             share_claims,
         })
     }
 
-    /// The claims of the request's bearer token, or why it is refused.
-    fn verify(&self, fields: &dyn Fields) -> Result<jwt::Claims, Refusal> {
+    /// The claims of the request's bearer token and the text of those it forwards, or why it
+    /// is refused.
+    fn verify(&self, fields: &dyn Fields) -> Result<(jwt::Claims, Vec<Option<String>>), Refusal> {
         let token = field_text(fields, &header::AUTHORIZATION)
             .and_then(bearer)
             .ok_or(Refusal::Missing)?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        jwt::verify(token, &self.keys.load(), &self.expect, now)
+        jwt::verify_forwarding(
+            token,
+            &self.keys.load(),
+            &self.expect,
+            now,
+            &self.forward_claims,
+        )
     }
 
     fn refuse(&self, exchange: &Exchange<'_>, refused: Refusal) -> Box<Response<ProxyBody>> {
@@ -114,17 +132,15 @@ impl Filter for Jwt {
         fields: &mut dyn Fields,
         exchange: &Exchange<'_>,
     ) -> Option<Box<Response<ProxyBody>>> {
-        let claims = match self.verify(fields) {
-            Ok(claims) => claims,
+        let (claims, texts) = match self.verify(fields) {
+            Ok(verified) => verified,
             Err(refused) => return Some(self.refuse(exchange, refused)),
         };
         // Whatever the client says in the headers trafik forwards claims in is not trusted: a
         // claim's header replaces the client's, and a claim the token lacks removes it.
-        for (claim, name) in &self.forward {
-            match claims
-                .text(claim)
-                .and_then(|text| HeaderValue::from_str(&text).ok())
-            {
+        for (text, name) in texts.into_iter().zip(&self.forward_fields) {
+            // The claim's text becomes the value without a copy.
+            match text.and_then(|text| HeaderValue::from_maybe_shared(Bytes::from(text)).ok()) {
                 Some(value) => fields.insert(name.clone(), value),
                 None => fields.remove(name),
             }
@@ -141,7 +157,7 @@ impl Filter for Jwt {
 
     fn explain(&self, request: &Request<RequestBody>, exchange: &Exchange<'_>) -> Option<Verdict> {
         Some(match self.verify(request.headers()) {
-            Ok(claims) => {
+            Ok((claims, _)) => {
                 let subject = claims.text("sub").unwrap_or_else(|| "-".to_owned());
                 // Later stages (a rate limit keyed by a claim) read them as they would.
                 exchange.notes.borrow_mut().insert(Claims(Arc::new(claims)));

@@ -76,10 +76,6 @@ struct Limit {
     key: RateKey,
 }
 
-/// The decision, kept for the response's `RateLimit-*` headers.
-#[derive(Clone, Copy)]
-struct Told(Decision);
-
 static LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
 static REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 static RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
@@ -137,7 +133,7 @@ impl Limit {
     ) -> Option<Box<Response<ProxyBody>>> {
         if decision.allowed {
             access_log::record(exchange, Stage::RateLimit, "pass");
-            exchange.notes.borrow_mut().insert(Told(decision));
+            exchange.notes.borrow_mut().rate_limit = Some(decision);
             return None;
         }
         access_log::record(exchange, Stage::RateLimit, "refused: over the limit");
@@ -151,19 +147,18 @@ impl Limit {
     }
 
     fn on_response(fields: &mut dyn Fields, exchange: &Exchange<'_>) {
-        if let Some(Told(decision)) = exchange.notes.borrow().get::<Told>() {
-            write_headers(fields, decision);
+        if let Some(decision) = exchange.notes.borrow().rate_limit {
+            write_headers(fields, &decision);
         }
     }
 }
 
 fn write_headers(fields: &mut dyn Fields, decision: &Decision) {
-    fields.insert(LIMIT.clone(), HeaderValue::from(decision.limit));
-    fields.insert(REMAINING.clone(), HeaderValue::from(decision.remaining));
-    fields.insert(
-        RESET.clone(),
-        HeaderValue::from(Decision::seconds(decision.reset)),
-    );
+    fields.insert_numbers(&[
+        (&LIMIT, decision.limit.into()),
+        (&REMAINING, decision.remaining.into()),
+        (&RESET, Decision::seconds(decision.reset)),
+    ]);
 }
 
 /// Counts in this process, shared by its workers: one lock held for a hash-map lookup.
