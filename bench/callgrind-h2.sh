@@ -25,6 +25,8 @@ TIME_LIMIT=${TIME_LIMIT:-300}
 for tool in valgrind h2load nginx; do
   command -v "$tool" >/dev/null || { echo "bench/callgrind-h2.sh needs $tool (apt-get install valgrind nghttp2-client nginx)" >&2; exit 2; }
 done
+# Builds given: the first plays the upstream too, and nothing is built.
+[[ $# -gt 0 && -z ${TRAFIK:-} ]] && TRAFIK=$1
 source "$(dirname "$0")/lib.sh"
 binaries=("$@")
 ((${#binaries[@]})) || binaries=("$trafik")

@@ -30,6 +30,8 @@ BASE_PORT=${BASE_PORT:-18400}
 for tool in valgrind wrk python3; do
   command -v "$tool" >/dev/null || { echo "bench/callgrind.sh needs $tool (apt-get install valgrind wrk python3)" >&2; exit 2; }
 done
+# Builds given: the first plays the upstream too, and nothing is built.
+[[ $# -gt 0 && -z ${TRAFIK:-} ]] && TRAFIK=$1
 source "$(dirname "$0")/lib.sh"
 binaries=("$@")
 ((${#binaries[@]})) || binaries=("$trafik")
