@@ -20,6 +20,7 @@
 #                                               # limit, as bench/gateway-filters.sh's; note that
 #                                               # valgrind hides the CPU's SHA extensions, so
 #                                               # SHA-256 counts ~10,000 of them here
+#   MODE=static bench/callgrind.sh OLD NEW      # instructions per request for a 4 KB static file
 #
 # Needs: valgrind wrk (apt-get install valgrind wrk) and cargo.
 set -euo pipefail
@@ -54,13 +55,20 @@ case $MODE in
     headers=(-H "Authorization: Bearer $(bearer_token "$secret")")
     route=$(printf '[listener.route.jwt]\nalgorithm = "HS256"\nsecret = "%s"\nissuer = "trafik-ornek"\nforward_claims = ["sub: x-kullanici"]\n[listener.route.rate_limit]\nrate = 100000000\nburst = 100000000\nkey = "client-ip"' "$secret")
     ;;
+  static) headers=()
+    # The course's 4 KB logo under the path wrk asks for.
+    mkdir -p "$work/takip"
+    head -c 4000 /dev/zero | tr '\0' x >"$work/takip/TR-4821"
+    target=$(printf 'path_prefix = "/takip"\nstatic = "%s"' "$work/takip")
+    ;;
   cache) headers=()
     route='cache = "edge"'
     cache=$'[[cache]]\nname = "edge"\ndefault_ttl = "1h"'
     ;;
-  *) echo "MODE is http, tcp, cache or jwt-local, not $MODE" >&2; exit 2 ;;
+  *) echo "MODE is http, tcp, cache, jwt-local or static, not $MODE" >&2; exit 2 ;;
 esac
-# cache and jwt-local serve one route from a configuration file.
+# cache, jwt-local and static serve one route from a configuration file.
+target=${target:-'pool = "origin"'}
 cat >"$work/config.toml" <<CONF
 [server]
 workers = 1
@@ -70,7 +78,7 @@ listen = "127.0.0.1:$ADMIN_PORT"
 name = "edge"
 listen = "127.0.0.1:$PROXY_PORT"
 [[listener.route]]
-pool = "origin"
+$target
 ${route:-}
 [[pool]]
 name = "origin"
@@ -83,7 +91,7 @@ measure() { # binary idle|loaded [engine]
   [[ -n ${3:-} ]] && engine=(--engine "$3")
   local run=(proxy "${mode[@]}" --listen "127.0.0.1:$PROXY_PORT" --to "127.0.0.1:$UPSTREAM_PORT"
     --workers 1 "${engine[@]}" --admin "127.0.0.1:$ADMIN_PORT")
-  if [[ $MODE == cache || $MODE == jwt-local ]]; then
+  if [[ $MODE == cache || $MODE == jwt-local || $MODE == static ]]; then
     sed "s/^workers = 1$/workers = 1${3:+\\nengine = \"$3\"}/" "$work/config.toml" >"$work/run.toml"
     run=(serve -c "$work/run.toml")
   fi
@@ -95,7 +103,7 @@ measure() { # binary idle|loaded [engine]
   if [[ $load == loaded && $MODE != http ]]; then
     # tcp: every request is a new connection through the proxy, wrk's count is the
     # connections'. cache: one request warms the store, wrk's are hits. jwt-local: every
-    # request carries the token.
+    # request carries the token. static: every request is the file's.
     [[ $MODE == cache ]] && (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT"
       printf 'GET /takip/TR-4821 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3; cat <&3 >/dev/null)
     requests=$(wrk -t1 -c8 -d"${SECONDS_LOADED}s" "${headers[@]}" "http://127.0.0.1:$PROXY_PORT/takip/TR-4821" |
