@@ -4,8 +4,9 @@
 use std::time::SystemTime;
 
 use http::{HeaderValue, header};
+use trafik_cache::fields::visible;
 
-use super::filter::{Fields, field_text, visible_text};
+use super::filter::{Fields, field_text};
 
 /// Whether a GET or HEAD with these headers gets 304 for a representation with this `ETag`
 /// and modification time: `If-None-Match` decides when present (weak comparison), else
@@ -19,7 +20,7 @@ pub fn not_modified(
         let Some(etag) = etag.and_then(|e| e.to_str().ok()) else {
             return false;
         };
-        let wanted = visible_text(wanted).unwrap_or("");
+        let wanted = visible(wanted).unwrap_or("");
         return wanted.trim() == "*"
             || wanted
                 .split(',')

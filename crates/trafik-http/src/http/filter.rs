@@ -159,16 +159,7 @@ impl Fields for HeaderMap {
 /// The first value of `name` as text, when it is visible ASCII (as `HeaderValue::to_str`
 /// reads it).
 pub fn field_text<'f>(fields: &'f dyn Fields, name: &HeaderName) -> Option<&'f str> {
-    visible_text(fields.get(name)?)
-}
-
-/// A field value as text, when it is visible ASCII (as `HeaderValue::to_str` reads it).
-pub fn visible_text(value: &[u8]) -> Option<&str> {
-    value
-        .iter()
-        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
-        .then(|| std::str::from_utf8(value).ok())
-        .flatten()
+    trafik_cache::fields::visible(fields.get(name)?)
 }
 
 /// Shows an answer to the first `ran` of a route's steps (those that let the request on, and
