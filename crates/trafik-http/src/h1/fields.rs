@@ -164,10 +164,7 @@ impl Fields for HeadFields<'_> {
     fn insert_numbers(&mut self, numbers: &[(&HeaderName, u64)]) {
         if self.edits.is_some() {
             // A recorded edit keeps its value.
-            for (name, number) in numbers {
-                self.insert((*name).clone(), HeaderValue::from(*number));
-            }
-            return;
+            return crate::http::filter::insert_as_values(self, numbers);
         }
         // One pass over the head takes every old line of the names out.
         remove_each(self.head, |line| {

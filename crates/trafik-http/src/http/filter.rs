@@ -136,9 +136,14 @@ pub trait Fields {
     /// Makes each decimal number the only value of its name; a head takes the digits as they
     /// are, with no `HeaderValue` made for them, and is searched once for all the names.
     fn insert_numbers(&mut self, numbers: &[(&HeaderName, u64)]) {
-        for (name, number) in numbers {
-            self.insert((*name).clone(), HeaderValue::from(*number));
-        }
+        insert_as_values(self, numbers);
+    }
+}
+
+/// [`Fields::insert_numbers`] by [`Fields::insert`], a `HeaderValue` per number.
+pub fn insert_as_values<F: Fields + ?Sized>(fields: &mut F, numbers: &[(&HeaderName, u64)]) {
+    for (name, number) in numbers {
+        fields.insert((*name).clone(), HeaderValue::from(*number));
     }
 }
 
