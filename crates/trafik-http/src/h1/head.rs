@@ -288,7 +288,7 @@ enum Field {
 }
 
 /// The names [`Field::Conditional`] stands for.
-pub const CACHE_FIELDS: [HeaderName; 7] = [
+pub static CACHE_FIELDS: [HeaderName; 7] = [
     header::CACHE_CONTROL,
     header::RANGE,
     header::IF_MATCH,

@@ -136,7 +136,7 @@ async fn request(
 }
 
 /// The fields HTTP/3 forbids (RFC 9114 §4.2): the connection's own, which QUIC replaces.
-const CONNECTION_FIELDS: [header::HeaderName; 5] = [
+static CONNECTION_FIELDS: [header::HeaderName; 5] = [
     header::CONNECTION,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
