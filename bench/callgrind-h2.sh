@@ -13,6 +13,9 @@
 #   bench/callgrind-h2.sh OLD_BINARY NEW_BINARY    # compare builds, side by side
 #   KEEP=dir bench/callgrind-h2.sh BINARY          # also keep the loaded run's callgrind.out
 #                                                  # (a --profile profiling build has line data)
+#   UPSTREAM=http1 bench/callgrind-h2.sh OLD NEW   # h2 at the edge, HTTP/1.1 to the backend
+#                                                  # (pool protocol "http1", nginx without h2):
+#                                                  # the pipeline's path for every HTTP/2 client
 #
 # Needs: valgrind, h2load (nghttp2-client), nginx (Debian packages) and cargo.
 set -euo pipefail
@@ -21,6 +24,12 @@ REQUESTS=${REQUESTS:-20000}
 CLIENTS=${CLIENTS:-16}
 STREAMS=${STREAMS:-10}
 TIME_LIMIT=${TIME_LIMIT:-300}
+UPSTREAM=${UPSTREAM:-h2c}
+case $UPSTREAM in
+  h2c) backend_listen=http2 ;;
+  http1) backend_listen= ;;
+  *) echo "UPSTREAM is h2c or http1, not $UPSTREAM" >&2; exit 2 ;;
+esac
 
 for tool in valgrind h2load nginx; do
   command -v "$tool" >/dev/null || { echo "bench/callgrind-h2.sh needs $tool (apt-get install valgrind nghttp2-client nginx)" >&2; exit 2; }
@@ -36,12 +45,12 @@ PROXY_PORT=$(free_port)
 
 # One worker each: trafik's instructions are counted, nginx only answers.
 WORKERS=1
-nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT http2; location / { return 200 \"kargo\\n\"; } }"
+nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT $backend_listen; location / { return 200 \"kargo\\n\"; } }"
 nginx -p "$work/backend" -c "$work/backend/nginx.conf" 2>"$work/backend/stderr" &
 pids+=($!)
 wait_for_port "$BACKEND_PORT"
 
-h2c_pool_config "$work/trafik.toml" "$PROXY_PORT" "$BACKEND_PORT"
+h2c_pool_config "$work/trafik.toml" "$PROXY_PORT" "$BACKEND_PORT" "$UPSTREAM"
 
 # Total instructions of one run of BINARY: idle (no requests) or loaded; KEEP keeps the
 # loaded run's profile.

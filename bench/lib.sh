@@ -133,7 +133,7 @@ CONF
 
 # trafik's configuration for the HTTP/2 benches: WORKERS workers, a plain listener on
 # 127.0.0.1:PORT (h2c by prior knowledge, or HTTP/1.1) to an h2c pool of one backend.
-h2c_pool_config() { # file port backend-port
+h2c_pool_config() { # file port backend-port [pool protocol: h2c (default) or http1]
   cat >"$1" <<CONF
 [server]
 workers = $WORKERS
@@ -147,7 +147,7 @@ pool = "backend"
 
 [[pool]]
 name = "backend"
-protocol = "h2c"
+protocol = "${4:-h2c}"
 backends = [{ address = "127.0.0.1:$3" }]
 CONF
 }
