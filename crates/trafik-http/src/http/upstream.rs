@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use std::cell::Cell;
 use std::future::Future;
 
+use futures_util::FutureExt;
 use futures_util::future::Either;
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -42,12 +43,12 @@ pub enum Sender {
 }
 
 /// A request that got no answer: handed back unsent when the connection could not take it
-/// (it may go on a new one), or lost.
-pub struct SendError(Option<Request<RequestBody>>);
+/// (it may go on a new one), or lost. Boxed: the error is rare, and a result carries its size.
+pub struct SendError(Option<Box<Request<RequestBody>>>);
 
 impl SendError {
     pub fn unsent(request: Request<RequestBody>) -> Self {
-        SendError(Some(request))
+        SendError(Some(Box::new(request)))
     }
 
     pub fn lost() -> Self {
@@ -56,7 +57,7 @@ impl SendError {
 
     /// The request, when it was never sent.
     pub fn take_unsent(&mut self) -> Option<Request<RequestBody>> {
-        self.0.take()
+        self.0.take().map(|request| *request)
     }
 }
 
@@ -67,14 +68,13 @@ impl Sender {
         request: Request<RequestBody>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + use<> {
         match self {
+            // Mapped, not awaited in an async block: the block would hold hyper's future twice
+            // over (before and while it runs), and every level above carries that size.
             Sender::Http1(sender) => {
-                let sending = sender.try_send_request(request);
-                Either::Left(async move {
-                    match sending.await {
-                        Ok(answer) => Ok(answer.map(UpstreamBody::Left)),
-                        Err(mut error) => Err(SendError(error.take_message())),
-                    }
-                })
+                Either::Left(sender.try_send_request(request).map(|sent| match sent {
+                    Ok(answer) => Ok(answer.map(UpstreamBody::Left)),
+                    Err(mut error) => Err(SendError(error.take_message().map(Box::new))),
+                }))
             }
             Sender::Http2(connection) => Either::Right(connection.send(request)),
         }
