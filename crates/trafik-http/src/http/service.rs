@@ -117,185 +117,198 @@ impl WorkerProxy {
     }
 
     /// Answers one client request, whichever engine read it.
-    pub async fn handle(
+    #[allow(clippy::manual_async_fn)] // see the block below
+    pub fn handle(
         &self,
         connection: &ClientConnection,
         mut request: Request<RequestBody>,
-    ) -> Response<ProxyBody> {
-        let snapshot = self.snapshot();
-        let began = Instant::now();
-        // Told before the request is served, so the pick told is the pick about to be taken.
-        let explanation = crate::explain::asked_for(
-            &snapshot,
-            connection.listener,
-            &mut request,
-            connection.peer,
-            self.now(),
-        );
-        let method = snapshot.client.access_log.then(|| {
-            let host = super::route::request_authority(&request).map(str::to_owned);
-            (request.method().clone(), request.uri().clone(), host)
-        });
-        let grpc = super::grpc::is_grpc(request.headers());
-        let (mut response, backend, route) = self.pipeline(&snapshot, connection, request).await;
-        if let Some(alt_svc) = snapshot.alt_svc(connection.listener) {
-            response
-                .headers_mut()
-                .insert(http::header::ALT_SVC, alt_svc.clone());
-        }
-        // One clock reading for the listener's and the route's metrics and the access log.
-        let micros = crate::metrics::micros_since(began);
-        let status = response.status().as_u16();
-        if let Some(route) = route {
-            route.mine(self.id).record(status, micros);
-        }
-        if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
-            stats.mine(self.id).traffic.record(status, micros);
-        }
-        let mut response = match grpc {
-            true => super::grpc::own_answer(response),
-            false => response,
-        };
-        if let Some(explanation) = explanation {
-            response
-                .headers_mut()
-                .insert(crate::explain::EXPLAIN_HEADER, explanation);
-        }
-        match method {
-            Some((method, uri, host)) => {
-                let line = AccessLine {
-                    client: connection.peer,
-                    method,
-                    host,
-                    uri: uri.to_string(),
-                    status,
-                    backend,
-                    picked: response.extensions().get::<Picked>().copied(),
-                    trace_id: response
-                        .extensions()
-                        .get::<super::trace::TraceId>()
-                        .copied(),
-                    began,
-                    micros,
-                };
-                response.map(|body| ProxyBody::logged(body, line))
+    ) -> impl Future<Output = Response<ProxyBody>> {
+        // A block that owns the arguments: an `async fn` keeps each one twice in its future (as
+        // given and as its own binding), a request's size at every level above.
+        async move {
+            let snapshot = self.snapshot();
+            let began = Instant::now();
+            // Told before the request is served, so the pick told is the pick about to be taken.
+            let explanation = crate::explain::asked_for(
+                &snapshot,
+                connection.listener,
+                &mut request,
+                connection.peer,
+                self.now(),
+            );
+            let method = snapshot.client.access_log.then(|| {
+                let host = super::route::request_authority(&request).map(str::to_owned);
+                (request.method().clone(), request.uri().clone(), host)
+            });
+            let grpc = super::grpc::is_grpc(request.headers());
+            let (mut response, backend, route) =
+                self.pipeline(&snapshot, connection, request).await;
+            if let Some(alt_svc) = snapshot.alt_svc(connection.listener) {
+                response
+                    .headers_mut()
+                    .insert(http::header::ALT_SVC, alt_svc.clone());
             }
-            None => response,
+            // One clock reading for the listener's and the route's metrics and the access log.
+            let micros = crate::metrics::micros_since(began);
+            let status = response.status().as_u16();
+            if let Some(route) = route {
+                route.mine(self.id).record(status, micros);
+            }
+            if let Some(stats) = snapshot.metrics.listener_stats(connection.listener) {
+                stats.mine(self.id).traffic.record(status, micros);
+            }
+            let mut response = match grpc {
+                true => super::grpc::own_answer(response),
+                false => response,
+            };
+            if let Some(explanation) = explanation {
+                response
+                    .headers_mut()
+                    .insert(crate::explain::EXPLAIN_HEADER, explanation);
+            }
+            match method {
+                Some((method, uri, host)) => {
+                    let line = AccessLine {
+                        client: connection.peer,
+                        method,
+                        host,
+                        uri: uri.to_string(),
+                        status,
+                        backend,
+                        picked: response.extensions().get::<Picked>().copied(),
+                        trace_id: response
+                            .extensions()
+                            .get::<super::trace::TraceId>()
+                            .copied(),
+                        began,
+                        micros,
+                    };
+                    response.map(|body| ProxyBody::logged(body, line))
+                }
+                None => response,
+            }
         }
     }
 
     /// The answer, the backend that gave it, and the route's metrics when a route took it.
-    async fn pipeline<'s>(
+    #[allow(clippy::manual_async_fn)] // see the block below
+    fn pipeline<'s>(
         &self,
         snapshot: &'s Rc<WorkerSnapshot>,
         connection: &ClientConnection,
         mut request: Request<RequestBody>,
-    ) -> (
-        Response<ProxyBody>,
-        Option<SocketAddr>,
-        Option<&'s crate::metrics::RouteTraffic>,
-    ) {
-        let Some(routes) = snapshot.http_routes(connection.listener) else {
-            return (no_route(snapshot, &request), None, None);
-        };
-        if let Some(refusal) = validate::refusal(&request) {
-            return (refuse(refusal, snapshot, &request), None, None);
-        }
-        // hyper's HTTP/2 server (and h3) bound a head in bytes only: its fields are counted
-        // here, against the limit HTTP/1.1's parser applies.
-        if request.version() >= Version::HTTP_2
-            && request.headers().len() > snapshot.client.limits.headers
-        {
-            return (
-                refuse(ProxyError::HeadTooLarge, snapshot, &request),
-                None,
-                None,
-            );
-        }
-        if validate::loops_back(request.headers(), &snapshot.name) {
-            return (
-                refuse(ProxyError::LoopDetected, snapshot, &request),
-                None,
-                None,
-            );
-        }
-        match path::normalize(request.uri().path()) {
-            Ok(None) => {}
-            Ok(Some(normal)) => replace_path(request.uri_mut(), &normal),
-            Err(path::Ambiguous) => {
+    ) -> impl Future<
+        Output = (
+            Response<ProxyBody>,
+            Option<SocketAddr>,
+            Option<&'s crate::metrics::RouteTraffic>,
+        ),
+    > {
+        // A block that owns the arguments: an `async fn` keeps each one twice in its future (as
+        // given and as its own binding), a request's size at every level above.
+        async move {
+            let Some(routes) = snapshot.http_routes(connection.listener) else {
+                return (no_route(snapshot, &request), None, None);
+            };
+            if let Some(refusal) = validate::refusal(&request) {
+                return (refuse(refusal, snapshot, &request), None, None);
+            }
+            // hyper's HTTP/2 server (and h3) bound a head in bytes only: its fields are counted
+            // here, against the limit HTTP/1.1's parser applies.
+            if request.version() >= Version::HTTP_2
+                && request.headers().len() > snapshot.client.limits.headers
+            {
                 return (
-                    refuse(ProxyError::AmbiguousPath, snapshot, &request),
+                    refuse(ProxyError::HeadTooLarge, snapshot, &request),
                     None,
                     None,
                 );
             }
-        }
-        // The listener's own step before routing: a CA's HTTP-01 check of a name trafik orders a
-        // certificate for (RFC 8555 §8.3) is answered whatever the routes say.
-        if let Some(answer) = acme_challenge(&request).await {
-            return (answer, None, None);
-        }
-        // A verified client certificate's headers replace whatever the client sent under their
-        // names before routing: a route matching them reads the verified identity, never a
-        // forged one.
-        if let Some(identity) = &connection.identity {
-            identity.apply(request.headers_mut());
-        }
-        let client = super::route::client_address(
-            connection.peer,
-            request.headers(),
-            snapshot.client.trust_forwarded,
-        );
-        let Some((route, captures)) = routes.find(&request, client) else {
-            return (no_route(snapshot, &request), None, None);
-        };
-        if let Some(counters) = &route.routing_counters
-            && !super::routing::admitted(&route.routing.access, client, counters, self.id)
-        {
-            let refusal = super::policy::refusal(
-                http::StatusCode::FORBIDDEN,
-                "this client may not use this route",
-            );
-            return (refusal, None, Some(&route.traffic));
-        }
-        if let Some(captures) = captures {
-            request.extensions_mut().insert(captures);
-        }
-        request
-            .body_mut()
-            .min_rate(snapshot.client.limits.min_body_rate);
-        let exchange = Exchange {
-            connection,
-            snapshot,
-            worker: self.id,
-            notes: RefCell::default(),
-        };
-        let mut ran = route.filters.len();
-        let mut answer = None;
-        for (index, filter) in route.filters.iter().enumerate() {
-            let mut step = filter.on_request(&mut request, &exchange);
-            if let Step::Wait = step {
-                step = filter.wait(&mut request, &exchange).await;
+            if validate::loops_back(request.headers(), &snapshot.name) {
+                return (
+                    refuse(ProxyError::LoopDetected, snapshot, &request),
+                    None,
+                    None,
+                );
             }
-            if let Step::Respond(response) = step {
-                (ran, answer) = (index, Some(*response));
-                break;
-            }
-        }
-        let (mut response, backend) = match answer {
-            Some(response) => (response, None),
-            None => {
-                if let Some(mirror) = &route.mirror {
-                    mirror.copy(self, snapshot, connection, &mut request);
+            match path::normalize(request.uri().path()) {
+                Ok(None) => {}
+                Ok(Some(normal)) => replace_path(request.uri_mut(), &normal),
+                Err(path::Ambiguous) => {
+                    return (
+                        refuse(ProxyError::AmbiguousPath, snapshot, &request),
+                        None,
+                        None,
+                    );
                 }
-                route
-                    .target
-                    .serve(self, snapshot, connection, request)
-                    .await
             }
-        };
-        super::filter::answer_back(&route.filters, ran, &mut response, &exchange);
-        (response, backend, Some(&route.traffic))
+            // The listener's own step before routing: a CA's HTTP-01 check of a name trafik orders a
+            // certificate for (RFC 8555 §8.3) is answered whatever the routes say.
+            if let Some(answer) = acme_challenge(&request).await {
+                return (answer, None, None);
+            }
+            // A verified client certificate's headers replace whatever the client sent under their
+            // names before routing: a route matching them reads the verified identity, never a
+            // forged one.
+            if let Some(identity) = &connection.identity {
+                identity.apply(request.headers_mut());
+            }
+            let client = super::route::client_address(
+                connection.peer,
+                request.headers(),
+                snapshot.client.trust_forwarded,
+            );
+            let Some((route, captures)) = routes.find(&request, client) else {
+                return (no_route(snapshot, &request), None, None);
+            };
+            if let Some(counters) = &route.routing_counters
+                && !super::routing::admitted(&route.routing.access, client, counters, self.id)
+            {
+                let refusal = super::policy::refusal(
+                    http::StatusCode::FORBIDDEN,
+                    "this client may not use this route",
+                );
+                return (refusal, None, Some(&route.traffic));
+            }
+            if let Some(captures) = captures {
+                request.extensions_mut().insert(captures);
+            }
+            request
+                .body_mut()
+                .min_rate(snapshot.client.limits.min_body_rate);
+            let exchange = Exchange {
+                connection,
+                snapshot,
+                worker: self.id,
+                notes: RefCell::default(),
+            };
+            let mut ran = route.filters.len();
+            let mut answer = None;
+            for (index, filter) in route.filters.iter().enumerate() {
+                let mut step = filter.on_request(&mut request, &exchange);
+                if let Step::Wait = step {
+                    step = filter.wait(&mut request, &exchange).await;
+                }
+                if let Step::Respond(response) = step {
+                    (ran, answer) = (index, Some(*response));
+                    break;
+                }
+            }
+            let (mut response, backend) = match answer {
+                Some(response) => (response, None),
+                None => {
+                    if let Some(mirror) = &route.mirror {
+                        mirror.copy(self, snapshot, connection, &mut request);
+                    }
+                    route
+                        .target
+                        .serve(self, snapshot, connection, request)
+                        .await
+                }
+            };
+            super::filter::answer_back(&route.filters, ran, &mut response, &exchange);
+            (response, backend, Some(&route.traffic))
+        }
     }
 }
 

@@ -104,127 +104,140 @@ impl PoolTarget {
     /// Also the way the gateway's targets call a pool ([`super::gateway::fetch`]). The pool's
     /// rules run in its [`Call`]; the pool's golden metrics count every answer, trafik's own
     /// 502/503 included.
-    pub(crate) async fn serve(
+    #[allow(clippy::manual_async_fn)] // see the block below
+    pub(crate) fn serve(
         &self,
         worker: &WorkerProxy,
         snapshot: &Rc<WorkerSnapshot>,
         connection: &ClientConnection,
         mut request: Request<RequestBody>,
-    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
-        let began = Instant::now();
-        let pool = &snapshot.pools[self.pool];
-        // Every return goes through this: the pool's metrics (an inner async fn would cost a
-        // move of its whole future per request).
-        let mut selection = Selection::of(pool, &request, connection.peer);
-        // What the access log writes of the pick, carried to it on the answer.
-        let picked = snapshot.client.access_log.then(|| Picked {
-            key: selection.context.key,
-            sticky: selection.bound.map(|index| pool.address(index)),
-        });
-        let answered = |mut response: Response<ProxyBody>, backend| {
-            if let Some(picked) = picked {
-                response.extensions_mut().insert(picked);
-            }
-            let status = response.status().as_u16();
-            let served = pool.served.mine(worker.id);
-            served.answered(status, began, Instant::now());
-            (response, backend)
-        };
-        let mut call = match worker.call(
-            snapshot,
-            self.pool,
-            began,
-            selection.context,
-            selection.bound,
-        ) {
-            Ok(call) => call,
-            Err(refused) => return answered(refused.response(), None),
-        };
-        // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
-        // after receiving it only if it may be repeated.
-        let replay = Replay::of(&request, pool.plan.retries, self.retry_non_idempotent);
-        let upload = request.body().upload();
-        // A gRPC call's deadline bounds the wait for its answer on every attempt.
-        let call_deadline = super::grpc::timeout(request.headers())
-            .map(|timeout| tokio::time::Instant::from_std(began) + timeout);
-        // Set aside before sending: the request carries only what the next hop reads.
-        let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
-        while let Some(mut attempt) = call.next().await {
-            let address = pool.address(attempt.index);
-            let limits = snapshot.client.upstream_limits;
-            let sent = send(
-                worker,
-                pool,
-                attempt.index,
-                request,
-                upload.as_ref(),
-                replay.is_some(),
-                (limits, call_deadline),
-            );
-            match sent.await {
-                Ok(Answered {
-                    answer,
-                    checkout,
-                    first,
-                }) => {
-                    let status = answer.status().as_u16();
-                    let answered_at = Instant::now();
-                    call.answered(&mut attempt, status, answered_at);
-                    let retried = call.retry_answer(
-                        &mut attempt,
-                        status,
-                        answer.headers().contains_key(header::RETRY_AFTER),
-                        replay.as_ref(),
-                    );
-                    if let Some(replay) = retried {
-                        drop((answer, checkout, attempt));
-                        request = replay.request();
-                        continue;
-                    }
-                    let (index, counters, sent_at) =
-                        (attempt.index, attempt.counters, attempt.sent_at);
-                    let relayed = relay(
-                        Answered {
-                            answer,
-                            checkout,
-                            first,
-                        },
-                        attempt.in_flight,
-                        upload.clone(),
-                        client_upgrade.take(),
-                        connection,
-                        counters,
-                    );
-                    let mut response = match relayed {
-                        Ok(response) => response,
-                        Err(error) => {
-                            bump(&counters.failures);
-                            let blame = error.cause().map(|cause| pool.blame(index, cause));
-                            return answered(error.response_blaming(blame.as_ref()), Some(address));
+    ) -> impl Future<Output = (Response<ProxyBody>, Option<SocketAddr>)> {
+        // A block that owns the arguments: an `async fn` keeps each one twice in its future (as
+        // given and as its own binding), a request's size at every level above.
+        async move {
+            let began = Instant::now();
+            let pool = &snapshot.pools[self.pool];
+            // Every return goes through this: the pool's metrics (an inner async fn would cost a
+            // move of its whole future per request).
+            let mut selection = Selection::of(pool, &request, connection.peer);
+            // What the access log writes of the pick, carried to it on the answer.
+            let picked = snapshot.client.access_log.then(|| Picked {
+                key: selection.context.key,
+                sticky: selection.bound.map(|index| pool.address(index)),
+            });
+            let answered = |mut response: Response<ProxyBody>, backend| {
+                if let Some(picked) = picked {
+                    response.extensions_mut().insert(picked);
+                }
+                let status = response.status().as_u16();
+                let served = pool.served.mine(worker.id);
+                served.answered(status, began, Instant::now());
+                (response, backend)
+            };
+            let mut call = match worker.call(
+                snapshot,
+                self.pool,
+                began,
+                selection.context,
+                selection.bound,
+            ) {
+                Ok(call) => call,
+                Err(refused) => return answered(refused.response(), None),
+            };
+            // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
+            // after receiving it only if it may be repeated.
+            let replay = Replay::of(&request, pool.plan.retries, self.retry_non_idempotent);
+            let upload = request.body().upload();
+            // A gRPC call's deadline bounds the wait for its answer on every attempt.
+            let call_deadline = super::grpc::timeout(request.headers())
+                .map(|timeout| tokio::time::Instant::from_std(began) + timeout);
+            // Set aside before sending: the request carries only what the next hop reads.
+            let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
+            while let Some(mut attempt) = call.next().await {
+                let address = pool.address(attempt.index);
+                let limits = snapshot.client.upstream_limits;
+                let sent = send(
+                    worker,
+                    pool,
+                    attempt.index,
+                    request,
+                    upload.as_ref(),
+                    replay.is_some(),
+                    (limits, call_deadline),
+                );
+                match sent.await {
+                    Ok(Answered {
+                        answer,
+                        checkout,
+                        first,
+                    }) => {
+                        let status = answer.status().as_u16();
+                        let answered_at = Instant::now();
+                        call.answered(&mut attempt, status, answered_at);
+                        let retried = call.retry_answer(
+                            &mut attempt,
+                            status,
+                            answer.headers().contains_key(header::RETRY_AFTER),
+                            replay.as_ref(),
+                        );
+                        if let Some(replay) = retried {
+                            drop((answer, checkout, attempt));
+                            request = replay.request();
+                            continue;
                         }
-                    };
-                    call.settled(index, sent_at, answered_at);
-                    if let Some(cookie) = selection.cookie(pool, index) {
-                        response.headers_mut().append(header::SET_COOKIE, cookie);
+                        let (index, counters, sent_at) =
+                            (attempt.index, attempt.counters, attempt.sent_at);
+                        let relayed = relay(
+                            Answered {
+                                answer,
+                                checkout,
+                                first,
+                            },
+                            attempt.in_flight,
+                            upload.clone(),
+                            client_upgrade.take(),
+                            connection,
+                            counters,
+                        );
+                        let mut response = match relayed {
+                            Ok(response) => response,
+                            Err(error) => {
+                                bump(&counters.failures);
+                                let blame = error.cause().map(|cause| pool.blame(index, cause));
+                                return answered(
+                                    error.response_blaming(blame.as_ref()),
+                                    Some(address),
+                                );
+                            }
+                        };
+                        call.settled(index, sent_at, answered_at);
+                        if let Some(cookie) = selection.cookie(pool, index) {
+                            response.headers_mut().append(header::SET_COOKIE, cookie);
+                        }
+                        return answered(response, Some(address));
                     }
-                    return answered(response, Some(address));
-                }
-                Err(Failure::Connect(returned, cause)) => {
-                    selection.connect_failed(pool);
-                    call.connect_failed(attempt, cause);
-                    request = *returned;
-                }
-                Err(Failure::Answered(error)) => match call.lost(attempt, error, replay.as_ref()) {
-                    Ok(replay) => request = replay.request(),
-                    Err(error) => {
-                        let blame = call.blame();
-                        return answered(error.response_blaming(blame.as_ref()), Some(address));
+                    Err(Failure::Connect(returned, cause)) => {
+                        selection.connect_failed(pool);
+                        call.connect_failed(attempt, cause);
+                        request = *returned;
                     }
-                },
+                    Err(Failure::Answered(error)) => {
+                        match call.lost(attempt, error, replay.as_ref()) {
+                            Ok(replay) => request = replay.request(),
+                            Err(error) => {
+                                let blame = call.blame();
+                                return answered(
+                                    error.response_blaming(blame.as_ref()),
+                                    Some(address),
+                                );
+                            }
+                        }
+                    }
+                }
             }
+            let blame = call.blame();
+            answered(call.failure().response_blaming(blame.as_ref()), None)
         }
-        let blame = call.blame();
-        answered(call.failure().response_blaming(blame.as_ref()), None)
     }
 }
 
@@ -327,7 +340,8 @@ fn for_http2(request: &mut Request<RequestBody>, pool: &Pool) {
 /// which is bodiless), an answer whose body has a length comes only with the first piece of
 /// that body, within the same response timeout: a backend that closes before it lost the
 /// request, which may go elsewhere, for its client has seen nothing yet (as on the own engine).
-async fn send(
+#[allow(clippy::manual_async_fn)] // see the block below
+fn send(
     worker: &WorkerProxy,
     pool: &Pool,
     index: usize,
@@ -335,110 +349,115 @@ async fn send(
     upload: Option<&Rc<Upload>>,
     replayable: bool,
     (limits, call_deadline): (AnswerLimits, Option<tokio::time::Instant>),
-) -> Result<Answered, Failure> {
-    frame_a_body_of_unknown_length(&mut request);
-    // An HTTP/3 request goes on as HTTP/1.1 (an h2 pool's connection makes it HTTP/2 below);
-    // hyper's HTTP/1 client writes an HTTP/2 request as 1.1 but refuses HTTP/3.
-    if request.version() == http::Version::HTTP_3 {
-        *request.version_mut() = http::Version::HTTP_11;
-    }
-    // A pooled connection the backend closed while idle hands the request back unsent; that is
-    // no failure of the backend, so it is tried once more on a new connection.
-    let mut fresh = false;
-    loop {
-        let mut checkout = match worker.upstreams.checkout(pool, index, fresh, limits).await {
-            Ok(checkout) => checkout,
-            Err(error) => {
-                return Err(Failure::Connect(
-                    Box::new(request),
-                    Cause::of_connect(&error),
-                ));
-            }
-        };
-        if checkout.sender.is_http2() {
-            for_http2(&mut request, pool);
+) -> impl Future<Output = Result<Answered, Failure>> {
+    // A block that owns the arguments: an `async fn` keeps each one twice in its future (as
+    // given and as its own binding), a request's size at every level above.
+    async move {
+        frame_a_body_of_unknown_length(&mut request);
+        // An HTTP/3 request goes on as HTTP/1.1 (an h2 pool's connection makes it HTTP/2 below);
+        // hyper's HTTP/1 client writes an HTTP/2 request as 1.1 but refuses HTTP/3.
+        if request.version() == http::Version::HTTP_3 {
+            *request.version_mut() = http::Version::HTTP_11;
         }
-        let sending = checkout.sender.try_send_request(request);
-        tokio::pin!(sending);
-        // The response timeout counts from when the request has been sent in full: a slow
-        // upload is the client's time, not the backend's.
-        let mut deadline = tokio::time::Instant::now() + pool.plan.response_timeout;
-        // A gRPC call's deadline also bounds a slow upload (a client stream).
-        let call_deadline = call_deadline.unwrap_or(deadline + pool.plan.response_timeout);
-        deadline = deadline.min(call_deadline);
-        // One timer per request that has no body to upload: `deadline` already ends by the
-        // call's.
-        let answered = match upload {
-            None => tokio::time::timeout_at(deadline, &mut sending).await.ok(),
-            Some(upload) => {
-                let answering = async {
-                    tokio::select! {
-                        biased;
-                        answered = &mut sending => Some(answered),
-                        () = upload.finished() => {
-                            let deadline = (tokio::time::Instant::now()
-                                + pool.plan.response_timeout)
-                                .min(call_deadline);
-                            tokio::time::timeout_at(deadline, &mut sending).await.ok()
-                        }
-                    }
-                };
-                tokio::time::timeout_at(call_deadline, answering)
-                    .await
-                    .ok()
-                    .flatten()
-            }
-        };
-        match answered {
-            None => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
-            Some(Ok(mut answer)) => {
-                let body_to_wait_for = replayable
-                    && answer
-                        .body()
-                        .size_hint()
-                        .exact()
-                        .is_some_and(|length| length > 0);
-                let first = match body_to_wait_for {
-                    false => None,
-                    true => {
-                        // Most often the piece came with the head: no timer for it then.
-                        let ready = answer.body_mut().frame().now_or_never();
-                        let frame = match ready {
-                            Some(frame) => Ok(frame),
-                            None => {
-                                tokio::time::timeout_at(deadline, answer.body_mut().frame()).await
-                            }
-                        };
-                        match frame {
-                            Err(_elapsed) => {
-                                return Err(Failure::Answered(ProxyError::UpstreamTimeout));
-                            }
-                            // A trailer frame cannot come first in a body with a length.
-                            Ok(Some(Ok(frame))) => frame.into_data().ok(),
-                            Ok(_) => return Err(Failure::Answered(ProxyError::UpstreamFailed)),
-                        }
-                    }
-                };
-                return Ok(Answered {
-                    answer,
-                    checkout,
-                    first,
-                });
-            }
-            Some(Err(mut error)) => match error.take_unsent() {
-                Some(unsent) if !fresh => {
-                    fresh = true;
-                    request = unsent;
+        // A pooled connection the backend closed while idle hands the request back unsent; that is
+        // no failure of the backend, so it is tried once more on a new connection.
+        let mut fresh = false;
+        loop {
+            let mut checkout = match worker.upstreams.checkout(pool, index, fresh, limits).await {
+                Ok(checkout) => checkout,
+                Err(error) => {
+                    return Err(Failure::Connect(
+                        Box::new(request),
+                        Cause::of_connect(&error),
+                    ));
                 }
-                _ => {
-                    return Err(Failure::Answered(match upload.map(|u| u.state()) {
-                        Some(UploadState::ClientFailed) => ProxyError::ClientAborted,
-                        Some(UploadState::TooLarge) => ProxyError::RequestBodyTooLarge,
-                        Some(UploadState::TooSlow) => ProxyError::BodyTooSlow,
-                        _ => ProxyError::UpstreamFailed,
-                    }));
+            };
+            if checkout.sender.is_http2() {
+                for_http2(&mut request, pool);
+            }
+            let sending = checkout.sender.try_send_request(request);
+            tokio::pin!(sending);
+            // The response timeout counts from when the request has been sent in full: a slow
+            // upload is the client's time, not the backend's.
+            let mut deadline = tokio::time::Instant::now() + pool.plan.response_timeout;
+            // A gRPC call's deadline also bounds a slow upload (a client stream).
+            let call_deadline = call_deadline.unwrap_or(deadline + pool.plan.response_timeout);
+            deadline = deadline.min(call_deadline);
+            // One timer per request that has no body to upload: `deadline` already ends by the
+            // call's.
+            let answered = match upload {
+                None => tokio::time::timeout_at(deadline, &mut sending).await.ok(),
+                Some(upload) => {
+                    let answering = async {
+                        tokio::select! {
+                            biased;
+                            answered = &mut sending => Some(answered),
+                            () = upload.finished() => {
+                                let deadline = (tokio::time::Instant::now()
+                                    + pool.plan.response_timeout)
+                                    .min(call_deadline);
+                                tokio::time::timeout_at(deadline, &mut sending).await.ok()
+                            }
+                        }
+                    };
+                    tokio::time::timeout_at(call_deadline, answering)
+                        .await
+                        .ok()
+                        .flatten()
                 }
-            },
+            };
+            match answered {
+                None => return Err(Failure::Answered(ProxyError::UpstreamTimeout)),
+                Some(Ok(mut answer)) => {
+                    let body_to_wait_for = replayable
+                        && answer
+                            .body()
+                            .size_hint()
+                            .exact()
+                            .is_some_and(|length| length > 0);
+                    let first = match body_to_wait_for {
+                        false => None,
+                        true => {
+                            // Most often the piece came with the head: no timer for it then.
+                            let ready = answer.body_mut().frame().now_or_never();
+                            let frame = match ready {
+                                Some(frame) => Ok(frame),
+                                None => {
+                                    tokio::time::timeout_at(deadline, answer.body_mut().frame())
+                                        .await
+                                }
+                            };
+                            match frame {
+                                Err(_elapsed) => {
+                                    return Err(Failure::Answered(ProxyError::UpstreamTimeout));
+                                }
+                                // A trailer frame cannot come first in a body with a length.
+                                Ok(Some(Ok(frame))) => frame.into_data().ok(),
+                                Ok(_) => return Err(Failure::Answered(ProxyError::UpstreamFailed)),
+                            }
+                        }
+                    };
+                    return Ok(Answered {
+                        answer,
+                        checkout,
+                        first,
+                    });
+                }
+                Some(Err(mut error)) => match error.take_unsent() {
+                    Some(unsent) if !fresh => {
+                        fresh = true;
+                        request = unsent;
+                    }
+                    _ => {
+                        return Err(Failure::Answered(match upload.map(|u| u.state()) {
+                            Some(UploadState::ClientFailed) => ProxyError::ClientAborted,
+                            Some(UploadState::TooLarge) => ProxyError::RequestBodyTooLarge,
+                            Some(UploadState::TooSlow) => ProxyError::BodyTooSlow,
+                            _ => ProxyError::UpstreamFailed,
+                        }));
+                    }
+                },
+            }
         }
     }
 }
