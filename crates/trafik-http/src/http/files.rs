@@ -223,10 +223,12 @@ impl Relative<'_> {
 /// refused again all the same.
 fn relative_path<'a>(path: &'a str, prefix: &str) -> Result<Relative<'a>, Refusal> {
     let rest = path.strip_prefix(prefix).ok_or(Refusal::NotFound)?;
-    if !escapes_are_well_formed(rest.as_bytes()) {
-        return Err(Refusal::BadPath);
-    }
-    let decoded: Cow<[u8]> = percent_decode_str(rest).into();
+    // Most paths escape nothing: they are their own decoding, with no scan for escapes.
+    let decoded: Cow<[u8]> = match rest.as_bytes().contains(&b'%') {
+        false => Cow::Borrowed(rest.as_bytes()),
+        true if escapes_are_well_formed(rest.as_bytes()) => percent_decode_str(rest).into(),
+        true => return Err(Refusal::BadPath),
+    };
     if decoded.contains(&0) {
         return Err(Refusal::BadPath);
     }
@@ -312,17 +314,18 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
 fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::Local(None));
     let headers = response.headers_mut();
-    // Room for every field below, allocated once.
+    // Room for every field below, allocated once. Each name goes in once into a new map, so
+    // by `append`, which has no values to replace.
     headers.reserve(6);
-    headers.insert(header::ETAG, file.etag.clone());
-    headers.insert(header::LAST_MODIFIED, file.last_modified.clone());
-    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    headers.append(header::ETAG, file.etag.clone());
+    headers.append(header::LAST_MODIFIED, file.last_modified.clone());
+    headers.append(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     // Within a second of a change the date cannot tell versions apart: the ETag still does.
     if not_modified(request, Some(&file.etag), Some(file.modified)) {
         *response.status_mut() = StatusCode::NOT_MODIFIED;
         return response;
     }
-    headers.insert(header::CONTENT_TYPE, file.content_type.clone());
+    headers.append(header::CONTENT_TYPE, file.content_type.clone());
     let modified = file.last_modified.to_str().unwrap_or("");
     let range = match request.get(&header::RANGE) {
         Some(range) if range_applies(request, Some(&file.etag), modified) => {
@@ -359,7 +362,7 @@ fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> 
     };
     response
         .headers_mut()
-        .insert(header::CONTENT_LENGTH, length);
+        .append(header::CONTENT_LENGTH, length);
     if head {
         return response;
     }
