@@ -52,7 +52,7 @@ use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, 
 use self::rewind::rewind;
 use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
-use crate::counters::{add, bump};
+use crate::counters::bump;
 use crate::error::{Blame, Cause, ProxyError};
 use crate::http::body::{ErrorAnswer, ProxyBody};
 use crate::http::filter;
@@ -472,13 +472,6 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
                 steps.on_response(&mut answer, steps.filters.len());
             }
             let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
-            if let ProxyBody::File(region) = answer.body()
-                && connection.client.sends_files()
-                && !region.written_from_memory()
-            {
-                let counters = site.counters.mine(me);
-                add(&counters.sent_by_sendfile, region.len() as usize);
-            }
             return answer_own(connection, logged, answer, consumed, keep(), head_request).await;
         }
     };

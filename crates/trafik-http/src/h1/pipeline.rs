@@ -558,6 +558,7 @@ async fn send_file<W: AsyncWrite + SendFile + Unpin>(
             sent => at += sent as u64,
         }
     }
+    region.sent_by_sendfile();
     Ok(())
 }
 

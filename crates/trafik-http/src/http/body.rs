@@ -963,6 +963,15 @@ pub struct FileRegion {
     end: u64,
     /// The range's bytes, when the whole file is kept in memory.
     kept: Option<Bytes>,
+    /// Where the range's bytes are counted if they leave by sendfile(2), and for which worker.
+    counted: Option<(Arc<dyn SendfileCount>, usize)>,
+}
+
+/// Counts the bytes of regions sent by sendfile(2). Only the writer knows whether a region
+/// goes that way (a plain TCP client, a body no step replaced on the way out), whichever
+/// engine and path brought it there.
+pub trait SendfileCount: Send + Sync {
+    fn sent_by_sendfile(&self, worker: usize, bytes: u64);
 }
 
 /// The largest region written from memory, beside its head in one `writev`, rather than sent
@@ -981,6 +990,19 @@ impl FileRegion {
             start,
             end,
             kept,
+            counted: None,
+        }
+    }
+
+    /// Counts the range's bytes with `counter`, for `worker`, if they are sent by sendfile(2).
+    pub fn count_sendfile_with(&mut self, counter: Arc<dyn SendfileCount>, worker: usize) {
+        self.counted = Some((counter, worker));
+    }
+
+    /// Tells the region's counter that its bytes went by sendfile(2).
+    pub fn sent_by_sendfile(&self) {
+        if let Some((counter, worker)) = &self.counted {
+            counter.sent_by_sendfile(*worker, self.len());
         }
     }
 

@@ -26,7 +26,7 @@ use http::{HeaderValue, Method, Response, StatusCode, header};
 use percent_encoding::percent_decode_str;
 use trafik_cache::{Limits, Policy, Store, Weigh};
 
-use super::body::{FileRegion, ProxyBody};
+use super::body::{FileRegion, ProxyBody, SendfileCount};
 use super::conditional::{not_modified, range_applies};
 use super::filter::Fields;
 use super::path::escapes_are_well_formed;
@@ -45,10 +45,16 @@ pub struct SiteCounters {
     pub requests: AtomicU64,
     /// Body bytes sent.
     pub bytes: AtomicU64,
-    /// Body bytes the own HTTP/1 engine sent with sendfile(2), without copying them.
+    /// Body bytes sent with sendfile(2), without copying them (counted by the writer).
     pub sent_by_sendfile: AtomicU64,
     pub not_modified: AtomicU64,
     pub not_found: AtomicU64,
+}
+
+impl SendfileCount for PerWorker<SiteCounters> {
+    fn sent_by_sendfile(&self, worker: usize, bytes: u64) {
+        add(&self.mine(worker).sent_by_sendfile, bytes as usize);
+    }
 }
 
 /// One static route's directory, its kept files and counters; kept across reloads that leave
@@ -60,7 +66,7 @@ pub struct Site {
     pub index: Option<String>,
     /// The route's path prefix, taken off the request path.
     pub prefix: String,
-    pub counters: PerWorker<SiteCounters>,
+    pub counters: Arc<PerWorker<SiteCounters>>,
     /// By the decoded path under the prefix ([`Relative`]).
     kept: Store<Vec<u8>, Arc<File>>,
 }
@@ -109,7 +115,7 @@ impl Site {
             canonical,
             index,
             prefix,
-            counters: PerWorker::new(workers),
+            counters: Arc::new(PerWorker::new(workers)),
             kept: Store::new(
                 Policy::Admission,
                 Limits {
@@ -174,10 +180,17 @@ impl Site {
                 return plain(StatusCode::NOT_FOUND, "not found\n");
             }
         };
-        let response = answer(&file, fields, method == Method::HEAD);
-        match response.body() {
-            ProxyBody::File(region) => add(&counters.bytes, region.len() as usize),
-            _ if response.status() == StatusCode::NOT_MODIFIED => bump(&counters.not_modified),
+        let mut response = answer(&file, fields, method == Method::HEAD);
+        let not_modified = response.status() == StatusCode::NOT_MODIFIED;
+        match response.body_mut() {
+            ProxyBody::File(region) => {
+                add(&counters.bytes, region.len() as usize);
+                // One kept small enough to go beside its head never goes by sendfile(2).
+                if !region.written_from_memory() {
+                    region.count_sendfile_with(self.counters.clone(), worker);
+                }
+            }
+            _ if not_modified => bump(&counters.not_modified),
             _ => {}
         }
         response

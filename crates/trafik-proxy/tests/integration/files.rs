@@ -432,6 +432,37 @@ async fn every_size_and_a_range_go_whole_on_plain_tcp_the_larger_by_sendfile() {
     stop(running).await;
 }
 
+/// A static route with a step the pipeline runs (a body limit) sends its larger files by
+/// sendfile(2) too, and counts them as the inline route does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_sent_through_the_pipeline_by_sendfile_are_counted_too() {
+    let root = folder("sendfile-pipeline");
+    let files = sized_files(&root);
+    let mut plan = plan(&[]);
+    let mut route = static_route("/varlik", &root, None);
+    route
+        .filters
+        .push(trafik_proxy::FilterPlan::RequestBodyLimit { bytes: 1024 });
+    routes(&mut plan).push(route);
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    for (name, content) in &files {
+        let answer = client.get(&format!("/varlik/{name}")).await;
+        assert_eq!(answer.status, 200, "{name}");
+        assert!(answer.body == content[..], "{name}: the body differs");
+    }
+    let web = &status(&running).await["listeners"][0];
+    let sent = files.len();
+    assert_eq!(
+        web["through_pipeline"], sent,
+        "the body limit is the pipeline's: {web}"
+    );
+    let counters = status(&running).await["static"][0].clone();
+    let large = 20_000 + (1 << 20) + 1 + (3 << 20);
+    assert_eq!(counters["sent_by_sendfile_bytes"], large, "{counters}");
+    stop(running).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_listener_sends_the_same_bytes_read_in_user_space() {
     use trafik_test_support::proxy::tls::{TestCa, TlsClient, https};
