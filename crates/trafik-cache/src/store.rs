@@ -195,7 +195,12 @@ impl<K: Eq + Hash + Clone, V: Weigh + Clone> Store<K, V> {
         }
     }
 
-    pub fn remove(&self, key: &K) -> Option<V> {
+    /// Takes out the value under `key` (or a borrowed form of it).
+    pub fn remove<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         match &self.inner {
             Inner::Lru(lru) => {
                 let mut lru = lock(lru);

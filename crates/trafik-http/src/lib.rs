@@ -19,8 +19,8 @@ pub mod snapshot;
 
 // The layer below any protocol, under the names the modules above use.
 pub use trafik_runtime::{
-    admin_token, admission, concurrency, connections, counters, error, key, meter, metrics,
-    observed, outlier, plan, pool, queue, sticky, tls, transport, view,
+    admin_token, admission, concurrency, connections, counters, descriptors, error, key, meter,
+    metrics, observed, outlier, plan, pool, queue, sticky, tls, transport, view,
 };
 
 pub use error::ProxyError;

@@ -97,8 +97,30 @@ impl Trafik {
     /// Starts `trafik ARGS` and returns it with what it printed up to and including the first
     /// line that contains `ready` (where it listens).
     pub fn start(args: &[&str], stderr: Stdio, ready: &str) -> (Trafik, String) {
-        let mut child = Command::new(trafik_binary())
-            .args(args)
+        let mut command = Command::new(trafik_binary());
+        command.args(args);
+        Trafik::spawn(command, args, stderr, ready)
+    }
+
+    /// As [`Trafik::start`], with at most `limit` file descriptors: the soft and the hard
+    /// limit, as `ulimit -n` sets them, so trafik cannot raise its own.
+    pub fn start_with_descriptors(
+        limit: u32,
+        args: &[&str],
+        stderr: Stdio,
+        ready: &str,
+    ) -> (Trafik, String) {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+            .arg(trafik_binary())
+            .args(args);
+        Trafik::spawn(command, args, stderr, ready)
+    }
+
+    fn spawn(mut command: Command, args: &[&str], stderr: Stdio, ready: &str) -> (Trafik, String) {
+        let mut child = command
             // Colour is trafik's own decision (stderr is not a terminal here), not the caller's.
             .env_remove("NO_COLOR")
             .stdout(Stdio::piped())

@@ -31,6 +31,7 @@ use super::conditional::{not_modified, range_applies};
 use super::filter::Fields;
 use super::path::escapes_are_well_formed;
 use crate::counters::{PerWorker, add, bump, read};
+use crate::descriptors::{KeptFile, ran_out};
 
 /// Files up to this size are also kept in memory, for writers that cannot send files.
 const SMALL_FILE: u64 = 1 << 20;
@@ -84,6 +85,8 @@ struct File {
     /// The whole file, for a small one.
     body: Option<Bytes>,
     checked: Instant,
+    /// Its place in the descriptor budget, when it is kept for the next requests.
+    kept: Option<KeptFile>,
 }
 
 impl Weigh for File {
@@ -96,6 +99,8 @@ impl Weigh for File {
 enum Refusal {
     BadPath,
     NotFound,
+    /// The file could not be opened for want of a descriptor: trafik's trouble, not a 404.
+    NoDescriptor,
 }
 
 impl Site {
@@ -147,6 +152,7 @@ impl Site {
         match found {
             Ok(path) if path.is_file() => (200, format!("the file {}", path.display())),
             Err(Refusal::BadPath) => (400, "the path cannot name a file".into()),
+            Err(Refusal::NoDescriptor) => (503, "no file descriptor is left to open it".into()),
             Ok(_) | Err(Refusal::NotFound) => (
                 404,
                 format!("no file for this path under {}", self.root.display()),
@@ -175,6 +181,9 @@ impl Site {
         let file = match self.file(path).await {
             Ok(file) => file,
             Err(Refusal::BadPath) => return plain(StatusCode::BAD_REQUEST, "bad path\n"),
+            Err(Refusal::NoDescriptor) => {
+                return plain(StatusCode::SERVICE_UNAVAILABLE, "no file descriptor left\n");
+            }
             Err(Refusal::NotFound) => {
                 bump(&counters.not_found);
                 return plain(StatusCode::NOT_FOUND, "not found\n");
@@ -207,11 +216,17 @@ impl Site {
         let canonical = self.canonical.clone();
         let index = self.index.clone();
         let wanted = relative.to_path();
-        let found = tokio::task::spawn_blocking(move || look_up(&canonical, &wanted, index))
+        let mut found = tokio::task::spawn_blocking(move || look_up(&canonical, &wanted, index))
             .await
             .map_err(|_| Refusal::NotFound)??;
+        // Kept while the kept files' share of descriptors has room; past it, closed with
+        // its answer (and a stale copy it replaces is let go).
+        found.kept = KeptFile::take();
         let found = Arc::new(found);
-        self.kept.insert(relative.0.into_owned(), found.clone());
+        match found.kept {
+            Some(_) => self.kept.insert(relative.0.into_owned(), found.clone()),
+            None => drop(self.kept.remove(&*relative.0)),
+        }
         Ok(found)
     }
 }
@@ -275,7 +290,10 @@ fn locate(root: &Path, relative: &Path, index: Option<&str>) -> Result<PathBuf, 
 /// on the blocking pool.
 fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, Refusal> {
     let path = locate(root, relative, index.as_deref())?;
-    let mut file = std::fs::File::open(&path).map_err(|_| Refusal::NotFound)?;
+    let mut file = std::fs::File::open(&path).map_err(|error| match ran_out(&error) {
+        true => Refusal::NoDescriptor,
+        false => Refusal::NotFound,
+    })?;
     let metadata = file.metadata().map_err(|_| Refusal::NotFound)?;
     if !metadata.is_file() {
         return Err(Refusal::NotFound);
@@ -320,6 +338,7 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
             .unwrap_or(HeaderValue::from_static("application/octet-stream")),
         body,
         checked: Instant::now(),
+        kept: None,
     })
 }
 

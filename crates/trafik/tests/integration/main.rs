@@ -28,6 +28,7 @@ mod plan;
 mod plan_dns_routes;
 mod plan_replay;
 mod reload;
+mod static_files;
 mod streaming;
 mod tls;
 mod upgrade;
