@@ -7,7 +7,9 @@
 //!
 //! File system calls run on tokio's blocking pool, never on a worker. Files are kept open (a
 //! `trafik-cache` store shared by the workers) and checked against the disk at most once a
-//! second: a file replaced on disk is opened anew. The body is a region of the open file
+//! second, by one `stat`: a file replaced or changed on disk is opened and read anew, one found
+//! as it was is kept (if it was read a second or more after its last change, so that its
+//! modification time tells). The body is a region of the open file
 //! ([`FileRegion`]): the own HTTP/1 engine on plain TCP sends it with sendfile(2), any other
 //! writer (TLS, HTTP/2, HTTP/3, a compressing route) reads it as bytes, from the copy kept in
 //! memory for a small file, in chunks read on the blocking pool for a larger one.
@@ -16,9 +18,10 @@ use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -37,8 +40,13 @@ use crate::descriptors::{KeptFile, ran_out};
 const SMALL_FILE: u64 = 1 << 20;
 /// The memory all kept files of one site may take.
 const KEPT_BYTES: u64 = 64 << 20;
-/// A kept file is checked against the disk again after this long.
-const RECHECK: Duration = Duration::from_secs(1);
+/// A kept file is checked against the disk again after this many nanoseconds (a second).
+const RECHECK: u64 = 1_000_000_000;
+
+/// How long before it was read a file must have been last modified for its modification time
+/// to tell a later write: a write in the same timestamp tick as the read would not change it,
+/// and file systems count in ticks of up to a second (two for FAT, which is not trusted).
+const SETTLED: Duration = Duration::from_secs(1);
 
 /// What a static route counts, per worker.
 #[derive(Debug, Default)]
@@ -70,6 +78,8 @@ pub struct Site {
     pub counters: Arc<PerWorker<SiteCounters>>,
     /// By the decoded path under the prefix ([`Relative`]).
     kept: Store<Vec<u8>, Arc<File>>,
+    /// What kept files' check times count from.
+    began: Instant,
 }
 
 /// A file as last seen on disk, kept open.
@@ -84,9 +94,39 @@ struct File {
     content_type: HeaderValue,
     /// The whole file, for a small one.
     body: Option<Bytes>,
-    checked: Instant,
+    /// Where it was found, and which file it was there ([`File::is_at`]).
+    path: PathBuf,
+    device: u64,
+    inode: u64,
+    /// Last modified at least [`SETTLED`] before it was read: only then does an unchanged
+    /// modification time say the file is unchanged.
+    settled: bool,
+    /// When it was last found on disk as it is kept, in nanoseconds from its site's start.
+    checked: AtomicU64,
     /// Its place in the descriptor budget, when it is kept for the next requests.
     kept: Option<KeptFile>,
+}
+
+impl File {
+    /// Whether `path` is still this file as it was read: the same path, inode, length and
+    /// modification time, the last one to be trusted. One `stat` instead of opening and
+    /// reading the file again.
+    fn is_at(&self, path: &Path) -> bool {
+        self.settled
+            && self.path == path
+            && std::fs::metadata(path).is_ok_and(|now| {
+                (now.dev(), now.ino(), now.len()) == (self.device, self.inode, self.len)
+                    && now
+                        .modified()
+                        .is_ok_and(|modified| modified == self.modified)
+            })
+    }
+}
+
+/// A file looked up for a request: the kept one, found unchanged on disk, or read anew.
+enum LookedUp {
+    Same(Arc<File>),
+    New(Box<File>),
 }
 
 impl Weigh for File {
@@ -128,6 +168,7 @@ impl Site {
                     max_bytes: KEPT_BYTES,
                 },
             ),
+            began: Instant::now(),
         })
     }
 
@@ -208,17 +249,27 @@ impl Site {
     /// The file a request path names: kept, or looked up on disk (off the worker).
     async fn file(&self, path: &str) -> Result<Arc<File>, Refusal> {
         let relative = relative_path(path, &self.prefix)?;
-        if let Some(file) = self.kept.get(&*relative.0)
-            && file.checked.elapsed() < RECHECK
-        {
-            return Ok(file);
-        }
+        let now = self.began.elapsed().as_nanos() as u64;
+        let kept = match self.kept.get(&*relative.0) {
+            Some(file) if now.saturating_sub(file.checked.load(Ordering::Relaxed)) < RECHECK => {
+                return Ok(file);
+            }
+            kept => kept,
+        };
         let canonical = self.canonical.clone();
         let index = self.index.clone();
         let wanted = relative.to_path();
-        let mut found = tokio::task::spawn_blocking(move || look_up(&canonical, &wanted, index))
-            .await
-            .map_err(|_| Refusal::NotFound)??;
+        let looked_up =
+            tokio::task::spawn_blocking(move || look_up(&canonical, &wanted, index, kept, now))
+                .await
+                .map_err(|_| Refusal::NotFound)??;
+        let mut found = match looked_up {
+            LookedUp::Same(file) => {
+                file.checked.store(now, Ordering::Relaxed);
+                return Ok(file);
+            }
+            LookedUp::New(file) => *file,
+        };
         // Kept while the kept files' share of descriptors has room; past it, closed with
         // its answer (and a stale copy it replaces is let go).
         found.kept = KeptFile::take();
@@ -286,10 +337,22 @@ fn locate(root: &Path, relative: &Path, index: Option<&str>) -> Result<PathBuf, 
     Ok(path)
 }
 
-/// Resolves `relative` under `root` (symlinks included) and reads what a response needs. Runs
-/// on the blocking pool.
-fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, Refusal> {
+/// Resolves `relative` under `root` (symlinks included): the `kept` file when it is still
+/// there unchanged, else what a response needs, read anew (`now` its check time). Runs on the
+/// blocking pool.
+fn look_up(
+    root: &Path,
+    relative: &Path,
+    index: Option<String>,
+    kept: Option<Arc<File>>,
+    now: u64,
+) -> Result<LookedUp, Refusal> {
     let path = locate(root, relative, index.as_deref())?;
+    if let Some(kept) = kept
+        && kept.is_at(&path)
+    {
+        return Ok(LookedUp::Same(kept));
+    }
     let mut file = std::fs::File::open(&path).map_err(|error| match ran_out(&error) {
         true => Refusal::NoDescriptor,
         false => Refusal::NotFound,
@@ -300,6 +363,9 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
     }
     let len = metadata.len();
     let modified = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    let settled = SystemTime::now()
+        .duration_since(modified)
+        .is_ok_and(|age| age >= SETTLED);
     let since_epoch = modified
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
@@ -326,7 +392,7 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
             other => other.to_owned(),
         })
         .unwrap_or_else(|| "application/octet-stream".to_owned());
-    Ok(File {
+    Ok(LookedUp::New(Box::new(File {
         opened: Arc::new(file),
         len,
         whole_length: HeaderValue::from(len),
@@ -337,9 +403,13 @@ fn look_up(root: &Path, relative: &Path, index: Option<String>) -> Result<File, 
         content_type: HeaderValue::from_str(&content_type)
             .unwrap_or(HeaderValue::from_static("application/octet-stream")),
         body,
-        checked: Instant::now(),
+        device: metadata.dev(),
+        inode: metadata.ino(),
+        path,
+        settled,
+        checked: AtomicU64::new(now),
         kept: None,
-    })
+    })))
 }
 
 /// 200, 206, 304 or 416 for `file`.

@@ -432,6 +432,48 @@ async fn every_size_and_a_range_go_whole_on_plain_tcp_the_larger_by_sendfile() {
     stop(running).await;
 }
 
+/// A kept file found unchanged on disk when it is checked again (after a second) is kept:
+/// one `stat`, not opened and read anew, so the descriptor that serves it stays the same. It
+/// was last modified well before it was read, so no write in the same timestamp tick could hide
+/// behind an unchanged modification time; a later write is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_kept_file_is_not_opened_again_when_checked() {
+    let root = folder("recheck");
+    let path = root.join("sabit.css");
+    std::fs::write(&path, "body { margin: 0 }\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60))
+        .unwrap();
+    let canonical = std::fs::canonicalize(&path).unwrap();
+    // This process's descriptors open on the file (trafik runs in it).
+    let descriptors = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|entry| {
+                let entry = entry.ok()?;
+                (std::fs::read_link(entry.path()).ok()? == canonical)
+                    .then(|| entry.file_name().to_string_lossy().into_owned())
+            })
+            .collect()
+    };
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    assert_eq!(get(web(&running), "/varlik/sabit.css").await.status, 200);
+    let kept = descriptors();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let again = get(web(&running), "/varlik/sabit.css").await;
+    assert_eq!(again.text(), "body { margin: 0 }\n");
+    assert_eq!(descriptors(), kept, "checked, not opened again");
+    std::fs::write(&path, "body { margin: 1px }\n").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let changed = get(web(&running), "/varlik/sabit.css").await;
+    assert_eq!(changed.text(), "body { margin: 1px }\n");
+    stop(running).await;
+}
+
 /// A static route with a step the pipeline runs (a body limit) sends its larger files by
 /// sendfile(2) too, and counts them as the inline route does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
