@@ -259,10 +259,22 @@ impl Site {
         let canonical = self.canonical.clone();
         let index = self.index.clone();
         let wanted = relative.to_path();
+        let was_kept = kept.is_some();
         let looked_up =
             tokio::task::spawn_blocking(move || look_up(&canonical, &wanted, index, kept, now))
                 .await
-                .map_err(|_| Refusal::NotFound)??;
+                .map_err(|_| Refusal::NotFound)?;
+        let looked_up = match looked_up {
+            Ok(looked_up) => looked_up,
+            // A kept file that is gone is closed now (a deleted file's blocks are freed only
+            // then), not when the store happens to evict it.
+            Err(refusal) => {
+                if was_kept {
+                    self.kept.remove(&*relative.0);
+                }
+                return Err(refusal);
+            }
+        };
         let mut found = match looked_up {
             LookedUp::Same(file) => {
                 file.checked.store(now, Ordering::Relaxed);

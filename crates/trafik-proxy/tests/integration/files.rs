@@ -474,6 +474,33 @@ async fn an_unchanged_kept_file_is_not_opened_again_when_checked() {
     stop(running).await;
 }
 
+/// A kept file deleted from the disk is closed at its next check: a deleted file's blocks are
+/// freed only when its last descriptor closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_file_deleted_from_the_disk_is_closed_when_checked() {
+    let root = folder("deleted");
+    let path = root.join("gecici.txt");
+    std::fs::write(&path, "silinecek\n").unwrap();
+    let deleted = format!(
+        "{} (deleted)",
+        std::fs::canonicalize(&path).unwrap().display()
+    );
+    let still_open = || {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .any(|target| target.to_string_lossy() == deleted)
+    };
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    assert_eq!(get(web(&running), "/varlik/gecici.txt").await.status, 200);
+    std::fs::remove_file(&path).unwrap();
+    assert!(still_open(), "kept open until it is checked");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(get(web(&running), "/varlik/gecici.txt").await.status, 404);
+    assert!(!still_open(), "closed once found gone");
+    stop(running).await;
+}
+
 /// A static route with a step the pipeline runs (a body limit) sends its larger files by
 /// sendfile(2) too, and counts them as the inline route does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
