@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use percent_encoding::percent_decode_str;
 use trafik_cache::{Limits, Policy, Store, Weigh};
 
@@ -86,8 +86,8 @@ pub struct Site {
 struct File {
     opened: Arc<std::fs::File>,
     len: u64,
-    /// `len` as a `Content-Length` value, for the whole file's answers.
-    whole_length: HeaderValue,
+    /// The fields of the whole file's 200, made once: each such answer takes a copy.
+    whole: HeaderMap,
     etag: HeaderValue,
     last_modified: HeaderValue,
     modified: SystemTime,
@@ -404,16 +404,22 @@ fn look_up(
             other => other.to_owned(),
         })
         .unwrap_or_else(|| "application/octet-stream".to_owned());
+    let etag = HeaderValue::from_str(&etag).expect("hex and quotes");
+    let last_modified =
+        HeaderValue::from_str(&httpdate::fmt_http_date(modified)).expect("an HTTP date");
+    let content_type = HeaderValue::from_str(&content_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    let mut whole = validators(&etag, &last_modified, 2);
+    whole.append(header::CONTENT_TYPE, content_type.clone());
+    whole.append(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(LookedUp::New(Box::new(File {
         opened: Arc::new(file),
         len,
-        whole_length: HeaderValue::from(len),
-        etag: HeaderValue::from_str(&etag).expect("hex and quotes"),
-        last_modified: HeaderValue::from_str(&httpdate::fmt_http_date(modified))
-            .expect("an HTTP date"),
+        whole,
+        etag,
+        last_modified,
         modified,
-        content_type: HeaderValue::from_str(&content_type)
-            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+        content_type,
         body,
         device: metadata.dev(),
         inode: metadata.ino(),
@@ -424,59 +430,66 @@ fn look_up(
     })))
 }
 
+/// The fields every answer for a file carries (its validators, and that it takes ranges),
+/// with room for `more`.
+fn validators(etag: &HeaderValue, last_modified: &HeaderValue, more: usize) -> HeaderMap {
+    let mut fields = HeaderMap::with_capacity(3 + more);
+    // Each name goes in once into a new map, so by `append`, which has no values to replace.
+    fields.append(header::ETAG, etag.clone());
+    fields.append(header::LAST_MODIFIED, last_modified.clone());
+    fields.append(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    fields
+}
+
 /// 200, 206, 304 or 416 for `file`.
 fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::Local(None));
-    let headers = response.headers_mut();
-    // Room for every field below, allocated once. Each name goes in once into a new map, so
-    // by `append`, which has no values to replace.
-    headers.reserve(6);
-    headers.append(header::ETAG, file.etag.clone());
-    headers.append(header::LAST_MODIFIED, file.last_modified.clone());
-    headers.append(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     // Within a second of a change the date cannot tell versions apart: the ETag still does.
     if not_modified(request, Some(&file.etag), Some(file.modified)) {
         *response.status_mut() = StatusCode::NOT_MODIFIED;
+        *response.headers_mut() = validators(&file.etag, &file.last_modified, 0);
         return response;
     }
-    headers.append(header::CONTENT_TYPE, file.content_type.clone());
     let modified = file.last_modified.to_str().unwrap_or("");
     let range = match request.get(&header::RANGE) {
         Some(range) if range_applies(request, Some(&file.etag), modified) => {
-            match byte_range(range, file.len) {
-                Some(Ok(range)) => Some(range),
-                Some(Err(())) => {
-                    *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
-                    let all = format!("bytes */{}", file.len);
-                    let headers = response.headers_mut();
-                    headers.insert(
-                        header::CONTENT_RANGE,
-                        HeaderValue::from_str(&all).expect("digits"),
-                    );
-                    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
-                    return response;
-                }
-                None => None,
-            }
+            byte_range(range, file.len)
         }
         _ => None,
     };
-    let (start, end) = range.unwrap_or((0, file.len));
-    if range.is_some() {
-        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
-        let content_range = format!("bytes {start}-{}/{}", end - 1, file.len);
-        response.headers_mut().insert(
-            header::CONTENT_RANGE,
-            HeaderValue::from_str(&content_range).expect("digits"),
-        );
-    }
-    let length = match range {
-        Some(_) => HeaderValue::from(end - start),
-        None => file.whole_length.clone(),
+    let (start, end) = match range {
+        None => {
+            *response.headers_mut() = file.whole.clone();
+            (0, file.len)
+        }
+        Some(range) => {
+            let headers = response.headers_mut();
+            *headers = validators(&file.etag, &file.last_modified, 3);
+            headers.append(header::CONTENT_TYPE, file.content_type.clone());
+            let (status, content_range, (start, end)) = match range {
+                Ok((start, end)) => (
+                    StatusCode::PARTIAL_CONTENT,
+                    format!("bytes {start}-{}/{}", end - 1, file.len),
+                    (start, end),
+                ),
+                Err(()) => (
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    format!("bytes */{}", file.len),
+                    (0, 0),
+                ),
+            };
+            headers.append(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&content_range).expect("digits"),
+            );
+            headers.append(header::CONTENT_LENGTH, HeaderValue::from(end - start));
+            *response.status_mut() = status;
+            if status == StatusCode::RANGE_NOT_SATISFIABLE {
+                return response;
+            }
+            (start, end)
+        }
     };
-    response
-        .headers_mut()
-        .append(header::CONTENT_LENGTH, length);
     if head {
         return response;
     }
