@@ -264,8 +264,12 @@ impl Site {
             tokio::task::spawn_blocking(move || look_up(&canonical, &wanted, index, kept, now))
                 .await
                 .map_err(|_| Refusal::NotFound)?;
-        let looked_up = match looked_up {
-            Ok(looked_up) => looked_up,
+        let mut found = match looked_up {
+            Ok(LookedUp::Same(file)) => {
+                file.checked.store(now, Ordering::Relaxed);
+                return Ok(file);
+            }
+            Ok(LookedUp::New(file)) => *file,
             // A kept file that is gone is closed now (a deleted file's blocks are freed only
             // then), not when the store happens to evict it.
             Err(refusal) => {
@@ -274,13 +278,6 @@ impl Site {
                 }
                 return Err(refusal);
             }
-        };
-        let mut found = match looked_up {
-            LookedUp::Same(file) => {
-                file.checked.store(now, Ordering::Relaxed);
-                return Ok(file);
-            }
-            LookedUp::New(file) => *file,
         };
         // Kept while the kept files' share of descriptors has room; past it, closed with
         // its answer (and a stale copy it replaces is let go).

@@ -432,6 +432,19 @@ async fn every_size_and_a_range_go_whole_on_plain_tcp_the_larger_by_sendfile() {
     stop(running).await;
 }
 
+/// The numbers of this process's descriptors open on `target` (trafik runs in the test's
+/// process), as `/proc/self/fd` links them.
+fn descriptors_on(target: &Path) -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            (std::fs::read_link(entry.path()).ok()? == target)
+                .then(|| entry.file_name().to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
 /// A kept file found unchanged on disk when it is checked again (after a second) is kept:
 /// one `stat`, not opened and read anew, so the descriptor that serves it stays the same. It
 /// was last modified well before it was read, so no write in the same timestamp tick could hide
@@ -448,17 +461,7 @@ async fn an_unchanged_kept_file_is_not_opened_again_when_checked() {
         .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60))
         .unwrap();
     let canonical = std::fs::canonicalize(&path).unwrap();
-    // This process's descriptors open on the file (trafik runs in it).
-    let descriptors = || -> Vec<String> {
-        std::fs::read_dir("/proc/self/fd")
-            .unwrap()
-            .filter_map(|entry| {
-                let entry = entry.ok()?;
-                (std::fs::read_link(entry.path()).ok()? == canonical)
-                    .then(|| entry.file_name().to_string_lossy().into_owned())
-            })
-            .collect()
-    };
+    let descriptors = || descriptors_on(&canonical);
     let running = trafik_proxy::start(site(&root, &[])).unwrap();
     assert_eq!(get(web(&running), "/varlik/sabit.css").await.status, 200);
     let kept = descriptors();
@@ -481,16 +484,12 @@ async fn a_kept_file_deleted_from_the_disk_is_closed_when_checked() {
     let root = folder("deleted");
     let path = root.join("gecici.txt");
     std::fs::write(&path, "silinecek\n").unwrap();
-    let deleted = format!(
+    // What /proc shows an open descriptor of a deleted file point to.
+    let deleted = PathBuf::from(format!(
         "{} (deleted)",
         std::fs::canonicalize(&path).unwrap().display()
-    );
-    let still_open = || {
-        std::fs::read_dir("/proc/self/fd")
-            .unwrap()
-            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-            .any(|target| target.to_string_lossy() == deleted)
-    };
+    ));
+    let still_open = || !descriptors_on(&deleted).is_empty();
     let running = trafik_proxy::start(site(&root, &[])).unwrap();
     assert_eq!(get(web(&running), "/varlik/gecici.txt").await.status, 200);
     std::fs::remove_file(&path).unwrap();
