@@ -689,48 +689,57 @@ pub struct ResponseHead {
     pub retry_after: bool,
 }
 
-/// Parses the response head at the start of `buffer` and writes the client's version into
-/// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, the coding the body is
-/// framed anew in), framing fields dropped from a 204 or 304, `via` added, `alt-svc` too unless
-/// empty (the backend's own then dropped), `Connection: close` when `closing`, else
-/// `Transfer-Encoding: chunked` when the body ends at the close. More than `headers_allowed`
-/// fields make it [`Response::Bad`].
-#[allow(clippy::too_many_arguments)]
-pub fn response(
-    buffer: &[u8],
+/// A response head read from the start of a buffer: what decides its framing and reuse, and
+/// its fields, for the own engine's rewrite ([`response`]) and for the pipeline's HTTP/1
+/// client ([`super::client`]) alike.
+pub struct ReadResponse<'b, 'f> {
+    pub head: ResponseHead,
+    pub fields: &'f [httparse::Header<'b>],
+    /// Each field's kind, told once (past the stack's room, told again).
+    kinds: [Field; MAX_HEADERS],
+    /// Headers `Connection` names, which are hop-by-hop too (framing ones excepted).
+    named: [&'b [u8]; 16],
+    named_count: usize,
+    existing_via: Option<&'b [u8]>,
+    protocols: Option<&'b [u8]>,
+    chunked: bool,
+    coded: bool,
+    /// Where the `\n` that ends the status line is.
+    newline: usize,
+}
+
+/// Reads the response head at the start of `buffer` into `fields` (`many` when it has more
+/// than they hold and `headers_allowed` lets it): [`Response::Ready`] is never returned as an
+/// error, every other outcome is. More than `headers_allowed` fields make it
+/// [`Response::Bad`].
+pub fn read_response<'b, 'f>(
+    buffer: &'b [u8],
     head_request: bool,
-    closing: bool,
     upgrading: bool,
-    via: &[u8],
-    alt_svc: &[u8],
     headers_allowed: usize,
-    out: &mut Vec<u8>,
-) -> Response {
-    // Fields past the stack's room, for a limit above it: the rare answer that needs them.
-    let mut many = Vec::new();
-    // Uninitialised: filling 64 fields first costs an answer more than parsing its few.
-    let mut fields =
-        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    fields: &'f mut [std::mem::MaybeUninit<httparse::Header<'b>>],
+    many: &'f mut Vec<httparse::Header<'b>>,
+) -> Result<ReadResponse<'b, 'f>, Response> {
     let scan::Head {
         line,
         length,
         fields: headers,
-    } = match scan::response(buffer, &mut fields, &mut many, headers_allowed) {
+    } = match scan::response(buffer, fields, many, headers_allowed) {
         Ok(httparse::Status::Complete(head)) => head,
-        Ok(httparse::Status::Partial) => return Response::Partial,
-        Err(_) => return Response::Bad,
+        Ok(httparse::Status::Partial) => return Err(Response::Partial),
+        Err(_) => return Err(Response::Bad),
     };
     if headers.len() > headers_allowed {
-        return Response::Bad;
+        return Err(Response::Bad);
     }
     let (version, status, newline) = (line.minor_version, line.code, line.newline);
     let switched = status == 101 && upgrading;
     if (100..200).contains(&status) && !switched {
-        return if status == 101 {
+        return Err(if status == 101 {
             Response::Switched
         } else {
             Response::Interim(length)
-        };
+        });
     }
     let (mut content_length, mut chunked, mut coded) = (None, false, false);
     let mut reusable = version == 1;
@@ -738,10 +747,8 @@ pub fn response(
     let mut dated = false;
     let mut retry_after = false;
     let mut protocols = None;
-    // Headers `Connection` names are hop-by-hop too (framing ones excepted).
     let mut named: [&[u8]; 16] = [b""; 16];
     let mut named_count = 0;
-    // Each field's kind, told once for both passes (past the stack's room, told again).
     let mut kinds = [Field::Other; MAX_HEADERS];
     for (field, index) in headers.iter().zip(0..) {
         let kind = Field::of(field.name);
@@ -752,10 +759,10 @@ pub fn response(
         match kind {
             Field::ContentLength => {
                 let Some(n) = decimal(value) else {
-                    return Response::Bad;
+                    return Err(Response::Bad);
                 };
                 if content_length.is_some_and(|before| before != n) {
-                    return Response::Bad;
+                    return Err(Response::Bad);
                 }
                 content_length = Some(n);
             }
@@ -780,7 +787,7 @@ pub fn response(
                         && !token.eq_ignore_ascii_case(b"transfer-encoding")
                     {
                         let Some(slot) = named.get_mut(named_count) else {
-                            return Response::Bad;
+                            return Err(Response::Bad);
                         };
                         *slot = token;
                         named_count += 1;
@@ -807,6 +814,73 @@ pub fn response(
         reusable = false;
         Framing::Close
     };
+    Ok(ReadResponse {
+        head: ResponseHead {
+            length,
+            status,
+            framing,
+            reusable,
+            dated,
+            retry_after,
+        },
+        fields: headers,
+        kinds,
+        named,
+        named_count,
+        existing_via,
+        protocols,
+        chunked,
+        coded,
+        newline,
+    })
+}
+
+/// Parses the response head at the start of `buffer` and writes the client's version into
+/// `out`: hop-by-hop headers dropped (but `Transfer-Encoding: chunked`, the coding the body is
+/// framed anew in), framing fields dropped from a 204 or 304, `via` added, `alt-svc` too unless
+/// empty (the backend's own then dropped), `Connection: close` when `closing`, else
+/// `Transfer-Encoding: chunked` when the body ends at the close. More than `headers_allowed`
+/// fields make it [`Response::Bad`].
+#[allow(clippy::too_many_arguments)]
+pub fn response(
+    buffer: &[u8],
+    head_request: bool,
+    closing: bool,
+    upgrading: bool,
+    via: &[u8],
+    alt_svc: &[u8],
+    headers_allowed: usize,
+    out: &mut Vec<u8>,
+) -> Response {
+    // Fields past the stack's room, for a limit above it: the rare answer that needs them.
+    let mut many = Vec::new();
+    // Uninitialised: filling 64 fields first costs an answer more than parsing its few.
+    let mut fields =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let read = match read_response(
+        buffer,
+        head_request,
+        upgrading,
+        headers_allowed,
+        &mut fields,
+        &mut many,
+    ) {
+        Ok(read) => read,
+        Err(other) => return other,
+    };
+    let ReadResponse {
+        head,
+        fields: headers,
+        kinds,
+        named,
+        named_count,
+        existing_via,
+        protocols,
+        chunked,
+        coded,
+        newline,
+    } = read;
+    let status = head.status;
     out.clear();
     let status_line = buffer[..newline].trim_ascii_end();
     let mut lines = Lines::new(buffer, out);
@@ -858,24 +932,17 @@ pub fn response(
         out.extend_from_slice(b"\r\nalt-svc: ");
         out.extend_from_slice(alt_svc);
     }
-    if let (true, Some(protocols)) = (switched, protocols) {
+    if let (Framing::Switched, Some(protocols)) = (head.framing, protocols) {
         out.extend_from_slice(b"\r\nupgrade: ");
         out.extend_from_slice(protocols);
         out.extend_from_slice(b"\r\nconnection: upgrade");
     } else if closing {
         out.extend_from_slice(b"\r\nconnection: close");
-    } else if framing == Framing::Close {
+    } else if head.framing == Framing::Close {
         out.extend_from_slice(b"\r\ntransfer-encoding: chunked");
     }
     out.extend_from_slice(b"\r\n\r\n");
-    Response::Ready(ResponseHead {
-        length,
-        status,
-        framing,
-        reusable,
-        dated,
-        retry_after,
-    })
+    Response::Ready(head)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 pub mod body;
 mod buffers;
 mod chunked;
+pub mod client;
 mod date;
 mod deadline;
 mod fields;

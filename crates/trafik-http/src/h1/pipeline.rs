@@ -148,7 +148,7 @@ async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(
     let Some(tunnel) = client.handover.take() else {
         return;
     };
-    let Some((mut upstream, _in_flight)) = tunnel.into_upstream().await else {
+    let Some((mut upstream, _in_flight)) = tunnel.into_upstream() else {
         return;
     };
     let early = &connection.input[head_length..];

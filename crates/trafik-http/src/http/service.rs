@@ -59,8 +59,8 @@ pub struct WorkerProxy {
     /// Which shard of every per-worker counter this worker writes.
     pub id: usize,
     pub upstreams: Upstreams,
-    /// The own HTTP/1 engine's kept-alive upstream streams.
-    pub raw: crate::transport::idle::Streams,
+    /// The kept-alive HTTP/1.1 upstream streams, the fast path's and the pipeline's.
+    pub raw: Rc<crate::transport::idle::Streams>,
     /// Mirrored copies waiting for the worker's mirror task ([`super::mirror::run`]).
     pub mirrors: super::mirror::Outbox,
     /// The snapshot new requests use; requests in flight keep the one they started with.
@@ -71,10 +71,11 @@ pub struct WorkerProxy {
 
 impl WorkerProxy {
     pub fn new(id: usize, snapshot: Arc<Snapshot>, epoch: Instant) -> Self {
+        let raw = Rc::new(crate::transport::idle::Streams::default());
         WorkerProxy {
             id,
-            upstreams: Upstreams::new(id),
-            raw: Default::default(),
+            upstreams: Upstreams::new(id, raw.clone()),
+            raw,
             mirrors: Default::default(),
             current: RefCell::new(Rc::new(WorkerSnapshot(snapshot))),
             epoch,

@@ -275,7 +275,7 @@ fn relay(
     in_flight.answer_ended();
     connection
         .handover
-        .put(Tunnel::new(client, &mut answer, checkout, in_flight));
+        .put(Tunnel::new(client, &mut answer, in_flight));
     bump(&counters.upgrades);
     Ok(answer.map(|body| ProxyBody::Upstream {
         body,

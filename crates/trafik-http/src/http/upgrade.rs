@@ -25,7 +25,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::body::RequestBody;
 use super::headers::remove_hop_by_hop;
-use super::upstream::{Checkout, UpstreamBody};
+use super::upstream::UpstreamBody;
+use crate::h1::client::Switched;
 use crate::pool::InFlight;
 
 /// The client side of a request that may switch protocols, set aside before the request is
@@ -131,10 +132,8 @@ pub fn keep_upgrade_headers(headers: &mut HeaderMap) {
 /// A relayed 101's two connections, to be spliced once hyper has let go of both.
 pub struct Tunnel {
     client: ClientUpgrade,
-    upstream: OnUpgrade,
-    /// The upstream connection's sender: kept until the upgrade is done, then dropped, never
-    /// returned to the idle stack.
-    sender: Checkout,
+    /// The backend's side, with what it sent after its 101 (`None` when it was lost).
+    upstream: Option<Switched>,
     /// Keeps the tunnel in its backend's `active_connections` for as long as it is open.
     in_flight: InFlight,
 }
@@ -144,47 +143,40 @@ impl Tunnel {
     pub fn new(
         client: ClientUpgrade,
         response: &mut Response<UpstreamBody>,
-        sender: Checkout,
         in_flight: InFlight,
     ) -> Self {
+        let upstream = match response.body_mut() {
+            UpstreamBody::Http1(body) => body.switched(),
+            UpstreamBody::Http2(_) => None,
+        };
         Tunnel {
             client,
-            upstream: hyper::upgrade::on(response),
-            sender,
+            upstream,
             in_flight,
         }
     }
 
-    /// Splices the two connections once hyper has let go of both (see [`splice`]).
+    /// Splices the two connections once hyper has let go of the client's (see [`splice`]).
     pub async fn splice(self) {
         let ClientUpgrade::Hyper(client) = self.client else {
             tracing::debug!("the own engine's tunnel reached hyper's server; closing");
             return;
         };
-        let (client, upstream) = match tokio::try_join!(client, self.upstream) {
-            Ok(both) => both,
-            Err(error) => {
-                tracing::debug!(%error, "upgrade abandoned");
-                return;
-            }
+        let (client, Some(upstream)) = (client.await, self.upstream) else {
+            tracing::debug!("upgrade abandoned: the backend's side was lost");
+            return;
         };
-        drop(self.sender);
-        splice(TokioIo::new(client), TokioIo::new(upstream)).await;
+        match client {
+            Ok(client) => splice(TokioIo::new(client), upstream).await,
+            Err(error) => tracing::debug!(%error, "upgrade abandoned"),
+        }
     }
 
-    /// The backend's side, once hyper's client has let go of it, for the own engine to splice
-    /// with its client connection; the in-flight mark keeps the tunnel in its backend's
-    /// `active_connections` while it lives. `None` when the backend's side was lost.
-    pub async fn into_upstream(self) -> Option<(impl AsyncRead + AsyncWrite + Unpin, InFlight)> {
-        let upstream = match self.upstream.await {
-            Ok(upstream) => upstream,
-            Err(error) => {
-                tracing::debug!(%error, "upgrade abandoned");
-                return None;
-            }
-        };
-        drop(self.sender);
-        Some((TokioIo::new(upstream), self.in_flight))
+    /// The backend's side, for the own engine to splice with its client connection; the
+    /// in-flight mark keeps the tunnel in its backend's `active_connections` while it lives.
+    /// `None` when the backend's side was lost.
+    pub fn into_upstream(self) -> Option<(impl AsyncRead + AsyncWrite + Unpin, InFlight)> {
+        Some((self.upstream?, self.in_flight))
     }
 }
 

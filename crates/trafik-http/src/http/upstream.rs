@@ -1,7 +1,9 @@
-//! Upstream connections: one keep-alive stack per endpoint (backend address, and TLS settings
-//! for a pool that speaks TLS) in every worker, and for HTTP/2 backends the worker's shared
-//! connections, each carrying up to the backend's `SETTINGS_MAX_CONCURRENT_STREAMS` requests
-//! at once (another is opened when all are full).
+//! Upstream connections for the pipeline's pool target: HTTP/1.1 streams from the worker's
+//! keep-alive stacks (the own engine's, [`crate::transport::idle::Streams`], one per endpoint:
+//! backend address, and TLS settings for a pool that speaks TLS) spoken by the own HTTP/1
+//! client ([`crate::h1::client`]), and for HTTP/2 backends the worker's shared connections,
+//! each carrying up to the backend's `SETTINGS_MAX_CONCURRENT_STREAMS` requests at once
+//! (another is opened when all are full).
 //!
 //! A worker is a single-threaded runtime, so its stacks need no locks: a connection is taken
 //! from a plain stack, used for one request and pushed back when the response body ends. Reuse
@@ -18,28 +20,40 @@ use std::time::{Duration, Instant};
 use std::cell::Cell;
 use std::future::Future;
 
-use futures_util::FutureExt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
 use futures_util::future::Either;
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
+use http_body::{Body, Frame, SizeHint};
 
-use super::body::{RequestBody, Upload, UploadState};
+use super::body::{BodyFailure, RequestBody, Upload, UploadState};
 use super::upstream_h2::{Http2Body, Http2Connection};
+use crate::h1::client::{self, Http1Body, Returned};
 use crate::meter::Meter;
 use crate::plan::{AnswerLimits, UpstreamProtocol};
-use crate::pool::keep_alive::{self, MAX_IDLE_PER_ENDPOINT};
 use crate::pool::{Endpoint, InFlight, Pool};
 use crate::snapshot::Snapshot;
 use crate::transport;
+use crate::transport::idle::{Stream, Streams};
 
 /// A connection's request side: HTTP/1.1 (one request at a time, lent out) or HTTP/2
 /// (shared: each request a stream).
 pub enum Sender {
-    Http1(http1::SendRequest<RequestBody>),
+    Http1(Http1Sender),
     Http2(Http2Connection),
+}
+
+/// An HTTP/1.1 stream lent to one request.
+pub struct Http1Sender {
+    /// Until the request is sent on it.
+    stream: Option<Stream>,
+    /// It came from the idle stack.
+    reused: bool,
+    /// Where the answer's body leaves the stream at its clean end.
+    returned: Returned,
+    limits: AnswerLimits,
 }
 
 /// A request that got no answer: handed back unsent when the connection could not take it
@@ -68,14 +82,16 @@ impl Sender {
         request: Request<RequestBody>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + use<> {
         match self {
-            // Mapped, not awaited in an async block: the block would hold hyper's future twice
-            // over (before and while it runs), and every level above carries that size.
-            Sender::Http1(sender) => {
-                Either::Left(sender.try_send_request(request).map(|sent| match sent {
-                    Ok(answer) => Ok(answer.map(UpstreamBody::Left)),
-                    Err(mut error) => Err(SendError(error.take_message().map(Box::new))),
-                }))
-            }
+            Sender::Http1(sender) => Either::Left(match sender.stream.take() {
+                Some(stream) => Either::Left(client::send(
+                    stream,
+                    sender.reused,
+                    sender.returned.clone(),
+                    request,
+                    sender.limits,
+                )),
+                None => Either::Right(std::future::ready(Err(SendError::unsent(request)))),
+            }),
             Sender::Http2(connection) => Either::Right(connection.send(request)),
         }
     }
@@ -85,10 +101,9 @@ impl Sender {
     }
 }
 
-/// One endpoint's connections in one worker: HTTP/1.1 ones idle between requests, HTTP/2 ones
-/// shared by the requests in flight.
+/// One endpoint's HTTP/2 connections in one worker, shared by the requests in flight (its
+/// HTTP/1.1 ones wait in the worker's [`Streams`]).
 pub struct IdleList {
-    senders: RefCell<Vec<Idle>>,
     multiplexed: RefCell<Vec<Multiplexed>>,
     /// A new HTTP/2 connection is being made, and its end is told here.
     connecting: Cell<bool>,
@@ -118,18 +133,18 @@ impl Drop for Connecting {
 struct Multiplexed {
     sender: Http2Connection,
     meter: Meter,
-    streams: Rc<Streams>,
+    streams: Rc<OpenStreams>,
 }
 
 /// The streams a worker's requests hold on a shared connection, and since when it has had none.
-struct Streams {
+struct OpenStreams {
     open: Cell<usize>,
     idle_since: Cell<Instant>,
 }
 
-impl Streams {
+impl OpenStreams {
     fn new() -> Rc<Self> {
-        Rc::new(Streams {
+        Rc::new(OpenStreams {
             open: Cell::new(0),
             idle_since: Cell::new(Instant::now()),
         })
@@ -137,10 +152,10 @@ impl Streams {
 }
 
 /// A stream of a shared HTTP/2 connection, given back when its request is done.
-struct StreamSlot(Rc<Streams>);
+struct StreamSlot(Rc<OpenStreams>);
 
 impl StreamSlot {
-    fn take(streams: &Rc<Streams>) -> Self {
+    fn take(streams: &Rc<OpenStreams>) -> Self {
         streams.open.set(streams.open.get() + 1);
         StreamSlot(streams.clone())
     }
@@ -156,26 +171,20 @@ impl Drop for StreamSlot {
     }
 }
 
-/// An idle connection, with the meter of its socket (the pool that uses it next is charged)
-/// and the moment it came back, for the idle timeout.
-struct Idle {
-    sender: http1::SendRequest<RequestBody>,
-    meter: Meter,
-    since: Instant,
-}
-
-/// One worker's connection stacks, indexed by [`Endpoint::id`].
+/// One worker's HTTP/2 connections, indexed by [`Endpoint::id`], and its idle HTTP/1.1
+/// streams (shared with the own engine's fast path).
 pub struct Upstreams {
     worker: usize,
     idle: RefCell<Vec<Option<Rc<IdleList>>>>,
+    raw: Rc<Streams>,
 }
 
 /// A connection lent to one request. [`Lease::release`] returns it for reuse; dropping the
 /// lease instead closes it, as must happen when a response ends early or broke.
 pub struct Lease {
     sender: Sender,
-    meter: Meter,
     home: Rc<IdleList>,
+    raw: Rc<Streams>,
     /// The request body's progress: a connection still carrying an upload (the backend
     /// answered before reading it all) must not serve anyone else.
     upload: Option<Rc<Upload>>,
@@ -188,7 +197,10 @@ impl Lease {
     /// left: its stream is given back).
     pub fn release(mut self) {
         self.in_flight.answer_ended();
-        let Sender::Http1(sender) = self.sender else {
+        let Sender::Http1(sender) = &self.sender else {
+            return;
+        };
+        let Some(stream) = sender.returned.take() else {
             return;
         };
         if self
@@ -198,14 +210,7 @@ impl Lease {
         {
             return;
         }
-        let mut idle = self.home.senders.borrow_mut();
-        if idle.len() < MAX_IDLE_PER_ENDPOINT {
-            idle.push(Idle {
-                sender,
-                meter: self.meter,
-                since: Instant::now(),
-            });
-        }
+        self.raw.keep(self.home.endpoint.id, stream, Instant::now());
     }
 
     /// The backend cut the answer's body short: counted against it, and the connection closes.
@@ -217,8 +222,8 @@ impl Lease {
 /// A connection ready to carry one request.
 pub struct Checkout {
     pub sender: Sender,
-    meter: Meter,
     home: Rc<IdleList>,
+    raw: Rc<Streams>,
     stream: Option<StreamSlot>,
 }
 
@@ -228,8 +233,8 @@ impl Checkout {
     pub fn into_lease(self, in_flight: InFlight, upload: Option<Rc<Upload>>) -> Lease {
         Lease {
             sender: self.sender,
-            meter: self.meter,
             home: self.home,
+            raw: self.raw,
             upload,
             in_flight,
             _stream: self.stream,
@@ -238,10 +243,11 @@ impl Checkout {
 }
 
 impl Upstreams {
-    pub fn new(worker: usize) -> Self {
+    pub fn new(worker: usize, raw: Rc<Streams>) -> Self {
         Upstreams {
             worker,
             idle: RefCell::default(),
+            raw,
         }
     }
 
@@ -253,7 +259,6 @@ impl Upstreams {
         idle[endpoint.id]
             .get_or_insert_with(|| {
                 Rc::new(IdleList {
-                    senders: RefCell::default(),
                     multiplexed: RefCell::default(),
                     connecting: Cell::new(false),
                     connected: tokio::sync::Notify::new(),
@@ -263,8 +268,8 @@ impl Upstreams {
             .clone()
     }
 
-    /// Closes the idle connections to endpoints no pool of `snapshot` names any more (a reload
-    /// removed them); their stacks stay, empty, should the address come back.
+    /// Closes the HTTP/2 connections to endpoints no pool of `snapshot` names any more (a
+    /// reload removed them); their stacks stay, empty, should the address come back.
     pub fn keep_only(&self, snapshot: &Snapshot) {
         let named: HashSet<usize> = snapshot
             .pools
@@ -275,19 +280,14 @@ impl Upstreams {
             if let Some(stack) = stack
                 && !named.contains(&id)
             {
-                stack.senders.borrow_mut().clear();
                 stack.multiplexed.borrow_mut().clear();
             }
         }
     }
 
-    /// Closes the connections [`keep_alive::stale`] at `now`: a backend keeps no socket of
-    /// trafik's open for longer than the idle timeout, and a burst's surplus goes sooner.
+    /// Closes the HTTP/2 connections no request used for the idle timeout.
     pub fn close_idle(&self, now: Instant, idle_timeout: Duration) {
         for stack in self.idle.borrow().iter().flatten() {
-            let mut senders = stack.senders.borrow_mut();
-            let stale = keep_alive::stale(senders.iter().map(|idle| idle.since), now, idle_timeout);
-            senders.drain(..stale);
             // An HTTP/2 connection no request used for the idle timeout is closed as an idle
             // HTTP/1.1 one would be; its backend's GOAWAY or a reset closes it sooner.
             stack.multiplexed.borrow_mut().retain(|shared| {
@@ -319,86 +319,47 @@ impl Upstreams {
         loop {
             if let Some(shared) = home.shared_with_room() {
                 shared.meter.charge(&member.counters);
-                return Ok(shared.checkout(home.clone()));
+                return Ok(shared.checkout(home.clone(), self.raw.clone()));
             }
             if !(multiplexed && home.connecting.get()) {
                 break;
             }
             home.connected.notified().await;
         }
-        let _connecting = multiplexed.then(|| Connecting::start(&home));
-        if !fresh {
-            loop {
-                let Some(Idle {
-                    mut sender, meter, ..
-                }) = home.senders.borrow_mut().pop()
-                else {
-                    break;
-                };
-                if sender.is_closed() {
-                    continue;
-                }
-                // An idle connection is ready at once; one that is not is given up, not waited on.
-                let ready = tokio::time::timeout(pool.plan.connect_timeout, sender.ready()).await;
-                if matches!(ready, Ok(Ok(()))) {
-                    meter.charge(&member.counters);
-                    return Ok(Checkout {
-                        sender: Sender::Http1(sender),
-                        meter,
-                        home,
-                        stream: None,
-                    });
-                }
+        let http1 = |stream, reused| Checkout {
+            sender: Sender::Http1(Http1Sender {
+                stream: Some(stream),
+                reused,
+                returned: Returned::default(),
+                limits,
+            }),
+            home: home.clone(),
+            raw: self.raw.clone(),
+            stream: None,
+        };
+        if !multiplexed {
+            let reuse_at = (!fresh).then(Instant::now);
+            // Boxed: a TLS handshake's state is large, and every request's future would carry
+            // its size (and copy it) though most requests find an idle connection.
+            let (stream, reused) =
+                Box::pin(self.raw.checkout(pool, backend, self.worker, reuse_at)).await?;
+            // A TLS backend that chose HTTP/2 by ALPN (an `auto` pool) is shared from now on.
+            if reused || pool.plan.protocol != UpstreamProtocol::Auto || !stream.agreed_http2() {
+                return Ok(http1(stream, reused));
             }
+            let meter = stream.meter().clone();
+            let sender = Http2Connection::start(stream, limits).await?;
+            return Ok(home.share(sender, meter, self.raw.clone()));
         }
+        let _connecting = Connecting::start(&home);
         let meter = Meter::new(&member.counters, self.worker);
-        // Boxed: a TLS handshake's state is large, and every request's future would carry its
-        // size (and copy it) though most requests find an idle connection.
-        let sender = Box::pin(self.connect(&home.endpoint, meter.clone(), pool, limits)).await?;
-        Ok(match sender {
-            Connected::Http2(sender) => {
-                let shared = Multiplexed {
-                    sender,
-                    meter,
-                    streams: Streams::new(),
-                };
-                let checkout = shared.checkout(home.clone());
-                home.multiplexed.borrow_mut().push(shared);
-                checkout
-            }
-            Connected::Http1(sender) => Checkout {
-                sender: Sender::Http1(sender),
-                meter,
-                home,
-                stream: None,
-            },
-        })
-    }
-
-    /// Opens a new connection ([`transport::connect_upstream`], TLS too for a TLS pool) and
-    /// starts its driver task.
-    async fn connect(
-        &self,
-        endpoint: &Arc<Endpoint>,
-        meter: Meter,
-        pool: &Pool,
-        limits: AnswerLimits,
-    ) -> io::Result<Connected> {
         let timeout = pool.plan.connect_timeout;
         let tls = pool.plan.tls.as_ref();
-        let stream =
-            transport::connect_upstream(endpoint, tls, meter, timeout, self.worker).await?;
-        let http2 = match pool.plan.protocol {
-            UpstreamProtocol::Http1 => false,
-            UpstreamProtocol::H2 | UpstreamProtocol::H2c => true,
-            UpstreamProtocol::Auto => stream.agreed_http2(),
-        };
-        match http2 {
-            true => Http2Connection::start(stream, limits)
-                .await
-                .map(Connected::Http2),
-            false => start(stream, limits).await.map(Connected::Http1),
-        }
+        let connecting =
+            transport::connect_upstream(&home.endpoint, tls, meter.clone(), timeout, self.worker);
+        let stream = Box::pin(connecting).await?;
+        let sender = Http2Connection::start(stream, limits).await?;
+        Ok(home.share(sender, meter, self.raw.clone()))
     }
 }
 
@@ -412,45 +373,65 @@ impl IdleList {
             .position(|shared| shared.streams.open.get() < shared.sender.max_streams())?;
         Some(std::cell::RefMut::map(multiplexed, |all| &mut all[room]))
     }
+
+    /// Keeps a new HTTP/2 connection for the requests to come, and lends a stream of it.
+    fn share(self: &Rc<Self>, sender: Http2Connection, meter: Meter, raw: Rc<Streams>) -> Checkout {
+        let shared = Multiplexed {
+            sender,
+            meter,
+            streams: OpenStreams::new(),
+        };
+        let checkout = shared.checkout(self.clone(), raw);
+        self.multiplexed.borrow_mut().push(shared);
+        checkout
+    }
 }
 
 impl Multiplexed {
-    fn checkout(&self, home: Rc<IdleList>) -> Checkout {
+    fn checkout(&self, home: Rc<IdleList>, raw: Rc<Streams>) -> Checkout {
         Checkout {
             sender: Sender::Http2(self.sender.clone()),
-            meter: self.meter.clone(),
             home,
+            raw,
             stream: Some(StreamSlot::take(&self.streams)),
         }
     }
 }
 
-/// A new connection, as the protocol spoken on it makes it: lent out, or shared.
-enum Connected {
-    Http1(http1::SendRequest<RequestBody>),
-    Http2(Http2Connection),
+/// A backend's answer body, as the connection's protocol gives it: read by the own HTTP/1
+/// client, or a stream of an HTTP/2 connection; either fails with a [`BodyFailure`].
+pub enum UpstreamBody {
+    /// Boxed: its stream and decoder are large beside an HTTP/2 stream's handle, and every
+    /// answer's body is moved several times on its way.
+    Http1(Box<Http1Body>),
+    Http2(Http2Body),
 }
 
-/// Starts HTTP/1.1 on a new upstream connection. The driver hands the socket over when the
-/// backend switches protocols (a 101); the socket keeps its place in the endpoint's gauge
-/// until it closes, whichever of them has it then. An answer head past `limits` is an error.
-async fn start<S>(stream: S, limits: AnswerLimits) -> io::Result<http1::SendRequest<RequestBody>>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, connection) = http1::Builder::new()
-        .max_headers(limits.headers)
-        .max_buf_size(limits.bytes)
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(io::Error::other)?;
-    tokio::task::spawn_local(async move {
-        let _ = connection.with_upgrades().await;
-    });
-    Ok(sender)
-}
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BodyFailure;
 
-/// A backend's answer body, as the connection's protocol gives it: hyper's HTTP/1.1 one
-/// (`Left`) or a stream of an HTTP/2 connection (`Right`); either fails with a
-/// [`BodyFailure`](super::body::BodyFailure).
-pub type UpstreamBody = http_body_util::Either<Incoming, Http2Body>;
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyFailure>>> {
+        match self.get_mut() {
+            UpstreamBody::Http1(body) => Pin::new(&mut **body).poll_frame(cx),
+            UpstreamBody::Http2(body) => Pin::new(body).poll_frame(cx).map_err(BodyFailure::from),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Http1(body) => body.is_end_stream(),
+            UpstreamBody::Http2(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Http1(body) => body.size_hint(),
+            UpstreamBody::Http2(body) => body.size_hint(),
+        }
+    }
+}

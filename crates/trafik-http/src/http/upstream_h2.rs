@@ -127,7 +127,7 @@ impl Http2Connection {
                 .headers()
                 .get(header::CONTENT_LENGTH)
                 .and_then(|value| value.to_str().ok()?.parse().ok());
-            Ok(answer.map(|stream| UpstreamBody::Right(Http2Body::new(stream, length))))
+            Ok(answer.map(|stream| UpstreamBody::Http2(Http2Body::new(stream, length))))
         }
     }
 }

@@ -297,6 +297,34 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The pipeline's HTTP/1 client and the own engine's fast path keep their backend connections
+/// in one idle stack per worker: requests on a route with a filter (the pipeline) and on a
+/// plain route (the fast path) to the same backend, one after another on one client
+/// connection, all go on one backend connection.
+#[tokio::test]
+async fn a_filtered_route_and_a_plain_one_share_their_backend_connections() {
+    use std::sync::atomic::Ordering;
+    let (backend, accepted) = checksumming_backend().await;
+    let mut plan = plan(&[backend]);
+    // A step that reads the whole body first takes the pipeline (a header edit would not).
+    let mut filtered = route("/suzgec", "takip");
+    filtered.filters = vec![FilterPlan::RequestBuffering { memory: 1024 }];
+    *routes(&mut plan) = vec![filtered, route("/", "takip")];
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    for path in ["/suzgec/1", "/takip/2", "/suzgec/3", "/takip/4"] {
+        let answer = client.get(path).await;
+        assert_eq!(answer.status, 200, "{path}");
+        assert_eq!(answer.text(), format!("0 {:x}", fnv1a(b"")), "{path}");
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "both ways to the backend took the one idle connection"
+    );
+    stop(running).await;
+}
+
 /// Behind `request_buffering`, a client still sending its body holds no backend connection;
 /// the body reaches the backend whole, from memory or, past the memory bound, from a file.
 #[tokio::test]

@@ -58,10 +58,13 @@ async fn messages_pings_and_the_close_cross_the_proxy_and_the_upgrade_is_counted
     assert_eq!(handshake.headers()["via"], "1.1 trafik-test");
     let opened = status(&running).await;
     let k1 = first_backend(&opened);
-    assert_eq!(k1["upgrades"], 1);
-    assert_eq!(k1["requests"], 1);
-    assert_eq!(k1["active_connections"], 1, "the open tunnel is in flight");
-    assert_eq!(k1["open_connections"], 1);
+    assert_eq!(k1["upgrades"], 1, "{engine:?}");
+    assert_eq!(k1["requests"], 1, "{engine:?}");
+    assert_eq!(
+        k1["active_connections"], 1,
+        "{engine:?}: the open tunnel is in flight"
+    );
+    assert_eq!(k1["open_connections"], 1, "{engine:?}");
     // The tunnel's upstream connection is not in the idle stack: a request needs a new one.
     assert_eq!(get(web(&running), "/takip/TR-1").await.status, 200);
     assert_eq!(

@@ -1,7 +1,7 @@
 //! Upstream streams (plain TCP, or TLS for a TLS pool) kept alive per endpoint in every worker,
 //! for the own HTTP/1 engine: a client connection's task checks one out and runs its exchange
-//! on it inline, no channel, no driver task. (hyper's client connections, which the pipeline's
-//! pool target uses, are kept by the HTTP crate's `http::upstream` under the same rule.)
+//! on it inline (the fast path's, or the pipeline's HTTP/1 client's), no channel, no driver
+//! task.
 
 use std::cell::RefCell;
 use std::io;
@@ -76,7 +76,11 @@ impl Streams {
     /// Keeps a stream whose exchange ended cleanly for the next request to its endpoint, idle
     /// since `since` (a clock reading the caller has: its answer's, a little early at most).
     pub fn release(&self, pool: &Pool, index: usize, stream: Stream, since: Instant) {
-        let id = pool.members[index].endpoint.id;
+        self.keep(pool.members[index].endpoint.id, stream, since);
+    }
+
+    /// Keeps a stream to endpoint `id` (an [`crate::pool::Endpoint::id`]), idle since `since`.
+    pub fn keep(&self, id: usize, stream: Stream, since: Instant) {
         let mut idle = self.idle.borrow_mut();
         if idle.len() <= id {
             idle.resize_with(id + 1, Vec::new);
