@@ -53,11 +53,16 @@ pub async fn send(
 ) -> Result<Response<UpstreamBody>, SendError> {
     let bodiless = request.body().is_end_stream();
     let mut out = Vec::with_capacity(512);
-    let coding = write_head(&mut out, &mut request);
+    let coding = write_head(&mut out, &mut request).ok_or_else(SendError::lost)?;
+    // A bodiless request whose head promises a body would leave the backend waiting for it.
+    if bodiless && matches!(coding, Coding::Length(1..)) {
+        return Err(SendError::lost());
+    }
     let mut upload = Upload {
         coding,
         pending: Bytes::new(),
         started: false,
+        unflushed: false,
         ended: bodiless,
         complete: bodiless,
         broken: false,
@@ -65,7 +70,9 @@ pub async fn send(
     // A body whose first piece is in hand goes out with the head, in one write.
     if !bodiless && let Some(first) = upload.ready_piece(request.body_mut()) {
         let first = first.map_err(|_| SendError::lost())?;
-        upload.frame(&mut out, first);
+        if !upload.frame(&mut out, first) {
+            return Err(SendError::lost());
+        }
     }
     if super::send(&mut stream, &out, &[]).await.is_err()
         || poll_fn(|cx| Pin::new(&mut stream).poll_flush(cx))
@@ -142,7 +149,11 @@ pub async fn send(
     .await;
     let (head, places) = match read {
         Ok(read) => read,
-        Err(Lost::Closed) if reused && bodiless => return Err(SendError::unsent(request)),
+        // A backend may have acted on a request it closed on without answering: only one that
+        // may be repeated goes again, on a new connection (as on the fast path).
+        Err(Lost::Closed) if reused && bodiless && request.method().is_idempotent() => {
+            return Err(SendError::unsent(request));
+        }
         Err(_) => return Err(SendError::lost()),
     };
     let head_bytes = buffer.split_to(head.length).freeze();
@@ -212,23 +223,26 @@ fn answer_of(
 /// How a request's body is framed on the wire.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Coding {
-    Length,
+    /// By its length: the bytes still to send.
+    Length(u64),
     Chunked,
 }
 
 /// Writes `request`'s head, in origin form, and says how its body goes: as hyper's client
 /// does, the fields the request has are written as they are; a body of known length says so
 /// (an empty one only for a method whose body means something), one of unknown length goes
-/// chunked.
-fn write_head(out: &mut Vec<u8>, request: &mut Request<RequestBody>) -> Coding {
+/// chunked. `None` for a `Content-Length` that is no length.
+fn write_head(out: &mut Vec<u8>, request: &mut Request<RequestBody>) -> Option<Coding> {
     let body = request.body();
     let end = body.is_end_stream();
     let exact = body.size_hint().exact();
     let headers = request.headers();
     let coding = if headers.contains_key(header::TRANSFER_ENCODING) {
         Coding::Chunked
-    } else if end || headers.contains_key(header::CONTENT_LENGTH) {
-        Coding::Length
+    } else if let Some(declared) = headers.get(header::CONTENT_LENGTH) {
+        Coding::Length(declared.to_str().ok()?.trim().parse().ok()?)
+    } else if end {
+        Coding::Length(0)
     } else if let Some(length) = exact {
         if length > 0
             || !matches!(
@@ -240,7 +254,7 @@ fn write_head(out: &mut Vec<u8>, request: &mut Request<RequestBody>) -> Coding {
                 .headers_mut()
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
         }
-        Coding::Length
+        Coding::Length(length)
     } else {
         request.headers_mut().insert(
             header::TRANSFER_ENCODING,
@@ -266,7 +280,7 @@ fn write_head(out: &mut Vec<u8>, request: &mut Request<RequestBody>) -> Coding {
         head::write_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
-    coding
+    Some(coding)
 }
 
 /// A request body on its way up while the answer is awaited or read.
@@ -276,6 +290,8 @@ struct Upload {
     pending: Bytes,
     /// A piece of the body was taken from the client's.
     started: bool,
+    /// A piece was written since the last flush (behind TLS it may sit in the session).
+    unflushed: bool,
     /// The body's end is framed (perhaps not yet written).
     ended: bool,
     /// All of the body is written and flushed.
@@ -309,29 +325,42 @@ impl Upload {
             Poll::Pending => None,
             Poll::Ready(None) => Some(Ok(None)),
             Poll::Ready(Some(Err(error))) => Some(Err(error)),
-            // A trailer frame ends the body: HTTP/1.1 requests carry none on.
-            Poll::Ready(Some(Ok(frame))) => Some(Ok(frame.into_data().ok())),
+            // Trailer fields do not go on (as on the fast path); the end comes next.
+            Poll::Ready(Some(Ok(frame))) => frame.into_data().ok().map(|data| Ok(Some(data))),
         }
     }
 
-    /// Frames `piece` (`None`: the body's end) onto `out`.
-    fn frame(&mut self, out: &mut Vec<u8>, piece: Option<Bytes>) {
+    /// Frames `piece` (`None`: the body's end) onto `out`; false when the body breaks the
+    /// length its head declared (more bytes, or fewer by its end): nothing of it may go then,
+    /// or the backend would read the rest as another request, or the next one as this body.
+    fn frame(&mut self, out: &mut Vec<u8>, piece: Option<Bytes>) -> bool {
         self.started = true;
-        match (piece, self.coding) {
+        match (piece, &mut self.coding) {
             (Some(data), _) if data.is_empty() => {}
-            (Some(data), Coding::Length) => out.extend_from_slice(&data),
+            (Some(data), Coding::Length(left)) => {
+                let Some(rest) = left.checked_sub(data.len() as u64) else {
+                    return false;
+                };
+                *left = rest;
+                out.extend_from_slice(&data);
+            }
             (Some(data), Coding::Chunked) => {
                 out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
                 out.extend_from_slice(&data);
                 out.extend_from_slice(b"\r\n");
             }
-            (None, coding) => {
-                if coding == Coding::Chunked {
-                    out.extend_from_slice(LAST_CHUNK);
+            (None, Coding::Length(left)) => {
+                if *left > 0 {
+                    return false;
                 }
                 self.ended = true;
             }
+            (None, Coding::Chunked) => {
+                out.extend_from_slice(LAST_CHUNK);
+                self.ended = true;
+            }
         }
+        true
     }
 
     /// Sends what it can of the body: `Ready(Ok)` once all of it is written.
@@ -351,12 +380,15 @@ impl Upload {
                     Ok(written) => self.pending.advance(written),
                 }
             }
+            // Behind TLS, what was written may still sit in the session's buffer: it goes out
+            // before the next piece is waited for.
+            if std::mem::take(&mut self.unflushed)
+                && ready!(Pin::new(&mut *stream).poll_flush(cx)).is_err()
+            {
+                self.broken = true;
+                return Poll::Ready(Err(Broke::Backend));
+            }
             if self.ended {
-                // Behind TLS, the end may still sit in the session's buffer.
-                if ready!(Pin::new(&mut *stream).poll_flush(cx)).is_err() {
-                    self.broken = true;
-                    return Poll::Ready(Err(Broke::Backend));
-                }
                 self.complete = true;
                 return Poll::Ready(Ok(()));
             }
@@ -366,11 +398,19 @@ impl Upload {
                     self.broken = true;
                     return Poll::Ready(Err(Broke::Client));
                 }
-                Some(Ok(frame)) => frame.into_data().ok(),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => Some(data),
+                    // Trailer fields do not go on (as on the fast path); the end comes next.
+                    Err(_) => continue,
+                },
             };
             let mut framed = Vec::new();
-            self.frame(&mut framed, piece);
+            if !self.frame(&mut framed, piece) {
+                self.broken = true;
+                return Poll::Ready(Err(Broke::Client));
+            }
             self.pending = Bytes::from(framed);
+            self.unflushed = true;
         }
     }
 }
@@ -578,7 +618,9 @@ impl Http1Body {
                 }
             }
             match ready!(this.poll_read_more(cx)) {
-                Ok(0) | Err(_) if matches!(this.reading, Reading::Close) => {
+                // Only a close ends such a body: a reset (or a TLS backend closing without
+                // close_notify) cuts it.
+                Ok(0) if matches!(this.reading, Reading::Close) => {
                     this.reading = Reading::Done;
                     this.stream = None;
                     return Poll::Ready(None);

@@ -640,3 +640,65 @@ async fn jwt_and_a_local_limit_run_inline_and_a_retry_keeps_their_edits() {
     assert_eq!(web["handed_to_hyper"], 0, "{web}");
     stop(running).await;
 }
+
+/// A backend that closes a kept-alive connection on a request without answering may have acted
+/// on it. The pipeline sends such a request again on a new connection only when it may be
+/// repeated: a lost `POST` is the client's 502, sent once; a lost `GET` is answered from a new
+/// connection.
+#[tokio::test]
+async fn a_request_a_reused_connection_lost_goes_again_only_when_it_may_be_repeated() {
+    use std::sync::Arc;
+    let heads = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = heads.clone();
+    // Answers the first request on each connection, then reads the next one and closes.
+    let backend = raw_backend(move |mut stream| {
+        let seen = seen.clone();
+        async move {
+            for answered in [true, false] {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let line = String::from_utf8_lossy(&head);
+                seen.lock()
+                    .unwrap()
+                    .push(line.lines().next().unwrap_or("").to_owned());
+                if !answered {
+                    return;
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            }
+        }
+    })
+    .await;
+    let mut plan = plan(&[backend]);
+    routes(&mut plan)[0].filters = vec![FilterPlan::RequestBuffering { memory: 1024 }];
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    assert_eq!(client.get("/takip/1").await.status, 200);
+    let post = Request::post("/olay")
+        .header("host", "kargo.test")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(client.send(post).await.status, 502);
+    let posts = |heads: &[String]| heads.iter().filter(|h| h.starts_with("POST")).count();
+    assert_eq!(posts(&heads.lock().unwrap()), 1, "the POST went once");
+    // A GET lost the same way goes on a new connection, whose backend answers it.
+    let mut client = Client::connect(web(&running)).await;
+    assert_eq!(client.get("/takip/2").await.status, 200);
+    assert_eq!(client.get("/takip/3").await.status, 200);
+    let gets = heads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|h| h.starts_with("GET /takip/3"))
+        .count();
+    assert_eq!(gets, 2, "the lost GET went again");
+    stop(running).await;
+}
