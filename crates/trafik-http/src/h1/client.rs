@@ -21,12 +21,12 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
-use tokio::io::{AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::chunked::{ANSWER_TRAILER_LINES, Chunked, LAST_CHUNK};
 use super::head::{self, Framing, MAX_HEADERS};
 use super::rewind::{Rewind, rewind};
-use crate::http::body::{BodyFailure, RequestBody};
+use crate::http::body::{BodyError, BodyFailure, RequestBody};
 use crate::http::upstream::{SendError, UpstreamBody};
 use crate::plan::AnswerLimits;
 use crate::transport::idle::Stream;
@@ -68,17 +68,13 @@ pub async fn send(
         broken: false,
     };
     // A body whose first piece is in hand goes out with the head, in one write.
-    if !bodiless && let Some(first) = upload.ready_piece(request.body_mut()) {
+    if !bodiless && let Some(first) = ready_piece(request.body_mut()) {
         let first = first.map_err(|_| SendError::lost())?;
         if !upload.frame(&mut out, first) {
             return Err(SendError::lost());
         }
     }
-    if super::send(&mut stream, &out, &[]).await.is_err()
-        || poll_fn(|cx| Pin::new(&mut stream).poll_flush(cx))
-            .await
-            .is_err()
-    {
+    if stream.write_all(&out).await.is_err() || stream.flush().await.is_err() {
         return Err(match upload.untouched() {
             true => SendError::unsent(request),
             false => SendError::lost(),
@@ -90,14 +86,12 @@ pub async fn send(
     let mut interim = 0;
     let read = poll_fn(|cx| {
         loop {
-            if !upload.complete && !upload.broken {
-                // A body the client broke fails the exchange; a backend that stopped reading
-                // it may still answer.
-                if let Poll::Ready(Err(Broke::Client)) =
-                    upload.poll_send(cx, &mut stream, request.body_mut())
-                {
-                    return Poll::Ready(Err(Lost::Lost));
-                }
+            // A body the client broke fails the exchange; a backend that stopped reading it
+            // may still answer.
+            if let Poll::Ready(Err(Broke::Client)) =
+                upload.poll_send(cx, &mut stream, request.body_mut())
+            {
+                return Poll::Ready(Err(Lost::Lost));
             }
             if !buffer.is_empty() {
                 let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
@@ -134,10 +128,7 @@ pub async fn send(
                     _ => return Poll::Ready(Err(Lost::Lost)),
                 }
             }
-            if buffer.capacity() - buffer.len() < READ_BYTES / 2 {
-                buffer.reserve(READ_BYTES);
-            }
-            match ready!(pin!(stream.read_buf(&mut buffer)).poll(cx)) {
+            match ready!(poll_read_into(&mut stream, &mut buffer, cx)) {
                 Ok(0) | Err(_) if buffer.is_empty() && interim == 0 => {
                     return Poll::Ready(Err(Lost::Closed));
                 }
@@ -187,6 +178,19 @@ enum Lost {
     Closed,
     /// Anything else: a broken or oversized head, a close mid-head, the client's body broke.
     Lost,
+}
+
+/// Reads what the backend sent next into `buffer`, with room made for a read of [`READ_BYTES`]:
+/// the bytes read, 0 at its close.
+fn poll_read_into(
+    stream: &mut Stream,
+    buffer: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if buffer.capacity() - buffer.len() < READ_BYTES / 2 {
+        buffer.reserve(READ_BYTES);
+    }
+    pin!(stream.read_buf(buffer)).poll(cx)
 }
 
 /// Where `part` (a slice of `buffer`) lies in it.
@@ -283,6 +287,18 @@ fn write_head(out: &mut Vec<u8>, request: &mut Request<RequestBody>) -> Option<C
     Some(coding)
 }
 
+/// The body's next piece when it is in hand already.
+fn ready_piece(body: &mut RequestBody) -> Option<Result<Option<Bytes>, BodyError>> {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match Pin::new(body).poll_frame(&mut cx) {
+        Poll::Pending => None,
+        Poll::Ready(None) => Some(Ok(None)),
+        Poll::Ready(Some(Err(error))) => Some(Err(error)),
+        // Trailer fields do not go on (as on the fast path); the end comes next.
+        Poll::Ready(Some(Ok(frame))) => frame.into_data().ok().map(|data| Ok(Some(data))),
+    }
+}
+
 /// A request body on its way up while the answer is awaited or read.
 struct Upload {
     coding: Coding,
@@ -312,22 +328,6 @@ impl Upload {
     /// Nothing of the body was read yet: the request is whole.
     fn untouched(&self) -> bool {
         !self.started
-    }
-
-    /// The body's next piece when it is in hand already.
-    fn ready_piece(
-        &mut self,
-        body: &mut RequestBody,
-    ) -> Option<Result<Option<Bytes>, crate::http::body::BodyError>> {
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        match Pin::new(body).poll_frame(&mut cx) {
-            Poll::Pending => None,
-            Poll::Ready(None) => Some(Ok(None)),
-            Poll::Ready(Some(Err(error))) => Some(Err(error)),
-            // Trailer fields do not go on (as on the fast path); the end comes next.
-            Poll::Ready(Some(Ok(frame))) => frame.into_data().ok().map(|data| Ok(Some(data))),
-        }
     }
 
     /// Frames `piece` (`None`: the body's end) onto `out`; false when the body breaks the
@@ -363,13 +363,20 @@ impl Upload {
         true
     }
 
-    /// Sends what it can of the body: `Ready(Ok)` once all of it is written.
+    /// Sends what it can of the body: `Ready(Ok)` once all of it is written, `Ready(Err)` once
+    /// it broke (at once on every later call).
     fn poll_send(
         &mut self,
         cx: &mut Context<'_>,
         stream: &mut Stream,
         body: &mut RequestBody,
     ) -> Poll<Result<(), Broke>> {
+        if self.broken {
+            return Poll::Ready(Err(Broke::Backend));
+        }
+        if self.complete {
+            return Poll::Ready(Ok(()));
+        }
         loop {
             while !self.pending.is_empty() {
                 match ready!(Pin::new(&mut *stream).poll_write(cx, &self.pending)) {
@@ -480,16 +487,10 @@ impl Http1Body {
         let Some(stream) = self.stream.as_mut() else {
             return Poll::Ready(Ok(0));
         };
-        if let Some((upload, body)) = &mut self.upload
-            && !upload.complete
-            && !upload.broken
-        {
+        if let Some((upload, body)) = &mut self.upload {
             let _ = upload.poll_send(cx, stream, body);
         }
-        if self.buffer.capacity() - self.buffer.len() < READ_BYTES / 2 {
-            self.buffer.reserve(READ_BYTES);
-        }
-        pin!(stream.read_buf(&mut self.buffer)).poll(cx)
+        poll_read_into(stream, &mut self.buffer, cx)
     }
 }
 
@@ -508,7 +509,6 @@ impl Drop for Http1Body {
 
 async fn send_rest(mut upload: Upload, mut body: RequestBody, stream: Option<Stream>) {
     if let Some(mut stream) = stream
-        && !upload.broken
         && poll_fn(|cx| upload.poll_send(cx, &mut stream, &mut body))
             .await
             .is_ok()
