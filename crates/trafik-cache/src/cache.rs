@@ -1,5 +1,6 @@
 //! A cache: the [`Store`] of responses by key, with the `Vary` bookkeeping between them.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,9 +30,10 @@ impl Weigh for Slot {
 
 /// What a request would find: the stored response, if any; the key it is (or would be) stored
 /// under; and the `Vary` names that chose the key (empty when the answer does not vary).
-pub struct Found {
+pub struct Found<'p> {
     pub stored: Option<Arc<Stored>>,
-    pub key: String,
+    /// The primary key itself unless the answer varies: a hit pays no copy of it.
+    pub key: Cow<'p, str>,
     pub vary: Vec<HeaderName>,
 }
 
@@ -56,11 +58,11 @@ impl Cache {
 
     /// The stored response a request with these headers may use, fresh or not; and the key it
     /// is (or would be) stored under.
-    pub fn lookup<F: FieldValues + ?Sized>(
+    pub fn lookup<'p, F: FieldValues + ?Sized>(
         &self,
-        primary: &str,
+        primary: &'p str,
         request: &F,
-    ) -> (Option<Arc<Stored>>, String) {
+    ) -> (Option<Arc<Stored>>, Cow<'p, str>) {
         let found = self.find(primary, request, |key| self.store.get(key));
         (found.stored, found.key)
     }
@@ -68,20 +70,20 @@ impl Cache {
     /// What [`Cache::lookup`] would find, with the `Vary` names the key was chosen by, read
     /// without marking anything used: the store's recency and admission counts stay as they
     /// were (`trafik explain`).
-    pub fn peek<F: FieldValues + ?Sized>(&self, primary: &str, request: &F) -> Found {
+    pub fn peek<'p, F: FieldValues + ?Sized>(&self, primary: &'p str, request: &F) -> Found<'p> {
         self.find(primary, request, |key| self.store.peek(key))
     }
 
-    fn find<F: FieldValues + ?Sized>(
+    fn find<'p, F: FieldValues + ?Sized>(
         &self,
-        primary: &str,
+        primary: &'p str,
         request: &F,
         get: impl Fn(&str) -> Option<Slot>,
-    ) -> Found {
+    ) -> Found<'p> {
         match get(primary) {
             Some(Slot::Response(stored)) => Found {
                 stored: Some(stored),
-                key: primary.to_owned(),
+                key: Cow::Borrowed(primary),
                 vary: Vec::new(),
             },
             Some(Slot::Variants(names)) => {
@@ -92,13 +94,13 @@ impl Cache {
                 };
                 Found {
                     stored,
-                    key: variant,
+                    key: Cow::Owned(variant),
                     vary: names.to_vec(),
                 }
             }
             None => Found {
                 stored: None,
-                key: primary.to_owned(),
+                key: Cow::Borrowed(primary),
                 vary: Vec::new(),
             },
         }

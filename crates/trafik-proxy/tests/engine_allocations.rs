@@ -1,16 +1,18 @@
-//! The own engine's plain GET keep-alive path allocates nothing per request once warm: a
-//! counting global allocator (this binary's alone) counts allocations made on every thread but
-//! the test's own (where the client and the backend run), while one client sends requests on
-//! one kept-alive connection through a one-worker proxy.
+//! The own engine's plain GET keep-alive path allocates nothing per request once warm, and a
+//! cache hit little: a counting global allocator (this binary's alone) counts allocations made
+//! on every thread but the test's own (where the client and the backend run), while one client
+//! sends requests on one kept-alive connection through a one-worker proxy.
 #![allow(unsafe_code)] // a global allocator is an unsafe trait
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use trafik_proxy::Engine;
+use trafik_proxy::{CachePlan, Engine, Plan, TargetPlan};
 use trafik_test_support::proxy::*;
 
 struct Counting;
@@ -85,11 +87,49 @@ async fn requests(stream: &mut tokio::net::TcpStream, count: usize) {
     }
 }
 
-/// Allocations counted while `count` requests pass a warm one-worker proxy on `engine`.
-async fn allocations(engine: Engine, backend: SocketAddr, count: usize) -> u64 {
+/// A one-worker proxy to `backend` on `engine`.
+fn one_worker(engine: Engine, backend: SocketAddr) -> Plan {
     let mut plan = plan(&[backend]);
     plan.workers = 1;
     plan.client.engine = engine;
+    plan
+}
+
+/// The same, with a cache in front of the backend that keeps every answer a minute.
+fn cached(backend: SocketAddr) -> Plan {
+    let mut plan = one_worker(Engine::Trafik, backend);
+    let route = &mut routes(&mut plan)[0];
+    let cache = CachePlan {
+        name: "kenar".into(),
+        max_entries: 100,
+        max_bytes: 1 << 20,
+        policy: trafik_cache::Policy::Lru,
+        default_ttl: Duration::from_secs(60),
+        stale_while_revalidate: Duration::ZERO,
+        stale_if_error: Duration::ZERO,
+        header: None,
+        clock: trafik_cache::Clock::system(),
+    };
+    route.target = TargetPlan::Cached {
+        cache: Arc::new(cache),
+        target: Box::new(route.target.clone()),
+    };
+    plan
+}
+
+/// A one-worker proxy that answers from files under `root` (`/takip/TR-1` is `root/takip/TR-1`).
+fn files(root: &std::path::Path, backend: SocketAddr) -> Plan {
+    let mut plan = one_worker(Engine::Trafik, backend);
+    routes(&mut plan)[0].target = TargetPlan::Static {
+        root: root.to_owned(),
+        index: None,
+    };
+    plan
+}
+
+/// Allocations counted while `count` requests pass a warm proxy started from `plan`.
+async fn allocations(plan: Plan, count: usize) -> u64 {
+    let engine = plan.client.engine;
     let running = trafik_proxy::start(plan).unwrap();
     let mut client = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
     requests(&mut client, 200).await;
@@ -104,20 +144,37 @@ async fn allocations(engine: Engine, backend: SocketAddr, count: usize) -> u64 {
 
 /// One test, so no other test's proxy allocates meanwhile.
 #[tokio::test]
-async fn a_warm_plain_get_allocates_nothing_per_request() {
+async fn warm_plain_gets_and_files_allocate_nothing_per_request_and_cache_hits_little() {
     EXEMPT.with(|exempt| exempt.set(true));
     let backend = backend().await;
     const MEASURED: usize = 2_000;
-    let own = allocations(Engine::Trafik, backend, MEASURED).await;
+    let own = allocations(one_worker(Engine::Trafik, backend), MEASURED).await;
     // Background work (the once-a-second sweeps) may allocate a little; a request must not.
     assert!(
         own < (MEASURED / 20) as u64,
         "{own} allocations in {MEASURED} requests"
     );
     // The same count on hyper's engine shows the count sees per-request allocations.
-    let hyper = allocations(Engine::Hyper, backend, MEASURED).await;
+    let hyper = allocations(one_worker(Engine::Hyper, backend), MEASURED).await;
     assert!(
         hyper >= MEASURED as u64,
         "{hyper} allocations in {MEASURED} requests"
+    );
+    // A hit makes its key and its `Cache-Status` text; the stored fields are written as they
+    // are, not copied into a header map per answer.
+    let hits = allocations(cached(backend), MEASURED).await;
+    assert!(
+        hits <= 2 * MEASURED as u64 + (MEASURED / 20) as u64,
+        "{hits} allocations in {MEASURED} cache hits"
+    );
+    // A kept file's 200 is written from the fields made when it was read.
+    let root = std::env::temp_dir().join(format!("trafik-allocations-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("takip")).unwrap();
+    std::fs::write(root.join("takip/TR-1"), "ok").unwrap();
+    let served = allocations(files(&root, backend), MEASURED).await;
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(
+        served < (MEASURED / 20) as u64,
+        "{served} allocations in {MEASURED} answers from a file"
     );
 }

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
-use http::Method;
+use http::{HeaderValue, Method};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use self::body::{Failed, Upload};
@@ -55,7 +55,9 @@ use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
 use crate::counters::bump;
 use crate::error::{Blame, Cause, ProxyError};
-use crate::http::body::{ErrorAnswer, ProxyBody};
+use crate::http::body::{ErrorAnswer, HeldAnswer, ProxyBody};
+use crate::http::cache::Hit;
+use crate::http::files::{FileAnswer, WholeFile};
 use crate::http::filter;
 use crate::http::route::Asking;
 use crate::http::server::{self, Client, Protocol};
@@ -437,7 +439,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
     {
         steps.on_response(&mut answer, ran);
         let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
-        return answer_own(connection, logged, *answer, consumed, keep(), head_request).await;
+        let answer = OwnAnswer::Built(*answer);
+        return answer_own(connection, logged, answer, consumed, keep(), head_request).await;
     }
     let target = match target {
         Inline::Pool(target) => target,
@@ -450,33 +453,36 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
                 None => Cow::Borrowed(text(&request.target)),
             };
             let fields = AnswerFields::new(&mut connection.head, request.cache_fields);
-            let Some(mut answer) =
-                cached.hit(me, snapshot, &request.method, &path_and_query, &fields)
+            let Some(hit) = cached.hit(me, snapshot, &request.method, &path_and_query, &fields)
             else {
                 let piped =
                     through_pipeline(proxy, snapshot, listener, connection, request, control);
                 return Box::pin(piped).await;
             };
-            if let Some(alt_svc) = alt_svc {
-                answer
-                    .headers_mut()
-                    .insert(http::header::ALT_SVC, alt_svc.clone());
-            }
+            let answer = OwnAnswer::Stored(hit, alt_svc);
             let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
             return answer_own(connection, logged, answer, consumed, keep(), head_request).await;
         }
         Inline::Files(site) => {
             let path = rewritten.as_deref().unwrap_or(path);
             let fields = AnswerFields::new(&mut connection.head, request.cache_fields);
-            let mut answer = site.serve(me, &request.method, path, &fields).await;
-            if let Some(alt_svc) = alt_svc {
-                answer
-                    .headers_mut()
-                    .insert(http::header::ALT_SVC, alt_svc.clone());
-            }
-            if let Some(steps) = &metrics.steps {
-                steps.on_response(&mut answer, steps.filters.len());
-            }
+            let answer = match site.serve(me, &request.method, path, &fields).await {
+                FileAnswer::Whole(whole) if metrics.steps.is_none() => {
+                    OwnAnswer::File(whole, alt_svc)
+                }
+                answer => {
+                    let mut answer = answer.into_response();
+                    if let Some(alt_svc) = alt_svc {
+                        answer
+                            .headers_mut()
+                            .insert(http::header::ALT_SVC, alt_svc.clone());
+                    }
+                    if let Some(steps) = &metrics.steps {
+                        steps.on_response(&mut answer, steps.filters.len());
+                    }
+                    OwnAnswer::Built(answer)
+                }
+            };
             let logged = metrics.answered(answer.status().as_u16(), None, Instant::now());
             return answer_own(connection, logged, answer, consumed, keep(), head_request).await;
         }
@@ -924,7 +930,7 @@ async fn refuse<S: AsyncWrite + SendFile + Unpin>(
     Box::pin(answer_own(
         connection,
         logged,
-        answer,
+        OwnAnswer::Built(answer),
         consumed,
         keep,
         head_request,
@@ -932,24 +938,50 @@ async fn refuse<S: AsyncWrite + SendFile + Unpin>(
     .await
 }
 
+/// An answer the own engine gives without a backend.
+// Made and moved into its writer once: boxing the built answers would cost each an allocation.
+#[allow(clippy::large_enum_variant)]
+enum OwnAnswer<'a> {
+    /// Built as a `Response`: trafik's own errors, a filter's answer, a file's range.
+    Built(http::Response<ProxyBody>),
+    /// A copy from the cache, written as it is stored, with the listener's `Alt-Svc`.
+    Stored(Hit<'a>, Option<&'a HeaderValue>),
+    /// A whole file, written from the fields made when it was read, with the `Alt-Svc`.
+    File(WholeFile, Option<&'a HeaderValue>),
+}
+
+impl OwnAnswer<'_> {
+    fn status(&self) -> http::StatusCode {
+        match self {
+            OwnAnswer::Built(answer) => answer.status(),
+            OwnAnswer::Stored(hit, _) => hit.status(),
+            OwnAnswer::File(file, _) => file.status(),
+        }
+    }
+}
+
 /// Writes trafik's own `answer`, counted already (its log line `logged`), as every answer of the
 /// pipeline is written; the connection goes on when `keep` and the answer allow it.
 async fn answer_own<S: AsyncWrite + SendFile + Unpin>(
     connection: &mut Connection<S>,
     logged: Option<AccessLine>,
-    answer: http::Response<ProxyBody>,
+    answer: OwnAnswer<'_>,
     consumed: usize,
     keep: bool,
     head_request: bool,
 ) -> Exchanged {
-    let written = pipeline::write_answer(
-        &mut connection.client,
-        &mut connection.relay,
-        answer,
-        head_request,
-        !keep,
-    )
-    .await;
+    let (client, out) = (&mut connection.client, &mut connection.relay);
+    let written = match answer {
+        OwnAnswer::Built(answer) => {
+            pipeline::write_answer(client, out, answer, head_request, !keep).await
+        }
+        OwnAnswer::Stored(hit, alt_svc) => {
+            pipeline::write_held(client, out, &hit, alt_svc, head_request, !keep).await
+        }
+        OwnAnswer::File(file, alt_svc) => {
+            pipeline::write_held(client, out, &file, alt_svc, head_request, !keep).await
+        }
+    };
     if let Some(line) = logged {
         line.write(written.is_ok().then(Instant::now));
     }

@@ -26,7 +26,7 @@ use super::{Connection, Exchanged, date};
 use crate::connections::Control;
 use crate::error::ProxyError;
 use crate::http::body::ErrorAnswer;
-use crate::http::body::{Feed, FileRegion, ProxyBody, RequestBody};
+use crate::http::body::{Feed, FileRegion, HeldAnswer, ProxyBody, RequestBody};
 use crate::http::service::{ClientConnection, WorkerProxy};
 use crate::http::upgrade::OwnEngineConnection;
 use crate::observed::SendFile;
@@ -400,9 +400,9 @@ fn http_request(input: &[u8], request: &RequestHead) -> Option<http::Request<Req
 /// `Content-Length`, else its body's exact size), else in chunks; no body (and no framing
 /// field) after 204 or 304, no body after `HEAD`. An interim (1xx) answer cannot be final: it
 /// becomes trafik's 502 (hyper's server makes it a 500) and closes the connection, as a 101
-/// does. `Ok(true)` when the
-/// connection may carry another request. A body that breaks, or that is longer or shorter than
-/// its length, leaves the client a cut answer (`Err`: the connection closes).
+/// does. `Ok(true)` when the connection may carry another request. A body that breaks, or
+/// that is longer or shorter than its length, leaves the client a cut answer (`Err`: the
+/// connection closes).
 pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
     client: &mut W,
     out: &mut Vec<u8>,
@@ -416,8 +416,67 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
         true => ProxyError::UpstreamFailed.response(),
         false => answer,
     };
-    let (parts, mut body) = answer.into_parts();
-    let status = parts.status;
+    let (parts, body) = answer.into_parts();
+    let fields = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name, value.as_bytes()));
+    let exact = body.size_hint().exact();
+    let framing = write_head(
+        out,
+        parts.status,
+        fields,
+        exact,
+        head_request,
+        close || interim,
+    );
+    write_body(client, out, framing, body).await
+}
+
+/// Writes an answer trafik holds (a copy from the cache, a file) from its fields as they are
+/// held, as [`write_answer`] would write its `Response`, with the listener's `Alt-Svc`
+/// (`alt_svc`) in place of a held one.
+pub(super) async fn write_held<W: AsyncWrite + SendFile + Unpin>(
+    client: &mut W,
+    out: &mut Vec<u8>,
+    held: &impl HeldAnswer,
+    alt_svc: Option<&HeaderValue>,
+    head_request: bool,
+    close: bool,
+) -> io::Result<bool> {
+    let body = held.body();
+    let fields = held
+        .fields()
+        .filter(|(name, _)| alt_svc.is_none() || *name != header::ALT_SVC)
+        .chain(alt_svc.map(|value| (&ALT_SVC, value.as_bytes())));
+    let exact = body.size_hint().exact();
+    let framing = write_head(out, held.status(), fields, exact, head_request, close);
+    write_body(client, out, framing, body).await
+}
+
+/// `Alt-Svc`, for fields lent out by reference.
+static ALT_SVC: HeaderName = header::ALT_SVC;
+
+/// How an answer's body goes out, as its head says.
+struct AnswerFraming {
+    /// No body follows the head (204, 304, 101, or an answer to `HEAD`).
+    bodiless: bool,
+    length: Option<u64>,
+    chunked: bool,
+    close: bool,
+}
+
+/// Writes the head of an answer with `status` and `fields` into `out`. The framing fields are
+/// read here and written once, as decided from them and from `exact` (the body's size when
+/// known); `Date` is added when the fields have none.
+fn write_head<'f>(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    fields: impl Iterator<Item = (&'f HeaderName, &'f [u8])>,
+    exact: Option<u64>,
+    head_request: bool,
+    close: bool,
+) -> AnswerFraming {
     // A 101 says `Connection: upgrade` (kept by the pipeline) and the connection goes on as
     // the tunnel.
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
@@ -430,29 +489,27 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    // One pass over the fields: the framing ones are read here and written once, below, as
-    // decided from them.
     let (mut declared, mut asks_close, mut dated) = (Declared::default(), false, false);
-    for (name, value) in &parts.headers {
+    for (name, value) in fields {
         if name == header::CONNECTION {
-            asks_close |= has_token(value.as_bytes(), b"close");
+            asks_close |= has_token(value, b"close");
             if !switching {
                 continue;
             }
         } else if name == header::CONTENT_LENGTH {
-            declared.add(value.as_bytes());
+            declared.add(value);
             continue;
         } else if name == header::TRANSFER_ENCODING {
             continue;
         } else if name == header::DATE {
             dated = true;
         }
-        head::write_field(out, name.as_str().as_bytes(), value.as_bytes());
+        head::write_field(out, name.as_str().as_bytes(), value);
     }
-    let close = !switching && (close || interim) || asks_close;
+    let close = !switching && close || asks_close;
     let length = match bodiless_status {
         true => None,
-        false => declared.length().or(body.size_hint().exact()),
+        false => declared.length().or(exact),
     };
     let chunked = !bodiless_status && !head_request && length.is_none();
     if let Some(length) = length {
@@ -472,7 +529,29 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
         date::field(out);
     }
     out.extend_from_slice(b"\r\n");
-    if bodiless_status || head_request {
+    AnswerFraming {
+        bodiless: bodiless_status || head_request,
+        length,
+        chunked,
+        close,
+    }
+}
+
+/// Writes the head in `out` and then `body` as `framing` says; `Ok(true)` when the connection
+/// may carry another request.
+async fn write_body<W: AsyncWrite + SendFile + Unpin>(
+    client: &mut W,
+    out: &mut Vec<u8>,
+    framing: AnswerFraming,
+    mut body: ProxyBody,
+) -> io::Result<bool> {
+    let AnswerFraming {
+        bodiless,
+        length,
+        chunked,
+        close,
+    } = framing;
+    if bodiless {
         client.write_all(out).await?;
         client.flush().await?;
         return Ok(!close);

@@ -25,11 +25,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, header};
 use percent_encoding::percent_decode_str;
 use trafik_cache::{Limits, Policy, Store, Weigh};
 
-use super::body::{FileRegion, ProxyBody, SendfileCount};
+use super::body::{FileRegion, HeldAnswer, ProxyBody, SendfileCount};
 use super::conditional::{not_modified, range_applies};
 use super::filter::Fields;
 use super::path::escapes_are_well_formed;
@@ -209,7 +209,7 @@ impl Site {
         method: &Method,
         path: &str,
         fields: &dyn Fields,
-    ) -> Response<ProxyBody> {
+    ) -> FileAnswer {
         let counters = self.counters.mine(worker);
         bump(&counters.requests);
         if method != Method::GET && method != Method::HEAD {
@@ -217,33 +217,53 @@ impl Site {
             response
                 .headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-            return response;
+            return FileAnswer::Built(response);
         }
         let file = match self.file(path).await {
             Ok(file) => file,
-            Err(Refusal::BadPath) => return plain(StatusCode::BAD_REQUEST, "bad path\n"),
+            Err(Refusal::BadPath) => {
+                return FileAnswer::Built(plain(StatusCode::BAD_REQUEST, "bad path\n"));
+            }
             Err(Refusal::NoDescriptor) => {
-                return plain(StatusCode::SERVICE_UNAVAILABLE, "no file descriptor left\n");
+                let refused = plain(StatusCode::SERVICE_UNAVAILABLE, "no file descriptor left\n");
+                return FileAnswer::Built(refused);
             }
             Err(Refusal::NotFound) => {
                 bump(&counters.not_found);
-                return plain(StatusCode::NOT_FOUND, "not found\n");
+                return FileAnswer::Built(plain(StatusCode::NOT_FOUND, "not found\n"));
             }
         };
-        let mut response = answer(&file, fields, method == Method::HEAD);
-        let not_modified = response.status() == StatusCode::NOT_MODIFIED;
-        match response.body_mut() {
-            ProxyBody::File(region) => {
-                add(&counters.bytes, region.len() as usize);
-                // One kept small enough to go beside its head never goes by sendfile(2).
-                if !region.written_from_memory() {
-                    region.count_sendfile_with(self.counters.clone(), worker);
+        let mut answer = answer(&file, fields, method == Method::HEAD);
+        let sent = match &mut answer {
+            FileAnswer::Whole(whole) if !whole.head => {
+                Some((file.len, whole.written_from_memory()))
+            }
+            FileAnswer::Built(response) => match response.body() {
+                ProxyBody::File(region) => Some((region.len(), region.written_from_memory())),
+                _ => None,
+            },
+            FileAnswer::Whole(_) => None,
+        };
+        let Some((bytes, from_memory)) = sent else {
+            if answer.status() == StatusCode::NOT_MODIFIED {
+                bump(&counters.not_modified);
+            }
+            return answer;
+        };
+        add(&counters.bytes, bytes as usize);
+        // One kept small enough to go beside its head never goes by sendfile(2).
+        if !from_memory {
+            let counted: Arc<dyn SendfileCount> = self.counters.clone();
+            match &mut answer {
+                FileAnswer::Whole(whole) => whole.counted = Some((counted, worker)),
+                FileAnswer::Built(response) => {
+                    if let ProxyBody::File(region) = response.body_mut() {
+                        region.count_sendfile_with(counted, worker);
+                    }
                 }
             }
-            _ if not_modified => bump(&counters.not_modified),
-            _ => {}
         }
-        response
+        answer
     }
 
     /// The file a request path names: kept, or looked up on disk (off the worker).
@@ -438,14 +458,84 @@ fn validators(etag: &HeaderValue, last_modified: &HeaderValue, more: usize) -> H
     fields
 }
 
+/// What a site answers a request for a file with.
+// Made and taken apart once per request: boxing the built answers would cost each an allocation.
+#[allow(clippy::large_enum_variant)]
+pub enum FileAnswer {
+    /// The whole file's 200, written from the fields made when the file was read.
+    Whole(WholeFile),
+    /// Any other answer (a range, a 304, a refusal).
+    Built(Response<ProxyBody>),
+}
+
+impl FileAnswer {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            FileAnswer::Whole(whole) => whole.status(),
+            FileAnswer::Built(response) => response.status(),
+        }
+    }
+
+    /// The answer as the pipeline (and a step that edits answers) takes it.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        match self {
+            FileAnswer::Whole(whole) => {
+                let mut response = Response::new(whole.body());
+                *response.headers_mut() = whole.file.whole.clone();
+                response
+            }
+            FileAnswer::Built(response) => response,
+        }
+    }
+}
+
+/// A whole file's 200 (no body after `HEAD`).
+pub struct WholeFile {
+    file: Arc<File>,
+    head: bool,
+    /// Where its bytes are counted if they leave by sendfile(2), and for which worker.
+    counted: Option<(Arc<dyn SendfileCount>, usize)>,
+}
+
+impl WholeFile {
+    fn written_from_memory(&self) -> bool {
+        FileRegion::fits_beside_head(self.file.body.as_ref())
+    }
+}
+
+impl HeldAnswer for WholeFile {
+    fn status(&self) -> StatusCode {
+        StatusCode::OK
+    }
+
+    fn fields(&self) -> impl Iterator<Item = (&HeaderName, &[u8])> {
+        self.file
+            .whole
+            .iter()
+            .map(|(name, value)| (name, value.as_bytes()))
+    }
+
+    fn body(&self) -> ProxyBody {
+        if self.head {
+            return ProxyBody::Local(None);
+        }
+        let file = &self.file;
+        let mut region = FileRegion::new(file.opened.clone(), 0, file.len, file.body.clone());
+        if let Some((counted, worker)) = &self.counted {
+            region.count_sendfile_with(counted.clone(), *worker);
+        }
+        ProxyBody::File(region)
+    }
+}
+
 /// 200, 206, 304 or 416 for `file`.
-fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> {
+fn answer(file: &Arc<File>, request: &dyn Fields, head: bool) -> FileAnswer {
     let mut response = Response::new(ProxyBody::Local(None));
     // Within a second of a change the date cannot tell versions apart: the ETag still does.
     if not_modified(request, Some(&file.etag), Some(file.modified)) {
         *response.status_mut() = StatusCode::NOT_MODIFIED;
         *response.headers_mut() = validators(&file.etag, &file.last_modified, 0);
-        return response;
+        return FileAnswer::Built(response);
     }
     let modified = file.last_modified.to_str().unwrap_or("");
     let range = match request.get(&header::RANGE) {
@@ -454,48 +544,43 @@ fn answer(file: &File, request: &dyn Fields, head: bool) -> Response<ProxyBody> 
         }
         _ => None,
     };
-    let (start, end) = match range {
-        None => {
-            *response.headers_mut() = file.whole.clone();
-            (0, file.len)
-        }
-        Some(range) => {
-            let headers = response.headers_mut();
-            *headers = validators(&file.etag, &file.last_modified, 3);
-            headers.append(header::CONTENT_TYPE, file.content_type.clone());
-            let (status, content_range, (start, end)) = match range {
-                Ok((start, end)) => (
-                    StatusCode::PARTIAL_CONTENT,
-                    format!("bytes {start}-{}/{}", end - 1, file.len),
-                    (start, end),
-                ),
-                Err(()) => (
-                    StatusCode::RANGE_NOT_SATISFIABLE,
-                    format!("bytes */{}", file.len),
-                    (0, 0),
-                ),
-            };
-            headers.append(
-                header::CONTENT_RANGE,
-                HeaderValue::from_str(&content_range).expect("digits"),
-            );
-            headers.append(header::CONTENT_LENGTH, HeaderValue::from(end - start));
-            *response.status_mut() = status;
-            if status == StatusCode::RANGE_NOT_SATISFIABLE {
-                return response;
-            }
-            (start, end)
-        }
+    let Some(range) = range else {
+        return FileAnswer::Whole(WholeFile {
+            file: file.clone(),
+            head,
+            counted: None,
+        });
     };
-    if head {
-        return response;
+    let headers = response.headers_mut();
+    *headers = validators(&file.etag, &file.last_modified, 3);
+    headers.append(header::CONTENT_TYPE, file.content_type.clone());
+    let (status, content_range, (start, end)) = match range {
+        Ok((start, end)) => (
+            StatusCode::PARTIAL_CONTENT,
+            format!("bytes {start}-{}/{}", end - 1, file.len),
+            (start, end),
+        ),
+        Err(()) => (
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            format!("bytes */{}", file.len),
+            (0, 0),
+        ),
+    };
+    headers.append(
+        header::CONTENT_RANGE,
+        HeaderValue::from_str(&content_range).expect("digits"),
+    );
+    headers.append(header::CONTENT_LENGTH, HeaderValue::from(end - start));
+    *response.status_mut() = status;
+    if status == StatusCode::RANGE_NOT_SATISFIABLE || head {
+        return FileAnswer::Built(response);
     }
     let kept = file
         .body
         .as_ref()
         .map(|body| body.slice(start as usize..end as usize));
     *response.body_mut() = ProxyBody::File(FileRegion::new(file.opened.clone(), start, end, kept));
-    response
+    FileAnswer::Built(response)
 }
 
 /// `bytes=a-b`, `bytes=a-` or `bytes=-n` against a file of `len` bytes, as a half-open range;

@@ -71,7 +71,7 @@ impl Target {
             Target::Static(site) => {
                 let path = request.uri().path();
                 let answer = site.serve(worker.id, request.method(), path, request.headers());
-                (answer.await, None)
+                (answer.await.into_response(), None)
             }
             Target::Cached(cached) => {
                 Box::pin(cached.serve(worker, snapshot, connection, request)).await

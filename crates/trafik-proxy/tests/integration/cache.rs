@@ -757,7 +757,8 @@ async fn exchange_alone(running: &Running, request: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hits_are_answered_by_the_own_engine_from_the_head_it_parsed() {
     let origin = raw_origin(
-        b"HTTP/1.1 200 OK\r\netag: \"v1\"\r\ncache-control: max-age=600\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nmerhb",
+        // With labels of its own, which the cache's replace.
+        b"HTTP/1.1 200 OK\r\netag: \"v1\"\r\ncache-control: max-age=600\r\ncache-status: koken; hit\r\nx-kenar: koken\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nmerhb",
     )
     .await;
     let running =
@@ -783,6 +784,9 @@ async fn hits_are_answered_by_the_own_engine_from_the_head_it_parsed() {
             "; hit; ttl=",
         ] {
             assert!(hit.contains(field), "{field:?} in {hit}");
+        }
+        for label in ["cache-status: ", "x-kenar: "] {
+            assert_eq!(hit.matches(label).count(), 1, "{label:?} once in {hit}");
         }
     }
     let head = exchange_alone(
