@@ -976,10 +976,10 @@ async fn answer_own<S: AsyncWrite + SendFile + Unpin>(
             pipeline::write_answer(client, out, answer, head_request, !keep).await
         }
         OwnAnswer::Stored(hit, alt_svc) => {
-            pipeline::write_held(client, out, &hit, alt_svc, head_request, !keep).await
+            pipeline::write_held(client, out, hit, alt_svc, head_request, !keep).await
         }
         OwnAnswer::File(file, alt_svc) => {
-            pipeline::write_held(client, out, &file, alt_svc, head_request, !keep).await
+            pipeline::write_held(client, out, file, alt_svc, head_request, !keep).await
         }
     };
     if let Some(line) = logged {

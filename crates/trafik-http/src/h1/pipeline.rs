@@ -403,13 +403,17 @@ fn http_request(input: &[u8], request: &RequestHead) -> Option<http::Request<Req
 /// does. `Ok(true)` when the connection may carry another request. A body that breaks, or
 /// that is longer or shorter than its length, leaves the client a cut answer (`Err`: the
 /// connection closes).
-pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
-    client: &mut W,
-    out: &mut Vec<u8>,
+///
+/// The head is written into `out` at the call; the future writes it out with the body. Not an
+/// `async fn` itself: each level of them holds its arguments twice, and this future is held
+/// in every exchange's.
+pub(super) fn write_answer<'a, W: AsyncWrite + SendFile + Unpin>(
+    client: &'a mut W,
+    out: &'a mut Vec<u8>,
     answer: Response<ProxyBody>,
     head_request: bool,
     close: bool,
-) -> io::Result<bool> {
+) -> impl Future<Output = io::Result<bool>> + use<'a, W> {
     let interim =
         answer.status().is_informational() && answer.status() != StatusCode::SWITCHING_PROTOCOLS;
     let answer = match interim {
@@ -430,20 +434,20 @@ pub(super) async fn write_answer<W: AsyncWrite + SendFile + Unpin>(
         head_request,
         close || interim,
     );
-    write_body(client, out, framing, body).await
+    write_body(client, out, framing, body)
 }
 
 /// Writes an answer trafik holds (a copy from the cache, a file) from its fields as they are
 /// held, as [`write_answer`] would write its `Response`, with the listener's `Alt-Svc`
-/// (`alt_svc`) in place of a held one.
-pub(super) async fn write_held<W: AsyncWrite + SendFile + Unpin>(
-    client: &mut W,
-    out: &mut Vec<u8>,
-    held: &impl HeldAnswer,
+/// (`alt_svc`) in place of a held one. The head is written into `out` at the call, as there.
+pub(super) fn write_held<'a, W: AsyncWrite + SendFile + Unpin, A: HeldAnswer>(
+    client: &'a mut W,
+    out: &'a mut Vec<u8>,
+    held: A,
     alt_svc: Option<&HeaderValue>,
     head_request: bool,
     close: bool,
-) -> io::Result<bool> {
+) -> impl Future<Output = io::Result<bool>> + use<'a, W, A> {
     let body = held.body();
     let fields = held
         .fields()
@@ -451,7 +455,7 @@ pub(super) async fn write_held<W: AsyncWrite + SendFile + Unpin>(
         .chain(alt_svc.map(|value| (&ALT_SVC, value.as_bytes())));
     let exact = body.size_hint().exact();
     let framing = write_head(out, held.status(), fields, exact, head_request, close);
-    write_body(client, out, framing, body).await
+    write_body(client, out, framing, body)
 }
 
 /// `Alt-Svc`, for fields lent out by reference.
