@@ -24,7 +24,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::chunked::{ANSWER_TRAILER_LINES, Chunked, LAST_CHUNK};
-use super::head::{self, Framing, MAX_HEADERS};
+use super::head::{self, Framing, HeadBytes, MAX_HEADERS};
 use super::rewind::{Rewind, rewind};
 use crate::http::body::{BodyError, BodyFailure, RequestBody};
 use crate::http::upstream::{SendError, UpstreamBody};
@@ -82,8 +82,7 @@ pub async fn send(
     }
     let head_request = request.method() == Method::HEAD;
     let mut buffer = BytesMut::with_capacity(READ_BYTES);
-    // Informational heads skipped so far: the limit counts them.
-    let mut interim = 0;
+    let mut head_bytes = HeadBytes::new(limits.bytes);
     let read = poll_fn(|cx| {
         loop {
             // A body the client broke fails the exchange; a backend that stopped reading it
@@ -106,7 +105,7 @@ pub async fn send(
                     &mut fields,
                     &mut many,
                 ) {
-                    Ok(read) if interim + read.head.length <= limits.bytes => {
+                    Ok(read) if head_bytes.fits(read.head.length) => {
                         let places = read
                             .fields
                             .iter()
@@ -120,16 +119,16 @@ pub async fn send(
                         return Poll::Ready(Ok((read.head, places)));
                     }
                     Err(head::Response::Interim(length)) => {
-                        interim += length;
+                        head_bytes.skip(length);
                         buffer.advance(length);
                         continue;
                     }
-                    Err(head::Response::Partial) if interim + buffer.len() <= limits.bytes => {}
+                    Err(head::Response::Partial) if head_bytes.may_grow(buffer.len()) => {}
                     _ => return Poll::Ready(Err(Lost::Lost)),
                 }
             }
             match ready!(poll_read_into(&mut stream, &mut buffer, cx)) {
-                Ok(0) | Err(_) if buffer.is_empty() && interim == 0 => {
+                Ok(0) | Err(_) if buffer.is_empty() && !head_bytes.skipped_any() => {
                     return Poll::Ready(Err(Lost::Closed));
                 }
                 Ok(0) | Err(_) => return Poll::Ready(Err(Lost::Lost)),

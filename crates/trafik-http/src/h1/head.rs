@@ -689,6 +689,41 @@ pub struct ResponseHead {
     pub retry_after: bool,
 }
 
+/// The bytes an answer's heads may take before its final head is in hand, as both HTTP/1
+/// readers of answers (the fast path's and the pipeline's client) judge them: the interim
+/// (1xx) heads skipped count toward the limit too, so endless ones cannot hold a request.
+pub struct HeadBytes {
+    limit: usize,
+    interim: usize,
+}
+
+impl HeadBytes {
+    pub fn new(limit: usize) -> Self {
+        HeadBytes { limit, interim: 0 }
+    }
+
+    /// Counts an interim head of `length` bytes, skipped.
+    pub fn skip(&mut self, length: usize) {
+        self.interim += length;
+    }
+
+    /// Whether any interim head came.
+    pub fn skipped_any(&self) -> bool {
+        self.interim > 0
+    }
+
+    /// Whether a final head of `length` bytes is within the limit.
+    pub fn fits(&self, length: usize) -> bool {
+        self.interim + length <= self.limit
+    }
+
+    /// Whether a head not complete in `buffered` bytes may still end within the limit: only
+    /// then is more read. At the limit it cannot (its end is still to come).
+    pub fn may_grow(&self, buffered: usize) -> bool {
+        self.interim + buffered < self.limit
+    }
+}
+
 /// A response head read from the start of a buffer: what decides its framing and reuse, and
 /// its fields, for the own engine's rewrite ([`response`]) and for the pipeline's HTTP/1
 /// client ([`super::client`]) alike.

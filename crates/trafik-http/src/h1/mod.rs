@@ -49,7 +49,9 @@ use self::buffers::Exchange;
 use self::chunked::{ANSWER_TRAILER_LINES, BadChunk, Chunked};
 use self::deadline::Deadline;
 use self::fields::{AnswerFields, Steps};
-use self::head::{Forwarding, Framing, HeadView, Request, RequestHead, Response, ResponseHead};
+use self::head::{
+    Forwarding, Framing, HeadBytes, HeadView, Request, RequestHead, Response, ResponseHead,
+};
 use self::rewind::rewind;
 use self::upstream::Stream;
 use crate::connections::{Connections, Control, Watched};
@@ -1050,9 +1052,7 @@ async fn response_head(
         alt_svc,
     } = asked;
     let limits = snapshot.client.upstream_limits;
-    // Bytes of informational heads skipped so far: they count against the limit too, so
-    // endless 1xx answers cannot hold the request either.
-    let mut interim = 0;
+    let mut head_bytes = HeadBytes::new(limits.bytes);
     loop {
         if !buffer.is_empty() {
             match head::response(
@@ -1065,7 +1065,7 @@ async fn response_head(
                 limits.headers,
                 out,
             ) {
-                Response::Ready(head) if interim + head.length <= limits.bytes => {
+                Response::Ready(head) if head_bytes.fits(head.length) => {
                     let body_to_wait_for = replayable
                         && matches!(head.framing, Framing::Length(length) if length > 0)
                         && buffer.len() == head.length;
@@ -1078,19 +1078,22 @@ async fn response_head(
                     return Ok(head);
                 }
                 Response::Interim(length) => {
-                    interim += length;
+                    head_bytes.skip(length);
                     buffer.drain(..length);
                     continue;
                 }
                 Response::Switched => return Err(Lost::Switched),
-                Response::Partial if interim + buffer.len() < limits.bytes => {}
+                Response::Partial if head_bytes.may_grow(buffer.len()) => {}
                 Response::Ready(_) | Response::Partial | Response::Bad => {
                     return Err(Lost::Broken);
                 }
             }
         }
         match upstream.read_buf(buffer).await {
-            Ok(0) | Err(_) if buffer.is_empty() => return Err(Lost::Closed),
+            // After an interim answer the backend has the request: losing it now is no close.
+            Ok(0) | Err(_) if buffer.is_empty() && !head_bytes.skipped_any() => {
+                return Err(Lost::Closed);
+            }
             Ok(0) | Err(_) => return Err(Lost::Broken),
             Ok(_) => {}
         }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use trafik_proxy::Engine;
+use trafik_proxy::{AnswerLimits, Engine};
 use trafik_test_support::proxy::*;
 
 /// A raw backend: reads a request head, then writes `answer` and keeps the connection open
@@ -472,9 +472,9 @@ async fn an_h2c_upgrade_never_reaches_a_backend() {
     }
 }
 
-/// A backend that starts an answer head and never ends it: `X-E: ` then header bytes, up to
-/// 64 MiB or until the proxy stops reading, then it holds the connection open.
-async fn endless_head_backend() -> std::net::SocketAddr {
+/// A backend that starts an answer head and never ends it: `X-E: ` then `filler` header bytes
+/// (or until the proxy stops reading), then it holds the connection open.
+async fn unfinished_head_backend(filler: usize) -> std::net::SocketAddr {
     raw_backend(move |mut stream| async move {
         let mut buffer = [0u8; 4096];
         let mut seen = Vec::new();
@@ -484,39 +484,58 @@ async fn endless_head_backend() -> std::net::SocketAddr {
                 Ok(n) => seen.extend_from_slice(&buffer[..n]),
             }
         }
-        if stream.write_all(b"HTTP/1.1 200 OK\r\nX-E: ").await.is_err() {
+        if stream.write_all(UNFINISHED_HEAD).await.is_err() {
             return;
         }
-        let filler = [b'e'; 64 * 1024];
-        for _ in 0..1024 {
-            if stream.write_all(&filler).await.is_err() {
+        let chunk = [b'e'; 64 * 1024];
+        let mut left = filler;
+        while left > 0 {
+            let piece = left.min(chunk.len());
+            if stream.write_all(&chunk[..piece]).await.is_err() {
                 return;
             }
+            left -= piece;
         }
         let _ = stream.read(&mut buffer).await;
     })
     .await
 }
 
+const UNFINISHED_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nX-E: ";
+
+/// A head that goes on past the limit, and one that stops unfinished at it (it cannot end
+/// within the limit either): both engines' readers of answers refuse them at once, rather than
+/// wait for the rest until the response timeout.
 #[tokio::test]
 async fn an_answer_head_past_the_upstream_limits_is_the_backends_failure() {
-    for engine in [Engine::Trafik, Engine::Hyper] {
-        let backend = endless_head_backend().await;
-        let mut plan = plan_on(engine, &[backend]);
-        // Long enough that a proxy waiting for the head's end would answer 504, not 502.
-        plan.pools[0].response_timeout = Duration::from_secs(30);
-        plan.pools[0].retries = 0;
-        let running = trafik_proxy::start(plan).unwrap();
-        let answer = raw_exchange(
-            web(&running),
-            b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        )
-        .await;
-        assert!(answer.starts_with("HTTP/1.1 502"), "{engine:?}: {answer}");
-        let status = status(&running).await;
-        let k1 = &status["pools"][0]["backends"][0];
-        assert_eq!(k1["failures"], 1, "{engine:?}: {k1}");
-        stop(running).await;
+    const LIMIT: usize = 200;
+    let cases = [
+        ("endless", 64 << 20, AnswerLimits::default().bytes),
+        ("at the limit", LIMIT - UNFINISHED_HEAD.len(), LIMIT),
+    ];
+    for (case, filler, limit) in cases {
+        for engine in [Engine::Trafik, Engine::Hyper] {
+            let backend = unfinished_head_backend(filler).await;
+            let mut plan = plan_on(engine, &[backend]);
+            plan.client.upstream_limits.bytes = limit;
+            // Long enough that a proxy waiting for the head's end would answer 504, not 502.
+            plan.pools[0].response_timeout = Duration::from_secs(30);
+            plan.pools[0].retries = 0;
+            let running = trafik_proxy::start(plan).unwrap();
+            let answer = raw_exchange(
+                web(&running),
+                b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            )
+            .await;
+            assert!(
+                answer.starts_with("HTTP/1.1 502"),
+                "{case}, {engine:?}: {answer}"
+            );
+            let status = status(&running).await;
+            let k1 = &status["pools"][0]["backends"][0];
+            assert_eq!(k1["failures"], 1, "{case}, {engine:?}: {k1}");
+            stop(running).await;
+        }
     }
 }
 

@@ -641,6 +641,21 @@ async fn jwt_and_a_local_limit_run_inline_and_a_retry_keeps_their_edits() {
     stop(running).await;
 }
 
+/// Reads a request head from `stream`, a byte at a time (what follows stays unread): its
+/// request line, `None` at a close.
+async fn request_line(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    Some(head.lines().next().unwrap_or("").to_owned())
+}
+
 /// A backend that closes a kept-alive connection on a request without answering may have acted
 /// on it. The pipeline sends such a request again on a new connection only when it may be
 /// repeated: a lost `POST` is the client's 502, sent once; a lost `GET` is answered from a new
@@ -655,18 +670,10 @@ async fn a_request_a_reused_connection_lost_goes_again_only_when_it_may_be_repea
         let seen = seen.clone();
         async move {
             for answered in [true, false] {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match stream.read(&mut byte).await {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                let line = String::from_utf8_lossy(&head);
-                seen.lock()
-                    .unwrap()
-                    .push(line.lines().next().unwrap_or("").to_owned());
+                let Some(line) = request_line(&mut stream).await else {
+                    return;
+                };
+                seen.lock().unwrap().push(line);
                 if !answered {
                     return;
                 }
@@ -701,4 +708,53 @@ async fn a_request_a_reused_connection_lost_goes_again_only_when_it_may_be_repea
         .count();
     assert_eq!(gets, 2, "the lost GET went again");
     stop(running).await;
+}
+
+/// A backend that sent an interim answer (`103 Early Hints`) has the request: should it close
+/// before the final answer, that is no stale connection's close, and the request does not go
+/// again, on the fast path as in the pipeline (the client gets 502, the backend saw it once).
+#[tokio::test]
+async fn a_request_lost_after_an_interim_answer_does_not_go_again() {
+    use std::sync::Arc;
+    for filters in [vec![], vec![FilterPlan::RequestBuffering { memory: 1024 }]] {
+        let heads = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = heads.clone();
+        // Answers the first request on each connection; to the next, 103 and a close.
+        let backend = raw_backend(move |mut stream| {
+            let seen = seen.clone();
+            async move {
+                for answer in [
+                    &b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"[..],
+                    b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n",
+                ] {
+                    let Some(line) = request_line(&mut stream).await else {
+                        return;
+                    };
+                    seen.lock().unwrap().push(line);
+                    let _ = stream.write_all(answer).await;
+                }
+            }
+        })
+        .await;
+        let mut plan = plan(&[backend]);
+        plan.pools[0].retries = 0;
+        let engine = match filters.is_empty() {
+            true => "fast path",
+            false => "pipeline",
+        };
+        routes(&mut plan)[0].filters = filters;
+        let running = trafik_proxy::start(plan).unwrap();
+        let mut client = Client::connect(web(&running)).await;
+        assert_eq!(client.get("/takip/1").await.status, 200, "{engine}");
+        assert_eq!(client.get("/takip/2").await.status, 502, "{engine}");
+        let sent = heads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|head| head.starts_with("GET /takip/2"))
+            .count();
+        assert_eq!(sent, 1, "{engine}: the GET went once");
+        drop(client);
+        stop(running).await;
+    }
 }
