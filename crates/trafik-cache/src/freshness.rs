@@ -204,7 +204,9 @@ impl Stored {
 
     /// `current_age` (§4.2.3).
     pub fn age(&self, now: SystemTime) -> Duration {
-        self.initial_age + now.duration_since(self.received).unwrap_or_default()
+        // Saturating: an origin's `Age` may say any number of seconds.
+        self.initial_age
+            .saturating_add(now.duration_since(self.received).unwrap_or_default())
     }
 
     pub fn usable(&self, now: SystemTime) -> Use {
@@ -312,7 +314,7 @@ pub fn initial_age(headers: &HeaderMap, sent: SystemTime, received: SystemTime) 
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or_default();
-    apparent.max(stated + delay)
+    apparent.max(stated.saturating_add(delay))
 }
 
 pub fn http_date(value: &HeaderValue) -> Option<SystemTime> {
@@ -531,6 +533,25 @@ mod tests {
         assert!(matches!(
             refreshed.usable(later + Duration::from_secs(60)),
             Use::Fresh { .. }
+        ));
+    }
+
+    #[test]
+    fn an_age_past_any_duration_makes_a_stale_copy_not_a_panic() {
+        let at = SystemTime::now();
+        let stored = store(
+            &[
+                ("age", "18446744073709551615"),
+                ("cache-control", "max-age=60"),
+                ("etag", "\"v1\""),
+            ],
+            at,
+        )
+        .expect("validatable");
+        assert_eq!(stored.age(at + Duration::from_secs(5)), Duration::MAX);
+        assert!(matches!(
+            stored.usable(at + Duration::from_secs(5)),
+            Use::Revalidate { .. } | Use::StaleWhileRevalidate { .. }
         ));
     }
 }
