@@ -82,7 +82,7 @@ pub async fn send(
     }
     let head_request = request.method() == Method::HEAD;
     let mut buffer = BytesMut::with_capacity(READ_BYTES);
-    let mut head_bytes = HeadBytes::new(limits.bytes);
+    let mut head_budget = HeadBytes::new(limits.bytes);
     let read = poll_fn(|cx| {
         loop {
             // A body the client broke fails the exchange; a backend that stopped reading it
@@ -105,7 +105,7 @@ pub async fn send(
                     &mut fields,
                     &mut many,
                 ) {
-                    Ok(read) if head_bytes.fits(read.head.length) => {
+                    Ok(read) if head_budget.fits(read.head.length) => {
                         let places = read
                             .fields
                             .iter()
@@ -119,16 +119,16 @@ pub async fn send(
                         return Poll::Ready(Ok((read.head, places)));
                     }
                     Err(head::Response::Interim(length)) => {
-                        head_bytes.skip(length);
+                        head_budget.skip(length);
                         buffer.advance(length);
                         continue;
                     }
-                    Err(head::Response::Partial) if head_bytes.may_grow(buffer.len()) => {}
+                    Err(head::Response::Partial) if head_budget.may_grow(buffer.len()) => {}
                     _ => return Poll::Ready(Err(Lost::Lost)),
                 }
             }
             match ready!(poll_read_into(&mut stream, &mut buffer, cx)) {
-                Ok(0) | Err(_) if buffer.is_empty() && !head_bytes.skipped_any() => {
+                Ok(0) | Err(_) if buffer.is_empty() && !head_budget.skipped_any() => {
                     return Poll::Ready(Err(Lost::Closed));
                 }
                 Ok(0) | Err(_) => return Poll::Ready(Err(Lost::Lost)),

@@ -944,7 +944,8 @@ async fn refuse<S: AsyncWrite + SendFile + Unpin>(
 // Made and moved into its writer once: boxing the built answers would cost each an allocation.
 #[allow(clippy::large_enum_variant)]
 enum OwnAnswer<'a> {
-    /// Built as a `Response`: trafik's own errors, a filter's answer, a file's range.
+    /// Built as a `Response`: trafik's own errors, a filter's answer, a site's answer other
+    /// than a whole file's 200 (a range, a 304, a refusal), and any file's when steps edit it.
     Built(http::Response<ProxyBody>),
     /// A copy from the cache, written as it is stored, with the listener's `Alt-Svc`.
     Stored(Hit<'a>, Option<&'a HeaderValue>),
@@ -1052,7 +1053,7 @@ async fn response_head(
         alt_svc,
     } = asked;
     let limits = snapshot.client.upstream_limits;
-    let mut head_bytes = HeadBytes::new(limits.bytes);
+    let mut head_budget = HeadBytes::new(limits.bytes);
     loop {
         if !buffer.is_empty() {
             match head::response(
@@ -1065,7 +1066,7 @@ async fn response_head(
                 limits.headers,
                 out,
             ) {
-                Response::Ready(head) if head_bytes.fits(head.length) => {
+                Response::Ready(head) if head_budget.fits(head.length) => {
                     let body_to_wait_for = replayable
                         && matches!(head.framing, Framing::Length(length) if length > 0)
                         && buffer.len() == head.length;
@@ -1078,12 +1079,12 @@ async fn response_head(
                     return Ok(head);
                 }
                 Response::Interim(length) => {
-                    head_bytes.skip(length);
+                    head_budget.skip(length);
                     buffer.drain(..length);
                     continue;
                 }
                 Response::Switched => return Err(Lost::Switched),
-                Response::Partial if head_bytes.may_grow(buffer.len()) => {}
+                Response::Partial if head_budget.may_grow(buffer.len()) => {}
                 Response::Ready(_) | Response::Partial | Response::Bad => {
                     return Err(Lost::Broken);
                 }
@@ -1091,7 +1092,7 @@ async fn response_head(
         }
         match upstream.read_buf(buffer).await {
             // After an interim answer the backend has the request: losing it now is no close.
-            Ok(0) | Err(_) if buffer.is_empty() && !head_bytes.skipped_any() => {
+            Ok(0) | Err(_) if buffer.is_empty() && !head_budget.skipped_any() => {
                 return Err(Lost::Closed);
             }
             Ok(0) | Err(_) => return Err(Lost::Broken),

@@ -452,14 +452,14 @@ pub(super) fn write_held<'a, W: AsyncWrite + SendFile + Unpin, A: HeldAnswer>(
     let fields = held
         .fields()
         .filter(|(name, _)| alt_svc.is_none() || *name != header::ALT_SVC)
-        .chain(alt_svc.map(|value| (&ALT_SVC, value.as_bytes())));
+        .chain(alt_svc.map(|value| (&ALT_SVC_NAME, value.as_bytes())));
     let exact = body.size_hint().exact();
     let framing = write_head(out, held.status(), fields, exact, head_request, close);
     write_body(client, out, framing, body)
 }
 
 /// `Alt-Svc`, for fields lent out by reference.
-static ALT_SVC: HeaderName = header::ALT_SVC;
+static ALT_SVC_NAME: HeaderName = header::ALT_SVC;
 
 /// How an answer's body goes out, as its head says.
 struct AnswerFraming {

@@ -38,6 +38,8 @@ use crate::snapshot::{Listener, WorkerSnapshot};
 pub const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 /// The same, for fields lent out by reference.
 static CACHE_STATUS_NAME: HeaderName = CACHE_STATUS;
+/// `Age`, for fields lent out by reference.
+static AGE_NAME: HeaderName = header::AGE;
 
 /// What happened to requests on one worker.
 #[derive(Debug, Default)]
@@ -864,8 +866,9 @@ impl CachedTarget {
 }
 
 /// The fields a cache adds to each of its answers: `Cache-Status` and the configured custom
-/// header.
-pub struct Labels<'a> {
+/// header. The status text is the instance's name (checked to be a field value when the
+/// configuration is resolved) and trafik's own parameters.
+struct Labels<'a> {
     status: String,
     custom: Option<(&'a HeaderName, &'a HeaderValue)>,
 }
@@ -881,8 +884,13 @@ impl Labels<'_> {
         }
     }
 
+    /// The fields [`Labels::apply`] leaves: a custom header named `Cache-Status` replaces the
+    /// cache's own.
     fn fields(&self) -> impl Iterator<Item = (&HeaderName, &[u8])> {
-        std::iter::once((&CACHE_STATUS_NAME, self.status.as_bytes()))
+        let replaced = self.custom.is_some_and(|(name, _)| *name == CACHE_STATUS);
+        (!replaced)
+            .then_some((&CACHE_STATUS_NAME, self.status.as_bytes()))
+            .into_iter()
             .chain(self.custom.map(|(name, value)| (name, value.as_bytes())))
     }
 }
@@ -938,9 +946,8 @@ fn from_store(stored: &Arc<Stored>, now: SystemTime, request: &dyn Fields) -> Re
 
 /// What a stored copy answers one request with: 304 when the client's validators match it,
 /// else the copy, with its `Age`. Decided once; the pipeline takes it as a `Response`, the own
-/// HTTP/1 engine writes its fields as they are stored (a header map built and dropped per hit
-/// cost a hit a third of its instructions).
-pub struct Reply {
+/// HTTP/1 engine writes its fields as they are stored ([`HeldAnswer`]).
+struct Reply {
     stored: Arc<Stored>,
     not_modified: bool,
     /// `Age`'s digits, and how many.
@@ -976,15 +983,14 @@ impl Reply {
         }
     }
 
-    /// The stored fields (a 304's without `Content-Length`), then `Age`.
+    /// The stored fields (a stored copy has no `Age`: `Stored::new` takes it out), then `Age`.
+    /// A 304's `Content-Length` stays among them: a writer frames a 304 without one.
     fn fields(&self) -> impl Iterator<Item = (&HeaderName, &[u8])> {
-        let not_modified = self.not_modified;
         self.stored
             .headers
             .iter()
-            .filter(move |(name, _)| !(not_modified && *name == header::CONTENT_LENGTH))
             .map(|(name, value)| (name, value.as_bytes()))
-            .chain(std::iter::once((&AGE, &self.age.0[..self.age.1])))
+            .chain(std::iter::once((&AGE_NAME, &self.age.0[..self.age.1])))
     }
 
     fn body(&self) -> ProxyBody {
@@ -1009,9 +1015,6 @@ impl Reply {
         response
     }
 }
-
-/// `Age`, for fields lent out by reference.
-static AGE: HeaderName = header::AGE;
 
 /// A stored copy the own HTTP/1 engine answers with, and the cache's labels for it.
 pub struct Hit<'a> {

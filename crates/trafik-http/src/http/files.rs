@@ -86,7 +86,8 @@ pub struct Site {
 struct File {
     opened: Arc<std::fs::File>,
     len: u64,
-    /// The fields of the whole file's 200, made once: each such answer takes a copy.
+    /// The fields of the whole file's 200, made once: the own engine writes them as they are,
+    /// a `Response` for the pipeline takes a copy.
     whole: HeaderMap,
     etag: HeaderValue,
     last_modified: HeaderValue,

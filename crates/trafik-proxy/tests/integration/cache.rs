@@ -828,3 +828,27 @@ async fn hits_are_answered_by_the_own_engine_from_the_head_it_parsed() {
     assert_eq!(cache_status(&running).await["origin_requests"], 3);
     stop(running).await;
 }
+
+/// A custom header named `Cache-Status` stands in for the cache's own, on a miss (the
+/// pipeline) and on a hit (the own engine) alike: one field, the custom value.
+#[tokio::test]
+async fn a_custom_header_named_cache_status_replaces_the_caches_own() {
+    let origin = raw_origin(
+        b"HTTP/1.1 200 OK\r\ncache-control: max-age=600\r\ncontent-length: 5\r\n\r\nmerhb",
+    )
+    .await;
+    let mut cache = cache_plan(Duration::from_secs(60));
+    cache.header = Some(CacheHeader {
+        name: http::HeaderName::from_static("cache-status"),
+        hit: HeaderValue::from_static("HIT"),
+        miss: HeaderValue::from_static("MISS"),
+    });
+    let running = trafik_proxy::start(edge(&[origin], cache)).unwrap();
+    let get = "GET /takip/TR1 HTTP/1.1\r\nhost: kargo.test\r\nconnection: close\r\n\r\n";
+    for expected in ["cache-status: MISS\r\n", "cache-status: HIT\r\n"] {
+        let answer = exchange_alone(&running, get).await;
+        assert!(answer.contains(expected), "{expected:?} in {answer}");
+        assert_eq!(answer.matches("cache-status: ").count(), 1, "{answer}");
+    }
+    stop(running).await;
+}
