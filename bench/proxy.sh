@@ -154,4 +154,4 @@ for shape in $SHAPES; do
   done
 done
 echo
-echo "goal (get): trafik-own req/s ≥ 1.10× nginx and CPU per request ≤ 0.80× nginx; no shape below 1.0×"
+echo "goal (one-pipeline issue): get ≥ 1.15× nginx req/s at ≤ 0.85× its CPU per request; no shape below 1.0×"
