@@ -45,7 +45,9 @@ impl ActiveChecks {
 
     /// The longest from a death to the verdict "down": `fall × period + timeout`.
     pub fn detection(&self) -> Duration {
-        self.period().saturating_mul(self.fall) + self.timeout
+        self.period()
+            .saturating_mul(self.fall)
+            .saturating_add(self.timeout)
     }
 }
 
@@ -204,7 +206,7 @@ pub fn dns_name(ttl: Duration, regions: &[Region]) -> Budget {
         (None, None) => (None, None),
     };
     Budget {
-        bound: checks.map(|checks| ttl + checks.detection()),
+        bound: checks.map(|checks| ttl.saturating_add(checks.detection())),
         ttl: Some(ttl),
         checks,
         region,
@@ -331,6 +333,16 @@ mod tests {
             retry_floor: 10,
             largest_share: share,
         }
+    }
+
+    #[test]
+    fn a_detection_past_any_duration_is_the_longest_one_not_a_panic() {
+        let slow = ActiveChecks {
+            interval: Duration::MAX / 2,
+            timeout: Duration::from_secs(1),
+            fall: 3,
+        };
+        assert_eq!(slow.detection(), Duration::MAX);
     }
 
     fn ejection() -> Ejection {

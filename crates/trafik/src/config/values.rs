@@ -35,11 +35,20 @@ impl FromStr for Dur {
         let value: f64 = number
             .parse()
             .map_err(|_| format!("expected {DURATION_FORMS}, found {text:?}"))?;
-        Duration::try_from_secs_f64(value * seconds_per_unit)
-            .map(Dur)
-            .map_err(|_| format!("duration {text:?} is out of range"))
+        match Duration::try_from_secs_f64(value * seconds_per_unit) {
+            Ok(duration) if duration <= LONGEST => Ok(Dur(duration)),
+            _ => Err(format!(
+                "duration {text:?} is out of range: at most \"87600h\" (ten years)"
+            )),
+        }
     }
 }
+
+/// The longest duration a configuration may name. Every timeout, interval and TTL is added to
+/// a clock reading or multiplied by a small count somewhere, which a duration near
+/// `Duration::MAX` overflows (a panic in the middle of a request): ten years is beyond any
+/// use and far from that edge.
+const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -256,6 +265,19 @@ mod tests {
         for bad in ["2 sec", "5", "ms", "-1s", "1..2s", ""] {
             let error = bad.parse::<Dur>().unwrap_err();
             assert!(error.contains("expected a duration"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_duration_past_ten_years_is_refused_before_it_can_overflow_a_clock() {
+        assert_eq!(
+            "87600h".parse::<Dur>().map(|d| d.0),
+            Ok(Duration::from_secs(10 * 365 * 24 * 3600))
+        );
+        let endless = format!("{}s", "9".repeat(400));
+        for long in ["87601h", "5000000000000000000s", &endless] {
+            let error = long.parse::<Dur>().unwrap_err();
+            assert!(error.contains("at most \"87600h\""), "{long:?}: {error}");
         }
     }
 
