@@ -423,8 +423,8 @@ fn look_up(
         })
         .unwrap_or_else(|| "application/octet-stream".to_owned());
     let etag = HeaderValue::from_str(&etag).expect("hex and quotes");
-    let last_modified =
-        HeaderValue::from_str(&httpdate::fmt_http_date(modified)).expect("an HTTP date");
+    let last_modified = HeaderValue::from_str(&httpdate::fmt_http_date(http_datable(modified)))
+        .expect("an HTTP date");
     let content_type = HeaderValue::from_str(&content_type)
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));
     let mut whole = validators(&etag, &last_modified, 2);
@@ -446,6 +446,16 @@ fn look_up(
         checked: AtomicU64::new(now),
         kept: None,
     })))
+}
+
+/// `modified` within what an HTTP date can say, 1970 to 9999 (`httpdate` panics outside): a
+/// file's time can be anything its owner set.
+fn http_datable(modified: SystemTime) -> SystemTime {
+    const LAST: Duration = Duration::from_secs(253_402_300_799); // 9999-12-31T23:59:59Z
+    match modified.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(since) => SystemTime::UNIX_EPOCH + since.min(LAST),
+        Err(_) => SystemTime::UNIX_EPOCH,
+    }
 }
 
 /// The fields every answer for a file carries (its validators, and that it takes ranges),

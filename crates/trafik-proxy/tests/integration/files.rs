@@ -623,3 +623,27 @@ async fn a_file_cut_short_while_kept_closes_the_connection_after_what_is_left() 
     assert!(body == content[..40_000], "what is left, then the close");
     stop(running).await;
 }
+
+/// A file's modification time may be before what an HTTP date can say (1970): it is still
+/// served, its `Last-Modified` the first date that can be said. (After 9999 is clamped the same
+/// way; the file systems here cannot store such a time.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_dated_before_1970_is_served_with_the_first_http_date() {
+    let root = folder("dates");
+    std::fs::write(root.join("eski.txt"), "tarih\n").unwrap();
+    let file = std::fs::File::options()
+        .write(true)
+        .open(root.join("eski.txt"))
+        .unwrap();
+    file.set_modified(std::time::UNIX_EPOCH - std::time::Duration::from_secs(24 * 3600))
+        .unwrap();
+    let running = trafik_proxy::start(site(&root, &[])).unwrap();
+    let answer = send(web(&running), "GET", "/varlik/eski.txt", &[]).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.text(), "tarih\n");
+    assert_eq!(
+        answer.header("last-modified"),
+        Some("Thu, 01 Jan 1970 00:00:00 GMT")
+    );
+    stop(running).await;
+}
