@@ -350,9 +350,32 @@ impl Weighted {
     }
 }
 
+/// The longest cycle weights may make (their sum, a common factor divided out): a
+/// configuration whose weights need more is refused, rather than filling memory with it.
+pub const LONGEST_PATTERN: u64 = 10_000;
+
+/// The cycle `weights` make: their sum once their common factor is divided out.
+pub fn pattern_length(weights: &[u32]) -> u64 {
+    reduced(weights).iter().map(|w| u64::from(*w)).sum()
+}
+
+/// Weights divided by their greatest common divisor: the same proportions in the shortest
+/// cycle (the smooth round robin of `k·w` is that of `w`, k times over).
+fn reduced(weights: &[u32]) -> Vec<u32> {
+    let gcd = |mut a: u32, mut b: u32| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let common = weights.iter().fold(0, |common, w| gcd(common, *w)).max(1);
+    weights.iter().map(|w| w / common).collect()
+}
+
 /// A pattern with each region in proportion to its weight, interleaved (smooth weighted round
-/// robin): weights 5, 3, 2 give a cycle of 10.
+/// robin): weights 5, 3, 2 (or 50, 30, 20) give a cycle of 10.
 pub fn pattern_from_weights(weights: &[u32]) -> Vec<Region> {
+    let weights = &reduced(weights)[..];
     let total: i64 = weights.iter().map(|w| i64::from(*w)).sum();
     let mut current = vec![0i64; weights.len()];
     let mut pattern = Vec::with_capacity(total as usize);
@@ -654,6 +677,19 @@ mod tests {
         assert_eq!(pattern.iter().filter(|r| **r == 0).count(), 5);
         assert_eq!(pattern.iter().filter(|r| **r == 2).count(), 2);
         assert_ne!(pattern[0], pattern[1]);
+    }
+
+    #[test]
+    fn weights_with_a_common_factor_make_the_same_shortest_pattern() {
+        assert_eq!(
+            pattern_from_weights(&[4_000_000_000, 2_400_000_000, 1_600_000_000]),
+            pattern_from_weights(&[5, 3, 2])
+        );
+        assert_eq!(pattern_length(&[50, 30, 20, 0]), 10);
+        assert_eq!(
+            pattern_length(&[4_000_000_000, 3_999_999_999]),
+            7_999_999_999
+        );
     }
 
     #[test]

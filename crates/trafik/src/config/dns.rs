@@ -9,7 +9,10 @@ use toml::Spanned;
 use trafik_dns::dnssec::{Denial, ZoneKeys};
 use trafik_dns::geoip::GeoDatabase;
 use trafik_dns::master::ZoneFile;
-use trafik_dns::policy::{AllDown, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights};
+use trafik_dns::policy::{
+    AllDown, LONGEST_PATTERN, Policy, Prefix, Weighted, WeightedChoice, pattern_from_weights,
+    pattern_length,
+};
 use trafik_dns::policy::{GeoGroups, Places};
 use trafik_dns::rate::RateLimitPlan;
 use trafik_dns::transfer::{TransferPlan, TsigKey};
@@ -1016,12 +1019,23 @@ fn check_name(
                 ) {
                     weights[target] = *weight.get_ref();
                 }
-                if weights.iter().all(|w| *w == 0) {
+                let cycle = pattern_length(&weights);
+                if cycle == 0 {
                     report.error(
                         table.span(),
                         &format!("{field}.weights"),
                         "expected at least one weight above zero",
                     );
+                } else if cycle > LONGEST_PATTERN {
+                    report.error(
+                        table.span(),
+                        &format!("{field}.weights"),
+                        format!(
+                            "expected weights whose proportions repeat within {LONGEST_PATTERN} \
+                             answers (these take {cycle}): smaller numbers in the same proportions"
+                        ),
+                    );
+                    return None;
                 }
                 pattern_from_weights(&weights)
             } else {

@@ -163,6 +163,32 @@ mod tests {
         );
     }
 
+    /// Weights make a cycle of their sum (a common factor divided out): one past
+    /// `LONGEST_PATTERN` is refused at the field, not built (4 and 3 billion filled memory).
+    #[test]
+    fn dns_weights_whose_cycle_would_fill_memory_are_refused() {
+        let config = |weights: &str| {
+            format!(
+                "[dns]\nlisten = \"127.0.0.1:0\"\n\
+                 [[dns.region]]\nname = \"b34\"\naddresses = [\"127.0.0.34\"]\n\
+                 [[dns.region]]\nname = \"b35\"\naddresses = [\"127.0.0.35\"]\n\
+                 [[dns.zone]]\norigin = \"kargo.test.\"\nname_servers = [\"ns1\"]\n\
+                 [[dns.zone.record]]\nname = \"ns1\"\ntype = \"A\"\nvalue = \"127.0.0.1\"\n\
+                 [[dns.zone.name]]\nname = \"www\"\npolicy = \"weighted\"\nweights = {weights}\n"
+            )
+        };
+        let scaled = config("{ b34 = 4000000000, b35 = 2000000000 }");
+        assert!(load("t.toml", &scaled).is_ok(), "2:1 is a cycle of 3");
+        let errors = load("t.toml", &config("{ b34 = 4000000000, b35 = 3000000001 }")).unwrap_err();
+        let fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["dns.zone[0].name[0].weights"]);
+        assert!(
+            errors[0].message.contains("within 10000 answers"),
+            "{}",
+            errors[0].message
+        );
+    }
+
     #[test]
     fn an_unknown_key_alone_starts_nothing() {
         let text = format!("{ONE_ROUTE}backends = [{{ address = \"127.0.0.1:2\" }}]\nretrys = 1\n");
