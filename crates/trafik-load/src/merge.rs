@@ -166,7 +166,12 @@ pub fn merge(
         run.late += part.late;
         run.dropped += part.dropped;
         run.connections_opened += part.connections_opened;
-        run.window = run.window.max(Duration::from_secs_f64(part.window_s));
+        // An agent's word, read from etcd: a window no run can have is refused, not a panic.
+        let window = Duration::try_from_secs_f64(part.window_s)
+            .ok()
+            .filter(|window| *window <= crate::schedule::LONGEST_RUN)
+            .ok_or_else(|| format!("a part measured over {}s", part.window_s))?;
+        run.window = run.window.max(window);
         if run.planned_per_second.len() < part.planned_per_second.len() {
             run.planned_per_second
                 .resize(part.planned_per_second.len(), 0);
@@ -303,6 +308,17 @@ mod tests {
                 1,
             )]),
         }
+    }
+
+    #[test]
+    fn a_part_with_a_window_no_run_has_is_refused_not_a_panic() {
+        for window_s in [-1.0, f64::NAN, 1e30] {
+            let mut part = Measured::of(&run_of(&[100, 200]));
+            part.window_s = window_s;
+            let merged = merge(&[part], 25_000, false);
+            assert!(merged.is_err(), "{window_s}");
+        }
+        assert!(merge(&[Measured::of(&run_of(&[100]))], 25_000, false).is_ok());
     }
 
     #[test]

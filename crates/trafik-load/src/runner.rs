@@ -33,6 +33,21 @@ pub enum Pacing {
     Closed(Duration),
 }
 
+impl Pacing {
+    /// Whether it can be run (see [`RatePlan::check`]): for pacing read from another process.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            Pacing::Open(plan) => plan.check(),
+            Pacing::Closed(duration) if *duration > crate::schedule::LONGEST_RUN => Err(format!(
+                "a closed loop of {}s: expected at most {}s",
+                duration.as_secs(),
+                crate::schedule::LONGEST_RUN.as_secs()
+            )),
+            Pacing::Closed(_) => Ok(()),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub target: Target,

@@ -56,7 +56,37 @@ pub struct RatePlan {
     segments: Vec<Segment>,
 }
 
+/// The longest run a plan read from elsewhere (an agent's order in etcd) may describe: every
+/// run adds its length to a clock reading and keeps a counter per second of it, which a
+/// length near `Duration::MAX` overflows. The configuration's own bound on durations.
+pub const LONGEST_RUN: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 impl RatePlan {
+    /// Whether the plan can be run: every segment's length and rates finite and not negative,
+    /// the whole at most [`LONGEST_RUN`]. Plans this crate builds always can; one deserialized
+    /// from another process is checked before it runs.
+    pub fn check(&self) -> Result<(), String> {
+        let fine = |x: f64| x.is_finite() && x >= 0.0;
+        if let Some(bad) = self
+            .segments
+            .iter()
+            .find(|s| !(fine(s.duration) && fine(s.from) && fine(s.to)))
+        {
+            return Err(format!(
+                "a segment of {}s from {}/s to {}/s: expected finite, non-negative numbers",
+                bad.duration, bad.from, bad.to
+            ));
+        }
+        if self.duration() > LONGEST_RUN.as_secs_f64() {
+            return Err(format!(
+                "a run of {}s: expected at most {}s",
+                self.duration(),
+                LONGEST_RUN.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
     /// `rate` requests per second for `duration`.
     pub fn constant(rate: f64, duration: Duration) -> Self {
         RatePlan {
@@ -209,6 +239,25 @@ impl Iterator for SendTimes<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_from_elsewhere_is_checked_before_it_runs() {
+        let plan = |duration, from, to| RatePlan {
+            segments: vec![Segment { duration, from, to }],
+        };
+        assert_eq!(plan(60.0, 100.0, 200.0).check(), Ok(()));
+        for bad in [
+            plan(-1.0, 100.0, 100.0),
+            plan(f64::NAN, 100.0, 100.0),
+            plan(60.0, f64::INFINITY, 100.0),
+            plan(60.0, 100.0, -5.0),
+            plan(1e30, 1.0, 1.0),
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+        let closed = crate::runner::Pacing::Closed(Duration::MAX);
+        assert!(closed.check().is_err());
+    }
 
     fn seconds(times: impl Iterator<Item = Duration>) -> Vec<f64> {
         times

@@ -121,6 +121,10 @@ pub async fn serve(url: &str, prefix: &str, name: &str) -> Result<(), String> {
                 continue;
             }
         };
+        if let Err(e) = order.pacing.check() {
+            eprintln!("agent: an order it cannot run ({e}); waiting for the next");
+            continue;
+        }
         if done.as_ref() == Some(&order.run) {
             continue;
         }
