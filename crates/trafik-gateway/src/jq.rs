@@ -161,9 +161,47 @@ fn rfc3339ms<V: jaq_std::ValT>(value: &V) -> Result<String, jaq_core::Error<V>> 
     Ok(instant.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
 }
 
-/// Reads a JSON body; `None` for anything that is not one JSON value.
+/// Reads a JSON body; `None` for anything that is not one JSON value, and for one nested
+/// deeper than [`DEEPEST`] or with a number longer than [`LONGEST_NUMBER`] (see [`bounded`]).
 pub fn parse(body: &[u8]) -> Option<Val> {
-    jaq_json::read::parse_single(body).ok()
+    bounded(body).then(|| jaq_json::read::parse_single(body).ok())?
+}
+
+/// The deepest nesting of arrays and objects read (serde_json's default limit too).
+pub const DEEPEST: usize = 128;
+
+/// The longest number read, in characters.
+pub const LONGEST_NUMBER: usize = 1024;
+
+/// Whether `body` stays within what the parser may be given: it recurses once per `[` or `{`
+/// on the worker's stack (a backend's `[[[[…` a million deep overflowed it and aborted the
+/// process), and reads a long number into a big integer in time quadratic in its digits. One
+/// pass over the bytes, strings skipped.
+fn bounded(body: &[u8]) -> bool {
+    let (mut depth, mut number, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &byte in body {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        let in_number = byte.is_ascii_digit() || matches!(byte, b'-' | b'+' | b'.' | b'e' | b'E');
+        number = if in_number { number + 1 } else { 0 };
+        if depth > DEEPEST || number > LONGEST_NUMBER {
+            return false;
+        }
+    }
+    true
 }
 
 /// Writes a value as compact JSON, keys in the order the value has them.
@@ -206,6 +244,20 @@ mod tests {
             )
             .unwrap();
         String::from_utf8(write(&output)).unwrap()
+    }
+
+    #[test]
+    fn a_body_nested_past_the_deepest_or_with_an_endless_number_is_no_json() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(parse(deep(DEEPEST).as_bytes()).is_some());
+        // A million deep overflowed the stack the parser recursed on.
+        assert!(parse(deep(1_000_000).as_bytes()).is_none());
+        assert!(parse(format!("{{\"a\":{}}}", deep(DEEPEST)).as_bytes()).is_none());
+        // Brackets inside strings are text.
+        let quoted = format!("{{\"a\":\"{}\\\"\"}}", "[".repeat(10_000));
+        assert!(parse(quoted.as_bytes()).is_some());
+        assert!(parse("9".repeat(LONGEST_NUMBER).as_bytes()).is_some());
+        assert!(parse("9".repeat(4 << 20).as_bytes()).is_none());
     }
 
     #[test]
