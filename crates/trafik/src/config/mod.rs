@@ -189,6 +189,39 @@ mod tests {
         );
     }
 
+    /// A field count the parsers cannot make room for is refused at its field (a trillion
+    /// passed, and the first head with more than 64 fields aborted the process).
+    #[test]
+    fn a_head_field_limit_past_ten_thousand_is_refused() {
+        let limits = |section: &str, headers: u64| {
+            format!(
+                "{ONE_ROUTE}backends = [{{ address = \"127.0.0.1:2\" }}]\n\
+                 [server.{section}]\nheaders = {headers}\n"
+            )
+        };
+        for section in ["limits", "upstream_limits"] {
+            assert!(
+                load("t.toml", &limits(section, 10_000)).is_ok(),
+                "{section}"
+            );
+            assert_eq!(
+                error_fields(&limits(section, 1_000_000_000_000)),
+                [format!("server.{section}.headers")]
+            );
+        }
+    }
+
+    #[test]
+    fn workers_past_any_machine_are_refused() {
+        let workers = |n: u64| {
+            format!(
+                "[server]\nworkers = {n}\n{ONE_ROUTE}backends = [{{ address = \"127.0.0.1:2\" }}]\n"
+            )
+        };
+        assert!(load("t.toml", &workers(1024)).is_ok());
+        assert_eq!(error_fields(&workers(1_000_000_000)), ["server.workers"]);
+    }
+
     #[test]
     fn an_unknown_key_alone_starts_nothing() {
         let text = format!("{ONE_ROUTE}backends = [{{ address = \"127.0.0.1:2\" }}]\nretrys = 1\n");

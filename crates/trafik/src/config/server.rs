@@ -25,11 +25,13 @@ pub struct Instance {
 pub fn check(report: &mut Report, server: Server) -> Instance {
     let resolver = resolver(report, &server);
     let workers = match server.workers {
-        Some(workers) if *workers.get_ref() == 0 => {
+        Some(workers) if !(1..=MOST_WORKERS).contains(workers.get_ref()) => {
             report.error(
                 workers.span(),
                 "server.workers",
-                "expected at least 1 worker (leave it out for one per core)",
+                format!(
+                    "expected from 1 to {MOST_WORKERS} workers (leave it out for one per core)"
+                ),
             );
             1
         }
@@ -151,19 +153,29 @@ fn upstream_limits(report: &mut Report, limits: &UpstreamLimits) -> AnswerLimits
     AnswerLimits { headers, bytes }
 }
 
-/// The field count and byte size of a head in `section`: at least one field, from hyper's
-/// smallest head buffer to 1 MiB.
+/// The most workers: each is a thread with its own runtime, buffers and listening sockets; a
+/// number past what any machine runs failed at start (threads, descriptors, memory) with no
+/// word of which setting asked for it.
+const MOST_WORKERS: usize = 1024;
+
+/// The most header fields a head may be allowed: the parsers make room for that many on every
+/// head past the fast path's 64 (a trillion passed `trafik check` and aborted the process on
+/// the first such head), and a 1 MiB head cannot hold more than about 260,000 anyway.
+const MOST_FIELDS: usize = 10_000;
+
+/// The field count and byte size of a head in `section`: from one field to [`MOST_FIELDS`],
+/// from hyper's smallest head buffer to 1 MiB.
 fn head_size(
     report: &mut Report,
     section: &str,
     headers: &Spanned<usize>,
     bytes: &Spanned<Size>,
 ) -> (usize, usize) {
-    if *headers.get_ref() == 0 {
+    if !(1..=MOST_FIELDS).contains(headers.get_ref()) {
         report.error(
             headers.span(),
             &format!("{section}.headers"),
-            "expected at least 1 header field, such as 100",
+            format!("expected from 1 to {MOST_FIELDS} header fields, such as 100"),
         );
     }
     let size = bytes.get_ref().0;

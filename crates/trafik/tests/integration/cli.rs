@@ -260,7 +260,7 @@ fn bad_quick_mode_flags_are_refused_with_status_2() {
         (&["--health-interval", "soon"][..], "expected a duration"),
         (
             &["--workers", "0"][..],
-            "--workers: expected at least 1 worker",
+            "--workers: expected from 1 to 1024 workers",
         ),
     ] {
         let args: Vec<&str> = quick.iter().chain(extra).copied().collect();
@@ -980,7 +980,7 @@ headers = 0
         "breaks-serve.toml:15:25: pool[0].backends[0].address: 127.0.0.1:18080 is the address of listener[0], whose routes lead into this pool",
         "breaks-serve.toml:19:12: pool[0].health.interval: expected an interval of at least 100ms",
         "breaks-serve.toml:22:14: server.limits.head_bytes: expected from 8KiB to 1MiB, found 1024 bytes",
-        "breaks-serve.toml:25:11: server.upstream_limits.headers: expected at least 1 header field, such as 100",
+        "breaks-serve.toml:25:11: server.upstream_limits.headers: expected from 1 to 10000 header fields, such as 100",
         "error: 6 errors in the configuration",
     ] {
         assert!(
