@@ -21,6 +21,7 @@ use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::sync::{Notify, oneshot, watch};
 use trafik_cache::{Cache, CacheControl, FieldValues, Limits, Rules, Stored, Use, key, storable};
+use trafik_gateway::template::Captures;
 
 use super::body::{HeldAnswer, ProxyBody, RequestBody};
 use super::compress::Negotiated;
@@ -1087,14 +1088,18 @@ pub async fn run_jobs(worker: Rc<WorkerProxy>) {
 async fn run_job(worker: Rc<WorkerProxy>, job: Job) {
     let snapshot = worker.snapshot();
     let stored = match find_route(&snapshot, &job) {
-        Some((listener, cached)) => {
+        Some((listener, cached, captures)) => {
             let connection = ClientConnection::new(
                 listener,
                 SocketAddr::from(([127, 0, 0, 1], 0)),
                 "http",
                 None,
             );
-            let request = job_request(&job);
+            let mut request = job_request(&job);
+            // A gateway target writes its upstream path from them, as for a client's request.
+            if let Some(captures) = captures {
+                request.extensions_mut().insert(captures);
+            }
             let stored = cached
                 .refresh(&worker, &snapshot, &connection, request)
                 .await;
@@ -1126,11 +1131,16 @@ fn job_request(job: &Job) -> Request<RequestBody> {
     request
 }
 
-/// The cached route a client's request for the job's path would take, on any listener.
+/// The cached route a client's request for the job's path would take, on any listener, and
+/// what its path template captured.
 fn find_route<'a>(
     snapshot: &'a WorkerSnapshot,
     job: &Job,
-) -> Option<(crate::snapshot::ListenerId, &'a CachedTarget)> {
+) -> Option<(
+    crate::snapshot::ListenerId,
+    &'a CachedTarget,
+    Option<Captures>,
+)> {
     let request = job_request(job);
     snapshot.listener_ids().find_map(|id| {
         let routes = match snapshot.listener(id)? {
@@ -1141,8 +1151,11 @@ fn find_route<'a>(
         };
         // Trafik's own fetches come from the loopback address (as `run_job` says).
         let client = std::net::IpAddr::from([127, 0, 0, 1]);
-        match &routes.find(&request, client)?.0.target {
-            Target::Cached(cached) if cached.cache.plan.name == job.cache => Some((id, cached)),
+        let (route, captures) = routes.find(&request, client)?;
+        match &route.target {
+            Target::Cached(cached) if cached.cache.plan.name == job.cache => {
+                Some((id, cached, captures))
+            }
             _ => None,
         }
     })

@@ -10,7 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
-use trafik_proxy::{CacheHeader, CachePlan, Plan, Running, TargetPlan};
+use trafik_proxy::{
+    CacheHeader, CachePlan, PathTemplate, Plan, Running, ServiceChoice, TargetPlan,
+    UpstreamTemplate,
+};
 use trafik_test_support::proxy::*;
 use trafik_upstream::RunningReplica;
 
@@ -850,5 +853,40 @@ async fn a_custom_header_named_cache_status_replaces_the_caches_own() {
         assert!(answer.contains(expected), "{expected:?} in {answer}");
         assert_eq!(answer.matches("cache-status: ").count(), 1, "{answer}");
     }
+    stop(running).await;
+}
+
+/// A cached gateway route: a preload (a job with no client's request behind it) goes through
+/// the route's path template as a client's miss does — its upstream path written from the
+/// captures — and what it stores answers the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preload_through_a_gateway_route_writes_its_upstream_path_from_the_captures() {
+    let origin = replicas(1).await;
+    let mut plan = plan(&[origin[0].address()]);
+    let route = &mut routes(&mut plan)[0];
+    route.path_template = Some(PathTemplate::parse("/kargo/{no}").unwrap());
+    route.target = TargetPlan::Cached {
+        cache: Arc::new(cache_plan(Duration::from_secs(60))),
+        target: Box::new(TargetPlan::Service {
+            service: ServiceChoice::Named("takip".into()),
+            upstream_path: Some(UpstreamTemplate::parse("/takip/{no}", &["no".into()]).unwrap()),
+            retry_non_idempotent: false,
+        }),
+    };
+    let running = trafik_proxy::start(plan).unwrap();
+    let preloaded = admin(
+        &running,
+        "POST",
+        "/caches/kenar/preload",
+        "[\"/kargo/TR900001\"]",
+    )
+    .await;
+    assert_eq!(preloaded.status, 200, "{}", preloaded.text());
+    assert_eq!(preloaded.json()["preloaded"], 1, "{}", preloaded.text());
+    assert_eq!(origin_requests(origin[0].address()).await, 1);
+    let answer = get(web(&running), "/kargo/TR900001").await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("x-kenar"), Some("isabet"));
+    assert_eq!(origin_requests(origin[0].address()).await, 1);
     stop(running).await;
 }
