@@ -115,7 +115,7 @@ async fn without_health_checks_the_default_retry_answers_every_request() {
 
 #[tokio::test]
 async fn a_replica_that_comes_back_is_marked_up_and_served_again() {
-    let mut replicas = replicas(3).await;
+    let mut replicas = replicas_apart(3).await;
     let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
     let mut plan = plan(&addresses);
     plan.pools[0].health = Some(course_health_check());

@@ -486,7 +486,7 @@ async fn passive_health_ejects_a_backend_that_refuses_connections() {
 
 #[tokio::test]
 async fn a_backend_back_from_a_failed_health_check_ramps_up_over_its_slow_start() {
-    let mut replicas = replicas(2).await;
+    let mut replicas = replicas_apart(2).await;
     let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
     let mut plan = tcp_plan(&addresses);
     // Checks that a loaded machine cannot flap (a refused connect still fails at once): k1

@@ -254,7 +254,7 @@ async fn least_connections_still_sees_a_request_in_flight_from_before_the_reload
 
 #[tokio::test]
 async fn without_health_checks_after_a_reload_a_down_backend_is_tried_again() {
-    let mut replicas = replicas(2).await;
+    let mut replicas = replicas_apart(2).await;
     let addresses: Vec<_> = replicas.iter().map(|r| r.address()).collect();
     let mut first = plan(&addresses);
     first.pools[0].health = Some(course_health_check());

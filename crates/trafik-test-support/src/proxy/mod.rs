@@ -25,6 +25,23 @@ use trafik_upstream::{ReplicaConfig, RunningReplica};
 
 pub const LOOPBACK_ANY_PORT: &str = "127.0.0.1:0";
 
+/// Starts replicas named k1, k2, … each on a free port of a loopback address of its own
+/// (127.0.1.x, 127.0.2.x, …), for a test that stops one and starts it again on the same
+/// address: meanwhile, every other test's servers bind 127.0.0.1, so the port is still free
+/// when it comes back (on 127.0.0.1 another test's proxy once took it, and each test then
+/// reached the other's server).
+pub async fn replicas_apart(count: usize) -> Vec<RunningReplica> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let mut started = Vec::new();
+    for i in 1..=count {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let own = [127, 0, 1 + (n / 254 % 254) as u8, 1 + (n % 254) as u8];
+        let address = SocketAddr::from((own, 0));
+        started.push(replica(&format!("k{i}"), address, Duration::ZERO).await);
+    }
+    started
+}
+
 /// Starts replicas named k1, k2, … on free loopback ports.
 pub async fn replicas(count: usize) -> Vec<RunningReplica> {
     let mut started = Vec::new();
