@@ -9,13 +9,21 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use bytes::{Buf, Bytes, BytesMut};
-use http_body_util::{BodyExt, Full};
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
 /// How long one call may take before etcd counts as unreachable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The most of one answer (or one watch message) read: far above what trafik keeps in etcd
+/// (configurations, registrations, load results), and a bound on what a broken or hostile
+/// endpoint can make an agent hold.
+const ANSWER_LIMIT: usize = 64 << 20;
+
+/// The most of an error answer's text kept for the message.
+const ERROR_TEXT_LIMIT: usize = 1024;
 
 /// etcd did not answer, or answered with an error.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,14 +101,27 @@ impl Etcd {
             .map_err(|e| unreachable(&e))?;
         if !response.status().is_success() {
             let status = response.status();
-            let text = response
-                .into_body()
-                .collect()
-                .await
-                .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
-                .unwrap_or_default();
+            let mut body = response.into_body();
+            let mut text = Vec::new();
+            // As much of the reason as arrives in time, up to its bound.
+            let _ = tokio::time::timeout(CALL_TIMEOUT, async {
+                while text.len() < ERROR_TEXT_LIMIT {
+                    match body.frame().await {
+                        Some(Ok(frame)) => {
+                            if let Ok(data) = frame.into_data() {
+                                text.extend_from_slice(&data);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+            })
+            .await;
+            text.truncate(ERROR_TEXT_LIMIT);
+            let text = String::from_utf8_lossy(&text);
             return Err(EtcdError(format!(
-                "etcd answered {status} to {path}: {text}"
+                "etcd answered {status} to {path}: {}",
+                text.trim_end()
             )));
         }
         Ok(response.into_body())
@@ -108,11 +129,12 @@ impl Etcd {
 
     async fn call(&self, path: &str, body: Value) -> Result<Value, EtcdError> {
         let incoming = self.send(path, &body).await?;
-        let bytes = tokio::time::timeout(CALL_TIMEOUT, incoming.collect())
-            .await
-            .map_err(|_| EtcdError(format!("etcd at {} stopped answering", self.url())))?
-            .map_err(|e| EtcdError(format!("etcd at {} broke off: {e}", self.url())))?
-            .to_bytes();
+        let bytes =
+            tokio::time::timeout(CALL_TIMEOUT, Limited::new(incoming, ANSWER_LIMIT).collect())
+                .await
+                .map_err(|_| EtcdError(format!("etcd at {} stopped answering", self.url())))?
+                .map_err(|e| EtcdError(format!("etcd at {} broke off: {e}", self.url())))?
+                .to_bytes();
         serde_json::from_slice(&bytes)
             .map_err(|e| EtcdError(format!("etcd answered {path} without JSON: {e}")))
     }
@@ -217,26 +239,38 @@ impl Etcd {
         Ok(Watch {
             body: self.send("/v3/watch", &body).await?,
             buffer: BytesMut::new(),
+            searched: 0,
         })
     }
 }
 
-/// A running watch: the gateway streams one JSON object per event batch.
+/// A running watch: the gateway streams one JSON object per event batch, each ended by a
+/// newline.
 pub struct Watch {
     body: Incoming,
     buffer: BytesMut,
+    /// How much of `buffer` is known to hold no newline: each byte is searched once, however
+    /// many frames a long message comes in.
+    searched: usize,
 }
 
 impl Watch {
     /// The next batch of changed keys (deleted ones marked `deleted`). An error when the
-    /// stream ends: etcd went away, and the caller watches again.
+    /// stream ends, breaks, is not JSON or sends a message past [`ANSWER_LIMIT`]: the caller
+    /// watches again.
     pub async fn next(&mut self) -> Result<Vec<KeyValue>, EtcdError> {
         loop {
-            let mut stream =
-                serde_json::Deserializer::from_slice(&self.buffer).into_iter::<Value>();
-            if let Some(Ok(message)) = stream.next() {
-                let used = stream.byte_offset();
-                self.buffer.advance(used);
+            if let Some(end) = self.buffer[self.searched..]
+                .iter()
+                .position(|&byte| byte == b'\n')
+            {
+                let line = self.buffer.split_to(self.searched + end + 1);
+                self.searched = 0;
+                if line.trim_ascii().is_empty() {
+                    continue;
+                }
+                let message: Value = serde_json::from_slice(&line)
+                    .map_err(|e| EtcdError(format!("etcd's watch stream is not JSON: {e}")))?;
                 if let Some(error) = message.get("error") {
                     return Err(EtcdError(format!("etcd ended the watch: {error}")));
                 }
@@ -258,6 +292,12 @@ impl Watch {
                     continue;
                 }
                 return Ok(changed);
+            }
+            self.searched = self.buffer.len();
+            if self.buffer.len() > ANSWER_LIMIT {
+                return Err(EtcdError(format!(
+                    "etcd's watch sent a message of more than {ANSWER_LIMIT} bytes"
+                )));
             }
             match self.body.frame().await {
                 Some(Ok(frame)) => {
@@ -313,6 +353,107 @@ fn key_values(kvs: &Value) -> Vec<KeyValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An endpoint that answers one request with `head`, then writes `chunks` (as chunked
+    /// body parts) one every 10 ms, repeating the last for ever while `endless`; it then holds
+    /// the connection open.
+    async fn endpoint(head: &'static str, chunks: Vec<String>, endless: bool) -> Etcd {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buffer = [0u8; 4096];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let mut written = stream.write_all(head.as_bytes()).await;
+            let mut chunks =
+                chunks
+                    .iter()
+                    .cycle()
+                    .take(if endless { usize::MAX } else { chunks.len() });
+            while written.is_ok()
+                && let Some(chunk) = chunks.next()
+            {
+                let framed = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+                written = stream.write_all(framed.as_bytes()).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // Held open: the client decides when it has read enough.
+            let _ = stream.read(&mut buffer).await;
+        });
+        Etcd::new(&format!("http://{address}")).unwrap()
+    }
+
+    /// A guard against the old behaviour (waiting for ever); never reached when it passes.
+    async fn ends<T>(call: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("the call ended")
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_that_never_ends_is_told_by_its_first_kilobyte() {
+        let etcd = endpoint(
+            "HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n",
+            vec!["x".repeat(100)],
+            true,
+        )
+        .await;
+        let error = ends(etcd.get("/t/config")).await.unwrap_err();
+        assert!(error.0.starts_with("etcd answered 500"), "{error}");
+        assert!(error.0.len() < ERROR_TEXT_LIMIT + 200, "{}", error.0.len());
+    }
+
+    #[tokio::test]
+    async fn a_watch_stream_that_is_not_json_ends_the_watch_instead_of_growing() {
+        let event = json!({ "result": { "events": [
+            { "kv": { "key": BASE64.encode("/t/config"), "value": BASE64.encode("x"), "mod_revision": "9" } }
+        ]}});
+        let etcd = endpoint(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            vec![
+                format!("{event}\n"),
+                "{\"result\": nope}\n".to_owned(),
+                format!("{event}\n"),
+            ],
+            false,
+        )
+        .await;
+        let mut watch = etcd.watch("/t/config", 1).await.unwrap();
+        let first = ends(watch.next()).await.unwrap();
+        assert_eq!(first[0].mod_revision, 9);
+        let broken = ends(watch.next()).await.unwrap_err();
+        assert!(broken.0.contains("not JSON"), "{broken}");
+    }
+
+    #[tokio::test]
+    async fn a_watch_message_in_many_frames_is_read_whole() {
+        let event = json!({ "result": { "events": [
+            { "kv": { "key": BASE64.encode("/t/config"), "value": BASE64.encode("y".repeat(3000)), "mod_revision": "4" } }
+        ]}})
+        .to_string()
+            + "\n";
+        let pieces = event
+            .as_bytes()
+            .chunks(100)
+            .map(|piece| String::from_utf8(piece.to_vec()).unwrap())
+            .collect();
+        let etcd = endpoint(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            pieces,
+            false,
+        )
+        .await;
+        let mut watch = etcd.watch("/t/config", 1).await.unwrap();
+        let changed = ends(watch.next()).await.unwrap();
+        assert_eq!(changed[0].value.len(), 3000);
+    }
 
     #[test]
     fn a_prefix_ends_at_its_last_byte_plus_one() {

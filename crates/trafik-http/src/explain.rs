@@ -13,8 +13,10 @@ use trafik_balance::Nanos;
 use trafik_gateway::template::Captures;
 
 use crate::connections::ListenerId;
+use crate::error::ProxyError;
 use crate::http::body::RequestBody;
 use crate::http::filter::{Exchange, OwnAnswer};
+use crate::http::gateway::aggregate::{AggregateTarget, batch_records};
 use crate::http::route::{self, Matching, Route};
 use crate::http::service::ClientConnection;
 use crate::http::target::{PoolTarget, Target};
@@ -375,25 +377,7 @@ impl Told<'_> {
                         answer(404, "the capture names no service of the map", None)
                 }
             },
-            Target::Aggregate(aggregate) => {
-                let parts: Vec<Value> = aggregate
-                    .parts
-                    .iter()
-                    .zip(&aggregate.contracts)
-                    .map(|(part, (name, _))| {
-                        let mut told =
-                            json!({ "part": name, "path": part.path.render(self.captures) });
-                        self.pool(&part.pool, request, &mut told);
-                        told
-                    })
-                    .collect();
-                let count = parts.len();
-                document["parts"] = Value::Array(parts);
-                document["answer"] = json!({
-                    "status": null,
-                    "reason": format!("a gateway aggregate: {count} upstream call(s) in parallel, each picked as shown under \"parts\", merged by its jq expression"),
-                });
-            }
+            Target::Aggregate(aggregate) => self.aggregate(aggregate, request, document),
             Target::Ambassador(ambassador) => {
                 document["upstream_path"] = json!(ambassador.path.render(self.captures));
                 self.pool(&ambassador.pool, request, document);
@@ -422,6 +406,61 @@ impl Told<'_> {
                 document["answer"] = answer(response.status().as_u16(), &reason, None);
             }
         }
+    }
+
+    /// An aggregate's parts, each with its pool's pick and the path it asks for; with a batch,
+    /// one path per list item (the items' calls go to the same pick, as the explanation
+    /// advances no pool).
+    fn aggregate(
+        &self,
+        aggregate: &AggregateTarget,
+        request: &Request<RequestBody>,
+        document: &mut Value,
+    ) {
+        let records = match &aggregate.batch {
+            None => None,
+            Some(batch) => match batch_records(batch, self.captures, request.uri().query()) {
+                Some(records) => {
+                    document["batch"] = json!({
+                        "parameter": batch.parameter,
+                        "items": records.len(),
+                        "concurrency": batch.concurrency,
+                    });
+                    Some(records)
+                }
+                None => {
+                    let refusal = ProxyError::BadListItem;
+                    document["answer"] =
+                        answer(refusal.status().as_u16(), refusal.body().trim_end(), None);
+                    return;
+                }
+            },
+        };
+        let parts: Vec<Value> = aggregate
+            .parts
+            .iter()
+            .zip(&aggregate.contracts)
+            .map(|(part, (name, _))| {
+                let mut told = match &records {
+                    None => json!({ "part": name, "path": part.path.render(self.captures) }),
+                    Some(records) => {
+                        let paths: Vec<String> = records
+                            .iter()
+                            .map(|record| part.path.render(record))
+                            .collect();
+                        json!({ "part": name, "paths": paths })
+                    }
+                };
+                self.pool(&part.pool, request, &mut told);
+                told
+            })
+            .collect();
+        let calls = parts.len() * records.as_ref().map_or(1, Vec::len);
+        document["parts"] = Value::Array(parts);
+        document["answer"] = json!({
+            "status": null,
+            "reason": format!("a gateway aggregate: {calls} upstream call(s), each picked as shown under \"parts\", merged by its jq expression"),
+        });
     }
 
     /// The pool's pick, its candidates and its retries, into `document`.
@@ -646,12 +685,20 @@ pub fn render(document: &Value) -> String {
     if document["pool"].is_object() {
         render_pool(&mut out, &document["pool"]);
     }
-    for part in document["parts"].as_array().into_iter().flatten() {
+    if let Some(batch) = document["batch"].as_object() {
         out.push_str(&format!(
-            "\npart {} → {}:",
-            text(&part["part"]),
-            text(&part["path"])
+            "\na batch of {} record(s) from ?{}=, {} at once\n",
+            batch["items"],
+            text(&batch["parameter"]),
+            batch["concurrency"]
         ));
+    }
+    for part in document["parts"].as_array().into_iter().flatten() {
+        let paths = match part["paths"].as_array() {
+            Some(paths) => paths.iter().map(text).collect::<Vec<_>>().join(", "),
+            None => text(&part["path"]),
+        };
+        out.push_str(&format!("\npart {} → {paths}:", text(&part["part"])));
         render_pool(&mut out, &part["pool"]);
     }
     if let Some(backend) = document["backend"].as_object() {

@@ -11,8 +11,9 @@ use tokio::sync::watch;
 use trafik_balance::{Health, HealthThresholds, Transition};
 
 use bytes::Bytes;
-use http::{Request, StatusCode, header};
-use http_body_util::{BodyExt, Collected, Full};
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::plan::{HealthCheck, HealthPlan, UpstreamProtocol};
@@ -236,10 +237,11 @@ where
             let request = Request::get(format!("http://{address}{path}"))
                 .header(header::USER_AGENT, "trafik-health")
                 .body(Full::default());
+            // The status decides, as HTTP/1.1's first line does: the body is never read.
             return match request {
-                Ok(request) => ask_http2(stream, request)
-                    .await
-                    .is_some_and(|(status, _)| status.is_success() || status.is_redirection()),
+                Ok(request) => ask_http2(stream, request).await.is_some_and(|answer| {
+                    answer.status().is_success() || answer.status().is_redirection()
+                }),
                 Err(_) => false,
             };
         }
@@ -268,11 +270,12 @@ where
     passes(&head)
 }
 
-/// One request over a new HTTP/2 connection: its status and its body with trailers.
-async fn ask_http2<S>(
-    stream: S,
-    request: Request<Full<Bytes>>,
-) -> Option<(StatusCode, Collected<Bytes>)>
+/// The most of a gRPC health answer a probe reads: its message is a few bytes, and a backend
+/// that sends more is not answering the health service.
+const GRPC_HEALTH_ANSWER_LIMIT: usize = 16 * 1024;
+
+/// One request over a new HTTP/2 connection: the answer's head, its body not yet read.
+async fn ask_http2<S>(stream: S, request: Request<Full<Bytes>>) -> Option<Response<Incoming>>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -281,9 +284,7 @@ where
             .await
             .ok()?;
     tokio::spawn(connection);
-    let response = sender.send_request(request).await.ok()?;
-    let status = response.status();
-    Some((status, response.into_body().collect().await.ok()?))
+    sender.send_request(request).await.ok()
 }
 
 /// `grpc.health.v1.Health/Check` for `service` ("" for the server as a whole): passes when
@@ -300,7 +301,14 @@ where
     let Ok(request) = request else {
         return false;
     };
-    let Some((status, answer)) = ask_http2(stream, request).await else {
+    let Some(answer) = ask_http2(stream, request).await else {
+        return false;
+    };
+    let status = answer.status();
+    let Ok(answer) = Limited::new(answer.into_body(), GRPC_HEALTH_ANSWER_LIMIT)
+        .collect()
+        .await
+    else {
         return false;
     };
     // A trailers-only answer carries its status in the head; hyper gives those as trailers.

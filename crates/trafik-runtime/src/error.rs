@@ -45,6 +45,9 @@ pub enum ProxyError {
     HeadTooLarge,
     /// A gateway expression failed on an answer, or a part's answer was not what it needs.
     ShapingFailed,
+    /// A gateway request's part answers together came past what one answer may gather
+    /// (`PARTS_BUDGET` of trafik-http's gateway): the rest were not fetched.
+    PartsTooLarge,
     /// A list in the query names an item that cannot stand in an upstream path, or more items
     /// than a batch takes.
     BadListItem,
@@ -95,7 +98,7 @@ impl ProxyError {
             ProxyError::BodyTooSlow => StatusCode::REQUEST_TIMEOUT,
             ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
             ProxyError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ProxyError::ShapingFailed => StatusCode::BAD_GATEWAY,
+            ProxyError::ShapingFailed | ProxyError::PartsTooLarge => StatusCode::BAD_GATEWAY,
             ProxyError::BadListItem => StatusCode::BAD_REQUEST,
             ProxyError::BodyNotBuffered => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -127,6 +130,9 @@ impl ProxyError {
             ProxyError::UriTooLong => "the request target is too long\n",
             ProxyError::HeadTooLarge => "the request head is too large\n",
             ProxyError::ShapingFailed => "the gateway could not shape the upstream answer\n",
+            ProxyError::PartsTooLarge => {
+                "the upstream answers this request gathers came to more than one answer may hold\n"
+            }
             ProxyError::BadListItem => {
                 "the query's list has an item that cannot name a record, or too many items\n"
             }
@@ -196,6 +202,7 @@ impl ProxyError {
             ProxyError::UnsupportedTransferCoding => "unsupported-transfer-coding",
             ProxyError::AmbiguousPath => "ambiguous-path",
             ProxyError::ShapingFailed => "shaping-failed",
+            ProxyError::PartsTooLarge => "parts-too-large",
             ProxyError::BadListItem => "bad-list-item",
             ProxyError::AmbiguousFraming => "ambiguous-framing",
             ProxyError::LoopDetected => "loop",

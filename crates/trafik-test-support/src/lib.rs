@@ -18,18 +18,52 @@ pub use services::{Etcd, GrpcServer, Named, Redis, grpc_call, grpc_client};
 
 /// A TCP port on 127.0.0.1 nobody listens on as of now, for a server a test starts.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port on 127.0.0.1")
-        .port()
+    free_ports::<1>()[0]
 }
 
-/// `N` distinct free ports: all bound at once, so none is handed out twice.
+/// `N` distinct free ports: all bound at once, so none is handed out twice. They are taken
+/// below the kernel's ephemeral range, from a random place: the ports other tests bind to port
+/// 0 for, and the source ports of every connection they open, come from that range, so one of
+/// them could take a port handed out there before the test binds it (a CI run lost a fleet
+/// instance's admin port that way).
 pub fn free_ports<const N: usize>() -> [u16; N] {
-    let held: Vec<_> = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1"))
-        .collect();
+    let mut held: Vec<std::net::TcpListener> = Vec::with_capacity(N);
+    let (low, high) = outside_ephemeral_range();
+    let span = u32::from(high - low);
+    let start = random_below(span);
+    for offset in 0..span {
+        if held.len() == N {
+            break;
+        }
+        let port = low + ((start + offset) % span) as u16;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    // A machine with nothing free down there: the kernel's choice, as before.
+    while held.len() < N {
+        held.push(std::net::TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1"));
+    }
     std::array::from_fn(|i| held[i].local_addr().expect("a bound port").port())
+}
+
+/// The ports below the kernel's ephemeral range and above the well-known ones.
+fn outside_ephemeral_range() -> (u16, u16) {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if ephemeral_low > 12_000 {
+        (10_000, ephemeral_low)
+    } else {
+        (49_152, 65_535)
+    }
+}
+
+fn random_below(bound: u32) -> u32 {
+    use std::hash::BuildHasher;
+    let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    (seed % u64::from(bound)) as u32
 }
 
 /// A backend on its own thread that answers every request on 127.0.0.1:`port` with the same

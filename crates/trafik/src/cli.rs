@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use trafik_balance::Algorithm;
 
 use crate::config::schema;
-use crate::config::values::{Addr, Dur};
+use crate::config::values::{Addr, Dur, LONGEST};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -194,7 +194,7 @@ pub struct CertRenewArgs {
     #[arg(long)]
     pub domain: Option<String>,
     /// How long to wait for the CA.
-    #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
     pub wait: std::time::Duration,
 }
 
@@ -337,11 +337,19 @@ impl LessonArgs {
     }
 }
 
+/// Milliseconds, bounded as every duration is ([`LONGEST`]): a work time is added to the clock.
 fn parse_millis(text: &str) -> Result<std::time::Duration, String> {
-    text.parse::<f64>()
+    let duration = text
+        .parse::<f64>()
         .ok()
         .and_then(|ms| std::time::Duration::try_from_secs_f64(ms / 1000.0).ok())
-        .ok_or_else(|| "expected a number of milliseconds of at least 0, such as 0.85".into())
+        .ok_or("expected a number of milliseconds of at least 0, such as 0.85")?;
+    if duration > LONGEST {
+        return Err(format!(
+            "{text} ms is out of range: at most 315360000000 (ten years)"
+        ));
+    }
+    Ok(duration)
 }
 
 #[derive(Clone, Debug, clap::Args)]

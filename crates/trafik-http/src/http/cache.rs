@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, Semaphore, oneshot, watch};
 use trafik_cache::{Cache, CacheControl, FieldValues, Limits, Rules, Stored, Use, key, storable};
 use trafik_gateway::template::Captures;
 
@@ -1076,12 +1076,25 @@ impl Jobs {
     }
 }
 
-/// A worker's share of the jobs: each is run as its own task on this worker.
+/// The most jobs one worker runs at once: a preload of a long list goes to the origin a few
+/// paths at a time, not as one connection per path all at once.
+pub const JOBS_AT_ONCE: usize = 32;
+
+/// A worker's share of the jobs: each is run as its own task on this worker, at most
+/// [`JOBS_AT_ONCE`] at a time (the rest wait in the queue, for any worker to take).
 pub async fn run_jobs(worker: Rc<WorkerProxy>) {
     let jobs = worker.snapshot().jobs.clone();
+    let running = Arc::new(Semaphore::new(JOBS_AT_ONCE));
     loop {
+        let Ok(turn) = running.clone().acquire_owned().await else {
+            return;
+        };
         let job = jobs.next().await;
-        tokio::task::spawn_local(run_job(worker.clone(), job));
+        let worker = worker.clone();
+        tokio::task::spawn_local(async move {
+            run_job(worker, job).await;
+            drop(turn);
+        });
     }
 }
 

@@ -290,6 +290,61 @@ async fn preloading_twenty_paths_makes_the_next_twenty_requests_hits() {
     stop(running).await;
 }
 
+/// Probe finding: every preload job was spawned at once, so a list of 200,000 paths (1 MiB)
+/// opened as many origin fetches together. Each worker now runs a bounded number of jobs at a
+/// time; the rest wait in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_preload_list_reaches_the_origin_a_few_paths_at_a_time() {
+    let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counting, highest) = (in_flight.clone(), most.clone());
+    let origin = raw_backend(move |mut stream| {
+        let (counting, highest) = (counting.clone(), highest.clone());
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut seen = Vec::new();
+            let mut buffer = [0u8; 4096];
+            loop {
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                seen.clear();
+                let now = counting.fetch_add(1, Ordering::SeqCst) + 1;
+                highest.fetch_max(now, Ordering::SeqCst);
+                // Held long enough that fetches started together overlap.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                counting.fetch_sub(1, Ordering::SeqCst);
+                let answer =
+                    b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 2\r\n\r\nok";
+                if stream.write_all(answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let mut plan = edge(&[origin], cache_plan(Duration::from_secs(60)));
+    plan.workers = 1;
+    let running = trafik_proxy::start(plan).unwrap();
+    let paths: Vec<String> = (0..200).map(|n| format!("/takip/TR{n}")).collect();
+    let preloaded = admin(
+        &running,
+        "POST",
+        "/caches/kenar/preload",
+        &serde_json::to_string(&paths).unwrap(),
+    )
+    .await;
+    assert_eq!(preloaded.json()["preloaded"], 200, "{}", preloaded.text());
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= trafik_proxy::http::cache::JOBS_AT_ONCE,
+        "{most} fetches at once"
+    );
+    stop(running).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_error_within_stale_if_error_serves_the_stale_copy() {
     let origin = replicas(1).await;

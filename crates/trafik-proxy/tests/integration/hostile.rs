@@ -569,3 +569,59 @@ async fn an_answer_with_more_fields_than_the_upstream_limit_is_the_backends_fail
         stop(running).await;
     }
 }
+
+/// An h2c backend whose every answer is `200` with a body that never ends (a kilobyte every
+/// 20 ms); it counts the requests it was sent.
+async fn endless_h2c_backend() -> (std::net::SocketAddr, Arc<AtomicIsize>) {
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let asked = Arc::new(AtomicIsize::new(0));
+    let counting = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counting = counting.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |_: http::Request<hyper::body::Incoming>| {
+                    counting.fetch_add(1, Ordering::SeqCst);
+                    let endless = futures_util::stream::unfold((), |()| async {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let chunk = hyper::body::Frame::data(bytes::Bytes::from(vec![b'x'; 1024]));
+                        Some((Ok::<_, std::convert::Infallible>(chunk), ()))
+                    });
+                    let answer = http::Response::new(http_body_util::StreamBody::new(endless));
+                    async move { Ok::<_, std::convert::Infallible>(answer) }
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+            });
+        }
+    });
+    (address, asked)
+}
+
+/// Probe finding: an HTTP health check over HTTP/2 read the whole answer body, with no bound,
+/// before judging its status, so a backend whose health page streams was down at every probe's
+/// timeout (and a fast one filled memory meanwhile). The status decides, as it does over
+/// HTTP/1.1.
+#[tokio::test]
+async fn an_http2_health_probe_judges_the_status_without_reading_an_endless_body() {
+    let (backend, asked) = endless_h2c_backend().await;
+    let mut plan = plan(&[backend]);
+    plan.pools[0].protocol = trafik_proxy::plan::UpstreamProtocol::H2c;
+    plan.pools[0].health = Some(trafik_proxy::HealthPlan {
+        timeout: Duration::from_secs(1),
+        ..course_health_check()
+    });
+    let running = trafik_proxy::start(plan).unwrap();
+    // Probes go one after another: when the third arrives, two have been judged.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while asked.load(Ordering::SeqCst) < 3 {
+        assert!(std::time::Instant::now() < deadline, "no third probe");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(running.snapshot().pools[0].backends.is_up(0));
+    stop(running).await;
+}

@@ -48,7 +48,7 @@ impl FromStr for Dur {
 /// a clock reading or multiplied by a small count somewhere, which a duration near
 /// `Duration::MAX` overflows (a panic in the middle of a request): ten years is beyond any
 /// use and far from that edge.
-const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+pub const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

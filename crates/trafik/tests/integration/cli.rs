@@ -1192,3 +1192,41 @@ fn tracing_settings_are_checked_and_described() {
         "{plan}"
     );
 }
+
+#[test]
+fn durations_past_ten_years_on_the_command_line_are_refused_before_they_reach_a_clock() {
+    // Each would be added to `Instant::now()` (a panic past its range). Nothing listens on
+    // the admin address and the upstream's cannot be bound here, so a flag that is let through
+    // ends the command with 1, not 2.
+    let closed = format!("127.0.0.1:{}", trafik_test_support::free_ports::<1>()[0]);
+    for (args, expected) in [
+        (
+            &[
+                "cert",
+                "renew",
+                "--admin",
+                &closed,
+                "--wait",
+                "9000000000000h",
+            ][..],
+            "at most \"87600h\"",
+        ),
+        (
+            &[
+                "upstream",
+                "--listen",
+                "192.0.2.1:9",
+                "--name",
+                "a",
+                "--work-ms",
+                "1e20",
+            ][..],
+            "at most 315360000000",
+        ),
+    ] {
+        let output = trafik(args);
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {errors}");
+        assert!(errors.contains(expected), "{args:?}: {errors}");
+    }
+}

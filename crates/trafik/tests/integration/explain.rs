@@ -536,3 +536,35 @@ fn get_json(admin: &str, path: &str) -> Value {
     assert_eq!(got.status, 200, "{}", got.body);
     serde_json::from_str(&got.body).unwrap()
 }
+
+#[test]
+fn a_batch_aggregate_is_explained_item_by_item_and_a_bad_list_is_its_400() {
+    let explain = |url: &str| -> Value {
+        let output = Command::new(trafik_binary())
+            .args(["explain", "--json", "-c", "examples/bff.toml", "GET", url])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let batch = explain("http://127.0.0.1:8474/panel/takip?no=TR-1,TR-2");
+    assert_eq!(batch["batch"]["items"], 2, "{batch}");
+    assert_eq!(batch["parts"][0]["part"], "durum", "{batch}");
+    assert_eq!(
+        batch["parts"][0]["paths"],
+        json!(["/durum/TR-1", "/durum/TR-2"]),
+        "{batch}"
+    );
+    assert_eq!(
+        batch["parts"][1]["paths"],
+        json!(["/ucret/TR-1", "/ucret/TR-2"]),
+        "{batch}"
+    );
+    assert!(batch["parts"][1]["pool"]["backend"].is_object(), "{batch}");
+    let escaping = explain("http://127.0.0.1:8474/panel/takip?no=TR-1,..");
+    assert_eq!(escaping["answer"]["status"], 400, "{escaping}");
+    assert!(escaping.get("parts").is_none(), "{escaping}");
+    let single = explain("http://127.0.0.1:8474/mobil/takip/TR-9");
+    assert_eq!(single["parts"][0]["path"], "/durum/TR-9", "{single}");
+}

@@ -508,6 +508,47 @@ fn a_batch_answers_in_request_order_whatever_order_the_records_arrive_in() {
     assert_eq!(refused.status, 400);
 }
 
+/// A status service whose every record carries 600 KiB of padding.
+fn heavy_durum(path: &str) -> (u16, String) {
+    let number = path.rsplit('/').next().unwrap_or_default();
+    let padding = "x".repeat(600 * 1024);
+    (
+        200,
+        format!(r#"{{"takipNo":"{number}","durum":"kabul","dolgu":"{padding}"}}"#),
+    )
+}
+
+/// Probe finding: a batch held every record's part answers, parsed, until the last arrived, so
+/// 100 items of 4 MiB answers gathered gigabytes for one request. All of a request's part
+/// answers now share one budget (32 MiB); past it the answer is a 502 that says so, whatever
+/// the parts' contracts say of missing parts.
+#[test]
+fn a_batch_whose_answers_together_pass_the_budget_is_refused_not_gathered() {
+    in_own_namespace!("a_batch_whose_answers_together_pass_the_budget_is_refused_not_gathered");
+    stand_in("127.0.0.1:8471", heavy_durum, Behaviour::default());
+    stand_in("127.0.0.1:8472", ucret, Behaviour::default());
+    let _trafik = serve(&example("bff"));
+    let one = get("127.0.0.1:8474", "/panel/takip?no=A1", &[]);
+    assert_eq!(one.status, 200, "{}", &one.body[..one.body.len().min(200)]);
+    let items: Vec<String> = (1..=60).map(|n| format!("A{n}")).collect();
+    let many = get(
+        "127.0.0.1:8474",
+        &format!("/panel/takip?no={}", items.join(",")),
+        &[],
+    );
+    assert_eq!(
+        many.status,
+        502,
+        "{}",
+        &many.body[..many.body.len().min(200)]
+    );
+    assert!(
+        many.body.contains("more than one answer may hold"),
+        "{}",
+        many.body
+    );
+}
+
 // ---- lesson 15: the ambassador ---------------------------------------------------------------
 
 #[test]

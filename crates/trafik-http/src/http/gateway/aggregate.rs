@@ -74,21 +74,21 @@ impl AggregateTarget {
         let caller = Caller::new(worker, snapshot, connection, request.headers());
         let answer = match &self.batch {
             None => self.record(&caller, captures, view).await,
-            Some(batch) => match list_items(request.uri().query(), &batch.parameter) {
-                Ok(items) if items.len() <= MAX_BATCH_ITEMS => {
-                    let records = futures_util::stream::iter(items)
-                        .map(|item| {
-                            let mut captures = captures.clone();
-                            captures.0.push(item.to_owned());
-                            self.record(&caller, captures, view)
-                        })
+            Some(batch) => match batch_records(batch, &captures, request.uri().query()) {
+                Some(records) => {
+                    let records = futures_util::stream::iter(records)
+                        .map(|captures| self.record(&caller, captures, view))
                         .buffered(batch.concurrency)
                         .collect::<Vec<Record>>()
                         .await;
                     gather(records)
                 }
-                Ok(_) | Err(_) => Err(Box::new(ProxyError::BadListItem.response())),
+                None => Err(Box::new(ProxyError::BadListItem.response())),
             },
+        };
+        let answer = match answer {
+            _ if caller.overspent() => Err(Box::new(ProxyError::PartsTooLarge.response())),
+            answer => answer,
         };
         let response = match answer {
             Ok((value, missing)) => {
@@ -185,6 +185,26 @@ impl AggregateTarget {
             headers.insert(MISSING_HEADER, value);
         }
     }
+}
+
+/// The captures of each record a batch request asks for, in request order: the route's own
+/// with the list item last; `None` when an item cannot name a record or there are too many.
+pub fn batch_records(
+    batch: &BatchPlan,
+    captures: &Captures,
+    query: Option<&str>,
+) -> Option<Vec<Captures>> {
+    let items = list_items(query, &batch.parameter).ok()?;
+    (items.len() <= MAX_BATCH_ITEMS).then(|| {
+        items
+            .into_iter()
+            .map(|item| {
+                let mut record = captures.clone();
+                record.0.push(item.to_owned());
+                record
+            })
+            .collect()
+    })
 }
 
 /// The records as one array in request order, the parts missing from any of them in part

@@ -1,12 +1,13 @@
 //! A gateway target's call to a part: a body-less GET through the pool's own selection,
 //! connect and retry code ([`PoolTarget`]), its answer read whole.
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::error::ProxyError;
 use crate::http::body::RequestBody;
@@ -17,6 +18,11 @@ use crate::snapshot::WorkerSnapshot;
 /// The most a part's answer may carry; a gateway reads answers whole to shape them.
 pub const PART_BODY_LIMIT: usize = 4 * 1024 * 1024;
 
+/// The most all part answers of one client request may carry together: a batch's records are
+/// held, parsed, until the last arrives, so without it a 100-item batch could gather 100 times
+/// what one record may.
+pub const PARTS_BUDGET: usize = 32 * 1024 * 1024;
+
 /// What a target needs to call parts on behalf of one client request.
 pub struct Caller<'a> {
     pub worker: &'a WorkerProxy,
@@ -25,6 +31,11 @@ pub struct Caller<'a> {
     /// The client's headers after the route's steps (`Host`, `X-Forwarded-*`, credentials),
     /// sent with every part call, less those about the client's own body and encodings.
     pub headers: HeaderMap,
+    /// What is left of [`PARTS_BUDGET`] for this request's part answers.
+    budget: Cell<usize>,
+    /// A part was refused for want of budget: the request's answer is that refusal, whatever
+    /// the part's contract says of a missing part.
+    overspent: Cell<bool>,
 }
 
 /// How a part call ended.
@@ -61,7 +72,14 @@ impl<'a> Caller<'a> {
             snapshot,
             connection,
             headers,
+            budget: Cell::new(PARTS_BUDGET),
+            overspent: Cell::new(false),
         }
+    }
+
+    /// Whether a part was refused because the request's answers came past [`PARTS_BUDGET`].
+    pub fn overspent(&self) -> bool {
+        self.overspent.get()
     }
 
     /// GETs `path` from `pool`; the timeout covers connecting, the answer and its body.
@@ -69,6 +87,10 @@ impl<'a> Caller<'a> {
         let Ok(uri) = path.parse::<Uri>() else {
             return Fetched::Failed(ProxyError::BadListItem);
         };
+        if self.budget.get() == 0 {
+            self.overspent.set(true);
+            return Fetched::Failed(ProxyError::PartsTooLarge);
+        }
         let mut request = Request::new(RequestBody::empty());
         *request.uri_mut() = uri;
         *request.headers_mut() = self.headers.clone();
@@ -80,12 +102,27 @@ impl<'a> Caller<'a> {
                 return Fetched::Failed(*error);
             }
             let (head, body) = response.into_parts();
-            match Limited::new(body, PART_BODY_LIMIT).collect().await {
-                Ok(collected) => Fetched::Answered {
-                    status: head.status,
-                    content_type: head.headers.get(header::CONTENT_TYPE).cloned(),
-                    body: collected.to_bytes(),
-                },
+            // Calls in flight share what was left when each began; each takes what it read.
+            let left = self.budget.get();
+            match Limited::new(body, PART_BODY_LIMIT.min(left))
+                .collect()
+                .await
+            {
+                Ok(collected) => {
+                    let body = collected.to_bytes();
+                    self.budget
+                        .set(self.budget.get().saturating_sub(body.len()));
+                    Fetched::Answered {
+                        status: head.status,
+                        content_type: head.headers.get(header::CONTENT_TYPE).cloned(),
+                        body,
+                    }
+                }
+                Err(error) if left < PART_BODY_LIMIT && error.is::<LengthLimitError>() => {
+                    self.budget.set(0);
+                    self.overspent.set(true);
+                    Fetched::Failed(ProxyError::PartsTooLarge)
+                }
                 Err(_) => Fetched::Failed(ProxyError::UpstreamFailed),
             }
         };

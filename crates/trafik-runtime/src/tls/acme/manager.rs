@@ -427,10 +427,9 @@ impl Store {
     fn shared(&self) -> Option<SharedChallenges> {
         match self {
             Store::Folder => None,
-            Store::Etcd { etcd, prefix, .. } => Some(SharedChallenges {
-                etcd: etcd.clone(),
-                prefix: prefix.clone(),
-            }),
+            Store::Etcd { etcd, prefix, .. } => {
+                Some(SharedChallenges::new(etcd.clone(), prefix.clone()))
+            }
         }
     }
 

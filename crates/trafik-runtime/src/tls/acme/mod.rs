@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
 use rustls::sign::CertifiedKey;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use trafik_etcd::Etcd;
 
 use super::Certificate;
@@ -205,9 +205,24 @@ pub fn retry_after(failing: u32) -> Duration {
 pub struct SharedChallenges {
     pub etcd: Etcd,
     pub prefix: String,
+    /// Turns for asking etcd for a challenge pending elsewhere, shared by the instance.
+    lookups: Arc<Semaphore>,
 }
 
+/// The most etcd lookups of challenges pending elsewhere at once. Anyone may ask for a
+/// well-formed token and each lookup is a connection to etcd; a CA's few validation requests
+/// fit well within it, and a flood past it is answered as an unknown token without asking.
+pub const SHARED_LOOKUPS_AT_ONCE: usize = 8;
+
 impl SharedChallenges {
+    pub fn new(etcd: Etcd, prefix: String) -> SharedChallenges {
+        SharedChallenges {
+            etcd,
+            prefix,
+            lookups: Arc::new(Semaphore::new(SHARED_LOOKUPS_AT_ONCE)),
+        }
+    }
+
     /// Where an HTTP-01 token's key authorization is published.
     pub fn http_key(&self, token: &str) -> String {
         format!("{}acme/challenges/{token}", self.prefix)
@@ -223,6 +238,7 @@ impl SharedChallenges {
     }
 
     async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let _turn = self.lookups.try_acquire().ok()?;
         Some(self.etcd.get(key).await.ok()??.value)
     }
 }
@@ -347,6 +363,41 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Probe finding: in a fleet, every request for a well-formed token nobody here offered
+    /// opened a connection to etcd, so a flood of them was a flood on etcd. At most
+    /// [`SHARED_LOOKUPS_AT_ONCE`] are asked at once; the others are unknown tokens at once.
+    #[tokio::test]
+    async fn a_flood_of_unknown_tokens_asks_etcd_a_few_at_a_time() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // An etcd that takes connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let etcd = Etcd::new(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counting = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                counting.fetch_add(1, Ordering::SeqCst);
+                held.push(stream);
+            }
+        });
+        let registry = Arc::new(Registry::default());
+        registry.share_through(SharedChallenges::new(etcd, "/t/".into()));
+        let asked: Vec<_> = (0..3 * SHARED_LOOKUPS_AT_ONCE)
+            .map(|n| {
+                let registry = registry.clone();
+                tokio::spawn(async move {
+                    let path = format!("{CHALLENGE_PATH}token{n}");
+                    registry.answer_http_anywhere(&path).await
+                })
+            })
+            .collect();
+        for answer in asked {
+            assert_eq!(answer.await.unwrap(), None);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), SHARED_LOOKUPS_AT_ONCE);
+    }
 
     #[test]
     fn renewal_is_due_at_two_thirds_of_the_life() {
