@@ -222,6 +222,14 @@ fn resolver(plan: &ResolverPlan) -> Result<TokioResolver, String> {
     builder.build().map_err(|e| e.to_string())
 }
 
+/// The most backends one name gives a pool: far more than a pool is made of, and a bound on
+/// what a DNS answer (up to 64 KiB over TCP: thousands of records) can make of one.
+pub const MOST_ADDRESSES_PER_NAME: usize = 256;
+
+/// The most SRV targets of one answer looked up (each is a lookup of its own, one after
+/// another: thousands of targets would hold every name's refresh for as many timeouts).
+pub const MOST_SRV_TARGETS: usize = 32;
+
 async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, String> {
     let mut addresses = Vec::new();
     let ttl = match name {
@@ -248,9 +256,19 @@ async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, Str
                 })
                 .collect();
             // The lowest priority only: the others are fallbacks for when it is gone, which
-            // its owner says by removing its records.
+            // its owner says by removing its records. In a stable order, so that the targets
+            // kept past the bound are the same at every lookup.
             let lowest = records.iter().map(|srv| srv.priority).min();
-            for srv in records.iter().filter(|srv| Some(srv.priority) == lowest) {
+            let mut chosen: Vec<_> = records
+                .iter()
+                .filter(|srv| Some(srv.priority) == lowest)
+                .collect();
+            chosen.sort_by_key(|srv| (srv.target.to_ascii(), srv.port));
+            if chosen.len() > MOST_SRV_TARGETS {
+                tracing::warn!(%name, targets = chosen.len(), kept = MOST_SRV_TARGETS, "an SRV answer names more targets than a name may give; the first are kept");
+                chosen.truncate(MOST_SRV_TARGETS);
+            }
+            for srv in chosen {
                 let (ips, target_ttl) = addresses_of(resolver, &srv.target.to_ascii()).await?;
                 ttl = ttl.min(target_ttl);
                 // Weight 0 is "rarely" in RFC 2782; selection needs at least 1.
@@ -268,6 +286,10 @@ async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, Str
     };
     addresses.sort_unstable();
     addresses.dedup_by_key(|(address, _)| *address);
+    if addresses.len() > MOST_ADDRESSES_PER_NAME {
+        tracing::warn!(%name, addresses = addresses.len(), kept = MOST_ADDRESSES_PER_NAME, "a name has more addresses than a pool takes from one; the first are kept");
+        addresses.truncate(MOST_ADDRESSES_PER_NAME);
+    }
     Ok(Answer { addresses, ttl })
 }
 

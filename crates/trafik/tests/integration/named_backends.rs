@@ -356,3 +356,49 @@ fn a_resolution_failure_keeps_the_last_addresses_and_is_counted() {
     );
     drop(replica);
 }
+
+/// Probe finding: what a name resolves to had no bound, so a DNS answer of thousands of
+/// records made a pool of thousands of backends, and an SRV answer of thousands of targets as
+/// many lookups one after another. A name gives at most 256 backends, and an SRV answer's
+/// first 32 targets (by name and port) are looked up.
+#[test]
+fn a_name_gives_a_pool_a_bounded_number_of_backends() {
+    let directory = directory("bounded");
+    let zone = directory.join("kargo.zone");
+    let mut records: Vec<String> = (0..300)
+        .map(|n| format!("cok IN A 127.0.{}.{}", 50 + n / 250, 1 + n % 250))
+        .collect();
+    records.extend((0..40).map(|n| format!("_http._tcp.api IN SRV 10 1 {} h{n:02}", 20000 + n)));
+    records.extend((0..40).map(|n| format!("h{n:02} IN A 127.0.60.{}", n + 1)));
+    write_zone(&zone, &records);
+    let authority = Authority::start(&directory);
+    let many = NamedProxy::start(
+        &directory,
+        authority.dns,
+        "backends = [{ address = \"cok.kargo.test:80\" }]",
+    );
+    let status = many.wait_for("the name resolved", |s| !pool_addresses(s).is_empty());
+    assert_eq!(
+        pool_addresses(&status).len(),
+        256,
+        "{}",
+        status["names"][0]["name"]
+    );
+    drop(many);
+    let targets = NamedProxy::start(
+        &directory,
+        authority.dns,
+        "discover = \"srv:_http._tcp.api.kargo.test\"",
+    );
+    let status = targets.wait_for("the SRV targets resolved", |s| {
+        !pool_addresses(s).is_empty()
+    });
+    let found = pool_addresses(&status);
+    assert_eq!(found.len(), 32, "{}", status["names"][0]["name"]);
+    // The first 32 by target name: h00 … h31.
+    assert!(found.contains(&"127.0.60.32:20031".to_owned()), "{found:?}");
+    assert!(
+        !found.contains(&"127.0.60.33:20032".to_owned()),
+        "{found:?}"
+    );
+}
