@@ -234,35 +234,15 @@ impl Site {
                 return FileAnswer::Built(plain(StatusCode::NOT_FOUND, "not found\n"));
             }
         };
-        let mut answer = answer(&file, fields, method == Method::HEAD);
-        let sent = match &mut answer {
-            FileAnswer::Whole(whole) if !whole.head => {
-                Some((file.len, whole.written_from_memory()))
-            }
-            FileAnswer::Built(response) => match response.body() {
-                ProxyBody::File(region) => Some((region.len(), region.written_from_memory())),
-                _ => None,
-            },
-            FileAnswer::Whole(_) => None,
+        let sendfile = Sendfile {
+            counters: &self.counters,
+            worker,
         };
-        let Some((bytes, from_memory)) = sent else {
-            if answer.status() == StatusCode::NOT_MODIFIED {
-                bump(&counters.not_modified);
-            }
-            return answer;
-        };
-        add(&counters.bytes, bytes as usize);
-        // One kept small enough to go beside its head never goes by sendfile(2).
-        if !from_memory {
-            let counted: Arc<dyn SendfileCount> = self.counters.clone();
-            match &mut answer {
-                FileAnswer::Whole(whole) => whole.counted = Some((counted, worker)),
-                FileAnswer::Built(response) => {
-                    if let ProxyBody::File(region) = response.body_mut() {
-                        region.count_sendfile_with(counted, worker);
-                    }
-                }
-            }
+        let answer = answer(&file, fields, method == Method::HEAD, sendfile);
+        match answer.body_bytes() {
+            Some(bytes) => add(&counters.bytes, bytes as usize),
+            None if answer.status() == StatusCode::NOT_MODIFIED => bump(&counters.not_modified),
+            None => {}
         }
         answer
     }
@@ -487,6 +467,17 @@ impl FileAnswer {
         }
     }
 
+    /// The bytes of the file its body carries: none for a `HEAD`, a 304 or a refusal.
+    fn body_bytes(&self) -> Option<u64> {
+        match self {
+            FileAnswer::Whole(whole) => (!whole.head).then_some(whole.file.len),
+            FileAnswer::Built(response) => match response.body() {
+                ProxyBody::File(region) => Some(region.len()),
+                _ => None,
+            },
+        }
+    }
+
     /// The answer as the pipeline (and a step that edits answers) takes it.
     pub fn into_response(self) -> Response<ProxyBody> {
         match self {
@@ -508,9 +499,21 @@ pub struct WholeFile {
     counted: Option<(Arc<dyn SendfileCount>, usize)>,
 }
 
-impl WholeFile {
-    fn written_from_memory(&self) -> bool {
-        FileRegion::fits_beside_head(self.file.body.as_ref())
+/// Where a site counts the bytes its answers send by sendfile(2), for one worker.
+#[derive(Clone, Copy)]
+struct Sendfile<'a> {
+    counters: &'a Arc<PerWorker<SiteCounters>>,
+    worker: usize,
+}
+
+impl Sendfile<'_> {
+    /// The counter for a region whose bytes are `kept`: none for one small enough to go beside
+    /// its head, which never goes by sendfile(2).
+    fn for_region(self, kept: Option<&Bytes>) -> Option<(Arc<dyn SendfileCount>, usize)> {
+        (!FileRegion::fits_beside_head(kept)).then(|| {
+            let counters: Arc<dyn SendfileCount> = self.counters.clone();
+            (counters, self.worker)
+        })
     }
 }
 
@@ -539,8 +542,8 @@ impl HeldAnswer for WholeFile {
     }
 }
 
-/// 200, 206, 304 or 416 for `file`.
-fn answer(file: &Arc<File>, request: &dyn Fields, head: bool) -> FileAnswer {
+/// 200, 206, 304 or 416 for `file`, its bytes counted by `sendfile` when they go that way.
+fn answer(file: &Arc<File>, request: &dyn Fields, head: bool, sendfile: Sendfile) -> FileAnswer {
     let mut response = Response::new(ProxyBody::Local(None));
     // Within a second of a change the date cannot tell versions apart: the ETag still does.
     if not_modified(request, Some(&file.etag), Some(file.modified)) {
@@ -559,7 +562,9 @@ fn answer(file: &Arc<File>, request: &dyn Fields, head: bool) -> FileAnswer {
         return FileAnswer::Whole(WholeFile {
             file: file.clone(),
             head,
-            counted: None,
+            counted: (!head)
+                .then(|| sendfile.for_region(file.body.as_ref()))
+                .flatten(),
         });
     };
     let headers = response.headers_mut();
@@ -590,7 +595,12 @@ fn answer(file: &Arc<File>, request: &dyn Fields, head: bool) -> FileAnswer {
         .body
         .as_ref()
         .map(|body| body.slice(start as usize..end as usize));
-    *response.body_mut() = ProxyBody::File(FileRegion::new(file.opened.clone(), start, end, kept));
+    let counted = sendfile.for_region(kept.as_ref());
+    let mut region = FileRegion::new(file.opened.clone(), start, end, kept);
+    if let Some((counter, worker)) = counted {
+        region.count_sendfile_with(counter, worker);
+    }
+    *response.body_mut() = ProxyBody::File(region);
     FileAnswer::Built(response)
 }
 
