@@ -6,7 +6,7 @@
 //! AXFR and IXFR over TCP are answered by `Handler::transfer` (see [`crate::transfer`]); a
 //! question signed with TSIG gets a signed answer.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -816,19 +816,30 @@ impl Handler {
         };
         let client = subnet_client.unwrap_or_else(|| Client::from_source(request.src().ip()));
         let live = current.liveness.live();
-        let lookup = if matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
+        let limiter = (current.authority.rate_limiter.as_ref())
+            .filter(|_| request.protocol() == Protocol::Udp);
+        // What rate limiting counts the answer as, told before signing: a signed denial (a
+        // black lie) answers NOERROR for the random name asked, but is still a denial,
+        // counted per zone.
+        let counted_as = |lookup: &Lookup| {
+            limiter.map(|l| rate_key(l.hasher(), request.src().ip(), query, lookup))
+        };
+        let (lookup, rate_key) = if matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
             let (name, kind) = (query.name(), query.query_type());
             let authority = &current.authority;
             let mut lookup = authority.lookup(name, kind, client, live, self.draw(), forced);
+            let rate_key = counted_as(&lookup);
             if request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok) {
                 authority.sign(&mut lookup, name, kind, transfer::unix_now());
             }
-            lookup
+            (lookup, rate_key)
         } else {
-            Lookup {
+            let refused = Lookup {
                 code: Code::Refused,
                 ..Default::default()
-            }
+            };
+            let rate_key = counted_as(&refused);
+            (refused, rate_key)
         };
         metadata.response_code = match lookup.code {
             Code::NoError => ResponseCode::NoError,
@@ -856,10 +867,8 @@ impl Handler {
                     scope,
                 )));
         }
-        if let Some(limiter) = &current.authority.rate_limiter
-            && request.protocol() == Protocol::Udp
-        {
-            match limiter.check(rate_key(request.src().ip(), query, &lookup)) {
+        if let (Some(limiter), Some(key)) = (limiter, rate_key) {
+            match limiter.check(key) {
                 Verdict::Send => {}
                 Verdict::Drop => {
                     self.counters
@@ -1081,8 +1090,7 @@ impl Handler {
 
 /// What response rate limiting counts an answer as: the client's network with the name and type
 /// asked, the zone for NXDOMAIN (so random names share one count), or the refusal.
-fn rate_key(client: IpAddr, query: &LowerQuery, lookup: &Lookup) -> u64 {
-    let mut hasher = DefaultHasher::new();
+fn rate_key(mut hasher: impl Hasher, client: IpAddr, query: &LowerQuery, lookup: &Lookup) -> u64 {
     rate::network(client).hash(&mut hasher);
     lookup.code.hash(&mut hasher);
     match lookup.code {

@@ -543,6 +543,47 @@ fn rate_limiting_drops_repeats_to_one_network_and_truncates_every_second_one() {
     assert_eq!(dns.dig(&["devralma.kargo.test", "A", "+short"]).trim(), B34);
 }
 
+/// Probe finding: on a signed zone, a denial for a random name is a NOERROR "black lie", and
+/// rate limiting counted it by the name asked: every random name had a burst of its own, so
+/// a flood of them from a forged source was never limited (and each cost a fresh signature).
+/// Denials count per zone, signed or not.
+#[test]
+fn signed_denials_for_random_names_share_one_rate_limit() {
+    let mut plan = course_plan();
+    let folder = std::env::temp_dir().join(format!("trafik-rrl-signed-{}", std::process::id()));
+    let origin = Name::from_ascii("kargo.test.").unwrap();
+    plan.zones[0].dnssec = Some(trafik_dns::dnssec::ZoneKeys::load(&folder, &origin).unwrap());
+    plan.rate_limit = Some(trafik_dns::rate::RateLimitPlan {
+        responses_per_second: 2,
+        slip: 0,
+    });
+    let dns = Running::with(&plan);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    for n in 0..20 {
+        // `yokNN.kargo.test. A` with an OPT record asking for DNSSEC (DO).
+        let mut packet = query_for(&format!("yok{n:02}"));
+        packet[11] = 1;
+        packet.extend_from_slice(&[0, 0, 0x29, 0x04, 0xd0, 0, 0, 0x80, 0, 0, 0]);
+        socket.send_to(&packet, dns.address).unwrap();
+    }
+    let mut answered = 0;
+    let mut buffer = [0u8; 1500];
+    while socket.recv_from(&mut buffer).is_ok() {
+        answered += 1;
+    }
+    // Two at once, and two a second after: whatever the time the burst took.
+    let allowed = 2 + 2 * started.elapsed().as_secs() as usize + 1;
+    assert!(
+        (1..=allowed).contains(&answered),
+        "{answered} of 20 answered"
+    );
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
 /// The raw answer to `packet` over UDP.
 fn raw_answer(address: SocketAddr, packet: &[u8]) -> Vec<u8> {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -145,7 +145,15 @@ impl Copy {
                 Request::from_parts(parts, body),
             )
             .await;
-        let failed = answer.status().is_server_error() || drain(answer.into_body()).await.is_err();
+        // The answer is thrown away; its body is read (so the connection can serve again) for
+        // at most the pool's response timeout: a backend that trickles it would otherwise hold
+        // the copy's place, and with every place held all later copies are dropped.
+        let body_timeout = snapshot.pools[pool].plan.response_timeout;
+        let failed = answer.status().is_server_error()
+            || !matches!(
+                tokio::time::timeout(body_timeout, drain(answer.into_body())).await,
+                Ok(Ok(()))
+            );
         place.finish(failed, false);
     }
 }

@@ -398,6 +398,41 @@ async fn the_mirror_receives_its_share() {
     stop(running).await;
 }
 
+/// Probe finding: a copy read its backend's answer body with no bound, so a mirror backend that
+/// sent a head and then stalled held the copy's place for ever (with every place held, all
+/// later copies are dropped). The body is read for at most the pool's response timeout.
+#[tokio::test]
+async fn a_mirror_that_stalls_in_its_answer_body_frees_the_copys_place() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let primary = answering("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let stalling = raw_backend(|mut stream| async move {
+        let mut buffer = [0u8; 4096];
+        let mut seen = Vec::new();
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buffer[..n]),
+            }
+        }
+        let head = b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nx";
+        if stream.write_all(head).await.is_ok() {
+            // Held open with the body unfinished until the proxy lets go.
+            let _ = stream.read(&mut buffer).await;
+        }
+    })
+    .await;
+    let mut plan = plan(&[primary]);
+    let mut shadow = pool("golge", &[stalling]);
+    shadow.response_timeout = Duration::from_millis(300);
+    plan.pools.push(shadow);
+    routes(&mut plan)[0].routing.mirror = Some(mirror_to("golge", 100.0));
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    assert_eq!(client.get("/takip/TR-1").await.status, 200);
+    wait_for_status(&running, |s| s["routing"][0]["mirror"]["failed"] == 1).await;
+    stop(running).await;
+}
+
 #[tokio::test]
 async fn a_dead_mirror_changes_nothing_for_the_client() {
     let dead = refusing_port();

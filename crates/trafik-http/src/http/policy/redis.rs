@@ -223,13 +223,38 @@ impl RedisGcra {
                 .await
                 .map_err(|_| "redis did not answer in time".to_owned())?
                 .map_err(|e| e.to_string())?;
-        let (allowed, remaining, retry_after, reset) = reply;
-        Ok(Decision {
-            allowed: allowed == 1,
-            limit: (tolerance / interval) as u32,
-            remaining,
-            retry_after: retry_after * 1_000,
-            reset: reset * 1_000,
-        })
+        Ok(decision(reply, interval, tolerance))
+    }
+}
+
+/// The script's reply `(allowed, remaining, retry_after, reset)`, its times in microseconds,
+/// as a [`Decision`] in nanoseconds. What Redis holds is not trusted: a key set by hand to a
+/// huge value saturates instead of overflowing.
+fn decision(reply: (u8, u32, u64, u64), interval: u64, tolerance: u64) -> Decision {
+    let (allowed, remaining, retry_after, reset) = reply;
+    Decision {
+        allowed: allowed == 1,
+        limit: u32::try_from(tolerance / interval.max(1)).unwrap_or(u32::MAX),
+        remaining,
+        retry_after: retry_after.saturating_mul(1_000),
+        reset: reset.saturating_mul(1_000),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Probe finding: times from Redis were multiplied unchecked, so a key set by hand to a huge
+    /// value overflowed (a panic with overflow checks, a wrapped small `Retry-After` without).
+    #[test]
+    fn a_reply_past_any_clock_saturates_instead_of_overflowing() {
+        let refused = decision((0, 0, u64::MAX, u64::MAX / 2), 100_000, 1_000_000);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, u64::MAX);
+        assert_eq!(refused.reset, u64::MAX);
+        assert_eq!(refused.limit, 10);
+        let allowed = decision((1, 9, 0, 100_000), 100_000, 1_000_000);
+        assert_eq!((allowed.retry_after, allowed.reset), (0, 100_000_000));
     }
 }

@@ -35,6 +35,9 @@ const FLEET_POLL: Duration = Duration::from_secs(2);
 const LOCK_TTL: Duration = Duration::from_secs(30);
 /// How long the CA may take to check the challenges and to issue.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest one attempt (account, order, challenges, certificate) may take: the ACME
+/// client bounds the waits between its polls, not a request the CA never answers.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where certificates, keys and accounts are kept.
 #[derive(Clone)]
@@ -92,7 +95,11 @@ async fn manage(managed: Arc<Managed>, store: Store) {
             (false, true) => Reason::Due,
             (false, false) => Reason::Look,
         };
-        wait = match attempt(&managed, &store, reason).await {
+        let (for_attempt, in_store) = (managed.clone(), store.clone());
+        let attempted = bounded(ATTEMPT_TIMEOUT, async move {
+            attempt(&for_attempt, &in_store, reason).await
+        });
+        wait = match attempted.await {
             Ok(()) => next_wake(&managed, &store),
             Err(Attempt::Busy) => FLEET_POLL,
             Err(Attempt::Failed(error)) => {
@@ -134,6 +141,30 @@ enum Attempt {
 impl From<String> for Attempt {
     fn from(error: String) -> Attempt {
         Attempt::Failed(error)
+    }
+}
+
+/// Runs one attempt in a task of its own for at most `timeout` ([`ATTEMPT_TIMEOUT`]): a CA that stops
+/// answering, or a panic in the ACME client (instant-acme adds a CA's `Retry-After` to the
+/// clock unchecked), ends it as a failed attempt, retried with backoff, never the manager. The
+/// attempt's order lock goes with its task ([`Lock`]'s `Drop`).
+async fn bounded<F>(timeout: Duration, attempt: F) -> Result<(), Attempt>
+where
+    F: Future<Output = Result<(), Attempt>> + Send + 'static,
+{
+    let mut task = tokio::spawn(attempt);
+    match tokio::time::timeout(timeout, &mut task).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(stopped)) => Err(Attempt::Failed(format!(
+            "the ACME order stopped: {stopped}"
+        ))),
+        Err(_) => {
+            task.abort();
+            Err(Attempt::Failed(format!(
+                "the CA did not finish the order within {} s",
+                timeout.as_secs()
+            )))
+        }
     }
 }
 
@@ -416,10 +447,19 @@ fn flattened(text: &str) -> String {
 }
 
 /// A held order lock (nothing to hold in a folder: one process orders there); its lease is
-/// kept alive while the order runs, and ends within [`LOCK_TTL`] if the holder dies.
+/// kept alive while the order runs, and ends within [`LOCK_TTL`] once the lock is dropped —
+/// unlocked, or its attempt ended by a timeout or a panic — or its holder dies.
 struct Lock {
     key: Option<String>,
     keep_alive: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if let Some(keep_alive) = self.keep_alive.take() {
+            keep_alive.abort();
+        }
+    }
 }
 
 impl Store {
@@ -561,11 +601,9 @@ impl Store {
         }))
     }
 
-    async fn unlock(&self, lock: Lock) {
-        if let Some(keep_alive) = lock.keep_alive {
-            keep_alive.abort();
-        }
-        if let (Store::Etcd { etcd, .. }, Some(key)) = (self, lock.key) {
+    async fn unlock(&self, mut lock: Lock) {
+        if let (Store::Etcd { etcd, .. }, Some(key)) = (self, lock.key.take()) {
+            drop(lock);
             let _ = etcd.delete(&key).await;
         }
     }
@@ -593,4 +631,56 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
         .map_err(failed)?;
     std::io::Write::write_all(&mut file, text.as_bytes()).map_err(failed)?;
     std::fs::rename(&temporary, path).map_err(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Probe finding: an attempt the CA never answered never ended, and one that panicked
+    /// (instant-acme adds a CA's `Retry-After` to the clock unchecked) ended the manager: the
+    /// certificate was never renewed. Both are failed attempts now.
+    #[tokio::test]
+    async fn an_attempt_that_never_ends_or_panics_is_a_failure_not_the_managers_end() {
+        // A short bound stands in for the ten minutes: only the outcome is asserted.
+        let bound = Duration::from_millis(20);
+        let silent = bounded(bound, std::future::pending()).await;
+        assert!(
+            matches!(&silent, Err(Attempt::Failed(error)) if error.contains("did not finish")),
+            "{:?}",
+            silent.err().map(|_| ())
+        );
+        let panicked = bounded(bound, async {
+            panic!("overflow when adding duration to instant")
+        })
+        .await;
+        assert!(
+            matches!(&panicked, Err(Attempt::Failed(error)) if error.contains("stopped")),
+            "{:?}",
+            panicked.err().map(|_| ())
+        );
+        assert!(bounded(bound, async { Ok(()) }).await.is_ok());
+    }
+
+    /// Probe finding: the order lock's lease was kept alive by a task only `unlock` stopped, so
+    /// an attempt that ended otherwise held the fleet's lock for the life of the process.
+    #[tokio::test]
+    async fn a_lock_dropped_on_any_exit_stops_keeping_its_lease_alive() {
+        let alive = Arc::new(());
+        let held = alive.clone();
+        let lock = Lock {
+            key: None,
+            keep_alive: Some(tokio::spawn(async move {
+                let _held = held;
+                std::future::pending::<()>().await
+            })),
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(Arc::strong_count(&alive), 2, "the keep-alive runs");
+        drop(lock);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(Arc::strong_count(&alive), 1, "the keep-alive stopped");
+    }
 }
