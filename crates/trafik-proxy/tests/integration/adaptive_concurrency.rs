@@ -165,12 +165,8 @@ async fn first_answer_held_open() -> SocketAddr {
             let held = std::mem::replace(&mut first, false);
             tokio::spawn(async move {
                 let mut buffer = [0u8; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
-                    }
+                if !trafik_test_support::proxy::read_head(&mut stream).await {
+                    return;
                 }
                 if held {
                     let _ = stream

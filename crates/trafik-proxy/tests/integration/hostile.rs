@@ -477,12 +477,8 @@ async fn an_h2c_upgrade_never_reaches_a_backend() {
 async fn unfinished_head_backend(filler: usize) -> std::net::SocketAddr {
     raw_backend(move |mut stream| async move {
         let mut buffer = [0u8; 4096];
-        let mut seen = Vec::new();
-        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => seen.extend_from_slice(&buffer[..n]),
-            }
+        if !read_head(&mut stream).await {
+            return;
         }
         if stream.write_all(UNFINISHED_HEAD).await.is_err() {
             return;

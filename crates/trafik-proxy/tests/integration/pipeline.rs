@@ -221,12 +221,8 @@ async fn options_asterisk_is_relayed_as_an_asterisk() {
 async fn late_body_server(body: &'static [u8]) -> std::net::SocketAddr {
     raw_backend(move |mut stream| async move {
         let mut buffer = [0u8; 4096];
-        let mut seen = Vec::new();
-        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => seen.extend_from_slice(&buffer[..n]),
-            }
+        if !read_head(&mut stream).await {
+            return;
         }
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: message/http\r\ncontent-length: {}\r\n\r\n",

@@ -407,12 +407,8 @@ async fn a_mirror_that_stalls_in_its_answer_body_frees_the_copys_place() {
     let primary = answering("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let stalling = raw_backend(|mut stream| async move {
         let mut buffer = [0u8; 4096];
-        let mut seen = Vec::new();
-        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => seen.extend_from_slice(&buffer[..n]),
-            }
+        if !read_head(&mut stream).await {
+            return;
         }
         let head = b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nx";
         if stream.write_all(head).await.is_ok() {

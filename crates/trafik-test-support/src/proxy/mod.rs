@@ -135,6 +135,22 @@ where
     address
 }
 
+/// Reads from `stream` until a whole head (its blank line) has come, for a raw backend that
+/// answers when a request's head is in; false when the peer closed or failed first. What came
+/// after the head in the same reads is dropped.
+pub async fn read_head(stream: &mut TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 4096];
+    let mut seen = Vec::new();
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => seen.extend_from_slice(&buffer[..n]),
+        }
+    }
+    true
+}
+
 /// A raw backend answering every request head it reads with the bytes of `answer`, on
 /// kept-alive connections.
 pub async fn answering(answer: impl Into<Bytes>) -> SocketAddr {
