@@ -365,9 +365,11 @@ pub enum FilterPlan {
     },
     /// Read each request body whole before the target sees the request: up to `memory` bytes
     /// in memory, the rest in a temporary file. A slow upload then holds no backend
-    /// connection, and the backend gets the body at once.
+    /// connection, and the backend gets the body at once. A body past `most` bytes is
+    /// refused (413): the file would otherwise grow with whatever a client sends.
     RequestBuffering {
         memory: u64,
+        most: u64,
     },
     /// Set a header on the request sent upstream.
     SetRequestHeader {

@@ -366,9 +366,9 @@ fn filter_text(filter: &trafik_proxy::FilterPlan) -> String {
     let show = |value: &http::HeaderValue| String::from_utf8_lossy(value.as_bytes()).into_owned();
     match filter {
         FilterPlan::RequestBodyLimit { bytes } => format!("request bodies up to {bytes} bytes"),
-        FilterPlan::RequestBuffering { memory } => {
-            format!("request bodies read whole first ({memory} bytes in memory, then a file)")
-        }
+        FilterPlan::RequestBuffering { memory, most } => format!(
+            "request bodies read whole first ({memory} bytes in memory, then a file; at most {most} bytes)"
+        ),
         FilterPlan::SetRequestHeader { name, value } => {
             format!("request header {name}: {}", show(value))
         }

@@ -579,15 +579,20 @@ impl RequestBody {
 
     /// Reads the whole body before any of it goes on, so a backend gets it at once however
     /// slowly the client sent it: up to `memory` bytes in memory, a longer body in a temporary
-    /// file. Trailers are not kept.
-    pub async fn buffer(&mut self, memory: u64) -> Result<(), BodyError> {
+    /// file, refused past `most` bytes in all. Trailers are not kept.
+    pub async fn buffer(&mut self, memory: u64, most: u64) -> Result<(), BodyError> {
         let mut held = BytesMut::new();
         let mut spilled: Option<(tokio::fs::File, u64)> = None;
+        let mut read: u64 = 0;
         while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_frame(cx)).await
         {
             let Ok(data) = frame?.into_data() else {
                 continue;
             };
+            read += data.len() as u64;
+            if read > most {
+                return Err(BodyError::TooLarge { limit: most });
+            }
             match &mut spilled {
                 None if (held.len() + data.len()) as u64 <= memory => held.extend_from_slice(&data),
                 None => {

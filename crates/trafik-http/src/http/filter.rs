@@ -275,7 +275,10 @@ pub fn build(
 ) -> Result<Box<dyn Filter>, String> {
     Ok(match plan {
         FilterPlan::RequestBodyLimit { bytes } => Box::new(RequestBodyLimit { bytes: *bytes }),
-        FilterPlan::RequestBuffering { memory } => Box::new(RequestBuffering { memory: *memory }),
+        FilterPlan::RequestBuffering { memory, most } => Box::new(RequestBuffering {
+            memory: *memory,
+            most: *most,
+        }),
         FilterPlan::SetRequestHeader { name, value } => Box::new(SetRequestHeader {
             name: name.clone(),
             value: value.clone(),
@@ -526,9 +529,10 @@ impl Filter for RequestBodyLimit {
 
 /// Reads a request's whole body before the target sees the request (request buffering), so a
 /// slow upload holds no backend connection: up to `memory` bytes in memory, the rest in a
-/// temporary file.
+/// temporary file, at most `most` bytes in all.
 pub struct RequestBuffering {
     memory: u64,
+    most: u64,
 }
 
 impl Filter for RequestBuffering {
@@ -545,7 +549,7 @@ impl Filter for RequestBuffering {
         _: &'a Exchange<'a>,
     ) -> Waiting<'a> {
         Box::pin(async move {
-            match request.body_mut().buffer(self.memory).await {
+            match request.body_mut().buffer(self.memory, self.most).await {
                 Ok(()) => Step::Continue,
                 Err(error) => Step::Respond(Box::new(error.refusal().response())),
             }

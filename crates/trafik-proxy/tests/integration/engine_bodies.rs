@@ -729,7 +729,10 @@ fn body_filters() -> [Vec<trafik_proxy::FilterPlan>; 2] {
     use trafik_proxy::FilterPlan;
     [
         vec![FilterPlan::RequestBodyLimit { bytes: 1000 }],
-        vec![FilterPlan::RequestBuffering { memory: 16 }],
+        vec![FilterPlan::RequestBuffering {
+            memory: 16,
+            most: u64::MAX,
+        }],
     ]
 }
 

@@ -304,7 +304,10 @@ async fn a_filtered_route_and_a_plain_one_share_their_backend_connections() {
     let mut plan = plan(&[backend]);
     // A step that reads the whole body first takes the pipeline (a header edit would not).
     let mut filtered = route("/suzgec", "takip");
-    filtered.filters = vec![FilterPlan::RequestBuffering { memory: 1024 }];
+    filtered.filters = vec![FilterPlan::RequestBuffering {
+        memory: 1024,
+        most: u64::MAX,
+    }];
     *routes(&mut plan) = vec![filtered, route("/", "takip")];
     let running = trafik_proxy::start(plan).unwrap();
     let mut client = Client::connect(web(&running)).await;
@@ -321,6 +324,37 @@ async fn a_filtered_route_and_a_plain_one_share_their_backend_connections() {
     stop(running).await;
 }
 
+/// Probe finding: request buffering wrote whatever a client sent to its temporary file, with
+/// no bound when the route set no body limit (the disk filled). A buffered body past the
+/// filter's bound is refused with 413 and never reaches the backend.
+#[tokio::test]
+async fn a_buffered_body_past_its_bound_is_refused_not_spilled_without_end() {
+    use std::sync::atomic::Ordering;
+    let (backend, accepted) = checksumming_backend().await;
+    let mut plan = plan(&[backend]);
+    routes(&mut plan)[0].filters = vec![FilterPlan::RequestBuffering {
+        memory: 1024,
+        most: 64 * 1024,
+    }];
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut client = Client::connect(web(&running)).await;
+    let upload = |length: usize| {
+        Request::post("/yukle")
+            .header("host", "a")
+            .body(Full::new(Bytes::from(vec![b'y'; length])))
+            .unwrap()
+    };
+    assert_eq!(client.send(upload(64 * 1024)).await.status, 200);
+    let mut client = Client::connect(web(&running)).await;
+    assert_eq!(client.send(upload(64 * 1024 + 1)).await.status, 413);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "only the first reached the backend"
+    );
+    stop(running).await;
+}
+
 /// Behind `request_buffering`, a client still sending its body holds no backend connection;
 /// the body reaches the backend whole, from memory or, past the memory bound, from a file.
 #[tokio::test]
@@ -328,7 +362,10 @@ async fn a_buffered_route_holds_no_backend_connection_while_a_body_trickles_in()
     use std::sync::atomic::Ordering;
     let (backend, accepted) = checksumming_backend().await;
     let mut plan = plan(&[backend]);
-    routes(&mut plan)[0].filters = vec![FilterPlan::RequestBuffering { memory: 16 * 1024 }];
+    routes(&mut plan)[0].filters = vec![FilterPlan::RequestBuffering {
+        memory: 16 * 1024,
+        most: u64::MAX,
+    }];
     let running = trafik_proxy::start(plan).unwrap();
     // Ten uploads that have sent their head and a tenth of their body.
     let mut trickling = Vec::new();
@@ -681,7 +718,10 @@ async fn a_request_a_reused_connection_lost_goes_again_only_when_it_may_be_repea
     })
     .await;
     let mut plan = plan(&[backend]);
-    routes(&mut plan)[0].filters = vec![FilterPlan::RequestBuffering { memory: 1024 }];
+    routes(&mut plan)[0].filters = vec![FilterPlan::RequestBuffering {
+        memory: 1024,
+        most: u64::MAX,
+    }];
     let running = trafik_proxy::start(plan).unwrap();
     let mut client = Client::connect(web(&running)).await;
     assert_eq!(client.get("/takip/1").await.status, 200);
@@ -712,7 +752,13 @@ async fn a_request_a_reused_connection_lost_goes_again_only_when_it_may_be_repea
 #[tokio::test]
 async fn a_request_lost_after_an_interim_answer_does_not_go_again() {
     use std::sync::Arc;
-    for filters in [vec![], vec![FilterPlan::RequestBuffering { memory: 1024 }]] {
+    for filters in [
+        vec![],
+        vec![FilterPlan::RequestBuffering {
+            memory: 1024,
+            most: u64::MAX,
+        }],
+    ] {
         let heads = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let seen = heads.clone();
         // Answers the first request on each connection; to the next, 103 and a close.

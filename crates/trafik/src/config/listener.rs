@@ -13,6 +13,9 @@ use super::values::Buffering;
 use super::{cache, compress, cors, gate, jwt, layer4, rate_limit, routing, static_files};
 use crate::suggest::did_you_mean;
 
+/// The most a buffered request body may hold when its route sets no `request_body_limit`.
+const BUFFERED_BODY_LIMIT: u64 = 1 << 30;
+
 /// `pools` is every pool's name by position; `layer4_pools` those that layer-4 listeners use.
 pub fn check_all(
     report: &mut Report,
@@ -502,7 +505,12 @@ fn check_filters(report: &mut Report, field: &str, route: &Route) -> Vec<FilterP
     if let Some(Buffering::InMemoryUpTo(memory)) =
         route.request_buffering.as_ref().map(|b| *b.get_ref())
     {
-        filters.push(FilterPlan::RequestBuffering { memory });
+        // The file has a bound too: the route's body limit, or a gibibyte.
+        let most = route
+            .request_body_limit
+            .as_ref()
+            .map_or(BUFFERED_BODY_LIMIT, |limit| limit.get_ref().0);
+        filters.push(FilterPlan::RequestBuffering { memory, most });
     }
     let mut headers = |key: &str, lines: &[Spanned<String>]| {
         let mut parsed = Vec::new();

@@ -923,7 +923,7 @@ fn check_shows_a_route_s_filters() {
     );
     assert!(
         stdout.contains(
-            "    filter request bodies read whole first (1048576 bytes in memory, then a file)"
+            "    filter request bodies read whole first (1048576 bytes in memory, then a file; at most 65536 bytes)"
         ),
         "{stdout}"
     );
