@@ -268,8 +268,21 @@ async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, Str
                 tracing::warn!(%name, targets = chosen.len(), kept = MOST_SRV_TARGETS, "an SRV answer names more targets than a name may give; the first are kept");
                 chosen.truncate(MOST_SRV_TARGETS);
             }
-            for srv in chosen {
-                let (ips, target_ttl) = addresses_of(resolver, &srv.target.to_ascii()).await?;
+            // The targets at once, each on its own: one that does not resolve leaves the
+            // others' backends in place, and a slow one holds up no other.
+            let targets = chosen.into_iter().map(|srv| async move {
+                (srv, addresses_of(resolver, &srv.target.to_ascii()).await)
+            });
+            let mut unresolved = None;
+            for (srv, resolved) in futures_util::future::join_all(targets).await {
+                let (ips, target_ttl) = match resolved {
+                    Ok(resolved) => resolved,
+                    Err(error) => {
+                        tracing::debug!(%name, target = %srv.target, %error, "an SRV target did not resolve");
+                        unresolved = Some(error);
+                        continue;
+                    }
+                };
                 ttl = ttl.min(target_ttl);
                 // Weight 0 is "rarely" in RFC 2782; selection needs at least 1.
                 let weight = u32::from(srv.weight.max(1));
@@ -279,7 +292,10 @@ async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, Str
                 );
             }
             if addresses.is_empty() {
-                return Err(format!("no SRV record of {name} has an address"));
+                return Err(match unresolved {
+                    Some(error) => format!("no SRV target of {name} resolved: {error}"),
+                    None => format!("no SRV record of {name} has an address"),
+                });
             }
             ttl
         }

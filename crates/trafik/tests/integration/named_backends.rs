@@ -402,3 +402,35 @@ fn a_name_gives_a_pool_a_bounded_number_of_backends() {
         "{found:?}"
     );
 }
+
+/// Probe finding: one SRV target that did not resolve failed the whole name, so its pool kept
+/// its last set (or had none) although the other targets answered. The targets are asked at
+/// once and each on its own.
+#[test]
+fn an_srv_target_that_does_not_resolve_leaves_the_others_in_the_pool() {
+    let directory = directory("srv-partial");
+    let zone = directory.join("kargo.zone");
+    write_zone(
+        &zone,
+        &[
+            "_http._tcp.api IN SRV 10 1 20001 var".to_owned(),
+            "_http._tcp.api IN SRV 10 1 20002 yok".to_owned(),
+            "var IN A 127.0.0.61".to_owned(),
+        ],
+    );
+    let authority = Authority::start(&directory);
+    let proxy = NamedProxy::start(
+        &directory,
+        authority.dns,
+        "discover = \"srv:_http._tcp.api.kargo.test\"",
+    );
+    let status = proxy.wait_for("the SRV name resolved", |s| {
+        s["names"][0]["resolved_at"].is_string() || s["names"][0]["failures"] != 0
+    });
+    assert_eq!(
+        pool_addresses(&status),
+        ["127.0.0.61:20001"],
+        "{}",
+        status["names"]
+    );
+}
