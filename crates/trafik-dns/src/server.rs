@@ -1,6 +1,6 @@
-//! The DNS server: trafik's UDP loops (one per socket, each with its packet cache) and
-//! hickory-server's TCP transport, hickory's wire format, and trafik's [`RequestHandler`]
-//! answering from the [`Authority`] in force. Messages hickory cannot parse get FORMERR (or are
+//! The DNS server: trafik's UDP loops (one per socket, each with its packet cache) and TCP loop
+//! ([`serve_tcp`]), hickory's wire format, and trafik's handler answering from the
+//! [`Authority`] in force. Messages hickory cannot parse get FORMERR (or are
 //! dropped when even the header is short); UDP answers larger than the client's EDNS buffer
 //! (512 bytes without EDNS) are truncated with TC set, and the client asks again over TCP.
 //! AXFR and IXFR over TCP are answered by `Handler::transfer` (see [`crate::transfer`]); a
@@ -18,11 +18,9 @@ use hickory_proto::op::{Edns, Header, HeaderCounts, LowerQuery, Metadata, OpCode
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
 use hickory_proto::rr::{DNSClass, LowerName, RData, Record, RecordType};
 use hickory_proto::serialize::binary::BinEncoder;
-use hickory_server::Server;
 use hickory_server::net::NetError;
-use hickory_server::net::runtime::Time;
 use hickory_server::net::xfer::Protocol;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::server::{Request, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, UdpSocket};
@@ -41,8 +39,12 @@ pub const MAX_UDP_PAYLOAD: u16 = 1232;
 /// How often the server looks whether a signed zone that transfers is due for re-signing.
 const RESIGN_CHECK: Duration = Duration::from_secs(600);
 
-/// How long a TCP connection may stay without a request.
+/// How long a TCP connection may stay without a whole request, and the longest one answer's
+/// write may wait for the client to read.
 const TCP_IDLE: Duration = Duration::from_secs(10);
+
+/// The most TCP connections served at once; past it a new one is closed at accept.
+const TCP_CONNECTIONS: usize = 1024;
 
 /// Which regions are live now; the data plane answers it from its health checks.
 pub trait Liveness: Send + Sync + 'static {
@@ -93,9 +95,8 @@ struct Handler {
 /// A running DNS server.
 pub struct DnsServer {
     control: DnsControl,
-    /// TCP, on hickory-server's transport.
-    server: Server<SharedHandler>,
-    /// The UDP loops, one per socket, and the re-signing timer of the server that has TCP.
+    /// The UDP loops, one per socket, and the TCP loop with the re-signing timer of the server
+    /// that has TCP.
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -123,21 +124,21 @@ impl DnsServer {
     /// Serves `control`'s zones on sockets bound by [`Bound::bind`], on the tokio runtime
     /// entered: one runtime may take every socket, or each thread's runtime some of them, all
     /// answering from the same [`DnsControl`]. Each UDP socket is read by its own loop with its
-    /// own packet cache ([`serve_udp`]); TCP goes through hickory-server.
+    /// own packet cache ([`serve_udp`]); TCP by [`serve_tcp`].
     pub fn serve(
         control: &DnsControl,
         udp: Vec<std::net::UdpSocket>,
         tcp: Option<std::net::TcpListener>,
     ) -> io::Result<DnsServer> {
-        let mut server = Server::new(SharedHandler(control.handler.clone()));
-        let mut loops = Vec::with_capacity(udp.len());
+        let mut loops = Vec::with_capacity(udp.len() + 2);
         for socket in udp {
             let socket = UdpSocket::from_std(socket)?;
             loops.push(tokio::spawn(serve_udp(control.handler.clone(), socket)));
         }
         if let Some(tcp) = tcp {
             tcp.set_nonblocking(true)?;
-            server.register_listener(TcpListener::from_std(tcp)?, TCP_IDLE, 64);
+            let listener = TcpListener::from_std(tcp)?;
+            loops.push(tokio::spawn(serve_tcp(control.handler.clone(), listener)));
             // One timer for all the sockets: the one taking TCP takes it.
             let control = control.clone();
             loops.push(tokio::spawn(async move {
@@ -149,7 +150,6 @@ impl DnsServer {
         }
         Ok(DnsServer {
             control: control.clone(),
-            server,
             tasks: loops,
         })
     }
@@ -163,14 +163,11 @@ impl DnsServer {
         &self.control
     }
 
-    /// Stops accepting and waits for the transports to end.
+    /// Stops accepting and answering: the loops end, and with the TCP loop its connections.
     pub async fn stop(mut self) {
         for task in self.tasks.drain(..) {
             task.abort();
             let _ = task.await;
-        }
-        if let Err(error) = self.server.shutdown_gracefully().await {
-            tracing::warn!(%error, "dns server stopped with an error");
         }
     }
 }
@@ -494,21 +491,116 @@ fn seed() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// hickory's server owns its handler; this one shares it with [`DnsServer`].
-struct SharedHandler(Arc<Handler>);
+/// DNS over TCP (RFC 7766): each connection's messages answered in turn, each answer written
+/// (with the socket's backpressure) before the next request is read, so a transfer sends as
+/// many messages as its zone needs; at most [`TCP_CONNECTIONS`] at once. hickory-server's TCP
+/// loop queued a handler's answers in a channel of 64 it only drained after the handler
+/// returned, so a transfer of more than ~66 messages (a zone over ~1 MiB) failed every time.
+async fn serve_tcp(handler: Arc<Handler>, listener: TcpListener) {
+    let turns = Arc::new(tokio::sync::Semaphore::new(TCP_CONNECTIONS));
+    // Dropped with this task: stopping the server ends its connections.
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::debug!(%error, "dns tcp accept");
+                // Out of descriptors, say: give the others time to close.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        while connections.try_join_next().is_some() {}
+        let Ok(turn) = turns.clone().try_acquire_owned() else {
+            continue;
+        };
+        connections.spawn(serve_tcp_connection(handler.clone(), stream, peer, turn));
+    }
+}
+
+async fn serve_tcp_connection(
+    handler: Arc<Handler>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    _turn: tokio::sync::OwnedSemaphorePermit,
+) {
+    use tokio::io::AsyncReadExt;
+    let (mut reader, writer) = stream.into_split();
+    let answers = TcpAnswers(Arc::new(tokio::sync::Mutex::new(writer)));
+    loop {
+        let read = tokio::time::timeout(TCP_IDLE, async {
+            let length = reader.read_u16().await?;
+            let mut message = vec![0u8; usize::from(length)];
+            reader.read_exact(&mut message).await?;
+            io::Result::Ok(message)
+        })
+        .await;
+        let Ok(Ok(message)) = read else {
+            return;
+        };
+        // A message that is not a query gets no answer, as over UDP.
+        if message.len() < 12 || message[2] & 0x80 != 0 {
+            continue;
+        }
+        let mut header = [0u8; 12];
+        header.copy_from_slice(&message[..12]);
+        let request = match Request::from_bytes(message, peer, Protocol::Tcp) {
+            Ok(request) => request,
+            Err(_) => {
+                let mut refusal = Vec::new();
+                format_error(&header, &mut refusal);
+                if answers.write(&refusal).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        if is_transfer(&request) {
+            handler.transfer(&request, answers.clone()).await;
+        } else {
+            handler.answer(&request, answers.clone(), None).await;
+        }
+    }
+}
+
+/// Writes each answer to a TCP connection as it is made, framed by its length (RFC 1035
+/// §4.2.2): a transfer's messages go out one after another at the pace the client reads.
+#[derive(Clone)]
+struct TcpAnswers(Arc<tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>>);
+
+impl TcpAnswers {
+    async fn write(&self, message: &[u8]) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let length = u16::try_from(message.len())
+            .map_err(|_| io::Error::other("a DNS message over TCP holds at most 65535 bytes"))?;
+        let mut framed = Vec::with_capacity(2 + message.len());
+        framed.extend_from_slice(&length.to_be_bytes());
+        framed.extend_from_slice(message);
+        let mut writer = self.0.lock().await;
+        tokio::time::timeout(TCP_IDLE, writer.write_all(&framed))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the client stopped reading"))?
+    }
+}
 
 #[async_trait::async_trait]
-impl RequestHandler for SharedHandler {
-    async fn handle_request<R: ResponseHandler, T: Time>(
-        &self,
-        request: &Request,
-        response_handle: R,
-    ) -> ResponseInfo {
-        // hickory-server carries TCP only: UDP is trafik's own loop.
-        if is_transfer(request) {
-            return self.0.transfer(request, response_handle).await;
-        }
-        self.0.answer(request, response_handle, None).await.0
+impl ResponseHandler for TcpAnswers {
+    async fn send_response<'a>(
+        &mut self,
+        response: hickory_server::zone_handler::MessageResponse<
+            '_,
+            'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+        >,
+    ) -> Result<ResponseInfo, NetError> {
+        let (info, bytes) = emit(response, u16::MAX)?;
+        self.write(&bytes)
+            .await
+            .map_err(|error| NetError::from(error.to_string()))?;
+        Ok(info)
     }
 }
 
@@ -614,6 +706,27 @@ async fn serve_udp(handler: Arc<Handler>, socket: UdpSocket) {
     }
 }
 
+/// hickory's encoding of `response` within `limit` bytes (truncated with TC past it).
+fn emit<'a>(
+    response: hickory_server::zone_handler::MessageResponse<
+        '_,
+        'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+    >,
+    limit: u16,
+) -> Result<(ResponseInfo, Vec<u8>), NetError> {
+    let mut bytes = Vec::with_capacity(512);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    encoder.set_max_size(limit);
+    let info = response
+        .destructive_emit(&mut encoder)
+        .map_err(|error| NetError::from(error.to_string()))?;
+    Ok((info, bytes))
+}
+
 /// hickory's encoding of an answer, kept instead of sent: for UDP, within the client's EDNS
 /// buffer (512 bytes without EDNS), truncated with TC past it.
 #[derive(Clone, Default)]
@@ -633,12 +746,7 @@ impl ResponseHandler for Encoded {
         >,
     ) -> Result<ResponseInfo, NetError> {
         let limit = response.edns().map_or(512, Edns::max_payload);
-        let mut bytes = Vec::with_capacity(512);
-        let mut encoder = BinEncoder::new(&mut bytes);
-        encoder.set_max_size(limit);
-        let info = response
-            .destructive_emit(&mut encoder)
-            .map_err(|error| NetError::from(error.to_string()))?;
+        let (info, bytes) = emit(response, limit)?;
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = bytes;
         Ok(info)
     }

@@ -396,6 +396,56 @@ fn malformed_packets_get_formerr_or_nothing_and_the_server_goes_on() {
     );
 }
 
+/// DNS over TCP on trafik's own loop (RFC 7766): queries pipelined on one connection are
+/// answered in order, a message hickory cannot parse gets FORMERR, and one that is not a
+/// query gets nothing; none of them ends the connection.
+#[test]
+fn tcp_answers_pipelined_queries_in_order_and_survives_bad_messages() {
+    use std::io::{Read, Write};
+    let dns = Running::start();
+    let mut stream = std::net::TcpStream::connect(dns.address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let framed = |message: &[u8]| {
+        let mut framed = (message.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(message);
+        framed
+    };
+    let mut first = query_for("cografi");
+    first[..2].copy_from_slice(&[0, 1]);
+    let mut broken = query_for("cografi");
+    broken[..2].copy_from_slice(&[0, 2]);
+    broken.truncate(broken.len() - 3);
+    let mut answer_sent_back = query_for("cografi");
+    answer_sent_back[..2].copy_from_slice(&[0, 3]);
+    answer_sent_back[2] |= 0x80;
+    let mut last = query_for("devralma");
+    last[..2].copy_from_slice(&[0, 4]);
+    let mut all = Vec::new();
+    for message in [&first, &broken, &answer_sent_back, &last] {
+        all.extend(framed(message));
+    }
+    stream.write_all(&all).unwrap();
+    let mut read_one = || {
+        let mut length = [0u8; 2];
+        stream.read_exact(&mut length).unwrap();
+        let mut message = vec![0u8; usize::from(u16::from_be_bytes(length))];
+        stream.read_exact(&mut message).unwrap();
+        message
+    };
+    let answers: Vec<(u16, u8)> = (0..3)
+        .map(|_| {
+            let message = read_one();
+            (
+                u16::from_be_bytes([message[0], message[1]]),
+                message[3] & 0x0f,
+            )
+        })
+        .collect();
+    assert_eq!(answers, [(1, 0), (2, 1), (4, 0)], "(id, rcode) in order");
+}
+
 #[test]
 fn edns_version_1_gets_badvers_with_an_opt_of_version_0() {
     let dns = Running::start();
