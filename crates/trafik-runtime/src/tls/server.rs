@@ -100,9 +100,22 @@ pub fn quic(
     server.migration(false);
     let mut transport = quinn::TransportConfig::default();
     transport.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
+    // What one connection may send ahead of what trafik has read: quinn's defaults leave the
+    // connection unbounded (100 streams of 1.25 MB each); these are HTTP/2's orders of size.
+    transport.receive_window(quinn::VarInt::from_u32(H3_CONNECTION_WINDOW));
+    transport.stream_receive_window(quinn::VarInt::from_u32(H3_STREAM_WINDOW));
+    // HTTP/3 needs three unidirectional streams of the client's (control, QPACK encoder and
+    // decoder); a few more leave room for extensions it ignores.
+    transport.max_concurrent_uni_streams(quinn::VarInt::from_u32(8));
     server.transport_config(Arc::new(transport));
     Ok(Arc::new(server))
 }
+
+/// The most request bytes one HTTP/3 connection may send before trafik reads them.
+const H3_CONNECTION_WINDOW: u32 = 4 << 20;
+
+/// The most request bytes one HTTP/3 stream may send before trafik reads them.
+const H3_STREAM_WINDOW: u32 = 1 << 20;
 
 /// Runs the server handshake within `timeout`, and says which HTTP version ALPN chose. Any
 /// failure (a plain-HTTP client, bytes that are no TLS, a client that stalls or rejects the
