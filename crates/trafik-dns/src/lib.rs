@@ -7,7 +7,8 @@
 //! - [`rate`]: response rate limiting;
 //! - [`geoip`]: countries, continents and autonomous systems from a MaxMind database;
 //! - [`transfer`]: AXFR and IXFR to secondaries, TSIG, the managed serial and NOTIFY;
-//! - [`server`]: the UDP and TCP server on hickory-server, with EDNS(0), the client subnet
+//! - [`server`]: the UDP and TCP server (trafik's own loops on hickory's wire format and
+//!   hickory-server's request and answer types), with EDNS(0), the client subnet
 //!   option and truncation, and the counters behind the admin API's `dns` block; its UDP
 //!   loops answer repeated questions from a packet cache (`packet_cache`).
 

@@ -6,6 +6,7 @@
 //! AXFR and IXFR over TCP are answered by `Handler::transfer` (see [`crate::transfer`]); a
 //! question signed with TSIG gets a signed answer.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -43,8 +44,10 @@ const RESIGN_CHECK: Duration = Duration::from_secs(600);
 /// write may wait for the client to read.
 const TCP_IDLE: Duration = Duration::from_secs(10);
 
-/// The most TCP connections served at once; past it a new one is closed at accept.
+/// The most TCP connections served at once, and from one client network (a /24, or /56 for
+/// IPv6); past either a new one is closed at accept.
 const TCP_CONNECTIONS: usize = 1024;
+const TCP_CONNECTIONS_PER_NETWORK: usize = 64;
 
 /// Which regions are live now; the data plane answers it from its health checks.
 pub trait Liveness: Send + Sync + 'static {
@@ -493,11 +496,13 @@ fn seed() -> u64 {
 
 /// DNS over TCP (RFC 7766): each connection's messages answered in turn, each answer written
 /// (with the socket's backpressure) before the next request is read, so a transfer sends as
-/// many messages as its zone needs; at most [`TCP_CONNECTIONS`] at once. hickory-server's TCP
-/// loop queued a handler's answers in a channel of 64 it only drained after the handler
-/// returned, so a transfer of more than ~66 messages (a zone over ~1 MiB) failed every time.
+/// many messages as its zone needs; at most [`TCP_CONNECTIONS`] at once and
+/// [`TCP_CONNECTIONS_PER_NETWORK`] from one client network. hickory-server's TCP loop queued a
+/// handler's answers in a channel of 64 it only drained after the handler returned, so a
+/// transfer of more than ~66 messages (a zone over ~1 MiB) failed every time.
 async fn serve_tcp(handler: Arc<Handler>, listener: TcpListener) {
     let turns = Arc::new(tokio::sync::Semaphore::new(TCP_CONNECTIONS));
+    let networks = Arc::new(std::sync::Mutex::new(HashMap::new()));
     // Dropped with this task: stopping the server ends its connections.
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -514,7 +519,51 @@ async fn serve_tcp(handler: Arc<Handler>, listener: TcpListener) {
         let Ok(turn) = turns.clone().try_acquire_owned() else {
             continue;
         };
-        connections.spawn(serve_tcp_connection(handler.clone(), stream, peer, turn));
+        let Some(place) = NetworkPlace::take(&networks, rate::network(peer.ip())) else {
+            continue;
+        };
+        connections.spawn(serve_tcp_connection(
+            handler.clone(),
+            stream,
+            peer,
+            (turn, place),
+        ));
+    }
+}
+
+/// A TCP connection's place among its client network's, given back when it ends.
+struct NetworkPlace {
+    networks: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    network: IpAddr,
+}
+
+impl NetworkPlace {
+    fn take(
+        networks: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+        network: IpAddr,
+    ) -> Option<NetworkPlace> {
+        let mut counts = networks.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(network).or_insert(0);
+        if *count >= TCP_CONNECTIONS_PER_NETWORK {
+            return None;
+        }
+        *count += 1;
+        Some(NetworkPlace {
+            networks: networks.clone(),
+            network,
+        })
+    }
+}
+
+impl Drop for NetworkPlace {
+    fn drop(&mut self) {
+        let mut counts = self.networks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.network) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.network);
+            }
+        }
     }
 }
 
@@ -522,12 +571,17 @@ async fn serve_tcp_connection(
     handler: Arc<Handler>,
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    _turn: tokio::sync::OwnedSemaphorePermit,
+    _places: (tokio::sync::OwnedSemaphorePermit, NetworkPlace),
 ) {
     use tokio::io::AsyncReadExt;
     let (mut reader, writer) = stream.into_split();
-    let answers = TcpAnswers(Arc::new(tokio::sync::Mutex::new(writer)));
-    loop {
+    let answers = TcpAnswers(Arc::new(TcpWriter {
+        writer: tokio::sync::Mutex::new(writer),
+        broken: std::sync::atomic::AtomicBool::new(false),
+    }));
+    // Ends when the client closes, idles, or stops reading (a write that failed or timed out
+    // may have left part of a message: nothing more can follow it).
+    while !answers.0.broken.load(Ordering::Relaxed) {
         let read = tokio::time::timeout(TCP_IDLE, async {
             let length = reader.read_u16().await?;
             let mut message = vec![0u8; usize::from(length)];
@@ -566,20 +620,40 @@ async fn serve_tcp_connection(
 /// Writes each answer to a TCP connection as it is made, framed by its length (RFC 1035
 /// §4.2.2): a transfer's messages go out one after another at the pace the client reads.
 #[derive(Clone)]
-struct TcpAnswers(Arc<tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>>);
+struct TcpAnswers(Arc<TcpWriter>);
+
+struct TcpWriter {
+    writer: tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>,
+    /// A write failed or timed out: the connection takes no more.
+    broken: std::sync::atomic::AtomicBool,
+}
 
 impl TcpAnswers {
     async fn write(&self, message: &[u8]) -> io::Result<()> {
         use tokio::io::AsyncWriteExt;
         let length = u16::try_from(message.len())
             .map_err(|_| io::Error::other("a DNS message over TCP holds at most 65535 bytes"))?;
+        if self.0.broken.load(Ordering::Relaxed) {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "an earlier write failed",
+            ));
+        }
         let mut framed = Vec::with_capacity(2 + message.len());
         framed.extend_from_slice(&length.to_be_bytes());
         framed.extend_from_slice(message);
-        let mut writer = self.0.lock().await;
-        tokio::time::timeout(TCP_IDLE, writer.write_all(&framed))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the client stopped reading"))?
+        let mut writer = self.0.writer.lock().await;
+        let written = match tokio::time::timeout(TCP_IDLE, writer.write_all(&framed)).await {
+            Ok(written) => written,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client stopped reading",
+            )),
+        };
+        if written.is_err() {
+            self.0.broken.store(true, Ordering::Relaxed);
+        }
+        written
     }
 }
 

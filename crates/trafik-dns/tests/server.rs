@@ -446,6 +446,35 @@ fn tcp_answers_pipelined_queries_in_order_and_survives_bad_messages() {
     assert_eq!(answers, [(1, 0), (2, 1), (4, 0)], "(id, rcode) in order");
 }
 
+/// DNS over TCP had no cap: each connection held a descriptor for as long as it sent a query
+/// every few seconds, until the process (and its HTTP listeners) had none left. One client
+/// network may hold 64 connections; the next is closed at once, and the others still answer.
+#[test]
+fn one_client_network_holds_at_most_64_tcp_connections() {
+    use std::io::{Read, Write};
+    let dns = Running::start();
+    let held: Vec<std::net::TcpStream> = (0..64)
+        .map(|_| std::net::TcpStream::connect(dns.address).unwrap())
+        .collect();
+    let mut refused = std::net::TcpStream::connect(dns.address).unwrap();
+    refused
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(refused.read(&mut byte).unwrap_or(0), 0, "closed at accept");
+    let mut first = &held[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let query = query_packet();
+    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&query);
+    first.write_all(&framed).unwrap();
+    let mut length = [0u8; 2];
+    first.read_exact(&mut length).unwrap();
+    assert!(u16::from_be_bytes(length) > 12, "an answer");
+}
+
 #[test]
 fn edns_version_1_gets_badvers_with_an_opt_of_version_0() {
     let dns = Running::start();

@@ -15,6 +15,7 @@ use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{
     ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolverConfig,
 };
+use hickory_resolver::net::NetError;
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
 use tokio::sync::watch;
@@ -226,15 +227,17 @@ fn resolver(plan: &ResolverPlan) -> Result<TokioResolver, String> {
 /// what a DNS answer (up to 64 KiB over TCP: thousands of records) can make of one.
 pub const MOST_ADDRESSES_PER_NAME: usize = 256;
 
-/// The most SRV targets of one answer looked up (each is a lookup of its own, one after
-/// another: thousands of targets would hold every name's refresh for as many timeouts).
+/// The most SRV targets of one answer looked up (each is a lookup of its own: thousands of
+/// targets would be as many lookups in flight at every refresh).
 pub const MOST_SRV_TARGETS: usize = 32;
 
 async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, String> {
     let mut addresses = Vec::new();
     let ttl = match name {
         Discover::Name { host, port, weight } => {
-            let (ips, ttl) = addresses_of(resolver, host).await?;
+            let (ips, ttl) = addresses_of(resolver, host)
+                .await
+                .map_err(|e| e.to_string())?;
             addresses.extend(
                 ips.into_iter()
                     .map(|ip| (SocketAddr::new(ip, *port), *weight)),
@@ -268,8 +271,9 @@ async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, Str
                 tracing::warn!(%name, targets = chosen.len(), kept = MOST_SRV_TARGETS, "an SRV answer names more targets than a name may give; the first are kept");
                 chosen.truncate(MOST_SRV_TARGETS);
             }
-            // The targets at once, each on its own: one that does not resolve leaves the
-            // others' backends in place, and a slow one holds up no other.
+            // The targets at once: a slow one holds up no other. One with no address (its
+            // owner removed it) is left out; one that failed otherwise (a timeout, SERVFAIL)
+            // fails the lookup, so the last good set stays rather than shrink for a moment.
             let targets = chosen.into_iter().map(|srv| async move {
                 (srv, addresses_of(resolver, &srv.target.to_ascii()).await)
             });
@@ -277,10 +281,13 @@ async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, Str
             for (srv, resolved) in futures_util::future::join_all(targets).await {
                 let (ips, target_ttl) = match resolved {
                     Ok(resolved) => resolved,
-                    Err(error) => {
-                        tracing::debug!(%name, target = %srv.target, %error, "an SRV target did not resolve");
-                        unresolved = Some(error);
+                    Err(error) if error.is_no_records_found() => {
+                        tracing::debug!(%name, target = %srv.target, %error, "an SRV target has no address");
+                        unresolved = Some(error.to_string());
                         continue;
+                    }
+                    Err(error) => {
+                        return Err(format!("SRV target {} of {name}: {error}", srv.target));
                     }
                 };
                 ttl = ttl.min(target_ttl);
@@ -312,8 +319,8 @@ async fn lookup(resolver: &TokioResolver, name: &Discover) -> Result<Answer, Str
 async fn addresses_of(
     resolver: &TokioResolver,
     host: &str,
-) -> Result<(Vec<IpAddr>, Duration), String> {
-    let found = resolver.lookup_ip(host).await.map_err(|e| e.to_string())?;
+) -> Result<(Vec<IpAddr>, Duration), NetError> {
+    let found = resolver.lookup_ip(host).await?;
     let ttl = remaining(found.valid_until());
     Ok((found.into_iter().collect(), ttl))
 }

@@ -22,15 +22,15 @@ pub fn free_port() -> u16 {
 }
 
 /// `N` distinct free ports: all bound at once, so none is handed out twice. They are taken
-/// below the kernel's ephemeral range, from a random place: the ports other tests bind to port
+/// outside the kernel's ephemeral range where it leaves room, from a random place: the ports other tests bind to port
 /// 0 for, and the source ports of every connection they open, come from that range, so one of
 /// them could take a port handed out there before the test binds it (a CI run lost a fleet
 /// instance's admin port that way).
 pub fn free_ports<const N: usize>() -> [u16; N] {
     let mut held: Vec<std::net::TcpListener> = Vec::with_capacity(N);
-    let (low, high) = outside_ephemeral_range();
+    let (low, high) = outside_ephemeral_range().unwrap_or((0, 0));
     let span = u32::from(high - low);
-    let start = random_below(span);
+    let start = random_below(span.max(1));
     for offset in 0..span {
         if held.len() == N {
             break;
@@ -40,23 +40,26 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
             held.push(listener);
         }
     }
-    // A machine with nothing free down there: the kernel's choice, as before.
+    // A machine with no room or nothing free there: the kernel's choice, as before.
     while held.len() < N {
         held.push(std::net::TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1"));
     }
     std::array::from_fn(|i| held[i].local_addr().expect("a bound port").port())
 }
 
-/// The ports below the kernel's ephemeral range and above the well-known ones.
-fn outside_ephemeral_range() -> (u16, u16) {
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    if ephemeral_low > 12_000 {
-        (10_000, ephemeral_low)
+/// Ports well clear of the well-known ones and outside the kernel's ephemeral range (Linux's
+/// default: 32768 to 60999), below or above it: at least 2,000 of them, or none.
+fn outside_ephemeral_range() -> Option<(u16, u16)> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .unwrap_or_else(|_| "32768 60999".to_owned());
+    let mut bounds = range.split_whitespace().map(|n| n.parse::<u16>().ok());
+    let (low, high) = (bounds.next()??, bounds.next()??);
+    if low >= 12_000 {
+        Some((10_000, low))
+    } else if high <= 63_000 {
+        Some((high + 1, 65_535))
     } else {
-        (49_152, 65_535)
+        None
     }
 }
 

@@ -62,7 +62,7 @@ fn run(command: Command) -> Result<ExitCode, String> {
 /// Log lines go to stderr, coloured only when a person is likely reading it there: escape codes
 /// in a file or a pipe are noise.
 fn init_logs(format: LogFormat) {
-    // hickory's server logs every DNS query at info; trafik's own query log is `dns.query_log`.
+    // hickory's server code logs at info per request; trafik's own query log is `dns.query_log`.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,hickory_server=warn"));
     let builder = tracing_subscriber::fmt()

@@ -5,9 +5,9 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, StatusCode, Uri, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 
 use crate::error::ProxyError;
 use crate::http::body::RequestBody;
@@ -87,8 +87,8 @@ impl<'a> Caller<'a> {
         let Ok(uri) = path.parse::<Uri>() else {
             return Fetched::Failed(ProxyError::BadListItem);
         };
-        if self.budget.get() == 0 {
-            self.overspent.set(true);
+        // Past the budget the answer is a 502 whatever comes next: no more calls.
+        if self.overspent.get() {
             return Fetched::Failed(ProxyError::PartsTooLarge);
         }
         let mut request = Request::new(RequestBody::empty());
@@ -101,29 +101,30 @@ impl<'a> Caller<'a> {
             if let Some(error) = response.extensions().get::<ProxyError>() {
                 return Fetched::Failed(*error);
             }
-            let (head, body) = response.into_parts();
-            // Calls in flight share what was left when each began; each takes what it read.
-            let left = self.budget.get();
-            match Limited::new(body, PART_BODY_LIMIT.min(left))
-                .collect()
-                .await
-            {
-                Ok(collected) => {
-                    let body = collected.to_bytes();
-                    self.budget
-                        .set(self.budget.get().saturating_sub(body.len()));
-                    Fetched::Answered {
-                        status: head.status,
-                        content_type: head.headers.get(header::CONTENT_TYPE).cloned(),
-                        body,
-                    }
+            let (head, mut body) = response.into_parts();
+            let mut read = BytesMut::new();
+            while let Some(frame) = body.frame().await {
+                let Ok(frame) = frame else {
+                    return Fetched::Failed(ProxyError::UpstreamFailed);
+                };
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if read.len() + data.len() > PART_BODY_LIMIT {
+                    return Fetched::Failed(ProxyError::UpstreamFailed);
                 }
-                Err(error) if left < PART_BODY_LIMIT && error.is::<LengthLimitError>() => {
-                    self.budget.set(0);
+                // Calls in flight take from the one budget as their bytes arrive.
+                let Some(left) = self.budget.get().checked_sub(data.len()) else {
                     self.overspent.set(true);
-                    Fetched::Failed(ProxyError::PartsTooLarge)
-                }
-                Err(_) => Fetched::Failed(ProxyError::UpstreamFailed),
+                    return Fetched::Failed(ProxyError::PartsTooLarge);
+                };
+                self.budget.set(left);
+                read.extend_from_slice(&data);
+            }
+            Fetched::Answered {
+                status: head.status,
+                content_type: head.headers.get(header::CONTENT_TYPE).cloned(),
+                body: read.freeze(),
             }
         };
         tokio::time::timeout(timeout, exchange)

@@ -210,9 +210,13 @@ pub struct SharedChallenges {
 }
 
 /// The most etcd lookups of challenges pending elsewhere at once. Anyone may ask for a
-/// well-formed token and each lookup is a connection to etcd; a CA's few validation requests
-/// fit well within it, and a flood past it is answered as an unknown token without asking.
+/// well-formed token and each lookup is a connection to etcd; past it a request waits its turn
+/// for at most [`SHARED_LOOKUP_WAIT`] (a CA's validation in a flood of junk tokens still gets
+/// through, as lookups take milliseconds), then is answered as an unknown token.
 pub const SHARED_LOOKUPS_AT_ONCE: usize = 8;
+
+/// How long a challenge request waits for a lookup turn.
+const SHARED_LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
 impl SharedChallenges {
     pub fn new(etcd: Etcd, prefix: String) -> SharedChallenges {
@@ -238,7 +242,10 @@ impl SharedChallenges {
     }
 
     async fn get(&self, key: &str) -> Option<Vec<u8>> {
-        let _turn = self.lookups.try_acquire().ok()?;
+        let _turn = tokio::time::timeout(SHARED_LOOKUP_WAIT, self.lookups.acquire())
+            .await
+            .ok()?
+            .ok()?;
         Some(self.etcd.get(key).await.ok()??.value)
     }
 }
@@ -366,7 +373,7 @@ mod tests {
 
     /// Probe finding: in a fleet, every request for a well-formed token nobody here offered
     /// opened a connection to etcd, so a flood of them was a flood on etcd. At most
-    /// [`SHARED_LOOKUPS_AT_ONCE`] are asked at once; the others are unknown tokens at once.
+    /// [`SHARED_LOOKUPS_AT_ONCE`] are asked at once; the others wait their turn, briefly.
     #[tokio::test]
     async fn a_flood_of_unknown_tokens_asks_etcd_a_few_at_a_time() {
         use std::sync::atomic::{AtomicUsize, Ordering};
