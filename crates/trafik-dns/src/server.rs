@@ -6,7 +6,6 @@
 //! AXFR and IXFR over TCP are answered by `Handler::transfer` (see [`crate::transfer`]); a
 //! question signed with TSIG gets a signed answer.
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -25,6 +24,7 @@ use hickory_server::server::{Request, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, UdpSocket};
+use trafik_admission::{Admitted, ConnectionLimit, ConnectionLimits};
 use trafik_metrics_text::{Exposition, Kind};
 
 use crate::packet_cache::{Found, PacketCache, Reusable};
@@ -44,10 +44,13 @@ const RESIGN_CHECK: Duration = Duration::from_secs(600);
 /// write may wait for the client to read.
 const TCP_IDLE: Duration = Duration::from_secs(10);
 
-/// The most TCP connections served at once, and from one client network (a /24, or /56 for
-/// IPv6); past either a new one is closed at accept.
-const TCP_CONNECTIONS: usize = 1024;
-const TCP_CONNECTIONS_PER_NETWORK: usize = 64;
+/// The caps on DNS over TCP, as a listener's: at most 1,024 connections at once (accepting
+/// waits for one to close) and 64 from one client network (a /24, or /56 for IPv6; one more is
+/// closed at accept).
+const TCP_CONNECTIONS: ConnectionLimits = ConnectionLimits {
+    max_connections: 1024,
+    max_connections_per_client: 64,
+};
 
 /// Which regions are live now; the data plane answers it from its health checks.
 pub trait Liveness: Send + Sync + 'static {
@@ -496,13 +499,14 @@ fn seed() -> u64 {
 
 /// DNS over TCP (RFC 7766): each connection's messages answered in turn, each answer written
 /// (with the socket's backpressure) before the next request is read, so a transfer sends as
-/// many messages as its zone needs; at most [`TCP_CONNECTIONS`] at once and
-/// [`TCP_CONNECTIONS_PER_NETWORK`] from one client network. hickory-server's TCP loop queued a
-/// handler's answers in a channel of 64 it only drained after the handler returned, so a
-/// transfer of more than ~66 messages (a zone over ~1 MiB) failed every time.
+/// many messages as its zone needs; within [`TCP_CONNECTIONS`], counted by client network.
+/// hickory-server's TCP loop queued a handler's answers in a channel of 64 it only drained
+/// after the handler returned, so a transfer of more than ~66 messages (a zone over ~1 MiB)
+/// failed every time.
 async fn serve_tcp(handler: Arc<Handler>, listener: TcpListener) {
-    let turns = Arc::new(tokio::sync::Semaphore::new(TCP_CONNECTIONS));
-    let networks = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let Some(limit) = ConnectionLimit::new("dns", TCP_CONNECTIONS) else {
+        return;
+    };
     // Dropped with this task: stopping the server ends its connections.
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -516,54 +520,15 @@ async fn serve_tcp(handler: Arc<Handler>, listener: TcpListener) {
             }
         };
         while connections.try_join_next().is_some() {}
-        let Ok(turn) = turns.clone().try_acquire_owned() else {
-            continue;
-        };
-        let Some(place) = NetworkPlace::take(&networks, rate::network(peer.ip())) else {
+        let Some(admitted) = limit.admit(rate::network(peer.ip())).await else {
             continue;
         };
         connections.spawn(serve_tcp_connection(
             handler.clone(),
             stream,
             peer,
-            (turn, place),
+            admitted,
         ));
-    }
-}
-
-/// A TCP connection's place among its client network's, given back when it ends.
-struct NetworkPlace {
-    networks: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
-    network: IpAddr,
-}
-
-impl NetworkPlace {
-    fn take(
-        networks: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
-        network: IpAddr,
-    ) -> Option<NetworkPlace> {
-        let mut counts = networks.lock().unwrap_or_else(|p| p.into_inner());
-        let count = counts.entry(network).or_insert(0);
-        if *count >= TCP_CONNECTIONS_PER_NETWORK {
-            return None;
-        }
-        *count += 1;
-        Some(NetworkPlace {
-            networks: networks.clone(),
-            network,
-        })
-    }
-}
-
-impl Drop for NetworkPlace {
-    fn drop(&mut self) {
-        let mut counts = self.networks.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = counts.get_mut(&self.network) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.network);
-            }
-        }
     }
 }
 
@@ -571,7 +536,7 @@ async fn serve_tcp_connection(
     handler: Arc<Handler>,
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    _places: (tokio::sync::OwnedSemaphorePermit, NetworkPlace),
+    _admitted: Admitted,
 ) {
     use tokio::io::AsyncReadExt;
     let (mut reader, writer) = stream.into_split();
@@ -998,31 +963,27 @@ impl Handler {
         };
         let client = subnet_client.unwrap_or_else(|| Client::from_source(request.src().ip()));
         let live = current.liveness.live();
-        let limiter = (current.authority.rate_limiter.as_ref())
+        let (name, kind) = (query.name(), query.query_type());
+        let authority = &current.authority;
+        let answerable = matches!(query.query_class(), DNSClass::IN | DNSClass::ANY);
+        let mut lookup = match answerable {
+            true => authority.lookup(name, kind, client, live, self.draw(), forced),
+            false => Lookup {
+                code: Code::Refused,
+                ..Default::default()
+            },
+        };
+        let limiter = authority
+            .rate_limiter
+            .as_ref()
             .filter(|_| request.protocol() == Protocol::Udp);
         // What rate limiting counts the answer as, told before signing: a signed denial (a
         // black lie) answers NOERROR for the random name asked, but is still a denial,
         // counted per zone.
-        let counted_as = |lookup: &Lookup| {
-            limiter.map(|l| rate_key(l.hasher(), request.src().ip(), query, lookup))
-        };
-        let (lookup, rate_key) = if matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
-            let (name, kind) = (query.name(), query.query_type());
-            let authority = &current.authority;
-            let mut lookup = authority.lookup(name, kind, client, live, self.draw(), forced);
-            let rate_key = counted_as(&lookup);
-            if request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok) {
-                authority.sign(&mut lookup, name, kind, transfer::unix_now());
-            }
-            (lookup, rate_key)
-        } else {
-            let refused = Lookup {
-                code: Code::Refused,
-                ..Default::default()
-            };
-            let rate_key = counted_as(&refused);
-            (refused, rate_key)
-        };
+        let rate_key = limiter.map(|l| rate_key(l.hasher(), request.src().ip(), query, &lookup));
+        if answerable && request.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok) {
+            authority.sign(&mut lookup, name, kind, transfer::unix_now());
+        }
         metadata.response_code = match lookup.code {
             Code::NoError => ResponseCode::NoError,
             Code::NxDomain => ResponseCode::NXDomain,

@@ -8,7 +8,7 @@
 //! Nothing here names an HTTP engine or a listener kind.
 
 pub mod admin_token;
-pub mod admission;
+pub use trafik_admission as admission;
 pub mod connections;
 #[allow(unsafe_code)] // raises the descriptor limit through libc
 pub mod descriptors;

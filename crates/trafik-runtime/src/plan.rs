@@ -180,14 +180,7 @@ pub struct ListenerPlan {
     pub connections: ConnectionLimits,
 }
 
-/// A listener's connection caps; 0 is no cap.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// Open connections at once over all workers; at the cap, accepting pauses until one closes.
-    pub max_connections: u32,
-    /// Open connections from one client IP address; one more is closed at once.
-    pub max_connections_per_client: u32,
-}
+pub use trafik_admission::ConnectionLimits;
 
 /// What a listener speaks on its connections. Layer-4 kinds come beside these and reuse the
 /// same accept loop (the proxy's `transport`).

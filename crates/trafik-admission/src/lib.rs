@@ -12,7 +12,14 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::plan::ConnectionLimits;
+/// A listener's connection caps; 0 is no cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Open connections at once over all workers; at the cap, accepting pauses until one closes.
+    pub max_connections: u32,
+    /// Open connections from one client IP address; one more is closed at once.
+    pub max_connections_per_client: u32,
+}
 
 /// The live state of a listener's caps; carried across reloads that keep the listener and its
 /// caps, so connections opened before a reload still count.
