@@ -78,6 +78,12 @@ async fn cache_status(running: &Running) -> serde_json::Value {
     status(running).await["caches"][0].clone()
 }
 
+/// `POST /caches/kenar/preload` with `paths`.
+async fn preload(running: &Running, paths: &[String]) -> Answer {
+    let list = serde_json::to_string(paths).unwrap();
+    admin(running, "POST", "/caches/kenar/preload", &list).await
+}
+
 /// A request to the admin API with a body.
 async fn admin(running: &Running, method: &str, path: &str, body: &str) -> Answer {
     let address = running.admin_address().unwrap();
@@ -260,13 +266,7 @@ async fn a_pushed_object_is_a_hit_that_never_reaches_the_origin() {
 async fn preloading_twenty_paths_makes_the_next_twenty_requests_hits() {
     let (origin, running) = edge_before_one_replica().await;
     let paths: Vec<String> = (1..=20).map(|n| format!("/takip/TR9000{n:02}")).collect();
-    let preloaded = admin(
-        &running,
-        "POST",
-        "/caches/kenar/preload",
-        &serde_json::to_string(&paths).unwrap(),
-    )
-    .await;
+    let preloaded = preload(&running, &paths).await;
     assert_eq!(preloaded.status, 200, "{}", preloaded.text());
     assert_eq!(preloaded.json()["preloaded"], 20);
     assert_eq!(preloaded.json()["failed"], 0);
@@ -329,13 +329,7 @@ async fn a_long_preload_list_reaches_the_origin_a_few_paths_at_a_time() {
     plan.workers = 1;
     let running = trafik_proxy::start(plan).unwrap();
     let paths: Vec<String> = (0..200).map(|n| format!("/takip/TR{n}")).collect();
-    let preloaded = admin(
-        &running,
-        "POST",
-        "/caches/kenar/preload",
-        &serde_json::to_string(&paths).unwrap(),
-    )
-    .await;
+    let preloaded = preload(&running, &paths).await;
     assert_eq!(preloaded.json()["preloaded"], 200, "{}", preloaded.text());
     let most = most.load(Ordering::SeqCst);
     assert!(
