@@ -8,12 +8,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
+use trafik_test_support::proxy::{RefusingPort, refusing_port};
 use trafik_test_support::{Proxy, Upstream, get_json, json, load};
 
 /// A free loopback address for an admin API.
 fn free_address() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", trafik_test_support::free_port())
 }
 
 /// Quick mode in front of `backends`, with its admin API on the returned address.
@@ -215,8 +215,11 @@ fn a_replica_failing_half_its_requests_is_ejected_by_success_rate() {
 
 #[test]
 fn the_retry_budget_holds_while_every_backend_fails() {
-    let closed: Vec<String> = (0..3).map(|_| free_address()).collect();
-    let (proxy, admin) = proxy(&closed, &["--retries", "2"]);
+    // Reserved for the test, so no other test's server can take one of them meanwhile (a CI
+    // run saw a "closed" address answer 500s).
+    let closed: Vec<RefusingPort> = (0..3).map(|_| refusing_port()).collect();
+    let addresses: Vec<String> = closed.iter().map(|c| c.address.to_string()).collect();
+    let (proxy, admin) = proxy(&addresses, &["--retries", "2"]);
     let report = load_in_background(&proxy, 100, 3).join().unwrap();
     let pool = &get_json(&admin, "/status")["pools"][0];
     let requests = report["sent"].as_u64().unwrap();

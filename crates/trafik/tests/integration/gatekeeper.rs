@@ -97,8 +97,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", trafik_test_support::free_port())
 }
 
 /// `trafik serve` on `config`'s text (written to a file in `dir`), once it listens.
