@@ -342,6 +342,12 @@ impl Field {
             Field::OtherHop | Field::Connection | Field::Upgrade | Field::TransferEncoding
         )
     }
+
+    /// Fields the fast path leaves out of a request it forwards: hop-by-hop ones, and the
+    /// client's forwarding claims, written anew.
+    fn is_dropped_from_requests(self) -> bool {
+        self.is_hop_by_hop() || self == Field::Forwarding
+    }
 }
 
 /// Whether the header name `name` is `lower` (lower-case letters, digits, `-`) in any case,
@@ -434,6 +440,7 @@ pub fn request(
         line,
         length,
         fields: headers,
+        canonical,
     } = match scan::request(buffer, &mut fields) {
         Ok(httparse::Status::Complete(head)) => head,
         Ok(httparse::Status::Partial) => return Request::Partial,
@@ -457,19 +464,18 @@ pub fn request(
     {
         return Request::Defer;
     }
-    let path = match target.bytes().position(|b| b == b'?') {
-        Some(query) => &target[..query],
-        None => target,
-    };
+    let path = &target[..line.path_end];
     // A path to normalize (or to refuse) is the pipeline's, as on hyper's path.
-    let mut pipeline = !matches!(path::normalize(path), Ok(None));
+    let mut pipeline = !(line.plain_path || matches!(path::normalize(path), Ok(None)));
     let (mut host, mut body, mut close) = (None, None, false);
     let (mut chunked, mut expect_continue, mut cache_fields) = (false, false, false);
     let (mut upgrade, mut connection_upgrade) = (None, false);
     // Each field's kind, told once for both passes.
     let mut kinds = [Field::Other; MAX_HEADERS];
+    let mut drops_any = false;
     for (field, slot) in headers.iter().zip(&mut kinds) {
         *slot = Field::of(field.name);
+        drops_any |= slot.is_dropped_from_requests();
         match *slot {
             Field::Host => {
                 if host.is_some() || !is_host(field.value) {
@@ -568,11 +574,15 @@ pub fn request(
             out.extend_from_slice(part);
         }
     }
-    for (field, &kind) in headers.iter().zip(&kinds) {
-        if kind.is_hop_by_hop() || kind == Field::Forwarding {
-            continue;
+    if canonical && !drops_any {
+        // Every line as it came, in one copy with the request line's.
+        lines.copy(line_end..length - 2);
+    } else {
+        for (field, &kind) in headers.iter().zip(&kinds) {
+            if !kind.is_dropped_from_requests() {
+                lines.push(field.name, field.value);
+            }
         }
-        lines.push(field.name, field.value);
     }
     let out = lines.out();
     for part in [
@@ -620,22 +630,27 @@ impl<'a> Lines<'a> {
     fn push(&mut self, name: &str, value: &[u8]) {
         let name_at = range_in(self.source, name.as_bytes());
         let value_at = range_in(self.source, value);
-        let line = name_at.start..value_at.end + 2;
         let byte = |at: usize| self.source.get(at).copied();
         let plain = value_at.start == name_at.end + 2
             && (byte(name_at.end), byte(name_at.end + 1)) == (Some(b':'), Some(b' '))
             && (byte(value_at.end), byte(value_at.end + 1)) == (Some(b'\r'), Some(b'\n'));
-        if plain && self.run.end == line.start {
-            self.run.end = line.end;
-            return;
-        }
-        let out = self.out();
         if plain {
-            self.run = line;
+            self.copy(name_at.start..value_at.end + 2);
         } else {
+            let out = self.out();
             for part in [name.as_bytes(), b": ", value, b"\r\n"] {
                 out.extend_from_slice(part);
             }
+        }
+    }
+
+    /// Copies the source's `lines` as they are: with the run before them when they follow it.
+    fn copy(&mut self, lines: Range<usize>) {
+        if self.run.end == lines.start {
+            self.run.end = lines.end;
+        } else {
+            self.out();
+            self.run = lines;
         }
     }
 
@@ -732,8 +747,7 @@ pub struct ReadResponse<'b, 'f> {
     pub fields: &'f [httparse::Header<'b>],
     /// Each field's kind, told once (past the stack's room, told again).
     kinds: [Field; MAX_HEADERS],
-    /// Headers `Connection` names, which are hop-by-hop too (framing ones excepted).
-    named: [&'b [u8]; 16],
+    /// How many fields `Connection` names ([`named_by_connection`]), hop-by-hop too.
     named_count: usize,
     existing_via: Option<&'b [u8]>,
     protocols: Option<&'b [u8]>,
@@ -741,12 +755,33 @@ pub struct ReadResponse<'b, 'f> {
     coded: bool,
     /// Where the `\n` that ends the status line is.
     newline: usize,
+    /// See [`scan::Head::canonical`].
+    canonical: bool,
+}
+
+/// The most fields an answer's `Connection` may name: past it the answer is [`Response::Bad`].
+const MOST_NAMED_BY_CONNECTION: usize = 16;
+
+/// The fields a `Connection` value names as hop-by-hop: its tokens but `close`, `keep-alive`
+/// and the framing fields (which the framing rules handle).
+fn named_by_connection(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|token| {
+            !token.is_empty()
+                && !["close", "keep-alive", "content-length", "transfer-encoding"]
+                    .iter()
+                    .any(|kept| token.eq_ignore_ascii_case(kept.as_bytes()))
+        })
 }
 
 /// Reads the response head at the start of `buffer` into `fields` (`many` when it has more
 /// than they hold and `headers_allowed` lets it): [`Response::Ready`] is never returned as an
 /// error, every other outcome is. More than `headers_allowed` fields make it
-/// [`Response::Bad`].
+/// [`Response::Bad`]. Inlined: its answer is large, and moved out of a call costs a request
+/// a copy of it.
+#[inline(always)]
 pub fn read_response<'b, 'f>(
     buffer: &'b [u8],
     head_request: bool,
@@ -759,6 +794,7 @@ pub fn read_response<'b, 'f>(
         line,
         length,
         fields: headers,
+        canonical,
     } = match scan::response(buffer, fields, many, headers_allowed) {
         Ok(httparse::Status::Complete(head)) => head,
         Ok(httparse::Status::Partial) => return Err(Response::Partial),
@@ -782,7 +818,6 @@ pub fn read_response<'b, 'f>(
     let mut dated = false;
     let mut retry_after = false;
     let mut protocols = None;
-    let mut named: [&[u8]; 16] = [b""; 16];
     let mut named_count = 0;
     let mut kinds = [Field::Other; MAX_HEADERS];
     for (field, index) in headers.iter().zip(0..) {
@@ -813,20 +848,13 @@ pub fn read_response<'b, 'f>(
                 coded = true;
             }
             Field::Connection => {
-                for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                    if token.eq_ignore_ascii_case(b"close") {
-                        reusable = false;
-                    } else if !token.is_empty()
-                        && !token.eq_ignore_ascii_case(b"keep-alive")
-                        && !token.eq_ignore_ascii_case(b"content-length")
-                        && !token.eq_ignore_ascii_case(b"transfer-encoding")
-                    {
-                        let Some(slot) = named.get_mut(named_count) else {
-                            return Err(Response::Bad);
-                        };
-                        *slot = token;
-                        named_count += 1;
-                    }
+                let mut tokens = value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+                if tokens.any(|token| token.eq_ignore_ascii_case(b"close")) {
+                    reusable = false;
+                }
+                named_count += named_by_connection(value).count();
+                if named_count > MOST_NAMED_BY_CONNECTION {
+                    return Err(Response::Bad);
                 }
             }
             Field::Via => existing_via = Some(value),
@@ -860,13 +888,13 @@ pub fn read_response<'b, 'f>(
         },
         fields: headers,
         kinds,
-        named,
         named_count,
         existing_via,
         protocols,
         chunked,
         coded,
         newline,
+        canonical,
     })
 }
 
@@ -907,13 +935,13 @@ pub fn response(
         head,
         fields: headers,
         kinds,
-        named,
         named_count,
         existing_via,
         protocols,
         chunked,
         coded,
         newline,
+        canonical,
     } = read;
     let status = head.status;
     out.clear();
@@ -931,29 +959,41 @@ pub fn response(
     // No body follows a 204 or a 304, and no field says how long it is (RFC 9110 §8.6: never
     // on a 204; hyper's server drops it on a 304 too).
     let bodiless = status == 204 || status == 304;
-    for (field, index) in headers.iter().zip(0..) {
-        let kind = kinds
-            .get(index)
-            .copied()
-            .unwrap_or_else(|| Field::of(field.name));
-        let dropped = match kind {
-            Field::Via => true,
-            // No body follows an answer to HEAD: its coding is not relayed, as hyper's
-            // server does not (its length is: it says how long the GET's body would be).
-            Field::TransferEncoding => !chunked || head_request || bodiless,
-            // A length beside a coding is the coding's (RFC 9112 §6.3): it goes.
-            Field::ContentLength => coded || bodiless,
-            kind => {
-                kind.is_hop_by_hop()
-                    || (!alt_svc.is_empty() && field.name.eq_ignore_ascii_case("alt-svc"))
+    // Fields dropped for their kind (an `alt-svc` of the backend's is dropped too when the
+    // listener writes its own, and those `Connection` names).
+    let dropped = |kind: Field| match kind {
+        Field::Via => true,
+        // No body follows an answer to HEAD: its coding is not relayed, as hyper's
+        // server does not (its length is: it says how long the GET's body would be).
+        Field::TransferEncoding => !chunked || head_request || bodiless,
+        // A length beside a coding is the coding's (RFC 9112 §6.3): it goes.
+        Field::ContentLength => coded || bodiless,
+        kind => kind.is_hop_by_hop(),
+    };
+    let all_kept = alt_svc.is_empty()
+        && named_count == 0
+        && kinds
+            .get(..headers.len())
+            .is_some_and(|kinds| !kinds.iter().any(|&kind| dropped(kind)));
+    if canonical && all_kept {
+        // Every line as it came, in one copy (with the status line's, when it is kept too).
+        lines.copy(newline + 1..head.length - 2);
+    } else {
+        for (field, index) in headers.iter().zip(0..) {
+            let kind = kinds
+                .get(index)
+                .copied()
+                .unwrap_or_else(|| Field::of(field.name));
+            let withdrawn = (!alt_svc.is_empty() && field.name.eq_ignore_ascii_case("alt-svc"))
+                || (named_count > 0
+                    && headers
+                        .iter()
+                        .filter(|other| Field::of(other.name) == Field::Connection)
+                        .flat_map(|connection| named_by_connection(connection.value))
+                        .any(|named| named.eq_ignore_ascii_case(field.name.as_bytes())));
+            if !(dropped(kind) || withdrawn) {
+                lines.push(field.name, field.value);
             }
-        };
-        let withdrawn = named_count > 0
-            && named[..named_count]
-                .iter()
-                .any(|n| n.eq_ignore_ascii_case(field.name.as_bytes()));
-        if !(dropped || withdrawn) {
-            lines.push(field.name, field.value);
         }
     }
     let out = lines.out();
@@ -1227,6 +1267,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Fields an answer's `Connection` names are hop-by-hop: dropped with it, in any case, in
+    /// one field or several; the framing ones it names stay; more than 16 make it bad.
+    #[test]
+    fn fields_an_answer_names_in_connection_go_with_it() {
+        let (_, out) = answer(
+            "HTTP/1.1 200 OK\r\nConnection: X-A, keep-alive\r\nx-a: 1\r\nX-B: 2\r\n\
+             connection: x-c, content-length\r\nX-C: 3\r\nContent-Length: 0\r\n\r\n",
+            false,
+        );
+        assert_eq!(
+            out,
+            "HTTP/1.1 200 OK\r\nX-B: 2\r\nContent-Length: 0\r\nvia: 1.1 trafik\r\n\r\n"
+        );
+        let names = |count: usize| (0..count).map(|n| format!("x-{n}")).collect::<Vec<_>>();
+        let head = |count: usize| {
+            format!(
+                "HTTP/1.1 200 OK\r\nConnection: {}\r\nContent-Length: 0\r\n\r\n",
+                names(count).join(", ")
+            )
+        };
+        assert!(matches!(answer(&head(16), false).0, Response::Ready(_)));
+        assert_eq!(answer(&head(17), false).0, Response::Bad);
     }
 
     #[test]
