@@ -50,6 +50,10 @@ impl<S, O> Observed<S, O> {
         &self.observer
     }
 
+    pub fn observer_mut(&mut self) -> &mut O {
+        &mut self.observer
+    }
+
     /// The stream, for a serving loop that hands the connection on.
     pub fn into_inner(self) -> S {
         self.stream

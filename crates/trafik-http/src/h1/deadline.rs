@@ -6,7 +6,7 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep, sleep_until};
@@ -17,6 +17,9 @@ pub struct Deadline {
     /// Armed at or before `at`; made at the first exchange.
     sleep: Option<Pin<Box<Sleep>>>,
     at: Option<Instant>,
+    /// The sleep holds the connection task's waker: it was polled since it was last set and
+    /// has not fired. It wakes the task when it fires, so until then it needs no polling.
+    waking: bool,
 }
 
 impl Deadline {
@@ -26,7 +29,10 @@ impl Deadline {
         self.at = Some(at);
         match &mut self.sleep {
             Some(sleep) if !sleep.is_elapsed() && sleep.deadline() <= at => {}
-            Some(sleep) => sleep.as_mut().reset(at),
+            Some(sleep) => {
+                sleep.as_mut().reset(at);
+                self.waking = false;
+            }
             None => self.sleep = Some(Box::pin(sleep_until(at))),
         }
         let mut future = pin!(future);
@@ -43,8 +49,14 @@ impl Deadline {
         let (Some(sleep), Some(at)) = (self.sleep.as_mut(), self.at) else {
             return Poll::Pending;
         };
+        if self.waking && !sleep.is_elapsed() {
+            return Poll::Pending;
+        }
         loop {
-            ready!(sleep.as_mut().poll(cx));
+            if sleep.as_mut().poll(cx).is_pending() {
+                self.waking = true;
+                return Poll::Pending;
+            }
             // It fired at its own deadline: past ours once that is no later.
             if sleep.deadline() >= at {
                 return Poll::Ready(());
@@ -80,5 +92,33 @@ mod tests {
             2
         });
         assert_eq!(answered.await, Some(2));
+    }
+
+    /// Exchanges that wait (their sleep polled once, then left alone while it holds the
+    /// task's waker) do not keep a later one from timing out, whether the sleep armed for them
+    /// fires before its deadline or at it.
+    #[tokio::test(start_paused = true)]
+    async fn a_sleep_left_unpolled_still_ends_a_later_exchange() {
+        let mut deadline = Deadline::default();
+        let timeout = Duration::from_secs(30);
+        for _ in 0..3 {
+            let waits = deadline.within(timeout, async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                1
+            });
+            assert_eq!(waits.await, Some(1));
+        }
+        // Each bounded by a timer of its own, so that a deadline missed fails the test
+        // rather than hanging it.
+        let mut never_answered = async |timeout: Duration| {
+            let started = Instant::now();
+            let waits = deadline.within(timeout, std::future::pending::<()>());
+            let ended = tokio::time::timeout(timeout * 2, waits).await;
+            (ended, started.elapsed())
+        };
+        // The sleep armed at the first exchange fires 3 s before this one's deadline.
+        assert_eq!(never_answered(timeout).await, (Ok(None), timeout));
+        let short = Duration::from_secs(2);
+        assert_eq!(never_answered(short).await, (Ok(None), short));
     }
 }

@@ -65,6 +65,7 @@ use crate::http::route::Asking;
 use crate::http::server::{self, Client, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, Picked, WorkerProxy};
 use crate::http::target::Target;
+use crate::metrics::Took;
 use crate::observed::SendFile;
 use crate::plan::UpstreamProtocol;
 use crate::pool::Pool;
@@ -602,7 +603,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
             },
         };
         let answered_at = Instant::now();
-        call.answered(&mut attempt, answer.status, answered_at);
+        let took = call.answered(&mut attempt, answer.status, answered_at);
         let retried = call.retry_answer(&mut attempt, answer.status, answer.retry_after, replay);
         if retried.is_some() {
             // The answer's body is left unread: its stream closes rather than going back, and
@@ -615,9 +616,14 @@ async fn exchange<S: AsyncRead + AsyncWrite + SendFile + Unpin>(
             fields::apply(&mut connection.head, &edits);
             continue;
         }
+        // The request's time is its first attempt's, which was sent as it began.
+        let took = match attempt.sent_at == metrics.began {
+            true => took,
+            false => Took::between(metrics.began, answered_at),
+        };
         call.settled(index, attempt.sent_at, answered_at);
         let backend = Some(pool.address(index));
-        let logged = metrics.answered(answer.status, backend, answered_at);
+        let logged = metrics.answered_in(answer.status, backend, took);
         connection
             .input
             .drain(..upload.as_ref().map_or(consumed, Upload::consumed));
@@ -780,9 +786,19 @@ impl Answers<'_> {
         backend: Option<SocketAddr>,
         now: Instant,
     ) -> Option<AccessLine> {
-        let micros = crate::metrics::micros_between(self.began, now);
+        self.answered_in(status, backend, Took::between(self.began, now))
+    }
+
+    /// As [`Answers::answered`], with the request's time and second read already.
+    fn answered_in(
+        &mut self,
+        status: u16,
+        backend: Option<SocketAddr>,
+        took: Took,
+    ) -> Option<AccessLine> {
+        let Took { micros, second } = took;
         if let Some(pool) = self.pool {
-            pool.answered_in(status, micros, crate::metrics::second_of(now));
+            pool.answered_in(status, micros, second);
         }
         self.route.record(status, micros);
         if let Some(listener) = self.listener {
@@ -863,7 +879,8 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                     .deadline
                     .within(
                         pool.plan.response_timeout,
-                        response_head(
+                        // Pinned here: the deadline's future holds a reference, not a copy.
+                        std::pin::pin!(response_head(
                             stream,
                             &mut connection.relay,
                             Asked {
@@ -875,7 +892,7 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                             },
                             snapshot,
                             &mut connection.head,
-                        ),
+                        )),
                     )
                     .await;
                 match waited {

@@ -59,6 +59,25 @@ pub fn micros_between(start: Instant, end: Instant) -> u64 {
         .saturating_add(u64::from(took.subsec_micros()))
 }
 
+/// An answer's place on the metrics clock: how long it took and the second it ended in, read
+/// once for every count that takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Took {
+    pub micros: u64,
+    pub second: u64,
+}
+
+impl Took {
+    /// From `start` to `end`.
+    #[inline]
+    pub fn between(start: Instant, end: Instant) -> Took {
+        Took {
+            micros: micros_between(start, end),
+            second: second_of(end),
+        }
+    }
+}
+
 /// Requests answered by one listener, route, pool or backend: durations and status classes.
 #[derive(Debug, Default)]
 pub struct Traffic {

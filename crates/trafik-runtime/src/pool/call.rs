@@ -24,6 +24,7 @@ use super::PoolSet;
 use crate::concurrency::Slot;
 use crate::counters::{BackendCounters, bump};
 use crate::error::{Blame, Cause, ProxyError};
+use crate::metrics::Took;
 
 /// A request in the hands of one pool, from its first pick to its answer or failure.
 pub struct Call<'s> {
@@ -276,22 +277,30 @@ impl<'s> Call<'s> {
     /// The attempt's backend answered with `status` at `answered_at`: counted, and told to
     /// the adaptive limit and passive health. A 5xx is an error at once; an answer below 500 is
     /// a success only once its body has ended, told by the attempt's [`InFlight`] mark, so a
-    /// body the backend cuts short is one error, not a success and then an error.
-    pub fn answered(&mut self, attempt: &mut Attempt<'s>, status: u16, answered_at: Instant) {
+    /// body the backend cuts short is one error, not a success and then an error. Returns the
+    /// attempt's time, for the caller's own counts.
+    pub fn answered(
+        &mut self,
+        attempt: &mut Attempt<'s>,
+        status: u16,
+        answered_at: Instant,
+    ) -> Took {
         self.adapt();
         bump(&attempt.counters.requests);
         if attempt.counters.unreachable.load(Ordering::Relaxed) {
             attempt.counters.unreachable.store(false, Ordering::Relaxed);
             tracing::info!(pool = %self.pool.plan.name, backend = %self.pool.address(attempt.index), "backend answers again");
         }
+        let took = Took::between(attempt.sent_at, answered_at);
         attempt
             .counters
             .served
-            .answered(status, attempt.sent_at, answered_at);
+            .answered_in(status, took.micros, took.second);
         match Outcome::of_status(status) {
             Outcome::Success => attempt.in_flight.answer_pending = true,
             outcome => self.pool.report(attempt.index, outcome),
         }
+        took
     }
 
     /// Whether an answer with `status` (and a `Retry-After` field or not) goes to another

@@ -52,7 +52,7 @@ impl Streams {
                     // as it is (a system call a request saved under load); should it be closed
                     // after all, the request is sent again if it may be.
                     if now.saturating_duration_since(since) < PROBE_AFTER || open(&mut stream) {
-                        stream.meter().charge(&member.counters);
+                        stream.charge(&member.counters);
                         return Ok((stream, true));
                     }
                 }

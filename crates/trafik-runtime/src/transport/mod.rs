@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+use crate::counters::{BackendCounters, PerWorker};
 use crate::meter::{Meter, Metered, OpenConnection};
 use crate::pool::Endpoint;
 use crate::tls;
@@ -202,6 +203,14 @@ impl Upstream {
 
     pub fn meter(&self) -> &Meter {
         self.metered().meter()
+    }
+
+    /// See [`Metered::charge`].
+    pub fn charge(&mut self, counters: &Arc<PerWorker<BackendCounters>>) {
+        match self {
+            Upstream::Plain(stream) => stream.charge(counters),
+            Upstream::Tls(stream) => stream.get_mut().0.charge(counters),
+        }
     }
 }
 
