@@ -17,8 +17,9 @@ pub struct Deadline {
     /// Armed at or before `at`; made at the first exchange.
     sleep: Option<Pin<Box<Sleep>>>,
     at: Option<Instant>,
-    /// The sleep holds the connection task's waker: it was polled since it was last set and
-    /// has not fired. It wakes the task when it fires, so until then it needs no polling.
+    /// The sleep holds the connection task's waker: it was polled, with coop budget left,
+    /// since it was last set, and has not fired. It wakes the task when it fires, so until
+    /// then it needs no polling. (A connection's exchanges all run in its one task.)
     waking: bool,
 }
 
@@ -53,8 +54,11 @@ impl Deadline {
             return Poll::Pending;
         }
         loop {
+            // Out of budget, a sleep answers `Pending` without taking the waker (the task is
+            // woken to run again instead): then it is polled again next time.
+            let budget_left = tokio::task::coop::has_budget_remaining();
             if sleep.as_mut().poll(cx).is_pending() {
-                self.waking = true;
+                self.waking = budget_left;
                 return Poll::Pending;
             }
             // It fired at its own deadline: past ours once that is no later.
@@ -120,5 +124,27 @@ mod tests {
         assert_eq!(never_answered(timeout).await, (Ok(None), timeout));
         let short = Duration::from_secs(2);
         assert_eq!(never_answered(short).await, (Ok(None), short));
+    }
+
+    /// A first poll that finds the task's coop budget spent (by the exchange's own work
+    /// before it waits: a body sent, say) leaves the sleep without the waker; the deadline
+    /// still ends the exchange on time.
+    #[tokio::test(start_paused = true)]
+    async fn a_sleep_first_polled_out_of_budget_still_ends_the_exchange() {
+        let mut deadline = Deadline::default();
+        let timeout = Duration::from_secs(30);
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        for n in 0..1_000 {
+            sender.send(n).unwrap();
+        }
+        // Drains what it may each poll (each message spends budget), never answers.
+        let spends_budget = std::future::poll_fn(|cx| {
+            while let Poll::Ready(Some(_)) = receiver.poll_recv(cx) {}
+            Poll::<()>::Pending
+        });
+        let started = Instant::now();
+        let waits = deadline.within(timeout, spends_budget);
+        let ended = tokio::time::timeout(timeout * 2, waits).await;
+        assert_eq!((ended, started.elapsed()), (Ok(None), timeout));
     }
 }

@@ -747,7 +747,7 @@ pub struct ReadResponse<'b, 'f> {
     pub fields: &'f [httparse::Header<'b>],
     /// Each field's kind, told once (past the stack's room, told again).
     kinds: [Field; MAX_HEADERS],
-    /// How many fields `Connection` names ([`named_by_connection`]), hop-by-hop too.
+    /// How many field names `Connection` gives ([`named_by_connection`]): hop-by-hop too.
     named_count: usize,
     existing_via: Option<&'b [u8]>,
     protocols: Option<&'b [u8]>,
@@ -979,18 +979,24 @@ pub fn response(
         // Every line as it came, in one copy (with the status line's, when it is kept too).
         lines.copy(newline + 1..head.length - 2);
     } else {
+        // Read once: few answers have any.
+        let named: Vec<&[u8]> = match named_count {
+            0 => Vec::new(),
+            _ => headers
+                .iter()
+                .filter(|field| Field::of(field.name) == Field::Connection)
+                .flat_map(|connection| named_by_connection(connection.value))
+                .collect(),
+        };
         for (field, index) in headers.iter().zip(0..) {
             let kind = kinds
                 .get(index)
                 .copied()
                 .unwrap_or_else(|| Field::of(field.name));
             let withdrawn = (!alt_svc.is_empty() && field.name.eq_ignore_ascii_case("alt-svc"))
-                || (named_count > 0
-                    && headers
-                        .iter()
-                        .filter(|other| Field::of(other.name) == Field::Connection)
-                        .flat_map(|connection| named_by_connection(connection.value))
-                        .any(|named| named.eq_ignore_ascii_case(field.name.as_bytes())));
+                || named
+                    .iter()
+                    .any(|named| named.eq_ignore_ascii_case(field.name.as_bytes()));
             if !(dropped(kind) || withdrawn) {
                 lines.push(field.name, field.value);
             }
