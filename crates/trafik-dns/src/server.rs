@@ -692,7 +692,8 @@ fn sign(
         .ok()
 }
 
-/// The unsigned encoding of `response`, which TSIG signs.
+/// The unsigned encoding of `response`, which TSIG signs: [`emit`]'s, within a message's
+/// largest size.
 fn encoded<'a>(
     response: hickory_server::zone_handler::MessageResponse<
         '_,
@@ -703,12 +704,9 @@ fn encoded<'a>(
         impl Iterator<Item = &'a Record> + Send + 'a,
     >,
 ) -> Result<Vec<u8>, String> {
-    let mut bytes = Vec::with_capacity(512);
-    let mut encoder = BinEncoder::new(&mut bytes);
-    response
-        .destructive_emit(&mut encoder)
-        .map_err(|e| e.to_string())?;
-    Ok(bytes)
+    emit(response, u16::MAX)
+        .map(|(_, bytes)| bytes)
+        .map_err(|error| error.to_string())
 }
 
 /// The largest query read over UDP; a longer one arrives cut and gets FORMERR.

@@ -41,6 +41,16 @@ fn name(name: &str, policy: Policy) -> NamePlan {
 
 /// The course's zone: three regions, four client groups, one name per policy, and a name with
 /// more TXT records than fit 512 bytes.
+/// The course's plan with its zone signed by keys made in a temporary folder named after
+/// `label` (the caller removes it).
+fn signed_course_plan(label: &str) -> (DnsPlan, std::path::PathBuf) {
+    let mut plan = course_plan();
+    let folder = std::env::temp_dir().join(format!("{label}-{}", std::process::id()));
+    let origin = Name::from_ascii("kargo.test.").unwrap();
+    plan.zones[0].dnssec = Some(trafik_dns::dnssec::ZoneKeys::load(&folder, &origin).unwrap());
+    (plan, folder)
+}
+
 fn course_plan() -> DnsPlan {
     let region = |name: &str, address: &str| RegionPlan {
         name: name.into(),
@@ -628,10 +638,7 @@ fn rate_limiting_drops_repeats_to_one_network_and_truncates_every_second_one() {
 /// Denials count per zone, signed or not.
 #[test]
 fn signed_denials_for_random_names_share_one_rate_limit() {
-    let mut plan = course_plan();
-    let folder = std::env::temp_dir().join(format!("trafik-rrl-signed-{}", std::process::id()));
-    let origin = Name::from_ascii("kargo.test.").unwrap();
-    plan.zones[0].dnssec = Some(trafik_dns::dnssec::ZoneKeys::load(&folder, &origin).unwrap());
+    let (mut plan, folder) = signed_course_plan("trafik-rrl-signed");
     plan.rate_limit = Some(trafik_dns::rate::RateLimitPlan {
         responses_per_second: 2,
         slip: 0,
@@ -743,10 +750,7 @@ fn a_weighted_name_walks_its_pattern_when_the_same_packet_repeats() {
 
 #[test]
 fn a_signed_transferring_zone_is_re_signed_with_a_new_serial_each_day() {
-    let mut plan = course_plan();
-    let folder = std::env::temp_dir().join(format!("trafik-resign-{}", std::process::id()));
-    let origin = Name::from_ascii("kargo.test.").unwrap();
-    plan.zones[0].dnssec = Some(trafik_dns::dnssec::ZoneKeys::load(&folder, &origin).unwrap());
+    let (mut plan, folder) = signed_course_plan("trafik-resign");
     plan.zones[0].transfer = Some(trafik_dns::transfer::TransferPlan {
         allow: vec![Prefix::parse("127.0.0.1/32").unwrap()],
         notify: Vec::new(),
