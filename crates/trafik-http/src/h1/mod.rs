@@ -796,10 +796,10 @@ impl Answers<'_> {
         backend: Option<SocketAddr>,
         took: Took,
     ) -> Option<AccessLine> {
-        let Took { micros, second } = took;
         if let Some(pool) = self.pool {
-            pool.answered_in(status, micros, second);
+            pool.answered_in(status, took);
         }
+        let micros = took.micros;
         self.route.record(status, micros);
         if let Some(listener) = self.listener {
             listener.record(status, micros);

@@ -2,9 +2,9 @@
 //! parts of the start line, a request target of plain URI bytes, no leading blank line, no
 //! line folding, every field whole in the buffer. It takes such a head in one pass, sixteen
 //! bytes at a time on x86-64 (eight elsewhere), and gives up (`None`) on anything else — then
-//! `httparse` parses the head as before. What it takes, it reads exactly as `httparse` does (field names as
-//! RFC 9110's tokens, values trimmed of surrounding blanks); `tests::agrees_with_httparse`
-//! holds it to that over many heads, mangled byte by byte.
+//! `httparse` parses the head as before. What it takes, it reads exactly as `httparse` does
+//! (field names as RFC 9110's tokens, values trimmed of surrounding blanks);
+//! `tests::agrees_with_httparse` holds it to that over many heads, mangled byte by byte.
 //!
 //! `httparse` reads each value byte by byte below 32 bytes, with a dispatch to its vector
 //! code per field: over a third of the instructions of parsing a proxied GET's two heads.

@@ -105,13 +105,14 @@ impl Served {
     /// Counts an answer with `status` that took from `start` to `end`.
     #[inline]
     pub fn answered(&self, status: u16, start: Instant, end: Instant) {
-        self.answered_in(status, micros_between(start, end), second_of(end));
+        self.answered_in(status, Took::between(start, end));
     }
 
-    /// Counts an answer with `status` that took `micros`, ending in metrics-clock `second`
-    /// ([`second_of`]): for a caller that has them already.
+    /// Counts an answer with `status` that `took` as told: for a caller that has read it
+    /// already.
     #[inline]
-    pub fn answered_in(&self, status: u16, micros: u64, second: u64) {
+    pub fn answered_in(&self, status: u16, took: Took) {
+        let Took { micros, second } = took;
         self.traffic.record(status, micros);
         self.recent.answered(second, micros, status >= 500);
     }

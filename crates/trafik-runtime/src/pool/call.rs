@@ -292,10 +292,7 @@ impl<'s> Call<'s> {
             tracing::info!(pool = %self.pool.plan.name, backend = %self.pool.address(attempt.index), "backend answers again");
         }
         let took = Took::between(attempt.sent_at, answered_at);
-        attempt
-            .counters
-            .served
-            .answered_in(status, took.micros, took.second);
+        attempt.counters.served.answered_in(status, took);
         match Outcome::of_status(status) {
             Outcome::Success => attempt.in_flight.answer_pending = true,
             outcome => self.pool.report(attempt.index, outcome),
