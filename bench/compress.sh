@@ -66,7 +66,7 @@ nginx -p "$work/origin" -c "$work/origin/nginx.conf" 2>"$work/origin/stderr" &
 pids+=($!)
 wait_for_port "$origin_port"
 
-declare -A RPS P50 CPU SIZES
+declare -A RPS P50 CPU KERNEL REST BUSY SIZES
 WRK_HEADER="Accept-Encoding: gzip" # measure() sends it with every request
 names=()
 echo "compression: ${size}-byte JSON, wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s -H 'Accept-Encoding: gzip', $ROUNDS interleaved rounds, $WORKERS workers each, $(nproc) cores"

@@ -6,8 +6,9 @@
 # The backend is nginx serving a fixed 6-byte answer over h2c (`listen … http2` on a plain listener),
 # so every proxy meets the same HTTP/2 server. Prints the medians over the rounds of req/s and
 # the proxy's CPU microseconds per request (utime+stime from /proc over the run, all of its
-# processes and threads), then trafik's ratios to each peer. Every process it starts is stopped
-# by its PID on exit.
+# processes and threads) with its kernel share, the rest of the machine's CPU per request, then
+# trafik's ratios to each peer and the ceiling it would reach if its user-space work cost
+# nothing (lib.sh's `ceiling`). Every process it starts is stopped by its PID on exit.
 #
 #   bench/h2-upstream.sh                           # 5 rounds of 100000 requests
 #   REQUESTS=50000 ROUNDS=3 CLIENTS=16 STREAMS=10 bench/h2-upstream.sh
@@ -55,21 +56,17 @@ start_haproxy_http "$HAPROXY_PORT" "$BACKEND_PORT" "proto h2" "proto h2"
 for port in "$TRAFIK_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do wait_for_port "$port"; done
 
 # --- measuring -----------------------------------------------------------------------------------
-declare -A RPS CPU
+declare -A RPS CPU KERNEL REST BUSY
 run() { # name port pid-to-charge (empty: none)
-  local name=$1 port=$2 pid=${3:-} before after out rps done_ok cpu="-"
+  local name=$1 port=$2 pid=${3:-} out rps done_ok
   h2load -n 2000 -c "$CLIENTS" -m "$STREAMS" "http://127.0.0.1:$port/takip" >/dev/null # warm-up
-  [[ -n $pid ]] && before=$(ticks "$pid")
+  [[ -n $pid ]] && charge_start "$pid"
   out=$(h2load -n "$REQUESTS" -c "$CLIENTS" -m "$STREAMS" "http://127.0.0.1:$port/takip")
-  [[ -n $pid ]] && after=$(ticks "$pid")
+  [[ -n $pid ]] && charge "$name" "$pid" "$REQUESTS"
   rps=$(awk '/^finished in/ {print $4}' <<<"$out")
   done_ok=$(awk '/^status codes:/ {print $3}' <<<"$out")
   [[ $done_ok != "$REQUESTS" ]] && echo "warning: $name: $(grep -E '^(requests|status codes):' <<<"$out" | tr '\n' ' ')" >&2
-  if [[ -n $pid ]]; then
-    cpu=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$REQUESTS" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')
-  fi
   RPS[$name]="${RPS[$name]:-} $rps"
-  CPU[$name]="${CPU[$name]:-} $cpu"
 }
 
 echo "h2 upstream bench: h2load -n $REQUESTS -c $CLIENTS -m $STREAMS (h2c), $ROUNDS round(s), $WORKERS proxy workers, $(nproc) cores"
@@ -80,14 +77,17 @@ for round in $(seq "$ROUNDS"); do
   run haproxy "$HAPROXY_PORT" "$haproxy_pid"
 done
 
-printf '\n%-10s %12s %14s\n' target "req/s" "CPU µs/req"
+printf '\n%-10s %12s %11s %8s %10s %6s\n' target "req/s" "CPU µs/req" kernel "rest µs" busy
 for name in direct trafik nginx haproxy; do
-  printf '%-10s %12s %14s\n' "$name" "$(median "${RPS[$name]}")" "$(median "${CPU[$name]}")"
+  printf '%-10s %12s %11s %7s%% %10s %5s%%\n' "$name" "$(median "${RPS[$name]}")" "$(median "${CPU[$name]:-}")" \
+    "$(median "${KERNEL[$name]:-}")" "$(median "${REST[$name]:-}")" "$(median "${BUSY[$name]:-}")"
 done
 t_rps=$(median "${RPS[trafik]}"); t_cpu=$(median "${CPU[trafik]}")
 for peer in nginx haproxy; do
-  printf 'trafik /%-8s req/s %s×   CPU per request %s×\n' "$peer" \
-    "$(ratio "$t_rps" "$(median "${RPS[$peer]}")")" "$(ratio "$t_cpu" "$(median "${CPU[$peer]}")")"
+  printf 'trafik /%-8s req/s %s× (ceiling %s×)   CPU per request %s×\n' "$peer" \
+    "$(ratio "$t_rps" "$(median "${RPS[$peer]}")")" "$(ceiling trafik "$peer")" "$(ratio "$t_cpu" "$(median "${CPU[$peer]}")")"
 done
+echo "(kernel: the proxy's CPU spent in the kernel; rest: h2load's, the backend's and the kernel's other"
+echo " work per request; ceiling: the req/s ratio trafik would reach if its user-space work cost nothing)"
 echo
 echo "goal: trafik req/s ≥ 1.0× and CPU per request ≤ 1.0× the better peer"

@@ -31,19 +31,41 @@ wait_for_port() {
   exit 1
 }
 
-# CPU ticks (utime+stime) of a process and all its descendants.
-ticks() {
+# CPU ticks (utime+stime) of a process and all its descendants; with "system", only the
+# kernel's share (stime).
+ticks() { # pid [system]
   local total=0 pid
   for pid in $1 $(pgrep -P "$1" || true); do
     if [[ -r /proc/$pid/stat ]]; then
       # Fields after the command name (which may hold spaces): utime is 14th, stime 15th overall.
       read -r -a f < <(sed 's/^.*) //' "/proc/$pid/stat")
-      total=$((total + f[11] + f[12]))
+      if [[ ${2:-} == system ]]; then total=$((total + f[12])); else total=$((total + f[11] + f[12])); fi
     fi
   done
   echo "$total"
 }
 hz=$(getconf CLK_TCK)
+
+# Busy CPU ticks of the whole machine, all cores (user, nice, system, irq, softirq, steal): what
+# the load generator, the upstream and the kernel spent besides the proxy.
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+
+# What one run cost, appended to KEY's lists (declare -A CPU KERNEL REST BUSY first): the proxy's
+# CPU µs per request and its kernel share (%), the rest of the machine's µs per request, and how
+# busy the cores were (%). Call `charge_start PID` right before the run, `charge KEY PID
+# REQUESTS` right after.
+charge_start() { # pid
+  charged_ticks=$(ticks "$1"); charged_system=$(ticks "$1" system)
+  charged_machine=$(machine_ticks); charged_since=$(date +%s%N)
+}
+charge() { # key pid requests
+  local proxy=$(($(ticks "$2") - charged_ticks)) system=$(($(ticks "$2" system) - charged_system))
+  local machine=$(($(machine_ticks) - charged_machine)) nanos=$(($(date +%s%N) - charged_since))
+  CPU[$1]="${CPU[$1]:-} $(awk -v t="$proxy" -v hz="$hz" -v n="$3" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+  KERNEL[$1]="${KERNEL[$1]:-} $(awk -v s="$system" -v t="$proxy" 'BEGIN { if (t > 0) printf "%.0f", 100 * s / t; else print "-" }')"
+  REST[$1]="${REST[$1]:-} $(awk -v t=$((machine - proxy)) -v hz="$hz" -v n="$3" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+  BUSY[$1]="${BUSY[$1]:-} $(awk -v t="$machine" -v hz="$hz" -v ns="$nanos" -v c="$(nproc)" 'BEGIN { printf "%.0f", 100 * t / hz / (ns / 1e9) / c }')"
+}
 
 to_ms() { # wrk prints 512.00us, 1.23ms or 1.05s
   awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n = n; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
@@ -54,33 +76,46 @@ median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { 
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
-# One wrk run against http://127.0.0.1:PORT/PATH after a 1 s warm-up: appends req/s, p50 ms and
-# the CPU µs per request of process PID (and its children) to RPS[NAME], P50[NAME], CPU[NAME]
-# (declare -A RPS P50 CPU first). Uses THREADS, CONNECTIONS and DURATION, and WRK_HEADER (one
-# request header, "Name: value") when set.
+# One wrk run against http://127.0.0.1:PORT/PATH after a 1 s warm-up: appends req/s and p50 ms to
+# RPS[NAME] and P50[NAME], and what process PID (with its children) and the machine spent, as
+# `charge` does (declare -A RPS P50 CPU KERNEL REST BUSY first). Uses THREADS, CONNECTIONS and
+# DURATION, and WRK_HEADER (one request header, "Name: value") when set.
 measure() { # name port pid path
-  local name=$1 port=$2 pid=$3 path=$4 before after out rps requests p50 errors
+  local name=$1 port=$2 pid=$3 path=$4 out rps requests p50 errors
   wrk -t"$THREADS" -c"$CONNECTIONS" -d1s ${WRK_HEADER:+-H "$WRK_HEADER"} "http://127.0.0.1:$port$path" >/dev/null
-  before=$(ticks "$pid")
+  charge_start "$pid"
   out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency ${WRK_HEADER:+-H "$WRK_HEADER"} "http://127.0.0.1:$port$path")
-  after=$(ticks "$pid")
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  charge "$name" "$pid" "$requests"
   p50=$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")
   errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out")
   [[ -n $errors ]] && echo "warning: $name $path: $errors" >&2
   RPS[$name]="${RPS[$name]:-} $rps"
   P50[$name]="${P50[$name]:-} $p50"
-  CPU[$name]="${CPU[$name]:-} $(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
 }
 
-# The table of medians for NAMES: req/s, p50, CPU µs per request.
+# The req/s ratio of KEY to PEER that KEY would reach if its user-space work cost nothing, while
+# the cores are the limit: (PEER's CPU + the rest's in PEER's runs) / (KEY's kernel CPU + the
+# rest's in KEY's runs), per request. The proxy shares the two cores with the load generator
+# and the upstream, and its system calls are its own: no measured ratio passes this one.
+ceiling() { # key peer
+  awk -v pc="$(median "${CPU[$2]}")" -v pr="$(median "${REST[$2]}")" -v kc="$(median "${CPU[$1]}")" \
+    -v kk="$(median "${KERNEL[$1]}")" -v kr="$(median "${REST[$1]}")" \
+    'BEGIN { d = kc * kk / 100 + kr; if (d > 0) printf "%.2f", (pc + pr) / d; else print "-" }'
+}
+
+# The table of medians for NAMES: req/s, p50, the proxy's CPU µs per request and its kernel
+# share, the rest of the machine's µs per request and how busy the cores were.
 report() { # names...
   local name
-  printf '\n%-16s %12s %9s %14s\n' target "req/s" "p50 ms" "CPU µs/req"
+  printf '\n%-16s %12s %9s %11s %8s %10s %6s\n' target "req/s" "p50 ms" "CPU µs/req" kernel "rest µs" busy
   for name in "$@"; do
-    printf '%-16s %12s %9s %14s\n' "$name" "$(median "${RPS[$name]}")" "$(median "${P50[$name]}")" "$(median "${CPU[$name]}")"
+    printf '%-16s %12s %9s %11s %7s%% %10s %5s%%\n' "$name" "$(median "${RPS[$name]}")" "$(median "${P50[$name]}")" \
+      "$(median "${CPU[$name]}")" "$(median "${KERNEL[$name]}")" "$(median "${REST[$name]}")" "$(median "${BUSY[$name]}")"
   done
+  echo "(kernel: the proxy's CPU spent in the kernel; rest: the load generator's, the upstream's and"
+  echo " the kernel's other work per request; busy: the cores' use)"
 }
 
 # haproxy in HTTP mode on 127.0.0.1:PORT to one server, with WORKERS threads; its PID goes into

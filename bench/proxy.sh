@@ -9,8 +9,10 @@
 # to it, and drives each — and the upstream directly — with the same wrk command, the targets
 # interleaved within each round. Prints, per shape, the medians over the rounds of req/s, p50,
 # p99 and the proxy's CPU microseconds per request (utime+stime from /proc over the run, all of
-# the proxy's processes and threads), then each trafik's ratios to nginx and haproxy. Every
-# process it starts is stopped by its PID on exit.
+# the proxy's processes and threads) with its kernel share, the rest of the machine's CPU per
+# request (wrk, the upstream), then each trafik's ratios to nginx and haproxy, with the req/s
+# ratio and the CPU ratio it would reach if its user-space work cost nothing (its kernel work
+# and the rest stay: lib.sh's `ceiling`). Every process it starts is stopped by its PID on exit.
 #
 #   bench/proxy.sh                      # 10 s per target, 2 wrk threads, 64 connections
 #   DURATION=5 ROUNDS=5 SHAPES="get close" bench/proxy.sh
@@ -95,7 +97,7 @@ wrk.headers["Connection"] = "close"
 LUA
 
 # --- measuring --------------------------------------------------------------------------------
-declare -A RPS P50 P99 CPU
+declare -A RPS P50 P99 CPU KERNEL REST BUSY
 
 wrk_args() { # shape port: the wrk arguments after -t/-c/-d
   case $1 in
@@ -106,25 +108,21 @@ wrk_args() { # shape port: the wrk arguments after -t/-c/-d
 }
 
 run() { # shape name port pid-to-charge (empty: none)
-  local shape=$1 name=$2 port=$3 pid=${4:-} before after out key="$1/$2"
+  local shape=$1 name=$2 port=$3 pid=${4:-} out key="$1/$2"
   # shellcheck disable=SC2046
   wrk -t"$THREADS" -c"$CONNECTIONS" -d1s $(wrk_args "$shape" "$port") >/dev/null # warm-up
-  [[ -n $pid ]] && before=$(ticks "$pid")
+  [[ -n $pid ]] && charge_start "$pid"
   # shellcheck disable=SC2046
   out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency $(wrk_args "$shape" "$port"))
-  [[ -n $pid ]] && after=$(ticks "$pid")
   local rps requests p50 p99 errors
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  [[ -n $pid ]] && charge "$key" "$pid" "$requests"
   p50=$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")
   p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")
   errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out")
   [[ -n $errors ]] && echo "warning: $key: $errors" >&2
-  local cpu="-"
-  if [[ -n $pid ]]; then
-    cpu=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')
-  fi
-  RPS[$key]="${RPS[$key]:-} $rps"; P50[$key]="${P50[$key]:-} $p50"; P99[$key]="${P99[$key]:-} $p99"; CPU[$key]="${CPU[$key]:-} $cpu"
+  RPS[$key]="${RPS[$key]:-} $rps"; P50[$key]="${P50[$key]:-} $p50"; P99[$key]="${P99[$key]:-} $p99"
 }
 
 names=(direct trafik-hyper trafik-own nginx haproxy)
@@ -140,18 +138,27 @@ for round in $(seq "$ROUNDS"); do
 done
 
 for shape in $SHAPES; do
-  printf '\n[%s]\n%-13s %12s %9s %9s %14s\n' "$shape" target "req/s" "p50 ms" "p99 ms" "CPU µs/req"
+  printf '\n[%s]\n%-13s %12s %9s %9s %11s %8s %10s %6s\n' "$shape" target "req/s" "p50 ms" "p99 ms" "CPU µs/req" kernel "rest µs" busy
   for name in "${names[@]}"; do
     key="$shape/$name"
-    printf '%-13s %12s %9s %9s %14s\n' "$name" "$(median "${RPS[$key]}")" "$(median "${P50[$key]}")" "$(median "${P99[$key]}")" "$(median "${CPU[$key]}")"
+    printf '%-13s %12s %9s %9s %11s %7s%% %10s %5s%%\n' "$name" "$(median "${RPS[$key]}")" "$(median "${P50[$key]}")" "$(median "${P99[$key]}")" \
+      "$(median "${CPU[$key]:-}")" "$(median "${KERNEL[$key]:-}")" "$(median "${REST[$key]:-}")" "$(median "${BUSY[$key]:-}")"
   done
   for engine in trafik-hyper trafik-own; do
     t_rps=$(median "${RPS[$shape/$engine]}"); t_cpu=$(median "${CPU[$shape/$engine]}")
+    t_kernel=$(awk -v c="$t_cpu" -v k="$(median "${KERNEL[$shape/$engine]}")" 'BEGIN { printf "%.2f", c * k / 100 }')
     for peer in nginx haproxy; do
-      printf '%-13s /%-8s req/s %s×   CPU per request %s×\n' "$engine" "$peer" \
-        "$(ratio "$t_rps" "$(median "${RPS[$shape/$peer]}")")" "$(ratio "$t_cpu" "$(median "${CPU[$shape/$peer]}")")"
+      p_cpu=$(median "${CPU[$shape/$peer]}")
+      printf '%-13s /%-8s req/s %s× (ceiling %s×)   CPU per request %s× (its kernel part alone %s×)\n' "$engine" "$peer" \
+        "$(ratio "$t_rps" "$(median "${RPS[$shape/$peer]}")")" "$(ceiling "$shape/$engine" "$shape/$peer")" \
+        "$(ratio "$t_cpu" "$p_cpu")" "$(ratio "$t_kernel" "$p_cpu")"
     done
   done
 done
+echo
+echo "kernel: the proxy's CPU spent in the kernel; rest: what the load generator, the upstream and the"
+echo "kernel's other work cost per request; busy: the cores' use. ceiling: the req/s ratio to that peer"
+echo "trafik would reach if its user-space work cost nothing (lib.sh's ceiling); its kernel part"
+echo "alone: the CPU ratio it would have then."
 echo
 echo "goal (one-pipeline issue): get ≥ 1.15× nginx req/s at ≤ 0.85× its CPU per request; no shape below 1.0×"

@@ -107,7 +107,7 @@ for port in "$ROUTED_PORT" "$NGINX_ROUTED_PORT"; do
   [[ $status == 200 ]] || { echo "the routed server on $port answered $status" >&2; exit 1; }
 done
 
-declare -A RPS P50 CPU
+declare -A RPS P50 CPU KERNEL REST BUSY
 echo "routing: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, $ROUNDS round(s), $WORKERS workers each, $(nproc) cores"
 for round in $(seq "$ROUNDS"); do
   measure trafik "$PLAIN_PORT" "$trafik_pid" "$PATH_UNDER_TEST"

@@ -2,7 +2,8 @@
 # Static files: trafik's static route vs nginx (sendfile on), in one run on loopback, serving
 # the same files: the course's lesson-4 assets (20 files, 216,000 bytes) and a 10.8 KB page, written to a temporary
 # folder. For each path, both are driven with the same wrk command in interleaved rounds.
-# Prints req/s, p50 and the server's CPU µs per request (medians), then trafik/nginx per path.
+# Prints req/s, p50, the server's CPU µs per request and what the rest of the machine spent
+# (medians; lib.sh's `report`), then trafik/nginx per path.
 #
 #   bench/static.sh                               # logo.svg (4 KB), ozet.html (10.8 KB, the
 #                                                 # size the one-pipeline issue names) and
@@ -78,7 +79,7 @@ nginx_pid=$!
 pids+=("$nginx_pid")
 for port in "$TRAFIK_PORT" "$NGINX_PORT"; do wait_for_port "$port"; done
 
-declare -A RPS P50 CPU
+declare -A RPS P50 CPU KERNEL REST BUSY
 names=()
 echo "static files: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, $ROUNDS interleaved rounds, $WORKERS workers each, $(nproc) cores"
 for path in $PATHS; do
@@ -96,8 +97,9 @@ report "${names[@]}"
 echo
 for path in $PATHS; do
   file=${path##*/}
-  printf 'trafik/nginx %-14s req/s %s×   CPU per request %s×\n' "$file" \
-    "$(ratio "$(median "${RPS[trafik $file]}")" "$(median "${RPS[nginx $file]}")")" \
+  printf 'trafik/nginx %-14s req/s %s× (ceiling %s×)   CPU per request %s×\n' "$file" \
+    "$(ratio "$(median "${RPS[trafik $file]}")" "$(median "${RPS[nginx $file]}")")" "$(ceiling "trafik $file" "nginx $file")" \
     "$(ratio "$(median "${CPU[trafik $file]}")" "$(median "${CPU[nginx $file]}")")"
 done
+echo "(ceiling: the req/s ratio trafik would reach if its user-space work cost nothing; lib.sh)"
 echo "goal (one-pipeline issue): req/s ≥ 1.2× nginx (10.8 KB)"
