@@ -167,13 +167,7 @@ for target in "${TARGETS[@]}"; do
 done
 
 # --- measuring --------------------------------------------------------------------------------
-# CPU ticks (utime+stime) of a process (all its threads).
-ticks() {
-  read -r -a f < <(sed 's/^.*) //' "/proc/$1/stat")
-  echo $((f[11] + f[12]))
-}
-hz=$(getconf CLK_TCK)
-declare -A DOWN UP DOWN_CPU UP_CPU CONNS CONN_CPU
+declare -A DOWN UP DOWN_CPU UP_CPU CONNS CPU KERNEL REST BUSY
 
 transfer() { # target direction → appends bytes/s and CPU s/GiB
   local target=$1 direction=$2 pid=${PID[$1]:-} before after rate cpu="-"
@@ -190,23 +184,18 @@ transfer() { # target direction → appends bytes/s and CPU s/GiB
   fi
 }
 
-connections() { # target → appends new connections/s and the proxy's CPU µs per connection
-  local pid=${CONNECT_PID[$1]:-} before after out rate requests errors cpu="-"
-  [[ -n $pid ]] && before=$(ticks "$pid")
+connections() { # target → appends new connections/s and what the proxy and the machine spent (lib.sh's charge)
+  local pid=${CONNECT_PID[$1]:-} out rate requests errors
+  [[ -n $pid ]] && charge_start "$pid"
   out=$(wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" -H "Connection: close" "http://127.0.0.1:${CONNECT_PORT[$1]}/takip/TR-4821")
-  [[ -n $pid ]] && after=$(ticks "$pid")
   rate=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  [[ -n $pid ]] && charge "$1" "$pid" "$requests"
   errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out")
   [[ -n $errors ]] && echo "warning: $1: $errors" >&2
-  if [[ -n $pid ]]; then
-    cpu=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
-  fi
   CONNS[$1]="${CONNS[$1]:-} $rate"
-  CONN_CPU[$1]="${CONN_CPU[$1]:-} $cpu"
 }
 
-median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END { if (NR == 0 || a[1] == "-") print "-"; else print a[int((NR + 1) / 2)] }'; }
 gib() { awk -v b="$1" 'BEGIN { if (b == "-") print "-"; else printf "%.2f", b / 2^30 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 
@@ -225,15 +214,21 @@ for target in "${TARGETS[@]}"; do
   printf '%-15s %11s %10s %10s %10s %12s %12s\n' "$target" \
     "$(gib "$(median "${DOWN[$target]}")")" "$(median "${DOWN_CPU[$target]}")" \
     "$(gib "$(median "${UP[$target]}")")" "$(median "${UP_CPU[$target]}")" \
-    "$(median "${CONNS[$target]}")" "$(median "${CONN_CPU[$target]}")"
+    "$(median "${CONNS[$target]}")" "$(median "${CPU[$target]:-}")"
 done
+printf '\nnew connections: %-15s %8s %10s %6s\n' target kernel "rest µs" busy
+for target in "${TARGETS[@]}"; do
+  printf '                 %-15s %7s%% %10s %5s%%\n' "$target" "$(median "${KERNEL[$target]:-}")" "$(median "${REST[$target]:-}")" "$(median "${BUSY[$target]:-}")"
+done
+echo "(kernel: the proxy's CPU spent in the kernel; rest: wrk's, the replica's and the kernel's other work per"
+echo " connection; ceiling: the new-connection ratio trafik would reach if its user-space work cost nothing)"
 for peer in haproxy haproxy-splice; do
-  printf '\ntrafik/%-15s download %s×  upload %s×  CPU per GiB %s× / %s×  new connections/s %s×  CPU per connection %s×' "$peer" \
+  printf '\ntrafik/%-15s download %s×  upload %s×  CPU per GiB %s× / %s×  new connections/s %s× (ceiling %s×)  CPU per connection %s×' "$peer" \
     "$(ratio "$(median "${DOWN[trafik]}")" "$(median "${DOWN[$peer]}")")" \
     "$(ratio "$(median "${UP[trafik]}")" "$(median "${UP[$peer]}")")" \
     "$(ratio "$(median "${DOWN_CPU[trafik]}")" "$(median "${DOWN_CPU[$peer]}")")" \
     "$(ratio "$(median "${UP_CPU[trafik]}")" "$(median "${UP_CPU[$peer]}")")" \
-    "$(ratio "$(median "${CONNS[trafik]}")" "$(median "${CONNS[$peer]}")")" \
-    "$(ratio "$(median "${CONN_CPU[trafik]}")" "$(median "${CONN_CPU[$peer]}")")"
+    "$(ratio "$(median "${CONNS[trafik]}")" "$(median "${CONNS[$peer]}")")" "$(ceiling trafik "$peer")" \
+    "$(ratio "$(median "${CPU[trafik]}")" "$(median "${CPU[$peer]}")")"
 done
 echo
