@@ -82,41 +82,36 @@ pids+=("$nginx_pid")
 for port in "$TRAFIK_PORT" "$NGINX_PORT"; do wait_for_port "$port"; done
 
 # --- measuring ---------------------------------------------------------------------------------
-declare -A RPS P50 P99 CPU
+declare -A RPS P50 P99 CPU KERNEL REST BUSY
 
-record() { # measurement name rps p50 p99 cpu
+record() { # measurement name rps p50 p99
   local key="$1 $2"
-  RPS[$key]="${RPS[$key]:-} $3"; P50[$key]="${P50[$key]:-} $4"; P99[$key]="${P99[$key]:-} $5"; CPU[$key]="${CPU[$key]:-} $6"
+  RPS[$key]="${RPS[$key]:-} $3"; P50[$key]="${P50[$key]:-} $4"; P99[$key]="${P99[$key]:-} $5"
 }
 
-per_request_us() { awk -v t="$1" -v hz="$hz" -v n="$2" 'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }'; }
-
 with_wrk() { # measurement name port pid [wrk options…]
-  local measurement=$1 name=$2 port=$3 pid=$4 before after out
+  local measurement=$1 name=$2 port=$3 pid=$4 out
   shift 4
   wrk -t"$THREADS" -c"$CONNECTIONS" -d1s "$@" "https://127.0.0.1:$port$PATH_UNDER_TEST" >/dev/null # warm-up
-  before=$(ticks "$pid")
+  charge_start "$pid"
   out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$@" "https://127.0.0.1:$port$PATH_UNDER_TEST")
-  after=$(ticks "$pid")
+  charge "$measurement $name" "$pid" "$(awk '/requests in/ {print $1}' <<<"$out")"
   local errors
   errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out")
   [[ -n $errors ]] && echo "warning: $measurement $name: $errors" >&2
   record "$measurement" "$name" "$(awk '/^Requests\/sec/ {print $2}' <<<"$out")" \
-    "$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")" "$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")" \
-    "$(per_request_us $((after - before)) "$(awk '/requests in/ {print $1}' <<<"$out")")"
+    "$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")" "$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
 }
 
 with_h2load() { # name port pid
-  local name=$1 port=$2 pid=$3 before after out
+  local name=$1 port=$2 pid=$3 out
   local load=(h2load -c "$H2_CONNECTIONS" -m "$H2_STREAMS" -t "$THREADS")
   "${load[@]}" -D 1 "https://127.0.0.1:$port$PATH_UNDER_TEST" >/dev/null # warm-up
-  before=$(ticks "$pid")
+  charge_start "$pid"
   out=$("${load[@]}" -D "$DURATION" "https://127.0.0.1:$port$PATH_UNDER_TEST")
-  after=$(ticks "$pid")
+  charge "h2 $name" "$pid" "$(awk '/^requests:/ {print $8}' <<<"$out")"
   grep -q 'Application protocol: h2' <<<"$out" || echo "warning: h2 $name: not HTTP/2" >&2
-  local done
-  done=$(awk '/^requests:/ {print $8}' <<<"$out")
-  record h2 "$name" "$(awk '/^finished in/ {print $4}' <<<"$out")" - - "$(per_request_us $((after - before)) "$done")"
+  record h2 "$name" "$(awk '/^finished in/ {print $4}' <<<"$out")" - -
 }
 
 echo "trafik https bench: $DURATION s per run, $ROUNDS interleaved rounds, $WORKERS proxy workers, $(nproc) cores"
@@ -130,17 +125,21 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
-printf '\n%-11s %-7s %12s %9s %9s %12s\n' measurement target "per second" "p50 ms" "p99 ms" "CPU µs each"
+printf '\n%-11s %-7s %12s %9s %9s %12s %7s %9s %6s\n' measurement target "per second" "p50 ms" "p99 ms" "CPU µs each" kernel "rest µs" busy
 for measurement in keep-alive handshakes h2; do
   for name in trafik nginx; do
     key="$measurement $name"
-    printf '%-11s %-7s %12s %9s %9s %12s\n' "$measurement" "$name" "$(median "${RPS[$key]}")" \
-      "$(median "${P50[$key]}")" "$(median "${P99[$key]}")" "$(median "${CPU[$key]}")"
+    printf '%-11s %-7s %12s %9s %9s %12s %6s%% %9s %5s%%\n' "$measurement" "$name" "$(median "${RPS[$key]}")" \
+      "$(median "${P50[$key]}")" "$(median "${P99[$key]}")" "$(median "${CPU[$key]}")" \
+      "$(median "${KERNEL[$key]}")" "$(median "${REST[$key]}")" "$(median "${BUSY[$key]}")"
   done
 done
 echo
 for measurement in keep-alive handshakes h2; do
-  printf 'trafik/nginx %-11s per second %s×   CPU each %s×\n' "$measurement" \
+  printf 'trafik/nginx %-11s per second %s× (ceiling %s×)   CPU each %s×\n' "$measurement" \
     "$(ratio "$(median "${RPS[$measurement trafik]}")" "$(median "${RPS[$measurement nginx]}")")" \
+    "$(ceiling "$measurement trafik" "$measurement nginx")" \
     "$(ratio "$(median "${CPU[$measurement trafik]}")" "$(median "${CPU[$measurement nginx]}")")"
 done
+echo "(kernel: the proxy's CPU spent in the kernel; rest: the load generator's, the upstream's and the"
+echo " kernel's other work each; ceiling: the ratio trafik would reach if its user-space work cost nothing)"

@@ -46,9 +46,10 @@ ticks() { # pid [system]
 }
 hz=$(getconf CLK_TCK)
 
-# Busy CPU ticks of the whole machine, all cores (user, nice, system, irq, softirq, steal): what
-# the load generator, the upstream and the kernel spent besides the proxy.
-machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# Busy CPU ticks of the whole machine, all cores (user, nice, system, irq, softirq; not what a
+# hypervisor stole): what the load generator, the upstream and the kernel spent besides the proxy.
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+cores=$(getconf _NPROCESSORS_ONLN) # as /proc/stat counts them, whatever this shell may run on
 
 # What one run cost, appended to KEY's lists (declare -A CPU KERNEL REST BUSY first): the proxy's
 # CPU µs per request and its kernel share (%), the rest of the machine's µs per request, and how
@@ -61,10 +62,11 @@ charge_start() { # pid
 charge() { # key pid requests
   local proxy=$(($(ticks "$2") - charged_ticks)) system=$(($(ticks "$2" system) - charged_system))
   local machine=$(($(machine_ticks) - charged_machine)) nanos=$(($(date +%s%N) - charged_since))
-  CPU[$1]="${CPU[$1]:-} $(awk -v t="$proxy" -v hz="$hz" -v n="$3" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+  local per_request='BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }'
+  CPU[$1]="${CPU[$1]:-} $(awk -v t="$proxy" -v hz="$hz" -v n="${3:-0}" "$per_request")"
   KERNEL[$1]="${KERNEL[$1]:-} $(awk -v s="$system" -v t="$proxy" 'BEGIN { if (t > 0) printf "%.0f", 100 * s / t; else print "-" }')"
-  REST[$1]="${REST[$1]:-} $(awk -v t=$((machine - proxy)) -v hz="$hz" -v n="$3" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
-  BUSY[$1]="${BUSY[$1]:-} $(awk -v t="$machine" -v hz="$hz" -v ns="$nanos" -v c="$(nproc)" 'BEGIN { printf "%.0f", 100 * t / hz / (ns / 1e9) / c }')"
+  REST[$1]="${REST[$1]:-} $(awk -v t=$((machine - proxy)) -v hz="$hz" -v n="${3:-0}" "$per_request")"
+  BUSY[$1]="${BUSY[$1]:-} $(awk -v t="$machine" -v hz="$hz" -v ns="$nanos" -v c="$cores" 'BEGIN { printf "%.0f", 100 * t / hz / (ns / 1e9) / c }')"
 }
 
 to_ms() { # wrk prints 512.00us, 1.23ms or 1.05s
@@ -95,14 +97,15 @@ measure() { # name port pid path
   P50[$name]="${P50[$name]:-} $p50"
 }
 
-# The req/s ratio of KEY to PEER that KEY would reach if its user-space work cost nothing, while
-# the cores are the limit: (PEER's CPU + the rest's in PEER's runs) / (KEY's kernel CPU + the
-# rest's in KEY's runs), per request. The proxy shares the two cores with the load generator
-# and the upstream, and its system calls are its own: no measured ratio passes this one.
+# The req/s ratio of KEY to PEER that KEY would reach if its user-space work cost nothing and it
+# kept every core busy: per request, (PEER's CPU + the rest's in PEER's runs) / (KEY's kernel
+# CPU + the rest's in KEY's runs), times 100 / PEER's busy %. The proxy shares the cores with
+# the load generator and the upstream (and whatever else runs on the machine, which lands in
+# "rest"), and its system calls are its own: a ratio measured in the same runs cannot pass it.
 ceiling() { # key peer
-  awk -v pc="$(median "${CPU[$2]}")" -v pr="$(median "${REST[$2]}")" -v kc="$(median "${CPU[$1]}")" \
-    -v kk="$(median "${KERNEL[$1]}")" -v kr="$(median "${REST[$1]}")" \
-    'BEGIN { d = kc * kk / 100 + kr; if (d > 0) printf "%.2f", (pc + pr) / d; else print "-" }'
+  awk -v pc="$(median "${CPU[$2]}")" -v pr="$(median "${REST[$2]}")" -v pb="$(median "${BUSY[$2]}")" \
+    -v kc="$(median "${CPU[$1]}")" -v kk="$(median "${KERNEL[$1]}")" -v kr="$(median "${REST[$1]}")" \
+    'BEGIN { d = (kc * kk / 100 + kr) * pb / 100; if (d > 0) printf "%.2f", (pc + pr) / d; else print "-" }'
 }
 
 # The table of medians for NAMES: req/s, p50, the proxy's CPU µs per request and its kernel

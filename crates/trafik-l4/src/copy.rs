@@ -31,7 +31,12 @@ const LARGE: usize = 64 * 1024;
 /// often ends at the same moment (a client closing once it has its answer, a backend closing
 /// after it), and when both have ended no shutdown is needed, as the caller closes both
 /// connections once this returns, which tells each side as much. A relay of short connections
-/// so makes one system call fewer each and closes like haproxy does.
+/// so makes one system call fewer each and closes like haproxy does. That holds for TCP
+/// streams, which the relay copies; a stream whose end is a message of its own (TLS's
+/// close_notify) would have to be shut down by the caller.
+///
+/// The look at the events is tokio's `yield_now`, which wakes the task once the runtime has
+/// polled its driver; were it to wake at once, a half-close would only come a poll later.
 ///
 /// # Cancel safety
 ///
@@ -68,6 +73,8 @@ struct Direction {
     read_done: bool,
     /// Bytes were written since the last flush.
     unflushed: bool,
+    /// The reader has ended and every byte read is written and flushed.
+    ended: bool,
     copied: u64,
     /// The end was passed on to the writer's side by a shutdown, or is waiting for one round
     /// of events first (see [`copy_both_ways`]).
@@ -93,6 +100,7 @@ impl Direction {
             filled: 0,
             read_done: false,
             unflushed: false,
+            ended: false,
             copied: 0,
             half_close: HalfClose::NotYet,
         }
@@ -110,6 +118,9 @@ impl Direction {
         R: AsyncRead + Unpin + ?Sized,
         W: AsyncWrite + Unpin + ?Sized,
     {
+        if self.ended {
+            return Poll::Ready(Ok(()));
+        }
         loop {
             if self.written == self.filled && !self.read_done {
                 let mut read = ReadBuf::new(&mut self.buffer);
@@ -148,10 +159,9 @@ impl Direction {
                 self.unflushed = true;
             }
             if self.read_done {
-                if self.unflushed {
-                    ready!(Pin::new(&mut *writer).poll_flush(cx))?;
-                    self.unflushed = false;
-                }
+                // Whatever the writer holds goes out before the end is passed on or closed.
+                ready!(Pin::new(&mut *writer).poll_flush(cx))?;
+                self.ended = true;
                 return Poll::Ready(Ok(()));
             }
         }
@@ -211,6 +221,8 @@ impl Drop for Direction {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn drain(direction: &mut Direction, mut from: &[u8]) -> Vec<u8> {
@@ -225,7 +237,38 @@ mod tests {
     /// A stream that counts the shutdowns of its writing half.
     struct CountingShutdowns {
         stream: tokio::io::DuplexStream,
-        shutdowns: usize,
+        shutdowns: Rc<Cell<usize>>,
+    }
+
+    /// A client and a backend, each joined to its side of a relay by a stream that counts
+    /// shutdowns.
+    struct Joined {
+        client: tokio::io::DuplexStream,
+        backend: tokio::io::DuplexStream,
+        near: CountingShutdowns,
+        far: CountingShutdowns,
+        near_shutdowns: Rc<Cell<usize>>,
+        far_shutdowns: Rc<Cell<usize>>,
+    }
+
+    fn joined() -> Joined {
+        let (client, near) = tokio::io::duplex(4096);
+        let (far, backend) = tokio::io::duplex(4096);
+        let (near_shutdowns, far_shutdowns) = (Rc::default(), Rc::default());
+        Joined {
+            client,
+            backend,
+            near: CountingShutdowns {
+                stream: near,
+                shutdowns: Rc::clone(&near_shutdowns),
+            },
+            far: CountingShutdowns {
+                stream: far,
+                shutdowns: Rc::clone(&far_shutdowns),
+            },
+            near_shutdowns,
+            far_shutdowns,
+        }
     }
 
     impl AsyncRead for CountingShutdowns {
@@ -252,39 +295,80 @@ mod tests {
         }
 
         fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            self.shutdowns += 1;
+            self.shutdowns.set(self.shutdowns.get() + 1);
             Pin::new(&mut self.stream).poll_shutdown(cx)
         }
     }
 
     #[tokio::test]
     async fn sides_that_end_at_once_get_no_half_close_and_every_byte() {
-        let (mut client, near) = tokio::io::duplex(4096);
-        let (far, mut backend) = tokio::io::duplex(4096);
-        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
-        client.shutdown().await.unwrap();
-        backend.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
-        backend.shutdown().await.unwrap();
-        let mut near = CountingShutdowns {
-            stream: near,
-            shutdowns: 0,
-        };
-        let mut far = CountingShutdowns {
-            stream: far,
-            shutdowns: 0,
-        };
-        assert_eq!(copy_both_ways(&mut near, &mut far).await.unwrap(), (18, 19));
+        let mut j = joined();
+        j.client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        j.client.shutdown().await.unwrap();
+        j.backend
+            .write_all(b"HTTP/1.1 200 OK\r\n\r\n")
+            .await
+            .unwrap();
+        j.backend.shutdown().await.unwrap();
+        let copied = copy_both_ways(&mut j.near, &mut j.far).await.unwrap();
+        assert_eq!(copied, (18, 19));
         assert_eq!(
-            (near.shutdowns, far.shutdowns),
+            (j.near_shutdowns.get(), j.far_shutdowns.get()),
             (0, 0),
             "both ended: closing the two connections tells each side"
         );
-        drop((near, far));
+        drop((j.near, j.far));
         let (mut request, mut answer) = (Vec::new(), Vec::new());
-        backend.read_to_end(&mut request).await.unwrap();
-        client.read_to_end(&mut answer).await.unwrap();
+        j.backend.read_to_end(&mut request).await.unwrap();
+        j.client.read_to_end(&mut answer).await.unwrap();
         assert_eq!(request, b"GET / HTTP/1.1\r\n\r\n");
         assert_eq!(answer, b"HTTP/1.1 200 OK\r\n\r\n");
+    }
+
+    /// The client sends PING and ends, and the relay is polled; then the backend answers PONG
+    /// and ends, either at once or after a second poll. Returns the shutdowns each side saw.
+    async fn client_ends_first(backend_ends_meanwhile: bool) -> (usize, usize) {
+        let mut j = joined();
+        let mut relay = std::pin::pin!(copy_both_ways(&mut j.near, &mut j.far));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        j.client.write_all(b"PING").await.unwrap();
+        j.client.shutdown().await.unwrap();
+        assert!(relay.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            j.far_shutdowns.get(),
+            0,
+            "the client's end waits for a look"
+        );
+        if !backend_ends_meanwhile {
+            assert!(relay.as_mut().poll(&mut cx).is_pending());
+            assert_eq!(
+                j.far_shutdowns.get(),
+                1,
+                "the backend is told after one look"
+            );
+            let mut request = Vec::new();
+            j.backend.read_to_end(&mut request).await.unwrap();
+            assert_eq!(request, b"PING");
+        }
+        j.backend.write_all(b"PONG").await.unwrap();
+        j.backend.shutdown().await.unwrap();
+        let copied = relay.as_mut().poll(&mut cx);
+        assert!(matches!(copied, Poll::Ready(Ok((4, 4)))));
+        (j.near_shutdowns.get(), j.far_shutdowns.get())
+    }
+
+    #[tokio::test]
+    async fn the_other_side_ending_during_the_wait_spares_the_half_close() {
+        assert_eq!(client_ends_first(true).await, (0, 0));
+    }
+
+    #[tokio::test]
+    async fn an_end_is_passed_on_after_that_look_while_the_other_way_goes_on() {
+        assert_eq!(
+            client_ends_first(false).await,
+            (0, 1),
+            "the second end goes with the close"
+        );
     }
 
     #[tokio::test]

@@ -258,6 +258,33 @@ async fn a_client_that_stops_sending_still_gets_the_answer() {
 }
 
 #[tokio::test]
+async fn a_backend_that_stops_sending_still_gets_the_upload() {
+    let listener = TcpListener::bind(LOOPBACK_ANY_PORT).await.unwrap();
+    let address = listener.local_addr().unwrap();
+    // Greets, ends its sending, then counts what the client uploads.
+    let backend = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        stream.write_all(b"merhaba").await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut upload = Vec::new();
+        stream.read_to_end(&mut upload).await.unwrap();
+        upload.len()
+    });
+    let running = trafik_proxy::start(tcp_plan(&[address])).unwrap();
+    let mut client = TcpStream::connect(web(&running)).await.unwrap();
+    let mut greeting = Vec::new();
+    // The backend's end reaches the client as one, while the client's side stays open.
+    bounded("the greeting", client.read_to_end(&mut greeting))
+        .await
+        .unwrap();
+    assert_eq!(greeting, b"merhaba");
+    client.write_all(&vec![7u8; 1 << 20]).await.unwrap();
+    client.shutdown().await.unwrap();
+    assert_eq!(bounded("the upload", backend).await.unwrap(), 1 << 20);
+    stop(running).await;
+}
+
+#[tokio::test]
 async fn a_failed_connect_is_retried_on_another_backend() {
     let replicas = replicas(1).await;
     let dead = refusing_port();
