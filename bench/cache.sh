@@ -17,17 +17,17 @@ THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-2}
 PATH_UNDER_TEST=${PATH_UNDER_TEST:-/takip/TR900011}
-BASE_PORT=${BASE_PORT:-18400}
-EVICTION=${EVICTION:-lru}   # the trafik cache's policy: lru or admission
-UPSTREAM_PORT=$BASE_PORT
-TRAFIK_PORT=$((BASE_PORT + 1))
-NGINX_PORT=$((BASE_PORT + 2))
-ADMIN_PORT=$((BASE_PORT + 3))
 
 for tool in wrk nginx cargo; do
   command -v "$tool" >/dev/null || { echo "bench/cache.sh needs $tool (apt-get install wrk nginx)" >&2; exit 2; }
 done
 source "$(dirname "$0")/lib.sh"
+BASE_PORT=${BASE_PORT:-$(free_block 4)}
+EVICTION=${EVICTION:-lru}   # the trafik cache's policy: lru or admission
+UPSTREAM_PORT=$BASE_PORT
+TRAFIK_PORT=$((BASE_PORT + 1))
+NGINX_PORT=$((BASE_PORT + 2))
+ADMIN_PORT=$((BASE_PORT + 3))
 
 RUST_LOG=warn "$trafik" upstream --name koken --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null &
 pids+=($!)

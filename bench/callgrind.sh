@@ -26,7 +26,6 @@
 set -euo pipefail
 
 SECONDS_LOADED=${SECONDS_LOADED:-8}
-BASE_PORT=${BASE_PORT:-18400}
 
 for tool in valgrind wrk python3; do
   command -v "$tool" >/dev/null || { echo "bench/callgrind.sh needs $tool (apt-get install valgrind wrk python3)" >&2; exit 2; }
@@ -37,6 +36,7 @@ source "$(dirname "$0")/lib.sh"
 binaries=("$@")
 ((${#binaries[@]})) || binaries=("$trafik")
 
+BASE_PORT=${BASE_PORT:-$(free_block 3)}
 UPSTREAM_PORT=$BASE_PORT
 PROXY_PORT=$((BASE_PORT + 1))
 ADMIN_PORT=$((BASE_PORT + 2))

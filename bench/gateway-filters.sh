@@ -23,8 +23,13 @@ THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-2}
 PATH_UNDER_TEST=${PATH_UNDER_TEST:-/takip/TR-4821}
-BASE_PORT=${BASE_PORT:-18400}
 
+for tool in wrk nginx redis-server python3 cargo; do
+  command -v "$tool" >/dev/null || { echo "bench/gateway-filters.sh needs $tool (apt-get install wrk nginx redis-server)" >&2; exit 2; }
+done
+
+source "$(dirname "$0")/lib.sh"
+BASE_PORT=${BASE_PORT:-$(free_block 9)}
 UPSTREAM_PORT=$BASE_PORT
 PLAIN_PORT=$((BASE_PORT + 1))
 JWT_PORT=$((BASE_PORT + 2))
@@ -34,12 +39,6 @@ NGINX_PORT=$((BASE_PORT + 5))
 NGINX_LIMIT_PORT=$((BASE_PORT + 6))
 REDIS_PORT=$((BASE_PORT + 7))
 JWT_LOCAL_PORT=$((BASE_PORT + 8))
-
-for tool in wrk nginx redis-server python3 cargo; do
-  command -v "$tool" >/dev/null || { echo "bench/gateway-filters.sh needs $tool (apt-get install wrk nginx redis-server)" >&2; exit 2; }
-done
-
-source "$(dirname "$0")/lib.sh"
 
 SECRET=trafik-ornek-anahtar
 TOKEN=$(bearer_token "$SECRET")

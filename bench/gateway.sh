@@ -21,17 +21,16 @@ CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-1}
 WORKERS=${WORKERS:-2}
-BASE_PORT=${BASE_PORT:-18400}
-
-DURUM_PORT=$BASE_PORT
-UCRET_PORT=$((BASE_PORT + 1))
-TRAFIK_PORT=$((BASE_PORT + 2))
 
 for tool in wrk cargo; do
   command -v "$tool" >/dev/null || { echo "bench/gateway.sh needs $tool (apt-get install wrk)" >&2; exit 2; }
 done
 
 source "$(dirname "$0")/lib.sh"
+BASE_PORT=${BASE_PORT:-$(free_block 3)}
+DURUM_PORT=$BASE_PORT
+UCRET_PORT=$((BASE_PORT + 1))
+TRAFIK_PORT=$((BASE_PORT + 2))
 
 for port in "$DURUM_PORT" "$UCRET_PORT"; do
   RUST_LOG=warn "$trafik" upstream --name "k$port" --listen "127.0.0.1:$port" >/dev/null &

@@ -24,17 +24,17 @@ WORKERS=${WORKERS:-2}
 H2_CONNECTIONS=${H2_CONNECTIONS:-16}
 H2_STREAMS=${H2_STREAMS:-10}
 PATH_UNDER_TEST=${PATH_UNDER_TEST:-/takip/TR-4821}
-BASE_PORT=${BASE_PORT:-18500}
-
-UPSTREAM_PORT=$BASE_PORT
-TRAFIK_PORT=$((BASE_PORT + 1))
-NGINX_PORT=$((BASE_PORT + 2))
 
 for tool in wrk nginx h2load cargo; do
   command -v "$tool" >/dev/null || { echo "bench/https.sh needs $tool (apt-get install wrk nginx nghttp2-client)" >&2; exit 2; }
 done
 
 source "$(dirname "$0")/lib.sh"
+BASE_PORT=${BASE_PORT:-$(free_block 3)}
+
+UPSTREAM_PORT=$BASE_PORT
+TRAFIK_PORT=$((BASE_PORT + 1))
+NGINX_PORT=$((BASE_PORT + 2))
 cert="$root/examples/certs/localhost.pem"
 key="$root/examples/certs/localhost.key"
 

@@ -30,7 +30,13 @@ ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-5}
 CONNECTIONS=${CONNECTIONS:-32}
 WORKERS=${WORKERS:-2}
-BASE_PORT=${BASE_PORT:-18700}
+
+for tool in haproxy wrk python3 cargo; do
+  command -v "$tool" >/dev/null || { echo "bench/l4.sh needs $tool (apt-get install haproxy wrk python3)" >&2; exit 2; }
+done
+
+source "$(dirname "$0")/lib.sh"
+BASE_PORT=${BASE_PORT:-$(free_block 8)}
 
 BLAST_PORT=$BASE_PORT
 UPSTREAM_PORT=$((BASE_PORT + 1))
@@ -38,12 +44,6 @@ UPSTREAM_PORT=$((BASE_PORT + 1))
 declare -A TRANSFER_PORT=([direct]=$BLAST_PORT [trafik]=$((BASE_PORT + 2)) [haproxy]=$((BASE_PORT + 4)) [haproxy-splice]=$((BASE_PORT + 6)))
 declare -A CONNECT_PORT=([direct]=$UPSTREAM_PORT [trafik]=$((BASE_PORT + 3)) [haproxy]=$((BASE_PORT + 5)) [haproxy-splice]=$((BASE_PORT + 7)))
 TARGETS=(direct trafik haproxy haproxy-splice)
-
-for tool in haproxy wrk python3 cargo; do
-  command -v "$tool" >/dev/null || { echo "bench/l4.sh needs $tool (apt-get install haproxy wrk python3)" >&2; exit 2; }
-done
-
-source "$(dirname "$0")/lib.sh"
 # TRAFIK=path/to/trafik measures another build (an A/B of a change) instead of this tree's.
 trafik=${TRAFIK:-$trafik}
 

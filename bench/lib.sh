@@ -22,6 +22,33 @@ trap cleanup EXIT
 # in TIME-WAIT.
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# The first of COUNT consecutive loopback ports that are free now (outside the kernel's range
+# for outgoing connections): a script's processes take BASE_PORT … BASE_PORT + COUNT - 1, so
+# fixed ones a user's services may hold are never assumed.
+free_block() { # count
+  python3 - "$1" <<'PY'
+import random, socket, sys
+count = int(sys.argv[1])
+for _ in range(200):
+    base = random.randrange(20000, 30000 - count)
+    held = []
+    try:
+        for port in range(base, base + count):
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        for s in held:
+            s.close()
+    print(base)
+    break
+else:
+    sys.exit(f"no {count} consecutive free ports on 127.0.0.1")
+PY
+}
+
 wait_for_port() {
   for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0

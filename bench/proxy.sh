@@ -27,19 +27,19 @@ ROUNDS=${ROUNDS:-1}
 WORKERS=${WORKERS:-2}
 SHAPES=${SHAPES:-get post16k close}
 PATH_UNDER_TEST=${PATH_UNDER_TEST:-/takip/TR-4821}
-BASE_PORT=${BASE_PORT:-18300}
-
-UPSTREAM_PORT=$BASE_PORT
-TRAFIK_PORT=$((BASE_PORT + 1))
-NGINX_PORT=$((BASE_PORT + 2))
-HAPROXY_PORT=$((BASE_PORT + 3))
-TRAFIK_HYPER_PORT=$((BASE_PORT + 4))
 
 for tool in wrk nginx haproxy cargo; do
   command -v "$tool" >/dev/null || { echo "bench/proxy.sh needs $tool (apt-get install wrk nginx haproxy)" >&2; exit 2; }
 done
 
 source "$(dirname "$0")/lib.sh"
+BASE_PORT=${BASE_PORT:-$(free_block 5)}
+
+UPSTREAM_PORT=$BASE_PORT
+TRAFIK_PORT=$((BASE_PORT + 1))
+NGINX_PORT=$((BASE_PORT + 2))
+HAPROXY_PORT=$((BASE_PORT + 3))
+TRAFIK_HYPER_PORT=$((BASE_PORT + 4))
 
 # --- the upstream and the three proxies -----------------------------------------------------
 RUST_LOG=warn "$trafik" upstream --name k1 --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null &

@@ -19,14 +19,14 @@ THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-2}
 PATHS=${PATHS:-/varlik/logo.svg /varlik/ozet.html /varlik/uygulama.js}
-BASE_PORT=${BASE_PORT:-18500}
-TRAFIK_PORT=$BASE_PORT
-NGINX_PORT=$((BASE_PORT + 1))
 
 for tool in wrk nginx cargo; do
   command -v "$tool" >/dev/null || { echo "bench/static.sh needs $tool (apt-get install wrk nginx)" >&2; exit 2; }
 done
 source "$(dirname "$0")/lib.sh"
+BASE_PORT=${BASE_PORT:-$(free_block 2)}
+TRAFIK_PORT=$BASE_PORT
+NGINX_PORT=$((BASE_PORT + 1))
 
 mkdir -p "$work/varlik"
 chmod 755 "$work" "$work/varlik" # nginx's workers run as an unprivileged user
