@@ -235,7 +235,16 @@ fn the_dashboard_shows_health_live_and_drains_on_a_confirmed_click() {
         browser.run("return document.body.innerText;")
     );
     let reason = text_of(&browser, &format!("{change} .reason"));
-    assert_eq!(reason, "health check failed: connection refused");
+    // The probes after the stop are refused; one in flight as the replica stopped had its
+    // connection cut before an answer came.
+    assert!(
+        [
+            "health check failed: connection refused",
+            "health check failed: no passing answer"
+        ]
+        .contains(&reason.as_str()),
+        "the reason a stopped replica went down: {reason:?}"
+    );
     let count = |pool: &str, source: &str| {
         text_of(
             &browser,
