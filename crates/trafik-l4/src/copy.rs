@@ -224,6 +224,7 @@ mod tests {
     use std::cell::Cell;
     use std::rc::Rc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use trafik_runtime::observed::{Observed, Observer};
 
     async fn drain(direction: &mut Direction, mut from: &[u8]) -> Vec<u8> {
         let mut to = Vec::new();
@@ -234,19 +235,24 @@ mod tests {
         to
     }
 
-    /// A stream that counts the shutdowns of its writing half.
-    struct CountingShutdowns {
-        stream: tokio::io::DuplexStream,
-        shutdowns: Rc<Cell<usize>>,
+    /// Counts the shutdowns of a stream's writing half.
+    struct Shutdowns(Rc<Cell<usize>>);
+
+    impl Observer for Shutdowns {
+        fn shut_down(&mut self, _polled: &Poll<io::Result<()>>) {
+            self.0.set(self.0.get() + 1);
+        }
     }
 
-    /// A client and a backend, each joined to its side of a relay by a stream that counts
-    /// shutdowns.
+    type Counted = Observed<tokio::io::DuplexStream, Shutdowns>;
+
+    /// A client and a backend, each joined to its side of a relay by a stream whose shutdowns
+    /// are counted.
     struct Joined {
         client: tokio::io::DuplexStream,
         backend: tokio::io::DuplexStream,
-        near: CountingShutdowns,
-        far: CountingShutdowns,
+        near: Counted,
+        far: Counted,
         near_shutdowns: Rc<Cell<usize>>,
         far_shutdowns: Rc<Cell<usize>>,
     }
@@ -258,45 +264,10 @@ mod tests {
         Joined {
             client,
             backend,
-            near: CountingShutdowns {
-                stream: near,
-                shutdowns: Rc::clone(&near_shutdowns),
-            },
-            far: CountingShutdowns {
-                stream: far,
-                shutdowns: Rc::clone(&far_shutdowns),
-            },
+            near: Observed::with(near, Shutdowns(Rc::clone(&near_shutdowns))),
+            far: Observed::with(far, Shutdowns(Rc::clone(&far_shutdowns))),
             near_shutdowns,
             far_shutdowns,
-        }
-    }
-
-    impl AsyncRead for CountingShutdowns {
-        fn poll_read(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.stream).poll_read(cx, buf)
-        }
-    }
-
-    impl AsyncWrite for CountingShutdowns {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            Pin::new(&mut self.stream).poll_write(cx, buf)
-        }
-
-        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.stream).poll_flush(cx)
-        }
-
-        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            self.shutdowns.set(self.shutdowns.get() + 1);
-            Pin::new(&mut self.stream).poll_shutdown(cx)
         }
     }
 

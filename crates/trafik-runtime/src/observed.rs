@@ -29,6 +29,9 @@ pub trait Observer {
 
     /// After a write to the stream returned `polled`.
     fn written(&mut self, _polled: &Poll<io::Result<usize>>) {}
+
+    /// After a shutdown of the stream's writing half returned `polled`.
+    fn shut_down(&mut self, _polled: &Poll<io::Result<()>>) {}
 }
 
 /// A stream and its observer.
@@ -118,7 +121,10 @@ impl<S: AsyncWrite + Unpin, O: Observer + Unpin> AsyncWrite for Observed<S, O> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_shutdown(cx);
+        this.observer.shut_down(&polled);
+        polled
     }
 }
 
