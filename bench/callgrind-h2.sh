@@ -16,6 +16,11 @@
 #   UPSTREAM=http1 bench/callgrind-h2.sh OLD NEW   # h2 at the edge, HTTP/1.1 to the backend
 #                                                  # (pool protocol "http1", nginx without h2):
 #                                                  # the pipeline's path for every HTTP/2 client
+#   PEERS= bench/callgrind-h2.sh                   # trafik only
+#
+# After the builds the peers in PEERS run the same load under callgrind, one thread each:
+# `haproxy` as configured by default (it adds no fields to a request), `haproxy+fwd` adding the
+# five trafik adds by default (lib.sh's HAPROXY_FORWARDING): the same work.
 #
 # Needs: valgrind, h2load (nghttp2-client), nginx (Debian packages) and cargo.
 set -euo pipefail
@@ -24,14 +29,15 @@ REQUESTS=${REQUESTS:-20000}
 CLIENTS=${CLIENTS:-16}
 STREAMS=${STREAMS:-10}
 TIME_LIMIT=${TIME_LIMIT:-300}
+PEERS=${PEERS-haproxy haproxy+fwd}
 UPSTREAM=${UPSTREAM:-h2c}
 case $UPSTREAM in
-  h2c) backend_listen=http2 ;;
-  http1) backend_listen= ;;
+  h2c) backend_listen=http2 server_proto="proto h2" ;;
+  http1) backend_listen= server_proto= ;;
   *) echo "UPSTREAM is h2c or http1, not $UPSTREAM" >&2; exit 2 ;;
 esac
 
-for tool in valgrind h2load nginx; do
+for tool in valgrind h2load nginx ${PEERS:+haproxy}; do
   command -v "$tool" >/dev/null || { echo "bench/callgrind-h2.sh needs $tool (apt-get install valgrind nghttp2-client nginx)" >&2; exit 2; }
 done
 # Builds given: the first plays the upstream too, and nothing is built.
@@ -52,12 +58,26 @@ wait_for_port "$BACKEND_PORT"
 
 h2c_pool_config "$work/trafik.toml" "$PROXY_PORT" "$BACKEND_PORT" "$UPSTREAM"
 
-# Total instructions of one run of BINARY: idle (no requests) or loaded; KEEP keeps the
-# loaded run's profile.
-measure() { # binary idle|loaded
-  local binary=$1 load=$2 out="$work/callgrind.$RANDOM"
-  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" serve \
-    --config "$work/trafik.toml" >/dev/null 2>"$work/valgrind.log" &
+# The configuration of each peer, written now and started under callgrind in `measure`.
+for peer in $PEERS; do
+  case $peer in
+    haproxy) rules= ;;
+    haproxy+fwd) rules=$HAPROXY_FORWARDING ;;
+    *) echo "PEERS holds haproxy and haproxy+fwd, not $peer" >&2; exit 2 ;;
+  esac
+  haproxy_http_config "$work/$peer.cfg" 1 "$PROXY_PORT" "$BACKEND_PORT" "proto h2" "$server_proto" "$rules"
+done
+
+# Total instructions of one run of TARGET (a trafik build or a peer): idle (no requests) or
+# loaded; KEEP keeps the loaded run's profile.
+measure() { # target idle|loaded
+  local target=$1 load=$2 out="$work/callgrind.$RANDOM" command
+  case $target in
+    haproxy*) command=(haproxy -db -f "$work/$target.cfg") ;;
+    *) command=("$target" serve --config "$work/trafik.toml") ;;
+  esac
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out" "${command[@]}" \
+    >/dev/null 2>"$work/valgrind.log" &
   local pid=$!
   pids+=("$pid")
   for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null && break; sleep 0.05; done
@@ -72,15 +92,15 @@ measure() { # binary idle|loaded
   kill -TERM "$pid"; wait "$pid" || true
   if [[ $load == loaded && -n ${KEEP:-} ]]; then
     mkdir -p "$KEEP"
-    cp "$out" "$KEEP/callgrind.out.$(basename "$binary").$$"
-    echo "kept $KEEP/callgrind.out.$(basename "$binary").$$" >&2
+    cp "$out" "$KEEP/callgrind.out.$(basename "$target").$$"
+    echo "kept $KEEP/callgrind.out.$(basename "$target").$$" >&2
   fi
   grep -m1 '^summary:' "$out" | awk '{print $2}'
 }
 
-printf '%-60s %12s %14s\n' binary requests instr/request
-for binary in "${binaries[@]}"; do
-  idle=$(measure "$binary" idle)
-  loaded=$(measure "$binary" loaded)
-  printf '%-60s %12s %14.0f\n' "$binary" "$REQUESTS" "$(echo "($loaded - $idle) / $REQUESTS" | bc -l)"
+printf '%-60s %12s %14s\n' target requests instr/request
+for target in "${binaries[@]}" $PEERS; do
+  idle=$(measure "$target" idle)
+  loaded=$(measure "$target" loaded)
+  printf '%-60s %12s %14.0f\n' "$target" "$REQUESTS" "$(echo "($loaded - $idle) / $REQUESTS" | bc -l)"
 done

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # HTTP/2 end to end: h2load (h2c, prior knowledge) → proxy → an h2c backend, for trafik (pool
 # protocol = "h2c"), nginx (grpc_pass, its HTTP/2 upstream) and haproxy (server … proto h2), in
-# one run on loopback, the targets interleaved within each round.
+# one run on loopback, the targets interleaved within each round. haproxy runs twice: as
+# configured by default, and as `haproxy+fwd` adding the five fields trafik adds to every
+# request (lib.sh's HAPROXY_FORWARDING), the same work as trafik's.
 #
 # The backend is nginx serving a fixed 6-byte answer over h2c (`listen … http2` on a plain listener),
 # so every proxy meets the same HTTP/2 server. Prints the medians over the rounds of req/s and
@@ -32,6 +34,7 @@ BACKEND_PORT=$(free_port)
 TRAFIK_PORT=$(free_port)
 NGINX_PORT=$(free_port)
 HAPROXY_PORT=$(free_port)
+HAPROXY_FWD_PORT=$(free_port)
 
 # --- the backend: nginx over h2c ----------------------------------------------------------------
 nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT http2; location / { return 200 \"kargo\\n\"; } }"
@@ -52,8 +55,11 @@ nginx_pid=$!
 pids+=("$nginx_pid")
 
 start_haproxy_http "$HAPROXY_PORT" "$BACKEND_PORT" "proto h2" "proto h2"
+haproxy_default_pid=$haproxy_pid
+start_haproxy_http "$HAPROXY_FWD_PORT" "$BACKEND_PORT" "proto h2" "proto h2" "$HAPROXY_FORWARDING"
+haproxy_fwd_pid=$haproxy_pid
 
-for port in "$TRAFIK_PORT" "$NGINX_PORT" "$HAPROXY_PORT"; do wait_for_port "$port"; done
+for port in "$TRAFIK_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$HAPROXY_FWD_PORT"; do wait_for_port "$port"; done
 
 # --- measuring -----------------------------------------------------------------------------------
 declare -A RPS CPU KERNEL REST BUSY
@@ -74,20 +80,21 @@ for round in $(seq "$ROUNDS"); do
   run direct "$BACKEND_PORT"
   run trafik "$TRAFIK_PORT" "$trafik_pid"
   run nginx "$NGINX_PORT" "$nginx_pid"
-  run haproxy "$HAPROXY_PORT" "$haproxy_pid"
+  run haproxy "$HAPROXY_PORT" "$haproxy_default_pid"
+  run haproxy+fwd "$HAPROXY_FWD_PORT" "$haproxy_fwd_pid"
 done
 
-printf '\n%-10s %12s %11s %8s %10s %6s\n' target "req/s" "CPU µs/req" kernel "rest µs" busy
-for name in direct trafik nginx haproxy; do
-  printf '%-10s %12s %11s %7s%% %10s %5s%%\n' "$name" "$(median "${RPS[$name]}")" "$(median "${CPU[$name]:-}")" \
+printf '\n%-12s %12s %11s %8s %10s %6s\n' target "req/s" "CPU µs/req" kernel "rest µs" busy
+for name in direct trafik nginx haproxy haproxy+fwd; do
+  printf '%-12s %12s %11s %7s%% %10s %5s%%\n' "$name" "$(median "${RPS[$name]}")" "$(median "${CPU[$name]:-}")" \
     "$(median "${KERNEL[$name]:-}")" "$(median "${REST[$name]:-}")" "$(median "${BUSY[$name]:-}")"
 done
 t_rps=$(median "${RPS[trafik]}"); t_cpu=$(median "${CPU[trafik]}")
-for peer in nginx haproxy; do
-  printf 'trafik /%-8s req/s %s× (ceiling %s×)   CPU per request %s×\n' "$peer" \
+for peer in nginx haproxy haproxy+fwd; do
+  printf 'trafik /%-11s req/s %s× (ceiling %s×)   CPU per request %s×\n' "$peer" \
     "$(ratio "$t_rps" "$(median "${RPS[$peer]}")")" "$(ceiling trafik "$peer")" "$(ratio "$t_cpu" "$(median "${CPU[$peer]}")")"
 done
 echo "(kernel: the proxy's CPU spent in the kernel; rest: h2load's, the backend's and the kernel's other"
 echo " work per request; ceiling: the req/s ratio trafik would reach if its user-space work cost nothing)"
 echo
-echo "goal: trafik req/s ≥ 1.0× and CPU per request ≤ 1.0× the better peer"
+echo "goal: trafik req/s ≥ 1.0× and CPU per request ≤ 1.0× the better peer (nginx, haproxy)"

@@ -148,12 +148,13 @@ report() { # names...
   echo " the kernel's other work per request; busy: the cores' use)"
 }
 
-# haproxy in HTTP mode on 127.0.0.1:PORT to one server, with WORKERS threads; its PID goes into
-# $haproxy_pid and pids. BIND_EXTRA and SERVER_EXTRA add options (`proto h2`).
-start_haproxy_http() { # port backend-port [bind-extra] [server-extra]
-  cat >"$work/haproxy.cfg" <<CONF
+# An haproxy configuration in FILE: HTTP mode on 127.0.0.1:PORT to one server, THREADS threads.
+# BIND_EXTRA and SERVER_EXTRA add options (`proto h2`), FRONTEND_RULES lines to its frontend
+# (HAPROXY_FORWARDING below).
+haproxy_http_config() { # file threads port backend-port [bind-extra] [server-extra] [frontend-rules]
+  cat >"$1" <<CONF
 global
-  nbthread $WORKERS
+  nbthread $2
   maxconn 4000
 defaults
   mode http
@@ -162,15 +163,31 @@ defaults
   timeout server 30s
   http-reuse always
 frontend fe
-  bind 127.0.0.1:$1 ${3:-}
+  bind 127.0.0.1:$3 ${5:-}
+  ${7:-}
   default_backend be
 backend be
-  server s1 127.0.0.1:$2 ${4:-}
+  server s1 127.0.0.1:$4 ${6:-}
 CONF
-  haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.out" 2>&1 &
+}
+
+# haproxy as haproxy_http_config says, with WORKERS threads; its PID goes into $haproxy_pid and
+# pids.
+start_haproxy_http() { # port backend-port [bind-extra] [server-extra] [frontend-rules]
+  haproxy_http_config "$work/haproxy-$1.cfg" "$WORKERS" "$@"
+  haproxy -db -f "$work/haproxy-$1.cfg" >"$work/haproxy-$1.out" 2>&1 &
   haproxy_pid=$!
   pids+=("$haproxy_pid")
 }
+
+# haproxy's frontend rules for the five fields trafik adds to every request by default
+# (`Forwarded`, `X-Forwarded-For/-Proto/-Host`, `Via`; haproxy and nginx add none unless told):
+# the same work on both sides. Checked against an echoing backend: the same values arrive.
+HAPROXY_FORWARDING='option forwardfor
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  http-request set-header Forwarded "for=%[src];proto=http;host=\"%[req.hdr(host)]\""
+  http-request add-header Via "2.0 haproxy"'
 
 # An nginx configuration in DIR (with its logs and temporary files there) running WORKERS
 # processes, the body of its http block given; h2c listeners allow 128 streams.
