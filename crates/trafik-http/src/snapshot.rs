@@ -129,6 +129,8 @@ pub enum Listener {
     H3 {
         routes: RouteTable,
         quic: Arc<quinn::ServerConfig>,
+        /// With mutual TLS: the headers that carry a client certificate's identity.
+        identity: Option<Arc<crate::tls::IdentityHeaders>>,
     },
     /// Layer 4: every connection to the pool at this index of [`Snapshot::pools`].
     Tcp {
@@ -356,11 +358,20 @@ impl Snapshot {
                 ListenerKind::H3 {
                     certificates,
                     managed,
+                    client_auth,
                     ..
                 } => {
-                    match crate::tls::server::quic(certificates, managed, plan.client.idle_timeout)
-                    {
-                        Ok(quic) => Listener::H3 { routes, quic },
+                    match crate::tls::server::quic(
+                        certificates,
+                        managed,
+                        client_auth.as_ref(),
+                        plan.client.idle_timeout,
+                    ) {
+                        Ok(quic) => Listener::H3 {
+                            routes,
+                            quic,
+                            identity: client_auth.as_ref().map(|auth| auth.headers.clone()),
+                        },
                         Err(error) => {
                             errors.push(format!("listener {:?}: {error}", listener.name));
                             continue;

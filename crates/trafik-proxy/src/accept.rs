@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
@@ -222,7 +223,7 @@ pub async fn quic_accept_loop(
             break;
         };
         let snapshot = proxy.snapshot();
-        let Some(Listener::H3 { quic, .. }) = snapshot.listener(id) else {
+        let Some(Listener::H3 { quic, identity, .. }) = snapshot.listener(id) else {
             incoming.refuse();
             continue;
         };
@@ -249,6 +250,7 @@ pub async fn quic_accept_loop(
             .listener_stats(id)
             .map(|stats| crate::metrics::OpenClient::new(stats, proxy.id));
         let timeout = snapshot.client.header_read_timeout;
+        let identity = identity.clone();
         let (proxy, connections, alive) = (proxy.clone(), connections.clone(), alive.clone());
         tokio::task::spawn_local(async move {
             let connected = tokio::time::timeout(timeout, connecting).await;
@@ -257,7 +259,24 @@ pub async fn quic_accept_loop(
             }
             match connected {
                 Ok(Ok(connection)) => {
-                    Box::pin(http::h3::serve(proxy, id, connection, connections)).await;
+                    // What the client's certificate says, once for the connection's requests.
+                    let identity = identity.map(|headers| {
+                        let chain = connection.peer_identity().and_then(|chain| {
+                            chain.downcast::<Vec<CertificateDer<'static>>>().ok()
+                        });
+                        Arc::new(tls::ClientIdentity::of(
+                            &headers,
+                            chain.as_deref().map(Vec::as_slice),
+                        ))
+                    });
+                    Box::pin(http::h3::serve(
+                        proxy,
+                        id,
+                        connection,
+                        identity,
+                        connections,
+                    ))
+                    .await;
                 }
                 Ok(Err(error)) => tracing::debug!(%error, "QUIC handshake failed"),
                 Err(_) => tracing::debug!("QUIC handshake timed out"),

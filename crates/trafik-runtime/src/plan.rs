@@ -207,13 +207,15 @@ pub enum ListenerKind {
     /// ClientHello chooses the pool.
     TlsPassthrough { routes: Vec<SniRoutePlan> },
     /// HTTP/3 over QUIC (UDP), beside an `Https` listener on the same port number: the same
-    /// routes and certificates (the configuration takes them from that listener when the h3
-    /// one names none), and that listener's answers advertise it with `Alt-Svc`.
+    /// routes, certificates and mutual TLS (the configuration takes them from that listener
+    /// when the h3 one names none), and that listener's answers advertise it with `Alt-Svc`.
     H3 {
         routes: Vec<RoutePlan>,
         certificates: Vec<Arc<Certificate>>,
         /// Certificates ordered with ACME (the https twin's, shared: one order serves both).
         managed: Vec<Arc<crate::tls::acme::Managed>>,
+        /// Mutual TLS, as on `Https`.
+        client_auth: Option<crate::tls::ClientAuth>,
     },
 }
 

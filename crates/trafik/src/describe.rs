@@ -54,12 +54,13 @@ pub fn plan(loaded: &Loaded) -> String {
                 managed,
                 client_auth,
                 ..
-            } => (&certificates[..], &managed[..], client_auth.as_ref()),
-            ListenerKind::H3 {
+            }
+            | ListenerKind::H3 {
                 certificates,
                 managed,
+                client_auth,
                 ..
-            } => (&certificates[..], &managed[..], None),
+            } => (&certificates[..], &managed[..], client_auth.as_ref()),
             _ => (&[][..], &[][..], None),
         };
         {

@@ -11,10 +11,11 @@ use http::{Request, Version};
 use http_body_util::Full;
 use trafik_test_support::proxy::Answer;
 use trafik_test_support::proxy::h3::H3Client;
-use trafik_test_support::proxy::tls::{TestCa, TlsClient};
+use trafik_test_support::proxy::tls::{Issued, TestCa, TlsClient};
 use trafik_test_support::{Trafik, Upstream, free_port};
 
 const HTTP1: &[&[u8]] = &[b"http/1.1"];
+const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 /// A fresh folder for one test's files.
 fn folder(test: &str) -> PathBuf {
@@ -262,6 +263,150 @@ async fn a_reload_adds_and_removes_an_h3_listener_beside_its_https_twin() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `trafik serve` with an https listener asking clients for a certificate `clients` signed
+/// (`client_auth` = `mode`) and naming its subject in `x-client-subject`, a route that only a
+/// request whose subject is `CN=kurye` takes (its answers say `x-kimlik: dogrulandi`), and a
+/// bare h3 twin: the listener's certificates, routes and mutual TLS.
+fn serve_mutual(
+    dir: &Path,
+    upstream: &Upstream,
+    mode: &str,
+    ca: &TestCa,
+    clients: &TestCa,
+) -> (Trafik, u16) {
+    let site = ca.issue(&["kargo.test"]);
+    std::fs::write(dir.join("site.pem"), &site.cert_pem).unwrap();
+    std::fs::write(dir.join("site.key"), &site.key_pem).unwrap();
+    std::fs::write(dir.join("clients.pem"), &clients.pem).unwrap();
+    let port = free_port();
+    let config = dir.join("trafik.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[server]
+workers = 2
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{port}"
+protocol = "https"
+client_ca = "clients.pem"
+client_auth = "{mode}"
+
+[listener.client_headers]
+subject = "x-client-subject"
+
+[[listener.tls]]
+cert = "site.pem"
+key = "site.key"
+
+[[listener.route]]
+headers = {{ "x-client-subject" = "CN=kurye" }}
+pool = "takip"
+response_headers = ["x-kimlik: dogrulandi"]
+
+[[listener.route]]
+pool = "takip"
+
+[[listener]]
+name = "web-h3"
+listen = "127.0.0.1:{port}"
+protocol = "h3"
+
+[[pool]]
+name = "takip"
+backends = [{{ address = "{}" }}]
+"#,
+            upstream.address
+        ),
+    )
+    .unwrap();
+    let (server, _) = Trafik::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        Stdio::null(),
+        "listening on",
+    );
+    (server, port)
+}
+
+/// The status of `GET /takip/TR-1` over HTTP/3 sent by `identity` (none: a client without a
+/// certificate) claiming `x-client-subject: claimed`, and whether the verified-identity route
+/// took it; `None` when the connection or the request fails (the server refused the client).
+async fn h3_get_as(
+    address: std::net::SocketAddr,
+    ca: &TestCa,
+    identity: Option<&Issued>,
+    claimed: &str,
+) -> Option<(u16, bool)> {
+    let connected = match identity {
+        Some(issued) => H3Client::try_connect_as(issued, address, "kargo.test", ca).await,
+        None => H3Client::try_connect(LOCALHOST, address, "kargo.test", ca).await,
+    };
+    let mut client = connected.ok()?;
+    let request = Request::get("https://kargo.test/takip/TR-1")
+        .header("x-client-subject", claimed)
+        .body(())
+        .unwrap();
+    // A connection the server closes fails the request (the test client panics on it).
+    let answered = tokio::spawn(async move { client.send(request, Bytes::new()).await });
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), answered)
+        .await
+        .expect("a refused client's request ends")
+        .ok()?;
+    Some((
+        answer.status,
+        answer.header("x-kimlik") == Some("dogrulandi"),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h3_twin_asks_clients_for_the_certificate_its_https_listener_asks_for() {
+    let upstream = Upstream::start(&[]);
+    let (ca, clients) = (
+        TestCa::new("trafik h3 test CA"),
+        TestCa::new("trafik h3 clients"),
+    );
+    let kurye = clients.issue_client("kurye", &[]);
+    let misafir = clients.issue_client("misafir", &[]);
+    let stranger = TestCa::new("another CA").issue_client("kurye", &[]);
+
+    // Required: over QUIC as over TCP, no certificate (or one another CA signed) is no request,
+    // and a client's own claim of a subject is replaced by its certificate's.
+    let dir = folder("mtls-required");
+    let (server, port) = serve_mutual(&dir, &upstream, "required", &ca, &clients);
+    let address = format!("127.0.0.1:{port}").parse().unwrap();
+    assert_eq!(h3_get_as(address, &ca, None, "CN=kurye").await, None);
+    assert_eq!(
+        h3_get_as(address, &ca, Some(&stranger), "CN=kurye").await,
+        None
+    );
+    assert_eq!(
+        h3_get_as(address, &ca, Some(&kurye), "").await,
+        Some((200, true))
+    );
+    assert_eq!(
+        h3_get_as(address, &ca, Some(&misafir), "CN=kurye").await,
+        Some((200, false))
+    );
+    assert!(server.stop().status.success());
+
+    // Optional: a client without a certificate is served, without the subject it claims.
+    let dir_optional = folder("mtls-optional");
+    let (server, port) = serve_mutual(&dir_optional, &upstream, "optional", &ca, &clients);
+    let address = format!("127.0.0.1:{port}").parse().unwrap();
+    assert_eq!(
+        h3_get_as(address, &ca, None, "CN=kurye").await,
+        Some((200, false))
+    );
+    assert_eq!(
+        h3_get_as(address, &ca, Some(&kurye), "").await,
+        Some((200, true))
+    );
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(dir_optional);
+}
+
 /// Reloads with `reload(Some(""))` (the h3 listener back) until it binds. Until a removed h3
 /// listener's endpoints have let go of their sockets (their connections' closing period), the
 /// port is taken and the reload is refused, changing nothing: it is tried again.
@@ -382,49 +527,44 @@ fn refused(config: &Path, text: &str) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// A configuration of one h3 listener on 127.0.0.1:8443 with `keys` from line 5 on (its own
+/// lines and sections), and a pool.
+fn h3_alone(keys: &str) -> String {
+    format!(
+        "[[listener]]\nname = \"web-h3\"\nlisten = \"127.0.0.1:8443\"\nprotocol = \"h3\"\n{keys}\n\
+         [[pool]]\nname = \"takip\"\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+    )
+}
+
 #[test]
 fn check_refuses_an_h3_listener_without_certificates() {
     let dir = folder("check");
     let config = dir.join("trafik.toml");
-    let text = r#"[[listener]]
-name = "web-h3"
-listen = "127.0.0.1:8443"
-protocol = "h3"
-
-[[pool]]
-name = "takip"
-backends = [{ address = "127.0.0.1:9001" }]
-"#;
-    let errors = refused(&config, text);
+    let errors = refused(&config, &h3_alone(""));
     assert!(
         errors.contains("4:12: listener[0].tls: an h3 listener needs a certificate"),
         "{errors}"
     );
 
-    // Routes of its own need certificates of its own; client certificates are not asked for
-    // over QUIC, so they are refused rather than ignored (caps are kept, so they pass).
-    let text = r#"[[listener]]
-name = "web-h3"
-listen = "127.0.0.1:8443"
-protocol = "h3"
-max_connections = 10
-client_ca = "ca.pem"
-
-[[listener.route]]
-pool = "takip"
-
-[[pool]]
-name = "takip"
-backends = [{ address = "127.0.0.1:9001" }]
-"#;
-    let errors = refused(&config, text);
+    // Routes of its own need certificates of its own; its own client_ca is read as an https
+    // listener's (caps are kept, so they pass).
+    let keys =
+        "max_connections = 10\nclient_ca = \"ca.pem\"\n\n[[listener.route]]\npool = \"takip\"\n";
+    let errors = refused(&config, &h3_alone(keys));
     for expected in [
         "4:12: listener[0].tls: an h3 listener with routes of its own needs a certificate of its own",
-        "6:13: listener[0].client_ca: client certificates are not asked for over HTTP/3",
+        "6:13: listener[0].client_ca: cannot read",
     ] {
         assert!(errors.contains(expected), "{expected:?} in {errors}");
     }
     assert!(!errors.contains("max_connections"), "{errors}");
+
+    // A bare twin takes the https listener's mutual TLS; one of its own would be ignored.
+    let errors = refused(&config, &h3_alone("client_ca = \"ca.pem\"\n"));
+    assert!(
+        errors.contains("5:13: listener[0].client_ca: an h3 listener without certificates takes the https listener's, mutual TLS included"),
+        "{errors}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

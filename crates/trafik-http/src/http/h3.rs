@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,6 +29,7 @@ pub async fn serve(
     proxy: Rc<WorkerProxy>,
     listener: ListenerId,
     connection: quinn::Connection,
+    identity: Option<Arc<crate::tls::ClientIdentity>>,
     connections: Rc<Connections>,
 ) {
     let peer = connection.remote_address();
@@ -46,7 +48,7 @@ pub async fn serve(
         }
     };
     drop(snapshot);
-    let client = ClientConnection::new(listener, peer, "https", None);
+    let client = ClientConnection::new(listener, peer, "https", identity);
     let mut requests = FuturesUnordered::new();
     let mut shut_down = false;
     loop {

@@ -24,6 +24,7 @@ async fn an_h3_answer_carries_the_backends_trailers_as_http3_trailers() {
         routes,
         certificates: vec![site.for_listener()],
         managed: Vec::new(),
+        client_auth: None,
     };
     let running = trafik_proxy::start(plan).unwrap();
     let mut client = H3Client::connect(web(&running), "kargo.test", &ca).await;

@@ -6,9 +6,10 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::ServerConfig;
+use rustls::server::WantsServerCert;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{ConfigBuilder, ServerConfig, SupportedProtocolVersion};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
@@ -38,28 +39,8 @@ pub fn acceptor(
     if certificates.is_empty() && managed.is_empty() {
         return Err("an https listener needs at least one certificate".into());
     }
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(VERSIONS)
-        .map_err(|e| format!("TLS cannot be set up: {e}"))?;
-    let builder = match client_auth {
-        None => builder.with_no_client_auth(),
-        Some(auth) => {
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(auth.roots.store.clone(), provider());
-            let verifier = match auth.required {
-                true => verifier,
-                false => verifier.allow_unauthenticated(),
-            };
-            let verifier = verifier
-                .build()
-                .map_err(|e| format!("client certificates cannot be verified: {e}"))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder.with_cert_resolver(Arc::new(ByServerName {
-        certificates: certificates.to_vec(),
-        managed: managed.to_vec(),
-    }));
+    let mut config = verifying_clients(VERSIONS, client_auth)?
+        .with_cert_resolver(ByServerName::of(certificates, managed));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     // Marks a listener that answers TLS-ALPN-01 validation ([`accept`] reads the hello first).
     if !managed.is_empty() {
@@ -71,28 +52,49 @@ pub fn acceptor(
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// A server configuration of these TLS versions; with `client_auth`, clients' certificates are
+/// asked for and verified against its roots (rustls' WebPKI verifier). The same for an https
+/// listener and its h3 twin: a client cannot pass by the other transport.
+fn verifying_clients(
+    versions: &[&'static SupportedProtocolVersion],
+    client_auth: Option<&ClientAuth>,
+) -> Result<ConfigBuilder<ServerConfig, WantsServerCert>, String> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("TLS cannot be set up: {e}"))?;
+    let Some(auth) = client_auth else {
+        return Ok(builder.with_no_client_auth());
+    };
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(auth.roots.store.clone(), provider());
+    let verifier = match auth.required {
+        true => verifier,
+        false => verifier.allow_unauthenticated(),
+    };
+    let verifier = verifier
+        .build()
+        .map_err(|e| format!("client certificates cannot be verified: {e}"))?;
+    Ok(builder.with_client_cert_verifier(verifier))
+}
+
 /// The QUIC side of an `h3` listener: TLS 1.3 only (QUIC has no other), ALPN `h3`, the
 /// certificate by the client's server name as on `https` listeners. Connection migration is
 /// off: each worker's socket of a listener gets the datagrams the kernel hashes to it by the
 /// client's address and port, so a client that moves would reach a worker that does not know
 /// its connection. 0-RTT is off (rustls accepts no early data by default): a replayed request
 /// could repeat a side effect. `idle` closes a connection after that long without packets.
+/// With `client_auth`, clients' certificates are asked for and verified as on https listeners.
 pub fn quic(
     certificates: &[Arc<Certificate>],
     managed: &[Arc<Managed>],
+    client_auth: Option<&ClientAuth>,
     idle: Duration,
 ) -> Result<Arc<quinn::ServerConfig>, String> {
     if certificates.is_empty() && managed.is_empty() {
         return Err("an h3 listener needs at least one certificate".into());
     }
-    let mut config = ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| format!("TLS cannot be set up: {e}"))?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(ByServerName {
-            certificates: certificates.to_vec(),
-            managed: managed.to_vec(),
-        }));
+    let mut config = verifying_clients(&[&rustls::version::TLS13], client_auth)?
+        .with_cert_resolver(ByServerName::of(certificates, managed));
     config.alpn_protocols = vec![b"h3".to_vec()];
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(config)
         .map_err(|e| format!("QUIC cannot be set up: {e}"))?;
@@ -201,6 +203,14 @@ struct ByServerName {
 }
 
 impl ByServerName {
+    /// The resolver of a listener serving these certificates.
+    fn of(certificates: &[Arc<Certificate>], managed: &[Arc<Managed>]) -> Arc<Self> {
+        Arc::new(ByServerName {
+            certificates: certificates.to_vec(),
+            managed: managed.to_vec(),
+        })
+    }
+
     /// A managed certificate naming `requested` (once obtained), else a file's by
     /// [`Self::choose`], else the first managed one obtained.
     fn resolve_name(&self, requested: Option<&str>) -> Option<Arc<CertifiedKey>> {

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use bytes::{Buf, Bytes, BytesMut};
 use http::Request;
 use rustls::ClientConfig;
+use rustls::pki_types::PrivateKeyDer;
+use rustls::pki_types::pem::PemObject;
 
 use super::Answer;
-use super::tls::TestCa;
+use super::tls::{Issued, TestCa};
 
 /// One HTTP/3 connection; requests on it run one after the other or side by side.
 pub struct H3Client {
@@ -37,12 +39,42 @@ impl H3Client {
         server_name: &str,
         ca: &TestCa,
     ) -> Result<H3Client, String> {
-        let mut tls =
+        H3Client::open(from, address, server_name, ca, None).await
+    }
+
+    /// [`H3Client::try_connect`] from 127.0.0.1 showing the client certificate `identity`
+    /// (mutual TLS).
+    pub async fn try_connect_as(
+        identity: &Issued,
+        address: SocketAddr,
+        server_name: &str,
+        ca: &TestCa,
+    ) -> Result<H3Client, String> {
+        let local = std::net::Ipv4Addr::LOCALHOST.into();
+        H3Client::open(local, address, server_name, ca, Some(identity)).await
+    }
+
+    async fn open(
+        from: std::net::IpAddr,
+        address: SocketAddr,
+        server_name: &str,
+        ca: &TestCa,
+        identity: Option<&Issued>,
+    ) -> Result<H3Client, String> {
+        let builder =
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_protocol_versions(&[&rustls::version::TLS13])
                 .unwrap()
-                .with_root_certificates(ca.roots())
-                .with_no_client_auth();
+                .with_root_certificates(ca.roots());
+        let mut tls = match identity {
+            None => builder.with_no_client_auth(),
+            Some(issued) => builder
+                .with_client_auth_cert(
+                    vec![issued.der.clone()],
+                    PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).expect("a PEM key"),
+                )
+                .expect("a client certificate rustls takes"),
+        };
         tls.alpn_protocols = vec![b"h3".to_vec()];
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS");
         let mut endpoint = quinn::Endpoint::client(SocketAddr::new(from, 0)).expect("a UDP socket");

@@ -89,7 +89,8 @@ pub fn check_all(
 }
 
 /// An h3 listener that names neither routes nor certificates serves those of the https
-/// listener on the same address (its TCP twin); without one it has no certificate to serve.
+/// listener on the same address (its TCP twin), mutual TLS included: a client the twin asks
+/// for a certificate cannot go round it over QUIC. Without a twin it has no certificate.
 fn inherit_from_https(
     report: &mut Report,
     field: &str,
@@ -104,6 +105,7 @@ fn inherit_from_https(
                 routes,
                 certificates,
                 managed,
+                ..
             },
         ..
     }) = &plans[index]
@@ -119,25 +121,19 @@ fn inherit_from_https(
             routes,
             certificates,
             managed,
-            ..
-        } if plan.address == address => {
-            Some((routes.clone(), certificates.clone(), managed.clone()))
-        }
+            client_auth,
+        } if plan.address == address => Some(ListenerKind::H3 {
+            routes: routes.clone(),
+            certificates: certificates.clone(),
+            managed: managed.clone(),
+            client_auth: client_auth.clone(),
+        }),
         _ => None,
     });
     match twin {
-        Some((twin_routes, twin_certificates, twin_managed)) => {
-            if let Some(ListenerPlan {
-                kind:
-                    ListenerKind::H3 {
-                        routes,
-                        certificates,
-                        managed,
-                    },
-                ..
-            }) = &mut plans[index]
-            {
-                (*routes, *certificates, *managed) = (twin_routes, twin_certificates, twin_managed);
+        Some(twin) => {
+            if let Some(plan) = &mut plans[index] {
+                plan.kind = twin;
             }
         }
         None => report.error(
@@ -189,7 +185,7 @@ fn check(
     let kind = match protocol.get_ref() {
         // Neither routes nor certificates: those of the https listener on the same address.
         Protocol::H3 if listener.routes.is_empty() && listener.tls.is_empty() => {
-            refuse_what_h3_lacks(report, field, &listener);
+            refuse_a_twins_own_client_ca(report, field, &listener);
             if listener.redirect_https
                 || !listener.allow.is_empty()
                 || !listener.deny.is_empty()
@@ -205,22 +201,18 @@ fn check(
                 routes: Vec::new(),
                 certificates: Vec::new(),
                 managed: Vec::new(),
+                client_auth: None,
             })
         }
-        Protocol::Http | Protocol::Https | Protocol::H3 => {
-            if *protocol.get_ref() == Protocol::H3 {
-                refuse_what_h3_lacks(report, field, &listener);
-            }
-            http(
-                report,
-                field,
-                span,
-                listener,
-                (pools, layer4_pools),
-                caches,
-                has_plain,
-            )
-        }
+        Protocol::Http | Protocol::Https | Protocol::H3 => http(
+            report,
+            field,
+            span,
+            listener,
+            (pools, layer4_pools),
+            caches,
+            has_plain,
+        ),
         Protocol::Tcp => layer4::tcp(report, field, span, listener, pools),
         Protocol::TlsPassthrough => layer4::passthrough(report, field, span, listener, pools),
     };
@@ -234,12 +226,12 @@ fn check(
 
 /// Client certificates are asked for by the https listener only: an h3 listener refuses the
 /// keys rather than serve without the identity its routes may depend on.
-fn refuse_what_h3_lacks(report: &mut Report, field: &str, listener: &Listener) {
+fn refuse_a_twins_own_client_ca(report: &mut Report, field: &str, listener: &Listener) {
     if let Some(client_ca) = &listener.client_ca {
         report.error(
             client_ca.span(),
             &format!("{field}.client_ca"),
-            "client certificates are not asked for over HTTP/3: an h3 listener takes no client_ca (mutual TLS stays on the https listener)",
+            "an h3 listener without certificates takes the https listener's, mutual TLS included: set client_ca on that listener (or give this one [[listener.tls]] and routes of its own)",
         );
     }
 }
@@ -309,6 +301,7 @@ fn http(
             routes,
             certificates,
             managed,
+            client_auth,
         },
         Protocol::Https => ListenerKind::Https {
             routes,
