@@ -23,10 +23,18 @@ use super::upstream::{SendError, UpstreamBody};
 use crate::plan::AnswerLimits;
 use crate::transport;
 
-/// hyper's client defaults, kept: windows that let a fast backend send without waiting for
-/// every acknowledgement, and at most this much of a request body buffered per stream.
-const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
-const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+/// What a backend may send on one stream before trafik has read it: a stream whose client
+/// stops reading holds at most this much (haproxy grants 64 KiB).
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// The most streams trafik opens on one connection, whatever the backend allows; more
+/// requests open another connection.
+const MOST_STREAMS: usize = 128;
+/// Room for every stream's window at once: streams whose clients stop reading hold only their
+/// own windows, never the connection's, which the other streams need (RFC 9113 §5.2: streams
+/// "do not destructively interfere"). hyper's 5 MiB here let three stalled 2 MiB streams stop
+/// every answer on the connection.
+const CONNECTION_WINDOW: u32 = STREAM_WINDOW * MOST_STREAMS as u32;
+/// At most this much of a request body buffered per stream (hyper's client default).
 const SEND_BUFFER: usize = 1024 * 1024;
 /// The streams assumed until the backend's SETTINGS say otherwise (the least RFC 9113 §6.5.2
 /// recommends a server allow).
@@ -73,9 +81,10 @@ impl Http2Connection {
         Ok(shared)
     }
 
-    /// The backend's `SETTINGS_MAX_CONCURRENT_STREAMS` as the connection knows it now.
+    /// The streams this connection takes: the backend's `SETTINGS_MAX_CONCURRENT_STREAMS` as
+    /// the connection knows it now, at most [`MOST_STREAMS`].
     pub fn max_streams(&self) -> usize {
-        self.requests.current_max_send_streams()
+        self.requests.current_max_send_streams().min(MOST_STREAMS)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -119,25 +128,31 @@ impl Http2Connection {
             let (answer, stream) = requests
                 .send_request(Request::from_parts(head, ()), end)
                 .map_err(|_| SendError::lost())?;
+            let sent_whole = Rc::new(Cell::new(end));
             if !end {
-                tokio::task::spawn_local(upload(body, stream));
+                tokio::task::spawn_local(upload(body, stream, sent_whole.clone()));
             }
             let answer = answer.await.map_err(|_| SendError::lost())?;
             let length = answer
                 .headers()
                 .get(header::CONTENT_LENGTH)
                 .and_then(|value| value.to_str().ok()?.parse().ok());
-            Ok(answer.map(|stream| UpstreamBody::Http2(Http2Body::new(stream, length))))
+            Ok(
+                answer
+                    .map(|stream| UpstreamBody::Http2(Http2Body::new(stream, length, sent_whole))),
+            )
         }
     }
 }
 
 /// Pumps a request body onto its stream, a frame at a time and only while the backend has
 /// room for more (flow control), so a slow backend slows the client's upload. A body that
-/// fails (the client went away, a limit) resets the stream.
-async fn upload(mut body: RequestBody, mut stream: SendStream<Bytes>) {
-    if pump(&mut body, &mut stream).await.is_err() {
-        stream.send_reset(Reason::INTERNAL_ERROR);
+/// fails (the client went away, a limit) resets the stream. `sent_whole` turns true once the
+/// body's end is sent.
+async fn upload(mut body: RequestBody, mut stream: SendStream<Bytes>, sent_whole: Rc<Cell<bool>>) {
+    match pump(&mut body, &mut stream).await {
+        Ok(()) => sent_whole.set(true),
+        Err(()) => stream.send_reset(Reason::INTERNAL_ERROR),
     }
 }
 
@@ -198,30 +213,42 @@ async fn room(stream: &mut SendStream<Bytes>) -> Result<(), ()> {
 /// through the reads themselves.
 pub struct Http2Body {
     stream: RecvStream,
-    data_done: bool,
-    /// What remains of the length the backend gave (`content-length`).
-    left: Option<u64>,
+    reading: Reading,
+    /// The request's body has been sent to its end (a bodiless one at once).
+    sent_whole: Rc<Cell<bool>>,
+}
+
+/// Where an answer's body is: its DATA (with what remains of the length the backend gave in
+/// `content-length`), or the trailers after them.
+enum Reading {
+    Data { left: Option<u64> },
+    Trailers,
 }
 
 impl Http2Body {
-    fn new(stream: RecvStream, length: Option<u64>) -> Self {
+    fn new(stream: RecvStream, length: Option<u64>, sent_whole: Rc<Cell<bool>>) -> Self {
         let left = match stream.is_end_stream() {
             true => Some(0),
             false => length,
         };
         Http2Body {
             stream,
-            data_done: false,
-            left,
+            reading: Reading::Data { left },
+            sent_whole,
         }
     }
-}
 
-/// A reset that only stops the body, as hyper treats it: the backend is done sending.
-fn ended_or(error: h2::Error) -> Option<Result<Frame<Bytes>, h2::Error>> {
-    match error.reason() {
-        Some(Reason::NO_ERROR | Reason::CANCEL) => None,
-        _ => Some(Err(error)),
+    /// Whether a reset the backend sent ends the answer cleanly. `NO_ERROR` (or `CANCEL`) is
+    /// how a server that answered in full asks the client to stop sending its request (RFC
+    /// 9113 §8.1), so it ends the body while the request is still going up. Once the request
+    /// has been sent whole there is nothing left to stop: a reset then cuts the answer short,
+    /// which must reach the client as an error, never as a complete body (nor a gRPC answer
+    /// without its status).
+    fn ended_or(&self, error: h2::Error) -> Option<Result<Frame<Bytes>, h2::Error>> {
+        match error.reason() {
+            Some(Reason::NO_ERROR | Reason::CANCEL) if !self.sent_whole.get() => None,
+            _ => Some(Err(error)),
+        }
     }
 }
 
@@ -234,17 +261,17 @@ impl Body for Http2Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
         let this = self.get_mut();
-        if !this.data_done {
+        if let Reading::Data { left } = &mut this.reading {
             match ready!(this.stream.poll_data(cx)) {
                 Some(Ok(data)) => {
                     let _ = this.stream.flow_control().release_capacity(data.len());
-                    if let Some(left) = &mut this.left {
+                    if let Some(left) = left {
                         *left = left.saturating_sub(data.len() as u64);
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Some(Err(error)) => return Poll::Ready(ended_or(error)),
-                None => this.data_done = true,
+                Some(Err(error)) => return Poll::Ready(this.ended_or(error)),
+                None => this.reading = Reading::Trailers,
             }
         }
         match ready!(this.stream.poll_trailers(cx)) {
@@ -258,9 +285,10 @@ impl Body for Http2Body {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.left {
-            Some(left) => SizeHint::with_exact(left),
-            None => SizeHint::default(),
+        match self.reading {
+            Reading::Data { left: Some(left) } => SizeHint::with_exact(left),
+            Reading::Data { left: None } => SizeHint::default(),
+            Reading::Trailers => SizeHint::with_exact(0),
         }
     }
 }

@@ -11,6 +11,7 @@ mod connection_caps;
 mod engine_bodies;
 mod faults;
 mod files;
+mod h2_backends;
 mod h3;
 mod hop_chain;
 mod hostile;
