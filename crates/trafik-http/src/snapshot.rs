@@ -365,7 +365,7 @@ impl Snapshot {
                         certificates,
                         managed,
                         client_auth.as_ref(),
-                        plan.client.idle_timeout,
+                        (plan.client.idle_timeout, plan.client.limits.streams),
                     ) {
                         Ok(quic) => Listener::H3 {
                             routes,

@@ -119,8 +119,9 @@ pub enum Engine {
     Hyper,
 }
 
-/// Limits on one request head: both on HTTP/1.1, `headers` on HTTP/2 too (its bytes are
-/// bounded by hyper's h2 settings).
+/// Limits on what a client sends: one request head (both on HTTP/1.1, `headers` on HTTP/2 too,
+/// its bytes bounded by hyper's h2 settings), its body's pace, and the requests one HTTP/2 or
+/// HTTP/3 connection may have open at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeadLimits {
     pub headers: usize,
@@ -128,6 +129,10 @@ pub struct HeadLimits {
     /// The slowest a request body may come, in bytes a second on average once it has run for
     /// two seconds (408 then); 0 allows any pace.
     pub min_body_rate: u64,
+    /// Streams one HTTP/2 or HTTP/3 connection may have open at once (its
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`, QUIC's bidirectional stream limit): each may hold a
+    /// backend connection, and the caps on connections count connections, not streams.
+    pub streams: u32,
 }
 
 impl HeadLimits {
@@ -138,12 +143,15 @@ impl HeadLimits {
 impl Default for HeadLimits {
     /// nginx's defaults: 100 fields (hyper's too), 4 × 8 KiB of head; a body averaging at
     /// least 1 KiB a second, so a client trickling its upload cannot hold a backend connection
-    /// for long (nginx has no rate, but holds no backend connection while it reads a body).
+    /// for long (nginx has no rate, but holds no backend connection while it reads a body);
+    /// haproxy's 100 streams a connection (the least RFC 9113 §6.5.2 recommends; hyper's 200
+    /// let one client hold 200 backend connections).
     fn default() -> Self {
         HeadLimits {
             headers: 100,
             bytes: 32 * 1024,
             min_body_rate: 1024,
+            streams: 100,
         }
     }
 }

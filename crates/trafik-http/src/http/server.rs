@@ -110,7 +110,9 @@ pub async fn serve<S>(
             drive(connection, |c| c.graceful_shutdown(), &control, peer, false).await;
         }
         Protocol::Http2 => {
-            let connection = http2::Builder::new(LocalExecutor).serve_connection(io, service);
+            let connection = http2::Builder::new(LocalExecutor)
+                .max_concurrent_streams(limits.streams)
+                .serve_connection(io, service);
             drive(connection, |c| c.graceful_shutdown(), &control, peer, true).await;
         }
         Protocol::Detect => {
@@ -122,6 +124,7 @@ pub async fn serve<S>(
                 .max_headers(limits.headers)
                 .max_buf_size(head_bytes)
                 .half_close(true);
+            builder.http2().max_concurrent_streams(limits.streams);
             let connection = builder.serve_connection_with_upgrades(io, service);
             drive(connection, |c| c.graceful_shutdown(), &control, peer, false).await;
         }

@@ -621,3 +621,26 @@ async fn an_http2_health_probe_judges_the_status_without_reading_an_endless_body
     assert!(running.snapshot().pools[0].backends.is_up(0));
     stop(running).await;
 }
+
+/// An HTTP/2 client may have open at once only the streams `[server.limits] streams` allows
+/// (its SETTINGS_MAX_CONCURRENT_STREAMS): each stream may hold a backend connection, so one
+/// client connection with hyper's default 200 held 200 of them.
+#[tokio::test]
+async fn an_http2_client_may_open_only_the_streams_the_limits_allow() {
+    let (backend, _) = counting_server().await;
+    let mut plan = plan(&[backend]);
+    plan.client.limits.streams = 7;
+    let running = trafik_proxy::start(plan).unwrap();
+    let stream = tokio::net::TcpStream::connect(web(&running)).await.unwrap();
+    let (client, connection) = h2::client::handshake(stream).await.unwrap();
+    tokio::spawn(connection);
+    // Once an answer has come, the server's SETTINGS have been read.
+    let request = http::Request::get("http://kargo.test/takip/TR-1")
+        .body(())
+        .unwrap();
+    let mut ready = client.ready().await.unwrap();
+    let (answer, _) = ready.send_request(request, true).unwrap();
+    assert_eq!(answer.await.unwrap().status(), 200);
+    assert_eq!(ready.current_max_send_streams(), 7);
+    running.stop();
+}

@@ -82,13 +82,14 @@ fn verifying_clients(
 /// off: each worker's socket of a listener gets the datagrams the kernel hashes to it by the
 /// client's address and port, so a client that moves would reach a worker that does not know
 /// its connection. 0-RTT is off (rustls accepts no early data by default): a replayed request
-/// could repeat a side effect. `idle` closes a connection after that long without packets.
-/// With `client_auth`, clients' certificates are asked for and verified as on https listeners.
+/// could repeat a side effect. `idle` closes a connection after that long without packets;
+/// `streams` requests may be open at once on one connection. With `client_auth`, clients'
+/// certificates are asked for and verified as on https listeners.
 pub fn quic(
     certificates: &[Arc<Certificate>],
     managed: &[Arc<Managed>],
     client_auth: Option<&ClientAuth>,
-    idle: Duration,
+    (idle, streams): (Duration, u32),
 ) -> Result<Arc<quinn::ServerConfig>, String> {
     if certificates.is_empty() && managed.is_empty() {
         return Err("an h3 listener needs at least one certificate".into());
@@ -109,6 +110,7 @@ pub fn quic(
     // HTTP/3 needs three unidirectional streams of the client's (control, QPACK encoder and
     // decoder); a few more leave room for extensions it ignores.
     transport.max_concurrent_uni_streams(quinn::VarInt::from_u32(8));
+    transport.max_concurrent_bidi_streams(quinn::VarInt::from_u32(streams));
     server.transport_config(Arc::new(transport));
     Ok(Arc::new(server))
 }

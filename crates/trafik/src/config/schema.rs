@@ -95,6 +95,8 @@ pub struct ClientLimits {
     pub head_bytes: Spanned<Size>,
     /// Bytes a second a request body must average after two seconds; 0 for any pace.
     pub min_body_rate: Size,
+    /// Streams one HTTP/2 or HTTP/3 connection may have open at once.
+    pub streams: Spanned<u32>,
 }
 
 impl Default for ClientLimits {
@@ -104,6 +106,7 @@ impl Default for ClientLimits {
             headers: unplaced(limits.headers),
             head_bytes: unplaced(Size(limits.bytes as u64)),
             min_body_rate: Size(limits.min_body_rate),
+            streams: unplaced(limits.streams),
         }
     }
 }

@@ -132,15 +132,28 @@ fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// At least one header (`Host`) and hyper's smallest head buffer; at most 1 MiB of head.
+/// At least one header (`Host`) and hyper's smallest head buffer; at most 1 MiB of head. At
+/// least one stream a connection, at most [`MOST_STREAMS`].
 fn limits(report: &mut Report, limits: &ClientLimits) -> HeadLimits {
     let (headers, bytes) = head_size(report, "server.limits", &limits.headers, &limits.head_bytes);
+    if !(1..=MOST_STREAMS).contains(limits.streams.get_ref()) {
+        report.error(
+            limits.streams.span(),
+            "server.limits.streams",
+            format!("expected from 1 to {MOST_STREAMS} streams a connection, such as 100"),
+        );
+    }
     HeadLimits {
         headers,
         bytes,
         min_body_rate: limits.min_body_rate.0,
+        streams: *limits.streams.get_ref(),
     }
 }
+
+/// The most streams a client connection may be allowed: each may hold a backend connection and
+/// its buffers, so a few connections could otherwise take every descriptor.
+const MOST_STREAMS: u32 = 10_000;
 
 /// As a request head's, so a backend's answer head is held to the same bounds.
 fn upstream_limits(report: &mut Report, limits: &UpstreamLimits) -> AnswerLimits {

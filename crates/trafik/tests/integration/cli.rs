@@ -968,6 +968,7 @@ interval = "1us"
 
 [server.limits]
 head_bytes = "1KiB"
+streams = 0
 
 [server.upstream_limits]
 headers = 0
@@ -980,8 +981,9 @@ headers = 0
         "breaks-serve.toml:15:25: pool[0].backends[0].address: 127.0.0.1:18080 is the address of listener[0], whose routes lead into this pool",
         "breaks-serve.toml:19:12: pool[0].health.interval: expected an interval of at least 100ms",
         "breaks-serve.toml:22:14: server.limits.head_bytes: expected from 8KiB to 1MiB, found 1024 bytes",
-        "breaks-serve.toml:25:11: server.upstream_limits.headers: expected from 1 to 10000 header fields, such as 100",
-        "error: 6 errors in the configuration",
+        "breaks-serve.toml:23:11: server.limits.streams: expected from 1 to 10000 streams a connection, such as 100",
+        "breaks-serve.toml:26:11: server.upstream_limits.headers: expected from 1 to 10000 header fields, such as 100",
+        "error: 7 errors in the configuration",
     ] {
         assert!(
             errors.contains(expected),
