@@ -150,6 +150,15 @@ fn certificate_status(admin: &str) -> serde_json::Value {
     certificates[0].clone()
 }
 
+/// `trafik reload` of the instance whose admin API is at `admin`, which must take the file.
+fn reload(admin: &str) {
+    let reload = Command::new(trafik_binary())
+        .args(["reload", "--admin", admin])
+        .output()
+        .unwrap();
+    assert!(reload.status.success(), "{reload:?}");
+}
+
 fn cert_renew(admin: &str) -> std::process::Output {
     Command::new(trafik_binary())
         .args(["cert", "renew", "--admin", admin, "--wait", "3m"])
@@ -276,11 +285,7 @@ fn a_failing_tls_alpn_01_challenge_keeps_the_old_certificate_and_shows_the_error
 
     // The name now points where nothing answers: the next challenge fails.
     std::fs::write(&file, setup.config("tls-alpn-01", "127.0.0.2")).unwrap();
-    let reload = Command::new(trafik_binary())
-        .args(["reload", "--admin", &ports.admin()])
-        .output()
-        .unwrap();
-    assert!(reload.status.success(), "{reload:?}");
+    reload(&ports.admin());
     // Pebble makes a new authorization when `rand.Intn(100) > PEBBLE_AUTHZREUSE`, so even at 0
     // it hands an account its valid one now and then and the renewal would pass unchallenged.
     // A new account has none to reuse: trafik registers one when none is stored.
@@ -308,6 +313,24 @@ fn a_failing_tls_alpn_01_challenge_keeps_the_old_certificate_and_shows_the_error
     assert!(
         metrics.contains(&format!(
             "trafik_certificate_failures_total{{domains=\"{NAME}\"}} 1"
+        )),
+        "{metrics}"
+    );
+
+    // The name answers again: the asked renewal is retried with the backoff (5 s, doubling)
+    // until it succeeds, without another `cert renew`, and the certificate stops failing.
+    std::fs::write(&file, setup.config("tls-alpn-01", "127.0.0.1")).unwrap();
+    reload(&ports.admin());
+    let mut tries = 0;
+    while served(ports.https, root).map(|(leaf, _)| leaf) == Ok(first.clone()) {
+        tries += 1;
+        assert!(tries < 600, "the failed renewal was not retried: {log:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let metrics = get_text(&ports.admin(), "/metrics");
+    assert!(
+        metrics.contains(&format!(
+            "trafik_certificate_failing{{domains=\"{NAME}\"}} 0"
         )),
         "{metrics}"
     );

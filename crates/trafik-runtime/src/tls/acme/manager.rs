@@ -85,9 +85,13 @@ async fn manage(managed: Arc<Managed>, store: Store) {
         tracing::warn!(certificate = %label, %error, "stored certificate not used");
     }
     let mut wait = Duration::ZERO;
+    // A renewal `trafik cert renew` asked for stays asked for until one succeeds: its retries
+    // order again, as those of an order at start do (the certificate shows as failing
+    // meanwhile, which only a success ends).
+    let mut still_asked = false;
     loop {
         let asked = tokio::select! {
-            () = tokio::time::sleep(wait) => false,
+            () = tokio::time::sleep(wait) => still_asked,
             () = managed.renewal_requested() => true,
         };
         let reason = match (asked, due(&managed)) {
@@ -99,7 +103,10 @@ async fn manage(managed: Arc<Managed>, store: Store) {
         let attempted = bounded(ATTEMPT_TIMEOUT, async move {
             attempt(&for_attempt, &in_store, reason).await
         });
-        wait = match attempted.await {
+        let outcome = attempted.await;
+        // Busy: another fleet instance is ordering, and its certificate will do.
+        still_asked = reason == Reason::Asked && matches!(outcome, Err(Attempt::Failed(_)));
+        wait = match outcome {
             Ok(()) => next_wake(&managed, &store),
             Err(Attempt::Busy) => FLEET_POLL,
             Err(Attempt::Failed(error)) => {
