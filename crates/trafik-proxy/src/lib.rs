@@ -440,6 +440,7 @@ impl Instance {
             return Err(errors);
         }
         let generation = self.publish(&plan, &ids, &previous)?;
+        keep_certificates_of(&plan);
         *self.configured.lock().unwrap_or_else(|p| p.into_inner()) = plan.clone();
         if let Some((service, dns, authority)) = dns {
             service.install(dns, authority);
@@ -478,6 +479,17 @@ impl Instance {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         )
     }
+}
+
+/// Makes `plan`'s ACME certificates the ones ordered, renewed and shown; those of an earlier
+/// configuration (or of a refused reload's check) are forgotten, their managers stopped.
+fn keep_certificates_of(plan: &Plan) {
+    let in_force: Vec<_> = plan
+        .listeners
+        .iter()
+        .flat_map(|listener| listener.kind.managed().iter().cloned())
+        .collect();
+    crate::tls::acme::registry().keep_only(&in_force);
 }
 
 /// Binds every listener and starts the workers and the control thread. Errors (an address in
@@ -543,6 +555,7 @@ pub fn start_with(plan: Plan, reloader: Option<Reloader>) -> io::Result<Running>
     let names = Arc::new(names::Names::new(plan.resolver.clone()));
     let snapshot = Snapshot::build(&names.expand(&plan), &ids, None, &endpoints, 1, file)
         .map_err(|errors| io::Error::new(io::ErrorKind::InvalidInput, errors.join("; ")))?;
+    keep_certificates_of(&plan);
     let (snapshots, _) = watch::channel(Arc::new(snapshot));
     let (stop, shutdown) = watch::channel(false);
     let mut changes = Vec::with_capacity(workers);

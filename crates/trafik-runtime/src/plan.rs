@@ -254,6 +254,14 @@ impl ListenerKind {
             ListenerKind::Tcp { .. } | ListenerKind::TlsPassthrough { .. } => &[],
         }
     }
+
+    /// The certificates it has ordered with ACME; none without TLS.
+    pub fn managed(&self) -> &[Arc<crate::tls::acme::Managed>] {
+        match self {
+            ListenerKind::Https { managed, .. } | ListenerKind::H3 { managed, .. } => managed,
+            _ => &[],
+        }
+    }
 }
 
 /// Which connections of a TLS passthrough listener go to a pool.

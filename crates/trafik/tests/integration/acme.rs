@@ -271,6 +271,13 @@ fn http_01_orders_at_start_renews_on_demand_without_a_restart_and_keeps_what_it_
     let status = certificate_status(&ports.admin());
     assert_eq!(status["ordered"], 0, "{status}");
     assert_eq!(status["renewals"], 1, "{status}");
+
+    // Another challenge is another certificate to manage: after the reload only it is shown
+    // (certificate_status wants exactly one) and renewed; the http-01 one is forgotten.
+    std::fs::write(&file, setup.config("tls-alpn-01", "127.0.0.1")).unwrap();
+    reload(&ports.admin());
+    let status = certificate_status(&ports.admin());
+    assert_eq!(status["challenge"], "tls-alpn-01", "{status}");
 }
 
 #[test]

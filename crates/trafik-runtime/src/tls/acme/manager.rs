@@ -52,7 +52,8 @@ pub enum Store {
     },
 }
 
-/// Starts a manager for every managed certificate, now and whenever a reload adds one.
+/// Starts a manager for every managed certificate in force, now and whenever a reload adds
+/// one (a manager stops when a reload retires its certificate).
 pub async fn supervise(store: Store) {
     if let Some(shared) = store.shared() {
         registry().share_through(shared);
@@ -90,6 +91,10 @@ async fn manage(managed: Arc<Managed>, store: Store) {
     // meanwhile, which only a success ends).
     let mut still_asked = false;
     loop {
+        if managed.is_retired() {
+            tracing::info!(certificate = %label, "no longer configured; not renewed");
+            return;
+        }
         let asked = tokio::select! {
             () = tokio::time::sleep(wait) => still_asked,
             () = managed.renewal_requested() => true,

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -71,6 +72,11 @@ pub struct Managed {
     state: Mutex<ManagedState>,
     /// Woken by `trafik cert renew` (the admin API).
     renew: Notify,
+    /// Part of the configuration being served ([`Registry::keep_only`]): only such a
+    /// certificate is ordered, shown and renewed on demand.
+    in_force: AtomicBool,
+    /// Dropped from the configuration by a reload: its manager stops.
+    retired: AtomicBool,
 }
 
 /// The story of a managed certificate so far.
@@ -102,7 +108,14 @@ impl Managed {
             current: ArcSwapOption::empty(),
             state: Mutex::new(ManagedState::default()),
             renew: Notify::new(),
+            in_force: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
         }
+    }
+
+    /// A reload dropped it (or changed its settings, which makes another): its manager stops.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// The certificate served now, if one was obtained.
@@ -286,9 +299,27 @@ impl Registry {
         (made, true)
     }
 
-    /// Every managed certificate, in no particular order.
+    /// Makes `in_force` the managed certificates of the configuration being served (at start
+    /// and after each reload that took): they are ordered, renewed and shown. Every other one
+    /// is forgotten and its manager stops: a reload that removed or changed `acme` (a new
+    /// challenge makes another certificate), or one refused after its check had made some.
+    pub fn keep_only(&self, in_force: &[Arc<Managed>]) {
+        let mut managed = locked(&self.managed);
+        managed.retain(|_, known| {
+            let kept = in_force.iter().any(|m| Arc::ptr_eq(m, known));
+            known.in_force.store(kept, Ordering::Relaxed);
+            known.retired.store(!kept, Ordering::Relaxed);
+            kept
+        });
+    }
+
+    /// Every managed certificate of the configuration being served, by domains.
     pub fn all(&self) -> Vec<Arc<Managed>> {
-        let mut all: Vec<_> = locked(&self.managed).values().cloned().collect();
+        let mut all: Vec<_> = locked(&self.managed)
+            .values()
+            .filter(|managed| managed.in_force.load(Ordering::Relaxed))
+            .cloned()
+            .collect();
         all.sort_by(|a, b| a.spec.domains.cmp(&b.spec.domains));
         all
     }
