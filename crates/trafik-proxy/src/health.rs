@@ -160,7 +160,7 @@ pub async fn watch_target(
         match health.record(verdict.is_ok()) {
             Transition::Unchanged => {}
             Transition::WentDown => {
-                let last = verdict.err().map_or("", Failed::words);
+                let last = verdict.err().map_or(String::new(), |failed| failed.words());
                 let why = match plan.fall {
                     1 => format!("health check failed: {last}"),
                     fall => format!("{fall} health checks failed, the last: {last}"),
@@ -173,25 +173,48 @@ pub async fn watch_target(
 }
 
 /// Why a probe failed, in a few words for the backend's timeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Failed {
     Refused,
     Connect,
-    Tls,
+    /// rustls' reason, and what in the pool's settings usually answers it.
+    Tls(String),
     Timeout,
     /// No status came, or one outside 2xx and 3xx (or a gRPC one not SERVING).
     Answer,
 }
 
 impl Failed {
-    fn words(self) -> &'static str {
+    fn words(&self) -> String {
         match self {
-            Failed::Refused => "connection refused",
-            Failed::Connect => "connect failed",
-            Failed::Tls => "TLS handshake failed",
-            Failed::Timeout => "no answer within the timeout",
-            Failed::Answer => "no passing answer",
+            Failed::Refused => "connection refused".into(),
+            Failed::Connect => "connect failed".into(),
+            Failed::Tls(why) => format!("TLS handshake failed: {why}"),
+            Failed::Timeout => "no answer within the timeout".into(),
+            Failed::Answer => "no passing answer".into(),
         }
+    }
+
+    /// A failed handshake with its cause, and the pool setting that usually answers it: an
+    /// operator reads "unknown issuer" and knows to look at `ca`.
+    fn tls(error: &std::io::Error) -> Failed {
+        use rustls::{AlertDescription, CertificateError, Error};
+        let cause = error.get_ref().and_then(|e| e.downcast_ref::<Error>());
+        let hint = match cause {
+            Some(Error::InvalidCertificate(CertificateError::UnknownIssuer)) => {
+                " (the pool's `ca` did not sign the backend's certificate)"
+            }
+            Some(Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => {
+                " (the pool's `sni`, or the backend's address, is not a name the certificate holds)"
+            }
+            Some(Error::AlertReceived(AlertDescription::CertificateRequired)) => {
+                " (the backend asks for a client certificate: the pool's `client_cert` and `client_key`)"
+            }
+            _ => "",
+        };
+        Failed::Tls(format!("{error}{hint}"))
     }
 }
 
@@ -220,7 +243,7 @@ async fn probe(
                 let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                 ask(stream, address, check, http2).await
             }
-            Err(_) => return Some(Err(Failed::Tls)),
+            Err(error) => return Some(Err(Failed::tls(&error))),
         },
     };
     Some(if passed { Ok(()) } else { Err(Failed::Answer) })

@@ -288,6 +288,31 @@ async fn health_checks_of_a_tls_pool_speak_tls() {
     stop(running).await;
 }
 
+/// A backend a TLS pool cannot verify goes down with rustls' reason and the setting that
+/// answers it, not a bare "TLS handshake failed".
+#[tokio::test]
+async fn a_backend_whose_certificate_fails_is_down_with_the_reason() {
+    let ca = TestCa::new("backend CA");
+    let stranger = TestCa::new("another CA").issue(&["127.0.0.1"]);
+    let (backend, _) = tls_backend(stranger.server_config()).await;
+    let mut plan = tls_pool(&[backend], &ca, None);
+    plan.pools[0].health = Some(course_health_check());
+    let running = trafik_proxy::start(plan).unwrap();
+    let reason = |status: &serde_json::Value| {
+        status["pools"][0]["backends"][0]["timeline"]
+            .as_array()
+            .and_then(|changes| changes.last())
+            .and_then(|change| change["reason"].as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    wait_for_status(&running, |status| reason(status).contains("TLS")).await;
+    let why = reason(&status(&running).await);
+    assert!(why.contains("UnknownIssuer"), "{why}");
+    assert!(why.contains("the pool's `ca` did not sign"), "{why}");
+    stop(running).await;
+}
+
 /// Runs curl on a blocking thread (the test's runtime also runs the replicas); `None` when
 /// curl is not installed.
 async fn curl(args: Vec<String>) -> Option<std::process::Output> {
