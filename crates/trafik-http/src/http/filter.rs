@@ -394,11 +394,7 @@ impl Filter for Forwarding {
     }
 
     fn on_request(&self, request: &mut Request<RequestBody>, exchange: &Exchange<'_>) -> Step {
-        let via = match request.version() {
-            Version::HTTP_2 => &exchange.snapshot.via_http2,
-            Version::HTTP_3 => &exchange.snapshot.via_http3,
-            _ => &exchange.snapshot.via,
-        };
+        let via = via_for(request.version(), exchange);
         exchange.connection.forwarding.apply(
             request.headers_mut(),
             exchange.snapshot.client.trust_forwarded,
@@ -409,8 +405,19 @@ impl Filter for Forwarding {
 
     fn on_response(&self, response: &mut Response<ProxyBody>, exchange: &Exchange<'_>) {
         if response.body().is_relayed() {
-            append_via(response.headers_mut(), &exchange.snapshot.via);
+            let via = via_for(response.version(), exchange);
+            append_via(response.headers_mut(), via);
         }
+    }
+}
+
+/// This hop in `Via`, named by the version of the message as trafik received it (RFC 9110
+/// §7.6.3): a request from the client, an answer from the backend.
+fn via_for<'e>(version: Version, exchange: &'e Exchange<'_>) -> &'e HeaderValue {
+    match version {
+        Version::HTTP_2 => &exchange.snapshot.via_http2,
+        Version::HTTP_3 => &exchange.snapshot.via_http3,
+        _ => &exchange.snapshot.via,
     }
 }
 

@@ -187,3 +187,21 @@ async fn clients_that_stop_reading_leave_the_backend_connection_to_the_others() 
     drop(stalled);
     running.stop();
 }
+
+/// `Via` names each hop by the version of the message as received (RFC 9110 §7.6.3): an
+/// answer from an h2c backend says `2`, whatever the client spoke.
+#[tokio::test]
+async fn an_answer_from_an_http2_backend_says_so_in_via() {
+    let running = h2c_pool(
+        h2_crate_backend(|_, mut respond| async move {
+            let _ = respond.send_response(http::Response::new(()), true);
+        })
+        .await,
+    );
+    let mut client = Client::connect(web(&running)).await;
+    let answer = client.get("/takip/TR-1").await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let via = answer.header("via").unwrap_or("");
+    assert!(via.starts_with("2 "), "{via}");
+    running.stop();
+}
