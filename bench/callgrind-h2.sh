@@ -22,7 +22,8 @@
 # `haproxy` as configured by default (it adds no fields to a request), `haproxy+fwd` adding the
 # five trafik adds by default (lib.sh's HAPROXY_FORWARDING): the same work.
 #
-# Needs: valgrind, h2load (nghttp2-client), nginx (Debian packages) and cargo.
+# Needs: valgrind, h2load (nghttp2-client), nginx, haproxy (unless PEERS is empty; Debian
+# packages) and cargo.
 set -euo pipefail
 
 REQUESTS=${REQUESTS:-20000}
@@ -38,7 +39,7 @@ case $UPSTREAM in
 esac
 
 for tool in valgrind h2load nginx ${PEERS:+haproxy}; do
-  command -v "$tool" >/dev/null || { echo "bench/callgrind-h2.sh needs $tool (apt-get install valgrind nghttp2-client nginx)" >&2; exit 2; }
+  command -v "$tool" >/dev/null || { echo "bench/callgrind-h2.sh needs $tool (apt-get install valgrind nghttp2-client nginx haproxy)" >&2; exit 2; }
 done
 # Builds given: the first plays the upstream too, and nothing is built.
 [[ $# -gt 0 && -z ${TRAFIK:-} ]] && TRAFIK=$1

@@ -559,12 +559,44 @@ fn check_refuses_an_h3_listener_without_certificates() {
     }
     assert!(!errors.contains("max_connections"), "{errors}");
 
+    assert!(
+        !errors.contains("set protocol"),
+        "h3 takes client_ca: {errors}"
+    );
+
     // A bare twin takes the https listener's mutual TLS; one of its own would be ignored.
     let errors = refused(&config, &h3_alone("client_ca = \"ca.pem\"\n"));
     assert!(
         errors.contains("5:13: listener[0].client_ca: an h3 listener without certificates takes the https listener's, mutual TLS included"),
         "{errors}"
     );
+
+    // One with routes of its own beside an https listener asking for client certificates must
+    // ask too: that listener's Alt-Svc sends clients to it.
+    let ca = TestCa::new("trafik h3 check CA");
+    let site = ca.issue(&["kargo.test"]);
+    std::fs::write(dir.join("site.pem"), &site.cert_pem).unwrap();
+    std::fs::write(dir.join("site.key"), &site.key_pem).unwrap();
+    std::fs::write(dir.join("clients.pem"), &ca.pem).unwrap();
+    let pair = |h3_keys: &str| {
+        let tls = "[[listener.tls]]\ncert = \"site.pem\"\nkey = \"site.key\"\n\n[[listener.route]]\npool = \"takip\"\n";
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8443\"\nprotocol = \"https\"\n\
+             client_ca = \"clients.pem\"\n{tls}\n{}",
+            h3_alone(&format!("{h3_keys}{tls}"))
+        )
+    };
+    let errors = refused(&config, &pair(""));
+    assert!(
+        errors.contains("listener[1].client_ca: the https listener on 127.0.0.1:8443 asks clients for certificates"),
+        "{errors}"
+    );
+    std::fs::write(&config, pair("client_ca = \"clients.pem\"\n")).unwrap();
+    let checked = Command::new(env!("CARGO_BIN_EXE_trafik"))
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{checked:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -24,8 +24,8 @@ use crate::plan::AnswerLimits;
 use crate::transport;
 
 /// What a backend may send on one stream before trafik has read it: a stream whose client
-/// stops reading holds at most this much (haproxy grants 64 KiB).
-const STREAM_WINDOW: u32 = 256 * 1024;
+/// stops reading holds at most this much (haproxy's grant too).
+const STREAM_WINDOW: u32 = 64 * 1024;
 /// The most streams trafik opens on one connection, whatever the backend allows; more
 /// requests open another connection.
 const MOST_STREAMS: usize = 128;
@@ -148,12 +148,21 @@ impl Http2Connection {
 /// Pumps a request body onto its stream, a frame at a time and only while the backend has
 /// room for more (flow control), so a slow backend slows the client's upload. A body that
 /// fails (the client went away, a limit) resets the stream. `sent_whole` turns true once the
-/// body's end is sent.
+/// body's end is sent, not when the backend stopped it.
 async fn upload(mut body: RequestBody, mut stream: SendStream<Bytes>, sent_whole: Rc<Cell<bool>>) {
     match pump(&mut body, &mut stream).await {
-        Ok(()) => sent_whole.set(true),
+        Ok(Pumped::Whole) => sent_whole.set(true),
+        Ok(Pumped::Stopped) => {}
         Err(()) => stream.send_reset(Reason::INTERNAL_ERROR),
     }
+}
+
+/// How a request body's pumping ended.
+enum Pumped {
+    /// Its end (END_STREAM, or the trailers) is sent.
+    Whole,
+    /// The backend reset the stream: it wants no more of the body (RFC 9113 §8.1).
+    Stopped,
 }
 
 /// What came first while a body's next frame was awaited.
@@ -163,7 +172,7 @@ enum Next {
     Reset,
 }
 
-async fn pump(body: &mut RequestBody, stream: &mut SendStream<Bytes>) -> Result<(), ()> {
+async fn pump(body: &mut RequestBody, stream: &mut SendStream<Bytes>) -> Result<Pumped, ()> {
     loop {
         room(stream).await?;
         let next = poll_fn(|cx| {
@@ -174,8 +183,13 @@ async fn pump(body: &mut RequestBody, stream: &mut SendStream<Bytes>) -> Result<
         })
         .await;
         let frame = match next {
-            Next::Reset => return Ok(()),
-            Next::Frame(None) => return stream.send_data(Bytes::new(), true).map_err(drop),
+            Next::Reset => return Ok(Pumped::Stopped),
+            Next::Frame(None) => {
+                return stream
+                    .send_data(Bytes::new(), true)
+                    .map(|()| Pumped::Whole)
+                    .map_err(drop);
+            }
             Next::Frame(Some(Err(_))) => return Err(()),
             Next::Frame(Some(Ok(frame))) => frame,
         };
@@ -184,12 +198,15 @@ async fn pump(body: &mut RequestBody, stream: &mut SendStream<Bytes>) -> Result<
                 let end = body.is_end_stream();
                 stream.send_data(data, end).map_err(drop)?;
                 if end {
-                    return Ok(());
+                    return Ok(Pumped::Whole);
                 }
             }
             Err(frame) => {
                 if let Ok(trailers) = frame.into_trailers() {
-                    return stream.send_trailers(trailers).map_err(drop);
+                    return stream
+                        .send_trailers(trailers)
+                        .map(|()| Pumped::Whole)
+                        .map_err(drop);
                 }
             }
         }
@@ -238,16 +255,22 @@ impl Http2Body {
         }
     }
 
-    /// Whether a reset the backend sent ends the answer cleanly. `NO_ERROR` (or `CANCEL`) is
-    /// how a server that answered in full asks the client to stop sending its request (RFC
-    /// 9113 §8.1), so it ends the body while the request is still going up. Once the request
-    /// has been sent whole there is nothing left to stop: a reset then cuts the answer short,
-    /// which must reach the client as an error, never as a complete body (nor a gRPC answer
-    /// without its status).
+    /// Whether a reset the backend sent ends the answer cleanly. An answer whose length has
+    /// all come is complete, whatever follows; one with some of its length missing is cut.
+    /// Without a length: `NO_ERROR` (or `CANCEL`) is how a server that answered in full asks
+    /// the client to stop sending its request (RFC 9113 §8.1), so it ends the body while the
+    /// request is still going up; once the request has been sent whole there is nothing left
+    /// to stop, and a reset cuts the answer short. A cut answer reaches the client as an
+    /// error, never as a complete body (nor a gRPC answer without its status).
     fn ended_or(&self, error: h2::Error) -> Option<Result<Frame<Bytes>, h2::Error>> {
-        match error.reason() {
-            Some(Reason::NO_ERROR | Reason::CANCEL) if !self.sent_whole.get() => None,
-            _ => Some(Err(error)),
+        let stop_only = matches!(error.reason(), Some(Reason::NO_ERROR | Reason::CANCEL));
+        let complete = match self.reading {
+            Reading::Data { left: Some(left) } => stop_only && left == 0,
+            _ => stop_only && !self.sent_whole.get(),
+        };
+        match complete {
+            true => None,
+            false => Some(Err(error)),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Mutual TLS on an `https` listener: clients' certificates verified against the listener's
+//! Mutual TLS on an `https` or `h3` listener: clients' certificates verified against the listener's
 //! `client_ca`, and who they are told to the backends in headers the configuration names. A
 //! client's own copies of those headers are always removed, so a backend can trust them.
 

@@ -83,9 +83,57 @@ pub fn check_all(
         ));
     }
     for (i, span) in protocol_spans.into_iter().enumerate() {
-        inherit_from_https(report, &format!("listener[{i}]"), span, &mut plans, i);
+        inherit_from_https(
+            report,
+            &format!("listener[{i}]"),
+            span.clone(),
+            &mut plans,
+            i,
+        );
+        refuse_a_way_round_mutual_tls(report, &format!("listener[{i}]"), span, &plans, i);
     }
     plans.into_iter().collect()
+}
+
+/// An h3 listener with routes of its own beside an https listener that asks clients for
+/// certificates must ask for them too: its answers are advertised by that listener's
+/// `Alt-Svc`, so clients would move to it and go round mutual TLS.
+fn refuse_a_way_round_mutual_tls(
+    report: &mut Report,
+    field: &str,
+    span: std::ops::Range<usize>,
+    plans: &[Option<ListenerPlan>],
+    index: usize,
+) {
+    let Some(ListenerPlan {
+        address,
+        kind: ListenerKind::H3 {
+            client_auth: None, ..
+        },
+        ..
+    }) = &plans[index]
+    else {
+        return;
+    };
+    let twin_asks = plans.iter().flatten().any(|plan| {
+        plan.address == *address
+            && matches!(
+                plan.kind,
+                ListenerKind::Https {
+                    client_auth: Some(_),
+                    ..
+                }
+            )
+    });
+    if twin_asks {
+        report.error(
+            span,
+            &format!("{field}.client_ca"),
+            format!(
+                "the https listener on {address} asks clients for certificates, and its Alt-Svc sends them here: ask for them too (client_ca), or name no routes and certificates to serve that listener's, mutual TLS included"
+            ),
+        );
+    }
 }
 
 /// An h3 listener that names neither routes nor certificates serves those of the https
@@ -224,8 +272,8 @@ fn check(
     })
 }
 
-/// Client certificates are asked for by the https listener only: an h3 listener refuses the
-/// keys rather than serve without the identity its routes may depend on.
+/// A bare h3 twin asks for client certificates as its https listener does: a `client_ca` of
+/// its own would be ignored, so it is refused rather than seem to apply.
 fn refuse_a_twins_own_client_ca(report: &mut Report, field: &str, listener: &Listener) {
     if let Some(client_ca) = &listener.client_ca {
         report.error(

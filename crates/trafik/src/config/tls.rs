@@ -176,11 +176,11 @@ pub fn client_auth(
         return Some(None);
     };
     let mut ok = true;
-    if *listener.protocol.get_ref() != Protocol::Https {
+    if !matches!(listener.protocol.get_ref(), Protocol::Https | Protocol::H3) {
         report.error(
             ca.span(),
             &format!("{field}.client_ca"),
-            "client certificates are asked for in the TLS handshake: set protocol = \"https\"",
+            "client certificates are asked for in the TLS handshake: set protocol = \"https\" (or \"h3\")",
         );
         ok = false;
     }

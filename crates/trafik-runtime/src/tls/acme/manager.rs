@@ -13,7 +13,6 @@
 //! (HTTP-01's key authorization, TLS-ALPN-01's digest), so whichever instance the CA reaches can
 //! give them.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -58,10 +57,9 @@ pub async fn supervise(store: Store) {
     if let Some(shared) = store.shared() {
         registry().share_through(shared);
     }
-    let mut started = HashSet::new();
     loop {
         for managed in registry().all() {
-            if started.insert(Arc::as_ptr(&managed) as usize) {
+            if managed.take_management() {
                 tokio::spawn(manage(managed, store.clone()));
             }
         }

@@ -77,6 +77,8 @@ pub struct Managed {
     in_force: AtomicBool,
     /// Dropped from the configuration by a reload: its manager stops.
     retired: AtomicBool,
+    /// Its manager has been started (once per certificate).
+    managed: AtomicBool,
 }
 
 /// The story of a managed certificate so far.
@@ -110,7 +112,13 @@ impl Managed {
             renew: Notify::new(),
             in_force: AtomicBool::new(false),
             retired: AtomicBool::new(false),
+            managed: AtomicBool::new(false),
         }
+    }
+
+    /// True the first time only: whoever gets it starts the certificate's manager.
+    pub fn take_management(&self) -> bool {
+        !self.managed.swap(true, Ordering::Relaxed)
     }
 
     /// A reload dropped it (or changed its settings, which makes another): its manager stops.
