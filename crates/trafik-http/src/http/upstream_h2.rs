@@ -128,10 +128,13 @@ impl Http2Connection {
             let (answer, stream) = requests
                 .send_request(Request::from_parts(head, ()), end)
                 .map_err(|_| SendError::lost())?;
-            let sent_whole = Rc::new(Cell::new(end));
-            if !end {
+            // A bodiless request is sent whole with its head; one with a body when its task
+            // says so.
+            let sent_whole = (!end).then(|| {
+                let sent_whole = Rc::new(Cell::new(false));
                 tokio::task::spawn_local(upload(body, stream, sent_whole.clone()));
-            }
+                sent_whole
+            });
             let answer = answer.await.map_err(|_| SendError::lost())?;
             let length = answer
                 .headers()
@@ -231,8 +234,9 @@ async fn room(stream: &mut SendStream<Bytes>) -> Result<(), ()> {
 pub struct Http2Body {
     stream: RecvStream,
     reading: Reading,
-    /// The request's body has been sent to its end (a bodiless one at once).
-    sent_whole: Rc<Cell<bool>>,
+    /// Whether the request's body has been sent to its end; `None` for a bodiless request,
+    /// sent whole with its head.
+    sent_whole: Option<Rc<Cell<bool>>>,
 }
 
 /// Where an answer's body is: its DATA (with what remains of the length the backend gave in
@@ -243,7 +247,7 @@ enum Reading {
 }
 
 impl Http2Body {
-    fn new(stream: RecvStream, length: Option<u64>, sent_whole: Rc<Cell<bool>>) -> Self {
+    fn new(stream: RecvStream, length: Option<u64>, sent_whole: Option<Rc<Cell<bool>>>) -> Self {
         let left = match stream.is_end_stream() {
             true => Some(0),
             false => length,
@@ -266,7 +270,7 @@ impl Http2Body {
         let stop_only = matches!(error.reason(), Some(Reason::NO_ERROR | Reason::CANCEL));
         let complete = match self.reading {
             Reading::Data { left: Some(left) } => stop_only && left == 0,
-            _ => stop_only && !self.sent_whole.get(),
+            _ => stop_only && self.sent_whole.as_ref().is_some_and(|sent| !sent.get()),
         };
         match complete {
             true => None,
