@@ -187,10 +187,11 @@ fn the_html_report_is_a_self_contained_page_with_plots() {
         "--report",
         path.to_str().unwrap(),
     ]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
+    // Passed, or 98 when this machine was too busy to hold 300 req/s (the page is written
+    // either way, and says which below).
+    assert!(
+        matches!(output.status.code(), Some(0 | 98)),
+        "{output:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let page = std::fs::read_to_string(&path).unwrap();
@@ -234,6 +235,8 @@ fn the_html_report_is_a_self_contained_page_with_plots() {
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
     // 0 → 100 req/s over 1 s (50 requests), then 100 → 300 over 1 s (200 requests).
     assert_eq!(report["planned"], 250);
+    let verdict = if report["rate_held"] == true { 0 } else { 98 };
+    assert_eq!(output.status.code(), Some(verdict), "{report}");
 }
 
 #[test]
