@@ -11,6 +11,7 @@
 pub mod explain;
 pub mod h1;
 pub mod http;
+pub mod http2;
 pub mod replay;
 mod resolve;
 pub mod route_change;

@@ -27,5 +27,4 @@ pub mod target;
 pub mod trace;
 pub mod upgrade;
 pub mod upstream;
-pub mod upstream_h2;
 pub mod validate;

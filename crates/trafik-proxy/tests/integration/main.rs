@@ -12,6 +12,7 @@ mod engine_bodies;
 mod faults;
 mod files;
 mod h2_backends;
+mod h2_frames;
 mod h3;
 mod hop_chain;
 mod hostile;

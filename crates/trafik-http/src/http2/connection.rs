@@ -1,0 +1,931 @@
+//! One HTTP/2 connection to a backend (RFC 9113) as the worker's tasks share it: its streams,
+//! its flow-control windows and the bytes waiting to be written. A worker is one thread, so
+//! the state is a `RefCell`, never locked: a request's task writes its HEADERS into
+//! [`Connection::out`] itself, its body's task its DATA, and one driver task per connection
+//! ([`drive`]) writes those bytes and reads the backend's frames into the streams they
+//! belong to, waking whoever waits on them. DATA reach the reader as the bytes that were
+//! read, never copied. Whatever the backend sends is checked before it is believed: a frame
+//! that breaks the protocol ends its stream or the connection with the code RFC 9113 names.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::future::{Future, poll_fn};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io;
+use std::pin::{Pin, pin};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use h2::Reason;
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::frame::{self, HeaderBlock, flag, kind, setting};
+use super::hpack::{self, Name};
+use crate::plan::AnswerLimits;
+use crate::transport;
+
+/// What a backend may send on one stream before trafik has read it: a stream whose client
+/// stops reading holds at most this much (haproxy's grant too).
+const STREAM_WINDOW: u32 = 64 * 1024;
+/// The most streams trafik opens on one connection, whatever the backend allows; more
+/// requests open another connection.
+const MOST_STREAMS: usize = 128;
+/// Room for every stream's window at once: streams whose clients stop reading hold only their
+/// own windows, never the connection's, which the other streams need (RFC 9113 §5.2: streams
+/// "do not destructively interfere").
+const CONNECTION_WINDOW: u32 = STREAM_WINDOW * MOST_STREAMS as u32;
+/// Bytes waiting for the socket past which request bodies wait for them to leave: a backend
+/// that reads slowly slows the uploads rather than filling memory.
+pub(super) const QUEUED_MOST: usize = 256 * 1024;
+/// Bytes waiting for the socket past which the driver stops reading the backend.
+const OWED_MOST: usize = 4 * QUEUED_MOST;
+/// The streams assumed until the backend's SETTINGS say otherwise (the least RFC 9113 §6.5.2
+/// recommends a server allow).
+const ASSUMED_STREAMS: usize = 100;
+/// How long a new connection waits for its backend's SETTINGS (its stream limit).
+pub(super) const SETTINGS_WAIT: Duration = Duration::from_millis(50);
+/// Room made in the read buffer before each read.
+const READ_BYTES: usize = 32 * 1024;
+/// The HPACK table size trafik allows a backend (`SETTINGS_HEADER_TABLE_SIZE`'s default).
+const HEADER_TABLE_SIZE: usize = 4096;
+/// How long a closing connection may take to say so.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// One connection's state, shared by its driver and the tasks of its streams.
+pub(super) struct Connection {
+    pub(super) streams: HashMap<u32, Stream, BuildHasherDefault<StreamIdHash>>,
+    /// The id the next stream takes (odd: client-initiated).
+    pub(super) next_stream: u32,
+    /// Frames waiting to be written.
+    pub(super) out: BytesMut,
+    pub(super) block: HeaderBlock,
+    /// The driver, waiting for frames to write or bytes to read.
+    pub(super) driver: Option<Waker>,
+    /// Tasks waiting for the connection: a stream to open, its window, room in `out`, SETTINGS.
+    pub(super) waiting: Vec<Waker>,
+    /// What trafik may still send on the connection (the backend's window).
+    pub(super) send_window: i64,
+    /// What the backend may still send on the connection.
+    pub(super) recv_window: i64,
+    /// Bytes read by streams' readers, not yet given back to the connection's window.
+    pub(super) unreleased: u32,
+    pub(super) peer: PeerSettings,
+    /// The backend's first SETTINGS came.
+    pub(super) settings_seen: bool,
+    /// No new stream may open: the backend said GOAWAY, the connection failed or closed.
+    pub(super) refusing: bool,
+    /// The driver stopped: nothing more is read or written.
+    pub(super) closed: bool,
+    /// A connection error was found: its GOAWAY is written, then the connection closes.
+    pub(super) closing: bool,
+    /// No handle is left to open a stream: the connection closes when its streams are done.
+    pub(super) abandoned: bool,
+    pub(super) decoder: hpack::Decoder,
+    pub(super) limits: AnswerLimits,
+    pub(super) tls: bool,
+}
+
+/// What the backend's SETTINGS said.
+pub(super) struct PeerSettings {
+    pub(super) initial_window: u32,
+    pub(super) max_frame: usize,
+    pub(super) max_streams: usize,
+}
+
+/// One request's stream.
+pub(super) struct Stream {
+    /// The answer's head, until the request's task takes it.
+    pub(super) head: Option<Response<()>>,
+    /// The head came (a later HEADERS frame is the trailers).
+    pub(super) answered: bool,
+    pub(super) data: VecDeque<Bytes>,
+    pub(super) trailers: Option<HeaderMap>,
+    /// The backend's END_STREAM came: the answer is whole.
+    pub(super) ended: bool,
+    /// The stream ended before the answer's end.
+    pub(super) stopped: Option<Stop>,
+    /// What trafik may still send on the stream.
+    pub(super) send_window: i64,
+    /// What the backend may still send on the stream.
+    pub(super) recv_window: i64,
+    /// Bytes read by the reader, not yet given back to the stream's window.
+    pub(super) unreleased: u32,
+    pub(super) reader: Option<Waker>,
+    pub(super) sender: Option<Waker>,
+    /// The request's task or answer's body, and the body's upload task, while they last.
+    pub(super) handles: u8,
+}
+
+/// How a stream ended before its answer's end.
+#[derive(Clone, Copy)]
+pub(super) enum Stop {
+    /// The backend's RST_STREAM.
+    Reset(Reason),
+    /// trafik reset it (a malformed answer, a failed upload, a reader gone).
+    Local(Reason),
+    /// The connection failed or closed under it, or the backend's GOAWAY left it unprocessed.
+    Lost,
+}
+
+impl Stream {
+    fn new(send_window: u32) -> Stream {
+        Stream {
+            head: None,
+            answered: false,
+            data: VecDeque::new(),
+            trailers: None,
+            ended: false,
+            stopped: None,
+            send_window: i64::from(send_window),
+            recv_window: i64::from(STREAM_WINDOW),
+            unreleased: 0,
+            reader: None,
+            sender: None,
+            handles: 1,
+        }
+    }
+
+    pub(super) fn wake(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            reader.wake();
+        }
+        if let Some(sender) = self.sender.take() {
+            sender.wake();
+        }
+    }
+
+    /// Whether the stream is over for its reader: whole, or stopped.
+    pub(super) fn is_done(&self) -> bool {
+        self.ended || self.stopped.is_some()
+    }
+}
+
+/// Hashes a stream id by one multiplication (Fibonacci hashing): ids are a connection's own
+/// odd counter, so no peer chooses them, and SipHash's guard against chosen keys buys nothing.
+#[derive(Default)]
+pub(super) struct StreamIdHash(u64);
+
+impl Hasher for StreamIdHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8 | u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, id: u32) {
+        self.0 = u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A connection error (RFC 9113 §5.4.1): the connection ends with a GOAWAY giving the reason.
+struct ConnectionError(Reason);
+
+impl Connection {
+    /// Starts HTTP/2 on a new upstream connection: the preface and trafik's SETTINGS queued,
+    /// its driver a task of this worker.
+    pub(super) fn start(
+        stream: transport::Upstream,
+        limits: AnswerLimits,
+    ) -> Rc<RefCell<Connection>> {
+        let tls = matches!(stream, transport::Upstream::Tls(_));
+        let mut out = BytesMut::with_capacity(READ_BYTES);
+        out.extend_from_slice(frame::PREFACE);
+        let list_size = u32::try_from(limits.bytes).unwrap_or(u32::MAX);
+        frame::settings(
+            &mut out,
+            &[
+                (setting::ENABLE_PUSH, 0),
+                (setting::INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+                (setting::MAX_HEADER_LIST_SIZE, list_size),
+            ],
+        );
+        frame::window_update(&mut out, 0, CONNECTION_WINDOW - frame::DEFAULT_WINDOW);
+        let connection = Rc::new(RefCell::new(Connection {
+            streams: HashMap::default(),
+            next_stream: 1,
+            out,
+            block: HeaderBlock::default(),
+            driver: None,
+            waiting: Vec::new(),
+            send_window: i64::from(frame::DEFAULT_WINDOW),
+            recv_window: i64::from(CONNECTION_WINDOW),
+            unreleased: 0,
+            peer: PeerSettings {
+                initial_window: frame::DEFAULT_WINDOW,
+                max_frame: frame::DEFAULT_MAX_FRAME,
+                max_streams: ASSUMED_STREAMS,
+            },
+            settings_seen: false,
+            refusing: false,
+            closed: false,
+            closing: false,
+            abandoned: false,
+            decoder: hpack::Decoder::new(HEADER_TABLE_SIZE),
+            limits,
+            tls,
+        }));
+        tokio::task::spawn_local(drive(stream, connection.clone()));
+        connection
+    }
+
+    pub(super) fn wake_driver(&mut self) {
+        if let Some(driver) = self.driver.take() {
+            driver.wake();
+        }
+    }
+
+    pub(super) fn wake_waiting(&mut self) {
+        for waiting in self.waiting.drain(..) {
+            waiting.wake();
+        }
+    }
+
+    pub(super) fn max_streams(&self) -> usize {
+        self.peer.max_streams.min(MOST_STREAMS)
+    }
+
+    /// Opens a stream for a request's head (sent whole when `end`), its HEADERS queued.
+    pub(super) fn open(&mut self, head: &http::request::Parts, end: bool) -> u32 {
+        let id = self.next_stream;
+        self.next_stream += 2;
+        if self.next_stream > frame::MAX_WINDOW as u32 {
+            // Stream ids are spent (RFC 9113 §5.1.1): this one is the last.
+            self.refusing = true;
+        }
+        let block = self
+            .block
+            .request(&head.method, &head.uri, self.tls, &head.headers);
+        frame::headers(&mut self.out, id, block, end, self.peer.max_frame);
+        self.streams
+            .insert(id, Stream::new(self.peer.initial_window));
+        self.wake_driver();
+        id
+    }
+
+    /// Gives `amount` bytes the reader of stream `id` took (or that no one will read) back
+    /// to the windows they came through, with a WINDOW_UPDATE once half a window is owed.
+    pub(super) fn release(&mut self, id: Option<u32>, amount: usize) {
+        let amount = amount as u32;
+        if let Some(stream) = id.and_then(|id| self.streams.get_mut(&id).map(|s| (id, s))) {
+            let (id, stream) = stream;
+            stream.unreleased += amount;
+            if stream.unreleased >= STREAM_WINDOW / 2 && !stream.is_done() {
+                frame::window_update(&mut self.out, id, stream.unreleased);
+                stream.recv_window += i64::from(stream.unreleased);
+                stream.unreleased = 0;
+                self.wake_driver();
+            }
+        }
+        self.unreleased += amount;
+        if self.unreleased >= CONNECTION_WINDOW / 2 && !self.closed {
+            frame::window_update(&mut self.out, 0, self.unreleased);
+            self.recv_window += i64::from(self.unreleased);
+            self.unreleased = 0;
+            self.wake_driver();
+        }
+    }
+
+    /// Ends stream `id` with RST_STREAM (a stream error, RFC 9113 §5.4.2).
+    pub(super) fn reset(&mut self, id: u32, reason: Reason) {
+        let Some(stream) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if stream.stopped.is_some() || self.closed {
+            return;
+        }
+        stream.stopped = Some(Stop::Local(reason));
+        stream.wake();
+        frame::reset(&mut self.out, id, reason);
+        self.wake_driver();
+    }
+
+    /// Ends the connection with a GOAWAY: the streams not yet answered in full are lost.
+    fn fail(&mut self, reason: Reason) {
+        if !self.closing && !self.closed {
+            frame::goaway(&mut self.out, 0, reason);
+        }
+        self.closing = true;
+        self.lose_streams(|_| true);
+    }
+
+    /// The streams `which` names that are not over are lost; no stream opens from now on.
+    fn lose_streams(&mut self, which: impl Fn(u32) -> bool) {
+        self.refusing = true;
+        for (&id, stream) in self.streams.iter_mut() {
+            if !stream.is_done() && which(id) {
+                stream.stopped = Some(Stop::Lost);
+                stream.wake();
+            }
+        }
+        self.wake_waiting();
+        self.wake_driver();
+    }
+
+    /// Whether `id` names a stream trafik has not opened yet (RFC 9113 §5.1: "idle").
+    fn is_idle(&self, id: u32) -> bool {
+        id >= self.next_stream
+    }
+}
+
+/// Whether an answer's `content-length` fields, if any, all give one valid length (RFC 9110
+/// §8.6): anything else is a malformed answer (RFC 9113 §8.1.1), never relayed.
+fn content_length_is_sound(fields: &HeaderMap) -> bool {
+    let mut values = fields.get_all(header::CONTENT_LENGTH).iter();
+    let Some(first) = values.next() else {
+        return true;
+    };
+    let valid = |value: &HeaderValue| {
+        !value.is_empty() && value.as_bytes().iter().all(u8::is_ascii_digit) && value.len() <= 19
+    };
+    valid(first) && values.all(|value| value == first)
+}
+
+/// Writes what the streams queued and reads the backend's frames until the connection ends,
+/// then fails what was left open and closes it.
+async fn drive(mut io: transport::Upstream, connection: Rc<RefCell<Connection>>) {
+    let mut reader = Reader::default();
+    poll_fn(|cx| poll_drive(cx, &mut io, &connection, &mut reader)).await;
+    {
+        let mut shared = connection.borrow_mut();
+        shared.lose_streams(|_| true);
+        shared.closed = true;
+        shared.waiting.drain(..).for_each(Waker::wake);
+    }
+    let _ = tokio::time::timeout(CLOSE_WAIT, io.shutdown()).await;
+}
+
+/// One turn of the driver: `Ready` when the connection is over.
+fn poll_drive(
+    cx: &mut Context<'_>,
+    io: &mut transport::Upstream,
+    connection: &RefCell<Connection>,
+    reader: &mut Reader,
+) -> Poll<()> {
+    loop {
+        {
+            let mut shared = connection.borrow_mut();
+            let shared = &mut *shared;
+            let queued = shared.out.len();
+            while !shared.out.is_empty() {
+                match Pin::new(&mut *io).poll_write(cx, &shared.out) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Ready(Ok(written)) => shared.out.advance(written),
+                    Poll::Pending => break,
+                }
+            }
+            if shared.out.is_empty() {
+                if let Poll::Ready(Err(_)) = Pin::new(&mut *io).poll_flush(cx) {
+                    return Poll::Ready(());
+                }
+                if shared.closing {
+                    return Poll::Ready(());
+                }
+            }
+            if queued >= QUEUED_MOST && shared.out.len() < QUEUED_MOST {
+                shared.wake_waiting();
+            }
+            if shared.abandoned && shared.streams.is_empty() && !shared.closing {
+                // No handle is left to open a stream, and none is open: a graceful end.
+                frame::goaway(&mut shared.out, 0, Reason::NO_ERROR);
+                shared.closing = true;
+                shared.refusing = true;
+                continue;
+            }
+            if shared.out.len() >= OWED_MOST {
+                // A backend that keeps sending without reading what it is answered (PING and
+                // SETTINGS acknowledgements) is not read from until it does: what trafik owes
+                // it stays bounded. The write's waker is set.
+                return Poll::Pending;
+            }
+        }
+        let read = match pin!(reader.read(io)).poll(cx) {
+            Poll::Pending => {
+                let mut shared = connection.borrow_mut();
+                if !shared
+                    .driver
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    shared.driver = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+            Poll::Ready(read) => read,
+        };
+        match read {
+            Ok(0) | Err(_) => return Poll::Ready(()),
+            Ok(_) => {
+                let mut shared = connection.borrow_mut();
+                if let Err(ConnectionError(reason)) = reader.frames(&mut shared) {
+                    shared.fail(reason);
+                }
+            }
+        }
+    }
+}
+
+/// The reading side: bytes read and not yet framed, a header block awaiting its
+/// CONTINUATION frames.
+#[derive(Default)]
+struct Reader {
+    input: BytesMut,
+    partial: Option<PartialHeaders>,
+    /// The backend's first frame (which must be SETTINGS) came.
+    started: bool,
+}
+
+/// A header block, whole or awaiting its CONTINUATION frames.
+struct PartialHeaders {
+    stream: u32,
+    end_stream: bool,
+    block: BytesMut,
+}
+
+impl Reader {
+    fn read<'a>(
+        &'a mut self,
+        io: &'a mut transport::Upstream,
+    ) -> impl Future<Output = io::Result<usize>> + 'a {
+        if self.input.capacity() - self.input.len() < READ_BYTES / 2 {
+            self.input.reserve(READ_BYTES);
+        }
+        io.read_buf(&mut self.input)
+    }
+
+    /// Handles every whole frame read so far.
+    fn frames(&mut self, connection: &mut Connection) -> Result<(), ConnectionError> {
+        while self.input.len() >= frame::HEADER_LEN {
+            let header = frame::Header::parse(&self.input);
+            if header.length > frame::DEFAULT_MAX_FRAME {
+                return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
+            }
+            if self.input.len() < frame::HEADER_LEN + header.length {
+                self.input.reserve(frame::HEADER_LEN + header.length);
+                return Ok(());
+            }
+            self.input.advance(frame::HEADER_LEN);
+            let payload = self.input.split_to(header.length);
+            if !self.started {
+                if header.kind != kind::SETTINGS || header.has(flag::ACK) {
+                    return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+                }
+                self.started = true;
+            }
+            self.frame(connection, header, payload)?;
+        }
+        Ok(())
+    }
+
+    fn frame(
+        &mut self,
+        connection: &mut Connection,
+        header: frame::Header,
+        payload: BytesMut,
+    ) -> Result<(), ConnectionError> {
+        if self.partial.is_some() && header.kind != kind::CONTINUATION {
+            return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+        }
+        match header.kind {
+            kind::DATA => data(connection, header, payload),
+            kind::HEADERS => {
+                let partial = PartialHeaders {
+                    stream: header.stream,
+                    end_stream: header.has(flag::END_STREAM),
+                    block: header_block(header, payload)?,
+                };
+                match header.has(flag::END_HEADERS) {
+                    true => headers(connection, partial),
+                    false => {
+                        self.partial = Some(partial);
+                        Ok(())
+                    }
+                }
+            }
+            kind::CONTINUATION => {
+                let Some(mut partial) = self.partial.take() else {
+                    return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+                };
+                if header.stream != partial.stream {
+                    return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+                }
+                // A block no answer head may be: a flood of CONTINUATION frames.
+                if partial.block.len() + payload.len()
+                    > connection.limits.bytes + frame::DEFAULT_MAX_FRAME
+                {
+                    return Err(ConnectionError(Reason::ENHANCE_YOUR_CALM));
+                }
+                partial.block.unsplit(payload);
+                match header.has(flag::END_HEADERS) {
+                    true => headers(connection, partial),
+                    false => {
+                        self.partial = Some(partial);
+                        Ok(())
+                    }
+                }
+            }
+            kind::RST_STREAM => reset(connection, header, &payload),
+            kind::SETTINGS => settings(connection, header, &payload),
+            kind::PING => {
+                if header.length != 8 {
+                    return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
+                }
+                if header.stream != 0 {
+                    return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+                }
+                if !header.has(flag::ACK) {
+                    frame::ping_ack(&mut connection.out, &payload);
+                }
+                Ok(())
+            }
+            kind::GOAWAY => {
+                if header.stream != 0 {
+                    return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+                }
+                if header.length < 8 {
+                    return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
+                }
+                let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                    & 0x7fff_ffff;
+                // Streams past `last` were not processed; the others may still finish.
+                connection.lose_streams(|id| id > last);
+                Ok(())
+            }
+            kind::WINDOW_UPDATE => window_update(connection, header, &payload),
+            // Pushes were refused in trafik's SETTINGS.
+            kind::PUSH_PROMISE => Err(ConnectionError(Reason::PROTOCOL_ERROR)),
+            // PRIORITY and unknown frame types are ignored (RFC 9113 §5.5, §5.3.2).
+            _ => Ok(()),
+        }
+    }
+}
+
+fn data(
+    connection: &mut Connection,
+    header: frame::Header,
+    mut payload: BytesMut,
+) -> Result<(), ConnectionError> {
+    let length = header.length;
+    if header.stream == 0 {
+        return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+    }
+    if length as i64 > connection.recv_window {
+        return Err(ConnectionError(Reason::FLOW_CONTROL_ERROR));
+    }
+    connection.recv_window -= length as i64;
+    if header.has(flag::PADDED) {
+        let padding = payload.first().map_or(usize::MAX, |&p| usize::from(p));
+        if padding >= length {
+            return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+        }
+        payload.advance(1);
+        payload.truncate(payload.len() - padding);
+    }
+    let id = header.stream;
+    let Some(stream) = connection.streams.get_mut(&id) else {
+        if connection.is_idle(id) {
+            return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+        }
+        // A stream already forgotten: its bytes go straight back to the window.
+        connection.release(None, length);
+        return Ok(());
+    };
+    if stream.stopped.is_some() {
+        connection.release(None, length);
+        return Ok(());
+    }
+    if !stream.answered || stream.ended || length as i64 > stream.recv_window {
+        let reason = match length as i64 > stream.recv_window {
+            true => Reason::FLOW_CONTROL_ERROR,
+            false => Reason::PROTOCOL_ERROR,
+        };
+        connection.release(None, length);
+        connection.reset(id, reason);
+        return Ok(());
+    }
+    stream.recv_window -= length as i64;
+    let padding = length - payload.len();
+    if !payload.is_empty() {
+        stream.data.push_back(payload.freeze());
+    }
+    if header.has(flag::END_STREAM) {
+        stream.ended = true;
+    }
+    if let Some(reader) = stream.reader.take() {
+        reader.wake();
+    }
+    if padding > 0 {
+        connection.release(Some(id), padding);
+    }
+    Ok(())
+}
+
+/// A HEADERS frame's block fragment: its payload without padding and priority (RFC 9113 §6.2).
+fn header_block(header: frame::Header, mut payload: BytesMut) -> Result<BytesMut, ConnectionError> {
+    if header.stream == 0 {
+        return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+    }
+    let mut padding = 0;
+    if header.has(flag::PADDED) {
+        let Some(&length) = payload.first() else {
+            return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
+        };
+        payload.advance(1);
+        padding = usize::from(length);
+    }
+    if header.has(flag::PRIORITY) {
+        if payload.len() < 5 {
+            return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
+        }
+        payload.advance(5);
+    }
+    if padding > payload.len() {
+        return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+    }
+    payload.truncate(payload.len() - padding);
+    Ok(payload)
+}
+
+/// An answer's head or trailers as decoded, checked as RFC 9113 §8.1.1 and §8.3.2 ask.
+struct Decoded {
+    status: Option<StatusCode>,
+    fields: HeaderMap,
+    /// A field HTTP/2 forbids, a pseudo-field out of place, a value that is no field value.
+    malformed: bool,
+    /// More fields, or more bytes of them, than `[server.limits]` lets an answer's head have.
+    too_large: bool,
+}
+
+fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, ConnectionError> {
+    let limits = connection.limits;
+    let mut decoded = Decoded {
+        status: None,
+        fields: HeaderMap::new(),
+        malformed: false,
+        too_large: false,
+    };
+    let mut size = 0;
+    connection
+        .decoder
+        .decode(block, |name, value| {
+            size += name.len() + value.len() + 32;
+            if size > limits.bytes || decoded.fields.len() >= limits.headers {
+                decoded.too_large = true;
+                return;
+            }
+            match name {
+                Name::Status if decoded.status.is_none() && decoded.fields.is_empty() => {
+                    match StatusCode::from_bytes(&value) {
+                        Ok(status) if value.len() == 3 => decoded.status = Some(status),
+                        _ => decoded.malformed = true,
+                    }
+                }
+                Name::Field(name) => {
+                    let value = HeaderValue::from_maybe_shared(value);
+                    match value {
+                        Ok(value) if !is_connection_specific(&name, &value) => {
+                            decoded.fields.append(name, value);
+                        }
+                        _ => decoded.malformed = true,
+                    }
+                }
+                _ => decoded.malformed = true,
+            }
+        })
+        .map_err(|_| ConnectionError(Reason::COMPRESSION_ERROR))?;
+    Ok(decoded)
+}
+
+/// Fields that are about one connection, which HTTP/2 forbids (RFC 9113 §8.2.2).
+fn is_connection_specific(name: &header::HeaderName, value: &HeaderValue) -> bool {
+    matches!(
+        *name,
+        header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE
+    ) || name == "keep-alive"
+        || name == "proxy-connection"
+        || (*name == header::TE && value != "trailers")
+}
+
+fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), ConnectionError> {
+    let PartialHeaders {
+        stream: id,
+        end_stream,
+        block,
+    } = partial;
+    // Decoded whatever becomes of it: the decoder's table is the connection's.
+    let Decoded {
+        status,
+        fields,
+        malformed,
+        too_large,
+    } = decode(connection, block.freeze())?;
+    let malformed = malformed || too_large;
+    let Some(stream) = connection.streams.get_mut(&id) else {
+        if connection.is_idle(id) {
+            return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+        }
+        return Ok(());
+    };
+    if stream.stopped.is_some() {
+        return Ok(());
+    }
+    if malformed || stream.ended {
+        connection.reset(id, Reason::PROTOCOL_ERROR);
+        return Ok(());
+    }
+    if stream.answered {
+        // The trailers: they end the stream, and carry no pseudo-field (RFC 9113 §8.1).
+        if !end_stream || status.is_some() {
+            connection.reset(id, Reason::PROTOCOL_ERROR);
+            return Ok(());
+        }
+        stream.trailers = Some(fields);
+        stream.ended = true;
+    } else {
+        let Some(status) = status else {
+            connection.reset(id, Reason::PROTOCOL_ERROR);
+            return Ok(());
+        };
+        if status.is_informational() {
+            // An interim answer (103, 100): the final one follows. 101 has no place in
+            // HTTP/2 (RFC 9113 §8.6).
+            if end_stream || status == StatusCode::SWITCHING_PROTOCOLS {
+                connection.reset(id, Reason::PROTOCOL_ERROR);
+            }
+            return Ok(());
+        }
+        if !content_length_is_sound(&fields) {
+            connection.reset(id, Reason::PROTOCOL_ERROR);
+            return Ok(());
+        }
+        let mut head = Response::new(());
+        *head.status_mut() = status;
+        *head.version_mut() = http::Version::HTTP_2;
+        *head.headers_mut() = fields;
+        stream.head = Some(head);
+        stream.answered = true;
+        stream.ended = end_stream;
+    }
+    if let Some(reader) = stream.reader.take() {
+        reader.wake();
+    }
+    Ok(())
+}
+
+fn reset(
+    connection: &mut Connection,
+    header: frame::Header,
+    payload: &[u8],
+) -> Result<(), ConnectionError> {
+    if header.length != 4 {
+        return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
+    }
+    if header.stream == 0 || connection.is_idle(header.stream) {
+        return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+    }
+    let reason = Reason::from(u32::from_be_bytes([
+        payload[0], payload[1], payload[2], payload[3],
+    ]));
+    if let Some(stream) = connection.streams.get_mut(&header.stream)
+        && stream.stopped.is_none()
+    {
+        stream.stopped = Some(Stop::Reset(reason));
+        stream.wake();
+    }
+    Ok(())
+}
+
+fn settings(
+    connection: &mut Connection,
+    header: frame::Header,
+    payload: &[u8],
+) -> Result<(), ConnectionError> {
+    if header.stream != 0 {
+        return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+    }
+    if header.has(flag::ACK) {
+        return match header.length {
+            0 => Ok(()),
+            _ => Err(ConnectionError(Reason::FRAME_SIZE_ERROR)),
+        };
+    }
+    if !header.length.is_multiple_of(6) {
+        return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
+    }
+    // Before any MAX_CONCURRENT_STREAMS the backend allows any number (RFC 9113 §6.5.2).
+    if !connection.settings_seen {
+        connection.peer.max_streams = usize::MAX;
+    }
+    for entry in payload.chunks_exact(6) {
+        let id = u16::from_be_bytes([entry[0], entry[1]]);
+        let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
+        match id {
+            setting::MAX_CONCURRENT_STREAMS => connection.peer.max_streams = value as usize,
+            setting::INITIAL_WINDOW_SIZE => {
+                if i64::from(value) > frame::MAX_WINDOW {
+                    return Err(ConnectionError(Reason::FLOW_CONTROL_ERROR));
+                }
+                let change = i64::from(value) - i64::from(connection.peer.initial_window);
+                connection.peer.initial_window = value;
+                for stream in connection.streams.values_mut() {
+                    stream.send_window += change;
+                    if stream.send_window > frame::MAX_WINDOW {
+                        return Err(ConnectionError(Reason::FLOW_CONTROL_ERROR));
+                    }
+                    if let Some(sender) = stream.sender.take() {
+                        sender.wake();
+                    }
+                }
+            }
+            setting::MAX_FRAME_SIZE => {
+                if !(frame::DEFAULT_MAX_FRAME as u32..1 << 24).contains(&value) {
+                    return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+                }
+                connection.peer.max_frame = value as usize;
+            }
+            // The table size only bounds an encoder that indexes, and trafik's does not;
+            // the rest say nothing a client acts on.
+            _ => {}
+        }
+    }
+    frame::settings_ack(&mut connection.out);
+    connection.settings_seen = true;
+    connection.wake_waiting();
+    Ok(())
+}
+
+fn window_update(
+    connection: &mut Connection,
+    header: frame::Header,
+    payload: &[u8],
+) -> Result<(), ConnectionError> {
+    if header.length != 4 {
+        return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
+    }
+    let increment = i64::from(
+        u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff,
+    );
+    if header.stream == 0 {
+        if increment == 0 {
+            return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+        }
+        connection.send_window += increment;
+        if connection.send_window > frame::MAX_WINDOW {
+            return Err(ConnectionError(Reason::FLOW_CONTROL_ERROR));
+        }
+        connection.wake_waiting();
+        return Ok(());
+    }
+    if connection.is_idle(header.stream) {
+        return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+    }
+    let Some(stream) = connection.streams.get_mut(&header.stream) else {
+        return Ok(());
+    };
+    stream.send_window += increment;
+    if increment == 0 || stream.send_window > frame::MAX_WINDOW {
+        let reason = match increment {
+            0 => Reason::PROTOCOL_ERROR,
+            _ => Reason::FLOW_CONTROL_ERROR,
+        };
+        connection.reset(header.stream, reason);
+        return Ok(());
+    }
+    if let Some(sender) = stream.sender.take() {
+        sender.wake();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_length_must_be_one_valid_length() {
+        let fields = |values: &[&str]| {
+            let mut fields = HeaderMap::new();
+            for value in values {
+                fields.append(
+                    header::CONTENT_LENGTH,
+                    HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            fields
+        };
+        assert!(content_length_is_sound(&fields(&[])));
+        assert!(content_length_is_sound(&fields(&["12"])));
+        assert!(content_length_is_sound(&fields(&["12", "12"])));
+        assert!(!content_length_is_sound(&fields(&["12", "13"])));
+        assert!(!content_length_is_sound(&fields(&["+12"])));
+        assert!(!content_length_is_sound(&fields(&["1 2"])));
+        assert!(!content_length_is_sound(&fields(&[""])));
+        assert!(!content_length_is_sound(&fields(&["99999999999999999999"])));
+    }
+}

@@ -1,0 +1,361 @@
+//! HTTP/2 frames as trafik writes them (RFC 9113 §4, §6), and the frame header it reads.
+//! Header blocks are written by [`HeaderBlock`] without HPACK's dynamic table or Huffman
+//! coding: every field a literal that is never indexed (RFC 7541 §6.2.2), the pseudo-fields
+//! by their static-table index. That costs a few bytes on a backend's link and spares the
+//! table's upkeep and Huffman's per-byte work on every request (haproxy's encoder does the same).
+
+use bytes::{BufMut, BytesMut};
+use http::{HeaderMap, Method};
+
+/// What opens an HTTP/2 connection, before the client's SETTINGS (RFC 9113 §3.4).
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// A frame header's length.
+pub const HEADER_LEN: usize = 9;
+/// The largest frame payload until the peer's SETTINGS allow more, and the largest trafik
+/// takes (it never raises its own `SETTINGS_MAX_FRAME_SIZE`).
+pub const DEFAULT_MAX_FRAME: usize = 16_384;
+/// A stream's and the connection's flow-control window until SETTINGS or WINDOW_UPDATE
+/// change it (RFC 9113 §6.9.2).
+pub const DEFAULT_WINDOW: u32 = 65_535;
+/// The largest a window may grow (RFC 9113 §6.9.1).
+pub const MAX_WINDOW: i64 = (1 << 31) - 1;
+
+/// Frame types (RFC 9113 §6).
+pub mod kind {
+    pub const DATA: u8 = 0x0;
+    pub const HEADERS: u8 = 0x1;
+    pub const RST_STREAM: u8 = 0x3;
+    pub const SETTINGS: u8 = 0x4;
+    pub const PUSH_PROMISE: u8 = 0x5;
+    pub const PING: u8 = 0x6;
+    pub const GOAWAY: u8 = 0x7;
+    pub const WINDOW_UPDATE: u8 = 0x8;
+    pub const CONTINUATION: u8 = 0x9;
+}
+
+/// Frame flags (RFC 9113 §6).
+pub mod flag {
+    pub const END_STREAM: u8 = 0x1;
+    pub const ACK: u8 = 0x1;
+    pub const END_HEADERS: u8 = 0x4;
+    pub const PADDED: u8 = 0x8;
+    pub const PRIORITY: u8 = 0x20;
+}
+
+/// SETTINGS parameters (RFC 9113 §6.5.2).
+pub mod setting {
+    pub const ENABLE_PUSH: u16 = 0x2;
+    pub const MAX_CONCURRENT_STREAMS: u16 = 0x3;
+    pub const INITIAL_WINDOW_SIZE: u16 = 0x4;
+    pub const MAX_FRAME_SIZE: u16 = 0x5;
+    pub const MAX_HEADER_LIST_SIZE: u16 = 0x6;
+}
+
+/// A frame's header as read.
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    pub length: usize,
+    pub kind: u8,
+    pub flags: u8,
+    pub stream: u32,
+}
+
+impl Header {
+    /// Reads the first [`HEADER_LEN`] bytes of `bytes`, which holds at least that many.
+    pub fn parse(bytes: &[u8]) -> Header {
+        Header {
+            length: usize::from(bytes[0]) << 16
+                | usize::from(bytes[1]) << 8
+                | usize::from(bytes[2]),
+            kind: bytes[3],
+            flags: bytes[4],
+            // The reserved bit is ignored (RFC 9113 §4.1).
+            stream: u32::from_be_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]) & 0x7fff_ffff,
+        }
+    }
+
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+/// Writes a frame header for a payload of `length` bytes.
+pub fn header(out: &mut BytesMut, length: usize, kind: u8, flags: u8, stream: u32) {
+    debug_assert!(length < 1 << 24);
+    out.reserve(HEADER_LEN + length);
+    out.put_uint(length as u64, 3);
+    out.put_u8(kind);
+    out.put_u8(flags);
+    out.put_u32(stream);
+}
+
+pub fn settings(out: &mut BytesMut, values: &[(u16, u32)]) {
+    header(out, values.len() * 6, kind::SETTINGS, 0, 0);
+    for &(id, value) in values {
+        out.put_u16(id);
+        out.put_u32(value);
+    }
+}
+
+pub fn settings_ack(out: &mut BytesMut) {
+    header(out, 0, kind::SETTINGS, flag::ACK, 0);
+}
+
+pub fn ping_ack(out: &mut BytesMut, payload: &[u8]) {
+    header(out, 8, kind::PING, flag::ACK, 0);
+    out.put_slice(payload);
+}
+
+pub fn window_update(out: &mut BytesMut, stream: u32, increment: u32) {
+    header(out, 4, kind::WINDOW_UPDATE, 0, stream);
+    out.put_u32(increment);
+}
+
+pub fn reset(out: &mut BytesMut, stream: u32, reason: h2::Reason) {
+    header(out, 4, kind::RST_STREAM, 0, stream);
+    out.put_u32(reason.into());
+}
+
+pub fn goaway(out: &mut BytesMut, last_stream: u32, reason: h2::Reason) {
+    header(out, 8, kind::GOAWAY, 0, 0);
+    out.put_u32(last_stream);
+    out.put_u32(reason.into());
+}
+
+pub fn data(out: &mut BytesMut, stream: u32, payload: &[u8], end: bool) {
+    let flags = if end { flag::END_STREAM } else { 0 };
+    header(out, payload.len(), kind::DATA, flags, stream);
+    out.put_slice(payload);
+}
+
+/// Writes the header block in `block` as a HEADERS frame, followed by CONTINUATION frames
+/// when it is larger than `max_frame`.
+pub fn headers(out: &mut BytesMut, stream: u32, block: &[u8], end_stream: bool, max_frame: usize) {
+    let mut pieces = block.chunks(max_frame.max(1));
+    let first = pieces.next().unwrap_or_default();
+    let mut flags = if end_stream { flag::END_STREAM } else { 0 };
+    let mut kind = kind::HEADERS;
+    let mut piece = first;
+    loop {
+        let next = pieces.next();
+        if next.is_none() {
+            flags |= flag::END_HEADERS;
+        }
+        header(out, piece.len(), kind, flags, stream);
+        out.put_slice(piece);
+        match next {
+            Some(next) => piece = next,
+            None => return,
+        }
+        kind = kind::CONTINUATION;
+        flags = 0;
+    }
+}
+
+/// A header block being written (RFC 7541), reused from request to request.
+#[derive(Default)]
+pub struct HeaderBlock {
+    bytes: Vec<u8>,
+}
+
+/// Static-table indexes (RFC 7541 Appendix A) of the fields a request's block starts with.
+mod index {
+    pub const AUTHORITY: u8 = 1;
+    pub const METHOD: u8 = 2;
+    pub const METHOD_GET: u8 = 2;
+    pub const METHOD_POST: u8 = 3;
+    pub const PATH: u8 = 4;
+    pub const PATH_ROOT: u8 = 4;
+    pub const SCHEME: u8 = 6;
+    pub const SCHEME_HTTP: u8 = 6;
+    pub const SCHEME_HTTPS: u8 = 7;
+}
+
+impl HeaderBlock {
+    /// A request's block: its pseudo-fields (RFC 9113 §8.3.1), then its fields.
+    pub fn request(
+        &mut self,
+        method: &Method,
+        uri: &http::Uri,
+        tls: bool,
+        fields: &HeaderMap,
+    ) -> &[u8] {
+        self.bytes.clear();
+        match *method {
+            Method::GET => self.indexed(index::METHOD_GET),
+            Method::POST => self.indexed(index::METHOD_POST),
+            _ => self.literal_with_name(index::METHOD, method.as_str().as_bytes(), false),
+        }
+        // CONNECT names only the authority (RFC 9113 §8.5).
+        if *method != Method::CONNECT {
+            match uri
+                .scheme_str()
+                .unwrap_or(if tls { "https" } else { "http" })
+            {
+                "http" => self.indexed(index::SCHEME_HTTP),
+                "https" => self.indexed(index::SCHEME_HTTPS),
+                other => self.literal_with_name(index::SCHEME, other.as_bytes(), false),
+            }
+            match uri.path_and_query().map_or("/", |path| path.as_str()) {
+                "/" => self.indexed(index::PATH_ROOT),
+                path => self.literal_with_name(index::PATH, path.as_bytes(), false),
+            }
+        }
+        if let Some(authority) = uri.authority() {
+            self.literal_with_name(index::AUTHORITY, authority.as_str().as_bytes(), false);
+        }
+        self.fields(fields);
+        &self.bytes
+    }
+
+    /// A trailer section's block.
+    pub fn trailers(&mut self, fields: &HeaderMap) -> &[u8] {
+        self.bytes.clear();
+        self.fields(fields);
+        &self.bytes
+    }
+
+    fn fields(&mut self, fields: &HeaderMap) {
+        for (name, value) in fields {
+            // A literal with a new name, never indexed (0x10) when the value says it is
+            // sensitive, else without indexing (0x00): neither enters a table.
+            self.bytes
+                .push(if value.is_sensitive() { 0x10 } else { 0x00 });
+            self.string(name.as_str().as_bytes());
+            self.string(value.as_bytes());
+        }
+    }
+
+    fn indexed(&mut self, index: u8) {
+        self.bytes.push(0x80 | index);
+    }
+
+    /// A literal whose name is the static table's `index` (less than 15: one byte).
+    fn literal_with_name(&mut self, index: u8, value: &[u8], sensitive: bool) {
+        self.bytes.push(if sensitive { 0x10 } else { 0x00 } | index);
+        self.string(value);
+    }
+
+    /// A string without Huffman coding: its length (a 7-bit prefix integer), then its bytes.
+    fn string(&mut self, value: &[u8]) {
+        self.integer(value.len(), 7, 0x00);
+        self.bytes.extend_from_slice(value);
+    }
+
+    /// An integer with an `prefix`-bit prefix in a first byte carrying `first` (RFC 7541 §5.1).
+    fn integer(&mut self, value: usize, prefix: u32, first: u8) {
+        let most = (1usize << prefix) - 1;
+        if value < most {
+            self.bytes.push(first | value as u8);
+            return;
+        }
+        self.bytes.push(first | most as u8);
+        let mut rest = value - most;
+        while rest >= 128 {
+            self.bytes.push((rest % 128) as u8 | 0x80);
+            rest /= 128;
+        }
+        self.bytes.push(rest as u8);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::hpack::Name;
+    use super::*;
+    use http::HeaderValue;
+
+    /// Decodes `block` as a peer would (trafik's decoder is tested on the RFC's examples).
+    fn decoded(block: &[u8]) -> Vec<(String, String)> {
+        let mut decoder = super::super::hpack::Decoder::new(4096);
+        let mut fields = Vec::new();
+        decoder
+            .decode(bytes::Bytes::copy_from_slice(block), |name, value| {
+                let name = match name {
+                    Name::Field(name) => name.as_str().to_owned(),
+                    Name::Authority => ":authority".into(),
+                    Name::Method => ":method".into(),
+                    Name::Scheme => ":scheme".into(),
+                    Name::Path => ":path".into(),
+                    other => panic!("{other:?} in a request's block"),
+                };
+                fields.push((name, String::from_utf8(value.to_vec()).unwrap()));
+            })
+            .unwrap();
+        fields
+    }
+
+    fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+        expected
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_request_block_reads_back_as_written() {
+        let mut fields = HeaderMap::new();
+        fields.insert("x-forwarded-for", HeaderValue::from_static("127.0.0.1"));
+        fields.append("accept", HeaderValue::from_static("*/*"));
+        let long = "v".repeat(300);
+        fields.insert("x-long", HeaderValue::from_str(&long).unwrap());
+        let uri: http::Uri = "http://example.test:8080/a/b?c=d".parse().unwrap();
+        let mut block = HeaderBlock::default();
+        let written = block.request(&Method::GET, &uri, false, &fields).to_vec();
+        assert_eq!(
+            decoded(&written),
+            pairs(&[
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":path", "/a/b?c=d"),
+                (":authority", "example.test:8080"),
+                ("x-forwarded-for", "127.0.0.1"),
+                ("accept", "*/*"),
+                ("x-long", &long),
+            ])
+        );
+    }
+
+    #[test]
+    fn methods_and_schemes_off_the_static_table_are_literals() {
+        let uri: http::Uri = "/".parse().unwrap();
+        let mut block = HeaderBlock::default();
+        let written = block
+            .request(&Method::DELETE, &uri, true, &HeaderMap::new())
+            .to_vec();
+        assert_eq!(
+            decoded(&written),
+            pairs(&[(":method", "DELETE"), (":scheme", "https"), (":path", "/")])
+        );
+        let connect: http::Uri = "example.test:443".parse().unwrap();
+        let written = block
+            .request(&Method::CONNECT, &connect, true, &HeaderMap::new())
+            .to_vec();
+        assert_eq!(
+            decoded(&written),
+            pairs(&[(":method", "CONNECT"), (":authority", "example.test:443")])
+        );
+    }
+
+    #[test]
+    fn a_block_larger_than_a_frame_goes_on_in_continuation_frames() {
+        let block = vec![0x82u8; 40];
+        let mut out = BytesMut::new();
+        headers(&mut out, 3, &block, true, 16);
+        let mut frames = Vec::new();
+        let mut rest = &out[..];
+        while !rest.is_empty() {
+            let frame = Header::parse(rest);
+            frames.push((frame.kind, frame.flags, frame.length, frame.stream));
+            rest = &rest[HEADER_LEN + frame.length..];
+        }
+        assert_eq!(
+            frames,
+            [
+                (kind::HEADERS, flag::END_STREAM, 16, 3),
+                (kind::CONTINUATION, 0, 16, 3),
+                (kind::CONTINUATION, flag::END_HEADERS, 8, 3),
+            ]
+        );
+    }
+}

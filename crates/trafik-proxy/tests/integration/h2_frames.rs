@@ -1,0 +1,241 @@
+//! trafik's HTTP/2 client against a backend that writes its frames by hand (RFC 9113, RFC 7541):
+//! what a well-behaved server may send (an interim answer, padding, priority) is read past, and
+//! what no server may (malformed answers, undecodable header blocks, endless CONTINUATION
+//! frames) never reaches a client as an answer: the stream or the connection is ended with the
+//! error code the RFC names, and the client gets a 502.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trafik_proxy::plan::UpstreamProtocol;
+use trafik_test_support::proxy::*;
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const GOAWAY: u8 = 0x7;
+const CONTINUATION: u8 = 0x9;
+
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+
+const PROTOCOL_ERROR: u32 = 0x1;
+const COMPRESSION_ERROR: u32 = 0x9;
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+/// A frame as sent: its type, flags, stream and payload.
+type Frame = (u8, u8, u32, Vec<u8>);
+
+/// What a backend writes when a request comes on a stream: bytes of frames.
+type Answer = fn(u32) -> Vec<u8>;
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    bytes.extend([kind, flags]);
+    bytes.extend(stream.to_be_bytes());
+    bytes.extend(payload);
+    bytes
+}
+
+/// `:status: 200`, the static table's entry 8 (RFC 7541 Appendix A).
+const STATUS_200: u8 = 0x88;
+
+/// A literal field without indexing, with a new name (RFC 7541 §6.2.2), neither Huffman-coded.
+fn field(name: &str, value: &str) -> Vec<u8> {
+    let mut bytes = vec![0x00, name.len() as u8];
+    bytes.extend(name.as_bytes());
+    bytes.push(value.len() as u8);
+    bytes.extend(value.as_bytes());
+    bytes
+}
+
+/// An h2c backend writing frames by hand: an empty SETTINGS, then for every request's HEADERS
+/// the bytes `answer` makes for its stream. What trafik sent it is kept in the list returned.
+async fn frame_backend(answer: Answer) -> (SocketAddr, Arc<Mutex<Vec<Frame>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let address = raw_backend(move |mut stream| {
+        let seen = kept.clone();
+        async move {
+            let mut preface = [0; 24];
+            if stream.read_exact(&mut preface).await.is_err() {
+                return;
+            }
+            let _ = stream.write_all(&frame(SETTINGS, 0, 0, &[])).await;
+            let mut header = [0; 9];
+            while stream.read_exact(&mut header).await.is_ok() {
+                let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+                let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]);
+                let mut payload = vec![0; length];
+                if stream.read_exact(&mut payload).await.is_err() {
+                    return;
+                }
+                seen.lock()
+                    .unwrap()
+                    .push((header[3], header[4], id, payload));
+                if header[3] == HEADERS && stream.write_all(&answer(id)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (address, seen)
+}
+
+/// trafik in front of `backend`, its pool speaking h2c without retries.
+fn h2c_pool(backend: SocketAddr) -> trafik_proxy::Running {
+    let mut plan = plan(&[backend]);
+    plan.pools[0].protocol = UpstreamProtocol::H2c;
+    plan.pools[0].retries = 0;
+    trafik_proxy::start(plan).unwrap()
+}
+
+async fn get_once(running: &trafik_proxy::Running) -> String {
+    raw_exchange(
+        web(running),
+        b"GET /takip/TR-1 HTTP/1.1\r\nHost: kargo.test\r\nConnection: close\r\n\r\n",
+    )
+    .await
+}
+
+/// Asks trafik in front of a backend answering `answer` for a page: the client must get a 502,
+/// and the backend a frame `matching` from trafik (waited for a bounded number of turns).
+async fn refused(case: &str, answer: Answer, matching: impl Fn(&Frame) -> bool) {
+    let (backend, seen) = frame_backend(answer).await;
+    let running = h2c_pool(backend);
+    let answer = get_once(&running).await;
+    assert!(answer.starts_with("HTTP/1.1 502"), "{case}: {answer}");
+    let mut told = false;
+    for _ in 0..200 {
+        told = seen.lock().unwrap().iter().any(&matching);
+        if told {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(told, "{case}: the backend was not told");
+    running.stop();
+}
+
+fn error_code(payload: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(payload[at..at + 4].try_into().unwrap())
+}
+
+/// A 103 before the answer, a HEADERS frame with padding and a priority, DATA with padding
+/// (RFC 9113 §6.1, §6.2, §8.1): the client gets the answer and exactly its body.
+#[tokio::test]
+async fn interim_answers_padding_and_priority_are_read_past() {
+    let (backend, _) = frame_backend(|stream| {
+        let early = [vec![0x08, 3], b"103".to_vec()].concat(); // `:status` literal, "103"
+        let mut head = vec![3]; // pad length
+        head.extend([0, 0, 0, 0, 16]); // depends on nothing, weight 16
+        head.push(STATUS_200);
+        head.extend(field("content-length", "5"));
+        head.extend([0; 3]);
+        let mut body = vec![4];
+        body.extend(b"kargo");
+        body.extend([0; 4]);
+        [
+            frame(HEADERS, END_HEADERS, stream, &early),
+            frame(HEADERS, END_HEADERS | PADDED | PRIORITY, stream, &head),
+            frame(DATA, END_STREAM | PADDED, stream, &body),
+        ]
+        .concat()
+    })
+    .await;
+    let running = h2c_pool(backend);
+    let answer = get_once(&running).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nkargo"), "{answer}");
+    running.stop();
+}
+
+/// Answers HTTP/2 calls malformed (RFC 9113 §8.1.1, §8.2): each is reset with PROTOCOL_ERROR and
+/// its client gets a 502, never the answer.
+#[tokio::test]
+async fn malformed_answers_are_reset_and_never_relayed() {
+    let cases: [(&str, Answer); 5] = [
+        ("two lengths", |stream| {
+            let block = [
+                vec![STATUS_200],
+                field("content-length", "5"),
+                field("content-length", "6"),
+            ]
+            .concat();
+            [
+                frame(HEADERS, END_HEADERS, stream, &block),
+                frame(DATA, END_STREAM, stream, b"kargo"),
+            ]
+            .concat()
+        }),
+        ("a name in upper case", |stream| {
+            let block = [vec![STATUS_200], field("X-Kargo", "1")].concat();
+            frame(HEADERS, END_HEADERS | END_STREAM, stream, &block)
+        }),
+        ("a connection-specific field", |stream| {
+            let block = [vec![STATUS_200], field("connection", "close")].concat();
+            frame(HEADERS, END_HEADERS | END_STREAM, stream, &block)
+        }),
+        ("no status", |stream| {
+            frame(
+                HEADERS,
+                END_HEADERS | END_STREAM,
+                stream,
+                &field("x-kargo", "1"),
+            )
+        }),
+        ("DATA before the head", |stream| {
+            [
+                frame(DATA, 0, stream, b"kargo"),
+                frame(HEADERS, END_HEADERS | END_STREAM, stream, &[STATUS_200]),
+            ]
+            .concat()
+        }),
+    ];
+    for (case, answer) in cases {
+        refused(case, answer, |(kind, _, stream, payload)| {
+            *kind == RST_STREAM && *stream == 1 && error_code(payload, 0) == PROTOCOL_ERROR
+        })
+        .await;
+    }
+}
+
+/// A header block that names no table entry cannot be decoded, and the decoder's state, which
+/// is the connection's, is lost with it (RFC 9113 §4.3): GOAWAY(COMPRESSION_ERROR).
+#[tokio::test]
+async fn an_undecodable_header_block_ends_the_connection() {
+    // Index 62 of an empty dynamic table.
+    let answer: Answer = |stream| frame(HEADERS, END_HEADERS | END_STREAM, stream, &[0xbe]);
+    refused(
+        "GOAWAY(COMPRESSION_ERROR)",
+        answer,
+        |(kind, _, _, payload)| *kind == GOAWAY && error_code(payload, 4) == COMPRESSION_ERROR,
+    )
+    .await;
+}
+
+/// A header block that goes on in CONTINUATION frames past any head trafik would take (the
+/// "CONTINUATION flood"): the connection ends before it is all held.
+#[tokio::test]
+async fn a_continuation_flood_ends_the_connection() {
+    let answer: Answer = |stream| {
+        let mut frames = frame(HEADERS, 0, stream, &[STATUS_200]);
+        let filler = field("x-kargo", &"k".repeat(100)).repeat(140);
+        for _ in 0..100 {
+            frames.extend(frame(CONTINUATION, 0, stream, &filler));
+        }
+        frames
+    };
+    refused(
+        "GOAWAY(ENHANCE_YOUR_CALM)",
+        answer,
+        |(kind, _, _, payload)| *kind == GOAWAY && error_code(payload, 4) == ENHANCE_YOUR_CALM,
+    )
+    .await;
+}
