@@ -2,7 +2,7 @@
 //! by the request's own task, its body pumped by a task of its own under the stream's flow
 //! control, and the answer's body read from the stream as the client takes it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::Pin;
@@ -14,7 +14,7 @@ use h2::Reason;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 
-use super::connection::{Connection, QUEUED_MOST, SETTINGS_WAIT, Stop};
+use super::connection::{Connection, QUEUED_MOST, SETTINGS_WAIT, Stop, content_length};
 use super::frame;
 use crate::http::body::{BodyError, RequestBody};
 use crate::http::upstream::{SendError, UpstreamBody};
@@ -98,7 +98,9 @@ impl Http2Connection {
                 if shared.refusing {
                     return Poll::Ready(false);
                 }
-                if shared.streams.len() >= shared.max_streams() {
+                // A backend allowing no stream at all is asked anyway: its refusal ends the
+                // request, where waiting would never end.
+                if shared.streams.len() >= shared.max_streams().max(1) {
                     shared.waiting.push(cx.waker().clone());
                     return Poll::Pending;
                 }
@@ -129,13 +131,11 @@ impl Http2Connection {
                 id,
                 reads: true,
             };
-            // A bodiless request is sent whole with its head; one with a body when its task
-            // says so.
-            let sent_whole = (!end).then(|| {
-                let sent_whole = Rc::new(Cell::new(false));
-                tokio::task::spawn_local(upload(body, stream.uploader(), sent_whole.clone()));
-                sent_whole
-            });
+            // A bodiless request is sent whole with its head; a body goes up on a task of
+            // its own.
+            if !end {
+                tokio::task::spawn_local(upload(body, stream.uploader()));
+            }
             let answer = poll_fn(|cx| stream.poll_head(cx))
                 .await
                 .ok_or_else(SendError::lost)?;
@@ -148,16 +148,9 @@ impl Http2Connection {
                 true => Some(0),
                 false => content_length(answer.headers()),
             };
-            Ok(answer.map(|()| UpstreamBody::Http2(Http2Body::new(stream, length, sent_whole))))
+            Ok(answer.map(|()| UpstreamBody::Http2(Http2Body::new(stream, length))))
         }
     }
-}
-
-/// An answer's `content-length` (its values checked equal when the head came).
-fn content_length(fields: &HeaderMap) -> Option<u64> {
-    fields
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok()?.parse().ok())
 }
 
 /// A hold on one stream: the request's (then its answer body's, `reads`) or the upload's.
@@ -221,8 +214,7 @@ impl Drop for StreamRef {
             return;
         }
         if let Some(stream) = connection.streams.remove(&self.id) {
-            let unread: usize = stream.data.iter().map(Bytes::len).sum();
-            connection.release(None, unread);
+            connection.release(None, stream.unread());
         }
         if connection.abandoned && connection.streams.is_empty() {
             connection.wake_driver();
@@ -231,30 +223,17 @@ impl Drop for StreamRef {
     }
 }
 
-/// Pumps a request body onto its stream, a frame at a time and only while the backend has
-/// room for more (flow control), so a slow backend slows the client's upload. A body that
-/// fails (the client went away, a limit) resets the stream. `sent_whole` turns true once the
-/// body's end is sent, not when the backend stopped it.
-async fn upload(mut body: RequestBody, stream: StreamRef, sent_whole: Rc<Cell<bool>>) {
-    match pump(&mut body, &stream).await {
-        Pumped::Whole => sent_whole.set(true),
-        Pumped::Stopped => {}
-        Pumped::Failed => stream
+/// Pumps a request body onto its stream, each piece as the backend has room for it (flow
+/// control), so a slow backend slows the client's upload. A body that fails (the client went
+/// away, a limit) resets the stream; a stream that stopped (reset either way, the connection
+/// gone) stops the upload.
+async fn upload(mut body: RequestBody, stream: StreamRef) {
+    if pump(&mut body, &stream).await.is_err() {
+        stream
             .connection
             .borrow_mut()
-            .reset(stream.id, Reason::INTERNAL_ERROR),
+            .reset(stream.id, Reason::INTERNAL_ERROR);
     }
-}
-
-/// How a request body's pumping ended.
-enum Pumped {
-    /// Its end (END_STREAM, or the trailers) is sent.
-    Whole,
-    /// The stream ended first: the backend reset it (it wants no more of the body, RFC 9113
-    /// §8.1), or the connection went.
-    Stopped,
-    /// The body failed.
-    Failed,
 }
 
 /// What came first while a body's next frame was awaited.
@@ -263,11 +242,9 @@ enum Next {
     Stopped,
 }
 
-async fn pump(body: &mut RequestBody, stream: &StreamRef) -> Pumped {
+/// Sends the body to its end, or until the stream stops; an error when the body failed.
+async fn pump(body: &mut RequestBody, stream: &StreamRef) -> Result<(), BodyError> {
     loop {
-        if poll_fn(|cx| stream.poll_room(cx)).await.is_none() {
-            return Pumped::Stopped;
-        }
         let next = poll_fn(|cx| {
             if stream.poll_stopped(cx) {
                 return Poll::Ready(Next::Stopped);
@@ -276,33 +253,34 @@ async fn pump(body: &mut RequestBody, stream: &StreamRef) -> Pumped {
         })
         .await;
         let frame = match next {
-            Next::Stopped => return Pumped::Stopped,
-            Next::Frame(None) => return stream.send_end(),
-            Next::Frame(Some(Err(_))) => return Pumped::Failed,
-            Next::Frame(Some(Ok(frame))) => frame,
+            Next::Stopped => return Ok(()),
+            // The end needs no window (RFC 9113 §6.9.1: an empty DATA frame).
+            Next::Frame(None) => {
+                stream.send_data(&[], true);
+                return Ok(());
+            }
+            Next::Frame(Some(result)) => result?,
         };
         match frame.into_data() {
             Ok(mut data) => {
                 let end = body.is_end_stream();
                 while !data.is_empty() {
                     let Some(room) = poll_fn(|cx| stream.poll_room(cx)).await else {
-                        return Pumped::Stopped;
+                        return Ok(());
                     };
                     let piece = data.split_to(room.min(data.len()));
-                    if end && data.is_empty() {
-                        stream.send_data(&piece, true);
-                        return Pumped::Whole;
-                    }
-                    stream.send_data(&piece, false);
+                    stream.send_data(&piece, end && data.is_empty());
                 }
-                // An empty last piece: the end still has to be said.
                 if end {
-                    return stream.send_end();
+                    // An empty last piece: the end still has to be said.
+                    stream.send_data(&[], true);
+                    return Ok(());
                 }
             }
             Err(frame) => {
                 if let Ok(trailers) = frame.into_trailers() {
-                    return stream.send_trailers(&trailers);
+                    stream.send_trailers(&trailers);
+                    return Ok(());
                 }
             }
         }
@@ -311,33 +289,34 @@ async fn pump(body: &mut RequestBody, stream: &StreamRef) -> Pumped {
 
 impl StreamRef {
     /// How much of a body the stream may send now (both windows, a frame at most), once the
-    /// connection's queue has room; `None` once the stream is stopped.
+    /// connection's queue has room; `None` once the stream takes no more.
     fn poll_room(&self, cx: &mut Context<'_>) -> Poll<Option<usize>> {
         let mut connection = self.connection.borrow_mut();
         let connection = &mut *connection;
         let Some(stream) = connection.streams.get_mut(&self.id) else {
             return Poll::Ready(None);
         };
-        if stream.stopped.is_some() {
+        if stream.sending_closed {
             return Poll::Ready(None);
         }
         let room = stream.send_window.min(connection.send_window);
-        if stream.send_window <= 0 {
-            stream.sender = Some(cx.waker().clone());
-            return Poll::Pending;
+        if room > 0 && connection.out.len() < QUEUED_MOST {
+            return Poll::Ready(Some((room as usize).min(connection.peer.max_frame)));
         }
-        if room <= 0 || connection.out.len() >= QUEUED_MOST {
+        // Woken by the stream's window or its end; by the connection's window or room in
+        // its queue.
+        stream.sender = Some(cx.waker().clone());
+        if stream.send_window > 0 {
             connection.waiting.push(cx.waker().clone());
-            return Poll::Pending;
         }
-        Poll::Ready(Some((room as usize).min(connection.peer.max_frame)))
+        Poll::Pending
     }
 
-    /// Whether the stream stopped; else the task is woken when it does.
+    /// Whether the stream takes no more of the request; else the task is woken when so.
     fn poll_stopped(&self, cx: &mut Context<'_>) -> bool {
         let mut connection = self.connection.borrow_mut();
         match connection.streams.get_mut(&self.id) {
-            Some(stream) if stream.stopped.is_none() => {
+            Some(stream) if !stream.sending_closed => {
                 stream.sender = Some(cx.waker().clone());
                 false
             }
@@ -345,44 +324,48 @@ impl StreamRef {
         }
     }
 
-    /// Queues a DATA frame the windows have room for.
+    /// Queues a DATA frame the windows have room for; `end` closes the request's side.
     fn send_data(&self, data: &[u8], end: bool) {
         let mut connection = self.connection.borrow_mut();
         let connection = &mut *connection;
-        if let Some(stream) = connection.streams.get_mut(&self.id) {
+        if let Some(stream) = connection.streams.get_mut(&self.id)
+            && !stream.sending_closed
+        {
             stream.send_window -= data.len() as i64;
+            stream.sending_closed = end;
             connection.send_window -= data.len() as i64;
             frame::data(&mut connection.out, self.id, data, end);
             connection.wake_driver();
         }
     }
 
-    /// Ends the request with an empty DATA frame (no window needed).
-    fn send_end(&self) -> Pumped {
-        self.send_data(&[], true);
-        Pumped::Whole
-    }
-
-    fn send_trailers(&self, trailers: &HeaderMap) -> Pumped {
+    /// Ends the request with its trailers (HEADERS are not flow-controlled).
+    fn send_trailers(&self, trailers: &HeaderMap) {
         let mut connection = self.connection.borrow_mut();
         let connection = &mut *connection;
+        let Some(stream) = connection.streams.get_mut(&self.id) else {
+            return;
+        };
+        if stream.sending_closed {
+            return;
+        }
+        stream.sending_closed = true;
         let max_frame = connection.peer.max_frame;
         let block = connection.block.trailers(trailers);
         frame::headers(&mut connection.out, self.id, block, true, max_frame);
         connection.wake_driver();
-        Pumped::Whole
     }
 }
 
 /// An answer's body as it comes on its stream: DATA, then the trailers, if any. What is read
 /// is given back to the backend's windows as it is read: the client's pace holds the stream
-/// back through the reads themselves.
+/// back through the reads themselves. The body is whole only at the backend's END_STREAM with
+/// all its `content-length`; a stream stopped before it (reset either way, the connection
+/// lost) reaches the client as an error, never as a complete body (nor a gRPC answer without
+/// its status).
 pub struct Http2Body {
     stream: StreamRef,
     reading: Reading,
-    /// Whether the request's body has been sent to its end; `None` for a bodiless request,
-    /// sent whole with its head.
-    sent_whole: Option<Rc<Cell<bool>>>,
 }
 
 /// Where an answer's body is: its DATA (with what remains of the length the backend gave in
@@ -393,41 +376,17 @@ enum Reading {
 }
 
 impl Http2Body {
-    fn new(stream: StreamRef, length: Option<u64>, sent_whole: Option<Rc<Cell<bool>>>) -> Self {
-        let whole = {
-            let connection = stream.connection.borrow();
-            connection
-                .streams
-                .get(&stream.id)
-                .is_some_and(|s| s.ended && s.data.is_empty() && s.trailers.is_none())
-        };
-        let left = match whole {
-            true => Some(0),
-            false => length,
-        };
+    fn new(stream: StreamRef, length: Option<u64>) -> Self {
         Http2Body {
             stream,
-            reading: Reading::Data { left },
-            sent_whole,
+            reading: Reading::Data { left: length },
         }
     }
 
-    /// Whether a reset the backend sent ends the answer cleanly. An answer whose length has
-    /// all come is complete, whatever follows; one with some of its length missing is cut.
-    /// Without a length: `NO_ERROR` (or `CANCEL`) is how a server that answered in full asks
-    /// the client to stop sending its request (RFC 9113 §8.1), so it ends the body while the
-    /// request is still going up; once the request has been sent whole there is nothing left
-    /// to stop, and a reset cuts the answer short. A cut answer reaches the client as an
-    /// error, never as a complete body (nor a gRPC answer without its status).
-    fn ended_or(&self, reason: Reason) -> Option<Result<Frame<Bytes>, h2::Error>> {
-        let stop_only = matches!(reason, Reason::NO_ERROR | Reason::CANCEL);
-        let complete = match self.reading {
-            Reading::Data { left: Some(left) } => stop_only && left == 0,
-            _ => stop_only && self.sent_whole.as_ref().is_some_and(|sent| !sent.get()),
-        };
-        match complete {
-            true => None,
-            false => Some(Err(reason.into())),
+    fn length_left(&self) -> u64 {
+        match self.reading {
+            Reading::Data { left: Some(left) } => left,
+            _ => 0,
         }
     }
 }
@@ -447,13 +406,15 @@ impl Body for Http2Body {
         let Some(stream) = connection.streams.get_mut(&id) else {
             return Poll::Ready(Some(Err(Reason::INTERNAL_ERROR.into())));
         };
-        let reset = match stream.stopped {
+        match stream.stopped {
+            Some(Stop::Reset(reason) | Stop::Local(reason)) => {
+                return Poll::Ready(Some(Err(reason.into())));
+            }
             Some(Stop::Lost) => return Poll::Ready(Some(Err(Reason::INTERNAL_ERROR.into()))),
-            Some(Stop::Local(reason)) => return Poll::Ready(Some(Err(reason.into()))),
-            Some(Stop::Reset(reason)) => Some(reason),
-            None => None,
-        };
-        if let Some(data) = stream.data.pop_front() {
+            None => {}
+        }
+        if let Some(data) = stream.take_data() {
+            connection.release(Some(id), data.len());
             if let Reading::Data { left: Some(left) } = &mut this.reading {
                 if data.len() as u64 > *left {
                     // More than the answer's length said (RFC 9113 §8.1.1).
@@ -462,16 +423,11 @@ impl Body for Http2Body {
                 }
                 *left -= data.len() as u64;
             }
-            connection.release(Some(id), data.len());
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
-        if let Some(reason) = reset {
-            return Poll::Ready(this.ended_or(reason));
-        }
         if stream.ended {
-            if let Reading::Data { left: Some(left) } = this.reading
-                && left > 0
-            {
+            if this.length_left() > 0 {
+                // Less than the answer's length said.
                 return Poll::Ready(Some(Err(Reason::PROTOCOL_ERROR.into())));
             }
             this.reading = Reading::Trailers;
@@ -487,14 +443,20 @@ impl Body for Http2Body {
         Poll::Pending
     }
 
+    /// True only when nothing is left to read and nothing is missing: a body short of its
+    /// length is polled again, to fail.
     fn is_end_stream(&self) -> bool {
         let connection = self.stream.connection.borrow();
-        connection
-            .streams
-            .get(&self.stream.id)
-            .is_none_or(|stream| {
-                stream.ended && stream.data.is_empty() && stream.trailers.is_none()
-            })
+        let whole = |stream: &super::connection::Stream| {
+            stream.ended
+                && stream.stopped.is_none()
+                && !stream.holds_data()
+                && stream.trailers.is_none()
+        };
+        match connection.streams.get(&self.stream.id) {
+            Some(stream) => whole(stream) && self.length_left() == 0,
+            None => true,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -40,6 +40,8 @@ const CONNECTION_WINDOW: u32 = STREAM_WINDOW * MOST_STREAMS as u32;
 /// Bytes waiting for the socket past which request bodies wait for them to leave: a backend
 /// that reads slowly slows the uploads rather than filling memory.
 pub(super) const QUEUED_MOST: usize = 256 * 1024;
+/// DATA payloads this large are kept as read, smaller ones may be copied (see `Stream::hold`).
+const SHARED_FROM: usize = 8 * 1024;
 /// Bytes waiting for the socket past which the driver stops reading the backend.
 const OWED_MOST: usize = 4 * QUEUED_MOST;
 /// The streams assumed until the backend's SETTINGS say otherwise (the least RFC 9113 §6.5.2
@@ -101,12 +103,21 @@ pub(super) struct Stream {
     pub(super) head: Option<Response<()>>,
     /// The head came (a later HEADERS frame is the trailers).
     pub(super) answered: bool,
-    pub(super) data: VecDeque<Bytes>,
+    /// DATA read and not yet taken, as read; then `tail`, small pieces copied together.
+    data: VecDeque<Bytes>,
+    tail: BytesMut,
     pub(super) trailers: Option<HeaderMap>,
     /// The backend's END_STREAM came: the answer is whole.
     pub(super) ended: bool,
-    /// The stream ended before the answer's end.
+    /// The stream ended before the answer's end (never set once it is whole).
     pub(super) stopped: Option<Stop>,
+    /// The request's frames may go no further: its end was sent, or the stream was reset
+    /// either way (a reset after a whole answer stops only the upload, RFC 9113 §8.1).
+    pub(super) sending_closed: bool,
+    /// A RST_STREAM went or came: none is sent again.
+    reset: bool,
+    /// The request was HEAD: its answer's `content-length` promises no DATA.
+    bodiless: bool,
     /// What trafik may still send on the stream.
     pub(super) send_window: i64,
     /// What the backend may still send on the stream.
@@ -131,14 +142,18 @@ pub(super) enum Stop {
 }
 
 impl Stream {
-    fn new(send_window: u32) -> Stream {
+    fn new(send_window: u32, sent_whole: bool, bodiless: bool) -> Stream {
         Stream {
             head: None,
             answered: false,
             data: VecDeque::new(),
+            tail: BytesMut::new(),
             trailers: None,
             ended: false,
             stopped: None,
+            sending_closed: sent_whole,
+            reset: false,
+            bodiless,
             send_window: i64::from(send_window),
             recv_window: i64::from(STREAM_WINDOW),
             unreleased: 0,
@@ -160,6 +175,48 @@ impl Stream {
     /// Whether the stream is over for its reader: whole, or stopped.
     pub(super) fn is_done(&self) -> bool {
         self.ended || self.stopped.is_some()
+    }
+
+    /// Keeps a DATA payload for the reader. A large one, or the only one waiting, is kept as
+    /// the bytes read (a slice of the read buffer, no copy); small ones behind others are
+    /// copied together, so a backend sending many tiny frames to a client that does not read
+    /// holds no more memory than its window's worth, never a read buffer per byte.
+    fn hold(&mut self, payload: BytesMut) {
+        if payload.len() >= SHARED_FROM || (self.data.is_empty() && self.tail.is_empty()) {
+            if !self.tail.is_empty() {
+                self.data.push_back(self.tail.split().freeze());
+            }
+            self.data.push_back(payload.freeze());
+        } else {
+            self.tail.extend_from_slice(&payload);
+        }
+    }
+
+    /// The next piece of DATA held, in the order it came.
+    pub(super) fn take_data(&mut self) -> Option<Bytes> {
+        self.data
+            .pop_front()
+            .or_else(|| (!self.tail.is_empty()).then(|| self.tail.split().freeze()))
+    }
+
+    /// Whether DATA is held unread.
+    pub(super) fn holds_data(&self) -> bool {
+        !self.data.is_empty() || !self.tail.is_empty()
+    }
+
+    /// The bytes of DATA held unread.
+    pub(super) fn unread(&self) -> usize {
+        self.data.iter().map(Bytes::len).sum::<usize>() + self.tail.len()
+    }
+
+    /// Ends the stream before its answer's end (`stop`), unless the answer is whole: then
+    /// only the request's sending stops.
+    fn stop(&mut self, stop: Stop) {
+        self.sending_closed = true;
+        if !self.is_done() {
+            self.stopped = Some(stop);
+        }
+        self.wake();
     }
 }
 
@@ -263,14 +320,18 @@ impl Connection {
             .block
             .request(&head.method, &head.uri, self.tls, &head.headers);
         frame::headers(&mut self.out, id, block, end, self.peer.max_frame);
+        let bodiless = head.method == http::Method::HEAD;
         self.streams
-            .insert(id, Stream::new(self.peer.initial_window));
+            .insert(id, Stream::new(self.peer.initial_window, end, bodiless));
         self.wake_driver();
         id
     }
 
     /// Gives `amount` bytes the reader of stream `id` took (or that no one will read) back
-    /// to the windows they came through, with a WINDOW_UPDATE once half a window is owed.
+    /// to the windows they came through, with a WINDOW_UPDATE once half a stream's window is
+    /// owed. The connection's is given back at the same pace, not at half its own size:
+    /// streams whose clients stopped reading may hold most of it for good, and the others'
+    /// returns must flow all the same.
     pub(super) fn release(&mut self, id: Option<u32>, amount: usize) {
         let amount = amount as u32;
         if let Some(stream) = id.and_then(|id| self.streams.get_mut(&id).map(|s| (id, s))) {
@@ -284,7 +345,7 @@ impl Connection {
             }
         }
         self.unreleased += amount;
-        if self.unreleased >= CONNECTION_WINDOW / 2 && !self.closed {
+        if self.unreleased >= STREAM_WINDOW / 2 && !self.closed {
             frame::window_update(&mut self.out, 0, self.unreleased);
             self.recv_window += i64::from(self.unreleased);
             self.unreleased = 0;
@@ -297,11 +358,11 @@ impl Connection {
         let Some(stream) = self.streams.get_mut(&id) else {
             return;
         };
-        if stream.stopped.is_some() || self.closed {
+        if stream.reset || self.closed {
             return;
         }
-        stream.stopped = Some(Stop::Local(reason));
-        stream.wake();
+        stream.reset = true;
+        stream.stop(Stop::Local(reason));
         frame::reset(&mut self.out, id, reason);
         self.wake_driver();
     }
@@ -319,19 +380,26 @@ impl Connection {
     fn lose_streams(&mut self, which: impl Fn(u32) -> bool) {
         self.refusing = true;
         for (&id, stream) in self.streams.iter_mut() {
-            if !stream.is_done() && which(id) {
-                stream.stopped = Some(Stop::Lost);
-                stream.wake();
+            if which(id) {
+                stream.stop(Stop::Lost);
             }
         }
         self.wake_waiting();
         self.wake_driver();
     }
 
-    /// Whether `id` names a stream trafik has not opened yet (RFC 9113 §5.1: "idle").
+    /// Whether `id` names a stream trafik never opened: one not yet ("idle", RFC 9113 §5.1),
+    /// or an even one, which only a server opens, and pushes were refused.
     fn is_idle(&self, id: u32) -> bool {
-        id >= self.next_stream
+        id >= self.next_stream || id.is_multiple_of(2)
     }
+}
+
+/// An answer's `content-length` (its values checked equal when the head came).
+pub(super) fn content_length(fields: &HeaderMap) -> Option<u64> {
+    fields
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse().ok())
 }
 
 /// Whether an answer's `content-length` fields, if any, all give one valid length (RFC 9110
@@ -612,7 +680,7 @@ fn data(
     stream.recv_window -= length as i64;
     let padding = length - payload.len();
     if !payload.is_empty() {
-        stream.data.push_back(payload.freeze());
+        stream.hold(payload);
     }
     if header.has(flag::END_STREAM) {
         stream.ended = true;
@@ -687,9 +755,12 @@ fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, Connecti
                     }
                 }
                 Name::Field(name) => {
+                    // No space or tab may open or close a value (RFC 9113 §8.2.1).
+                    let padded = |byte: Option<&u8>| matches!(byte, Some(b' ' | b'\t'));
+                    let padded = padded(value.first()) || padded(value.last());
                     let value = HeaderValue::from_maybe_shared(value);
                     match value {
-                        Ok(value) if !is_connection_specific(&name, &value) => {
+                        Ok(value) if !padded && !is_connection_specific(&name, &value) => {
                             decoded.fields.append(name, value);
                         }
                         _ => decoded.malformed = true,
@@ -760,7 +831,13 @@ fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), C
             }
             return Ok(());
         }
-        if !content_length_is_sound(&fields) {
+        // A length is a promise of DATA that an END_STREAM here breaks (RFC 9113 §8.1.1),
+        // but for a HEAD request's answer or a status that has no body.
+        let broken_promise = end_stream
+            && !stream.bodiless
+            && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+            && content_length(&fields).is_some_and(|length| length > 0);
+        if !content_length_is_sound(&fields) || broken_promise {
             connection.reset(id, Reason::PROTOCOL_ERROR);
             return Ok(());
         }
@@ -793,10 +870,10 @@ fn reset(
         payload[0], payload[1], payload[2], payload[3],
     ]));
     if let Some(stream) = connection.streams.get_mut(&header.stream)
-        && stream.stopped.is_none()
+        && !stream.reset
     {
-        stream.stopped = Some(Stop::Reset(reason));
-        stream.wake();
+        stream.reset = true;
+        stream.stop(Stop::Reset(reason));
     }
     Ok(())
 }
@@ -842,6 +919,10 @@ fn settings(
                         sender.wake();
                     }
                 }
+            }
+            // A server may only say 0 (RFC 9113 §6.5.2).
+            setting::ENABLE_PUSH if value != 0 => {
+                return Err(ConnectionError(Reason::PROTOCOL_ERROR));
             }
             setting::MAX_FRAME_SIZE => {
                 if !(frame::DEFAULT_MAX_FRAME as u32..1 << 24).contains(&value) {

@@ -11,7 +11,8 @@ use http::HeaderName;
 
 /// A decoded field's name: a pseudo-field, or a field name. A literal name that is neither (an
 /// unknown pseudo-field, a character HTTP/2 forbids, upper case) is [`Name::Malformed`]: the
-/// block is still decoded through, for its table entries are the connection's.
+/// block is still decoded through, for its table entries are the connection's; the name's
+/// length is kept for the table's size.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Name {
     Authority,
@@ -21,7 +22,7 @@ pub enum Name {
     Status,
     Protocol,
     Field(HeaderName),
-    Malformed,
+    Malformed(usize),
 }
 
 impl Name {
@@ -33,7 +34,9 @@ impl Name {
             b":path" => Name::Path,
             b":status" => Name::Status,
             b":protocol" => Name::Protocol,
-            _ => HeaderName::from_lowercase(bytes).map_or(Name::Malformed, Name::Field),
+            _ => {
+                HeaderName::from_lowercase(bytes).map_or(Name::Malformed(bytes.len()), Name::Field)
+            }
         }
     }
 
@@ -45,7 +48,7 @@ impl Name {
             Name::Path => 5,
             Name::Protocol => 9,
             Name::Field(name) => name.as_str().len(),
-            Name::Malformed => 0,
+            Name::Malformed(length) => *length,
         }
     }
 }
@@ -188,8 +191,11 @@ impl Decoder {
                 let (name, value) = self.entry(index)?;
                 field(name, value);
             } else if first & 0xc0 == 0x40 {
-                // Literal with incremental indexing (§6.2.1).
+                // Literal with incremental indexing (§6.2.1). The table keeps a copy: a
+                // slice of the block would keep the whole read buffer it came in.
                 let (name, value) = self.literal(&mut block, 6)?;
+                self.decoded.extend_from_slice(&value);
+                let value = self.decoded.split().freeze();
                 self.insert(name.clone(), value.clone());
                 field(name, value);
             } else if first & 0xe0 == 0x20 {
@@ -597,7 +603,10 @@ mod tests {
         let fields = decode(&mut decoder, "0005 5570 7065 7201 7888");
         assert_eq!(
             fields,
-            [(Name::Malformed, "x".to_owned()), field(":status", "200")]
+            [
+                (Name::Malformed(5), "x".to_owned()),
+                field(":status", "200")
+            ]
         );
     }
 }

@@ -160,7 +160,7 @@ async fn interim_answers_padding_and_priority_are_read_past() {
 /// its client gets a 502, never the answer.
 #[tokio::test]
 async fn malformed_answers_are_reset_and_never_relayed() {
-    let cases: [(&str, Answer); 5] = [
+    let cases: [(&str, Answer); 7] = [
         ("two lengths", |stream| {
             let block = [
                 vec![STATUS_200],
@@ -173,6 +173,14 @@ async fn malformed_answers_are_reset_and_never_relayed() {
                 frame(DATA, END_STREAM, stream, b"kargo"),
             ]
             .concat()
+        }),
+        ("a length and no DATA", |stream| {
+            let block = [vec![STATUS_200], field("content-length", "5")].concat();
+            frame(HEADERS, END_HEADERS | END_STREAM, stream, &block)
+        }),
+        ("a value opening with a space", |stream| {
+            let block = [vec![STATUS_200], field("x-kargo", " 1")].concat();
+            frame(HEADERS, END_HEADERS | END_STREAM, stream, &block)
         }),
         ("a name in upper case", |stream| {
             let block = [vec![STATUS_200], field("X-Kargo", "1")].concat();
@@ -204,6 +212,46 @@ async fn malformed_answers_are_reset_and_never_relayed() {
         })
         .await;
     }
+}
+
+/// A server may stop a request it has answered in full with RST_STREAM(NO_ERROR) (RFC 9113 §8.1):
+/// the answer, whole with its END_STREAM, reaches the client whole, trailers and all.
+#[tokio::test]
+async fn a_reset_after_a_whole_answer_leaves_it_whole() {
+    let (backend, _) = frame_backend(|stream| {
+        [
+            frame(HEADERS, END_HEADERS, stream, &[STATUS_200]),
+            frame(DATA, 0, stream, b"kargo"),
+            frame(
+                HEADERS,
+                END_HEADERS | END_STREAM,
+                stream,
+                &field("x-son", "1"),
+            ),
+            frame(RST_STREAM, 0, stream, &0u32.to_be_bytes()),
+        ]
+        .concat()
+    })
+    .await;
+    let running = h2c_pool(backend);
+    let answer = get_once(&running).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.contains("\r\n\r\n5\r\nkargo\r\n0\r\n"),
+        "not whole: {answer}"
+    );
+    running.stop();
+}
+
+/// A server may never ask for pushes (RFC 9113 §6.5.2): SETTINGS_ENABLE_PUSH = 1 ends the
+/// connection with PROTOCOL_ERROR.
+#[tokio::test]
+async fn a_server_enabling_push_ends_the_connection() {
+    let answer: Answer = |_| frame(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 1]);
+    refused("GOAWAY(PROTOCOL_ERROR)", answer, |(kind, _, _, payload)| {
+        *kind == GOAWAY && error_code(payload, 4) == PROTOCOL_ERROR
+    })
+    .await;
 }
 
 /// A header block that names no table entry cannot be decoded, and the decoder's state, which
