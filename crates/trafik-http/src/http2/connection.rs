@@ -514,6 +514,8 @@ struct PartialHeaders {
     stream: u32,
     end_stream: bool,
     block: BytesMut,
+    /// CONTINUATION frames so far.
+    continuations: usize,
 }
 
 impl Reader {
@@ -567,6 +569,7 @@ impl Reader {
                     stream: header.stream,
                     end_stream: header.has(flag::END_STREAM),
                     block: header_block(header, payload)?,
+                    continuations: 0,
                 };
                 match header.has(flag::END_HEADERS) {
                     true => headers(connection, partial),
@@ -583,9 +586,13 @@ impl Reader {
                 if header.stream != partial.stream {
                     return Err(ConnectionError(Reason::PROTOCOL_ERROR));
                 }
-                // A block no answer head may be: a flood of CONTINUATION frames.
+                // A block no answer head may be (a flood of CONTINUATION frames), or more
+                // frames than a head of that size needs in pieces of 1 KiB (empty ones cost
+                // no memory, but each costs a turn).
+                partial.continuations += 1;
                 if partial.block.len() + payload.len()
                     > connection.limits.bytes + frame::DEFAULT_MAX_FRAME
+                    || partial.continuations > most_continuations(connection.limits)
                 {
                     return Err(ConnectionError(Reason::ENHANCE_YOUR_CALM));
                 }
@@ -694,6 +701,12 @@ fn data(
     Ok(())
 }
 
+/// The most CONTINUATION frames one header block may take: a head of the largest size allowed,
+/// in pieces of 1 KiB, and a few more.
+fn most_continuations(limits: AnswerLimits) -> usize {
+    8 + limits.bytes / 1024
+}
+
 /// A HEADERS frame's block fragment: its payload without padding and priority (RFC 9113 §6.2).
 fn header_block(header: frame::Header, mut payload: BytesMut) -> Result<BytesMut, ConnectionError> {
     if header.stream == 0 {
@@ -788,6 +801,7 @@ fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), C
         stream: id,
         end_stream,
         block,
+        ..
     } = partial;
     // Decoded whatever becomes of it: the decoder's table is the connection's.
     let Decoded {

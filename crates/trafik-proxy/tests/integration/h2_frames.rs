@@ -268,25 +268,38 @@ async fn an_undecodable_header_block_ends_the_connection() {
     .await;
 }
 
-/// A header block that goes on in CONTINUATION frames past any head trafik would take (the
-/// "CONTINUATION flood"): the connection ends before it is all held.
+/// A header block that goes on in CONTINUATION frames without end (the "CONTINUATION flood")
+/// ends the connection: one past any head trafik would take, before it is all held, and one in
+/// more frames than a head of the largest size needs in 1 KiB pieces (8 + 32 for the default
+/// 32 KiB), for empty frames hold no memory but each costs a turn. Each sends exactly one frame
+/// too many: trafik reads all it was sent before it closes, so its close is a FIN after the
+/// GOAWAY, never a reset that could overtake it.
 #[tokio::test]
-async fn a_continuation_flood_ends_the_connection() {
-    // Four frames of 15,400 bytes pass the 32 KiB head limit and a frame's 16 KiB more. No
-    // more are sent: trafik reads all it was sent before it closes, so its close is a FIN
-    // after the GOAWAY, never a reset that could overtake it.
-    let answer: Answer = |stream| {
-        let mut frames = frame(HEADERS, 0, stream, &[STATUS_200]);
-        let filler = field("x-kargo", &"k".repeat(100)).repeat(140);
-        for _ in 0..4 {
-            frames.extend(frame(CONTINUATION, 0, stream, &filler));
-        }
-        frames
-    };
-    refused(
-        "GOAWAY(ENHANCE_YOUR_CALM)",
-        answer,
-        |(kind, _, _, payload)| *kind == GOAWAY && error_code(payload, 4) == ENHANCE_YOUR_CALM,
-    )
-    .await;
+async fn continuation_floods_end_the_connection() {
+    let cases: [(&str, Answer); 2] = [
+        (
+            "four frames of 15,400 bytes: past 32 KiB and a frame",
+            |stream| {
+                let filler = field("x-kargo", &"k".repeat(100)).repeat(140);
+                let mut frames = frame(HEADERS, 0, stream, &[STATUS_200]);
+                for _ in 0..4 {
+                    frames.extend(frame(CONTINUATION, 0, stream, &filler));
+                }
+                frames
+            },
+        ),
+        ("41 empty frames", |stream| {
+            let mut frames = frame(HEADERS, 0, stream, &[STATUS_200]);
+            for _ in 0..41 {
+                frames.extend(frame(CONTINUATION, 0, stream, &[]));
+            }
+            frames
+        }),
+    ];
+    for (case, answer) in cases {
+        refused(case, answer, |(kind, _, _, payload)| {
+            *kind == GOAWAY && error_code(payload, 4) == ENHANCE_YOUR_CALM
+        })
+        .await;
+    }
 }
