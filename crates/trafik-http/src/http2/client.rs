@@ -11,10 +11,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use h2::Reason;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, header};
 use http_body::{Body, Frame, SizeHint};
 
-use super::connection::{Connection, QUEUED_MOST, SETTINGS_WAIT, Stop, content_length};
+use super::connection::{Connection, QUEUED_MOST, SETTINGS_WAIT, Stop, body_length};
 use super::frame;
 use crate::http::body::{BodyError, RequestBody};
 use crate::http::upstream::{SendError, UpstreamBody};
@@ -139,15 +139,11 @@ impl Http2Connection {
             let answer = poll_fn(|cx| stream.poll_head(cx))
                 .await
                 .ok_or_else(SendError::lost)?;
-            let no_body = head.method == Method::HEAD
-                || matches!(
-                    answer.status(),
-                    StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
-                );
-            let length = match no_body {
-                true => Some(0),
-                false => content_length(answer.headers()),
-            };
+            let length = body_length(
+                head.method == Method::HEAD,
+                answer.status(),
+                answer.headers(),
+            );
             Ok(answer.map(|()| UpstreamBody::Http2(Http2Body::new(stream, length))))
         }
     }

@@ -4,7 +4,7 @@
 //! [`Connection::out`] itself, its body's task its DATA, and one driver task per connection
 //! ([`drive`]) writes those bytes and reads the backend's frames into the streams they
 //! belong to, waking whoever waits on them. DATA reach the reader as the bytes that were
-//! read, never copied. Whatever the backend sends is checked before it is believed: a frame
+//! read (only small pieces queued behind others are copied, see `Stream::hold`). Whatever the backend sends is checked before it is believed: a frame
 //! that breaks the protocol ends its stream or the connection with the code RFC 9113 names.
 
 use std::cell::RefCell;
@@ -312,7 +312,7 @@ impl Connection {
     pub(super) fn open(&mut self, head: &http::request::Parts, end: bool) -> u32 {
         let id = self.next_stream;
         self.next_stream += 2;
-        if self.next_stream > frame::MAX_WINDOW as u32 {
+        if self.next_stream > frame::MAX_STREAM_ID {
             // Stream ids are spent (RFC 9113 §5.1.1): this one is the last.
             self.refusing = true;
         }
@@ -395,8 +395,17 @@ impl Connection {
     }
 }
 
-/// An answer's `content-length` (its values checked equal when the head came).
-pub(super) fn content_length(fields: &HeaderMap) -> Option<u64> {
+/// How many bytes of DATA an answer's head promises: none for the answer to a HEAD request
+/// (`head_request`) or a status without a body, else its `content-length` (checked sound when
+/// the head came), if any.
+pub(super) fn body_length(
+    head_request: bool,
+    status: StatusCode,
+    fields: &HeaderMap,
+) -> Option<u64> {
+    if head_request || matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED) {
+        return Some(0);
+    }
     fields
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse().ok())
@@ -421,10 +430,10 @@ async fn drive(mut io: transport::Upstream, connection: Rc<RefCell<Connection>>)
     let mut reader = Reader::default();
     poll_fn(|cx| poll_drive(cx, &mut io, &connection, &mut reader)).await;
     {
+        // Marked closed before anyone woken by the loss runs.
         let mut shared = connection.borrow_mut();
-        shared.lose_streams(|_| true);
         shared.closed = true;
-        shared.waiting.drain(..).for_each(Waker::wake);
+        shared.lose_streams(|_| true);
     }
     let _ = tokio::time::timeout(CLOSE_WAIT, io.shutdown()).await;
 }
@@ -519,6 +528,21 @@ struct PartialHeaders {
 }
 
 impl Reader {
+    /// A header block's fragment taken: decoded once `header` ends it, else kept for the
+    /// CONTINUATION frames to come.
+    fn block_goes_on(
+        &mut self,
+        connection: &mut Connection,
+        partial: PartialHeaders,
+        header: frame::Header,
+    ) -> Result<(), ConnectionError> {
+        if header.has(flag::END_HEADERS) {
+            return headers(connection, partial);
+        }
+        self.partial = Some(partial);
+        Ok(())
+    }
+
     fn read<'a>(
         &'a mut self,
         io: &'a mut transport::Upstream,
@@ -571,13 +595,7 @@ impl Reader {
                     block: header_block(header, payload)?,
                     continuations: 0,
                 };
-                match header.has(flag::END_HEADERS) {
-                    true => headers(connection, partial),
-                    false => {
-                        self.partial = Some(partial);
-                        Ok(())
-                    }
-                }
+                self.block_goes_on(connection, partial, header)
             }
             kind::CONTINUATION => {
                 let Some(mut partial) = self.partial.take() else {
@@ -597,13 +615,7 @@ impl Reader {
                     return Err(ConnectionError(Reason::ENHANCE_YOUR_CALM));
                 }
                 partial.block.unsplit(payload);
-                match header.has(flag::END_HEADERS) {
-                    true => headers(connection, partial),
-                    false => {
-                        self.partial = Some(partial);
-                        Ok(())
-                    }
-                }
+                self.block_goes_on(connection, partial, header)
             }
             kind::RST_STREAM => reset(connection, header, &payload),
             kind::SETTINGS => settings(connection, header, &payload),
@@ -626,8 +638,7 @@ impl Reader {
                 if header.length < 8 {
                     return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
                 }
-                let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
-                    & 0x7fff_ffff;
+                let last = frame::be_u31(&payload);
                 // Streams past `last` were not processed; the others may still finish.
                 connection.lose_streams(|id| id > last);
                 Ok(())
@@ -737,10 +748,9 @@ fn header_block(header: frame::Header, mut payload: BytesMut) -> Result<BytesMut
 struct Decoded {
     status: Option<StatusCode>,
     fields: HeaderMap,
-    /// A field HTTP/2 forbids, a pseudo-field out of place, a value that is no field value.
+    /// A field HTTP/2 forbids, a pseudo-field out of place, a value that is no field value,
+    /// or more fields (or bytes of them) than `[server.limits]` lets an answer's head have.
     malformed: bool,
-    /// More fields, or more bytes of them, than `[server.limits]` lets an answer's head have.
-    too_large: bool,
 }
 
 fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, ConnectionError> {
@@ -749,15 +759,14 @@ fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, Connecti
         status: None,
         fields: HeaderMap::new(),
         malformed: false,
-        too_large: false,
     };
     let mut size = 0;
     connection
         .decoder
         .decode(block, |name, value| {
-            size += name.len() + value.len() + 32;
+            size += name.len() + value.len() + hpack::ENTRY_OVERHEAD;
             if size > limits.bytes || decoded.fields.len() >= limits.headers {
-                decoded.too_large = true;
+                decoded.malformed = true;
                 return;
             }
             match name {
@@ -804,13 +813,7 @@ fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), C
         ..
     } = partial;
     // Decoded whatever becomes of it: the decoder's table is the connection's.
-    let Decoded {
-        status,
-        fields,
-        malformed,
-        too_large,
-    } = decode(connection, block.freeze())?;
-    let malformed = malformed || too_large;
+    let decoded = decode(connection, block.freeze())?;
     let Some(stream) = connection.streams.get_mut(&id) else {
         if connection.is_idle(id) {
             return Err(ConnectionError(Reason::PROTOCOL_ERROR));
@@ -820,53 +823,52 @@ fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), C
     if stream.stopped.is_some() {
         return Ok(());
     }
-    if malformed || stream.ended {
+    if decoded.malformed || stream.ended || !stream.take_block(decoded, end_stream) {
         connection.reset(id, Reason::PROTOCOL_ERROR);
-        return Ok(());
-    }
-    if stream.answered {
-        // The trailers: they end the stream, and carry no pseudo-field (RFC 9113 §8.1).
-        if !end_stream || status.is_some() {
-            connection.reset(id, Reason::PROTOCOL_ERROR);
-            return Ok(());
-        }
-        stream.trailers = Some(fields);
-        stream.ended = true;
-    } else {
-        let Some(status) = status else {
-            connection.reset(id, Reason::PROTOCOL_ERROR);
-            return Ok(());
-        };
-        if status.is_informational() {
-            // An interim answer (103, 100): the final one follows. 101 has no place in
-            // HTTP/2 (RFC 9113 §8.6).
-            if end_stream || status == StatusCode::SWITCHING_PROTOCOLS {
-                connection.reset(id, Reason::PROTOCOL_ERROR);
-            }
-            return Ok(());
-        }
-        // A length is a promise of DATA that an END_STREAM here breaks (RFC 9113 §8.1.1),
-        // but for a HEAD request's answer or a status that has no body.
-        let broken_promise = end_stream
-            && !stream.bodiless
-            && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
-            && content_length(&fields).is_some_and(|length| length > 0);
-        if !content_length_is_sound(&fields) || broken_promise {
-            connection.reset(id, Reason::PROTOCOL_ERROR);
-            return Ok(());
-        }
-        let mut head = Response::new(());
-        *head.status_mut() = status;
-        *head.version_mut() = http::Version::HTTP_2;
-        *head.headers_mut() = fields;
-        stream.head = Some(head);
-        stream.answered = true;
-        stream.ended = end_stream;
-    }
-    if let Some(reader) = stream.reader.take() {
-        reader.wake();
     }
     Ok(())
+}
+
+impl Stream {
+    /// Takes a well-formed block as the answer's head, an interim head, or its trailers;
+    /// false when it has no place here (a stream error).
+    fn take_block(&mut self, decoded: Decoded, end_stream: bool) -> bool {
+        let Decoded { status, fields, .. } = decoded;
+        if self.answered {
+            // The trailers: they end the stream, and carry no pseudo-field (RFC 9113 §8.1).
+            if !end_stream || status.is_some() {
+                return false;
+            }
+            self.trailers = Some(fields);
+            self.ended = true;
+        } else {
+            let Some(status) = status else {
+                return false;
+            };
+            if status.is_informational() {
+                // An interim answer (103, 100): the final one follows. 101 has no place in
+                // HTTP/2 (RFC 9113 §8.6).
+                return !end_stream && status != StatusCode::SWITCHING_PROTOCOLS;
+            }
+            // A length is a promise of DATA that an END_STREAM here breaks (RFC 9113 §8.1.1).
+            let broken_promise = end_stream
+                && body_length(self.bodiless, status, &fields).is_some_and(|length| length > 0);
+            if !content_length_is_sound(&fields) || broken_promise {
+                return false;
+            }
+            let mut head = Response::new(());
+            *head.status_mut() = status;
+            *head.version_mut() = http::Version::HTTP_2;
+            *head.headers_mut() = fields;
+            self.head = Some(head);
+            self.answered = true;
+            self.ended = end_stream;
+        }
+        if let Some(reader) = self.reader.take() {
+            reader.wake();
+        }
+        true
+    }
 }
 
 fn reset(
@@ -880,9 +882,7 @@ fn reset(
     if header.stream == 0 || connection.is_idle(header.stream) {
         return Err(ConnectionError(Reason::PROTOCOL_ERROR));
     }
-    let reason = Reason::from(u32::from_be_bytes([
-        payload[0], payload[1], payload[2], payload[3],
-    ]));
+    let reason = Reason::from(frame::be_u32(payload));
     if let Some(stream) = connection.streams.get_mut(&header.stream)
         && !stream.reset
     {
@@ -915,7 +915,7 @@ fn settings(
     }
     for entry in payload.chunks_exact(6) {
         let id = u16::from_be_bytes([entry[0], entry[1]]);
-        let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
+        let value = frame::be_u32(&entry[2..]);
         match id {
             setting::MAX_CONCURRENT_STREAMS => connection.peer.max_streams = value as usize,
             setting::INITIAL_WINDOW_SIZE => {
@@ -963,9 +963,7 @@ fn window_update(
     if header.length != 4 {
         return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
     }
-    let increment = i64::from(
-        u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff,
-    );
+    let increment = i64::from(frame::be_u31(payload));
     if header.stream == 0 {
         if increment == 0 {
             return Err(ConnectionError(Reason::PROTOCOL_ERROR));

@@ -19,6 +19,8 @@ pub const DEFAULT_MAX_FRAME: usize = 16_384;
 pub const DEFAULT_WINDOW: u32 = 65_535;
 /// The largest a window may grow (RFC 9113 §6.9.1).
 pub const MAX_WINDOW: i64 = (1 << 31) - 1;
+/// The largest stream id (31 bits, RFC 9113 §5.1.1).
+pub const MAX_STREAM_ID: u32 = (1 << 31) - 1;
 
 /// Frame types (RFC 9113 §6).
 pub mod kind {
@@ -70,13 +72,25 @@ impl Header {
             kind: bytes[3],
             flags: bytes[4],
             // The reserved bit is ignored (RFC 9113 §4.1).
-            stream: u32::from_be_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]) & 0x7fff_ffff,
+            stream: be_u31(&bytes[5..]),
         }
     }
 
     pub fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
     }
+}
+
+/// The big-endian 32-bit word `bytes` starts with (at least 4 bytes): how HTTP/2 writes stream
+/// ids, error codes, window increments and setting values.
+pub fn be_u32(bytes: &[u8]) -> u32 {
+    u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+}
+
+/// The 31-bit field `bytes` starts with, its reserved first bit ignored: stream ids and window
+/// increments.
+pub fn be_u31(bytes: &[u8]) -> u32 {
+    be_u32(bytes) & MAX_STREAM_ID
 }
 
 /// Writes a frame header for a payload of `length` bytes.
@@ -184,7 +198,7 @@ impl HeaderBlock {
         match *method {
             Method::GET => self.indexed(index::METHOD_GET),
             Method::POST => self.indexed(index::METHOD_POST),
-            _ => self.literal_with_name(index::METHOD, method.as_str().as_bytes(), false),
+            _ => self.literal_with_name(index::METHOD, method.as_str().as_bytes()),
         }
         // CONNECT names only the authority (RFC 9113 §8.5).
         if *method != Method::CONNECT {
@@ -194,15 +208,15 @@ impl HeaderBlock {
             {
                 "http" => self.indexed(index::SCHEME_HTTP),
                 "https" => self.indexed(index::SCHEME_HTTPS),
-                other => self.literal_with_name(index::SCHEME, other.as_bytes(), false),
+                other => self.literal_with_name(index::SCHEME, other.as_bytes()),
             }
             match uri.path_and_query().map_or("/", |path| path.as_str()) {
                 "/" => self.indexed(index::PATH_ROOT),
-                path => self.literal_with_name(index::PATH, path.as_bytes(), false),
+                path => self.literal_with_name(index::PATH, path.as_bytes()),
             }
         }
         if let Some(authority) = uri.authority() {
-            self.literal_with_name(index::AUTHORITY, authority.as_str().as_bytes(), false);
+            self.literal_with_name(index::AUTHORITY, authority.as_str().as_bytes());
         }
         self.fields(fields);
         &self.bytes
@@ -230,9 +244,10 @@ impl HeaderBlock {
         self.bytes.push(0x80 | index);
     }
 
-    /// A literal whose name is the static table's `index` (less than 15: one byte).
-    fn literal_with_name(&mut self, index: u8, value: &[u8], sensitive: bool) {
-        self.bytes.push(if sensitive { 0x10 } else { 0x00 } | index);
+    /// A literal without indexing (0x00) whose name is the static table's `index` (less than
+    /// 15: one byte).
+    fn literal_with_name(&mut self, index: u8, value: &[u8]) {
+        self.bytes.push(index);
         self.string(value);
     }
 

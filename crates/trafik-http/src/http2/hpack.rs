@@ -147,8 +147,9 @@ fn static_table() -> &'static [(Name, Bytes); 61] {
     })
 }
 
-/// Each entry's overhead beside its name and value (RFC 7541 §4.1).
-const ENTRY_OVERHEAD: usize = 32;
+/// Each entry's overhead beside its name and value (RFC 7541 §4.1), counted in a header list's
+/// size too (RFC 9113 §6.5.2).
+pub const ENTRY_OVERHEAD: usize = 32;
 
 /// One connection's decoding state: its dynamic table.
 pub struct Decoder {
