@@ -1,7 +1,8 @@
 //! trafik's HTTP, and the configuration in force that every listener kind is served from.
 //!
-//! [`h1`] is trafik's own HTTP/1 engine: it reads a request head, routes it and runs the same
-//! pipeline as [`http::server`], hyper's HTTP/2 (and HTTP/1 upgrades and h2c), does: the route
+//! [`h1`] is trafik's own HTTP/1 engine and [`http2`] its own HTTP/2 (server and client): they
+//! read a request head, route it and run the same pipeline as [`http::server`] (hyper, for
+//! `engine = "hyper"` and what the own engine defers) does: the route
 //! table ([`http::route`]), the filters ([`http::filter`], [`http::policy`]) and the targets
 //! ([`http::target`] for pools, [`http::cache`], [`http::files`], [`http::gateway`]). The
 //! [`snapshot`] is the configuration in force, resolved from a `Plan` into runtime objects

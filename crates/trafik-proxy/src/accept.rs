@@ -146,6 +146,19 @@ pub async fn accept_loop(
                             ))
                             .await;
                         }
+                        // So does HTTP/2 on the own server.
+                        Ok((stream, Protocol::Http2, identity)) if own_engine => {
+                            Box::pin(crate::http2::server::serve(
+                                proxy,
+                                id,
+                                scheme,
+                                stream,
+                                bytes::BytesMut::new(),
+                                http::server::Client { peer, identity },
+                                connections,
+                            ))
+                            .await;
+                        }
                         Ok((stream, protocol, identity)) => {
                             http::server::serve(
                                 proxy,

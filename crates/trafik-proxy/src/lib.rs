@@ -17,7 +17,7 @@ pub mod names;
 pub mod worker;
 
 // HTTP and the configuration in force, under the names the modules above use.
-pub use trafik_http::{explain, h1, http, replay, route_change, snapshot};
+pub use trafik_http::{explain, h1, http, http2, replay, route_change, snapshot};
 
 // The layer below any protocol, under the names the modules above use.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -104,15 +104,16 @@ pub struct ClientPlan {
     pub limits: HeadLimits,
     /// How large a backend's answer head may be.
     pub upstream_limits: AnswerLimits,
-    /// Which HTTP/1.1 server runs plain-HTTP listeners.
+    /// Which HTTP/1.1 and HTTP/2 server runs the HTTP listeners.
     pub engine: Engine,
 }
 
-/// The HTTP/1.1 server of plain-HTTP listeners. HTTPS listeners and HTTP/2 always use hyper.
+/// The HTTP/1.1 and HTTP/2 server of HTTP and HTTPS listeners.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
-    /// trafik's own (the proxy's `h1`): plain pool routes on a lean loop, everything else handed
-    /// to hyper for the rest of the connection.
+    /// trafik's own (the proxy's `h1` and `http2::server`): HTTP/1.1's plain pool routes on a
+    /// lean loop, what that loop does not take handed to hyper for the rest of the connection;
+    /// HTTP/2 (h2 by ALPN, h2c by its preface) on the own server.
     #[default]
     Trafik,
     /// hyper for every request, kept to compare the two in one run.

@@ -15,7 +15,7 @@ thread_local! {
 }
 
 /// Today's date, as of this second.
-fn now() -> [u8; LENGTH] {
+pub(crate) fn now() -> [u8; LENGTH] {
     let now = SystemTime::now();
     let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     CACHED.with(|cached| {

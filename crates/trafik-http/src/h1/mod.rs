@@ -21,7 +21,7 @@ pub mod body;
 mod buffers;
 mod chunked;
 pub mod client;
-mod date;
+pub(crate) mod date;
 mod deadline;
 mod fields;
 pub mod head;
@@ -65,6 +65,7 @@ use crate::http::route::Asking;
 use crate::http::server::{self, Client, Protocol};
 use crate::http::service::{AccessLine, ClientConnection, Picked, WorkerProxy};
 use crate::http::target::Target;
+use crate::http2::PREFACE;
 use crate::metrics::Took;
 use crate::observed::SendFile;
 use crate::plan::UpstreamProtocol;
@@ -219,6 +220,29 @@ pub async fn serve<S>(
         return;
     };
     drop(control);
+    // h2c with prior knowledge, told by its preface (whole, or as much as came): the own
+    // HTTP/2 server takes it, with what was read of it.
+    let preface = connection
+        .input
+        .iter()
+        .zip(PREFACE)
+        .all(|(read, preface)| read == preface);
+    if first && protocol == Protocol::Detect && preface {
+        let read = bytes::BytesMut::from(&connection.input[..]);
+        buffers::give_back_input(connection.input);
+        let identity = connection.identity.take();
+        Box::pin(crate::http2::server::serve(
+            proxy,
+            listener,
+            scheme,
+            connection.client.into_inner(),
+            read,
+            Client { peer, identity },
+            connections,
+        ))
+        .await;
+        return;
+    }
     if let Some(stats) = proxy.snapshot().metrics.listener_stats(listener) {
         bump(&stats.mine(proxy.id).handed_to_hyper);
     }

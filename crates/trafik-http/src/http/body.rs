@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncSeekExt, AsyncWriteExt, ReadBuf};
 use super::service::AccessLine;
 use super::upstream::{Lease, UpstreamBody};
 use crate::error::ProxyError;
+use crate::http2::Http2Body;
 
 /// A request body on its way upstream. It reports through [`Upload`] when it has been sent in
 /// full (the response timeout starts then, not while a slow client uploads) and why it failed,
@@ -104,6 +105,9 @@ enum Source {
     Spilled(Box<Spilled>),
     /// Streamed from an HTTP/3 client: DATA frames, then its trailers, if any.
     H3(Box<H3Body>),
+    /// Streamed from an HTTP/2 client by the own server: its stream's DATA, then its
+    /// trailers, if any.
+    H2(Http2Body),
 }
 
 /// The receiving half of an HTTP/3 request stream, read as a body.
@@ -476,6 +480,19 @@ impl RequestBody {
         }
     }
 
+    /// An HTTP/2 client's body, read from its stream by the own server.
+    pub fn h2(body: Http2Body) -> Self {
+        let upload = (!body.is_end_stream()).then(Rc::default);
+        RequestBody {
+            source: Source::H2(body),
+            passed: 0,
+            limit: None,
+            upload,
+            min_rate: None,
+            copy: None,
+        }
+    }
+
     /// The client's body, handed over by the own engine through `feed`.
     pub fn fed(feed: Rc<Feed>) -> Self {
         RequestBody {
@@ -530,7 +547,7 @@ impl RequestBody {
                 Some(BodyCopy::Ready(Some(read.clone())))
             }
             Source::Spilled(_) => None,
-            Source::Client(_) | Source::Fed(_) | Source::H3(_) => {
+            Source::Client(_) | Source::Fed(_) | Source::H3(_) | Source::H2(_) => {
                 if self
                     .size_hint()
                     .exact()
@@ -665,6 +682,9 @@ impl Body for RequestBody {
             Source::H3(stream) => stream
                 .poll_frame(cx)
                 .map(|frame| frame.map(|frame| frame.map_err(BodyError::Client))),
+            Source::H2(stream) => Pin::new(stream).poll_frame(cx).map(|frame| {
+                frame.map(|frame| frame.map_err(|e| BodyError::Client(io::Error::other(e))))
+            }),
         };
         let frame = match polled {
             Poll::Pending => return Poll::Pending,
@@ -715,6 +735,7 @@ impl Body for RequestBody {
             Source::Read(read) => read.is_none(),
             Source::Spilled(spilled) => spilled.left == 0,
             Source::H3(stream) => stream.is_end_stream(),
+            Source::H2(stream) => stream.is_end_stream(),
         }
     }
 
@@ -732,6 +753,7 @@ impl Body for RequestBody {
                 Some(left) => SizeHint::with_exact(left),
                 None => SizeHint::default(),
             },
+            Source::H2(stream) => stream.size_hint(),
         }
     }
 }

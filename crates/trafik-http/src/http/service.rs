@@ -214,8 +214,8 @@ impl WorkerProxy {
             if let Some(refusal) = validate::refusal(&request) {
                 return (refuse(refusal, snapshot, &request), None, None);
             }
-            // hyper's HTTP/2 server (and h3) bound a head in bytes only: its fields are counted
-            // here, against the limit HTTP/1.1's parser applies.
+            // hyper's HTTP/2 server (engine = "hyper") and h3 bound a head in bytes only: its
+            // fields are counted here, against the limit HTTP/1.1's parser applies.
             if request.version() >= Version::HTTP_2
                 && request.headers().len() > snapshot.client.limits.headers
             {

@@ -30,7 +30,8 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::body::{BodyFailure, RequestBody, Upload, UploadState};
 use crate::h1::client::{self, Http1Body, Returned};
-use crate::http2::client::{Http2Body, Http2Connection};
+use crate::http2::Http2Body;
+use crate::http2::client::Http2Connection;
 use crate::meter::Meter;
 use crate::plan::{AnswerLimits, UpstreamProtocol};
 use crate::pool::{Endpoint, InFlight, Pool};

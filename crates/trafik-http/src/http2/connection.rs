@@ -1,11 +1,12 @@
-//! One HTTP/2 connection to a backend (RFC 9113) as the worker's tasks share it: its streams,
-//! its flow-control windows and the bytes waiting to be written. A worker is one thread, so
-//! the state is a `RefCell`, never locked: a request's task writes its HEADERS into
-//! [`Connection::out`] itself, its body's task its DATA, and one driver task per connection
-//! ([`drive`]) writes those bytes and reads the backend's frames into the streams they
-//! belong to, waking whoever waits on them. DATA reach the reader as the bytes that were
-//! read (only small pieces queued behind others are copied, see `Stream::hold`). Whatever the backend sends is checked before it is believed: a frame
-//! that breaks the protocol ends its stream or the connection with the code RFC 9113 names.
+//! One HTTP/2 connection (RFC 9113) as the worker's tasks share it, whichever end trafik is
+//! ([`Side`]): its streams, its flow-control windows and the bytes waiting to be written. A
+//! worker is one thread, so the state is a `RefCell`, never locked: a stream's tasks write its
+//! frames into [`Connection::out`] themselves, and one driver per connection ([`poll_drive`])
+//! writes those bytes and reads the peer's frames into the streams they belong to, waking
+//! whoever waits on them. DATA reach the reader as the bytes that were read (only small pieces
+//! queued behind others are copied, see `Stream::hold`). Whatever the peer sends is checked
+//! before it is believed: a frame that breaks the protocol ends its stream or the connection
+//! with the code RFC 9113 names.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -19,24 +20,27 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use h2::Reason;
-use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::task::AbortHandle;
 
 use super::frame::{self, HeaderBlock, flag, kind, setting};
 use super::hpack::{self, Name};
 use crate::plan::AnswerLimits;
 use crate::transport;
 
-/// What a backend may send on one stream before trafik has read it: a stream whose client
-/// stops reading holds at most this much (haproxy's grant too).
+/// What a peer may send on one stream before trafik has read it: a stream whose reader stops
+/// reading holds at most this much (haproxy's grant too).
 const STREAM_WINDOW: u32 = 64 * 1024;
-/// The most streams trafik opens on one connection, whatever the backend allows; more
-/// requests open another connection.
+/// The most streams trafik opens on one connection to a backend, whatever the backend allows;
+/// more requests open another connection. Also the most streams' windows a connection's own
+/// window makes room for.
 const MOST_STREAMS: usize = 128;
-/// Room for every stream's window at once: streams whose clients stop reading hold only their
-/// own windows, never the connection's, which the other streams need (RFC 9113 §5.2: streams
-/// "do not destructively interfere").
-const CONNECTION_WINDOW: u32 = STREAM_WINDOW * MOST_STREAMS as u32;
+/// Requests a client may cancel (RST_STREAM before the answer's end) or have refused beyond
+/// the answers it let finish: past it the connection ends (ENHANCE_YOUR_CALM). Opening streams
+/// and resetting them at once makes a server start work the client never waits for ("rapid
+/// reset", CVE-2023-44487); a browser cancels a few of its requests, never most.
+const MOST_CANCELLED: u64 = 100;
 /// Bytes waiting for the socket past which request bodies wait for them to leave: a backend
 /// that reads slowly slows the uploads rather than filling memory.
 pub(super) const QUEUED_MOST: usize = 256 * 1024;
@@ -51,16 +55,50 @@ const ASSUMED_STREAMS: usize = 100;
 pub(super) const SETTINGS_WAIT: Duration = Duration::from_millis(50);
 /// Room made in the read buffer before each read.
 const READ_BYTES: usize = 32 * 1024;
-/// The HPACK table size trafik allows a backend (`SETTINGS_HEADER_TABLE_SIZE`'s default).
+/// The HPACK table size trafik allows a peer (`SETTINGS_HEADER_TABLE_SIZE`'s default).
 const HEADER_TABLE_SIZE: usize = 4096;
 /// How long a closing connection may take to say so.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
+/// Which end of the connection trafik is.
+pub(super) enum Side {
+    /// trafik opened the connection to a backend: the streams are its requests.
+    Client {
+        /// The id the next stream takes (odd: client-initiated).
+        next_stream: u32,
+        /// Requests name the `https` scheme.
+        tls: bool,
+    },
+    /// A client opened the connection to trafik: the streams are the client's requests.
+    Server(Serving),
+}
+
+/// The server's side of a connection: the client's streams as they come.
+pub(super) struct Serving {
+    /// The highest stream id the client opened (ids only grow, RFC 9113 §5.1.1).
+    last_stream: u32,
+    /// Requests whose heads came, for the server to start: `None` for a head past the
+    /// limits, answered 431.
+    pub(super) accepted: Vec<Accepted>,
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` as trafik said it.
+    max_streams: usize,
+    /// Requests the client cancelled or trafik refused, and answers sent whole.
+    cancelled: u64,
+    answered: u64,
+}
+
+/// A request whose head came: the stream's id, its head (`None` past the head's limits), and
+/// whether it has a body to come.
+pub(super) struct Accepted {
+    pub(super) id: u32,
+    pub(super) head: Option<Request<()>>,
+    pub(super) body: bool,
+}
+
 /// One connection's state, shared by its driver and the tasks of its streams.
 pub(super) struct Connection {
+    pub(super) side: Side,
     pub(super) streams: HashMap<u32, Stream, BuildHasherDefault<StreamIdHash>>,
-    /// The id the next stream takes (odd: client-initiated).
-    pub(super) next_stream: u32,
     /// Frames waiting to be written.
     pub(super) out: BytesMut,
     pub(super) block: HeaderBlock,
@@ -68,72 +106,80 @@ pub(super) struct Connection {
     pub(super) driver: Option<Waker>,
     /// Tasks waiting for the connection: a stream to open, its window, room in `out`, SETTINGS.
     pub(super) waiting: Vec<Waker>,
-    /// What trafik may still send on the connection (the backend's window).
+    /// What trafik may still send on the connection (the peer's window).
     pub(super) send_window: i64,
-    /// What the backend may still send on the connection.
+    /// What the peer may still send on the connection.
     pub(super) recv_window: i64,
     /// Bytes read by streams' readers, not yet given back to the connection's window.
     pub(super) unreleased: u32,
     pub(super) peer: PeerSettings,
-    /// The backend's first SETTINGS came.
+    /// The peer's first SETTINGS came.
     pub(super) settings_seen: bool,
-    /// No new stream may open: the backend said GOAWAY, the connection failed or closed.
+    /// No new stream may open: the peer said GOAWAY, trafik did, the connection failed or
+    /// closed.
     pub(super) refusing: bool,
     /// The driver stopped: nothing more is read or written.
     pub(super) closed: bool,
     /// A connection error was found: its GOAWAY is written, then the connection closes.
     pub(super) closing: bool,
-    /// No handle is left to open a stream: the connection closes when its streams are done.
+    /// No stream will open again (no handle is left to open one, or either end said GOAWAY):
+    /// the connection closes when its streams are done.
     pub(super) abandoned: bool,
+    /// trafik's GOAWAY is written.
+    said_goaway: bool,
     pub(super) decoder: hpack::Decoder,
+    /// The most a header block trafik reads may hold, in fields and bytes.
     pub(super) limits: AnswerLimits,
-    pub(super) tls: bool,
 }
 
-/// What the backend's SETTINGS said.
+/// What the peer's SETTINGS said.
 pub(super) struct PeerSettings {
     pub(super) initial_window: u32,
     pub(super) max_frame: usize,
     pub(super) max_streams: usize,
 }
 
-/// One request's stream.
+/// One request's stream. "Received" is what the peer sends (a backend's answer, a client's
+/// request), "sent" what trafik does.
 pub(super) struct Stream {
-    /// The answer's head, until the request's task takes it.
+    /// A backend's answer head, until the request's task takes it.
     pub(super) head: Option<Response<()>>,
-    /// The head came (a later HEADERS frame is the trailers).
+    /// The peer's head came (a later HEADERS frame is the trailers).
     pub(super) answered: bool,
     /// DATA read and not yet taken, as read; then `tail`, small pieces copied together.
     data: VecDeque<Bytes>,
     tail: BytesMut,
     pub(super) trailers: Option<HeaderMap>,
-    /// The backend's END_STREAM came: the answer is whole.
+    /// The peer's END_STREAM came: what it sends is whole.
     pub(super) ended: bool,
-    /// The stream ended before the answer's end (never set once it is whole).
+    /// The stream ended before what the peer sends ended (never set once it is whole).
     pub(super) stopped: Option<Stop>,
-    /// The request's frames may go no further: its end was sent, or the stream was reset
-    /// either way (a reset after a whole answer stops only the upload, RFC 9113 §8.1).
+    /// trafik's frames may go no further: its end was sent, or the stream was reset either
+    /// way (a reset after a whole answer stops only the upload, RFC 9113 §8.1).
     pub(super) sending_closed: bool,
     /// A RST_STREAM went or came: none is sent again.
-    reset: bool,
+    pub(super) reset: bool,
     /// The request was HEAD: its answer's `content-length` promises no DATA.
     bodiless: bool,
     /// What trafik may still send on the stream.
     pub(super) send_window: i64,
-    /// What the backend may still send on the stream.
+    /// What the peer may still send on the stream.
     pub(super) recv_window: i64,
     /// Bytes read by the reader, not yet given back to the stream's window.
     pub(super) unreleased: u32,
     pub(super) reader: Option<Waker>,
     pub(super) sender: Option<Waker>,
-    /// The request's task or answer's body, and the body's upload task, while they last.
+    /// The handles on the stream ([`super::stream::StreamRef`]) while they last: a backend's
+    /// answer's reader and the upload; a client's request body's reader and the answer's task.
     pub(super) handles: u8,
+    /// On a client's stream, the task answering it: a client's reset stops its work.
+    pub(super) task: Option<AbortHandle>,
 }
 
-/// How a stream ended before its answer's end.
+/// How a stream ended before the end of what the peer sends.
 #[derive(Clone, Copy)]
 pub(super) enum Stop {
-    /// The backend's RST_STREAM.
+    /// The peer's RST_STREAM.
     Reset(Reason),
     /// trafik reset it (a malformed answer, a failed upload, a reader gone).
     Local(Reason),
@@ -160,6 +206,7 @@ impl Stream {
             reader: None,
             sender: None,
             handles: 1,
+            task: None,
         }
     }
 
@@ -209,19 +256,24 @@ impl Stream {
         self.data.iter().map(Bytes::len).sum::<usize>() + self.tail.len()
     }
 
-    /// Ends the stream before its answer's end (`stop`), unless the answer is whole: then
-    /// only the request's sending stops.
+    /// Ends the stream before the end of what the peer sends (`stop`), unless that is
+    /// whole: then only trafik's sending stops. A client's request stops being answered.
     fn stop(&mut self, stop: Stop) {
         self.sending_closed = true;
         if !self.is_done() {
             self.stopped = Some(stop);
         }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
         self.wake();
     }
 }
 
-/// Hashes a stream id by one multiplication (Fibonacci hashing): ids are a connection's own
-/// odd counter, so no peer chooses them, and SipHash's guard against chosen keys buys nothing.
+/// Hashes a stream id by one multiplication (Fibonacci hashing). On a backend connection ids
+/// are trafik's own odd counter; a client chooses its own, but it may have no more streams
+/// open than trafik's `SETTINGS_MAX_CONCURRENT_STREAMS`, so ids chosen to collide cost a
+/// lookup at most that many comparisons: SipHash's guard against chosen keys buys nothing.
 #[derive(Default)]
 pub(super) struct StreamIdHash(u64);
 
@@ -254,25 +306,72 @@ impl Connection {
         let tls = matches!(stream, transport::Upstream::Tls(_));
         let mut out = BytesMut::with_capacity(READ_BYTES);
         out.extend_from_slice(frame::PREFACE);
-        let list_size = u32::try_from(limits.bytes).unwrap_or(u32::MAX);
-        frame::settings(
-            &mut out,
-            &[
-                (setting::ENABLE_PUSH, 0),
-                (setting::INITIAL_WINDOW_SIZE, STREAM_WINDOW),
-                (setting::MAX_HEADER_LIST_SIZE, list_size),
-            ],
-        );
-        frame::window_update(&mut out, 0, CONNECTION_WINDOW - frame::DEFAULT_WINDOW);
-        let connection = Rc::new(RefCell::new(Connection {
-            streams: HashMap::default(),
+        let side = Side::Client {
             next_stream: 1,
+            tls,
+        };
+        let connection = Rc::new(RefCell::new(Connection::new(
+            side,
+            out,
+            limits,
+            &[(setting::ENABLE_PUSH, 0)],
+            MOST_STREAMS,
+        )));
+        tokio::task::spawn_local(drive(stream, connection.clone()));
+        connection
+    }
+
+    /// The server's side of a client's connection, its SETTINGS queued: at most `max_streams`
+    /// requests at once, heads within `limits`. Its driver is the server's.
+    pub(super) fn serve(limits: AnswerLimits, max_streams: u32) -> Connection {
+        let side = Side::Server(Serving {
+            last_stream: 0,
+            accepted: Vec::new(),
+            max_streams: max_streams as usize,
+            cancelled: 0,
+            answered: 0,
+        });
+        Connection::new(
+            side,
+            BytesMut::with_capacity(READ_BYTES),
+            limits,
+            &[(setting::MAX_CONCURRENT_STREAMS, max_streams)],
+            (max_streams as usize).min(MOST_STREAMS),
+        )
+    }
+
+    /// A connection whose first SETTINGS (these `settings`, the window and header list size
+    /// every connection gives, a window for `streams` streams) are queued after `out`.
+    fn new(
+        side: Side,
+        mut out: BytesMut,
+        limits: AnswerLimits,
+        settings: &[(u16, u32)],
+        streams: usize,
+    ) -> Connection {
+        let list_size = u32::try_from(limits.bytes).unwrap_or(u32::MAX);
+        let mut all = vec![
+            (setting::INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+            (setting::MAX_HEADER_LIST_SIZE, list_size),
+        ];
+        all.extend_from_slice(settings);
+        frame::settings(&mut out, &all);
+        // Room for every stream's window at once: streams whose readers stop reading hold only
+        // their own windows, never the connection's, which the other streams need (RFC 9113
+        // §5.2: streams "do not destructively interfere").
+        let window = STREAM_WINDOW.saturating_mul(streams.max(1) as u32);
+        if window > frame::DEFAULT_WINDOW {
+            frame::window_update(&mut out, 0, window - frame::DEFAULT_WINDOW);
+        }
+        Connection {
+            side,
+            streams: HashMap::default(),
             out,
             block: HeaderBlock::default(),
             driver: None,
             waiting: Vec::new(),
             send_window: i64::from(frame::DEFAULT_WINDOW),
-            recv_window: i64::from(CONNECTION_WINDOW),
+            recv_window: i64::from(window.max(frame::DEFAULT_WINDOW)),
             unreleased: 0,
             peer: PeerSettings {
                 initial_window: frame::DEFAULT_WINDOW,
@@ -284,12 +383,10 @@ impl Connection {
             closed: false,
             closing: false,
             abandoned: false,
+            said_goaway: false,
             decoder: hpack::Decoder::new(HEADER_TABLE_SIZE),
             limits,
-            tls,
-        }));
-        tokio::task::spawn_local(drive(stream, connection.clone()));
-        connection
+        }
     }
 
     pub(super) fn wake_driver(&mut self) {
@@ -308,17 +405,21 @@ impl Connection {
         self.peer.max_streams.min(MOST_STREAMS)
     }
 
-    /// Opens a stream for a request's head (sent whole when `end`), its HEADERS queued.
+    /// Opens a stream to a backend for a request's head (sent whole when `end`), its
+    /// HEADERS queued.
     pub(super) fn open(&mut self, head: &http::request::Parts, end: bool) -> u32 {
-        let id = self.next_stream;
-        self.next_stream += 2;
-        if self.next_stream > frame::MAX_STREAM_ID {
+        let Side::Client { next_stream, tls } = &mut self.side else {
+            unreachable!("only trafik's side of a backend connection opens streams");
+        };
+        let id = *next_stream;
+        *next_stream += 2;
+        if *next_stream > frame::MAX_STREAM_ID {
             // Stream ids are spent (RFC 9113 §5.1.1): this one is the last.
             self.refusing = true;
         }
         let block = self
             .block
-            .request(&head.method, &head.uri, self.tls, &head.headers);
+            .request(&head.method, &head.uri, *tls, &head.headers);
         frame::headers(&mut self.out, id, block, end, self.peer.max_frame);
         let bodiless = head.method == http::Method::HEAD;
         self.streams
@@ -367,13 +468,57 @@ impl Connection {
         self.wake_driver();
     }
 
-    /// Ends the connection with a GOAWAY: the streams not yet answered in full are lost.
+    /// Ends the connection with a GOAWAY: the streams not yet whole are lost.
     fn fail(&mut self, reason: Reason) {
         if !self.closing && !self.closed {
-            frame::goaway(&mut self.out, 0, reason);
+            let last = self.last_peer_stream();
+            frame::goaway(&mut self.out, last, reason);
+            self.said_goaway = true;
         }
         self.closing = true;
         self.lose_streams(|_| true);
+    }
+
+    /// Takes no new stream from now on and says so (GOAWAY with the last stream taken, so a
+    /// client knows which requests to send again); the connection closes once the streams
+    /// under way are done.
+    pub(super) fn go_away(&mut self) {
+        if !self.said_goaway && !self.closing && !self.closed {
+            let last = self.last_peer_stream();
+            frame::goaway(&mut self.out, last, Reason::NO_ERROR);
+            self.said_goaway = true;
+        }
+        self.refusing = true;
+        self.abandoned = true;
+        self.wake_driver();
+    }
+
+    /// The last stream the peer opened, as a GOAWAY names it: none when trafik is the client
+    /// (pushes are refused).
+    fn last_peer_stream(&self) -> u32 {
+        match &self.side {
+            Side::Client { .. } => 0,
+            Side::Server(serving) => serving.last_stream,
+        }
+    }
+
+    /// Counts a client's request cancelled or refused: a connection error once a client
+    /// cancels far more requests than it lets finish.
+    fn cancelled(&mut self) -> Result<(), ConnectionError> {
+        if let Side::Server(serving) = &mut self.side {
+            serving.cancelled += 1;
+            if serving.cancelled > serving.answered + MOST_CANCELLED {
+                return Err(ConnectionError(Reason::ENHANCE_YOUR_CALM));
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts an answer sent whole to a client.
+    pub(super) fn answered(&mut self) {
+        if let Side::Server(serving) = &mut self.side {
+            serving.answered += 1;
+        }
     }
 
     /// The streams `which` names that are not over are lost; no stream opens from now on.
@@ -388,10 +533,14 @@ impl Connection {
         self.wake_driver();
     }
 
-    /// Whether `id` names a stream trafik never opened: one not yet ("idle", RFC 9113 §5.1),
-    /// or an even one, which only a server opens, and pushes were refused.
+    /// Whether `id` names a stream not yet opened ("idle", RFC 9113 §5.1), or an even one,
+    /// which only a server opens, and trafik neither pushes nor takes pushes.
     fn is_idle(&self, id: u32) -> bool {
-        id >= self.next_stream || id.is_multiple_of(2)
+        id.is_multiple_of(2)
+            || match &self.side {
+                Side::Client { next_stream, .. } => id >= *next_stream,
+                Side::Server(serving) => id > serving.last_stream,
+            }
     }
 }
 
@@ -406,6 +555,11 @@ pub(super) fn body_length(
     if head_request || matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED) {
         return Some(0);
     }
+    content_length(fields)
+}
+
+/// The length `content-length` gives (checked sound when the head came), if any.
+pub(super) fn content_length(fields: &HeaderMap) -> Option<u64> {
     fields
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse().ok())
@@ -427,8 +581,13 @@ fn content_length_is_sound(fields: &HeaderMap) -> bool {
 /// Writes what the streams queued and reads the backend's frames until the connection ends,
 /// then fails what was left open and closes it.
 async fn drive(mut io: transport::Upstream, connection: Rc<RefCell<Connection>>) {
-    let mut reader = Reader::default();
+    let mut reader = Reader::new(Stage::Settings, BytesMut::new());
     poll_fn(|cx| poll_drive(cx, &mut io, &connection, &mut reader)).await;
+    close(&mut io, &connection).await;
+}
+
+/// Ends a connection whose driver stopped: what was left open is lost, the socket shut down.
+pub(super) async fn close<S: AsyncWrite + Unpin>(io: &mut S, connection: &RefCell<Connection>) {
     {
         // Marked closed before anyone woken by the loss runs.
         let mut shared = connection.borrow_mut();
@@ -439,9 +598,9 @@ async fn drive(mut io: transport::Upstream, connection: Rc<RefCell<Connection>>)
 }
 
 /// One turn of the driver: `Ready` when the connection is over.
-fn poll_drive(
+pub(super) fn poll_drive<S: AsyncRead + AsyncWrite + Unpin>(
     cx: &mut Context<'_>,
-    io: &mut transport::Upstream,
+    io: &mut S,
     connection: &RefCell<Connection>,
     reader: &mut Reader,
 ) -> Poll<()> {
@@ -469,32 +628,42 @@ fn poll_drive(
                 shared.wake_waiting();
             }
             if shared.abandoned && shared.streams.is_empty() && !shared.closing {
-                // No handle is left to open a stream, and none is open: a graceful end.
-                frame::goaway(&mut shared.out, 0, Reason::NO_ERROR);
+                // No stream will open, and none is open: a graceful end.
+                if !shared.said_goaway {
+                    let last = shared.last_peer_stream();
+                    frame::goaway(&mut shared.out, last, Reason::NO_ERROR);
+                }
                 shared.closing = true;
                 shared.refusing = true;
                 continue;
             }
             if shared.out.len() >= OWED_MOST {
-                // A backend that keeps sending without reading what it is answered (PING and
-                // SETTINGS acknowledgements) is not read from until it does: what trafik owes
-                // it stays bounded. The write's waker is set.
+                // A peer that keeps sending without reading what it is answered (PING and
+                // SETTINGS acknowledgements, answers) is not read from until it does: what
+                // trafik owes it stays bounded. The write's waker is set.
                 return Poll::Pending;
             }
         }
-        let read = match pin!(reader.read(io)).poll(cx) {
-            Poll::Pending => {
-                let mut shared = connection.borrow_mut();
-                if !shared
-                    .driver
-                    .as_ref()
-                    .is_some_and(|w| w.will_wake(cx.waker()))
-                {
-                    shared.driver = Some(cx.waker().clone());
-                }
-                return Poll::Pending;
+        let read = match reader.buffered {
+            // Bytes read before the driver began are framed before anything more is read.
+            true => {
+                reader.buffered = false;
+                Ok(1)
             }
-            Poll::Ready(read) => read,
+            false => match pin!(reader.read(io)).poll(cx) {
+                Poll::Pending => {
+                    let mut shared = connection.borrow_mut();
+                    if !shared
+                        .driver
+                        .as_ref()
+                        .is_some_and(|w| w.will_wake(cx.waker()))
+                    {
+                        shared.driver = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(read) => read,
+            },
         };
         match read {
             Ok(0) | Err(_) => return Poll::Ready(()),
@@ -510,12 +679,22 @@ fn poll_drive(
 
 /// The reading side: bytes read and not yet framed, a header block awaiting its
 /// CONTINUATION frames.
-#[derive(Default)]
-struct Reader {
+pub(super) struct Reader {
     input: BytesMut,
     partial: Option<PartialHeaders>,
-    /// The backend's first frame (which must be SETTINGS) came.
-    started: bool,
+    stage: Stage,
+    /// `input` holds bytes not yet framed, read before the driver began.
+    buffered: bool,
+}
+
+/// What the reader expects next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// A client's preface (RFC 9113 §3.4), then its SETTINGS.
+    Preface,
+    /// The peer's first frame, which must be SETTINGS.
+    Settings,
+    Frames,
 }
 
 /// A header block, whole or awaiting its CONTINUATION frames.
@@ -528,6 +707,16 @@ struct PartialHeaders {
 }
 
 impl Reader {
+    /// A reader expecting `stage`, with the bytes already read from the connection.
+    pub(super) fn new(stage: Stage, input: BytesMut) -> Reader {
+        Reader {
+            buffered: !input.is_empty(),
+            input,
+            partial: None,
+            stage,
+        }
+    }
+
     /// A header block's fragment taken: decoded once `header` ends it, else kept for the
     /// CONTINUATION frames to come.
     fn block_goes_on(
@@ -543,9 +732,9 @@ impl Reader {
         Ok(())
     }
 
-    fn read<'a>(
+    fn read<'a, S: AsyncRead + Unpin>(
         &'a mut self,
-        io: &'a mut transport::Upstream,
+        io: &'a mut S,
     ) -> impl Future<Output = io::Result<usize>> + 'a {
         if self.input.capacity() - self.input.len() < READ_BYTES / 2 {
             self.input.reserve(READ_BYTES);
@@ -555,6 +744,17 @@ impl Reader {
 
     /// Handles every whole frame read so far.
     fn frames(&mut self, connection: &mut Connection) -> Result<(), ConnectionError> {
+        if self.stage == Stage::Preface {
+            let length = self.input.len().min(frame::PREFACE.len());
+            if self.input[..length] != frame::PREFACE[..length] {
+                return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+            }
+            if length < frame::PREFACE.len() {
+                return Ok(());
+            }
+            self.input.advance(length);
+            self.stage = Stage::Settings;
+        }
         while self.input.len() >= frame::HEADER_LEN {
             let header = frame::Header::parse(&self.input);
             if header.length > frame::DEFAULT_MAX_FRAME {
@@ -566,11 +766,11 @@ impl Reader {
             }
             self.input.advance(frame::HEADER_LEN);
             let payload = self.input.split_to(header.length);
-            if !self.started {
+            if self.stage == Stage::Settings {
                 if header.kind != kind::SETTINGS || header.has(flag::ACK) {
                     return Err(ConnectionError(Reason::PROTOCOL_ERROR));
                 }
-                self.started = true;
+                self.stage = Stage::Frames;
             }
             self.frame(connection, header, payload)?;
         }
@@ -638,13 +838,23 @@ impl Reader {
                 if header.length < 8 {
                     return Err(ConnectionError(Reason::FRAME_SIZE_ERROR));
                 }
-                let last = frame::be_u31(&payload);
-                // Streams past `last` were not processed; the others may still finish.
-                connection.lose_streams(|id| id > last);
+                match connection.side {
+                    Side::Client { .. } => {
+                        let last = frame::be_u31(&payload);
+                        // Streams past `last` were not processed; the others may still finish.
+                        connection.lose_streams(|id| id > last);
+                    }
+                    // A client opens no more streams (the id it names is of pushes): the
+                    // requests under way finish.
+                    Side::Server(_) => {
+                        connection.refusing = true;
+                        connection.abandoned = true;
+                    }
+                }
                 Ok(())
             }
             kind::WINDOW_UPDATE => window_update(connection, header, &payload),
-            // Pushes were refused in trafik's SETTINGS.
+            // Pushes were refused in trafik's SETTINGS; a client never pushes.
             kind::PUSH_PROMISE => Err(ConnectionError(Reason::PROTOCOL_ERROR)),
             // PRIORITY and unknown frame types are ignored (RFC 9113 §5.5, §5.3.2).
             _ => Ok(()),
@@ -744,21 +954,45 @@ fn header_block(header: frame::Header, mut payload: BytesMut) -> Result<BytesMut
     Ok(payload)
 }
 
-/// An answer's head or trailers as decoded, checked as RFC 9113 §8.1.1 and §8.3.2 ask.
+/// A head or trailers as decoded, checked as RFC 9113 §8.1.1, §8.2 and §8.3 ask of either
+/// end's.
 struct Decoded {
-    status: Option<StatusCode>,
+    pseudo: Pseudo,
     fields: HeaderMap,
-    /// A field HTTP/2 forbids, a pseudo-field out of place, a value that is no field value,
-    /// or more fields (or bytes of them) than `[server.limits]` lets an answer's head have.
+    /// A field HTTP/2 forbids, a pseudo-field twice or out of place, a value that is no field
+    /// value.
     malformed: bool,
+    /// More fields (or bytes of them) than `[server.limits]` lets a head have.
+    too_large: bool,
+}
+
+/// The pseudo-fields of a block: a request's or an answer's.
+#[derive(Default)]
+struct Pseudo {
+    status: Option<Bytes>,
+    method: Option<Bytes>,
+    scheme: Option<Bytes>,
+    path: Option<Bytes>,
+    authority: Option<Bytes>,
+}
+
+impl Pseudo {
+    fn is_empty(&self) -> bool {
+        self.status.is_none()
+            && self.method.is_none()
+            && self.scheme.is_none()
+            && self.path.is_none()
+            && self.authority.is_none()
+    }
 }
 
 fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, ConnectionError> {
     let limits = connection.limits;
     let mut decoded = Decoded {
-        status: None,
+        pseudo: Pseudo::default(),
         fields: HeaderMap::new(),
         malformed: false,
+        too_large: false,
     };
     let mut size = 0;
     connection
@@ -766,16 +1000,11 @@ fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, Connecti
         .decode(block, |name, value| {
             size += name.len() + value.len() + hpack::ENTRY_OVERHEAD;
             if size > limits.bytes || decoded.fields.len() >= limits.headers {
-                decoded.malformed = true;
+                decoded.too_large = true;
                 return;
             }
-            match name {
-                Name::Status if decoded.status.is_none() && decoded.fields.is_empty() => {
-                    match StatusCode::from_bytes(&value) {
-                        Ok(status) if value.len() == 3 => decoded.status = Some(status),
-                        _ => decoded.malformed = true,
-                    }
-                }
+            let pseudo = &mut decoded.pseudo;
+            let slot = match name {
                 Name::Field(name) => {
                     // No space or tab may open or close a value (RFC 9113 §8.2.1).
                     let padded = |byte: Option<&u8>| matches!(byte, Some(b' ' | b'\t'));
@@ -787,9 +1016,24 @@ fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, Connecti
                         }
                         _ => decoded.malformed = true,
                     }
+                    return;
                 }
-                _ => decoded.malformed = true,
+                Name::Status => &mut pseudo.status,
+                Name::Method => &mut pseudo.method,
+                Name::Scheme => &mut pseudo.scheme,
+                Name::Path => &mut pseudo.path,
+                Name::Authority => &mut pseudo.authority,
+                // `:protocol` needs SETTINGS_ENABLE_CONNECT_PROTOCOL, which trafik never sends.
+                Name::Protocol | Name::Malformed(_) => {
+                    decoded.malformed = true;
+                    return;
+                }
+            };
+            // Pseudo-fields come once each, before every field (RFC 9113 §8.3).
+            if slot.is_some() || !decoded.fields.is_empty() {
+                decoded.malformed = true;
             }
+            *slot = Some(value);
         })
         .map_err(|_| ConnectionError(Reason::COMPRESSION_ERROR))?;
     Ok(decoded)
@@ -797,12 +1041,7 @@ fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, Connecti
 
 /// Fields that are about one connection, which HTTP/2 forbids (RFC 9113 §8.2.2).
 fn is_connection_specific(name: &header::HeaderName, value: &HeaderValue) -> bool {
-    matches!(
-        *name,
-        header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE
-    ) || name == "keep-alive"
-        || name == "proxy-connection"
-        || (*name == header::TE && value != "trailers")
+    frame::is_connection_field(name) && !(*name == header::TE && value == "trailers")
 }
 
 fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), ConnectionError> {
@@ -816,6 +1055,9 @@ fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), C
     let decoded = decode(connection, block.freeze())?;
     let Some(stream) = connection.streams.get_mut(&id) else {
         if connection.is_idle(id) {
+            if let Side::Server(_) = connection.side {
+                return open_request(connection, id, end_stream, decoded);
+            }
             return Err(ConnectionError(Reason::PROTOCOL_ERROR));
         }
         return Ok(());
@@ -823,25 +1065,135 @@ fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), C
     if stream.stopped.is_some() {
         return Ok(());
     }
-    if decoded.malformed || stream.ended || !stream.take_block(decoded, end_stream) {
+    if decoded.malformed
+        || decoded.too_large
+        || stream.ended
+        || !stream.take_block(decoded, end_stream)
+    {
         connection.reset(id, Reason::PROTOCOL_ERROR);
     }
     Ok(())
 }
 
+/// A client's new stream: its request is accepted for the server to answer, refused
+/// (REFUSED_STREAM) when the client has as many open as trafik allows, reset (PROTOCOL_ERROR)
+/// when malformed, ignored once trafik said GOAWAY.
+fn open_request(
+    connection: &mut Connection,
+    id: u32,
+    end_stream: bool,
+    decoded: Decoded,
+) -> Result<(), ConnectionError> {
+    let Side::Server(serving) = &mut connection.side else {
+        return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+    };
+    if id.is_multiple_of(2) {
+        return Err(ConnectionError(Reason::PROTOCOL_ERROR));
+    }
+    serving.last_stream = id;
+    if connection.refusing {
+        return Ok(());
+    }
+    // A length must be sound, and END_STREAM with the head breaks a promise of DATA (RFC
+    // 9113 §8.1.1).
+    let broken_length = !content_length_is_sound(&decoded.fields)
+        || (end_stream && content_length(&decoded.fields).is_some_and(|length| length > 0));
+    let refusal = if connection.streams.len() >= serving.max_streams {
+        Some(Reason::REFUSED_STREAM)
+    } else if decoded.malformed || broken_length {
+        Some(Reason::PROTOCOL_ERROR)
+    } else {
+        None
+    };
+    let head = match (refusal, decoded.too_large) {
+        (Some(_), _) => None,
+        // Answered 431, as HTTP/1.1's parser answers a head past the limits.
+        (None, true) => Some(None),
+        (None, false) => request_head(decoded).map(Some),
+    };
+    let Some(head) = head else {
+        frame::reset(
+            &mut connection.out,
+            id,
+            refusal.unwrap_or(Reason::PROTOCOL_ERROR),
+        );
+        connection.wake_driver();
+        return connection.cancelled();
+    };
+    let mut stream = Stream::new(connection.peer.initial_window, false, false);
+    stream.answered = true;
+    stream.ended = end_stream;
+    connection.streams.insert(id, stream);
+    serving.accepted.push(Accepted {
+        id,
+        head,
+        body: !end_stream,
+    });
+    Ok(())
+}
+
+/// A request's head from a client's well-formed block: `None` when its pseudo-fields are not a
+/// request's (RFC 9113 §8.3.1).
+fn request_head(decoded: Decoded) -> Option<Request<()>> {
+    let Decoded { pseudo, fields, .. } = decoded;
+    if pseudo.status.is_some() {
+        return None;
+    }
+    let method = Method::from_bytes(&pseudo.method?).ok()?;
+    let mut parts = http::uri::Parts::default();
+    if let Some(authority) = pseudo.authority {
+        parts.authority = Some(http::uri::Authority::from_maybe_shared(authority).ok()?);
+    }
+    if method == Method::CONNECT {
+        // CONNECT names only the authority (RFC 9113 §8.5).
+        if pseudo.scheme.is_some() || pseudo.path.is_some() || parts.authority.is_none() {
+            return None;
+        }
+    } else {
+        let (scheme, path) = (pseudo.scheme?, pseudo.path?);
+        if path.is_empty() {
+            return None;
+        }
+        parts.path_and_query = Some(http::uri::PathAndQuery::from_maybe_shared(path).ok()?);
+        if parts.authority.is_some() {
+            parts.scheme = Some(match &scheme[..] {
+                b"http" => http::uri::Scheme::HTTP,
+                b"https" => http::uri::Scheme::HTTPS,
+                other => other.try_into().ok()?,
+            });
+        }
+    }
+    let mut head = Request::new(());
+    *head.method_mut() = method;
+    *head.uri_mut() = http::Uri::from_parts(parts).ok()?;
+    *head.version_mut() = http::Version::HTTP_2;
+    *head.headers_mut() = fields;
+    Some(head)
+}
+
 impl Stream {
-    /// Takes a well-formed block as the answer's head, an interim head, or its trailers;
-    /// false when it has no place here (a stream error).
+    /// Takes a well-formed block as a backend's answer head, an interim head, or the peer's
+    /// trailers; false when it has no place here (a stream error).
     fn take_block(&mut self, decoded: Decoded, end_stream: bool) -> bool {
-        let Decoded { status, fields, .. } = decoded;
+        let Decoded { pseudo, fields, .. } = decoded;
         if self.answered {
             // The trailers: they end the stream, and carry no pseudo-field (RFC 9113 §8.1).
-            if !end_stream || status.is_some() {
+            if !end_stream || !pseudo.is_empty() {
                 return false;
             }
             self.trailers = Some(fields);
             self.ended = true;
         } else {
+            let status = match pseudo {
+                Pseudo {
+                    status: Some(status),
+                    method: None,
+                    scheme: None,
+                    path: None,
+                    authority: None,
+                } if status.len() == 3 => StatusCode::from_bytes(&status).ok(),
+                _ => None,
+            };
             let Some(status) = status else {
                 return false;
             };
@@ -886,8 +1238,12 @@ fn reset(
     if let Some(stream) = connection.streams.get_mut(&header.stream)
         && !stream.reset
     {
+        let answering = !stream.sending_closed;
         stream.reset = true;
         stream.stop(Stop::Reset(reason));
+        if answering {
+            return connection.cancelled();
+        }
     }
     Ok(())
 }
@@ -934,8 +1290,10 @@ fn settings(
                     }
                 }
             }
-            // A server may only say 0 (RFC 9113 §6.5.2).
-            setting::ENABLE_PUSH if value != 0 => {
+            // A server may only say 0, a client 0 or 1 (RFC 9113 §6.5.2).
+            setting::ENABLE_PUSH
+                if value > 1 || (value == 1 && matches!(connection.side, Side::Client { .. })) =>
+            {
                 return Err(ConnectionError(Reason::PROTOCOL_ERROR));
             }
             setting::MAX_FRAME_SIZE => {

@@ -5,7 +5,7 @@
 //! table's upkeep and Huffman's per-byte work on every request (haproxy's encoder does the same).
 
 use bytes::{BufMut, BytesMut};
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 
 /// What opens an HTTP/2 connection, before the client's SETTINGS (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -172,7 +172,8 @@ pub struct HeaderBlock {
     bytes: Vec<u8>,
 }
 
-/// Static-table indexes (RFC 7541 Appendix A) of the fields a request's block starts with.
+/// Static-table indexes (RFC 7541 Appendix A) of the fields a block starts with, and of the
+/// fields a server adds.
 mod index {
     pub const AUTHORITY: u8 = 1;
     pub const METHOD: u8 = 2;
@@ -183,6 +184,23 @@ mod index {
     pub const SCHEME: u8 = 6;
     pub const SCHEME_HTTP: u8 = 6;
     pub const SCHEME_HTTPS: u8 = 7;
+    pub const STATUS: u8 = 8;
+    pub const CONTENT_LENGTH: u8 = 28;
+    pub const DATE: u8 = 33;
+
+    /// The entry that is `:status` with this value, if one is.
+    pub fn status(code: u16) -> Option<u8> {
+        Some(match code {
+            200 => 8,
+            204 => 9,
+            206 => 10,
+            304 => 11,
+            400 => 12,
+            404 => 13,
+            500 => 14,
+            _ => return None,
+        })
+    }
 }
 
 impl HeaderBlock {
@@ -222,6 +240,37 @@ impl HeaderBlock {
         &self.bytes
     }
 
+    /// An answer's block: its `:status`, its fields but those HTTP/2 forbids (an HTTP/1.1
+    /// answer relayed may carry them), then a `date` and a `content-length` when given.
+    pub fn response(
+        &mut self,
+        status: StatusCode,
+        fields: &HeaderMap,
+        date: Option<&[u8]>,
+        length: Option<u64>,
+    ) -> &[u8] {
+        self.bytes.clear();
+        match index::status(status.as_u16()) {
+            Some(entry) => self.indexed(entry),
+            None => self.literal_with_name(index::STATUS, status.as_str().as_bytes()),
+        }
+        for (name, value) in fields {
+            if !is_connection_field(name) {
+                self.field(name, value);
+            }
+        }
+        if let Some(date) = date {
+            self.literal_with_name(index::DATE, date);
+        }
+        if let Some(length) = length {
+            self.literal_with_name(
+                index::CONTENT_LENGTH,
+                itoa::Buffer::new().format(length).as_bytes(),
+            );
+        }
+        &self.bytes
+    }
+
     /// A trailer section's block.
     pub fn trailers(&mut self, fields: &HeaderMap) -> &[u8] {
         self.bytes.clear();
@@ -231,23 +280,26 @@ impl HeaderBlock {
 
     fn fields(&mut self, fields: &HeaderMap) {
         for (name, value) in fields {
-            // A literal with a new name, never indexed (0x10) when the value says it is
-            // sensitive, else without indexing (0x00): neither enters a table.
-            self.bytes
-                .push(if value.is_sensitive() { 0x10 } else { 0x00 });
-            self.string(name.as_str().as_bytes());
-            self.string(value.as_bytes());
+            self.field(name, value);
         }
+    }
+
+    /// A literal with a new name, never indexed (0x10) when the value says it is sensitive,
+    /// else without indexing (0x00): neither enters a table.
+    fn field(&mut self, name: &HeaderName, value: &http::HeaderValue) {
+        self.bytes
+            .push(if value.is_sensitive() { 0x10 } else { 0x00 });
+        self.string(name.as_str().as_bytes());
+        self.string(value.as_bytes());
     }
 
     fn indexed(&mut self, index: u8) {
         self.bytes.push(0x80 | index);
     }
 
-    /// A literal without indexing (0x00) whose name is the static table's `index` (less than
-    /// 15: one byte).
+    /// A literal without indexing (0x00) whose name is the static table's `index`.
     fn literal_with_name(&mut self, index: u8, value: &[u8]) {
-        self.bytes.push(index);
+        self.integer(usize::from(index), 4, 0x00);
         self.string(value);
     }
 
@@ -272,6 +324,16 @@ impl HeaderBlock {
         }
         self.bytes.push(rest as u8);
     }
+}
+
+/// Fields about one HTTP/1.1 connection, which HTTP/2 forbids (RFC 9113 §8.2.2; `te` but for
+/// `te: trailers`).
+pub fn is_connection_field(name: &HeaderName) -> bool {
+    matches!(
+        *name,
+        header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE | header::TE
+    ) || name == "keep-alive"
+        || name == "proxy-connection"
 }
 
 #[cfg(test)]

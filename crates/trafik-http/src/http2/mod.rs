@@ -1,8 +1,14 @@
-//! trafik's own HTTP/2 (RFC 9113): for now the client that speaks to `h2`, `h2c` and `auto`
-//! pools' backends ([`client`]), over the frames of [`frame`]. Clients' HTTP/2 is still
-//! served by hyper ([`crate::http::server`]).
+//! trafik's own HTTP/2 (RFC 9113), both ways: the client that speaks to `h2`, `h2c` and
+//! `auto` pools' backends ([`client`]) and the server clients speak to on the own engine
+//! ([`server`]), over one connection state and reader ([`connection`]), the same stream
+//! handles ([`stream`]) and the frames of [`frame`].
 
 pub mod client;
 mod connection;
 mod frame;
 mod hpack;
+pub mod server;
+mod stream;
+
+pub use frame::PREFACE;
+pub use stream::Http2Body;

@@ -12,47 +12,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trafik_proxy::plan::UpstreamProtocol;
 use trafik_test_support::proxy::*;
 
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const GOAWAY: u8 = 0x7;
-const CONTINUATION: u8 = 0x9;
-
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
-
-const PROTOCOL_ERROR: u32 = 0x1;
-const COMPRESSION_ERROR: u32 = 0x9;
-const ENHANCE_YOUR_CALM: u32 = 0xb;
-
-/// A frame as sent: its type, flags, stream and payload.
-type Frame = (u8, u8, u32, Vec<u8>);
+use crate::h2_wire::*;
 
 /// What a backend writes when a request comes on a stream: bytes of frames.
 type Answer = fn(u32) -> Vec<u8>;
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut bytes = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    bytes.extend([kind, flags]);
-    bytes.extend(stream.to_be_bytes());
-    bytes.extend(payload);
-    bytes
-}
-
-/// `:status: 200`, the static table's entry 8 (RFC 7541 Appendix A).
-const STATUS_200: u8 = 0x88;
-
-/// A literal field without indexing, with a new name (RFC 7541 §6.2.2), neither Huffman-coded.
-fn field(name: &str, value: &str) -> Vec<u8> {
-    let mut bytes = vec![0x00, name.len() as u8];
-    bytes.extend(name.as_bytes());
-    bytes.push(value.len() as u8);
-    bytes.extend(value.as_bytes());
-    bytes
-}
 
 /// An h2c backend writing frames by hand: an empty SETTINGS, then for every request's HEADERS
 /// the bytes `answer` makes for its stream. What trafik sent it is kept in the list returned.

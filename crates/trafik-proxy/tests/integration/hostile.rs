@@ -11,7 +11,9 @@ use trafik_test_support::proxy::*;
 
 /// A raw backend: reads a request head, then writes `answer` and keeps the connection open
 /// (reading whatever comes) — the way a server that refuses an upload early behaves.
-async fn head_counting_backend(answer: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicIsize>) {
+pub(crate) async fn head_counting_backend(
+    answer: &'static [u8],
+) -> (std::net::SocketAddr, Arc<AtomicIsize>) {
     let heads = Arc::new(AtomicIsize::new(0));
     let counted = heads.clone();
     let address = raw_backend(move |mut stream| {

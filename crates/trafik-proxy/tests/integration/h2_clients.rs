@@ -1,0 +1,266 @@
+//! trafik's own HTTP/2 server against a client that writes its frames by hand (RFC 9113, RFC
+//! 7541), over h2c with prior knowledge: malformed requests are reset and never reach a
+//! backend, a head past the limits is answered 431, streams past trafik's limit are refused,
+//! and a client that cancels request after request (rapid reset) loses its connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use trafik_test_support::proxy::*;
+
+use crate::h2_wire::*;
+use crate::hostile::head_counting_backend;
+
+const CANCEL: u32 = 0x8;
+const REFUSED_STREAM: u32 = 0x7;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// `:method: GET`, `:scheme: http`, `:path: /` by their static-table entries, and
+/// `:authority: kargo.test` (RFC 7541 Appendix A).
+fn get_block() -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x84, 0x01, 10];
+    block.extend(b"kargo.test");
+    block
+}
+
+fn code(payload: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(payload[at..at + 4].try_into().unwrap())
+}
+
+/// A client connection to trafik's plain listener: the preface and an empty SETTINGS sent.
+async fn connect(address: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let mut opening = PREFACE.to_vec();
+    opening.extend(frame(SETTINGS, 0, 0, &[]));
+    stream.write_all(&opening).await.unwrap();
+    stream
+}
+
+/// The next frame trafik sends; `None` once it closed the connection.
+async fn next_frame(stream: &mut TcpStream) -> Option<Frame> {
+    let mut head = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(20), stream.read_exact(&mut head))
+        .await
+        .expect("a frame within 20 s")
+        .ok()?;
+    let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut payload = vec![0; length];
+    stream.read_exact(&mut payload).await.ok()?;
+    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+    Some((head[3], head[4], id, payload))
+}
+
+/// Reads frames until one `matching` comes; panics if the connection ends first.
+async fn until(stream: &mut TcpStream, what: &str, matching: impl Fn(&Frame) -> bool) -> Frame {
+    loop {
+        let frame = next_frame(stream)
+            .await
+            .unwrap_or_else(|| panic!("closed before {what}"));
+        if matching(&frame) {
+            return frame;
+        }
+    }
+}
+
+/// A backend counting the requests that reach it, answering each with a 200.
+async fn counting_backend() -> (SocketAddr, Arc<AtomicIsize>) {
+    head_counting_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nkargo").await
+}
+
+/// Requests malformed as RFC 9113 §8.1.1, §8.2 and §8.3 say are each reset with PROTOCOL_ERROR,
+/// and none reaches the backend; the connection serves the next well-formed request.
+#[tokio::test]
+async fn malformed_requests_are_reset_and_never_forwarded() {
+    let (backend, count) = counting_backend().await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut stream = connect(web(&running)).await;
+    let cases: [(&str, Vec<u8>, u8); 9] = [
+        ("no :path", vec![0x82, 0x86], END_STREAM),
+        (
+            "a name in upper case",
+            [get_block(), field("X-Kargo", "1")].concat(),
+            END_STREAM,
+        ),
+        (
+            "a pseudo-field after a field",
+            [field("x-kargo", "1"), get_block()].concat(),
+            END_STREAM,
+        ),
+        (
+            "two :method",
+            [vec![0x82], get_block()].concat(),
+            END_STREAM,
+        ),
+        (
+            "a :status in a request",
+            [get_block(), vec![0x88]].concat(),
+            END_STREAM,
+        ),
+        (
+            "a connection-specific field",
+            [get_block(), field("connection", "keep-alive")].concat(),
+            END_STREAM,
+        ),
+        (
+            "a value closing with a space",
+            [get_block(), field("x-kargo", "1 ")].concat(),
+            END_STREAM,
+        ),
+        (
+            "a length and no body",
+            [get_block(), field("content-length", "5")].concat(),
+            END_STREAM,
+        ),
+        (
+            "two lengths",
+            [
+                get_block(),
+                field("content-length", "1"),
+                field("content-length", "2"),
+            ]
+            .concat(),
+            0,
+        ),
+    ];
+    for (index, (case, block, end)) in cases.iter().enumerate() {
+        let id = 1 + 2 * index as u32;
+        stream
+            .write_all(&frame(HEADERS, END_HEADERS | end, id, block))
+            .await
+            .unwrap();
+        let (_, _, _, payload) = until(&mut stream, case, |(kind, _, on, _)| {
+            (*kind == RST_STREAM || *kind == HEADERS) && *on == id
+        })
+        .await;
+        assert_eq!(payload.len(), 4, "{case}: reset, not answered");
+        assert_eq!(code(&payload, 0), PROTOCOL_ERROR, "{case}");
+    }
+    let id = 1 + 2 * cases.len() as u32;
+    stream
+        .write_all(&frame(HEADERS, END_HEADERS | END_STREAM, id, &get_block()))
+        .await
+        .unwrap();
+    let (_, _, _, head) = until(&mut stream, "the answer", |(kind, _, on, _)| {
+        *kind == HEADERS && *on == id
+    })
+    .await;
+    assert_eq!(head[0], 0x88, "`:status: 200` by its index");
+    let (_, flags, _, body) = until(&mut stream, "the body", |(kind, _, on, _)| {
+        *kind == DATA && *on == id
+    })
+    .await;
+    assert_eq!(
+        (body.as_slice(), flags & END_STREAM),
+        (&b"kargo"[..], END_STREAM)
+    );
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        1,
+        "only the well-formed request"
+    );
+    running.stop();
+}
+
+/// A head with more fields than `[server.limits]` allows is answered 431 by trafik, as on
+/// HTTP/1.1, and never forwarded.
+#[tokio::test]
+async fn a_head_past_the_limits_is_answered_431() {
+    let (backend, count) = counting_backend().await;
+    let mut plan = plan(&[backend]);
+    plan.client.limits.headers = 8;
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut stream = connect(web(&running)).await;
+    let mut block = get_block();
+    for index in 0..12 {
+        block.extend(field(&format!("x-kargo-{index}"), "1"));
+    }
+    stream
+        .write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &block))
+        .await
+        .unwrap();
+    let (_, _, _, head) = until(&mut stream, "the answer", |(kind, _, on, _)| {
+        *kind == HEADERS && *on == 1
+    })
+    .await;
+    // `:status` as a literal with the static table's name (entry 8): 431 has no entry.
+    assert_eq!(&head[..5], b"\x08\x03431", "{head:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+    running.stop();
+}
+
+/// With `[server.limits] streams = 2`, a third stream open at once is refused
+/// (REFUSED_STREAM, RFC 9113 §5.1.2): the client may send it again later.
+#[tokio::test]
+async fn streams_past_the_limit_are_refused() {
+    // A backend that reads requests and never answers: the streams stay open.
+    let backend = raw_backend(|mut stream| async move {
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    let mut plan = plan(&[backend]);
+    plan.client.limits.streams = 2;
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut stream = connect(web(&running)).await;
+    let mut requests = Vec::new();
+    for id in [1, 3, 5] {
+        // Without END_STREAM: a body is still to come, so each stream stays open.
+        requests.extend(frame(HEADERS, END_HEADERS, id, &get_block()));
+    }
+    stream.write_all(&requests).await.unwrap();
+    let (_, _, id, payload) =
+        until(&mut stream, "a refusal", |(kind, ..)| *kind == RST_STREAM).await;
+    assert_eq!((id, code(&payload, 0)), (5, REFUSED_STREAM));
+    running.stop();
+}
+
+/// Requests opened and cancelled at once, again and again (CVE-2023-44487), end the
+/// connection with ENHANCE_YOUR_CALM once the cancelled far outnumber the answered.
+#[tokio::test]
+async fn a_client_cancelling_request_after_request_loses_its_connection() {
+    let (backend, _) = counting_backend().await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut stream = connect(web(&running)).await;
+    let mut flood = Vec::new();
+    for index in 0..200u32 {
+        let id = 1 + 2 * index;
+        flood.extend(frame(HEADERS, END_HEADERS | END_STREAM, id, &get_block()));
+        flood.extend(frame(RST_STREAM, 0, id, &CANCEL.to_be_bytes()));
+    }
+    // trafik may close before it has read all of it.
+    let _ = stream.write_all(&flood).await;
+    let (_, _, _, payload) = until(&mut stream, "GOAWAY", |(kind, ..)| *kind == GOAWAY).await;
+    assert_eq!(code(&payload, 4), ENHANCE_YOUR_CALM);
+    running.stop();
+}
+
+/// A client that lets its requests finish may cancel some now and then: its connection stays.
+#[tokio::test]
+async fn cancelling_now_and_then_keeps_the_connection() {
+    let (backend, _) = counting_backend().await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut stream = connect(web(&running)).await;
+    for index in 0..150u32 {
+        let id = 1 + 4 * index;
+        let mut pair = frame(HEADERS, END_HEADERS | END_STREAM, id, &get_block());
+        pair.extend(frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            id + 2,
+            &get_block(),
+        ));
+        pair.extend(frame(RST_STREAM, 0, id + 2, &CANCEL.to_be_bytes()));
+        stream.write_all(&pair).await.unwrap();
+        until(&mut stream, "the answer", |(kind, flags, on, _)| {
+            assert_ne!(*kind, GOAWAY, "the connection ended");
+            *kind == DATA && *on == id && flags & END_STREAM != 0
+        })
+        .await;
+    }
+    running.stop();
+}
