@@ -22,7 +22,6 @@ use bytes::{Buf, Bytes, BytesMut};
 use h2::Reason;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::task::AbortHandle;
 
 use super::frame::{self, HeaderBlock, flag, kind, setting};
 use super::hpack::{self, Name};
@@ -172,8 +171,10 @@ pub(super) struct Stream {
     /// The handles on the stream ([`super::stream::StreamRef`]) while they last: a backend's
     /// answer's reader and the upload; a client's request body's reader and the answer's task.
     pub(super) handles: u8,
-    /// On a client's stream, the task answering it: a client's reset stops its work.
-    pub(super) task: Option<AbortHandle>,
+    /// On a client's stream, the answer's waker: a client's reset (or the connection's end)
+    /// sets `cancelled` and wakes it, and its work stops.
+    pub(super) answer: Option<Waker>,
+    pub(super) cancelled: bool,
 }
 
 /// How a stream ended before the end of what the peer sends.
@@ -206,7 +207,8 @@ impl Stream {
             reader: None,
             sender: None,
             handles: 1,
-            task: None,
+            answer: None,
+            cancelled: false,
         }
     }
 
@@ -263,8 +265,9 @@ impl Stream {
         if !self.is_done() {
             self.stopped = Some(stop);
         }
-        if let Some(task) = self.task.take() {
-            task.abort();
+        self.cancelled = true;
+        if let Some(answer) = self.answer.take() {
+            answer.wake();
         }
         self.wake();
     }

@@ -1,8 +1,9 @@
 //! trafik's own HTTP/2 server (`[server] engine = "trafik"`): a client's connection, agreed by
 //! ALPN behind TLS or told by its preface on plain TCP (h2c with prior knowledge), read and
-//! written by one driver ([`super::connection`]); every request a task of the worker's thread
-//! through the same [`WorkerProxy::handle`] as every other version, its body read from its
-//! stream ([`Http2Body`]), its answer written back under the client's flow control.
+//! written by one driver ([`super::connection`]); every request answered within the
+//! connection's own task (no task spawned per stream) through the same [`WorkerProxy::handle`]
+//! as every other version, its body read from its stream ([`Http2Body`]), its answer written
+//! back under the client's flow control.
 //!
 //! What a client may make trafik hold is bounded: open streams by
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` (`[server.limits] streams`; more are refused), a head by
@@ -10,12 +11,14 @@
 //! client that does not read, and requests cancelled far beyond those answered (rapid reset).
 
 use std::cell::RefCell;
-use std::future::poll_fn;
-use std::pin::pin;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
 use std::rc::Rc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use h2::Reason;
 use http::{Method, Request, Response, header};
 use http_body::Body;
@@ -58,30 +61,75 @@ pub async fn serve<S>(
     let connection = Rc::new(RefCell::new(Connection::serve(head_limits, limits.streams)));
     let client = Rc::new(ClientConnection::new(listener, peer, scheme, identity));
     let mut reader = Reader::new(Stage::Preface, read);
+    let mut answers = FuturesUnordered::new();
     let mut draining = false;
     poll_fn(|cx| {
-        control.remember(cx.waker());
-        if control.is_idle() {
-            tracing::debug!(%peer, "closing idle HTTP/2 connection");
-            return Poll::Ready(());
+        loop {
+            control.remember(cx.waker());
+            if control.is_idle() {
+                tracing::debug!(%peer, "closing idle HTTP/2 connection");
+                return Poll::Ready(());
+            }
+            if control.should_drain() && !draining {
+                draining = true;
+                connection.borrow_mut().go_away();
+            }
+            let polled = poll_drive(cx, &mut io, &connection, &mut reader);
+            start_requests(&proxy, &client, &connection, &mut answers);
+            let queued = connection.borrow().out.len();
+            while let Poll::Ready(Some(())) = answers.poll_next_unpin(cx) {}
+            if polled.is_ready() {
+                return Poll::Ready(());
+            }
+            // Answers that queued frames have them written now, not on the next wake.
+            if connection.borrow().out.len() == queued {
+                return Poll::Pending;
+            }
         }
-        if control.should_drain() && !draining {
-            draining = true;
-            connection.borrow_mut().go_away();
-        }
-        let polled = poll_drive(cx, &mut io, &connection, &mut reader);
-        start_requests(&proxy, &client, &connection);
-        polled
     })
     .await;
     close(&mut io, &connection).await;
 }
 
-/// Starts a task for each request whose head came, unless the client reset it already.
+/// A request's answer as the connection's task runs it. It ends early, its work (the backend
+/// exchange among it) dropped, once its stream is cancelled: the client reset it, or the
+/// connection ended.
+struct Answering {
+    connection: Rc<RefCell<Connection>>,
+    id: u32,
+    answer: Pin<Box<dyn Future<Output = ()>>>,
+}
+
+impl Future for Answering {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        {
+            let mut connection = self.connection.borrow_mut();
+            let Some(stream) = connection.streams.get_mut(&self.id) else {
+                return Poll::Ready(());
+            };
+            if stream.cancelled {
+                return Poll::Ready(());
+            }
+            if !stream
+                .answer
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                stream.answer = Some(cx.waker().clone());
+            }
+        }
+        self.answer.as_mut().poll(cx)
+    }
+}
+
+/// Starts answering each request whose head came, unless the client reset it already.
 fn start_requests(
     proxy: &Rc<WorkerProxy>,
     client: &Rc<ClientConnection>,
     connection: &Rc<RefCell<Connection>>,
+    answers: &mut FuturesUnordered<Answering>,
 ) {
     let mut accepted = match &mut connection.borrow_mut().side {
         Side::Server(serving) if !serving.accepted.is_empty() => {
@@ -104,10 +152,12 @@ fn start_requests(
             };
             head.map(|()| body)
         });
-        let task = tokio::task::spawn_local(answer(proxy.clone(), client.clone(), sender, request));
-        if let Some(stream) = connection.borrow_mut().streams.get_mut(&id) {
-            stream.task = Some(task.abort_handle());
-        }
+        // Boxed: the pipeline's future is kilobytes, and a box is moved as one pointer.
+        answers.push(Answering {
+            connection: connection.clone(),
+            id,
+            answer: Box::pin(answer(proxy.clone(), client.clone(), sender, request)),
+        });
     }
     // The list's room serves the next requests.
     if let Side::Server(serving) = &mut connection.borrow_mut().side {
@@ -124,8 +174,7 @@ async fn answer(
 ) {
     let head_request = request.as_ref().is_some_and(|r| r.method() == Method::HEAD);
     let answer = match request {
-        // Boxed: the task's future is moved as it is spawned; a box is one pointer of it.
-        Some(request) => Box::pin(proxy.handle(&client, request)).await,
+        Some(request) => proxy.handle(&client, request).await,
         None => ProxyError::HeadTooLarge.response(),
     };
     respond(&stream, answer, head_request).await;

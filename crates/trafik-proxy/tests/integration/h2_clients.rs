@@ -264,3 +264,94 @@ async fn cancelling_now_and_then_keeps_the_connection() {
     }
     running.stop();
 }
+
+/// A backend that tells `heads` of every request head it reads and `closed` when trafik closes
+/// the connection, and answers only once `answer` is notified.
+async fn held_backend(
+    heads: tokio::sync::mpsc::UnboundedSender<()>,
+    closed: tokio::sync::mpsc::UnboundedSender<()>,
+    answer: Arc<tokio::sync::Notify>,
+) -> SocketAddr {
+    raw_backend(move |mut stream| {
+        let (heads, closed, answer) = (heads.clone(), closed.clone(), answer.clone());
+        async move {
+            if !read_head(&mut stream).await {
+                return;
+            }
+            let _ = heads.send(());
+            let mut sink = [0u8; 1024];
+            tokio::select! {
+                _ = async { while stream.read(&mut sink).await.is_ok_and(|n| n > 0) {} } => {
+                    let _ = closed.send(());
+                }
+                () = answer.notified() => {
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nkargo";
+                    let _ = stream.write_all(answer).await;
+                }
+            }
+        }
+    })
+    .await
+}
+
+async fn told(channel: &mut tokio::sync::mpsc::UnboundedReceiver<()>, what: &str) {
+    tokio::time::timeout(Duration::from_secs(20), channel.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what} within 20 s"));
+}
+
+/// A client's RST_STREAM stops its request's work: the exchange with the backend is dropped
+/// (its connection closed) rather than left to run for nobody.
+#[tokio::test]
+async fn a_client_reset_stops_the_backend_exchange() {
+    let (heads, mut headed) = tokio::sync::mpsc::unbounded_channel();
+    let (closed, mut closing) = tokio::sync::mpsc::unbounded_channel();
+    let backend = held_backend(heads, closed, Arc::new(tokio::sync::Notify::new())).await;
+    let mut plan = plan(&[backend]);
+    // Longer than the wait below: only the reset can end the exchange within it.
+    plan.pools[0].response_timeout = Duration::from_secs(60);
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut stream = connect(web(&running)).await;
+    stream
+        .write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get_block()))
+        .await
+        .unwrap();
+    told(&mut headed, "the request at the backend").await;
+    stream
+        .write_all(&frame(RST_STREAM, 0, 1, &CANCEL.to_be_bytes()))
+        .await
+        .unwrap();
+    told(&mut closing, "the backend connection closed").await;
+    running.stop();
+}
+
+/// A drain says GOAWAY naming the last request taken (RFC 9113 §6.8), answers it in full, then
+/// closes the connection.
+#[tokio::test]
+async fn a_drain_says_goaway_and_finishes_the_request_under_way() {
+    let (heads, mut headed) = tokio::sync::mpsc::unbounded_channel();
+    let (closed, _closing) = tokio::sync::mpsc::unbounded_channel();
+    let answer = Arc::new(tokio::sync::Notify::new());
+    let backend = held_backend(heads, closed, answer.clone()).await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut stream = connect(web(&running)).await;
+    stream
+        .write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get_block()))
+        .await
+        .unwrap();
+    told(&mut headed, "the request at the backend").await;
+    running.stop();
+    let (_, _, _, payload) = until(&mut stream, "GOAWAY", |(kind, ..)| *kind == GOAWAY).await;
+    assert_eq!(
+        (code(&payload, 0), code(&payload, 4)),
+        (1, 0),
+        "last stream 1, NO_ERROR"
+    );
+    answer.notify_one();
+    let (_, _, _, body) = until(&mut stream, "the answer's body", |(kind, flags, on, _)| {
+        *kind == DATA && *on == 1 && flags & END_STREAM != 0
+    })
+    .await;
+    assert_eq!(body, b"kargo");
+    while next_frame(&mut stream).await.is_some() {}
+}
