@@ -55,7 +55,7 @@ impl Http2Connection {
             if connection.settings_seen || connection.closed {
                 return Poll::Ready(());
             }
-            connection.waiting.push(cx.waker().clone());
+            connection.wait(cx.waker());
             Poll::Pending
         });
         let _ = tokio::time::timeout(SETTINGS_WAIT, settled).await;
@@ -99,7 +99,7 @@ impl Http2Connection {
                 // A backend allowing no stream at all is asked anyway: its refusal ends the
                 // request, where waiting would never end.
                 if shared.streams.len() >= shared.max_streams().max(1) {
-                    shared.waiting.push(cx.waker().clone());
+                    shared.wait(cx.waker());
                     return Poll::Pending;
                 }
                 Poll::Ready(true)

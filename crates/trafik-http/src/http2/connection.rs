@@ -74,8 +74,12 @@ pub(super) enum Side {
 
 /// The server's side of a connection: the client's streams as they come.
 pub(super) struct Serving {
-    /// The highest stream id the client opened (ids only grow, RFC 9113 §5.1.1).
-    last_stream: u32,
+    /// The highest stream id the client opened (ids only grow, RFC 9113 §5.1.1): lower ones
+    /// are no longer idle.
+    highest_seen: u32,
+    /// The highest stream id trafik took to answer: what a GOAWAY names, which never grows
+    /// once said.
+    last_taken: u32,
     /// Requests whose heads came, for the server to start: `None` for a head past the
     /// limits, answered 431.
     pub(super) accepted: Vec<Accepted>,
@@ -221,6 +225,13 @@ impl Stream {
         }
     }
 
+    /// Whether the stream is open as RFC 9113 §5.1 counts streams against the limit: not
+    /// reset, nor ended both ways (its handles may still be held).
+    fn is_open(&self) -> bool {
+        let closed_both_ways = self.ended && self.sending_closed;
+        !(self.cancelled || closed_both_ways)
+    }
+
     /// Whether the stream is over for its reader: whole, or stopped.
     pub(super) fn is_done(&self) -> bool {
         self.ended || self.stopped.is_some()
@@ -328,7 +339,8 @@ impl Connection {
     /// requests at once, heads within `limits`. Its driver is the server's.
     pub(super) fn serve(limits: AnswerLimits, max_streams: u32) -> Connection {
         let side = Side::Server(Serving {
-            last_stream: 0,
+            highest_seen: 0,
+            last_taken: 0,
             accepted: Vec::new(),
             max_streams: max_streams as usize,
             cancelled: 0,
@@ -395,6 +407,14 @@ impl Connection {
     pub(super) fn wake_driver(&mut self) {
         if let Some(driver) = self.driver.take() {
             driver.wake();
+        }
+    }
+
+    /// Wakes `waker` when the connection changes (a stream frees, the window opens, the queue
+    /// drains, SETTINGS come), once however often its task asks.
+    pub(super) fn wait(&mut self, waker: &Waker) {
+        if !self.waiting.iter().any(|waiting| waiting.will_wake(waker)) {
+            self.waiting.push(waker.clone());
         }
     }
 
@@ -501,20 +521,31 @@ impl Connection {
     fn last_peer_stream(&self) -> u32 {
         match &self.side {
             Side::Client { .. } => 0,
-            Side::Server(serving) => serving.last_stream,
+            Side::Server(serving) => serving.last_taken,
         }
     }
 
-    /// Counts a client's request cancelled or refused: a connection error once a client
-    /// cancels far more requests than it lets finish.
-    fn cancelled(&mut self) -> Result<(), ConnectionError> {
+    /// Counts a client's request cancelled (its RST_STREAM), or reset for what the client
+    /// sent on it (a stream error): the connection ends (ENHANCE_YOUR_CALM) once a client
+    /// has far more requests cancelled than it lets finish. A stream error the client provokes
+    /// starts a request's work and ends it as a cancel does ("MadeYouReset", CVE-2025-8671).
+    fn cancelled(&mut self) {
         if let Side::Server(serving) = &mut self.side {
             serving.cancelled += 1;
             if serving.cancelled > serving.answered + MOST_CANCELLED {
-                return Err(ConnectionError(Reason::ENHANCE_YOUR_CALM));
+                self.fail(Reason::ENHANCE_YOUR_CALM);
             }
         }
-        Ok(())
+    }
+
+    /// Ends stream `id` for what the peer sent on it (a stream error, RFC 9113 §5.4.2),
+    /// counted against a client as a cancel.
+    pub(super) fn stream_error(&mut self, id: u32, reason: Reason) {
+        let live = self.streams.get(&id).is_some_and(|stream| !stream.reset);
+        self.reset(id, reason);
+        if live {
+            self.cancelled();
+        }
     }
 
     /// Counts an answer sent whole to a client.
@@ -542,7 +573,7 @@ impl Connection {
         id.is_multiple_of(2)
             || match &self.side {
                 Side::Client { next_stream, .. } => id >= *next_stream,
-                Side::Server(serving) => id > serving.last_stream,
+                Side::Server(serving) => id > serving.highest_seen,
             }
     }
 }
@@ -905,7 +936,7 @@ fn data(
             false => Reason::PROTOCOL_ERROR,
         };
         connection.release(None, length);
-        connection.reset(id, reason);
+        connection.stream_error(id, reason);
         return Ok(());
     }
     stream.recv_window -= length as i64;
@@ -1073,14 +1104,15 @@ fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), C
         || stream.ended
         || !stream.take_block(decoded, end_stream)
     {
-        connection.reset(id, Reason::PROTOCOL_ERROR);
+        connection.stream_error(id, Reason::PROTOCOL_ERROR);
     }
     Ok(())
 }
 
 /// A client's new stream: its request is accepted for the server to answer, refused
-/// (REFUSED_STREAM) when the client has as many open as trafik allows, reset (PROTOCOL_ERROR)
-/// when malformed, ignored once trafik said GOAWAY.
+/// (REFUSED_STREAM, which the client may send again) when the client has as many open as
+/// trafik allows or said GOAWAY itself, reset (PROTOCOL_ERROR) when malformed, ignored once
+/// trafik said GOAWAY (which told the client so).
 fn open_request(
     connection: &mut Connection,
     id: u32,
@@ -1093,15 +1125,24 @@ fn open_request(
     if id.is_multiple_of(2) {
         return Err(ConnectionError(Reason::PROTOCOL_ERROR));
     }
-    serving.last_stream = id;
-    if connection.refusing {
+    serving.highest_seen = id;
+    if connection.said_goaway || connection.closing {
         return Ok(());
     }
     // A length must be sound, and END_STREAM with the head breaks a promise of DATA (RFC
     // 9113 §8.1.1).
     let broken_length = !content_length_is_sound(&decoded.fields)
         || (end_stream && content_length(&decoded.fields).is_some_and(|length| length > 0));
-    let refusal = if connection.streams.len() >= serving.max_streams {
+    // Streams stay in the map while their handles last; only those still open count (RFC
+    // 9113 §5.1.2), counted only when the map is at the limit.
+    let full = connection.streams.len() >= serving.max_streams
+        && connection
+            .streams
+            .values()
+            .filter(|stream| stream.is_open())
+            .count()
+            >= serving.max_streams;
+    let refusal = if full || connection.refusing {
         Some(Reason::REFUSED_STREAM)
     } else if decoded.malformed || broken_length {
         Some(Reason::PROTOCOL_ERROR)
@@ -1115,14 +1156,16 @@ fn open_request(
         (None, false) => request_head(decoded).map(Some),
     };
     let Some(head) = head else {
-        frame::reset(
-            &mut connection.out,
-            id,
-            refusal.unwrap_or(Reason::PROTOCOL_ERROR),
-        );
+        let reason = refusal.unwrap_or(Reason::PROTOCOL_ERROR);
+        frame::reset(&mut connection.out, id, reason);
         connection.wake_driver();
-        return connection.cancelled();
+        // A refusal starts no work: only a malformed request counts as a cancel.
+        if reason != Reason::REFUSED_STREAM {
+            connection.cancelled();
+        }
+        return Ok(());
     };
+    serving.last_taken = id;
     let mut stream = Stream::new(connection.peer.initial_window, false, false);
     stream.answered = true;
     stream.ended = end_stream;
@@ -1245,7 +1288,7 @@ fn reset(
         stream.reset = true;
         stream.stop(Stop::Reset(reason));
         if answering {
-            return connection.cancelled();
+            connection.cancelled();
         }
     }
     Ok(())
@@ -1305,8 +1348,9 @@ fn settings(
                 }
                 connection.peer.max_frame = value as usize;
             }
-            // The table size only bounds an encoder that indexes, and trafik's does not;
-            // the rest say nothing a client acts on.
+            // trafik's encoder uses no table, but a smaller one must still be acknowledged.
+            setting::HEADER_TABLE_SIZE => connection.block.peer_table_size(value),
+            // The rest say nothing trafik acts on.
             _ => {}
         }
     }
@@ -1348,7 +1392,7 @@ fn window_update(
             0 => Reason::PROTOCOL_ERROR,
             _ => Reason::FLOW_CONTROL_ERROR,
         };
-        connection.reset(header.stream, reason);
+        connection.stream_error(header.stream, reason);
         return Ok(());
     }
     if let Some(sender) = stream.sender.take() {
@@ -1360,6 +1404,19 @@ fn window_update(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_asking_again_and_again_waits_once() {
+        let mut connection = Connection::serve(AnswerLimits::default(), 100);
+        let waker = futures_util::task::noop_waker();
+        for _ in 0..1000 {
+            connection.wait(&waker);
+        }
+        assert_eq!(connection.waiting.len(), 1);
+        connection.wake_waiting();
+        connection.wait(&waker);
+        assert_eq!(connection.waiting.len(), 1);
+    }
 
     #[test]
     fn content_length_must_be_one_valid_length() {

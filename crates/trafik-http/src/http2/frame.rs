@@ -46,6 +46,7 @@ pub mod flag {
 
 /// SETTINGS parameters (RFC 9113 §6.5.2).
 pub mod setting {
+    pub const HEADER_TABLE_SIZE: u16 = 0x1;
     pub const ENABLE_PUSH: u16 = 0x2;
     pub const MAX_CONCURRENT_STREAMS: u16 = 0x3;
     pub const INITIAL_WINDOW_SIZE: u16 = 0x4;
@@ -170,6 +171,9 @@ pub fn headers(out: &mut BytesMut, stream: u32, block: &[u8], end_stream: bool, 
 #[derive(Default)]
 pub struct HeaderBlock {
     bytes: Vec<u8>,
+    /// The peer's decoder allowed a table smaller than HPACK's default since the last block:
+    /// the next one must say the table's size fits it (RFC 7541 §4.2).
+    size_update: bool,
 }
 
 /// Static-table indexes (RFC 7541 Appendix A) of the fields a block starts with, and of the
@@ -204,6 +208,22 @@ mod index {
 }
 
 impl HeaderBlock {
+    /// The peer's `SETTINGS_HEADER_TABLE_SIZE` said `size`.
+    pub fn peer_table_size(&mut self, size: u32) {
+        if size < 4096 {
+            self.size_update = true;
+        }
+    }
+
+    /// Starts a block: a table size update first when one is owed. trafik's blocks use no
+    /// table, so a size of 0 fits whatever the peer allows (§6.3).
+    fn start(&mut self) {
+        self.bytes.clear();
+        if std::mem::take(&mut self.size_update) {
+            self.bytes.push(0x20);
+        }
+    }
+
     /// A request's block: its pseudo-fields (RFC 9113 §8.3.1), then its fields.
     pub fn request(
         &mut self,
@@ -212,7 +232,7 @@ impl HeaderBlock {
         tls: bool,
         fields: &HeaderMap,
     ) -> &[u8] {
-        self.bytes.clear();
+        self.start();
         match *method {
             Method::GET => self.indexed(index::METHOD_GET),
             Method::POST => self.indexed(index::METHOD_POST),
@@ -249,7 +269,7 @@ impl HeaderBlock {
         date: Option<&[u8]>,
         length: Option<u64>,
     ) -> &[u8] {
-        self.bytes.clear();
+        self.start();
         match index::status(status.as_u16()) {
             Some(entry) => self.indexed(entry),
             None => self.literal_with_name(index::STATUS, status.as_str().as_bytes()),
@@ -273,7 +293,7 @@ impl HeaderBlock {
 
     /// A trailer section's block.
     pub fn trailers(&mut self, fields: &HeaderMap) -> &[u8] {
-        self.bytes.clear();
+        self.start();
         self.fields(fields);
         &self.bytes
     }
@@ -412,6 +432,28 @@ mod tests {
             decoded(&written),
             pairs(&[(":method", "CONNECT"), (":authority", "example.test:443")])
         );
+    }
+
+    #[test]
+    fn a_smaller_peer_table_is_acknowledged_at_the_next_block_only() {
+        let mut block = HeaderBlock::default();
+        block.peer_table_size(8192);
+        let fields = HeaderMap::new();
+        assert_eq!(
+            block.response(StatusCode::OK, &fields, None, None),
+            [0x88],
+            "a larger table needs no update"
+        );
+        block.peer_table_size(0);
+        let written = block.response(StatusCode::OK, &fields, None, None).to_vec();
+        assert_eq!(written, [0x20, 0x88], "size 0, then `:status: 200`");
+        let mut decoder = super::super::hpack::Decoder::new(4096);
+        let mut names = Vec::new();
+        decoder
+            .decode(bytes::Bytes::from(written), |name, _| names.push(name))
+            .unwrap();
+        assert_eq!(names, [Name::Status]);
+        assert_eq!(block.trailers(&fields), [] as [u8; 0], "said once");
     }
 
     #[test]

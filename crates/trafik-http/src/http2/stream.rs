@@ -19,9 +19,9 @@ use super::frame;
 /// A hold on one stream: its reader's (`reads`: a backend's answer, a client's request body)
 /// or its sender's (an upload to a backend, an answer to a client). When a backend answer's
 /// reader goes before its end the stream is cancelled; when the last hold goes the stream is
-/// forgotten, what it held unread given back to the connection's window, and a client still
-/// sending a request whose answer is whole is told to stop (RST_STREAM NO_ERROR, RFC 9113
-/// §8.1).
+/// forgotten, what it held unread given back to the connection's window, and a client is told
+/// its answer ended unsaid (RST_STREAM INTERNAL_ERROR), or, still sending a request whose
+/// answer is whole, to stop (NO_ERROR, RFC 9113 §8.1).
 pub(super) struct StreamRef {
     connection: Rc<RefCell<Connection>>,
     id: u32,
@@ -120,9 +120,14 @@ impl Drop for StreamRef {
             stream.wake();
             return;
         }
-        if !client && !stream.is_done() && !stream.reset {
-            // The answer is over, the request is not: the client may stop sending it.
-            connection.reset(self.id, Reason::NO_ERROR);
+        if !client && !stream.reset {
+            if !stream.sending_closed {
+                // The answer ended unsaid (its work dropped): the client must not wait for it.
+                connection.reset(self.id, Reason::INTERNAL_ERROR);
+            } else if !stream.is_done() {
+                // The answer is over, the request is not: the client may stop sending it.
+                connection.reset(self.id, Reason::NO_ERROR);
+            }
         }
         if let Some(stream) = connection.streams.remove(&self.id) {
             connection.release(None, stream.unread());
@@ -209,7 +214,7 @@ impl StreamRef {
         // its queue.
         stream.sender = Some(cx.waker().clone());
         if stream.send_window > 0 {
-            connection.waiting.push(cx.waker().clone());
+            connection.wait(cx.waker());
         }
         Poll::Pending
     }
@@ -337,7 +342,7 @@ impl Body for Http2Body {
             if let Reading::Data { left: Some(left) } = &mut this.reading {
                 if data.len() as u64 > *left {
                     // More than the answer's length said (RFC 9113 §8.1.1).
-                    connection.reset(id, Reason::PROTOCOL_ERROR);
+                    connection.stream_error(id, Reason::PROTOCOL_ERROR);
                     return Poll::Ready(Some(Err(Reason::PROTOCOL_ERROR.into())));
                 }
                 *left -= data.len() as u64;

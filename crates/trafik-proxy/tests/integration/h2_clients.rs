@@ -355,3 +355,111 @@ async fn a_drain_says_goaway_and_finishes_the_request_under_way() {
     assert_eq!(body, b"kargo");
     while next_frame(&mut stream).await.is_some() {}
 }
+
+/// Stream errors a client provokes (here a WINDOW_UPDATE of 0 on each request, RFC 9113
+/// §6.9) end its requests as cancels do, and count as cancels ("MadeYouReset",
+/// CVE-2025-8671): the connection ends with ENHANCE_YOUR_CALM.
+#[tokio::test]
+async fn stream_errors_a_client_provokes_count_as_cancels() {
+    let (backend, _) = counting_backend().await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut stream = connect(web(&running)).await;
+    let mut flood = Vec::new();
+    for index in 0..200u32 {
+        let id = 1 + 2 * index;
+        flood.extend(frame(HEADERS, END_HEADERS | END_STREAM, id, &get_block()));
+        flood.extend(frame(WINDOW_UPDATE, 0, id, &0u32.to_be_bytes()));
+    }
+    let _ = stream.write_all(&flood).await;
+    let (_, _, _, payload) = until(&mut stream, "GOAWAY", |(kind, ..)| *kind == GOAWAY).await;
+    assert_eq!(code(&payload, 4), ENHANCE_YOUR_CALM);
+    running.stop();
+}
+
+/// Refusals start no work and are not cancels: a burst of requests past the stream limit
+/// (allowed before the client has read trafik's SETTINGS) has the excess refused, the rest
+/// answered, and the connection kept.
+#[tokio::test]
+async fn a_burst_past_the_stream_limit_is_refused_in_part_and_keeps_the_connection() {
+    let (backend, _) = counting_backend().await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut stream = connect(web(&running)).await;
+    let burst: Vec<u8> = (0..400u32)
+        .flat_map(|index| {
+            frame(
+                HEADERS,
+                END_HEADERS | END_STREAM,
+                1 + 2 * index,
+                &get_block(),
+            )
+        })
+        .collect();
+    stream.write_all(&burst).await.unwrap();
+    let (mut answered, mut refused) = (0, 0);
+    while answered + refused < 400 {
+        let (kind, flags, _, payload) = next_frame(&mut stream).await.expect("the connection");
+        match kind {
+            GOAWAY => panic!("GOAWAY after {answered} answers and {refused} refusals"),
+            RST_STREAM => {
+                assert_eq!(code(&payload, 0), REFUSED_STREAM);
+                refused += 1;
+            }
+            DATA if flags & END_STREAM != 0 => answered += 1,
+            _ => {}
+        }
+    }
+    assert!(
+        refused > 0 && answered >= 100,
+        "{answered} answered, {refused} refused"
+    );
+    running.stop();
+}
+
+/// A stream the client reset no longer counts against the limit, even before its work is
+/// dropped: a new stream in the same write as the reset is taken.
+#[tokio::test]
+async fn a_reset_stream_makes_room_for_the_next_at_once() {
+    let (heads, mut headed) = tokio::sync::mpsc::unbounded_channel();
+    let (closed, _closing) = tokio::sync::mpsc::unbounded_channel();
+    let backend = held_backend(heads, closed, Arc::new(tokio::sync::Notify::new())).await;
+    let mut plan = plan(&[backend]);
+    plan.client.limits.streams = 2;
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut stream = connect(web(&running)).await;
+    let mut two = frame(HEADERS, END_HEADERS | END_STREAM, 1, &get_block());
+    two.extend(frame(HEADERS, END_HEADERS | END_STREAM, 3, &get_block()));
+    stream.write_all(&two).await.unwrap();
+    told(&mut headed, "the first request at the backend").await;
+    told(&mut headed, "the second request at the backend").await;
+    let mut reset_and_open = frame(RST_STREAM, 0, 1, &CANCEL.to_be_bytes());
+    reset_and_open.extend(frame(HEADERS, END_HEADERS | END_STREAM, 5, &get_block()));
+    stream.write_all(&reset_and_open).await.unwrap();
+    told(&mut headed, "the third request at the backend").await;
+    running.stop();
+}
+
+/// Once a drain's GOAWAY named the last stream taken, a later GOAWAY (a connection error)
+/// names no later one, though the client opened more (RFC 9113 §6.8: it never grows).
+#[tokio::test]
+async fn goaway_never_names_a_stream_it_did_not_take() {
+    let (heads, mut headed) = tokio::sync::mpsc::unbounded_channel();
+    let (closed, _closing) = tokio::sync::mpsc::unbounded_channel();
+    let backend = held_backend(heads, closed, Arc::new(tokio::sync::Notify::new())).await;
+    let running = trafik_proxy::start(plan(&[backend])).unwrap();
+    let mut stream = connect(web(&running)).await;
+    stream
+        .write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get_block()))
+        .await
+        .unwrap();
+    told(&mut headed, "the request at the backend").await;
+    running.stop();
+    let (_, _, _, first) = until(&mut stream, "GOAWAY", |(kind, ..)| *kind == GOAWAY).await;
+    assert_eq!(code(&first, 0), 1);
+    // A request the drain does not take, then DATA on stream 0: a connection error.
+    let mut late = frame(HEADERS, END_HEADERS | END_STREAM, 3, &get_block());
+    late.extend(frame(DATA, 0, 0, b"x"));
+    stream.write_all(&late).await.unwrap();
+    let (_, _, _, second) =
+        until(&mut stream, "a second GOAWAY", |(kind, ..)| *kind == GOAWAY).await;
+    assert_eq!((code(&second, 0), code(&second, 4)), (1, PROTOCOL_ERROR));
+}
