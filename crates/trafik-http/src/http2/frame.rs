@@ -261,7 +261,8 @@ impl HeaderBlock {
     }
 
     /// An answer's block: its `:status`, its fields but those HTTP/2 forbids (an HTTP/1.1
-    /// answer relayed may carry them), then a `date` and a `content-length` when given.
+    /// answer relayed may carry them), then the `date` and `content-length` given, each only
+    /// when the fields have none (found as they are written: no lookup).
     pub fn response(
         &mut self,
         status: StatusCode,
@@ -274,10 +275,15 @@ impl HeaderBlock {
             Some(entry) => self.indexed(entry),
             None => self.literal_with_name(index::STATUS, status.as_str().as_bytes()),
         }
+        let (mut date, mut length) = (date, length);
         for (name, value) in fields {
-            if !is_connection_field(name) {
-                self.field(name, value);
+            match *name {
+                header::DATE => date = None,
+                header::CONTENT_LENGTH => length = None,
+                _ if is_connection_field(name) => continue,
+                _ => {}
             }
+            self.field(name, value);
         }
         if let Some(date) = date {
             self.literal_with_name(index::DATE, date);
@@ -431,6 +437,56 @@ mod tests {
         assert_eq!(
             decoded(&written),
             pairs(&[(":method", "CONNECT"), (":authority", "example.test:443")])
+        );
+    }
+
+    #[test]
+    fn an_answer_gets_a_date_and_length_only_when_it_has_none_and_loses_hop_by_hop_fields() {
+        let decoded_answer = |block: &[u8]| {
+            let mut decoder = super::super::hpack::Decoder::new(4096);
+            let mut fields = Vec::new();
+            decoder
+                .decode(bytes::Bytes::copy_from_slice(block), |name, value| {
+                    let name = match name {
+                        Name::Field(name) => name.as_str().to_owned(),
+                        Name::Status => ":status".into(),
+                        other => panic!("{other:?} in an answer's block"),
+                    };
+                    fields.push((name, String::from_utf8(value.to_vec()).unwrap()));
+                })
+                .unwrap();
+            fields
+        };
+        let mut block = HeaderBlock::default();
+        let mut fields = HeaderMap::new();
+        fields.insert("connection", HeaderValue::from_static("keep-alive"));
+        fields.insert("x-kargo", HeaderValue::from_static("1"));
+        let date = b"Fri, 04 Dec 2026 03:00:00 GMT";
+        let written = block
+            .response(StatusCode::IM_A_TEAPOT, &fields, Some(date), Some(5))
+            .to_vec();
+        assert_eq!(
+            decoded_answer(&written),
+            pairs(&[
+                (":status", "418"),
+                ("x-kargo", "1"),
+                ("date", "Fri, 04 Dec 2026 03:00:00 GMT"),
+                ("content-length", "5"),
+            ])
+        );
+        fields.insert("date", HeaderValue::from_static("then"));
+        fields.insert("content-length", HeaderValue::from_static("7"));
+        let written = block
+            .response(StatusCode::OK, &fields, Some(date), Some(5))
+            .to_vec();
+        assert_eq!(
+            decoded_answer(&written),
+            pairs(&[
+                (":status", "200"),
+                ("x-kargo", "1"),
+                ("date", "then"),
+                ("content-length", "7"),
+            ])
         );
     }
 

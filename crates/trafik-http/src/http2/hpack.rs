@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::OnceLock;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::HeaderName;
 
 /// A decoded field's name: a pseudo-field, or a field name. A literal name that is neither (an
@@ -379,20 +379,22 @@ fn huffman() -> &'static Huffman {
 }
 
 /// Decodes a Huffman-coded string (§5.2): a bad code, the EOS symbol, or padding that is not
-/// the EOS code's first bits or is 8 bits or more, is an error.
+/// the EOS code's first bits or is 8 bits or more, is an error. Input is taken 7 bytes at a
+/// time, when a short code might not fit in what is held; output a stack buffer at a time.
 fn huffman_decode(coded: &[u8], decoded: &mut BytesMut) -> Result<(), DecodeError> {
     let table = huffman();
     let mut bits: u64 = 0;
     let mut held = 0usize;
     let mut input = coded.iter();
+    let mut exhausted = false;
+    let mut out = [0u8; 64];
+    let mut written = 0;
     loop {
-        while held < LONGEST {
-            let Some(&byte) = input.next() else { break };
-            bits = bits << 8 | u64::from(byte);
-            held += 8;
+        if held < 8 && !exhausted {
+            exhausted = refill(&mut input, &mut bits, &mut held);
         }
         if held == 0 {
-            return Ok(());
+            break;
         }
         let next8 = match held >= 8 {
             true => (bits >> (held - 8)) as usize & 0xff,
@@ -401,29 +403,52 @@ fn huffman_decode(coded: &[u8], decoded: &mut BytesMut) -> Result<(), DecodeErro
         let (symbol, length) = table.short[next8];
         let (symbol, length) = match usize::from(length) {
             length if length > 0 && length <= held => (symbol, length),
+            // A longer code may need more than is held.
+            _ if held < LONGEST && !exhausted => {
+                exhausted = refill(&mut input, &mut bits, &mut held);
+                continue;
+            }
             _ => match long_code(table, bits, held) {
                 Some(found) => found,
                 // What is left must be padding: fewer than 8 bits, all ones (EOS's first).
-                None if held < 8 && bits & ((1 << held) - 1) == (1 << held) - 1 => {
-                    return Ok(());
-                }
+                None if held < 8 && bits & ((1 << held) - 1) == (1 << held) - 1 => break,
                 None => return Err(DecodeError::Huffman),
             },
         };
         if symbol == EOS {
             return Err(DecodeError::Huffman);
         }
-        decoded.put_u8(symbol as u8);
+        if written == out.len() {
+            decoded.extend_from_slice(&out);
+            written = 0;
+        }
+        out[written] = symbol as u8;
+        written += 1;
+        // Bits above `held` are left in place: every read masks them off.
         held -= length;
-        bits &= (1 << held) - 1;
     }
+    decoded.extend_from_slice(&out[..written]);
+    Ok(())
+}
+
+/// Takes input bytes into `bits` while they fit (at most 64 bits held); true once the input
+/// is spent.
+fn refill(input: &mut std::slice::Iter<'_, u8>, bits: &mut u64, held: &mut usize) -> bool {
+    while *held <= 56 {
+        let Some(&byte) = input.next() else {
+            return true;
+        };
+        *bits = *bits << 8 | u64::from(byte);
+        *held += 8;
+    }
+    false
 }
 
 /// The symbol of a code longer than 8 bits starting the `held` bits of `bits`.
 fn long_code(table: &Huffman, bits: u64, held: usize) -> Option<(u16, usize)> {
     for length in 9..=LONGEST.min(held) {
         let (first, count, start) = table.lengths[length];
-        let code = (bits >> (held - length)) as u32;
+        let code = (bits >> (held - length)) as u32 & ((1 << length) - 1);
         if count > 0 && code >= first && code < first + count {
             return Some((table.symbols[start + (code - first) as usize], length));
         }

@@ -20,12 +20,12 @@ use bytes::BytesMut;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use h2::Reason;
-use http::{Method, Request, Response, header};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::connection::{
-    Accepted, Connection, Reader, Side, Stage, body_length, close, content_length, poll_drive,
+    Accepted, Connection, Reader, Side, Stage, close, content_length, poll_drive,
 };
 use super::stream::{Http2Body, StreamRef, pump};
 use crate::connections::{Connections, Watched};
@@ -187,20 +187,19 @@ async fn answer(
 /// whole one.
 async fn respond(stream: &StreamRef, answer: Response<ProxyBody>, head_request: bool) {
     let (head, body) = answer.into_parts();
-    let promised = body_length(head_request, head.status, &head.headers);
-    let end = promised == Some(0) || body.is_end_stream();
-    let length = match head.headers.contains_key(header::CONTENT_LENGTH) || promised == Some(0) {
+    let bodiless = head_request
+        || matches!(
+            head.status,
+            StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+        );
+    let end = bodiless || body.is_end_stream();
+    let length = match bodiless {
         true => None,
         false => body.size_hint().exact(),
     };
-    let date = (!head.headers.contains_key(header::DATE)).then(crate::h1::date::now);
+    let date = crate::h1::date::now();
     stream.send_head(end, |block| {
-        block.response(
-            head.status,
-            &head.headers,
-            date.as_ref().map(|d| &d[..]),
-            length,
-        )
+        block.response(head.status, &head.headers, Some(&date), length)
     });
     if end {
         return;
