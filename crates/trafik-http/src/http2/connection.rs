@@ -931,9 +931,13 @@ fn data(
         return Ok(());
     }
     if !stream.answered || stream.ended || length as i64 > stream.recv_window {
-        let reason = match length as i64 > stream.recv_window {
-            true => Reason::FLOW_CONTROL_ERROR,
-            false => Reason::PROTOCOL_ERROR,
+        // After the peer's END_STREAM the stream is half-closed for it (RFC 9113 §5.1).
+        let reason = if stream.ended {
+            Reason::STREAM_CLOSED
+        } else if length as i64 > stream.recv_window {
+            Reason::FLOW_CONTROL_ERROR
+        } else {
+            Reason::PROTOCOL_ERROR
         };
         connection.release(None, length);
         connection.stream_error(id, reason);
@@ -1099,11 +1103,10 @@ fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), C
     if stream.stopped.is_some() {
         return Ok(());
     }
-    if decoded.malformed
-        || decoded.too_large
-        || stream.ended
-        || !stream.take_block(decoded, end_stream)
-    {
+    if stream.ended {
+        // Half-closed for the peer (RFC 9113 §5.1).
+        connection.stream_error(id, Reason::STREAM_CLOSED);
+    } else if decoded.malformed || decoded.too_large || !stream.take_block(decoded, end_stream) {
         connection.stream_error(id, Reason::PROTOCOL_ERROR);
     }
     Ok(())

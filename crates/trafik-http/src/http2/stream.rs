@@ -351,7 +351,8 @@ impl Body for Http2Body {
         }
         if stream.ended {
             if this.length_left() > 0 {
-                // Less than the answer's length said.
+                // Less than the head's length said: malformed (RFC 9113 §8.1.1).
+                connection.stream_error(id, Reason::PROTOCOL_ERROR);
                 return Poll::Ready(Some(Err(Reason::PROTOCOL_ERROR.into())));
             }
             this.reading = Reading::Trailers;

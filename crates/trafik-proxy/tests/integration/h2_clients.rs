@@ -463,3 +463,38 @@ async fn goaway_never_names_a_stream_it_did_not_take() {
         until(&mut stream, "a second GOAWAY", |(kind, ..)| *kind == GOAWAY).await;
     assert_eq!((code(&second, 0), code(&second, 4)), (1, PROTOCOL_ERROR));
 }
+
+/// Frames after a client's END_STREAM find the stream half-closed (RFC 9113 §5.1): reset with
+/// STREAM_CLOSED. A body shorter than its `content-length` is malformed (§8.1.1): reset with
+/// PROTOCOL_ERROR, and never answered.
+#[tokio::test]
+async fn frames_after_the_end_and_short_bodies_are_reset_with_the_rfcs_codes() {
+    let (heads, _headed) = tokio::sync::mpsc::unbounded_channel();
+    let (closed, _closing) = tokio::sync::mpsc::unbounded_channel();
+    let backend = held_backend(heads, closed, Arc::new(tokio::sync::Notify::new())).await;
+    let mut plan = plan(&[backend]);
+    // The answers are held: only the resets below end the streams.
+    plan.pools[0].response_timeout = Duration::from_secs(60);
+    let running = trafik_proxy::start(plan).unwrap();
+    let mut stream = connect(web(&running)).await;
+    let mut after_end = frame(HEADERS, END_HEADERS | END_STREAM, 1, &get_block());
+    after_end.extend(frame(DATA, 0, 1, b"late"));
+    stream.write_all(&after_end).await.unwrap();
+    let (_, _, _, payload) = until(&mut stream, "a reset of stream 1", |(kind, _, on, _)| {
+        *kind == RST_STREAM && *on == 1
+    })
+    .await;
+    assert_eq!(code(&payload, 0), STREAM_CLOSED);
+    let post = [get_block(), field("content-length", "10")].concat();
+    // `:method: POST` is the static table's entry 3.
+    let post = [vec![0x83], post[1..].to_vec()].concat();
+    let mut short = frame(HEADERS, END_HEADERS, 3, &post);
+    short.extend(frame(DATA, END_STREAM, 3, b"kargo"));
+    stream.write_all(&short).await.unwrap();
+    let (kind, _, _, payload) = until(&mut stream, "stream 3's fate", |(kind, _, on, _)| {
+        (*kind == RST_STREAM || *kind == HEADERS) && *on == 3
+    })
+    .await;
+    assert_eq!((kind, code(&payload, 0)), (RST_STREAM, PROTOCOL_ERROR));
+    running.stop();
+}

@@ -15,6 +15,7 @@ pub const PADDED: u8 = 0x8;
 pub const PRIORITY: u8 = 0x20;
 
 pub const PROTOCOL_ERROR: u32 = 0x1;
+pub const STREAM_CLOSED: u32 = 0x5;
 pub const COMPRESSION_ERROR: u32 = 0x9;
 pub const ENHANCE_YOUR_CALM: u32 = 0xb;
 
