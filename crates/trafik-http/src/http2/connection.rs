@@ -1137,14 +1137,18 @@ fn open_request(
     let broken_length = !content_length_is_sound(&decoded.fields)
         || (end_stream && content_length(&decoded.fields).is_some_and(|length| length > 0));
     // Streams stay in the map while their handles last; only those still open count (RFC
-    // 9113 §5.1.2), counted only when the map is at the limit.
-    let full = connection.streams.len() >= serving.max_streams
-        && connection
-            .streams
-            .values()
-            .filter(|stream| stream.is_open())
-            .count()
-            >= serving.max_streams;
+    // 9113 §5.1.2), counted only when the map is at the limit. Twice the limit held (a burst
+    // of streams reset before their work was dropped) refuses outright: the count's cost, and
+    // the map, stay bounded.
+    let held = connection.streams.len();
+    let full = held >= 2 * serving.max_streams
+        || held >= serving.max_streams
+            && connection
+                .streams
+                .values()
+                .filter(|stream| stream.is_open())
+                .count()
+                >= serving.max_streams;
     let refusal = if full || connection.refusing {
         Some(Reason::REFUSED_STREAM)
     } else if decoded.malformed || broken_length {
