@@ -35,8 +35,9 @@ const STREAM_WINDOW: u32 = 64 * 1024;
 /// more requests open another connection. Also the most streams' windows a connection's own
 /// window makes room for.
 const MOST_STREAMS: usize = 128;
-/// Requests a client may cancel (RST_STREAM before the answer's end) or have refused beyond
-/// the answers it let finish: past it the connection ends (ENHANCE_YOUR_CALM). Opening streams
+/// Requests a client may have cancelled (its RST_STREAM before the answer's end, or a stream
+/// error it provoked) beyond the answers it let finish: past it the connection ends
+/// (ENHANCE_YOUR_CALM). Refusals (REFUSED_STREAM) start no work and do not count. Opening streams
 /// and resetting them at once makes a server start work the client never waits for ("rapid
 /// reset", CVE-2023-44487); a browser cancels a few of its requests, never most.
 const MOST_CANCELLED: u64 = 100;
@@ -85,7 +86,7 @@ pub(super) struct Serving {
     pub(super) accepted: Vec<Accepted>,
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` as trafik said it.
     max_streams: usize,
-    /// Requests the client cancelled or trafik refused, and answers sent whole.
+    /// Requests cancelled (see [`MOST_CANCELLED`]), and answers sent whole.
     cancelled: u64,
     answered: u64,
 }

@@ -219,7 +219,7 @@ impl StreamRef {
         Poll::Pending
     }
 
-    /// Whether the stream takes no more of the request; else the task is woken when so.
+    /// Whether the stream takes no more of what trafik sends; else the task is woken when so.
     fn poll_stopped(&self, cx: &mut Context<'_>) -> bool {
         let mut connection = self.connection.borrow_mut();
         match connection.streams.get_mut(&self.id) {
@@ -280,18 +280,18 @@ impl StreamRef {
     }
 }
 
-/// An answer's body as it comes on its stream: DATA, then the trailers, if any. What is read
-/// is given back to the backend's windows as it is read: the client's pace holds the stream
-/// back through the reads themselves. The body is whole only at the backend's END_STREAM with
-/// all its `content-length`; a stream stopped before it (reset either way, the connection
-/// lost) reaches the client as an error, never as a complete body (nor a gRPC answer without
-/// its status).
+/// A body as it comes on its stream (a backend's answer, a client's request): DATA, then the
+/// trailers, if any. What is read is given back to the peer's windows as it is read: the
+/// reader's pace holds the stream back through the reads themselves. The body is whole only at
+/// the peer's END_STREAM with all its `content-length`; a stream stopped before it (reset
+/// either way, the connection lost) reaches the reader as an error, never as a complete body
+/// (nor a gRPC answer without its status).
 pub struct Http2Body {
     stream: StreamRef,
     reading: Reading,
 }
 
-/// Where an answer's body is: its DATA (with what remains of the length the backend gave in
+/// Where a body is: its DATA (with what remains of the length its head gave in
 /// `content-length`), or the trailers after them.
 enum Reading {
     Data { left: Option<u64> },

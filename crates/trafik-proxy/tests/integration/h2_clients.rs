@@ -223,6 +223,12 @@ async fn streams_past_the_limit_are_refused() {
 /// connection with ENHANCE_YOUR_CALM once the cancelled far outnumber the answered.
 #[tokio::test]
 async fn a_client_cancelling_request_after_request_loses_its_connection() {
+    flood_ends_the_connection(|id| frame(RST_STREAM, 0, id, &CANCEL.to_be_bytes())).await;
+}
+
+/// Sends 200 requests in one write, each followed by the frame `ending` makes for its stream,
+/// and expects the connection to end with ENHANCE_YOUR_CALM.
+async fn flood_ends_the_connection(ending: fn(u32) -> Vec<u8>) {
     let (backend, _) = counting_backend().await;
     let running = trafik_proxy::start(plan(&[backend])).unwrap();
     let mut stream = connect(web(&running)).await;
@@ -230,7 +236,7 @@ async fn a_client_cancelling_request_after_request_loses_its_connection() {
     for index in 0..200u32 {
         let id = 1 + 2 * index;
         flood.extend(frame(HEADERS, END_HEADERS | END_STREAM, id, &get_block()));
-        flood.extend(frame(RST_STREAM, 0, id, &CANCEL.to_be_bytes()));
+        flood.extend(ending(id));
     }
     // trafik may close before it has read all of it.
     let _ = stream.write_all(&flood).await;
@@ -361,19 +367,7 @@ async fn a_drain_says_goaway_and_finishes_the_request_under_way() {
 /// CVE-2025-8671): the connection ends with ENHANCE_YOUR_CALM.
 #[tokio::test]
 async fn stream_errors_a_client_provokes_count_as_cancels() {
-    let (backend, _) = counting_backend().await;
-    let running = trafik_proxy::start(plan(&[backend])).unwrap();
-    let mut stream = connect(web(&running)).await;
-    let mut flood = Vec::new();
-    for index in 0..200u32 {
-        let id = 1 + 2 * index;
-        flood.extend(frame(HEADERS, END_HEADERS | END_STREAM, id, &get_block()));
-        flood.extend(frame(WINDOW_UPDATE, 0, id, &0u32.to_be_bytes()));
-    }
-    let _ = stream.write_all(&flood).await;
-    let (_, _, _, payload) = until(&mut stream, "GOAWAY", |(kind, ..)| *kind == GOAWAY).await;
-    assert_eq!(code(&payload, 4), ENHANCE_YOUR_CALM);
-    running.stop();
+    flood_ends_the_connection(|id| frame(WINDOW_UPDATE, 0, id, &0u32.to_be_bytes())).await;
 }
 
 /// Refusals start no work and are not cancels: a burst of requests past the stream limit
