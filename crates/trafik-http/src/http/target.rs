@@ -303,31 +303,12 @@ fn frame_a_body_of_unknown_length(request: &mut Request<RequestBody>) {
     );
 }
 
-/// Makes an HTTP/1.1 request fit an HTTP/2 backend: the authority in the URI (`:authority`,
-/// from `Host`) with the pool's scheme, and `te: trailers` kept for gRPC, which needs it (the
-/// only `TE` HTTP/2 allows; the hop-by-hop step removed the client's).
-fn for_http2(request: &mut Request<RequestBody>, pool: &Pool) {
+/// Makes a request fit an HTTP/2 backend: its version, and `te: trailers` kept for gRPC, which
+/// needs it (the only `TE` HTTP/2 allows; the hop-by-hop step removed the client's). The
+/// HTTP/2 client writes the rest as its request block: `:authority` from `Host`, the pool's
+/// scheme, no connection-specific field.
+fn for_http2(request: &mut Request<RequestBody>) {
     *request.version_mut() = http::Version::HTTP_2;
-    // Connection-specific fields are malformed in HTTP/2 (RFC 9113 §8.2.2): the chunked
-    // framing set above, and whatever an upgrade request kept.
-    super::headers::remove_hop_by_hop(request.headers_mut());
-    if let Some(host) = request.headers_mut().remove(header::HOST)
-        && let Ok(authority) = http::uri::Authority::try_from(host.as_bytes())
-    {
-        let scheme = match pool.plan.tls {
-            Some(_) => http::uri::Scheme::HTTPS,
-            None => http::uri::Scheme::HTTP,
-        };
-        let mut parts = std::mem::take(request.uri_mut()).into_parts();
-        parts.scheme = Some(scheme);
-        parts.authority = Some(authority);
-        if parts.path_and_query.is_none() {
-            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
-        }
-        if let Ok(uri) = http::Uri::from_parts(parts) {
-            *request.uri_mut() = uri;
-        }
-    }
     if super::grpc::is_grpc(request.headers()) {
         request
             .headers_mut()
@@ -373,7 +354,7 @@ fn send(
                 }
             };
             if checkout.sender.is_http2() {
-                for_http2(&mut request, pool);
+                for_http2(&mut request);
             }
             let sending = checkout.sender.try_send_request(request);
             tokio::pin!(sending);

@@ -1025,11 +1025,19 @@ impl Pseudo {
     }
 }
 
+/// The fields a client's request has room for from the start: a small request's and the five
+/// forwarding fields the pipeline adds, without growing the map on the way.
+const REQUEST_FIELDS: usize = 12;
+
 fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, ConnectionError> {
     let limits = connection.limits;
+    let fields = match connection.side {
+        Side::Server(_) => HeaderMap::with_capacity(REQUEST_FIELDS),
+        Side::Client { .. } => HeaderMap::new(),
+    };
     let mut decoded = Decoded {
         pseudo: Pseudo::default(),
-        fields: HeaderMap::new(),
+        fields,
         malformed: false,
         too_large: false,
     };

@@ -253,10 +253,23 @@ impl HeaderBlock {
                 path => self.literal_with_name(index::PATH, path.as_bytes()),
             }
         }
-        if let Some(authority) = uri.authority() {
-            self.literal_with_name(index::AUTHORITY, authority.as_str().as_bytes());
+        // The target's authority, else `Host`'s: the pipeline forwards every request in origin
+        // form with `Host` (RFC 9113 §8.3.1), which `:authority` then replaces.
+        let authority = uri
+            .authority()
+            .map(|authority| authority.as_str().as_bytes());
+        let authority = authority.or_else(|| fields.get(header::HOST).map(|host| host.as_bytes()));
+        if let Some(authority) = authority {
+            self.literal_with_name(index::AUTHORITY, authority);
         }
-        self.fields(fields);
+        for (name, value) in fields {
+            let replaced = *name == header::HOST && authority.is_some();
+            let trailers_wanted = *name == header::TE && value == "trailers";
+            if replaced || (is_connection_field(name) && !trailers_wanted) {
+                continue;
+            }
+            self.field(name, value);
+        }
         &self.bytes
     }
 
@@ -300,14 +313,10 @@ impl HeaderBlock {
     /// A trailer section's block.
     pub fn trailers(&mut self, fields: &HeaderMap) -> &[u8] {
         self.start();
-        self.fields(fields);
-        &self.bytes
-    }
-
-    fn fields(&mut self, fields: &HeaderMap) {
         for (name, value) in fields {
             self.field(name, value);
         }
+        &self.bytes
     }
 
     /// A literal with a new name, never indexed (0x10) when the value says it is sensitive,
@@ -355,11 +364,14 @@ impl HeaderBlock {
 /// Fields about one HTTP/1.1 connection, which HTTP/2 forbids (RFC 9113 §8.2.2; `te` but for
 /// `te: trailers`).
 pub fn is_connection_field(name: &HeaderName) -> bool {
+    // Compared as names, not text: a standard name never equals a custom one, at no cost.
+    const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+    const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
     matches!(
         *name,
         header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE | header::TE
-    ) || name == "keep-alive"
-        || name == "proxy-connection"
+    ) || *name == KEEP_ALIVE
+        || *name == PROXY_CONNECTION
 }
 
 #[cfg(test)]
@@ -418,6 +430,42 @@ mod tests {
                 ("x-long", &long),
             ])
         );
+    }
+
+    /// A request the pipeline forwards: origin form, its authority in `Host` (RFC 9113 §8.3.1),
+    /// with fields about the HTTP/1.1 connection it came on (§8.2.2).
+    #[test]
+    fn host_becomes_the_authority_and_connection_fields_stay_behind() {
+        let mut fields = HeaderMap::new();
+        fields.insert(header::HOST, HeaderValue::from_static("kargo.test:8080"));
+        fields.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        fields.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        fields.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        fields.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        fields.insert("proxy-connection", HeaderValue::from_static("close"));
+        fields.insert(header::TE, HeaderValue::from_static("trailers"));
+        fields.insert("accept", HeaderValue::from_static("*/*"));
+        let uri: http::Uri = "/takip?no=7".parse().unwrap();
+        let mut block = HeaderBlock::default();
+        let written = block.request(&Method::POST, &uri, true, &fields).to_vec();
+        assert_eq!(
+            decoded(&written),
+            pairs(&[
+                (":method", "POST"),
+                (":scheme", "https"),
+                (":path", "/takip?no=7"),
+                (":authority", "kargo.test:8080"),
+                ("te", "trailers"),
+                ("accept", "*/*"),
+            ])
+        );
+        // Any other `te` is about the connection too.
+        fields.insert(header::TE, HeaderValue::from_static("gzip"));
+        let written = block.request(&Method::POST, &uri, true, &fields).to_vec();
+        assert!(!decoded(&written).iter().any(|(name, _)| name == "te"));
     }
 
     #[test]

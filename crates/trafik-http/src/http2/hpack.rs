@@ -164,6 +164,22 @@ pub struct Decoder {
     decoded: BytesMut,
 }
 
+/// A string literal's bytes: where they live says whether the table may keep them as they are.
+enum Literal {
+    /// Sent as is: a slice of the block.
+    Slice(Bytes),
+    /// Huffman-decoded into bytes of its own.
+    Decoded(Bytes),
+}
+
+impl Literal {
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Literal::Slice(bytes) | Literal::Decoded(bytes) => bytes,
+        }
+    }
+}
+
 /// Room made in [`Decoder::decoded`] when it runs short.
 const DECODED_ROOM: usize = 4096;
 
@@ -192,11 +208,17 @@ impl Decoder {
                 let (name, value) = self.entry(index)?;
                 field(name, value);
             } else if first & 0xc0 == 0x40 {
-                // Literal with incremental indexing (§6.2.1). The table keeps a copy: a
-                // slice of the block would keep the whole read buffer it came in.
+                // Literal with incremental indexing (§6.2.1). The table keeps a value sent as
+                // is as a copy: a slice of the block would keep the whole read buffer it came
+                // in. A Huffman-coded one was decoded into bytes of its own already.
                 let (name, value) = self.literal(&mut block, 6)?;
-                self.decoded.extend_from_slice(&value);
-                let value = self.decoded.split().freeze();
+                let value = match value {
+                    Literal::Decoded(value) => value,
+                    Literal::Slice(value) => {
+                        self.decoded.extend_from_slice(&value);
+                        self.decoded.split().freeze()
+                    }
+                };
                 self.insert(name.clone(), value.clone());
                 field(name, value);
             } else if first & 0xe0 == 0x20 {
@@ -214,7 +236,7 @@ impl Decoder {
             } else {
                 // Literal without indexing or never indexed (§6.2.2, §6.2.3).
                 let (name, value) = self.literal(&mut block, 4)?;
-                field(name, value);
+                field(name, value.into_bytes());
             }
             fields_seen = true;
         }
@@ -233,17 +255,17 @@ impl Decoder {
         }
     }
 
-    fn literal(&mut self, block: &mut Bytes, prefix: u32) -> Result<(Name, Bytes), DecodeError> {
+    fn literal(&mut self, block: &mut Bytes, prefix: u32) -> Result<(Name, Literal), DecodeError> {
         let index = integer(block, prefix)?;
         let name = match index {
-            0 => Name::parse(&self.string(block)?),
+            0 => Name::parse(&self.string(block)?.into_bytes()),
             _ => self.entry(index)?.0,
         };
         Ok((name, self.string(block)?))
     }
 
-    /// A string literal (§5.2): its bytes, a slice of the block unless Huffman-coded.
-    fn string(&mut self, block: &mut Bytes) -> Result<Bytes, DecodeError> {
+    /// A string literal (§5.2): a slice of the block unless Huffman-coded.
+    fn string(&mut self, block: &mut Bytes) -> Result<Literal, DecodeError> {
         let huffman = block.first().is_some_and(|&first| first & 0x80 != 0);
         let length = integer(block, 7)?;
         if length > block.len() {
@@ -251,7 +273,7 @@ impl Decoder {
         }
         let raw = block.split_to(length);
         if !huffman {
-            return Ok(raw);
+            return Ok(Literal::Slice(raw));
         }
         // A code is 5 bits or more: at most 8 symbols in 5 bytes.
         let most = length * 8 / 5 + 1;
@@ -259,7 +281,7 @@ impl Decoder {
             self.decoded.reserve(most.max(DECODED_ROOM));
         }
         huffman_decode(&raw, &mut self.decoded)?;
-        Ok(self.decoded.split().freeze())
+        Ok(Literal::Decoded(self.decoded.split().freeze()))
     }
 
     fn insert(&mut self, name: Name, value: Bytes) {
@@ -330,130 +352,141 @@ const CODE_LENGTHS: [u8; 257] = [
 ];
 
 const EOS: u16 = 256;
-const LONGEST: usize = 30;
 
-/// The canonical code laid out for decoding: a table for the codes of 8 bits or fewer, read
-/// by the next byte's worth of bits, and for longer ones each length's first code.
-struct Huffman {
-    /// By the next 8 bits: the symbol and its length, length 0 when the code is longer.
-    short: [(u16, u8); 256],
-    /// By length: the first code, how many codes, where their symbols start in `symbols`.
-    lengths: [(u32, u32, usize); LONGEST + 1],
-    /// Symbols in code order.
-    symbols: Vec<u16>,
+/// Each symbol's canonical code (RFC 7541 Appendix B) and its length in bits, by symbol.
+fn codes() -> [(u32, u8); 257] {
+    let mut symbols: Vec<u16> = (0..=EOS).collect();
+    symbols.sort_by_key(|&symbol| (CODE_LENGTHS[usize::from(symbol)], symbol));
+    let mut codes = [(0, 0); 257];
+    let (mut code, mut previous) = (0u32, 0u8);
+    for (at, &symbol) in symbols.iter().enumerate() {
+        let length = CODE_LENGTHS[usize::from(symbol)];
+        if at > 0 {
+            code = (code + 1) << (length - previous);
+        }
+        previous = length;
+        codes[usize::from(symbol)] = (code, length);
+    }
+    codes
 }
 
-fn huffman() -> &'static Huffman {
-    static TABLE: OnceLock<Huffman> = OnceLock::new();
+/// One step of the decoding automaton: where four more bits lead from a state, and what they
+/// complete on the way.
+#[derive(Clone, Copy, Default)]
+struct Step {
+    /// The state after the four bits: an inner node of the code's tree (0 is its root).
+    next: u8,
+    /// The symbol completed within the four bits, when [`EMITS`] says one was (codes are 5
+    /// bits or longer, so four bits complete at most one).
+    symbol: u8,
+    flags: u8,
+}
+
+/// A symbol was completed.
+const EMITS: u8 = 1;
+/// The bits reached EOS, which a string must never hold (§5.2).
+const FAILS: u8 = 2;
+/// Input may end at the state reached: it is the root, or fewer than 8 bits, all ones, into a
+/// code (padding, EOS's first bits).
+const MAY_END: u8 = 4;
+
+/// The canonical code as an automaton read four bits at a time: 256 states (the code tree's
+/// inner nodes) by 16 nibbles, each step one table read, whatever the codes' lengths.
+fn huffman() -> &'static [[Step; 16]; 256] {
+    static TABLE: OnceLock<Box<[[Step; 16]; 256]>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut symbols: Vec<u16> = (0..=EOS).collect();
-        symbols.sort_by_key(|&symbol| (CODE_LENGTHS[usize::from(symbol)], symbol));
-        let mut short = [(0, 0); 256];
-        let mut lengths = [(0, 0, 0); LONGEST + 1];
-        let mut code: u32 = 0;
-        let mut previous = 0;
-        for (at, &symbol) in symbols.iter().enumerate() {
-            let length = usize::from(CODE_LENGTHS[usize::from(symbol)]);
-            if at > 0 {
-                code = (code + 1) << (length - previous);
+        // The tree: inner nodes by number, each child another node or a leaf's symbol.
+        #[derive(Clone, Copy)]
+        enum Child {
+            Empty,
+            Node(u8),
+            Leaf(u16),
+        }
+        let mut tree: Vec<[Child; 2]> = vec![[Child::Empty; 2]];
+        // Whether a node may end a string: its path is fewer than 8 ones.
+        let mut may_end = vec![true];
+        for (symbol, &(code, length)) in codes().iter().enumerate() {
+            let mut node = 0;
+            for depth in (0..length).rev() {
+                let bit = (code >> depth & 1) as usize;
+                if depth == 0 {
+                    tree[node][bit] = Child::Leaf(symbol as u16);
+                    break;
+                }
+                node = match tree[node][bit] {
+                    Child::Node(next) => usize::from(next),
+                    _ => {
+                        let next = tree.len();
+                        tree.push([Child::Empty; 2]);
+                        let path_len = usize::from(length - depth);
+                        may_end.push(may_end[node] && bit == 1 && path_len < 8);
+                        tree[node][bit] = Child::Node(next as u8);
+                        next
+                    }
+                };
             }
-            previous = length;
-            let entry = &mut lengths[length];
-            if entry.1 == 0 {
-                *entry = (code, 0, at);
-            }
-            entry.1 += 1;
-            if length <= 8 {
-                let first = (code << (8 - length)) as usize;
-                for slot in &mut short[first..first + (1 << (8 - length))] {
-                    *slot = (symbol, length as u8);
+        }
+        let mut table = Box::new([[Step::default(); 16]; 256]);
+        for (state, steps) in table.iter_mut().enumerate().take(tree.len()) {
+            for (nibble, step) in steps.iter_mut().enumerate() {
+                let mut node = state;
+                for shift in (0..4).rev() {
+                    match tree[node][nibble >> shift & 1] {
+                        Child::Node(next) => node = usize::from(next),
+                        Child::Leaf(EOS) | Child::Empty => {
+                            step.flags = FAILS;
+                            break;
+                        }
+                        Child::Leaf(symbol) => {
+                            step.symbol = symbol as u8;
+                            step.flags = EMITS;
+                            node = 0;
+                        }
+                    }
+                }
+                if step.flags != FAILS {
+                    step.next = node as u8;
+                    if may_end[node] {
+                        step.flags |= MAY_END;
+                    }
                 }
             }
         }
-        Huffman {
-            short,
-            lengths,
-            symbols,
-        }
+        table
     })
 }
 
 /// Decodes a Huffman-coded string (§5.2): a bad code, the EOS symbol, or padding that is not
-/// the EOS code's first bits or is 8 bits or more, is an error. Input is taken 7 bytes at a
-/// time, when a short code might not fit in what is held; output a stack buffer at a time.
+/// the EOS code's first bits or is 8 bits or more, is an error. Each half byte is one step of
+/// the automaton; output goes a stack buffer at a time.
 fn huffman_decode(coded: &[u8], decoded: &mut BytesMut) -> Result<(), DecodeError> {
     let table = huffman();
-    let mut bits: u64 = 0;
-    let mut held = 0usize;
-    let mut input = coded.iter();
-    let mut exhausted = false;
+    let mut state = 0u8;
+    let mut may_end = true;
     let mut out = [0u8; 64];
     let mut written = 0;
-    loop {
-        if held < 8 && !exhausted {
-            exhausted = refill(&mut input, &mut bits, &mut held);
-        }
-        if held == 0 {
-            break;
-        }
-        let next8 = match held >= 8 {
-            true => (bits >> (held - 8)) as usize & 0xff,
-            false => (bits << (8 - held)) as usize & 0xff,
-        };
-        let (symbol, length) = table.short[next8];
-        let (symbol, length) = match usize::from(length) {
-            length if length > 0 && length <= held => (symbol, length),
-            // A longer code may need more than is held.
-            _ if held < LONGEST && !exhausted => {
-                exhausted = refill(&mut input, &mut bits, &mut held);
-                continue;
-            }
-            _ => match long_code(table, bits, held) {
-                Some(found) => found,
-                // What is left must be padding: fewer than 8 bits, all ones (EOS's first).
-                None if held < 8 && bits & ((1 << held) - 1) == (1 << held) - 1 => break,
-                None => return Err(DecodeError::Huffman),
-            },
-        };
-        if symbol == EOS {
-            return Err(DecodeError::Huffman);
-        }
-        if written == out.len() {
-            decoded.extend_from_slice(&out);
+    for &byte in coded {
+        // Two nibbles make at most two symbols.
+        if written + 2 > out.len() {
+            decoded.extend_from_slice(&out[..written]);
             written = 0;
         }
-        out[written] = symbol as u8;
-        written += 1;
-        // Bits above `held` are left in place: every read masks them off.
-        held -= length;
+        for nibble in [byte >> 4, byte & 0x0f] {
+            let step = table[usize::from(state)][usize::from(nibble)];
+            if step.flags & FAILS != 0 {
+                return Err(DecodeError::Huffman);
+            }
+            out[written] = step.symbol;
+            written += usize::from(step.flags & EMITS);
+            state = step.next;
+            may_end = step.flags & MAY_END != 0;
+        }
+    }
+    if !may_end {
+        return Err(DecodeError::Huffman);
     }
     decoded.extend_from_slice(&out[..written]);
     Ok(())
-}
-
-/// Takes input bytes into `bits` while they fit (at most 64 bits held); true once the input
-/// is spent.
-fn refill(input: &mut std::slice::Iter<'_, u8>, bits: &mut u64, held: &mut usize) -> bool {
-    while *held <= 56 {
-        let Some(&byte) = input.next() else {
-            return true;
-        };
-        *bits = *bits << 8 | u64::from(byte);
-        *held += 8;
-    }
-    false
-}
-
-/// The symbol of a code longer than 8 bits starting the `held` bits of `bits`.
-fn long_code(table: &Huffman, bits: u64, held: usize) -> Option<(u16, usize)> {
-    for length in 9..=LONGEST.min(held) {
-        let (first, count, start) = table.lengths[length];
-        let code = (bits >> (held - length)) as u32 & ((1 << length) - 1);
-        if count > 0 && code >= first && code < first + count {
-            return Some((table.symbols[start + (code - first) as usize], length));
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -558,20 +591,13 @@ mod tests {
     #[test]
     fn every_octet_decodes_from_its_code() {
         // Each symbol written with its canonical code, then padded with ones.
-        let table = huffman();
-        let mut codes = vec![0u32; 257];
-        for (length, &(first, count, start)) in table.lengths.iter().enumerate() {
-            let _ = length;
-            for offset in 0..count {
-                codes[usize::from(table.symbols[start + offset as usize])] = first + offset;
-            }
-        }
+        let codes = codes();
         let mut coded = Vec::new();
         let (mut bits, mut held) = (0u64, 0usize);
         for symbol in 0..=255u8 {
-            bits =
-                bits << CODE_LENGTHS[usize::from(symbol)] | u64::from(codes[usize::from(symbol)]);
-            held += usize::from(CODE_LENGTHS[usize::from(symbol)]);
+            let (code, length) = codes[usize::from(symbol)];
+            bits = bits << length | u64::from(code);
+            held += usize::from(length);
             while held >= 8 {
                 coded.push((bits >> (held - 8)) as u8);
                 held -= 8;
