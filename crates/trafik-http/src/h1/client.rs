@@ -19,7 +19,8 @@ use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::request::Parts;
+use http::{Method, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -41,19 +42,21 @@ pub type Switched = Rewind<Stream>;
 /// Bytes read from a backend at a time, at least.
 const READ_BYTES: usize = 8 * 1024;
 
-/// Sends `request` on `stream` and reads its answer's head. A request the stream could not
-/// take (the head could not be written), or whose reused stream closed before a byte of
-/// answer when it had no body, comes back unsent: it may go on a new connection.
+/// Sends the request (its head lent, its body given) on `stream` and reads its answer's head.
+/// A request the stream could not take (the head could not be written), or whose reused
+/// stream closed before a byte of answer when it had no body, comes back unsent: it may go
+/// on a new connection.
 pub async fn send(
     mut stream: Stream,
     reused: bool,
     returned: Returned,
-    mut request: Request<RequestBody>,
+    request: &mut Parts,
+    mut body: RequestBody,
     limits: AnswerLimits,
 ) -> Result<Response<UpstreamBody>, SendError> {
-    let bodiless = request.body().is_end_stream();
+    let bodiless = body.is_end_stream();
     let mut out = Vec::with_capacity(512);
-    let coding = write_head(&mut out, &mut request).ok_or_else(SendError::lost)?;
+    let coding = write_head(&mut out, request, &body).ok_or_else(SendError::lost)?;
     // A bodiless request whose head promises a body would leave the backend waiting for it.
     if bodiless && matches!(coding, Coding::Length(1..)) {
         return Err(SendError::lost());
@@ -68,7 +71,7 @@ pub async fn send(
         broken: false,
     };
     // A body whose first piece is in hand goes out with the head, in one write.
-    if !bodiless && let Some(first) = ready_piece(request.body_mut()) {
+    if !bodiless && let Some(first) = ready_piece(&mut body) {
         let first = first.map_err(|_| SendError::lost())?;
         if !upload.frame(&mut out, first) {
             return Err(SendError::lost());
@@ -76,20 +79,18 @@ pub async fn send(
     }
     if stream.write_all(&out).await.is_err() || stream.flush().await.is_err() {
         return Err(match upload.untouched() {
-            true => SendError::unsent(request),
+            true => SendError::unsent(body),
             false => SendError::lost(),
         });
     }
-    let head_request = request.method() == Method::HEAD;
+    let head_request = request.method == Method::HEAD;
     let mut buffer = BytesMut::with_capacity(READ_BYTES);
     let mut head_budget = HeadBytes::new(limits.bytes);
     let read = poll_fn(|cx| {
         loop {
             // A body the client broke fails the exchange; a backend that stopped reading it
             // may still answer.
-            if let Poll::Ready(Err(Broke::Client)) =
-                upload.poll_send(cx, &mut stream, request.body_mut())
-            {
+            if let Poll::Ready(Err(Broke::Client)) = upload.poll_send(cx, &mut stream, &mut body) {
                 return Poll::Ready(Err(Lost::Lost));
             }
             if !buffer.is_empty() {
@@ -141,8 +142,8 @@ pub async fn send(
         Ok(read) => read,
         // A backend may have acted on a request it closed on without answering: only one that
         // may be repeated goes again, on a new connection (as on the fast path).
-        Err(Lost::Closed) if reused && bodiless && request.method().is_idempotent() => {
-            return Err(SendError::unsent(request));
+        Err(Lost::Closed) if reused && bodiless && request.method.is_idempotent() => {
+            return Err(SendError::unsent(body));
         }
         Err(_) => return Err(SendError::lost()),
     };
@@ -155,7 +156,6 @@ pub async fn send(
         Framing::Close => Reading::Close,
         Framing::Switched => Reading::Switched,
     };
-    let (_, body) = request.into_parts();
     let mut answer_body = Http1Body {
         stream: Some(stream),
         buffer,
@@ -231,15 +231,14 @@ enum Coding {
     Chunked,
 }
 
-/// Writes `request`'s head, in origin form, and says how its body goes: as hyper's client
+/// Writes the request's head, in origin form, and says how its body goes: as hyper's client
 /// does, the fields the request has are written as they are; a body of known length says so
 /// (an empty one only for a method whose body means something), one of unknown length goes
 /// chunked. `None` for a `Content-Length` that is no length.
-fn write_head(out: &mut Vec<u8>, request: &mut Request<RequestBody>) -> Option<Coding> {
-    let body = request.body();
+fn write_head(out: &mut Vec<u8>, request: &mut Parts, body: &RequestBody) -> Option<Coding> {
     let end = body.is_end_stream();
     let exact = body.size_hint().exact();
-    let headers = request.headers();
+    let headers = &mut request.headers;
     let coding = if headers.contains_key(header::TRANSFER_ENCODING) {
         Coding::Chunked
     } else if let Some(declared) = headers.get(header::CONTENT_LENGTH) {
@@ -249,37 +248,35 @@ fn write_head(out: &mut Vec<u8>, request: &mut Request<RequestBody>) -> Option<C
     } else if let Some(length) = exact {
         if length > 0
             || !matches!(
-                *request.method(),
+                request.method,
                 Method::GET | Method::HEAD | Method::DELETE | Method::CONNECT
             )
         {
-            request
-                .headers_mut()
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
         }
         Coding::Length(length)
     } else {
-        request.headers_mut().insert(
+        headers.insert(
             header::TRANSFER_ENCODING,
             HeaderValue::from_static("chunked"),
         );
         Coding::Chunked
     };
-    let uri = request.uri();
+    let uri = &request.uri;
     let target = match (uri.path_and_query(), uri.authority()) {
         (Some(path), _) => path.as_str(),
-        (None, Some(authority)) if request.method() == Method::CONNECT => authority.as_str(),
+        (None, Some(authority)) if request.method == Method::CONNECT => authority.as_str(),
         (None, _) => "/",
     };
     for part in [
-        request.method().as_str().as_bytes(),
+        request.method.as_str().as_bytes(),
         b" ",
         target.as_bytes(),
         b" HTTP/1.1\r\n",
     ] {
         out.extend_from_slice(part);
     }
-    for (name, value) in request.headers() {
+    for (name, value) in &request.headers {
         head::write_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     out.extend_from_slice(b"\r\n");

@@ -14,7 +14,7 @@ use crate::error::ProxyError;
 
 pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
-const GRPC_TIMEOUT: &str = "grpc-timeout";
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The gRPC status codes trafik answers with (grpc/doc/statuscodes.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

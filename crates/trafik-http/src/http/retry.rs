@@ -5,39 +5,13 @@
 //! while a streamed body is gone once sent. A pool's budget bounds all retries, so a failing
 //! pool gets a fifth more load, not several times its load.
 
-use http::{HeaderMap, Method, Request, Uri, Version};
+use http::Request;
 
 use super::body::RequestBody;
 
-/// The head of a request, kept to send it again.
-pub struct Replay {
-    method: Method,
-    uri: Uri,
-    version: Version,
-    headers: HeaderMap,
-}
-
-impl Replay {
-    /// A copy of `request`'s head when it may be sent twice: bodiless, and idempotent unless
-    /// `any_method`. `None` costs nothing, so a pool without retries copies no headers.
-    pub fn of(request: &Request<RequestBody>, retries: u32, any_method: bool) -> Option<Self> {
-        let repeatable = request.method().is_idempotent() || any_method;
-        let bodiless = request.body().upload().is_none();
-        (retries > 0 && repeatable && bodiless).then(|| Replay {
-            method: request.method().clone(),
-            uri: request.uri().clone(),
-            version: request.version(),
-            headers: request.headers().clone(),
-        })
-    }
-
-    /// The request again, to send to another backend.
-    pub fn request(&self) -> Request<RequestBody> {
-        let mut request = Request::new(RequestBody::empty());
-        *request.method_mut() = self.method.clone();
-        *request.uri_mut() = self.uri.clone();
-        *request.version_mut() = self.version;
-        *request.headers_mut() = self.headers.clone();
-        request
-    }
+/// Whether `request` may be sent again after a backend received it: bodiless, and idempotent
+/// unless `any_method`. Its transport only borrows its head, which then goes again as it is.
+pub fn replayable(request: &Request<RequestBody>, retries: u32, any_method: bool) -> bool {
+    let repeatable = request.method().is_idempotent() || any_method;
+    retries > 0 && repeatable && request.body().upload().is_none()
 }

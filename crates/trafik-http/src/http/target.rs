@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
+use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -16,7 +17,7 @@ use super::body::{ProxyBody, RequestBody, Upload, UploadState};
 use super::gateway::aggregate::AggregateTarget;
 use super::gateway::ambassador::AmbassadorTarget;
 use super::gateway::service::ServiceTarget;
-use super::retry::Replay;
+use super::retry;
 use super::service::{ClientConnection, Picked, WorkerProxy};
 use super::upgrade::{ClientUpgrade, Tunnel};
 use super::upstream::{Checkout, UpstreamBody};
@@ -94,8 +95,8 @@ pub struct PoolTarget {
 
 /// Why sending to one backend did not produce a response to relay.
 enum Failure {
-    /// No connection could be made (why); the untouched request comes back for a retry.
-    Connect(Box<Request<RequestBody>>, Cause),
+    /// No connection could be made (why); the untouched body comes back for a retry.
+    Connect(RequestBody, Cause),
     /// The backend was reached, or the client gave up; the client gets this error.
     Answered(ProxyError),
 }
@@ -146,13 +147,17 @@ impl PoolTarget {
             };
             // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
             // after receiving it only if it may be repeated.
-            let replay = Replay::of(&request, pool.plan.retries, self.retry_non_idempotent);
+            let replayable =
+                retry::replayable(&request, pool.plan.retries, self.retry_non_idempotent);
             let upload = request.body().upload();
             // A gRPC call's deadline bounds the wait for its answer on every attempt.
             let call_deadline = super::grpc::timeout(request.headers())
                 .map(|timeout| tokio::time::Instant::from_std(began) + timeout);
             // Set aside before sending: the request carries only what the next hop reads.
             let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
+            // The head is lent to each attempt and stays here: a request sent again is sent
+            // with it and an empty body.
+            let (mut head, mut body) = request.into_parts();
             while let Some(mut attempt) = call.next().await {
                 let address = pool.address(attempt.index);
                 let limits = snapshot.client.upstream_limits;
@@ -160,9 +165,9 @@ impl PoolTarget {
                     worker,
                     pool,
                     attempt.index,
-                    request,
+                    (&mut head, body),
                     upload.as_ref(),
-                    replay.is_some(),
+                    replayable,
                     (limits, call_deadline),
                 );
                 match sent.await {
@@ -178,11 +183,11 @@ impl PoolTarget {
                             &mut attempt,
                             status,
                             answer.headers().contains_key(header::RETRY_AFTER),
-                            replay.as_ref(),
+                            replayable.then_some(()),
                         );
-                        if let Some(replay) = retried {
+                        if retried.is_some() {
                             drop((answer, checkout, attempt));
-                            request = replay.request();
+                            body = RequestBody::empty();
                             continue;
                         }
                         let (index, counters, sent_at) =
@@ -219,11 +224,11 @@ impl PoolTarget {
                     Err(Failure::Connect(returned, cause)) => {
                         selection.connect_failed(pool);
                         call.connect_failed(attempt, cause);
-                        request = *returned;
+                        body = returned;
                     }
                     Err(Failure::Answered(error)) => {
-                        match call.lost(attempt, error, replay.as_ref()) {
-                            Ok(replay) => request = replay.request(),
+                        match call.lost(attempt, error, replayable.then_some(())) {
+                            Ok(()) => body = RequestBody::empty(),
                             Err(error) => {
                                 let blame = call.blame();
                                 return answered(
@@ -289,15 +294,14 @@ fn relay(
 /// chunked): hyper's client frames such a body chunked on its own, except for GET, HEAD and
 /// CONNECT, which it sends with no body at all, while the client's bytes were read and dropped.
 /// Forwarded as nginx and HAProxy do, the backend judges the body it was sent.
-fn frame_a_body_of_unknown_length(request: &mut Request<RequestBody>) {
-    let body = request.body();
+fn frame_a_body_of_unknown_length(head: &mut Parts, body: &RequestBody) {
     if body.is_end_stream()
         || body.size_hint().exact().is_some()
-        || request.headers().contains_key(header::CONTENT_LENGTH)
+        || head.headers.contains_key(header::CONTENT_LENGTH)
     {
         return;
     }
-    request.headers_mut().insert(
+    head.headers.insert(
         header::TRANSFER_ENCODING,
         HeaderValue::from_static("chunked"),
     );
@@ -307,17 +311,17 @@ fn frame_a_body_of_unknown_length(request: &mut Request<RequestBody>) {
 /// needs it (the only `TE` HTTP/2 allows; the hop-by-hop step removed the client's). The
 /// HTTP/2 client writes the rest as its request block: `:authority` from `Host`, the pool's
 /// scheme, no connection-specific field.
-fn for_http2(request: &mut Request<RequestBody>) {
-    *request.version_mut() = http::Version::HTTP_2;
-    if super::grpc::is_grpc(request.headers()) {
-        request
-            .headers_mut()
+fn for_http2(head: &mut Parts) {
+    head.version = http::Version::HTTP_2;
+    if super::grpc::is_grpc(&head.headers) {
+        head.headers
             .insert(header::TE, HeaderValue::from_static("trailers"));
     }
 }
 
-/// Sends the request to backend `index` on a pooled or new connection; the answer comes back
-/// with the connection it arrived on. For a request that may be sent again (`replayable`,
+/// Sends the request to backend `index` on a pooled or new connection, its head lent (it stays
+/// the caller's, to send again) and its body given; the answer comes back with the connection
+/// it arrived on. For a request that may be sent again (`replayable`,
 /// which is bodiless), an answer whose body has a length comes only with the first piece of
 /// that body, within the same response timeout: a backend that closes before it lost the
 /// request, which may go elsewhere, for its client has seen nothing yet (as on the own engine).
@@ -326,7 +330,7 @@ fn send(
     worker: &WorkerProxy,
     pool: &Pool,
     index: usize,
-    mut request: Request<RequestBody>,
+    (head, mut body): (&mut Parts, RequestBody),
     upload: Option<&Rc<Upload>>,
     replayable: bool,
     (limits, call_deadline): (AnswerLimits, Option<tokio::time::Instant>),
@@ -334,11 +338,11 @@ fn send(
     // A block that owns the arguments: an `async fn` keeps each one twice in its future (as
     // given and as its own binding), a request's size at every level above.
     async move {
-        frame_a_body_of_unknown_length(&mut request);
+        frame_a_body_of_unknown_length(head, &body);
         // An HTTP/3 request goes on as HTTP/1.1 (an h2 pool's connection makes it HTTP/2 below);
         // hyper's HTTP/1 client writes an HTTP/2 request as 1.1 but refuses HTTP/3.
-        if request.version() == http::Version::HTTP_3 {
-            *request.version_mut() = http::Version::HTTP_11;
+        if head.version == http::Version::HTTP_3 {
+            head.version = http::Version::HTTP_11;
         }
         // A pooled connection the backend closed while idle hands the request back unsent; that is
         // no failure of the backend, so it is tried once more on a new connection.
@@ -347,16 +351,13 @@ fn send(
             let mut checkout = match worker.upstreams.checkout(pool, index, fresh, limits).await {
                 Ok(checkout) => checkout,
                 Err(error) => {
-                    return Err(Failure::Connect(
-                        Box::new(request),
-                        Cause::of_connect(&error),
-                    ));
+                    return Err(Failure::Connect(body, Cause::of_connect(&error)));
                 }
             };
             if checkout.sender.is_http2() {
-                for_http2(&mut request);
+                for_http2(head);
             }
-            let sending = checkout.sender.try_send_request(request);
+            let sending = checkout.sender.try_send_request(head, body);
             tokio::pin!(sending);
             // The response timeout counts from when the request has been sent in full: a slow
             // upload is the client's time, not the backend's.
@@ -427,7 +428,7 @@ fn send(
                 Some(Err(mut error)) => match error.take_unsent() {
                     Some(unsent) if !fresh => {
                         fresh = true;
-                        request = unsent;
+                        body = unsent;
                     }
                     _ => {
                         return Err(Failure::Answered(match upload.map(|u| u.state()) {

@@ -25,7 +25,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::future::Either;
-use http::{Request, Response};
+use http::Response;
+use http::request::Parts;
 use http_body::{Body, Frame, SizeHint};
 
 use super::body::{BodyFailure, RequestBody, Upload, UploadState};
@@ -57,43 +58,47 @@ pub struct Http1Sender {
     limits: AnswerLimits,
 }
 
-/// A request that got no answer: handed back unsent when the connection could not take it
-/// (it may go on a new one), or lost. Boxed: the error is rare, and a result carries its size.
-pub struct SendError(Option<Box<Request<RequestBody>>>);
+/// A request that got no answer: its body handed back unsent when the connection could not
+/// take the request (it may go on a new one), or lost. The head stays with the caller all along.
+pub struct SendError(Option<RequestBody>);
 
 impl SendError {
-    pub fn unsent(request: Request<RequestBody>) -> Self {
-        SendError(Some(Box::new(request)))
+    pub fn unsent(body: RequestBody) -> Self {
+        SendError(Some(body))
     }
 
     pub fn lost() -> Self {
         SendError(None)
     }
 
-    /// The request, when it was never sent.
-    pub fn take_unsent(&mut self) -> Option<Request<RequestBody>> {
-        self.0.take().map(|request| *request)
+    /// The body, when the request was never sent.
+    pub fn take_unsent(&mut self) -> Option<RequestBody> {
+        self.0.take()
     }
 }
 
 impl Sender {
-    /// Sends `request`; one the connection could not take comes back in the error.
-    pub fn try_send_request(
+    /// Sends the request `head` and `body` make. The head is lent, not given: a request that
+    /// may be sent again goes elsewhere with the same head, no copy kept aside. One the
+    /// connection could not take comes back in the error.
+    pub fn try_send_request<'h>(
         &mut self,
-        request: Request<RequestBody>,
-    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + use<> {
+        head: &'h mut Parts,
+        body: RequestBody,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + use<'h> {
         match self {
             Sender::Http1(sender) => Either::Left(match sender.stream.take() {
                 Some(stream) => Either::Left(client::send(
                     stream,
                     sender.reused,
                     sender.returned.clone(),
-                    request,
+                    head,
+                    body,
                     sender.limits,
                 )),
-                None => Either::Right(std::future::ready(Err(SendError::unsent(request)))),
+                None => Either::Right(std::future::ready(Err(SendError::unsent(body)))),
             }),
-            Sender::Http2(connection) => Either::Right(connection.send(request)),
+            Sender::Http2(connection) => Either::Right(connection.send(head, body)),
         }
     }
 

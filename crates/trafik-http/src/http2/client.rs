@@ -9,7 +9,8 @@ use std::rc::Rc;
 use std::task::Poll;
 
 use h2::Reason;
-use http::{HeaderValue, Method, Request, Response, header};
+use http::request::Parts;
+use http::{HeaderValue, Method, Response, header};
 use http_body::Body;
 
 use super::connection::{Connection, SETTINGS_WAIT, body_length};
@@ -83,12 +84,13 @@ impl Http2Connection {
         self.connection().borrow().refusing
     }
 
-    /// Sends `request` on a new stream; one the connection can no longer take comes back
-    /// unsent in the error.
-    pub fn send(
+    /// Sends the request `head` and `body` make on a new stream; one the connection can no
+    /// longer take comes back unsent in the error.
+    pub fn send<'h>(
         &self,
-        request: Request<RequestBody>,
-    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + use<> {
+        head: &'h mut Parts,
+        body: RequestBody,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, SendError>> + use<'h> {
         let connection = self.connection().clone();
         async move {
             let open = poll_fn(|cx| {
@@ -106,9 +108,8 @@ impl Http2Connection {
             })
             .await;
             if !open {
-                return Err(SendError::unsent(request));
+                return Err(SendError::unsent(body));
             }
-            let (mut head, body) = request.into_parts();
             let end = body.is_end_stream();
             // As hyper's client: a body of known length says so, unless the client did (an
             // empty one only for a method whose body means something).
@@ -123,7 +124,7 @@ impl Http2Connection {
                 head.headers
                     .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
             }
-            let id = connection.borrow_mut().open(&head, end);
+            let id = connection.borrow_mut().open(head, end);
             let stream = StreamRef::reading(connection, id);
             // A bodiless request is sent whole with its head; a body goes up on a task of
             // its own.
