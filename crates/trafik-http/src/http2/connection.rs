@@ -150,7 +150,9 @@ pub(super) struct Stream {
     pub(super) head: Option<Response<()>>,
     /// The peer's head came (a later HEADERS frame is the trailers).
     pub(super) answered: bool,
-    /// DATA read and not yet taken, as read; then `tail`, small pieces copied together.
+    /// DATA read and not yet taken: `first`, then the rest as read, then `tail`, small pieces
+    /// copied together. A small answer's one piece waits in `first`, no queue allocated.
+    first: Option<Bytes>,
     data: VecDeque<Bytes>,
     tail: BytesMut,
     pub(super) trailers: Option<HeaderMap>,
@@ -198,6 +200,7 @@ impl Stream {
         Stream {
             head: None,
             answered: false,
+            first: None,
             data: VecDeque::new(),
             tail: BytesMut::new(),
             trailers: None,
@@ -243,7 +246,9 @@ impl Stream {
     /// copied together, so a backend sending many tiny frames to a client that does not read
     /// holds no more memory than its window's worth, never a read buffer per byte.
     fn hold(&mut self, payload: BytesMut) {
-        if payload.len() >= SHARED_FROM || (self.data.is_empty() && self.tail.is_empty()) {
+        if !self.holds_data() {
+            self.first = Some(payload.freeze());
+        } else if payload.len() >= SHARED_FROM {
             if !self.tail.is_empty() {
                 self.data.push_back(self.tail.split().freeze());
             }
@@ -255,19 +260,22 @@ impl Stream {
 
     /// The next piece of DATA held, in the order it came.
     pub(super) fn take_data(&mut self) -> Option<Bytes> {
-        self.data
-            .pop_front()
+        self.first
+            .take()
+            .or_else(|| self.data.pop_front())
             .or_else(|| (!self.tail.is_empty()).then(|| self.tail.split().freeze()))
     }
 
     /// Whether DATA is held unread.
     pub(super) fn holds_data(&self) -> bool {
-        !self.data.is_empty() || !self.tail.is_empty()
+        self.first.is_some() || !self.data.is_empty() || !self.tail.is_empty()
     }
 
     /// The bytes of DATA held unread.
     pub(super) fn unread(&self) -> usize {
-        self.data.iter().map(Bytes::len).sum::<usize>() + self.tail.len()
+        self.first.as_ref().map_or(0, Bytes::len)
+            + self.data.iter().map(Bytes::len).sum::<usize>()
+            + self.tail.len()
     }
 
     /// Ends the stream before the end of what the peer sends (`stop`), unless that is
@@ -376,6 +384,10 @@ impl Connection {
         // their own windows, never the connection's, which the other streams need (RFC 9113
         // §5.2: streams "do not destructively interfere").
         let window = STREAM_WINDOW.saturating_mul(streams.max(1) as u32);
+        let decoder = match side {
+            Side::Client { .. } => hpack::Decoder::remembering(HEADER_TABLE_SIZE),
+            Side::Server(_) => hpack::Decoder::new(HEADER_TABLE_SIZE),
+        };
         if window > frame::DEFAULT_WINDOW {
             frame::window_update(&mut out, 0, window - frame::DEFAULT_WINDOW);
         }
@@ -400,7 +412,7 @@ impl Connection {
             closing: false,
             abandoned: false,
             said_goaway: false,
-            decoder: hpack::Decoder::new(HEADER_TABLE_SIZE),
+            decoder,
             limits,
         }
     }

@@ -162,6 +162,50 @@ pub struct Decoder {
     /// Where Huffman-coded strings are decoded, each split off as the bytes of its field: one
     /// allocation serves many.
     decoded: BytesMut,
+    /// On a connection to a backend: the values it sent to be indexed lately.
+    remembered: Option<Box<Remembered>>,
+}
+
+/// The Huffman-coded values a peer sent to be indexed lately, by their code. A peer that keeps
+/// no encoder table sends the same fields as new literals in every block (nginx does so with
+/// `server`, `date`, `content-type` and `content-length` in every answer), and a code seen
+/// before costs a comparison instead of a decoding. Kept for backends only: a client's
+/// encoder (browsers, h2load, curl) indexes what it repeats.
+#[derive(Default)]
+struct Remembered {
+    slots: [(Code, Bytes); REMEMBERED],
+}
+
+/// Slots in [`Remembered`], chosen by a code's length and first byte.
+const REMEMBERED: usize = 8;
+
+/// The longest code [`Remembered`] keeps: a date's takes 22 bytes.
+const CODE_KEPT: usize = 32;
+
+/// A short code's bytes, kept by value: a slice of the block would hold its whole read buffer.
+#[derive(Default)]
+struct Code {
+    length: u8,
+    bytes: [u8; CODE_KEPT],
+}
+
+impl Remembered {
+    fn slot(code: &[u8]) -> usize {
+        (code.len() ^ usize::from(code[0])) % REMEMBERED
+    }
+
+    fn get(&self, code: &[u8]) -> Option<Bytes> {
+        let (kept, value) = &self.slots[Self::slot(code)];
+        (usize::from(kept.length) == code.len() && kept.bytes[..code.len()] == *code)
+            .then(|| value.clone())
+    }
+
+    fn keep(&mut self, code: &[u8], value: &Bytes) {
+        let (kept, kept_value) = &mut self.slots[Self::slot(code)];
+        kept.length = code.len() as u8;
+        kept.bytes[..code.len()].copy_from_slice(code);
+        *kept_value = value.clone();
+    }
 }
 
 /// A string literal's bytes: where they live says whether the table may keep them as they are.
@@ -191,6 +235,16 @@ impl Decoder {
             max_size: allowed,
             allowed,
             decoded: BytesMut::new(),
+            remembered: None,
+        }
+    }
+
+    /// A decoder for a backend's blocks: it remembers the values sent to be indexed
+    /// ([`Remembered`]).
+    pub fn remembering(allowed: usize) -> Decoder {
+        Decoder {
+            remembered: Some(Box::default()),
+            ..Decoder::new(allowed)
         }
     }
 
@@ -211,7 +265,7 @@ impl Decoder {
                 // Literal with incremental indexing (§6.2.1). The table keeps a value sent as
                 // is as a copy: a slice of the block would keep the whole read buffer it came
                 // in. A Huffman-coded one was decoded into bytes of its own already.
-                let (name, value) = self.literal(&mut block, 6)?;
+                let (name, value) = self.literal(&mut block, 6, true)?;
                 let value = match value {
                     Literal::Decoded(value) => value,
                     Literal::Slice(value) => {
@@ -235,7 +289,7 @@ impl Decoder {
                 continue;
             } else {
                 // Literal without indexing or never indexed (§6.2.2, §6.2.3).
-                let (name, value) = self.literal(&mut block, 4)?;
+                let (name, value) = self.literal(&mut block, 4, false)?;
                 field(name, value.into_bytes());
             }
             fields_seen = true;
@@ -255,33 +309,56 @@ impl Decoder {
         }
     }
 
-    fn literal(&mut self, block: &mut Bytes, prefix: u32) -> Result<(Name, Literal), DecodeError> {
+    /// A literal field's name and value; the value is looked up in and kept in what the
+    /// decoder remembers when it is to be indexed (`indexing`).
+    fn literal(
+        &mut self,
+        block: &mut Bytes,
+        prefix: u32,
+        indexing: bool,
+    ) -> Result<(Name, Literal), DecodeError> {
         let index = integer(block, prefix)?;
         let name = match index {
-            0 => Name::parse(&self.string(block)?.into_bytes()),
+            0 => Name::parse(&self.string(block, false)?.into_bytes()),
             _ => self.entry(index)?.0,
         };
-        Ok((name, self.string(block)?))
+        Ok((name, self.string(block, indexing)?))
     }
 
-    /// A string literal (§5.2): a slice of the block unless Huffman-coded.
-    fn string(&mut self, block: &mut Bytes) -> Result<Literal, DecodeError> {
+    /// A string literal (§5.2): a slice of the block unless Huffman-coded. A short Huffman
+    /// code is looked up in and kept in what the decoder remembers when `remember` says so.
+    fn string(&mut self, block: &mut Bytes, remember: bool) -> Result<Literal, DecodeError> {
         let huffman = block.first().is_some_and(|&first| first & 0x80 != 0);
         let length = integer(block, 7)?;
         if length > block.len() {
             return Err(DecodeError::Truncated);
         }
-        let raw = block.split_to(length);
         if !huffman {
-            return Ok(Literal::Slice(raw));
+            return Ok(Literal::Slice(block.split_to(length)));
         }
+        let code = &block[..length];
+        let remembered = match self.remembered.as_deref_mut() {
+            Some(remembered) if remember && (1..=CODE_KEPT).contains(&length) => {
+                if let Some(value) = remembered.get(code) {
+                    block.advance(length);
+                    return Ok(Literal::Decoded(value));
+                }
+                Some(remembered)
+            }
+            _ => None,
+        };
         // A code is 5 bits or more: at most 8 symbols in 5 bytes.
         let most = length * 8 / 5 + 1;
         if self.decoded.capacity() < most {
             self.decoded.reserve(most.max(DECODED_ROOM));
         }
-        huffman_decode(&raw, &mut self.decoded)?;
-        Ok(Literal::Decoded(self.decoded.split().freeze()))
+        huffman_decode(code, &mut self.decoded)?;
+        let value = self.decoded.split().freeze();
+        if let Some(remembered) = remembered {
+            remembered.keep(code, &value);
+        }
+        block.advance(length);
+        Ok(Literal::Decoded(value))
     }
 
     fn insert(&mut self, name: Name, value: Bytes) {
@@ -588,13 +665,12 @@ mod tests {
         assert_eq!(decoder.table.len(), 4);
     }
 
-    #[test]
-    fn every_octet_decodes_from_its_code() {
-        // Each symbol written with its canonical code, then padded with ones.
+    /// `text` in the canonical code, padded with ones (§5.2).
+    fn huffman_encode(text: &[u8]) -> Vec<u8> {
         let codes = codes();
         let mut coded = Vec::new();
         let (mut bits, mut held) = (0u64, 0usize);
-        for symbol in 0..=255u8 {
+        for &symbol in text {
             let (code, length) = codes[usize::from(symbol)];
             bits = bits << length | u64::from(code);
             held += usize::from(length);
@@ -607,9 +683,65 @@ mod tests {
         if held > 0 {
             coded.push(((bits << (8 - held)) | ((1 << (8 - held)) - 1)) as u8);
         }
+        coded
+    }
+
+    #[test]
+    fn every_octet_decodes_from_its_code() {
+        let octets: Vec<u8> = (0..=255u8).collect();
         let mut decoded = BytesMut::new();
-        huffman_decode(&coded, &mut decoded).unwrap();
-        assert_eq!(decoded, (0..=255u8).collect::<Vec<_>>());
+        huffman_decode(&huffman_encode(&octets), &mut decoded).unwrap();
+        assert_eq!(decoded, octets);
+    }
+
+    /// A backend's decoder remembers the values sent to be indexed by their codes: a code seen
+    /// again gives its value without a decoding, another code in the same slot gives its own,
+    /// and the dynamic table ends as a decoder's that remembers nothing.
+    #[test]
+    fn a_remembering_decoder_gives_each_code_its_own_value() {
+        // `server` (static name 54) with a Huffman value, to be indexed (§6.2.1).
+        let block = |value: &str| {
+            let code = huffman_encode(value.as_bytes());
+            let mut block = vec![0x40 | 54, 0x80 | code.len() as u8];
+            block.extend_from_slice(&code);
+            Bytes::from(block)
+        };
+        let values = [
+            "nginx/1.22.1",
+            "nginx/1.22.1",
+            // The same length and first byte: the same slot.
+            "nginx/1.22.2",
+            "nginx/1.22.1",
+            "nginx/1.22.2",
+            "caddy",
+            "nginx/1.22.1",
+        ];
+        assert_eq!(
+            Remembered::slot(&huffman_encode(b"nginx/1.22.1")),
+            Remembered::slot(&huffman_encode(b"nginx/1.22.2"))
+        );
+        let mut remembering = Decoder::remembering(4096);
+        let mut plain = Decoder::new(4096);
+        for value in values {
+            let mut given = Vec::new();
+            for decoder in [&mut remembering, &mut plain] {
+                decoder
+                    .decode(block(value), |name, value| given.push((name, value)))
+                    .unwrap();
+            }
+            assert_eq!(given[0], (Name::parse(b"server"), Bytes::from(value)));
+            assert_eq!(given[0], given[1]);
+        }
+        assert_eq!(remembering.table, plain.table);
+        assert_eq!(remembering.size, plain.size);
+        // Literals without indexing are neither looked up nor kept.
+        let code = huffman_encode(b"kept?");
+        let mut unindexed = vec![0x0f, 54 - 15, 0x80 | code.len() as u8];
+        unindexed.extend_from_slice(&code);
+        remembering
+            .decode(Bytes::from(unindexed), |_, _| {})
+            .unwrap();
+        assert!(remembering.remembered.unwrap().get(&code).is_none());
     }
 
     #[test]
