@@ -150,8 +150,7 @@ impl ClientForwarding {
         // Room for the five fields at once (a map at its size limit grows field by field as
         // before), and one hash per field: each goes in by its entry.
         let _ = headers.try_reserve(5);
-        let host = headers.get(header::HOST).cloned();
-        let forwarded = self.forwarded(host.as_ref());
+        let (forwarded, host) = self.forwarded(headers.get(header::HOST));
         append(headers, header::FORWARDED, forwarded);
         append(headers, X_FORWARDED_FOR, self.client_ip.clone());
         headers
@@ -163,16 +162,18 @@ impl ClientForwarding {
         append_via(headers, via);
     }
 
-    /// `for=…;proto=http;host="…"` for `host`, reusing the last one built.
-    fn forwarded(&self, host: Option<&HeaderValue>) -> HeaderValue {
+    /// `for=…;proto=http;host="…"` for `host`, reusing the last one built, and `host` itself:
+    /// the last one's copy when it is the same (a request's own would be copied again to be
+    /// shared).
+    fn forwarded(&self, host: Option<&HeaderValue>) -> (HeaderValue, Option<HeaderValue>) {
         let Some(host) = host.filter(|h| h.to_str().is_ok_and(is_token_safe)) else {
-            return self.without_host.clone();
+            return (self.without_host.clone(), host.cloned());
         };
         let mut last = self.last.borrow_mut();
         if let Some((seen, value)) = last.as_ref()
             && seen == host
         {
-            return value.clone();
+            return (value.clone(), Some(seen.clone()));
         }
         let text = format!(
             "{};proto={};host=\"{}\"",
@@ -182,7 +183,7 @@ impl ClientForwarding {
         );
         let value = HeaderValue::from_str(&text).unwrap_or_else(|_| self.without_host.clone());
         *last = Some((host.clone(), value.clone()));
-        value
+        (value, Some(host.clone()))
     }
 }
 
@@ -349,13 +350,14 @@ mod tests {
     fn a_connection_reuses_its_forwarded_value_until_the_host_changes() {
         let via = HeaderValue::from_static("1.1 trafik");
         let client = ClientForwarding::new("127.0.0.2:9".parse().unwrap(), "http");
-        for host in ["a.test", "a.test", "b.test"] {
+        for host in ["a.test", "a.test", "b.test", "a.test"] {
             let mut h = headers(&[("host", host)]);
             client.apply(&mut h, false, &via);
             assert_eq!(
                 h["forwarded"],
                 format!("for=127.0.0.2;proto=http;host=\"{host}\"").as_str()
             );
+            assert_eq!(h["x-forwarded-host"], host);
         }
     }
 
@@ -395,5 +397,6 @@ mod tests {
         let mut h = headers(&[("host", "a\"b")]);
         forward(false, "127.0.0.1:1", &mut h);
         assert_eq!(h["forwarded"], "for=127.0.0.1;proto=http");
+        assert_eq!(h["x-forwarded-host"], "a\"b");
     }
 }
