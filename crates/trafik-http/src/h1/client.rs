@@ -27,7 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::chunked::{ANSWER_TRAILER_LINES, Chunked, LAST_CHUNK};
 use super::head::{self, Framing, HeadBytes, MAX_HEADERS};
 use super::rewind::{Rewind, rewind};
-use crate::http::body::{BodyError, BodyFailure, RequestBody};
+use crate::http::body::{BodyError, BodyFailure, RequestBody, length_is_said};
 use crate::http::upstream::{SendError, UpstreamBody};
 use crate::plan::AnswerLimits;
 use crate::transport::idle::Stream;
@@ -246,12 +246,7 @@ fn write_head(out: &mut Vec<u8>, request: &mut Parts, body: &RequestBody) -> Opt
     } else if end {
         Coding::Length(0)
     } else if let Some(length) = exact {
-        if length > 0
-            || !matches!(
-                request.method,
-                Method::GET | Method::HEAD | Method::DELETE | Method::CONNECT
-            )
-        {
+        if length_is_said(&request.method, length) {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
         }
         Coding::Length(length)

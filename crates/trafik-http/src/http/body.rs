@@ -453,6 +453,18 @@ impl BodyError {
     }
 }
 
+/// Whether a request to a backend says its body's known `length` in `Content-Length` when its
+/// client did not, as hyper's client does: any length but an empty one, which only a method
+/// whose body means something says.
+pub fn length_is_said(method: &http::Method, length: u64) -> bool {
+    use http::Method;
+    length > 0
+        || !matches!(
+            *method,
+            Method::GET | Method::HEAD | Method::DELETE | Method::CONNECT
+        )
+}
+
 impl RequestBody {
     /// The client's body, streamed as it arrives.
     pub fn streaming(body: Incoming) -> Self {

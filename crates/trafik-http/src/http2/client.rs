@@ -15,7 +15,7 @@ use http_body::Body;
 
 use super::connection::{Connection, SETTINGS_WAIT, body_length};
 use super::stream::{Http2Body, StreamRef, pump};
-use crate::http::body::RequestBody;
+use crate::http::body::{RequestBody, length_is_said};
 use crate::http::upstream::{SendError, UpstreamBody};
 use crate::plan::AnswerLimits;
 use crate::transport;
@@ -114,11 +114,7 @@ impl Http2Connection {
             // As hyper's client: a body of known length says so, unless the client did (an
             // empty one only for a method whose body means something).
             if let Some(length) = body.size_hint().exact()
-                && (length > 0
-                    || !matches!(
-                        head.method,
-                        Method::GET | Method::HEAD | Method::DELETE | Method::CONNECT
-                    ))
+                && length_is_said(&head.method, length)
                 && !head.headers.contains_key(header::CONTENT_LENGTH)
             {
                 head.headers

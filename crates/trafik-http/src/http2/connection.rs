@@ -1070,7 +1070,7 @@ fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, Connecti
                     let padded = padded(value.first()) || padded(value.last());
                     let value = HeaderValue::from_maybe_shared(value);
                     match value {
-                        Ok(value) if !padded && !is_connection_specific(&name, &value) => {
+                        Ok(value) if !padded && !frame::is_connection_specific(&name, &value) => {
                             decoded.fields.append(name, value);
                         }
                         _ => decoded.malformed = true,
@@ -1096,11 +1096,6 @@ fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, Connecti
         })
         .map_err(|_| ConnectionError(Reason::COMPRESSION_ERROR))?;
     Ok(decoded)
-}
-
-/// Fields that are about one connection, which HTTP/2 forbids (RFC 9113 §8.2.2).
-fn is_connection_specific(name: &header::HeaderName, value: &HeaderValue) -> bool {
-    frame::is_connection_field(name) && !(*name == header::TE && value == "trailers")
 }
 
 fn headers(connection: &mut Connection, partial: PartialHeaders) -> Result<(), ConnectionError> {

@@ -5,7 +5,7 @@
 //! table's upkeep and Huffman's per-byte work on every request (haproxy's encoder does the same).
 
 use bytes::{BufMut, BytesMut};
-use http::{HeaderMap, HeaderName, Method, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 
 /// What opens an HTTP/2 connection, before the client's SETTINGS (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -264,8 +264,7 @@ impl HeaderBlock {
         }
         for (name, value) in fields {
             let replaced = *name == header::HOST && authority.is_some();
-            let trailers_wanted = *name == header::TE && value == "trailers";
-            if replaced || (is_connection_field(name) && !trailers_wanted) {
+            if replaced || is_connection_specific(name, value) {
                 continue;
             }
             self.field(name, value);
@@ -321,7 +320,7 @@ impl HeaderBlock {
 
     /// A literal with a new name, never indexed (0x10) when the value says it is sensitive,
     /// else without indexing (0x00): neither enters a table.
-    fn field(&mut self, name: &HeaderName, value: &http::HeaderValue) {
+    fn field(&mut self, name: &HeaderName, value: &HeaderValue) {
         self.bytes
             .push(if value.is_sensitive() { 0x10 } else { 0x00 });
         self.string(name.as_str().as_bytes());
@@ -374,11 +373,16 @@ pub fn is_connection_field(name: &HeaderName) -> bool {
         || *name == PROXY_CONNECTION
 }
 
+/// A field about one connection, as a request may not carry it in HTTP/2 (RFC 9113 §8.2.2):
+/// a connection field, `te: trailers` excepted.
+pub(super) fn is_connection_specific(name: &HeaderName, value: &HeaderValue) -> bool {
+    is_connection_field(name) && !(*name == header::TE && value == "trailers")
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::hpack::Name;
     use super::*;
-    use http::HeaderValue;
 
     /// Decodes `block` as a peer would (trafik's decoder is tested on the RFC's examples).
     fn decoded(block: &[u8]) -> Vec<(String, String)> {
