@@ -5,8 +5,13 @@
 # configured by default, and as `haproxy+fwd` adding the five fields trafik adds to every
 # request (lib.sh's HAPROXY_FORWARDING), the same work as trafik's.
 #
-# The backend is nginx serving a fixed 6-byte answer over h2c (`listen … http2` on a plain listener),
-# so every proxy meets the same HTTP/2 server. Prints the medians over the rounds of req/s and
+# The backends are two nginx processes of one worker each, serving a fixed 6-byte answer over h2c
+# (`listen … http2` on a plain listener), which every proxy takes in turn: so every proxy meets
+# the same HTTP/2 servers, and each backend process serves half its requests. (With one nginx of
+# two workers, a proxy's few long-lived backend connections landed on one nginx worker or on
+# both, as the accepts fell, and that alone moved a proxy's req/s by 30 % and its CPU a request
+# by 40 % from one start to the next, the same build against itself.) `direct` is h2load
+# against one of the two. Prints the medians over the rounds of req/s and
 # the proxy's CPU microseconds per request (utime+stime from /proc over the run, all of its
 # processes and threads) with its kernel share, the rest of the machine's CPU per request, then
 # trafik's ratios to each peer and the ceiling it would reach if its user-space work cost
@@ -30,33 +35,36 @@ done
 
 source "$(dirname "$0")/lib.sh"
 
-BACKEND_PORT=$(free_port)
+BACKEND_PORTS="$(free_port) $(free_port)"
 TRAFIK_PORT=$(free_port)
 NGINX_PORT=$(free_port)
 HAPROXY_PORT=$(free_port)
 HAPROXY_FWD_PORT=$(free_port)
 
-# --- the backend: nginx over h2c ----------------------------------------------------------------
-nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT http2; location / { return 200 \"kargo\\n\"; } }"
-nginx -p "$work/backend" -c "$work/backend/nginx.conf" 2>"$work/backend/stderr" &
-pids+=($!)
-wait_for_port "$BACKEND_PORT"
+# --- the backends: two nginx processes over h2c -------------------------------------------------
+for port in $BACKEND_PORTS; do
+  WORKERS=1 nginx_conf "$work/backend-$port" "server { listen 127.0.0.1:$port http2; location / { return 200 \"kargo\\n\"; } }"
+  nginx -p "$work/backend-$port" -c "$work/backend-$port/nginx.conf" 2>"$work/backend-$port/stderr" &
+  pids+=($!)
+  wait_for_port "$port"
+done
 
 # --- the proxies ---------------------------------------------------------------------------------
-h2c_pool_config "$work/trafik.toml" "$TRAFIK_PORT" "$BACKEND_PORT"
+h2c_pool_config "$work/trafik.toml" "$TRAFIK_PORT" "$BACKEND_PORTS"
 RUST_LOG=warn "$trafik" serve --config "$work/trafik.toml" >/dev/null &
 trafik_pid=$!
 pids+=("$trafik_pid")
 
-nginx_conf "$work/front" "upstream up { server 127.0.0.1:$BACKEND_PORT; keepalive 128; }
+upstream_servers=$(for port in $BACKEND_PORTS; do printf 'server 127.0.0.1:%s; ' "$port"; done)
+nginx_conf "$work/front" "upstream up { $upstream_servers keepalive 128; }
   server { listen 127.0.0.1:$NGINX_PORT http2; location / { grpc_pass grpc://up; } }"
 nginx -p "$work/front" -c "$work/front/nginx.conf" 2>"$work/front/stderr" &
 nginx_pid=$!
 pids+=("$nginx_pid")
 
-start_haproxy_http "$HAPROXY_PORT" "$BACKEND_PORT" "proto h2" "proto h2"
+start_haproxy_http "$HAPROXY_PORT" "$BACKEND_PORTS" "proto h2" "proto h2"
 haproxy_default_pid=$haproxy_pid
-start_haproxy_http "$HAPROXY_FWD_PORT" "$BACKEND_PORT" "proto h2" "proto h2" "$HAPROXY_FORWARDING"
+start_haproxy_http "$HAPROXY_FWD_PORT" "$BACKEND_PORTS" "proto h2" "proto h2" "$HAPROXY_FORWARDING"
 haproxy_fwd_pid=$haproxy_pid
 
 for port in "$TRAFIK_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$HAPROXY_FWD_PORT"; do wait_for_port "$port"; done
@@ -77,7 +85,7 @@ run() { # name port pid-to-charge (empty: none)
 
 echo "h2 upstream bench: h2load -n $REQUESTS -c $CLIENTS -m $STREAMS (h2c), $ROUNDS round(s), $WORKERS proxy workers, $(nproc) cores"
 for round in $(seq "$ROUNDS"); do
-  run direct "$BACKEND_PORT"
+  run direct "${BACKEND_PORTS%% *}"
   run trafik "$TRAFIK_PORT" "$trafik_pid"
   run nginx "$NGINX_PORT" "$nginx_pid"
   run haproxy "$HAPROXY_PORT" "$haproxy_default_pid"

@@ -148,10 +148,16 @@ report() { # names...
   echo " the kernel's other work per request; busy: the cores' use)"
 }
 
-# An haproxy configuration in FILE: HTTP mode on 127.0.0.1:PORT to one server, THREADS threads.
-# BIND_EXTRA and SERVER_EXTRA add options (`proto h2`), FRONTEND_RULES lines to its frontend
+# An haproxy configuration in FILE: HTTP mode on 127.0.0.1:PORT to the servers on BACKEND-PORTS
+# (one port, or several separated by spaces, taken in turn), THREADS threads. BIND_EXTRA and
+# SERVER_EXTRA add options (`proto h2`), FRONTEND_RULES lines to its frontend
 # (HAPROXY_FORWARDING below).
-haproxy_http_config() { # file threads port backend-port [bind-extra] [server-extra] [frontend-rules]
+haproxy_http_config() { # file threads port backend-ports [bind-extra] [server-extra] [frontend-rules]
+  local servers="" number=0 port
+  for port in $4; do
+    number=$((number + 1))
+    servers+="  server s$number 127.0.0.1:$port ${6:-}"$'\n'
+  done
   cat >"$1" <<CONF
 global
   nbthread $2
@@ -167,13 +173,13 @@ frontend fe
   ${7:-}
   default_backend be
 backend be
-  server s1 127.0.0.1:$4 ${6:-}
+$servers
 CONF
 }
 
 # haproxy as haproxy_http_config says, with WORKERS threads; its PID goes into $haproxy_pid and
 # pids.
-start_haproxy_http() { # port backend-port [bind-extra] [server-extra] [frontend-rules]
+start_haproxy_http() { # port backend-ports [bind-extra] [server-extra] [frontend-rules]
   haproxy_http_config "$work/haproxy-$1.cfg" "$WORKERS" "$@"
   haproxy -db -f "$work/haproxy-$1.cfg" >"$work/haproxy-$1.out" 2>&1 &
   haproxy_pid=$!
@@ -214,8 +220,13 @@ CONF
 }
 
 # trafik's configuration for the HTTP/2 benches: WORKERS workers, a plain listener on
-# 127.0.0.1:PORT (h2c by prior knowledge, or HTTP/1.1) to an h2c pool of one backend.
-h2c_pool_config() { # file port backend-port [pool protocol: h2c (default) or http1]
+# 127.0.0.1:PORT (h2c by prior knowledge, or HTTP/1.1) to an h2c pool of the backends on
+# BACKEND-PORTS (one port, or several separated by spaces, taken in turn).
+h2c_pool_config() { # file port backend-ports [pool protocol: h2c (default) or http1]
+  local backends="" port
+  for port in $3; do
+    backends+="${backends:+, }{ address = \"127.0.0.1:$port\" }"
+  done
   cat >"$1" <<CONF
 [server]
 workers = $WORKERS
@@ -230,7 +241,7 @@ pool = "backend"
 [[pool]]
 name = "backend"
 protocol = "${4:-h2c}"
-backends = [{ address = "127.0.0.1:$3" }]
+backends = [$backends]
 CONF
 }
 
