@@ -122,14 +122,23 @@ impl Http2Connection {
             }
             let id = connection.borrow_mut().open(head, end);
             let stream = StreamRef::reading(connection, id);
-            // A bodiless request is sent whole with its head; a body goes up on a task of
-            // its own.
-            if !end {
-                tokio::task::spawn_local(upload(body, stream.uploader()));
-            }
-            let answer = poll_fn(|cx| stream.poll_head(cx))
-                .await
-                .ok_or_else(SendError::lost)?;
+            // A bodiless request is sent whole with its head, and its body kept; a body goes
+            // up on a task of its own.
+            let kept = match end {
+                true => Some(body),
+                false => {
+                    tokio::task::spawn_local(upload(body, stream.uploader()));
+                    None
+                }
+            };
+            let Some(answer) = poll_fn(|cx| stream.poll_head(cx)).await else {
+                // One the backend never processed goes again on another connection (nginx
+                // says GOAWAY after `keepalive_requests` with streams under way).
+                return Err(match kept {
+                    Some(body) if stream.unprocessed() => SendError::unsent(body),
+                    _ => SendError::lost(),
+                });
+            };
             let length = body_length(
                 head.method == Method::HEAD,
                 answer.status(),

@@ -191,8 +191,11 @@ pub(super) enum Stop {
     Reset(Reason),
     /// trafik reset it (a malformed answer, a failed upload, a reader gone).
     Local(Reason),
-    /// The connection failed or closed under it, or the backend's GOAWAY left it unprocessed.
+    /// The connection failed or closed under it.
     Lost,
+    /// The backend's GOAWAY named an earlier stream as the last it processes: it never saw
+    /// this one's request (RFC 9113 §6.8).
+    Unprocessed,
 }
 
 impl Stream {
@@ -512,7 +515,7 @@ impl Connection {
             self.said_goaway = true;
         }
         self.closing = true;
-        self.lose_streams(|_| true);
+        self.lose_streams(|_| true, Stop::Lost);
     }
 
     /// Takes no new stream from now on and says so (GOAWAY with the last stream taken, so a
@@ -569,11 +572,11 @@ impl Connection {
     }
 
     /// The streams `which` names that are not over are lost; no stream opens from now on.
-    fn lose_streams(&mut self, which: impl Fn(u32) -> bool) {
+    fn lose_streams(&mut self, which: impl Fn(u32) -> bool, how: Stop) {
         self.refusing = true;
         for (&id, stream) in self.streams.iter_mut() {
             if which(id) {
-                stream.stop(Stop::Lost);
+                stream.stop(how);
             }
         }
         self.wake_waiting();
@@ -639,7 +642,7 @@ pub(super) async fn close<S: AsyncWrite + Unpin>(io: &mut S, connection: &RefCel
         // Marked closed before anyone woken by the loss runs.
         let mut shared = connection.borrow_mut();
         shared.closed = true;
-        shared.lose_streams(|_| true);
+        shared.lose_streams(|_| true, Stop::Lost);
     }
     let _ = tokio::time::timeout(CLOSE_WAIT, io.shutdown()).await;
 }
@@ -889,7 +892,7 @@ impl Reader {
                     Side::Client { .. } => {
                         let last = frame::be_u31(&payload);
                         // Streams past `last` were not processed; the others may still finish.
-                        connection.lose_streams(|id| id > last);
+                        connection.lose_streams(|id| id > last, Stop::Unprocessed);
                     }
                     // A client opens no more streams (the id it names is of pushes): the
                     // requests under way finish.

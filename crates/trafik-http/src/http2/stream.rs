@@ -98,6 +98,19 @@ impl StreamRef {
     }
 }
 
+impl StreamRef {
+    /// Whether the backend never processed this stream's request, which may then go again
+    /// (RFC 9113 §8.7): its GOAWAY named an earlier stream as its last, or it refused the
+    /// stream (REFUSED_STREAM).
+    pub(super) fn unprocessed(&self) -> bool {
+        let connection = self.connection.borrow();
+        connection.streams.get(&self.id).is_some_and(|stream| {
+            matches!(stream.stopped, Some(Stop::Unprocessed))
+                || matches!(stream.stopped, Some(Stop::Reset(reason)) if reason == Reason::REFUSED_STREAM)
+        })
+    }
+}
+
 impl Drop for StreamRef {
     fn drop(&mut self) {
         let Ok(mut connection) = self.connection.try_borrow_mut() else {
@@ -334,7 +347,9 @@ impl Body for Http2Body {
             Some(Stop::Reset(reason) | Stop::Local(reason)) => {
                 return Poll::Ready(Some(Err(reason.into())));
             }
-            Some(Stop::Lost) => return Poll::Ready(Some(Err(Reason::INTERNAL_ERROR.into()))),
+            Some(Stop::Lost | Stop::Unprocessed) => {
+                return Poll::Ready(Some(Err(Reason::INTERNAL_ERROR.into())));
+            }
             None => {}
         }
         if let Some(data) = stream.take_data() {

@@ -5,10 +5,12 @@
 //! error code the RFC names, and the client gets a 502.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use trafik_proxy::plan::UpstreamProtocol;
 use trafik_test_support::proxy::*;
 
@@ -25,23 +27,13 @@ async fn frame_backend(answer: Answer) -> (SocketAddr, Arc<Mutex<Vec<Frame>>>) {
     let address = raw_backend(move |mut stream| {
         let seen = kept.clone();
         async move {
-            let mut preface = [0; 24];
-            if stream.read_exact(&mut preface).await.is_err() {
+            if !greet(&mut stream).await {
                 return;
             }
-            let _ = stream.write_all(&frame(SETTINGS, 0, 0, &[])).await;
-            let mut header = [0; 9];
-            while stream.read_exact(&mut header).await.is_ok() {
-                let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
-                let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]);
-                let mut payload = vec![0; length];
-                if stream.read_exact(&mut payload).await.is_err() {
-                    return;
-                }
-                seen.lock()
-                    .unwrap()
-                    .push((header[3], header[4], id, payload));
-                if header[3] == HEADERS && stream.write_all(&answer(id)).await.is_err() {
+            while let Some(sent) = next_frame(&mut stream).await {
+                let (kind, id) = (sent.0, sent.2);
+                seen.lock().unwrap().push(sent);
+                if kind == HEADERS && stream.write_all(&answer(id)).await.is_err() {
                     return;
                 }
             }
@@ -49,6 +41,24 @@ async fn frame_backend(answer: Answer) -> (SocketAddr, Arc<Mutex<Vec<Frame>>>) {
     })
     .await;
     (address, seen)
+}
+
+/// Reads trafik's preface and says an empty SETTINGS; false when trafik left first.
+async fn greet(stream: &mut TcpStream) -> bool {
+    let mut preface = [0; 24];
+    stream.read_exact(&mut preface).await.is_ok()
+        && stream.write_all(&frame(SETTINGS, 0, 0, &[])).await.is_ok()
+}
+
+/// The next frame trafik sends, or `None` once it has gone.
+async fn next_frame(stream: &mut TcpStream) -> Option<Frame> {
+    let mut header = [0; 9];
+    stream.read_exact(&mut header).await.ok()?;
+    let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+    let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]);
+    let mut payload = vec![0; length];
+    stream.read_exact(&mut payload).await.ok()?;
+    Some((header[3], header[4], id, payload))
 }
 
 /// trafik in front of `backend`, its pool speaking h2c without retries.
@@ -267,4 +277,98 @@ async fn continuation_floods_end_the_connection() {
         })
         .await;
     }
+}
+
+/// A backend that says GOAWAY with streams under way, as nginx does past `keepalive_requests`:
+/// on its first connection it waits for two requests, answers the first and names it as the
+/// last stream it processes; every later connection answers each request at once. Counts its
+/// connections in the number returned.
+async fn goaway_after_one() -> (SocketAddr, Arc<AtomicUsize>) {
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    let address = raw_backend(move |mut stream| {
+        let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            if !greet(&mut stream).await {
+                return;
+            }
+            let mut waiting = Vec::new();
+            while let Some((kind, _, id, _)) = next_frame(&mut stream).await {
+                if kind != HEADERS {
+                    continue;
+                }
+                let answer = frame(HEADERS, END_HEADERS | END_STREAM, id, &[STATUS_200]);
+                if !first {
+                    let _ = stream.write_all(&answer).await;
+                    continue;
+                }
+                waiting.push(id);
+                if let [answered, _] = waiting[..] {
+                    let mut goaway = answered.to_be_bytes().to_vec();
+                    goaway.extend(0u32.to_be_bytes());
+                    let answer = frame(HEADERS, END_HEADERS | END_STREAM, answered, &[STATUS_200]);
+                    let _ = stream
+                        .write_all(&[answer, frame(GOAWAY, 0, 0, &goaway)].concat())
+                        .await;
+                }
+            }
+        }
+    })
+    .await;
+    (address, connections)
+}
+
+/// A request on a stream past the one a backend's GOAWAY names as its last was never processed
+/// (RFC 9113 §6.8): it goes again on a new connection, even from a pool without retries, and
+/// its client gets the answer instead of a 502.
+#[tokio::test]
+async fn a_request_a_goaway_left_unprocessed_goes_again_on_a_new_connection() {
+    let (backend, connections) = goaway_after_one().await;
+    let running = h2c_pool(backend);
+    // One client connection: both requests reach the same worker and its one connection to
+    // the backend.
+    let client = trafik_test_support::proxy::tls::h2c(web(&running)).await;
+    let get = |path: &str| {
+        let mut client = client.clone();
+        let request = http::Request::get(format!("http://kargo.test{path}"))
+            .body(http_body_util::Full::default())
+            .unwrap();
+        async move {
+            client
+                .send_request(request)
+                .await
+                .map(|answer| answer.status())
+        }
+    };
+    let (first, second) = tokio::join!(get("/takip/TR-1"), get("/takip/TR-2"));
+    assert_eq!(first.expect("an answer").as_u16(), 200);
+    assert_eq!(second.expect("an answer").as_u16(), 200);
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        2,
+        "the second went on a new connection"
+    );
+    running.stop();
+}
+
+/// A stream the backend refuses (REFUSED_STREAM) was not processed either (RFC 9113 §8.7): the
+/// request goes again, and its client gets the answer.
+#[tokio::test]
+async fn a_request_on_a_refused_stream_goes_again() {
+    let (backend, seen) = frame_backend(|stream| match stream {
+        1 => frame(RST_STREAM, 0, stream, &REFUSED_STREAM.to_be_bytes()),
+        _ => frame(HEADERS, END_HEADERS | END_STREAM, stream, &[STATUS_200]),
+    })
+    .await;
+    let running = h2c_pool(backend);
+    let answer = get_once(&running).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let requests = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(kind, ..)| *kind == HEADERS)
+        .count();
+    assert_eq!(requests, 2, "asked once, then again");
+    running.stop();
 }

@@ -16,6 +16,7 @@ pub const PRIORITY: u8 = 0x20;
 
 pub const PROTOCOL_ERROR: u32 = 0x1;
 pub const STREAM_CLOSED: u32 = 0x5;
+pub const REFUSED_STREAM: u32 = 0x7;
 pub const COMPRESSION_ERROR: u32 = 0x9;
 pub const ENHANCE_YOUR_CALM: u32 = 0xb;
 
