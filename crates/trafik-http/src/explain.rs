@@ -112,7 +112,7 @@ pub fn asked_for(
     listener: ListenerId,
     request: &mut Request<RequestBody>,
     peer: SocketAddr,
-    now: Nanos,
+    now: impl FnOnce() -> Nanos,
 ) -> Option<HeaderValue> {
     request.headers_mut().remove(EXPLAIN_HEADER)?;
     let token = snapshot.admin_token.as_ref()?;
@@ -122,6 +122,7 @@ pub fn asked_for(
     request.headers_mut().remove(header::AUTHORIZATION);
     let mut copy = copy_head(request);
     let mut document = json!({});
+    let now = now();
     match crate::http::path::normalize(copy.uri().path()) {
         Ok(None) => explain_request(snapshot, listener, copy, peer, now, &mut document),
         Ok(Some(normal)) => {

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod compress;
 pub mod conditional;
 pub mod cors;
+pub mod field_maps;
 pub mod files;
 pub mod filter;
 pub mod gateway;

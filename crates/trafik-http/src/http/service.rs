@@ -129,13 +129,14 @@ impl WorkerProxy {
         async move {
             let snapshot = self.snapshot();
             let began = Instant::now();
-            // Told before the request is served, so the pick told is the pick about to be taken.
+            // Told before the request is served, so the pick told is the pick about to be taken
+            // (the clock is read only for a request that asks).
             let explanation = crate::explain::asked_for(
                 &snapshot,
                 connection.listener,
                 &mut request,
                 connection.peer,
-                self.now(),
+                || self.now(),
             );
             let method = snapshot.client.access_log.then(|| {
                 let host = super::route::request_authority(&request).map(str::to_owned);

@@ -126,13 +126,14 @@ impl PoolTarget {
                 key: selection.context.key,
                 sticky: selection.bound.map(|index| pool.address(index)),
             });
-            let answered = |mut response: Response<ProxyBody>, backend| {
+            // `ended`: the clock reading the answer came at, when one was taken.
+            let answered = |mut response: Response<ProxyBody>, backend, ended: Option<Instant>| {
                 if let Some(picked) = picked {
                     response.extensions_mut().insert(picked);
                 }
                 let status = response.status().as_u16();
                 let served = pool.served.mine(worker.id);
-                served.answered(status, began, Instant::now());
+                served.answered(status, began, ended.unwrap_or_else(Instant::now));
                 (response, backend)
             };
             let mut call = match worker.call(
@@ -143,7 +144,7 @@ impl PoolTarget {
                 selection.bound,
             ) {
                 Ok(call) => call,
-                Err(refused) => return answered(refused.response(), None),
+                Err(refused) => return answered(refused.response(), None, None),
             };
             // A failed connect sent nothing, so any request may go elsewhere; one a backend lost
             // after receiving it only if it may be repeated.
@@ -157,7 +158,8 @@ impl PoolTarget {
             let mut client_upgrade = request.extensions_mut().remove::<ClientUpgrade>();
             // The head is lent to each attempt and stays here: a request sent again is sent
             // with it and an empty body.
-            let (mut head, mut body) = request.into_parts();
+            let (head, mut body) = request.into_parts();
+            let mut head = LentHead(head);
             while let Some(mut attempt) = call.next().await {
                 let address = pool.address(attempt.index);
                 let limits = snapshot.client.upstream_limits;
@@ -165,7 +167,7 @@ impl PoolTarget {
                     worker,
                     pool,
                     attempt.index,
-                    (&mut head, body),
+                    (&mut head.0, body),
                     upload.as_ref(),
                     replayable,
                     (limits, call_deadline),
@@ -212,6 +214,7 @@ impl PoolTarget {
                                 return answered(
                                     error.response_blaming(blame.as_ref()),
                                     Some(address),
+                                    Some(answered_at),
                                 );
                             }
                         };
@@ -219,7 +222,7 @@ impl PoolTarget {
                         if let Some(cookie) = selection.cookie(pool, index) {
                             response.headers_mut().append(header::SET_COOKIE, cookie);
                         }
-                        return answered(response, Some(address));
+                        return answered(response, Some(address), Some(answered_at));
                     }
                     Err(Failure::Connect(returned, cause)) => {
                         selection.connect_failed(pool);
@@ -234,6 +237,7 @@ impl PoolTarget {
                                 return answered(
                                     error.response_blaming(blame.as_ref()),
                                     Some(address),
+                                    None,
                                 );
                             }
                         }
@@ -241,8 +245,18 @@ impl PoolTarget {
                 }
             }
             let blame = call.blame();
-            answered(call.failure().response_blaming(blame.as_ref()), None)
+            answered(call.failure().response_blaming(blame.as_ref()), None, None)
         }
+    }
+}
+
+/// A request's head, lent to each attempt, whose field map goes back to the worker's spares
+/// once the call has ended, whichever way it did.
+struct LentHead(Parts);
+
+impl Drop for LentHead {
+    fn drop(&mut self) {
+        super::field_maps::give_back(std::mem::take(&mut self.0.headers));
     }
 }
 

@@ -43,7 +43,9 @@ use crate::transport::idle::{Stream, Streams};
 /// A connection's request side: HTTP/1.1 (one request at a time, lent out) or HTTP/2
 /// (shared: each request a stream).
 pub enum Sender {
-    Http1(Http1Sender),
+    /// Boxed: a stream and its state are large beside an HTTP/2 connection's handle, and the
+    /// sender is in every answer's lease, moved whole at each level an answer passes.
+    Http1(Box<Http1Sender>),
     Http2(Http2Connection),
 }
 
@@ -333,12 +335,12 @@ impl Upstreams {
             home.connected.notified().await;
         }
         let http1 = |stream, reused| Checkout {
-            sender: Sender::Http1(Http1Sender {
+            sender: Sender::Http1(Box::new(Http1Sender {
                 stream: Some(stream),
                 reused,
                 returned: Returned::default(),
                 limits,
-            }),
+            })),
             home: home.clone(),
             raw: self.raw.clone(),
             stream: None,

@@ -25,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::frame::{self, HeaderBlock, flag, kind, setting};
 use super::hpack::{self, Name};
+use crate::http::field_maps;
 use crate::plan::AnswerLimits;
 use crate::transport;
 
@@ -155,7 +156,9 @@ pub(super) struct Stream {
     first: Option<Bytes>,
     data: VecDeque<Bytes>,
     tail: BytesMut,
-    pub(super) trailers: Option<HeaderMap>,
+    /// Boxed: few answers have trailers (gRPC's), and a stream is moved into and out of the
+    /// connection's map whole.
+    pub(super) trailers: Option<Box<HeaderMap>>,
     /// The peer's END_STREAM came: what it sends is whole.
     pub(super) ended: bool,
     /// The stream ended before what the peer sends ended (never set once it is whole).
@@ -1040,19 +1043,11 @@ impl Pseudo {
     }
 }
 
-/// The fields a client's request has room for from the start: a small request's and the five
-/// forwarding fields the pipeline adds, without growing the map on the way.
-const REQUEST_FIELDS: usize = 12;
-
 fn decode(connection: &mut Connection, block: Bytes) -> Result<Decoded, ConnectionError> {
     let limits = connection.limits;
-    let fields = match connection.side {
-        Side::Server(_) => HeaderMap::with_capacity(REQUEST_FIELDS),
-        Side::Client { .. } => HeaderMap::new(),
-    };
     let mut decoded = Decoded {
         pseudo: Pseudo::default(),
-        fields,
+        fields: field_maps::take(),
         malformed: false,
         too_large: false,
     };
@@ -1253,7 +1248,7 @@ impl Stream {
             if !end_stream || !pseudo.is_empty() {
                 return false;
             }
-            self.trailers = Some(fields);
+            self.trailers = Some(Box::new(fields));
             self.ended = true;
         } else {
             let status = match pseudo {

@@ -31,6 +31,7 @@ use super::stream::{Http2Body, StreamRef, pump};
 use crate::connections::{Connections, Watched};
 use crate::error::ProxyError;
 use crate::http::body::{BodyFailure, ErrorAnswer, ProxyBody, RequestBody};
+use crate::http::field_maps;
 use crate::http::server::Client;
 use crate::http::service::{ClientConnection, WorkerProxy};
 use crate::plan::AnswerLimits;
@@ -75,7 +76,9 @@ pub async fn serve<S>(
                 connection.borrow_mut().go_away();
             }
             let polled = poll_drive(cx, &mut io, &connection, &mut reader);
-            start_requests(&proxy, &client, &connection, &mut answers);
+            start_requests(&connection, &mut answers, |stream, request| {
+                answer(proxy.clone(), client.clone(), stream, request)
+            });
             let queued = connection.borrow().out.len();
             while let Poll::Ready(Some(())) = answers.poll_next_unpin(cx) {}
             if polled.is_ready() {
@@ -93,23 +96,29 @@ pub async fn serve<S>(
 
 /// A request's answer as the connection's task runs it. It ends early, its work (the backend
 /// exchange among it) dropped, once its stream is cancelled: the client reset it, or the
-/// connection ended.
-struct Answering {
+/// connection ended. Its future's box goes back to the worker's spares when it ends.
+struct Answering<F> {
     connection: Rc<RefCell<Connection>>,
     id: u32,
-    answer: Pin<Box<dyn Future<Output = ()>>>,
+    /// Taken when the answer ends.
+    answer: Option<Pin<Box<Option<F>>>>,
 }
 
-impl Future for Answering {
+impl<F: Future<Output = ()> + 'static> Future for Answering<F> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
         {
-            let mut connection = self.connection.borrow_mut();
-            let Some(stream) = connection.streams.get_mut(&self.id) else {
+            let mut connection = this.connection.borrow_mut();
+            let Some(stream) = connection.streams.get_mut(&this.id) else {
+                drop(connection);
+                this.end();
                 return Poll::Ready(());
             };
             if stream.cancelled {
+                drop(connection);
+                this.end();
                 return Poll::Ready(());
             }
             if !stream
@@ -120,16 +129,75 @@ impl Future for Answering {
                 stream.answer = Some(cx.waker().clone());
             }
         }
-        self.answer.as_mut().poll(cx)
+        if let Some(answering) = this.answer.as_mut().and_then(|a| a.as_mut().as_pin_mut()) {
+            std::task::ready!(answering.poll(cx));
+        }
+        this.end();
+        Poll::Ready(())
+    }
+}
+
+impl<F: 'static> Answering<F> {
+    /// Drops the answer's future where it is and gives its box back.
+    fn end(&mut self) {
+        if let Some(mut answer) = self.answer.take() {
+            answer.set(None);
+            spare_answers::give_back(answer);
+        }
+    }
+}
+
+/// Boxes for answer futures, kept by each worker for its next requests: an answer's future is
+/// kilobytes (the whole pipeline's state), which glibc's allocator serves on its slow path, from
+/// memory no longer in the cache, and a box of that size taken every request also makes it merge
+/// its small free chunks every time.
+mod spare_answers {
+    use std::any::Any;
+    use std::cell::RefCell;
+    use std::pin::Pin;
+
+    /// Boxes a worker keeps: as many answers as end together, up to this (about 670 KiB): a
+    /// box taken new is written whole, kilobytes a request, where a kept one takes only the
+    /// request.
+    const KEPT: usize = 128;
+
+    thread_local! {
+        /// Typed by the one answer future there is; `Any` as a thread-local cannot name it.
+        static SPARES: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+    }
+
+    type Spares<F> = Vec<Pin<Box<Option<F>>>>;
+
+    /// A spare box, empty, or a new one.
+    pub(super) fn take<F: 'static>() -> Pin<Box<Option<F>>> {
+        SPARES
+            .with_borrow_mut(|spares| {
+                spares
+                    .as_mut()
+                    .and_then(|spares| spares.downcast_mut::<Spares<F>>())
+                    .and_then(Vec::pop)
+            })
+            .unwrap_or_else(|| Box::pin(None))
+    }
+
+    /// Keeps an emptied box for the next answer, unless enough are kept.
+    pub(super) fn give_back<F: 'static>(answer: Pin<Box<Option<F>>>) {
+        SPARES.with_borrow_mut(|spares| {
+            let spares = spares.get_or_insert_with(|| Box::new(Spares::<F>::new()));
+            if let Some(spares) = spares.downcast_mut::<Spares<F>>()
+                && spares.len() < KEPT
+            {
+                spares.push(answer);
+            }
+        });
     }
 }
 
 /// Starts answering each request whose head came, unless the client reset it already.
-fn start_requests(
-    proxy: &Rc<WorkerProxy>,
-    client: &Rc<ClientConnection>,
+fn start_requests<F: Future<Output = ()> + 'static>(
     connection: &Rc<RefCell<Connection>>,
-    answers: &mut FuturesUnordered<Answering>,
+    answers: &mut FuturesUnordered<Answering<F>>,
+    answer: impl Fn(StreamRef, Option<Request<RequestBody>>) -> F,
 ) {
     let mut accepted = match &mut connection.borrow_mut().side {
         Side::Server(serving) if !serving.accepted.is_empty() => {
@@ -153,10 +221,12 @@ fn start_requests(
             head.map(|()| body)
         });
         // Boxed: the pipeline's future is kilobytes, and a box is moved as one pointer.
+        let mut boxed = spare_answers::take();
+        boxed.set(Some(answer(sender, request)));
         answers.push(Answering {
             connection: connection.clone(),
             id,
-            answer: Box::pin(answer(proxy.clone(), client.clone(), sender, request)),
+            answer: Some(boxed),
         });
     }
     // The list's room serves the next requests.
@@ -201,6 +271,7 @@ async fn respond(stream: &StreamRef, answer: Response<ProxyBody>, head_request: 
     stream.send_head(end, |block| {
         block.response(head.status, &head.headers, Some(&date), length)
     });
+    field_maps::give_back(head.headers);
     if end {
         return;
     }
@@ -224,4 +295,25 @@ fn reset_reason(error: &BodyFailure) -> Reason {
         source = error.source();
     }
     Reason::INTERNAL_ERROR
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Ready;
+
+    use super::spare_answers;
+
+    #[test]
+    fn an_answer_box_given_back_is_taken_again_empty() {
+        let mut boxed = spare_answers::take::<Ready<()>>();
+        boxed.set(Some(std::future::ready(())));
+        boxed.set(None);
+        let kept: *const Option<Ready<()>> = &*boxed;
+        spare_answers::give_back(boxed);
+        let again = spare_answers::take::<Ready<()>>();
+        assert!(std::ptr::eq(&*again, kept), "the same box");
+        assert!(again.is_none());
+        let new = spare_answers::take::<Ready<()>>();
+        assert!(!std::ptr::eq(&*new, kept), "none kept twice");
+    }
 }

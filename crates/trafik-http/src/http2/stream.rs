@@ -371,7 +371,7 @@ impl Body for Http2Body {
                 return Poll::Ready(Some(Err(Reason::PROTOCOL_ERROR.into())));
             }
             this.reading = Reading::Trailers;
-            return Poll::Ready(stream.trailers.take().map(|t| Ok(Frame::trailers(t))));
+            return Poll::Ready(stream.trailers.take().map(|t| Ok(Frame::trailers(*t))));
         }
         if !stream
             .reader

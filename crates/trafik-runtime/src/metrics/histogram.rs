@@ -31,8 +31,8 @@ impl Histogram {
     /// Counts one duration; only this shard's worker calls it.
     #[inline]
     pub fn record(&self, micros: u64) {
-        self.counts[bucket(micros)].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        super::counters::add_alone(&self.counts[bucket(micros)], 1);
+        super::counters::add_alone(&self.sum_micros, micros);
     }
 
     /// Adds this shard's counts to `into`.

@@ -22,7 +22,7 @@ use trafik_balance::{Nanos, Outcome, PickContext, Tried};
 use super::Pool;
 use super::PoolSet;
 use crate::concurrency::Slot;
-use crate::counters::{BackendCounters, bump};
+use crate::counters::{BackendCounters, bump, move_alone};
 use crate::error::{Blame, Cause, ProxyError};
 use crate::metrics::Took;
 
@@ -412,9 +412,11 @@ fn nanos_since(epoch: Instant) -> Nanos {
 /// passive health how its answer's body ended.
 pub struct InFlight {
     snapshot: Rc<dyn PoolSet>,
-    pool: usize,
-    backend: usize,
-    worker: usize,
+    /// Indexes as `u32`: the mark rides in every answer's body, moved whole at each level an
+    /// answer passes.
+    pool: u32,
+    backend: u32,
+    worker: u32,
     /// An answer below 500 whose body passive health has not heard the end of. One dropped
     /// with it unheard (the client went away) is neither a success nor an error.
     answer_pending: bool,
@@ -425,43 +427,45 @@ impl InFlight {
     /// for passive health, unless its status made it an error already.
     pub fn answer_ended(&mut self) {
         if std::mem::take(&mut self.answer_pending) {
-            self.snapshot.pools()[self.pool].report(self.backend, Outcome::Success);
+            self.pool().report(self.backend as usize, Outcome::Success);
         }
     }
 
     /// The backend cut its answer's body short (closed, reset, or broke its framing): a
     /// failure in its counters and, as a lost request is, an error for passive health.
     pub fn answer_cut(&mut self) {
-        let pool = &self.snapshot.pools()[self.pool];
+        let pending = std::mem::take(&mut self.answer_pending);
+        let (pool, backend) = (self.pool(), self.backend as usize);
         bump(
-            &pool.members[self.backend]
+            &pool.members[backend]
                 .counters
-                .mine(self.worker)
+                .mine(self.worker as usize)
                 .failures,
         );
-        tracing::debug!(pool = %pool.plan.name, backend = %pool.address(self.backend), "answer cut short");
-        if std::mem::take(&mut self.answer_pending) {
-            pool.report(self.backend, Outcome::Error);
+        tracing::debug!(pool = %pool.plan.name, backend = %pool.address(backend), "answer cut short");
+        if pending {
+            pool.report(backend, Outcome::Error);
         }
+    }
+
+    fn pool(&self) -> &Pool {
+        &self.snapshot.pools()[self.pool as usize]
     }
 }
 
 impl InFlight {
     fn start(snapshot: &Rc<dyn PoolSet>, pool: usize, backend: usize, worker: usize) -> Self {
         let target = &snapshot.pools()[pool];
-        target.members[backend]
-            .counters
-            .mine(worker)
-            .in_flight
-            .fetch_add(1, Ordering::Relaxed);
+        move_alone(&target.members[backend].counters.mine(worker).in_flight, 1);
         if target.tracks_in_flight {
             target.backends.start(backend);
         }
+        // Pools, backends and workers number far fewer than 2^32.
         InFlight {
             snapshot: snapshot.clone(),
-            pool,
-            backend,
-            worker,
+            pool: pool as u32,
+            backend: backend as u32,
+            worker: worker as u32,
             answer_pending: false,
         }
     }
@@ -469,14 +473,11 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let pool = &self.snapshot.pools()[self.pool];
-        pool.members[self.backend]
-            .counters
-            .mine(self.worker)
-            .in_flight
-            .fetch_sub(1, Ordering::Relaxed);
+        let (pool, backend) = (self.pool(), self.backend as usize);
+        let counters = pool.members[backend].counters.mine(self.worker as usize);
+        move_alone(&counters.in_flight, -1);
         if pool.tracks_in_flight {
-            pool.backends.finish(self.backend);
+            pool.backends.finish(backend);
         }
         pool.pending.released();
     }
