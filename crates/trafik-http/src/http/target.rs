@@ -49,38 +49,43 @@ pub enum Target {
 
 impl Target {
     /// Serves the request; the address is the backend that answered, for the access log.
-    pub async fn serve(
+    #[allow(clippy::manual_async_fn)] // see the block below
+    pub fn serve(
         &self,
         worker: &WorkerProxy,
         snapshot: &Rc<WorkerSnapshot>,
         connection: &ClientConnection,
         request: Request<RequestBody>,
-    ) -> (Response<ProxyBody>, Option<SocketAddr>) {
-        // The targets whose futures are larger than a pool's are boxed: every request's future
-        // carries the size of the largest, and an HTTP/2 request's is copied whole once.
-        match self {
-            Target::Pool(pool) => pool.serve(worker, snapshot, connection, request).await,
-            Target::Service(service) => {
-                Box::pin(service.serve(worker, snapshot, connection, request)).await
+    ) -> impl Future<Output = (Response<ProxyBody>, Option<SocketAddr>)> {
+        // A block that owns the arguments: an `async fn` keeps each one twice in its future (as
+        // given and as its own binding), a request's size at every level above.
+        async move {
+            // The targets whose futures are larger than a pool's are boxed: every request's future
+            // carries the size of the largest, and an HTTP/2 request's is copied whole once.
+            match self {
+                Target::Pool(pool) => pool.serve(worker, snapshot, connection, request).await,
+                Target::Service(service) => {
+                    Box::pin(service.serve(worker, snapshot, connection, request)).await
+                }
+                Target::Aggregate(aggregate) => {
+                    Box::pin(aggregate.serve(worker, snapshot, connection, request)).await
+                }
+                Target::Ambassador(ambassador) => {
+                    Box::pin(ambassador.serve(worker, snapshot, connection, request)).await
+                }
+                Target::Static(site) => {
+                    let path = request.uri().path();
+                    let answer = site.serve(worker.id, request.method(), path, request.headers());
+                    (answer.await.into_response(), None)
+                }
+                Target::Cached(cached) => {
+                    Box::pin(cached.serve(worker, snapshot, connection, request)).await
+                }
+                Target::Split(split) => {
+                    Box::pin(split.serve(worker, snapshot, connection, request)).await
+                }
+                Target::Redirect(redirect) => (redirect.serve(connection, &request), None),
             }
-            Target::Aggregate(aggregate) => {
-                Box::pin(aggregate.serve(worker, snapshot, connection, request)).await
-            }
-            Target::Ambassador(ambassador) => {
-                Box::pin(ambassador.serve(worker, snapshot, connection, request)).await
-            }
-            Target::Static(site) => {
-                let path = request.uri().path();
-                let answer = site.serve(worker.id, request.method(), path, request.headers());
-                (answer.await.into_response(), None)
-            }
-            Target::Cached(cached) => {
-                Box::pin(cached.serve(worker, snapshot, connection, request)).await
-            }
-            Target::Split(split) => {
-                Box::pin(split.serve(worker, snapshot, connection, request)).await
-            }
-            Target::Redirect(redirect) => (redirect.serve(connection, &request), None),
         }
     }
 }

@@ -236,26 +236,40 @@ fn start_requests<F: Future<Output = ()> + 'static>(
 }
 
 /// Answers one request: through the pipeline, or 431 for a head past the limits.
-async fn answer(
+#[allow(clippy::manual_async_fn)] // see the block below
+fn answer(
     proxy: Rc<WorkerProxy>,
     client: Rc<ClientConnection>,
     stream: StreamRef,
     request: Option<Request<RequestBody>>,
-) {
-    let head_request = request.as_ref().is_some_and(|r| r.method() == Method::HEAD);
-    let answer = match request {
-        Some(request) => proxy.handle(&client, request).await,
-        None => ProxyError::HeadTooLarge.response(),
-    };
-    respond(&stream, answer, head_request).await;
+) -> impl Future<Output = ()> {
+    // A block that owns the arguments: an `async fn` keeps each one twice in its future.
+    async move {
+        let head_request = request.as_ref().is_some_and(|r| r.method() == Method::HEAD);
+        let answer = match request {
+            Some(request) => proxy.handle(&client, request).await,
+            None => ProxyError::HeadTooLarge.response(),
+        };
+        // The head is written before the first await, so the answer is not kept in the future.
+        if let Some(body) = send_head(&stream, answer, head_request) {
+            let mut body = pin!(body);
+            if let Err(error) = pump(&mut body, &stream).await {
+                stream.reset(reset_reason(&error));
+            }
+        }
+    }
 }
 
-/// Writes `answer` on its stream: its HEADERS (with `date`, and `content-length` when the body
-/// knows its length and the answer did not say it, as hyper's server adds them), its body as
-/// DATA under both windows, its trailers. A body that breaks resets the stream (with a
-/// backend's own reason when it was a reset), so the client never takes a cut answer for a
-/// whole one.
-async fn respond(stream: &StreamRef, answer: Response<ProxyBody>, head_request: bool) {
+/// Writes `answer`'s HEADERS on its stream (with `date`, and `content-length` when the body
+/// knows its length and the answer did not say it, as hyper's server adds them); its body when
+/// DATA is to follow, which [`answer`] pumps under both windows, trailers last. A body that
+/// breaks resets the stream (with a backend's own reason when it was a reset), so the client
+/// never takes a cut answer for a whole one.
+fn send_head(
+    stream: &StreamRef,
+    answer: Response<ProxyBody>,
+    head_request: bool,
+) -> Option<ProxyBody> {
     let (head, body) = answer.into_parts();
     let bodiless = head_request
         || matches!(
@@ -272,13 +286,7 @@ async fn respond(stream: &StreamRef, answer: Response<ProxyBody>, head_request: 
         block.response(head.status, &head.headers, Some(&date), length)
     });
     field_maps::give_back(head.headers);
-    if end {
-        return;
-    }
-    let mut body = pin!(body);
-    if let Err(error) = pump(&mut body, stream).await {
-        stream.reset(reset_reason(&error));
-    }
+    (!end).then_some(body)
 }
 
 /// The code a stream whose answer broke is reset with: a backend's own, when its reset broke
