@@ -211,12 +211,15 @@ fn serve(config: &str) -> Trafik {
         .as_nanos();
     let path = std::env::temp_dir().join(format!("trafik-gateway-{nanos}.toml"));
     std::fs::write(&path, config).unwrap();
-    Trafik::start(
+    let trafik = Trafik::start(
         &["serve", "-c", path.to_str().unwrap()],
         Stdio::null(),
         "listening on",
     )
-    .0
+    .0;
+    // Read once it listens (these tests never reload): nothing is left in the temporary folder.
+    let _ = std::fs::remove_file(&path);
+    trafik
 }
 
 struct Answer {
