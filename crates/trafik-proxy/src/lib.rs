@@ -374,7 +374,7 @@ impl Instance {
     /// accepting and drains. Pools are matched by name and backends by address, and keep their
     /// health, drain state, counters and sessions. Requests in flight finish on the snapshot
     /// they started with. The worker count and the admin address need a restart.
-    pub fn apply(&self, plan: Plan) -> Result<u64, Vec<String>> {
+    pub fn apply(&self, mut plan: Plan) -> Result<u64, Vec<String>> {
         let mut open = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
         let previous = self.snapshot();
         let mut errors = Vec::new();
@@ -384,6 +384,9 @@ impl Instance {
                 configured = plan.workers,
                 "the number of workers changes only on restart"
             );
+            // The snapshot is built for the workers that run: each writes a counter shard of
+            // its own, which no other thread may share.
+            plan.workers = self.workers.len();
         }
         if plan.admin != self.admin && plan.admin.is_none_or(|a| a.port() != 0) {
             tracing::warn!("the admin address changes only on restart");

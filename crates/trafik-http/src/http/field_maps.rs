@@ -29,14 +29,17 @@ pub fn take() -> HeaderMap {
         .unwrap_or_else(|| HeaderMap::with_capacity(FIELDS))
 }
 
-/// Keeps `map` for the next head, emptied, unless it grew past [`FIELDS`] (a large head's room
-/// is not held for small ones) or enough are kept.
+/// Keeps `map` for the next head, emptied, unless it grew past [`FIELDS`] names or values (a
+/// large head's room, repeated values' among it, is not held for small ones) or enough are
+/// kept.
 pub fn give_back(mut map: HeaderMap) {
-    if map.capacity() != FIELDS {
+    if map.capacity() != FIELDS || map.len() > FIELDS {
         return;
     }
     map.clear();
-    SPARES.with_borrow_mut(|spares| {
+    // Not once the thread's own values are gone (a worker ending): the map is dropped then.
+    let _ = SPARES.try_with(|spares| {
+        let mut spares = spares.borrow_mut();
         if spares.len() < KEPT {
             spares.push(map);
         }
@@ -57,6 +60,18 @@ mod tests {
         let again = take();
         assert!(again.is_empty());
         assert_eq!(again.capacity(), FIELDS);
+    }
+
+    #[test]
+    fn a_map_that_held_many_values_is_not_kept() {
+        let mut map = take();
+        for _ in 0..=FIELDS {
+            map.append(http::header::COOKIE, "kirinti=1".parse().unwrap());
+        }
+        assert_eq!(map.capacity(), FIELDS, "one name");
+        SPARES.with_borrow_mut(Vec::clear);
+        give_back(map);
+        assert_eq!(SPARES.with_borrow(Vec::len), 0);
     }
 
     #[test]

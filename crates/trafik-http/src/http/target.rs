@@ -363,8 +363,9 @@ fn send(
         if head.version == http::Version::HTTP_3 {
             head.version = http::Version::HTTP_11;
         }
-        // A pooled connection the backend closed while idle hands the request back unsent; that is
-        // no failure of the backend, so it is tried once more on a new connection.
+        // A pooled connection the backend closed while idle hands the request back unsent, as an
+        // HTTP/2 backend does one it never processed; that is no failure of the backend, so it is
+        // tried once more (on a new connection, or on an HTTP/2 one that takes streams).
         let mut fresh = false;
         loop {
             let mut checkout = match worker.upstreams.checkout(pool, index, fresh, limits).await {

@@ -85,7 +85,8 @@ impl Http2Connection {
     }
 
     /// Sends the request `head` and `body` make on a new stream; one the connection can no
-    /// longer take comes back unsent in the error.
+    /// longer take, or a bodiless one the backend never processed (its GOAWAY named an earlier
+    /// stream, or it refused the stream), comes back unsent in the error.
     pub fn send<'h>(
         &self,
         head: &'h mut Parts,
@@ -132,8 +133,9 @@ impl Http2Connection {
                 }
             };
             let Some(answer) = poll_fn(|cx| stream.poll_head(cx)).await else {
-                // One the backend never processed goes again on another connection (nginx
-                // says GOAWAY after `keepalive_requests` with streams under way).
+                // One the backend never processed goes again (nginx says GOAWAY after
+                // `keepalive_requests` with streams under way): on a connection that still
+                // takes streams, the same one after a refused stream.
                 return Err(match kept {
                     Some(body) if stream.unprocessed() => SendError::unsent(body),
                     _ => SendError::lost(),

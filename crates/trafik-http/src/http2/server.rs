@@ -182,7 +182,9 @@ mod spare_answers {
 
     /// Keeps an emptied box for the next answer, unless enough are kept.
     pub(super) fn give_back<F: 'static>(answer: Pin<Box<Option<F>>>) {
-        SPARES.with_borrow_mut(|spares| {
+        // Not once the thread's own values are gone (a worker ending): the box is dropped then.
+        let _ = SPARES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
             let spares = spares.get_or_insert_with(|| Box::new(Spares::<F>::new()));
             if let Some(spares) = spares.downcast_mut::<Spares<F>>()
                 && spares.len() < KEPT

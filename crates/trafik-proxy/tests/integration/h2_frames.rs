@@ -2,10 +2,10 @@
 //! what a well-behaved server may send (an interim answer, padding, priority) is read past, and
 //! what no server may (malformed answers, undecodable header blocks, endless CONTINUATION
 //! frames) never reaches a client as an answer: the stream or the connection is ended with the
-//! error code the RFC names, and the client gets a 502.
+//! error code the RFC names, and the client gets a 502. A request the backend never processed
+//! (past its GOAWAY's last stream, or on a stream it refused) is sent again instead.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -281,14 +281,19 @@ async fn continuation_floods_end_the_connection() {
 
 /// A backend that says GOAWAY with streams under way, as nginx does past `keepalive_requests`:
 /// on its first connection it waits for two requests, answers the first and names it as the
-/// last stream it processes; every later connection answers each request at once. Counts its
-/// connections in the number returned.
-async fn goaway_after_one() -> (SocketAddr, Arc<AtomicUsize>) {
-    let connections = Arc::new(AtomicUsize::new(0));
-    let counted = connections.clone();
+/// last stream it processes; every later connection answers each request at once. The list
+/// returned counts the requests each connection was sent.
+async fn goaway_after_one() -> (SocketAddr, Arc<Mutex<Vec<usize>>>) {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let counted = sent.clone();
     let address = raw_backend(move |mut stream| {
-        let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
+        let sent = counted.clone();
         async move {
+            let connection = {
+                let mut sent = sent.lock().unwrap();
+                sent.push(0);
+                sent.len() - 1
+            };
             if !greet(&mut stream).await {
                 return;
             }
@@ -297,8 +302,9 @@ async fn goaway_after_one() -> (SocketAddr, Arc<AtomicUsize>) {
                 if kind != HEADERS {
                     continue;
                 }
+                sent.lock().unwrap()[connection] += 1;
                 let answer = frame(HEADERS, END_HEADERS | END_STREAM, id, &[STATUS_200]);
-                if !first {
+                if connection > 0 {
                     let _ = stream.write_all(&answer).await;
                     continue;
                 }
@@ -315,15 +321,16 @@ async fn goaway_after_one() -> (SocketAddr, Arc<AtomicUsize>) {
         }
     })
     .await;
-    (address, connections)
+    (address, sent)
 }
 
 /// A request on a stream past the one a backend's GOAWAY names as its last was never processed
 /// (RFC 9113 §6.8): it goes again on a new connection, even from a pool without retries, and
-/// its client gets the answer instead of a 502.
+/// its client gets the answer instead of a 502; the one the backend processed is not sent
+/// again.
 #[tokio::test]
 async fn a_request_a_goaway_left_unprocessed_goes_again_on_a_new_connection() {
-    let (backend, connections) = goaway_after_one().await;
+    let (backend, sent) = goaway_after_one().await;
     let running = h2c_pool(backend);
     // One client connection: both requests reach the same worker and its one connection to
     // the backend.
@@ -344,9 +351,9 @@ async fn a_request_a_goaway_left_unprocessed_goes_again_on_a_new_connection() {
     assert_eq!(first.expect("an answer").as_u16(), 200);
     assert_eq!(second.expect("an answer").as_u16(), 200);
     assert_eq!(
-        connections.load(Ordering::SeqCst),
-        2,
-        "the second went on a new connection"
+        *sent.lock().unwrap(),
+        [2, 1],
+        "both on the first connection, the unprocessed one alone again on a second"
     );
     running.stop();
 }

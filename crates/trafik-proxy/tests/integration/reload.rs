@@ -388,3 +388,31 @@ async fn a_cookie_for_a_backend_the_reload_removed_is_a_lost_session() {
     assert_eq!(sticky["rebinds"], 1, "{sticky}");
     stop(running).await;
 }
+
+/// The number of workers changes only on restart: a reload that configures another count is
+/// built for the workers that run, so each keeps a counter shard of its own (a worker writes
+/// its shard without a locked add; two sharing one would lose counts).
+#[tokio::test]
+async fn a_reload_configuring_other_workers_keeps_a_shard_for_every_running_one() {
+    let replicas = replicas(1).await;
+    let first = plan(&[replicas[0].address()]);
+    let running_workers = first.workers;
+    let running = trafik_proxy::start(first).unwrap();
+    // A new route: its counters are made by this reload.
+    let mut second = plan(&[replicas[0].address()]);
+    second.workers = 1;
+    let ListenerKind::Http { routes } = &mut second.listeners[0].kind else {
+        unreachable!("plan() serves plain HTTP");
+    };
+    routes.insert(0, route("/yeni", "takip"));
+    running.apply(second).unwrap();
+    let snapshot = running.snapshot();
+    let added = snapshot
+        .metrics
+        .routes
+        .iter()
+        .find(|entry| entry.route == "/yeni")
+        .expect("the new route's counters");
+    assert_eq!(added.traffic.shards().count(), running_workers);
+    running.stop();
+}
