@@ -4,13 +4,12 @@
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use arc_swap::ArcSwap;
 use arc_swap::cache::Cache;
 
-use crate::counters::{BackendCounters, PerWorker, add, bump};
+use crate::counters::{BackendCounters, PerWorker, add, bump, move_alone};
 use crate::observed::{Observed, Observer};
 use crate::pool::Endpoint;
 
@@ -120,10 +119,7 @@ pub struct OpenConnection {
 
 impl OpenConnection {
     pub fn new(endpoint: &Arc<Endpoint>, worker: usize) -> Self {
-        endpoint
-            .open_connections
-            .mine(worker)
-            .fetch_add(1, Ordering::Relaxed);
+        move_alone(endpoint.open_connections.mine(worker), 1);
         OpenConnection {
             endpoint: endpoint.clone(),
             worker,
@@ -133,10 +129,7 @@ impl OpenConnection {
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.endpoint
-            .open_connections
-            .mine(self.worker)
-            .fetch_sub(1, Ordering::Relaxed);
+        move_alone(self.endpoint.open_connections.mine(self.worker), -1);
     }
 }
 

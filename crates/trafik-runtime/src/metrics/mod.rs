@@ -7,7 +7,7 @@ pub mod counters;
 pub mod histogram;
 pub mod window;
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use histogram::Histogram;
 use window::Recent;
 
 use crate::connections::ListenerId;
-use crate::counters::{PerWorker, bump};
+use crate::counters::{PerWorker, bump, move_alone};
 
 /// The status classes counted, in order: 1xx to 5xx.
 pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -152,7 +152,7 @@ impl OpenClient {
     pub fn new(stats: &Arc<PerWorker<ListenerStats>>, worker: usize) -> Self {
         let mine = stats.mine(worker);
         bump(&mine.accepted);
-        mine.open.fetch_add(1, Ordering::Relaxed);
+        move_alone(&mine.open, 1);
         OpenClient {
             stats: stats.clone(),
             worker,
@@ -174,10 +174,7 @@ impl OpenClient {
 
 impl Drop for OpenClient {
     fn drop(&mut self) {
-        self.stats
-            .mine(self.worker)
-            .open
-            .fetch_sub(1, Ordering::Relaxed);
+        move_alone(&self.stats.mine(self.worker).open, -1);
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::counters::add_alone;
 use super::histogram::{Histogram, Merged};
 
 /// Seconds kept: the 60 s window and a few more, so the slot being reused is never one a
@@ -56,7 +57,7 @@ impl Recent {
         let slot = self.slot(second);
         slot.answered.record(micros);
         if error {
-            slot.errors.fetch_add(1, Ordering::Relaxed);
+            add_alone(&slot.errors, 1);
         }
     }
 
@@ -64,8 +65,8 @@ impl Recent {
     #[inline]
     pub fn unanswered(&self, second: u64) {
         let slot = self.slot(second);
-        slot.errors.fetch_add(1, Ordering::Relaxed);
-        slot.unanswered.fetch_add(1, Ordering::Relaxed);
+        add_alone(&slot.errors, 1);
+        add_alone(&slot.unanswered, 1);
     }
 
     /// Adds the seconds `now - span + 1 ..= now` of this shard to `into`.
