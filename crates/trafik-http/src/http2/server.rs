@@ -109,27 +109,22 @@ impl<F: Future<Output = ()> + 'static> Future for Answering<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
+        let cancelled = match this.connection.borrow_mut().streams.get_mut(&this.id) {
+            Some(stream) if !stream.cancelled => {
+                if !stream
+                    .answer
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    stream.answer = Some(cx.waker().clone());
+                }
+                false
+            }
+            _ => true,
+        };
+        if !cancelled
+            && let Some(answering) = this.answer.as_mut().and_then(|a| a.as_mut().as_pin_mut())
         {
-            let mut connection = this.connection.borrow_mut();
-            let Some(stream) = connection.streams.get_mut(&this.id) else {
-                drop(connection);
-                this.end();
-                return Poll::Ready(());
-            };
-            if stream.cancelled {
-                drop(connection);
-                this.end();
-                return Poll::Ready(());
-            }
-            if !stream
-                .answer
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                stream.answer = Some(cx.waker().clone());
-            }
-        }
-        if let Some(answering) = this.answer.as_mut().and_then(|a| a.as_mut().as_pin_mut()) {
             std::task::ready!(answering.poll(cx));
         }
         this.end();

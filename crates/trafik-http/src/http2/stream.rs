@@ -96,17 +96,17 @@ impl StreamRef {
         stream.reader = Some(cx.waker().clone());
         Poll::Pending
     }
-}
 
-impl StreamRef {
     /// Whether the backend never processed this stream's request, which may then go again
     /// (RFC 9113 §8.7): its GOAWAY named an earlier stream as its last, or it refused the
     /// stream (REFUSED_STREAM).
     pub(super) fn unprocessed(&self) -> bool {
         let connection = self.connection.borrow();
         connection.streams.get(&self.id).is_some_and(|stream| {
-            matches!(stream.stopped, Some(Stop::Unprocessed))
-                || matches!(stream.stopped, Some(Stop::Reset(reason)) if reason == Reason::REFUSED_STREAM)
+            matches!(
+                stream.stopped,
+                Some(Stop::Unprocessed | Stop::Reset(Reason::REFUSED_STREAM))
+            )
         })
     }
 }
