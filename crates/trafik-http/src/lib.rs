@@ -18,6 +18,7 @@ mod resolve;
 pub mod route_change;
 pub mod route_fields;
 pub mod snapshot;
+mod spares;
 
 // The layer below any protocol, under the names the modules above use.
 pub use trafik_runtime::{

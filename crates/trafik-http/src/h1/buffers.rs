@@ -6,7 +6,7 @@
 //! its first bytes arrive, and gives those back when it goes to hyper: thousands of idle
 //! connections, or of slowloris or HTTP/2 ones that hyper serves, hold no exchange buffers.
 
-use std::cell::RefCell;
+use crate::spares::{self, Spares};
 
 /// Buffer sizes of one connection, kept for its life.
 const CLIENT_BUFFER: usize = 32 * 1024;
@@ -26,15 +26,14 @@ pub struct Exchange {
 }
 
 thread_local! {
-    /// Each worker is one thread with its own runtime: these are the worker's.
-    static SPARE_INPUTS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    static SPARE_EXCHANGES: RefCell<Vec<Exchange>> = const { RefCell::new(Vec::new()) };
+    static SPARE_INPUTS: Spares<Vec<u8>> = const { Spares::new(SPARE) };
+    static SPARE_EXCHANGES: Spares<Exchange> = const { Spares::new(SPARE) };
 }
 
 /// A spare input buffer (bytes from the client not yet consumed), or a new one.
 pub fn take_input() -> Vec<u8> {
     SPARE_INPUTS
-        .with_borrow_mut(Vec::pop)
+        .with(Spares::take)
         .unwrap_or_else(|| Vec::with_capacity(CLIENT_BUFFER))
 }
 
@@ -44,18 +43,14 @@ pub fn give_back_input(mut input: Vec<u8>) {
         return;
     }
     input.clear();
-    SPARE_INPUTS.with_borrow_mut(|spares| {
-        if spares.len() < SPARE {
-            spares.push(input);
-        }
-    });
+    spares::keep(&SPARE_INPUTS, input);
 }
 
 impl Exchange {
     /// A spare set, or a new one.
     pub fn take() -> Exchange {
         SPARE_EXCHANGES
-            .with_borrow_mut(Vec::pop)
+            .with(Spares::take)
             .unwrap_or_else(|| Exchange {
                 head: Vec::with_capacity(HEAD_BUFFER),
                 relay: Vec::with_capacity(RELAY_BUFFER),
@@ -71,11 +66,7 @@ impl Exchange {
         }
         self.head.clear();
         self.relay.clear();
-        SPARE_EXCHANGES.with_borrow_mut(|spares| {
-            if spares.len() < SPARE {
-                spares.push(self);
-            }
-        });
+        spares::keep(&SPARE_EXCHANGES, self);
     }
 }
 
@@ -83,8 +74,8 @@ impl Exchange {
 #[cfg(test)]
 pub fn spares() -> (usize, usize) {
     (
-        SPARE_INPUTS.with_borrow(Vec::len),
-        SPARE_EXCHANGES.with_borrow(Vec::len),
+        SPARE_INPUTS.with(Spares::len),
+        SPARE_EXCHANGES.with(Spares::len),
     )
 }
 

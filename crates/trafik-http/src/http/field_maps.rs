@@ -4,9 +4,9 @@
 //! chunk first) and given back the same way, twice a request with its answer's. A map given back
 //! here is emptied and kept for the next head the worker decodes.
 
-use std::cell::RefCell;
-
 use http::HeaderMap;
+
+use crate::spares::{self, Spares};
 
 /// The fields a map has room for: a small request's and the five forwarding fields the pipeline
 /// adds, without growing the map on the way.
@@ -18,14 +18,13 @@ pub const FIELDS: usize = 12;
 const KEPT: usize = 256;
 
 thread_local! {
-    /// Each worker is one thread with its own runtime: these are the worker's.
-    static SPARES: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    static SPARES: Spares<HeaderMap> = const { Spares::new(KEPT) };
 }
 
 /// An empty map with room for [`FIELDS`] fields: a spare one, or a new one.
 pub fn take() -> HeaderMap {
     SPARES
-        .with_borrow_mut(Vec::pop)
+        .with(Spares::take)
         .unwrap_or_else(|| HeaderMap::with_capacity(FIELDS))
 }
 
@@ -37,13 +36,7 @@ pub fn give_back(mut map: HeaderMap) {
         return;
     }
     map.clear();
-    // Not once the thread's own values are gone (a worker ending): the map is dropped then.
-    let _ = SPARES.try_with(|spares| {
-        let mut spares = spares.borrow_mut();
-        if spares.len() < KEPT {
-            spares.push(map);
-        }
-    });
+    spares::keep(&SPARES, map);
 }
 
 #[cfg(test)]
@@ -69,9 +62,8 @@ mod tests {
             map.append(http::header::COOKIE, "kirinti=1".parse().unwrap());
         }
         assert_eq!(map.capacity(), FIELDS, "one name");
-        SPARES.with_borrow_mut(Vec::clear);
         give_back(map);
-        assert_eq!(SPARES.with_borrow(Vec::len), 0);
+        assert_eq!(SPARES.with(Spares::len), 0);
     }
 
     #[test]
@@ -84,8 +76,7 @@ mod tests {
             );
         }
         assert!(map.capacity() > FIELDS);
-        SPARES.with_borrow_mut(Vec::clear);
         give_back(map);
-        assert_eq!(SPARES.with_borrow(Vec::len), 0);
+        assert_eq!(SPARES.with(Spares::len), 0);
     }
 }

@@ -148,43 +148,42 @@ impl<F: 'static> Answering<F> {
 /// its small free chunks every time.
 mod spare_answers {
     use std::any::Any;
-    use std::cell::RefCell;
+    use std::cell::OnceCell;
     use std::pin::Pin;
+
+    use crate::spares::Spares;
 
     /// Boxes a worker keeps: as many answers as end together, up to this (about 670 KiB): a
     /// box taken new is written whole, kilobytes a request, where a kept one takes only the
     /// request.
     const KEPT: usize = 128;
 
+    type Boxes<F> = Spares<Pin<Box<Option<F>>>>;
+
     thread_local! {
         /// Typed by the one answer future there is; `Any` as a thread-local cannot name it.
-        static SPARES: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+        static SPARES: OnceCell<Box<dyn Any>> = const { OnceCell::new() };
     }
-
-    type Spares<F> = Vec<Pin<Box<Option<F>>>>;
 
     /// A spare box, empty, or a new one.
     pub(super) fn take<F: 'static>() -> Pin<Box<Option<F>>> {
         SPARES
-            .with_borrow_mut(|spares| {
+            .with(|spares| {
                 spares
-                    .as_mut()
-                    .and_then(|spares| spares.downcast_mut::<Spares<F>>())
-                    .and_then(Vec::pop)
+                    .get()
+                    .and_then(|spares| spares.downcast_ref::<Boxes<F>>())
+                    .and_then(Spares::take)
             })
             .unwrap_or_else(|| Box::pin(None))
     }
 
-    /// Keeps an emptied box for the next answer, unless enough are kept.
+    /// Keeps an emptied box for the next answer, unless enough are kept or the thread's own
+    /// values are gone (a worker ending).
     pub(super) fn give_back<F: 'static>(answer: Pin<Box<Option<F>>>) {
-        // Not once the thread's own values are gone (a worker ending): the box is dropped then.
         let _ = SPARES.try_with(|spares| {
-            let mut spares = spares.borrow_mut();
-            let spares = spares.get_or_insert_with(|| Box::new(Spares::<F>::new()));
-            if let Some(spares) = spares.downcast_mut::<Spares<F>>()
-                && spares.len() < KEPT
-            {
-                spares.push(answer);
+            let spares = spares.get_or_init(|| Box::new(Boxes::<F>::new(KEPT)));
+            if let Some(spares) = spares.downcast_ref::<Boxes<F>>() {
+                spares.keep(answer);
             }
         });
     }
