@@ -19,6 +19,8 @@
 #
 #   bench/h2-upstream.sh                           # 5 rounds of 100000 requests
 #   REQUESTS=50000 ROUNDS=3 CLIENTS=16 STREAMS=10 bench/h2-upstream.sh
+#   PGO=1 bench/h2-upstream.sh                     # trafik built with profile-guided
+#                                                  # optimization (scripts/pgo-build.sh)
 #
 # Needs: h2load (nghttp2-client), nginx, haproxy (Debian packages) and cargo.
 set -euo pipefail

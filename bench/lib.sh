@@ -1,9 +1,12 @@
 # Shared by the bench scripts: build trafik, remember the processes a script starts and stop
 # them (by PID) on exit, wait for a port. Source it; it sets $root, $trafik and $work.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# TRAFIK=path/to/trafik runs that binary instead of building the release one.
+# TRAFIK=path/to/trafik runs that binary instead of building the release one; PGO=1 builds
+# the release one with profile-guided optimization (scripts/pgo-build.sh).
 if [[ -n ${TRAFIK:-} ]]; then
   trafik=$TRAFIK
+elif [[ ${PGO:-} == 1 ]]; then
+  trafik=$("$root/scripts/pgo-build.sh" | tail -n 1)
 else
   cargo build --release -q -p trafik --manifest-path "$root/Cargo.toml"
   target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
