@@ -7,6 +7,7 @@ if [[ -n ${TRAFIK:-} ]]; then
   trafik=$TRAFIK
 elif [[ ${PGO:-} == 1 ]]; then
   trafik=$("$root/scripts/pgo-build.sh" | tail -n 1)
+  [[ -x $trafik ]] || { echo "the PGO build failed (scripts/pgo-build.sh)" >&2; exit 1; }
 else
   cargo build --release -q -p trafik --manifest-path "$root/Cargo.toml"
   target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
