@@ -52,10 +52,7 @@ PROXY_PORT=$(free_port)
 
 # One worker each: trafik's instructions are counted, nginx only answers.
 WORKERS=1
-nginx_conf "$work/backend" "server { listen 127.0.0.1:$BACKEND_PORT $backend_listen; location / { return 200 \"kargo\\n\"; } }"
-nginx -p "$work/backend" -c "$work/backend/nginx.conf" 2>"$work/backend/stderr" &
-pids+=($!)
-wait_for_port "$BACKEND_PORT"
+start_nginx_backend "$BACKEND_PORT" "$backend_listen"
 
 h2c_pool_config "$work/trafik.toml" "$PROXY_PORT" "$BACKEND_PORT" "$UPSTREAM"
 

@@ -44,12 +44,7 @@ HAPROXY_PORT=$(free_port)
 HAPROXY_FWD_PORT=$(free_port)
 
 # --- the backends: two nginx processes over h2c -------------------------------------------------
-for port in $BACKEND_PORTS; do
-  WORKERS=1 nginx_conf "$work/backend-$port" "server { listen 127.0.0.1:$port http2; location / { return 200 \"kargo\\n\"; } }"
-  nginx -p "$work/backend-$port" -c "$work/backend-$port/nginx.conf" 2>"$work/backend-$port/stderr" &
-  pids+=($!)
-  wait_for_port "$port"
-done
+for port in $BACKEND_PORTS; do start_nginx_backend "$port" http2; done
 
 # --- the proxies ---------------------------------------------------------------------------------
 h2c_pool_config "$work/trafik.toml" "$TRAFIK_PORT" "$BACKEND_PORTS"

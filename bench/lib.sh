@@ -223,6 +223,16 @@ http {
 CONF
 }
 
+# A backend for the HTTP/2 benches: one nginx process of one worker on 127.0.0.1:PORT answering
+# every request with a fixed 6 bytes, over h2c when LISTEN_EXTRA is `http2`, else HTTP/1.1;
+# its PID goes into pids, and it listens when this returns.
+start_nginx_backend() { # port [listen-extra]
+  WORKERS=1 nginx_conf "$work/backend-$1" "server { listen 127.0.0.1:$1 ${2:-}; location / { return 200 \"kargo\\n\"; } }"
+  nginx -p "$work/backend-$1" -c "$work/backend-$1/nginx.conf" 2>"$work/backend-$1/stderr" &
+  pids+=($!)
+  wait_for_port "$1"
+}
+
 # trafik's configuration for the HTTP/2 benches: WORKERS workers, a plain listener on
 # 127.0.0.1:PORT (h2c by prior knowledge, or HTTP/1.1) to an h2c pool of the backends on
 # BACKEND-PORTS (one port, or several separated by spaces, taken in turn).

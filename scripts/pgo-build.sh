@@ -63,17 +63,10 @@ CARGO_TARGET_DIR="$target_dir/pgo-train" RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-Cp
 # The training run: lib.sh starts, remembers and stops the processes; the instrumented trafik
 # writes its counts when it exits, so it is stopped here with SIGTERM and waited for.
 TRAFIK="$target_dir/pgo-train/release/trafik" source "$root/bench/lib.sh"
-WORKERS=1
 H2_BACKEND=$(free_port)
 H1_BACKEND=$(free_port)
-nginx_conf "$work/h2-backend" "server { listen 127.0.0.1:$H2_BACKEND http2; location / { return 200 \"kargo\\n\"; } }"
-nginx -p "$work/h2-backend" -c "$work/h2-backend/nginx.conf" 2>"$work/h2-backend/stderr" &
-pids+=($!)
-nginx_conf "$work/h1-backend" "server { listen 127.0.0.1:$H1_BACKEND; location / { return 200 \"kargo\\n\"; } }"
-nginx -p "$work/h1-backend" -c "$work/h1-backend/nginx.conf" 2>"$work/h1-backend/stderr" &
-pids+=($!)
-wait_for_port "$H2_BACKEND"
-wait_for_port "$H1_BACKEND"
+start_nginx_backend "$H2_BACKEND" http2
+start_nginx_backend "$H1_BACKEND"
 
 WORKERS=2
 H2_TO_H2=$(free_port)
